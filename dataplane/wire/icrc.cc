@@ -1,0 +1,49 @@
+#include "dataplane/wire/icrc.h"
+
+#include <isa-l/crc.h>
+
+#include <cstring>
+
+namespace rdmaplane::wire {
+namespace {
+
+constexpr size_t kPseudoLrhLen = 8;
+constexpr size_t kMaskedLen = 20 + 8 + 12;  // IPv4 + UDP + BTH
+
+// Copies IPv4, UDP and BTH behind eight 0xFF bytes with the fields that may
+// change in flight (TOS, TTL, IP checksum, UDP checksum, BTH resv8a/FECN/BECN)
+// set to ones, and returns the CRC of that block.
+uint32_t MaskedHeaderCrc(const uint8_t* ip_udp_bth) {
+  uint8_t block[kPseudoLrhLen + kMaskedLen];
+  std::memset(block, 0xFF, kPseudoLrhLen);
+  uint8_t* hdr = block + kPseudoLrhLen;
+  std::memcpy(hdr, ip_udp_bth, kMaskedLen);
+  hdr[1] = 0xFF;                        // IPv4 TOS
+  hdr[8] = 0xFF;                        // IPv4 TTL
+  hdr[10] = hdr[11] = 0xFF;             // IPv4 header checksum
+  hdr[20 + 6] = hdr[20 + 7] = 0xFF;     // UDP checksum
+  hdr[20 + 8 + 4] = 0xFF;               // BTH FECN/BECN/resv6
+  return crc32_gzip_refl(0, block, sizeof(block));
+}
+
+}  // namespace
+
+uint32_t ComputeIcrc(std::span<const uint8_t> ip_to_end) {
+  uint32_t crc = MaskedHeaderCrc(ip_to_end.data());
+  return crc32_gzip_refl(crc, ip_to_end.data() + kMaskedLen,
+                         ip_to_end.size() - kMaskedLen);
+}
+
+uint32_t ComputeIcrc(std::span<const uint8_t> ip_udp_bth,
+                     std::span<const uint8_t> rest) {
+  uint32_t crc = MaskedHeaderCrc(ip_udp_bth.data());
+  crc = crc32_gzip_refl(crc, ip_udp_bth.data() + kMaskedLen,
+                        ip_udp_bth.size() - kMaskedLen);
+  return crc32_gzip_refl(crc, rest.data(), rest.size());
+}
+
+uint32_t Crc32(std::span<const uint8_t> data) {
+  return crc32_gzip_refl(0, data.data(), data.size());
+}
+
+}  // namespace rdmaplane::wire

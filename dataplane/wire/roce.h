@@ -1,0 +1,188 @@
+// RoCEv2 frame layout and codec: Ethernet / IPv4 / UDP / BTH / RETH / AETH,
+// payload padding and the invariant CRC (ICRC).
+//
+// Encoding writes a whole frame into a caller-provided buffer; decoding
+// validates every field it relies on and returns a reason on rejection. Neither
+// allocates and neither reads outside the span it is given.
+// Thread-compatible: ParseCounters belongs to one engine thread.
+#ifndef RDMAPLANE_DATAPLANE_WIRE_ROCE_H_
+#define RDMAPLANE_DATAPLANE_WIRE_ROCE_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "dataplane/wire/psn.h"
+
+namespace rdmaplane::wire {
+
+inline constexpr uint16_t kRoceUdpPort = 4791;
+inline constexpr uint16_t kEtherTypeIpv4 = 0x0800;
+inline constexpr size_t kEthHeaderLen = 14;
+inline constexpr size_t kIpv4HeaderLen = 20;
+inline constexpr size_t kUdpHeaderLen = 8;
+inline constexpr size_t kBthLen = 12;
+inline constexpr size_t kRethLen = 16;
+inline constexpr size_t kAethLen = 4;
+inline constexpr size_t kIcrcLen = 4;
+// Everything before the IB transport headers.
+inline constexpr size_t kOuterHeadersLen =
+    kEthHeaderLen + kIpv4HeaderLen + kUdpHeaderLen;
+inline constexpr size_t kMaxHeadersLen = kOuterHeadersLen + kBthLen + kRethLen;
+inline constexpr uint16_t kDefaultPkey = 0xFFFF;
+
+// RC opcodes used by rdmaplane (IBTA vol. 1, table 38).
+enum class Opcode : uint8_t {
+  kWriteFirst = 0x06,
+  kWriteMiddle = 0x07,
+  kWriteLast = 0x08,
+  kWriteOnly = 0x0a,
+  kReadRequest = 0x0c,
+  kReadResponseFirst = 0x0d,
+  kReadResponseMiddle = 0x0e,
+  kReadResponseLast = 0x0f,
+  kReadResponseOnly = 0x10,
+  kAcknowledge = 0x11,
+};
+
+bool IsKnownOpcode(uint8_t op);
+bool HasReth(Opcode op);
+bool HasAeth(Opcode op);
+// True for opcodes a requester sends (handled by the peer's responder).
+bool IsRequest(Opcode op);
+// True when the opcode may carry payload bytes.
+bool CarriesPayload(Opcode op);
+const char* OpcodeName(Opcode op);
+
+// AETH syndromes (IBTA 9.7.5.1.3).
+inline constexpr uint8_t kAethAck = 0x00;
+inline constexpr uint8_t kAethRnrNak = 0x20;
+inline constexpr uint8_t kAethNakPsnSeqError = 0x60;
+inline constexpr uint8_t kAethNakInvalidRequest = 0x61;
+inline constexpr uint8_t kAethNakRemoteAccess = 0x62;
+inline constexpr uint8_t kAethNakRemoteOperational = 0x63;
+// Credit field value meaning "no end-to-end flow control" (0b11111).
+inline constexpr uint8_t kAethCreditsInvalid = 0x1F;
+
+struct MacAddr {
+  std::array<uint8_t, 6> bytes{};
+  friend bool operator==(const MacAddr&, const MacAddr&) = default;
+};
+
+// Ethernet + IPv4 + UDP fields of a RoCEv2 frame (host byte order).
+struct Path {
+  MacAddr src_mac;
+  MacAddr dst_mac;
+  uint32_t src_ip = 0;  // host order, e.g. 10.0.0.1 == 0x0A000001
+  uint32_t dst_ip = 0;
+  uint16_t udp_src_port = 0xC000;
+  uint8_t dscp_ecn = 0;
+  uint8_t ttl = 64;
+};
+
+struct Bth {
+  Opcode opcode = Opcode::kAcknowledge;
+  bool solicited = false;
+  bool mig_req = true;
+  uint8_t pad_count = 0;  // filled in by the encoder
+  uint16_t pkey = kDefaultPkey;
+  bool fecn = false;
+  bool becn = false;
+  Qpn dest_qp;
+  bool ack_req = false;
+  Psn psn;
+};
+
+struct Reth {
+  uint64_t va = 0;
+  Rkey rkey;
+  uint32_t dma_length = 0;
+};
+
+struct Aeth {
+  uint8_t syndrome = kAethAck | kAethCreditsInvalid;
+  uint32_t msn = 0;  // 24 bits
+};
+
+// What the encoder needs besides the payload.
+struct PacketHeaders {
+  Path path;
+  Bth bth;
+  Reth reth;  // used when HasReth(bth.opcode)
+  Aeth aeth;  // used when HasAeth(bth.opcode)
+};
+
+// UDP source port for a QP: a hash of the QPN folded into 0xC000..0xFFFF, so
+// that ECMP spreads connections while one connection keeps one path.
+uint16_t UdpSourcePortForQpn(Qpn qpn);
+
+// Length of the whole frame for `headers` with `payload_len` bytes.
+size_t FrameLength(Opcode opcode, size_t payload_len);
+
+// Writes the frame (headers, payload, pad, ICRC) to `out`. Returns the frame
+// length, or 0 when `out` is too small or the opcode cannot carry the payload.
+size_t EncodeFrame(const PacketHeaders& headers,
+                   std::span<const uint8_t> payload, std::span<uint8_t> out);
+
+// Writes only the headers of a frame whose payload the caller places right
+// after them (at the returned offset), then call FinishFrame.
+size_t EncodeHeaders(const PacketHeaders& headers, size_t payload_len,
+                     std::span<uint8_t> out);
+// Adds pad and ICRC after a payload already in place; returns the frame length.
+size_t FinishFrame(std::span<uint8_t> frame_without_trailer);
+
+// Why a frame was rejected. Every value has a counter in ParseCounters.
+enum class ParseError : uint8_t {
+  kOk = 0,
+  kTruncated,
+  kNotIpv4,
+  kIpVersion,
+  kIpOptions,
+  kIpFragment,
+  kIpChecksum,
+  kIpLength,
+  kNotUdp,
+  kNotRocePort,
+  kUdpLength,
+  kBthVersion,
+  kUnknownOpcode,
+  kBadPad,
+  kLengthMismatch,
+  kBadIcrc,
+  kNumReasons,
+};
+const char* ParseErrorName(ParseError e);
+
+// A decoded frame. `payload` points into the buffer given to ParseFrame.
+struct ParsedPacket {
+  MacAddr src_mac;
+  MacAddr dst_mac;
+  uint32_t src_ip = 0;
+  uint32_t dst_ip = 0;
+  uint16_t udp_src_port = 0;
+  Bth bth;
+  Reth reth;
+  Aeth aeth;
+  std::span<const uint8_t> payload;  // without pad and ICRC
+};
+
+struct ParseCounters {
+  std::array<uint64_t, static_cast<size_t>(ParseError::kNumReasons)> by_reason{};
+  uint64_t& operator[](ParseError e) { return by_reason[static_cast<size_t>(e)]; }
+  uint64_t operator[](ParseError e) const {
+    return by_reason[static_cast<size_t>(e)];
+  }
+};
+
+// Decodes and validates `frame`. On kOk fills `out`. `counters`, if given, is
+// incremented at the returned reason (kOk counts accepted frames).
+ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
+                      ParseCounters* counters = nullptr);
+
+// RFC 1071 checksum of an IPv4 header.
+uint16_t Ipv4HeaderChecksum(std::span<const uint8_t> header);
+
+}  // namespace rdmaplane::wire
+
+#endif  // RDMAPLANE_DATAPLANE_WIRE_ROCE_H_

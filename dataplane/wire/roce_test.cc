@@ -1,0 +1,208 @@
+#include "dataplane/wire/roce.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "dataplane/wire/icrc.h"
+
+namespace rdmaplane::wire {
+namespace {
+
+PacketHeaders SampleHeaders(Opcode op) {
+  PacketHeaders h;
+  h.path.src_mac = {{0x02, 0, 0, 0, 0, 1}};
+  h.path.dst_mac = {{0x02, 0, 0, 0, 0, 2}};
+  h.path.src_ip = 0x0A000001;
+  h.path.dst_ip = 0x0A000002;
+  h.path.udp_src_port = UdpSourcePortForQpn(Qpn(0x11));
+  h.bth.opcode = op;
+  h.bth.dest_qp = Qpn(0x000123);
+  h.bth.psn = Psn(0xFFFFFE);
+  h.bth.ack_req = true;
+  h.reth = {0x00007f0012345678ull, Rkey(0xABCD0142), 4096};
+  h.aeth = {kAethNakRemoteAccess, 0x00ABCD};
+  return h;
+}
+
+std::vector<uint8_t> Encode(const PacketHeaders& h,
+                            std::vector<uint8_t> payload) {
+  std::vector<uint8_t> out(FrameLength(h.bth.opcode, payload.size()));
+  size_t n = EncodeFrame(h, payload, out);
+  EXPECT_EQ(n, out.size());
+  return out;
+}
+
+TEST(RoceTest, CrcMatchesKnownVector) {
+  const char* s = "123456789";
+  EXPECT_EQ(Crc32({reinterpret_cast<const uint8_t*>(s), 9}), 0xCBF43926u);
+}
+
+TEST(RoceTest, RoundTripEveryOpcode) {
+  for (Opcode op : {Opcode::kWriteFirst, Opcode::kWriteMiddle,
+                    Opcode::kWriteLast, Opcode::kWriteOnly,
+                    Opcode::kReadRequest, Opcode::kReadResponseFirst,
+                    Opcode::kReadResponseMiddle, Opcode::kReadResponseLast,
+                    Opcode::kReadResponseOnly, Opcode::kAcknowledge}) {
+    SCOPED_TRACE(OpcodeName(op));
+    PacketHeaders h = SampleHeaders(op);
+    std::vector<uint8_t> payload;
+    if (CarriesPayload(op)) payload = {1, 2, 3, 4, 5};
+    auto frame = Encode(h, payload);
+    ParsedPacket pkt;
+    ParseCounters counters;
+    ASSERT_EQ(ParseFrame(frame, &pkt, &counters), ParseError::kOk);
+    EXPECT_EQ(counters[ParseError::kOk], 1u);
+    EXPECT_EQ(pkt.bth.opcode, op);
+    EXPECT_EQ(pkt.bth.dest_qp, Qpn(0x123));
+    EXPECT_EQ(pkt.bth.psn, Psn(0xFFFFFE));
+    EXPECT_TRUE(pkt.bth.ack_req);
+    EXPECT_EQ(pkt.src_ip, 0x0A000001u);
+    EXPECT_EQ(pkt.dst_mac, h.path.dst_mac);
+    EXPECT_EQ(std::vector<uint8_t>(pkt.payload.begin(), pkt.payload.end()),
+              payload);
+    if (HasReth(op)) {
+      EXPECT_EQ(pkt.reth.va, h.reth.va);
+      EXPECT_EQ(pkt.reth.rkey, h.reth.rkey);
+      EXPECT_EQ(pkt.reth.dma_length, 4096u);
+    }
+    if (HasAeth(op)) {
+      EXPECT_EQ(pkt.aeth.syndrome, kAethNakRemoteAccess);
+      EXPECT_EQ(pkt.aeth.msn, 0xABCDu);
+    }
+  }
+}
+
+TEST(RoceTest, PayloadIsPaddedToFourBytes) {
+  for (size_t len = 0; len < 9; ++len) {
+    auto frame = Encode(SampleHeaders(Opcode::kWriteOnly),
+                        std::vector<uint8_t>(len, 0xAA));
+    EXPECT_EQ(frame.size() % 4, kOuterHeadersLen % 4);
+    ParsedPacket pkt;
+    ASSERT_EQ(ParseFrame(frame, &pkt), ParseError::kOk);
+    EXPECT_EQ(pkt.payload.size(), len);
+    EXPECT_EQ(pkt.bth.pad_count, (4 - len % 4) % 4);
+  }
+}
+
+TEST(RoceTest, EncodeRejectsSmallBufferAndPayloadOnAck) {
+  PacketHeaders h = SampleHeaders(Opcode::kWriteOnly);
+  std::vector<uint8_t> payload(100);
+  std::vector<uint8_t> out(FrameLength(Opcode::kWriteOnly, 100) - 1);
+  EXPECT_EQ(EncodeFrame(h, payload, out), 0u);
+  out.resize(200);
+  EXPECT_EQ(EncodeFrame(SampleHeaders(Opcode::kAcknowledge), payload, out),
+            0u);
+}
+
+struct Corruption {
+  const char* name;
+  size_t offset;
+  uint8_t xor_mask;
+  ParseError expected;
+};
+
+TEST(RoceTest, MalformedFramesAreRejectedWithReason) {
+  const auto good = Encode(SampleHeaders(Opcode::kWriteOnly),
+                           std::vector<uint8_t>(13, 0x5A));
+  const size_t ip = kEthHeaderLen;
+  const size_t udp = ip + kIpv4HeaderLen;
+  const size_t bth = udp + kUdpHeaderLen;
+  const Corruption cases[] = {
+      {"ethertype", 12, 0x01, ParseError::kNotIpv4},
+      {"ip version", ip, 0x20, ParseError::kIpVersion},
+      {"ip options", ip, 0x01, ParseError::kIpOptions},
+      {"ip fragment", ip + 6, 0x20, ParseError::kIpFragment},
+      {"ip protocol", ip + 9, 0x01, ParseError::kNotUdp},
+      {"ip checksum", ip + 10, 0x01, ParseError::kIpChecksum},
+      {"udp port", udp + 3, 0x01, ParseError::kNotRocePort},
+      {"bth version", bth + 1, 0x01, ParseError::kBthVersion},
+      {"opcode", bth, 0x40, ParseError::kUnknownOpcode},
+      {"payload bit", bth + kBthLen + kRethLen + 2, 0x04, ParseError::kBadIcrc},
+      {"icrc", good.size() - 1, 0x80, ParseError::kBadIcrc},
+  };
+  for (const Corruption& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto frame = good;
+    frame[c.offset] ^= c.xor_mask;
+    // Fields that the IP checksum covers would otherwise fail on checksum.
+    if (c.offset >= ip && c.offset < ip + 10 && c.expected != ParseError::kIpVersion &&
+        c.expected != ParseError::kIpOptions) {
+      uint16_t sum = Ipv4HeaderChecksum({frame.data() + ip, kIpv4HeaderLen});
+      frame[ip + 10] = static_cast<uint8_t>(sum >> 8);
+      frame[ip + 11] = static_cast<uint8_t>(sum);
+    }
+    ParsedPacket pkt;
+    ParseCounters counters;
+    EXPECT_EQ(ParseFrame(frame, &pkt, &counters), c.expected)
+        << ParseErrorName(ParseFrame(frame, &pkt));
+    EXPECT_EQ(counters[c.expected], 1u);
+    EXPECT_EQ(counters[ParseError::kOk], 0u);
+  }
+}
+
+TEST(RoceTest, BadPadCountsAreRejected) {
+  ParsedPacket pkt;
+  // More pad than data.
+  auto empty_write = Encode(SampleHeaders(Opcode::kWriteOnly), {});
+  empty_write[kOuterHeadersLen + 1] |= 0x10;
+  EXPECT_EQ(ParseFrame(empty_write, &pkt), ParseError::kBadPad);
+  // Pad on an opcode that has no payload.
+  auto ack = Encode(SampleHeaders(Opcode::kAcknowledge), {});
+  ack[kOuterHeadersLen + 1] |= 0x20;
+  EXPECT_EQ(ParseFrame(ack, &pkt), ParseError::kBadPad);
+}
+
+TEST(RoceTest, TruncationAtEveryLengthIsRejected) {
+  const auto good = Encode(SampleHeaders(Opcode::kReadRequest), {});
+  for (size_t len = 0; len < good.size(); ++len) {
+    // Copy into an exactly-sized buffer so a sanitizer sees any overread.
+    std::vector<uint8_t> cut(good.begin(), good.begin() + len);
+    ParsedPacket pkt;
+    EXPECT_NE(ParseFrame(cut, &pkt), ParseError::kOk) << len;
+  }
+}
+
+TEST(RoceTest, EthernetPaddingAfterIpPacketIsIgnored) {
+  auto frame = Encode(SampleHeaders(Opcode::kAcknowledge), {});
+  frame.resize(frame.size() + 6, 0);
+  ParsedPacket pkt;
+  EXPECT_EQ(ParseFrame(frame, &pkt), ParseError::kOk);
+}
+
+TEST(RoceTest, LengthMismatchesAreRejected) {
+  // An ACK with trailing bytes inside the UDP datagram.
+  PacketHeaders h = SampleHeaders(Opcode::kAcknowledge);
+  auto frame = Encode(SampleHeaders(Opcode::kWriteOnly), {1, 2, 3, 4});
+  frame[kOuterHeadersLen] = static_cast<uint8_t>(Opcode::kReadRequest);
+  ParsedPacket pkt;
+  // Rewrite the ICRC so only the length is wrong.
+  const size_t ip_len = frame.size() - kEthHeaderLen;
+  uint32_t icrc = ComputeIcrc({frame.data() + kEthHeaderLen, ip_len - 4});
+  for (int i = 0; i < 4; ++i) frame[frame.size() - 4 + i] = icrc >> (8 * i);
+  EXPECT_EQ(ParseFrame(frame, &pkt), ParseError::kLengthMismatch);
+
+  // UDP length disagreeing with IP length.
+  auto frame2 = Encode(h, {});
+  frame2[kEthHeaderLen + kIpv4HeaderLen + 5] ^= 0x04;
+  EXPECT_EQ(ParseFrame(frame2, &pkt), ParseError::kUdpLength);
+
+  // IP total length longer than the frame.
+  auto frame3 = Encode(h, {});
+  frame3[kEthHeaderLen + 3] += 8;
+  uint16_t sum = Ipv4HeaderChecksum({frame3.data() + kEthHeaderLen, 20});
+  frame3[kEthHeaderLen + 10] = sum >> 8;
+  frame3[kEthHeaderLen + 11] = sum & 0xFF;
+  EXPECT_EQ(ParseFrame(frame3, &pkt), ParseError::kIpLength);
+}
+
+TEST(RoceTest, UdpSourcePortStaysInRoceRange) {
+  for (uint32_t q = 0; q < 100000; q += 7) {
+    uint16_t port = UdpSourcePortForQpn(Qpn(q));
+    EXPECT_GE(port, 0xC000);
+  }
+  EXPECT_NE(UdpSourcePortForQpn(Qpn(1)), UdpSourcePortForQpn(Qpn(2)));
+}
+
+}  // namespace
+}  // namespace rdmaplane::wire
