@@ -1,0 +1,188 @@
+// RcQp construction, posting, polling and the error state. The requester and
+// completer live in requester.cc, the responder in responder.cc.
+#include "dataplane/rc/qp.h"
+
+#include "dataplane/rc/sgl.h"
+
+namespace rdmaplane::rc {
+namespace {
+
+bool IsPowerOfTwo(uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+uint32_t NextPowerOfTwo(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// PSNs a send queue may hold at once: well inside the 2^23 ordering window.
+constexpr uint32_t kMaxPsnsOutstanding = 1u << 22;
+
+}  // namespace
+
+const char* WcStatusName(WcStatus s) {
+  switch (s) {
+    case WcStatus::kSuccess: return "success";
+    case WcStatus::kRemoteAccessError: return "remote_access_error";
+    case WcStatus::kRemoteInvalidRequest: return "remote_invalid_request";
+    case WcStatus::kRemoteOperationalError: return "remote_operational_error";
+    case WcStatus::kRetryExceeded: return "retry_exceeded";
+    case WcStatus::kFlushed: return "flushed";
+  }
+  return "unknown";
+}
+
+const char* RcQp::ValidateConfig(const QpConfig& c) {
+  if (c.pmtu != 256 && c.pmtu != 512 && c.pmtu != 1024 && c.pmtu != 2048 &&
+      c.pmtu != 4096) {
+    return "path MTU must be 256, 512, 1024, 2048 or 4096";
+  }
+  if (!IsPowerOfTwo(c.sq_depth) || c.sq_depth > 65536) {
+    return "send queue depth must be a power of two up to 65536";
+  }
+  if (!IsPowerOfTwo(c.max_dest_rd_atomic) || c.max_dest_rd_atomic > 256) {
+    return "responder read resources must be a power of two up to 256";
+  }
+  if (c.max_rd_atomic == 0 || c.max_rd_atomic > 256) {
+    return "outstanding reads must be 1..256";
+  }
+  if (c.max_inflight_packets == 0 || c.max_inflight_packets > (1u << 22)) {
+    return "in-flight packet window must be 1..2^22";
+  }
+  if (c.ack_req_every == 0) return "ack request interval must be positive";
+  if (c.retransmit_timeout_ns == 0) return "retransmit timeout must be positive";
+  if (c.local_qpn.value() > wire::Psn::kMask ||
+      c.remote_qpn.value() > wire::Psn::kMask) {
+    return "queue pair numbers are 24 bits";
+  }
+  return nullptr;
+}
+
+RcQp::RcQp(const QpConfig& config, const Env& env)
+    : config_(config),
+      env_(env),
+      sq_(new Wqe[config.sq_depth]),
+      sq_mask_(config.sq_depth - 1),
+      next_psn_(config.send_psn),
+      alloc_psn_(config.send_psn),
+      sent_limit_(config.send_psn),
+      acked_psn_(config.send_psn - 1),
+      una_(config.send_psn),
+      retries_left_(config.retry_count),
+      epsn_(config.recv_psn),
+      read_resources_(new ReadResource[config.max_dest_rd_atomic]) {
+  // At most one coalesced ACK sits between two reads, plus NAKs.
+  const uint32_t resp_capacity =
+      NextPowerOfTwo(2 * config.max_dest_rd_atomic + 8);
+  resp_q_.reset(new RespItem[resp_capacity]);
+  resp_q_mask_ = resp_capacity - 1;
+}
+
+RcQp::~RcQp() = default;
+
+uint32_t RcQp::PacketsFor(uint32_t length) const {
+  return length == 0 ? 1 : (length + config_.pmtu - 1) / config_.pmtu;
+}
+
+PostResult RcQp::Post(const WorkRequest& wr) {
+  owner_.Check();
+  if (state_ != QpState::kReadyToSend) return PostResult::kNotConnected;
+  if ((wr.flags & ~kWrKnownFlags) != 0 || wr.num_sge > kMaxSge) {
+    return PostResult::kInvalid;
+  }
+  const uint64_t length = SglLength(wr);
+  if (length > (1u << 31)) return PostResult::kInvalid;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) {
+    if (wr.sge[i].addr == nullptr && wr.sge[i].length != 0) {
+      return PostResult::kInvalid;
+    }
+  }
+  const uint32_t npkts = PacketsFor(static_cast<uint32_t>(length));
+  if (sq_tail_ - sq_head_ >= config_.sq_depth ||
+      static_cast<uint32_t>(alloc_psn_.DistanceFrom(una_)) + npkts >
+          kMaxPsnsOutstanding) {
+    return PostResult::kQueueFull;
+  }
+  Wqe& w = wqe_at(sq_tail_);
+  w = Wqe{};
+  w.wr = wr;
+  w.length = static_cast<uint32_t>(length);
+  w.npkts = npkts;
+  w.first_psn = alloc_psn_;
+  w.last_psn = alloc_psn_ + (npkts - 1);
+  w.read_next_psn = alloc_psn_;
+  alloc_psn_ += npkts;
+  ++sq_tail_;
+  return PostResult::kOk;
+}
+
+uint32_t RcQp::Poll(uint32_t budget) {
+  owner_.Check();
+  if (state_ != QpState::kReadyToSend) return 0;
+  CheckTimer();
+  if (state_ != QpState::kReadyToSend) return 0;
+  uint32_t sent = SendResponses(budget);
+  sent += SendRequests(budget - sent);
+  stats_.tx_packets += sent;
+  return sent;
+}
+
+void RcQp::HandleFrame(const wire::ParsedPacket& pkt) {
+  owner_.Check();
+  // Only the connected peer may use this QP.
+  if (state_ != QpState::kReadyToSend ||
+      pkt.bth.dest_qp != config_.local_qpn ||
+      pkt.src_ip != config_.path.dst_ip) {
+    ++stats_.ignored_packets;
+    return;
+  }
+  ++stats_.rx_packets;
+  if (wire::IsRequest(pkt.bth.opcode)) {
+    HandleRequest(pkt);
+  } else {
+    HandleResponse(pkt);
+  }
+}
+
+void RcQp::Flush() {
+  owner_.Check();
+  EnterError(WcStatus::kFlushed, una_);
+}
+
+void RcQp::CompleteWqe(Wqe& w, WcStatus status) {
+  if (w.wr.opcode == WrOpcode::kRead && w.started && !w.read_done) {
+    --outstanding_reads_;
+  }
+  if (status == WcStatus::kSuccess && (w.wr.flags & kWrSilentSuccess) != 0) {
+    return;
+  }
+  Completion c;
+  c.wr_id = w.wr.wr_id;
+  c.status = status;
+  c.opcode = w.wr.opcode;
+  c.byte_len = status == WcStatus::kSuccess ? w.length : 0;
+  env_.completions->Complete(c);
+}
+
+void RcQp::EnterError(WcStatus status, wire::Psn at) {
+  if (state_ == QpState::kError) return;
+  state_ = QpState::kError;
+  for (; sq_head_ != sq_tail_; ++sq_head_) {
+    Wqe& w = wqe_at(sq_head_);
+    const bool holds_at = w.first_psn <= at && at <= w.last_psn;
+    CompleteWqe(w, holds_at ? status : WcStatus::kFlushed);
+  }
+  sq_send_ = sq_head_;
+  timer_deadline_ns_ = 0;
+  resp_q_head_ = resp_q_tail_;
+  resp_tail_ack_open_ = false;
+}
+
+wire::PacketHeaders RcQp::BaseHeaders() const {
+  wire::PacketHeaders h;
+  h.path = config_.path;
+  h.bth.dest_qp = config_.remote_qpn;
+  return h;
+}
+
+}  // namespace rdmaplane::rc

@@ -1,0 +1,184 @@
+// One reliable-connection queue pair: requester (RDMA WRITE and READ),
+// completer (ACK/NAK and read-response handling, go-back-N retransmission)
+// and responder (executes the peer's writes and reads against registered
+// memory), as in the InfiniBand RC transport.
+//
+// Engine thread only: a QP is created, polled and destroyed by the engine that
+// owns it; nothing in it locks or allocates after construction. The
+// environment (clock, transmit, memory, completions) is injected.
+#ifndef RDMAPLANE_DATAPLANE_RC_QP_H_
+#define RDMAPLANE_DATAPLANE_RC_QP_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "dataplane/rc/interfaces.h"
+#include "dataplane/rc/thread_owner.h"
+#include "dataplane/rc/types.h"
+#include "dataplane/wire/psn.h"
+#include "dataplane/wire/roce.h"
+
+namespace rdmaplane::rc {
+
+class RcQp {
+ public:
+  struct Env {
+    const Clock* clock = nullptr;
+    FrameSink* tx = nullptr;
+    RemoteMemory* memory = nullptr;
+    CompletionSink* completions = nullptr;
+  };
+
+  // `config` must be valid (see ValidateConfig).
+  RcQp(const QpConfig& config, const Env& env);
+  ~RcQp();
+  RcQp(const RcQp&) = delete;
+  RcQp& operator=(const RcQp&) = delete;
+
+  // Returns nullptr when the configuration is acceptable, else the reason.
+  static const char* ValidateConfig(const QpConfig& config);
+
+  // Queues a work request; the request (and its SGL) is copied.
+  PostResult Post(const WorkRequest& wr);
+
+  // Handles one received frame addressed to this QP.
+  void HandleFrame(const wire::ParsedPacket& pkt);
+
+  // Runs the retransmit timer, then sends up to `budget` frames: responses
+  // (ACK/NAK, read data) first, then requests. Returns the frames sent.
+  uint32_t Poll(uint32_t budget);
+
+  // Moves the QP to the error state: every queued work request completes
+  // with kFlushed. Used when the connection is torn down.
+  void Flush();
+
+  QpState state() const { return state_; }
+  const QpStats& stats() const { return stats_; }
+  const QpConfig& config() const { return config_; }
+  // Work requests posted and not yet completed.
+  uint32_t outstanding() const { return sq_tail_ - sq_head_; }
+  // When the retransmit timer fires next (0: disarmed); lets a caller sleep.
+  uint64_t timer_deadline_ns() const { return timer_deadline_ns_; }
+  // True while the responder has responses waiting to be sent.
+  bool responder_busy() const { return resp_q_head_ != resp_q_tail_; }
+
+ private:
+  struct Wqe {
+    WorkRequest wr;
+    uint32_t length = 0;
+    uint32_t npkts = 0;
+    wire::Psn first_psn;
+    wire::Psn last_psn;
+    bool started = false;    // sent at least once (fence and read counting)
+    bool read_done = false;  // all read response bytes placed
+    uint32_t read_received = 0;
+    wire::Psn read_next_psn;  // next expected response PSN
+  };
+
+  // A read the responder accepted: kept for replay of duplicates.
+  struct ReadResource {
+    bool valid = false;
+    wire::Psn first_psn;
+    wire::Psn last_psn;
+    uint64_t va = 0;
+    wire::Rkey rkey;
+    uint32_t length = 0;
+    uint32_t msn = 0;
+    // Response generation cursor.
+    bool active = false;
+    wire::Psn start_psn;  // PSN the current response stream started at
+    wire::Psn next_psn;
+    uint8_t* addr = nullptr;  // memory at start_psn
+    uint32_t stream_length = 0;
+    uint32_t stream_offset = 0;
+  };
+
+  enum class RespKind : uint8_t { kAck, kRead };
+  struct RespItem {
+    RespKind kind;
+    uint8_t syndrome;   // kAck: AETH syndrome
+    wire::Psn psn;      // kAck
+    uint32_t msn;       // kAck
+    uint32_t resource;  // kRead: index into read_resources_
+  };
+
+  // Requester.
+  uint32_t SendRequests(uint32_t budget);
+  bool SendOnePacket(Wqe& wqe);
+  void SeekSendCursor(wire::Psn psn);
+  void GoBack(bool count_retry);
+  void RequestRetransmit();
+  void ArmTimer();
+  void CheckTimer();
+  // Completer.
+  void HandleResponse(const wire::ParsedPacket& pkt);
+  void HandleAck(const wire::ParsedPacket& pkt);
+  void HandleReadResponse(const wire::ParsedPacket& pkt);
+  void OnProgress();
+  void RetireCompleted();
+  void RecomputeUna();
+  void CompleteWqe(Wqe& wqe, WcStatus status);
+  // Fails the WQE holding `at` with `status` and flushes every other one.
+  void EnterError(WcStatus status, wire::Psn at);
+  // Responder.
+  void HandleRequest(const wire::ParsedPacket& pkt);
+  void HandleDuplicateRequest(const wire::ParsedPacket& pkt);
+  bool ExecuteWrite(const wire::ParsedPacket& pkt);
+  bool ExecuteReadRequest(const wire::ParsedPacket& pkt);
+  void QueueAck(wire::Psn psn);
+  void QueueNak(uint8_t syndrome, wire::Psn psn);
+  bool PushResp(const RespItem& item);
+  uint32_t SendResponses(uint32_t budget);
+  bool SendAck(const RespItem& item);
+  bool SendReadResponse(ReadResource& res);
+
+  wire::PacketHeaders BaseHeaders() const;
+  Wqe& wqe_at(uint32_t index) { return sq_[index & sq_mask_]; }
+  uint32_t PacketsFor(uint32_t length) const;
+
+  const QpConfig config_;
+  const Env env_;
+  ThreadOwner owner_;
+  QpState state_ = QpState::kReadyToSend;
+  QpStats stats_;
+
+  // Requester: WQEs [sq_head_, sq_tail_) are posted and not yet completed;
+  // [sq_head_, sq_send_) have been sent at least up to the send cursor.
+  std::unique_ptr<Wqe[]> sq_;
+  uint32_t sq_mask_;
+  uint32_t sq_head_ = 0;
+  uint32_t sq_send_ = 0;
+  uint32_t sq_tail_ = 0;
+  uint32_t send_offset_ = 0;   // bytes of wqe_at(sq_send_) already sent
+  wire::Psn next_psn_;         // PSN of the next packet to send
+  wire::Psn alloc_psn_;        // PSN the next posted WQE starts at
+  wire::Psn sent_limit_;       // one past the highest PSN ever sent
+  wire::Psn acked_psn_;        // every PSN up to this one is acknowledged
+  wire::Psn una_;              // oldest PSN not acknowledged
+  uint32_t outstanding_reads_ = 0;
+  uint32_t pkts_since_ack_req_ = 0;
+  uint64_t timer_deadline_ns_ = 0;  // 0: disarmed
+  uint32_t retries_left_;
+  bool went_back_at_una_ = false;  // a NAK or gap already sent us back
+                                   // to the current una_
+
+  // Responder.
+  wire::Psn epsn_;             // next expected request PSN
+  uint32_t msn_ = 0;           // completed request messages (24 bits)
+  bool seq_nak_sent_ = false;  // one NAK per sequence gap
+  bool write_active_ = false;  // inside a multi-packet write
+  uint8_t* write_addr_ = nullptr;
+  uint32_t write_remaining_ = 0;
+  std::unique_ptr<ReadResource[]> read_resources_;
+  uint32_t read_res_next_ = 0;  // free-running index of the next slot
+  std::unique_ptr<RespItem[]> resp_q_;
+  uint32_t resp_q_mask_;
+  uint32_t resp_q_head_ = 0;
+  uint32_t resp_q_tail_ = 0;
+  bool resp_tail_ack_open_ = false;  // the last queued item is an ACK still
+                                     // open for coalescing
+};
+
+}  // namespace rdmaplane::rc
+
+#endif  // RDMAPLANE_DATAPLANE_RC_QP_H_

@@ -1,0 +1,293 @@
+// Requester and completer of an RC QP: segmentation of WRITEs into packets,
+// READ requests, ACK/NAK and read-response processing, in-order completion,
+// go-back-N retransmission and the retry budget.
+#include "dataplane/rc/qp.h"
+#include "dataplane/rc/sgl.h"
+
+namespace rdmaplane::rc {
+
+using wire::Opcode;
+using wire::Psn;
+
+uint32_t RcQp::SendRequests(uint32_t budget) {
+  uint32_t sent = 0;
+  while (sent < budget && sq_send_ != sq_tail_) {
+    Wqe& w = wqe_at(sq_send_);
+    if (!w.started) {
+      if (w.wr.opcode == WrOpcode::kRead &&
+          outstanding_reads_ >= config_.max_rd_atomic) {
+        break;
+      }
+      // READ_FENCE: every earlier read must have completed.
+      if ((w.wr.flags & kWrReadFence) != 0 && outstanding_reads_ > 0) break;
+    }
+    if (static_cast<uint32_t>(next_psn_.DistanceFrom(una_)) >=
+        config_.max_inflight_packets) {
+      break;
+    }
+    if (!SendOnePacket(w)) break;
+    ++sent;
+  }
+  return sent;
+}
+
+bool RcQp::SendOnePacket(Wqe& w) {
+  const Psn psn = next_psn_;
+  wire::PacketHeaders h = BaseHeaders();
+  h.bth.psn = psn;
+  uint32_t payload = 0;
+  uint32_t psns_used = 1;
+  bool last = true;
+  if (w.wr.opcode == WrOpcode::kWrite) {
+    const uint32_t remaining = w.length - send_offset_;
+    const bool first = send_offset_ == 0;
+    last = remaining <= config_.pmtu;
+    payload = last ? remaining : config_.pmtu;
+    h.bth.opcode = first ? (last ? Opcode::kWriteOnly : Opcode::kWriteFirst)
+                         : (last ? Opcode::kWriteLast : Opcode::kWriteMiddle);
+    // Ask for an ACK at the end of a message, every few packets, and when
+    // the window is about to close, so that the window keeps moving.
+    h.bth.ack_req =
+        last || pkts_since_ack_req_ + 1 >= config_.ack_req_every ||
+        static_cast<uint32_t>((psn + 1).DistanceFrom(una_)) >=
+            config_.max_inflight_packets;
+    if (first) {
+      h.reth.va = w.wr.remote_va;
+      h.reth.rkey = w.wr.rkey;
+      h.reth.dma_length = w.length;
+    }
+  } else {
+    // A read (or the rest of one, after a retransmission) is one request
+    // that consumes a PSN per response packet.
+    const uint32_t offset = send_offset_;
+    h.bth.opcode = Opcode::kReadRequest;
+    h.reth.va = w.wr.remote_va + offset;
+    h.reth.rkey = w.wr.rkey;
+    h.reth.dma_length = w.length - offset;
+    psns_used = PacketsFor(w.length - offset);
+  }
+
+  std::span<uint8_t> buf =
+      env_.tx->Reserve(wire::FrameLength(h.bth.opcode, payload));
+  if (buf.empty()) return false;
+  const size_t hdr_len = wire::EncodeHeaders(h, payload, buf);
+  if (payload > 0) CopyFromSgl(w.wr, send_offset_, buf.data() + hdr_len, payload);
+  env_.tx->Commit(wire::FinishFrame(buf));
+
+  if (psn < sent_limit_) ++stats_.retransmitted_packets;
+  pkts_since_ack_req_ = h.bth.ack_req ? 0 : pkts_since_ack_req_ + 1;
+  if (w.wr.opcode == WrOpcode::kRead && !w.started) ++outstanding_reads_;
+  w.started = true;
+  next_psn_ += psns_used;
+  if (next_psn_ > sent_limit_) sent_limit_ = next_psn_;
+  if (last || w.wr.opcode == WrOpcode::kRead) {
+    ++sq_send_;
+    send_offset_ = 0;
+  } else {
+    send_offset_ += payload;
+  }
+  ArmTimer();
+  return true;
+}
+
+void RcQp::SeekSendCursor(Psn psn) {
+  uint32_t idx = sq_head_;
+  while (idx != sq_tail_ && wqe_at(idx).last_psn < psn) ++idx;
+  sq_send_ = idx;
+  send_offset_ = 0;
+  if (idx != sq_tail_) {
+    const Wqe& w = wqe_at(idx);
+    if (psn < w.first_psn) psn = w.first_psn;
+    send_offset_ = static_cast<uint32_t>(psn.DistanceFrom(w.first_psn)) *
+                   config_.pmtu;
+  } else {
+    psn = alloc_psn_;
+  }
+  next_psn_ = psn;
+}
+
+void RcQp::GoBack(bool count_retry) {
+  if (count_retry) {
+    if (retries_left_ == 0) {
+      EnterError(WcStatus::kRetryExceeded, una_);
+      return;
+    }
+    --retries_left_;
+  }
+  SeekSendCursor(una_);
+  pkts_since_ack_req_ = 0;
+}
+
+// A NAK, an out-of-order response or an ACK past an unanswered read says
+// packets from una_ on were lost: go back once per una_, not once per hint.
+void RcQp::RequestRetransmit() {
+  if (went_back_at_una_) return;
+  went_back_at_una_ = true;
+  GoBack(/*count_retry=*/true);
+}
+
+void RcQp::ArmTimer() {
+  if (timer_deadline_ns_ == 0) {
+    timer_deadline_ns_ = env_.clock->NowNs() + config_.retransmit_timeout_ns;
+  }
+}
+
+void RcQp::CheckTimer() {
+  if (timer_deadline_ns_ == 0 || env_.clock->NowNs() < timer_deadline_ns_) {
+    return;
+  }
+  if (una_ >= sent_limit_) {  // nothing unacknowledged
+    timer_deadline_ns_ = 0;
+    return;
+  }
+  ++stats_.timeouts;
+  went_back_at_una_ = false;
+  timer_deadline_ns_ = env_.clock->NowNs() + config_.retransmit_timeout_ns;
+  GoBack(/*count_retry=*/true);
+}
+
+void RcQp::OnProgress() {
+  retries_left_ = config_.retry_count;
+  went_back_at_una_ = false;
+  timer_deadline_ns_ =
+      una_ < sent_limit_
+          ? env_.clock->NowNs() + config_.retransmit_timeout_ns
+          : 0;
+}
+
+void RcQp::RecomputeUna() {
+  if (sq_head_ == sq_tail_) {
+    una_ = alloc_psn_;
+    return;
+  }
+  const Wqe& w = wqe_at(sq_head_);
+  una_ = w.wr.opcode == WrOpcode::kRead ? w.read_next_psn : acked_psn_ + 1;
+}
+
+void RcQp::RetireCompleted() {
+  const Psn old_una = una_;
+  while (sq_head_ != sq_tail_) {
+    Wqe& w = wqe_at(sq_head_);
+    const bool done = w.wr.opcode == WrOpcode::kWrite
+                          ? w.started && w.last_psn <= acked_psn_
+                          : w.read_done;
+    if (!done) break;
+    CompleteWqe(w, WcStatus::kSuccess);
+    ++sq_head_;
+  }
+  if (static_cast<int32_t>(sq_send_ - sq_head_) < 0) {
+    sq_send_ = sq_head_;
+    send_offset_ = 0;
+  }
+  RecomputeUna();
+  // Never resend what the peer has acknowledged.
+  if (next_psn_ < una_) SeekSendCursor(una_);
+  if (una_ > old_una) OnProgress();
+}
+
+void RcQp::HandleResponse(const wire::ParsedPacket& pkt) {
+  if (pkt.bth.opcode == Opcode::kAcknowledge) {
+    HandleAck(pkt);
+  } else {
+    HandleReadResponse(pkt);
+  }
+}
+
+void RcQp::HandleAck(const wire::ParsedPacket& pkt) {
+  const Psn psn = pkt.bth.psn;
+  // Only PSNs we have sent can be acknowledged; older ones are stale.
+  if (psn >= sent_limit_ || psn < una_ - 1) {
+    ++stats_.ignored_packets;
+    return;
+  }
+  const uint8_t syndrome = pkt.aeth.syndrome;
+  switch (syndrome >> 5) {
+    case 0: {  // ACK
+      if (psn > acked_psn_) acked_psn_ = psn;
+      RetireCompleted();
+      // The responder answered requests past a read whose responses we still
+      // miss: they were lost.
+      if (sq_head_ != sq_tail_) {
+        const Wqe& head = wqe_at(sq_head_);
+        if (head.wr.opcode == WrOpcode::kRead && head.started &&
+            head.read_next_psn <= acked_psn_) {
+          ++stats_.out_of_order_responses;
+          RequestRetransmit();
+        }
+      }
+      return;
+    }
+    case 3: {  // NAK
+      ++stats_.naks_received;
+      // Everything before the NAK'd PSN was executed.
+      if (psn - 1 > acked_psn_) acked_psn_ = psn - 1;
+      RetireCompleted();
+      switch (syndrome & 0x1F) {
+        case 0:  // PSN sequence error: resend from the PSN the peer expects
+          RequestRetransmit();
+          return;
+        case 1:
+          EnterError(WcStatus::kRemoteInvalidRequest, psn);
+          return;
+        case 2:
+          EnterError(WcStatus::kRemoteAccessError, psn);
+          return;
+        default:
+          EnterError(WcStatus::kRemoteOperationalError, psn);
+          return;
+      }
+    }
+    default:  // RNR NAK or reserved: rdmaplane never sends them
+      ++stats_.ignored_packets;
+      return;
+  }
+}
+
+void RcQp::HandleReadResponse(const wire::ParsedPacket& pkt) {
+  const Psn psn = pkt.bth.psn;
+  if (psn >= sent_limit_) {
+    ++stats_.ignored_packets;
+    return;
+  }
+  // Responses come in PSN order for the oldest unfinished read.
+  Wqe* read = nullptr;
+  for (uint32_t idx = sq_head_; idx != sq_tail_; ++idx) {
+    Wqe& w = wqe_at(idx);
+    if (!w.started) break;
+    if (w.wr.opcode == WrOpcode::kRead && !w.read_done) {
+      read = &w;
+      break;
+    }
+  }
+  if (read == nullptr || psn < read->read_next_psn) {
+    ++stats_.ignored_packets;  // a duplicate of something already placed
+    return;
+  }
+  if (psn != read->read_next_psn) {
+    ++stats_.out_of_order_responses;
+    RequestRetransmit();
+    return;
+  }
+  const uint32_t remaining = read->length - read->read_received;
+  const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
+  const bool last = pkt.bth.opcode == Opcode::kReadResponseLast ||
+                    pkt.bth.opcode == Opcode::kReadResponseOnly;
+  const bool fits = last ? len == remaining
+                         : len == config_.pmtu && remaining > config_.pmtu;
+  if (!fits) {
+    ++stats_.ignored_packets;
+    return;
+  }
+  if (len > 0) CopyToSgl(read->wr, read->read_received, pkt.payload.data(), len);
+  read->read_received += len;
+  ++read->read_next_psn;
+  // A response also acknowledges every request before it.
+  if (psn > acked_psn_) acked_psn_ = psn;
+  if (last) {
+    read->read_done = true;
+    --outstanding_reads_;
+  }
+  RetireCompleted();
+}
+
+}  // namespace rdmaplane::rc

@@ -1,0 +1,276 @@
+// Responder of an RC QP: PSN checking (duplicates and gaps), opcode sequence
+// and length checks, remote-key checks, execution of WRITEs into registered
+// memory, READ responses from the responder-resource ring, and ordered,
+// coalesced ACK/NAK generation.
+#include <cstring>
+
+#include "dataplane/rc/qp.h"
+
+namespace rdmaplane::rc {
+
+using wire::Opcode;
+using wire::Psn;
+
+void RcQp::HandleRequest(const wire::ParsedPacket& pkt) {
+  const int32_t distance = pkt.bth.psn.DistanceFrom(epsn_);
+  if (distance < 0) {
+    HandleDuplicateRequest(pkt);
+    return;
+  }
+  if (distance > 0) {
+    // A gap: tell the requester once where we are, drop until it resends.
+    if (!seq_nak_sent_) {
+      seq_nak_sent_ = true;
+      QueueNak(wire::kAethNakPsnSeqError, epsn_);
+    }
+    return;
+  }
+  seq_nak_sent_ = false;
+  if (pkt.bth.opcode == Opcode::kReadRequest) {
+    if (write_active_) {
+      QueueNak(wire::kAethNakInvalidRequest, pkt.bth.psn);
+      return;
+    }
+    ExecuteReadRequest(pkt);
+  } else {
+    ExecuteWrite(pkt);
+  }
+}
+
+bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
+  const Opcode op = pkt.bth.opcode;
+  const bool first = op == Opcode::kWriteFirst || op == Opcode::kWriteOnly;
+  const bool last = op == Opcode::kWriteLast || op == Opcode::kWriteOnly;
+  const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
+  const uint32_t pmtu = config_.pmtu;
+  const Psn psn = pkt.bth.psn;
+
+  // FIRST/ONLY start a message, MIDDLE/LAST continue one; lengths must fill
+  // every packet but the last and add up to the RETH length.
+  bool valid;
+  if (first) {
+    const uint32_t total = pkt.reth.dma_length;
+    valid = !write_active_ && (last ? len == total && len <= pmtu
+                                    : len == pmtu && total > pmtu);
+  } else {
+    valid = write_active_ && (last ? len == write_remaining_ && len <= pmtu
+                                   : len == pmtu && write_remaining_ > pmtu);
+  }
+  if (!valid) {
+    write_active_ = false;
+    QueueNak(wire::kAethNakInvalidRequest, psn);
+    return false;
+  }
+  if (first) {
+    write_addr_ = nullptr;
+    write_remaining_ = pkt.reth.dma_length;
+    if (write_remaining_ > 0) {
+      const ResolvedMemory mem = env_.memory->Resolve(
+          config_.local_qpn, pkt.reth.rkey, pkt.reth.va, write_remaining_,
+          RemoteAccess::kWrite);
+      if (mem.check != AccessCheck::kOk) {
+        ++stats_.access_errors;
+        QueueNak(wire::kAethNakRemoteAccess, psn);
+        return false;
+      }
+      write_addr_ = mem.addr;
+    }
+  }
+  if (len > 0) {
+    std::memcpy(write_addr_, pkt.payload.data(), len);
+    write_addr_ += len;
+    write_remaining_ -= len;
+  }
+  write_active_ = !last;
+  ++epsn_;
+  if (last) msn_ = (msn_ + 1) & Psn::kMask;
+  if (pkt.bth.ack_req) QueueAck(psn);
+  return true;
+}
+
+bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
+  const Psn psn = pkt.bth.psn;
+  const uint32_t len = pkt.reth.dma_length;
+  uint8_t* addr = nullptr;
+  if (len > 0) {
+    const ResolvedMemory mem =
+        env_.memory->Resolve(config_.local_qpn, pkt.reth.rkey, pkt.reth.va,
+                             len, RemoteAccess::kRead);
+    if (mem.check != AccessCheck::kOk) {
+      ++stats_.access_errors;
+      QueueNak(wire::kAethNakRemoteAccess, psn);
+      return false;
+    }
+    addr = mem.addr;
+  }
+  const uint32_t slot = read_res_next_ & (config_.max_dest_rd_atomic - 1);
+  ReadResource& res = read_resources_[slot];
+  if (res.active) {
+    // More reads outstanding than the requester may have: refuse.
+    QueueNak(wire::kAethNakInvalidRequest, psn);
+    return false;
+  }
+  const uint32_t npkts = PacketsFor(len);
+  const uint32_t msn = (msn_ + 1) & Psn::kMask;
+  res = ReadResource{};
+  res.valid = true;
+  res.first_psn = psn;
+  res.last_psn = psn + (npkts - 1);
+  res.va = pkt.reth.va;
+  res.rkey = pkt.reth.rkey;
+  res.length = len;
+  res.msn = msn;
+  res.active = true;
+  res.start_psn = psn;
+  res.next_psn = psn;
+  res.addr = addr;
+  res.stream_length = len;
+  if (!PushResp({RespKind::kRead, 0, psn, msn, slot})) {
+    res.valid = res.active = false;  // no room: the requester will resend
+    return false;
+  }
+  ++read_res_next_;
+  msn_ = msn;
+  epsn_ += npkts;
+  return true;
+}
+
+void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
+  ++stats_.duplicate_requests;
+  const Psn psn = pkt.bth.psn;
+  if (pkt.bth.opcode != Opcode::kReadRequest) {
+    // A resent write we already executed: acknowledge all we have.
+    QueueAck(epsn_ - 1);
+    return;
+  }
+  // A resent read: replay from the resource ring, starting where asked.
+  for (uint32_t i = 0; i < config_.max_dest_rd_atomic; ++i) {
+    ReadResource& res = read_resources_[i];
+    if (!res.valid || psn < res.first_psn || psn > res.last_psn) continue;
+    const uint32_t skip =
+        static_cast<uint32_t>(psn.DistanceFrom(res.first_psn)) * config_.pmtu;
+    if (pkt.reth.rkey != res.rkey || pkt.reth.va != res.va + skip ||
+        pkt.reth.dma_length != res.length - skip) {
+      break;  // not a resend of that read
+    }
+    if (res.active && psn >= res.next_psn) return;  // not sent yet anyway
+    uint8_t* addr = nullptr;
+    if (pkt.reth.dma_length > 0) {
+      // The memory may have been deregistered since: check again.
+      const ResolvedMemory mem = env_.memory->Resolve(
+          config_.local_qpn, pkt.reth.rkey, pkt.reth.va, pkt.reth.dma_length,
+          RemoteAccess::kRead);
+      if (mem.check != AccessCheck::kOk) {
+        ++stats_.access_errors;
+        QueueNak(wire::kAethNakRemoteAccess, psn);
+        return;
+      }
+      addr = mem.addr;
+    }
+    const bool was_active = res.active;
+    res.active = true;
+    res.start_psn = psn;
+    res.next_psn = psn;
+    res.addr = addr;
+    res.stream_length = pkt.reth.dma_length;
+    res.stream_offset = 0;
+    if (!was_active &&
+        !PushResp({RespKind::kRead, 0, psn, res.msn, i})) {
+      res.active = false;
+    }
+    return;
+  }
+  ++stats_.ignored_packets;
+}
+
+bool RcQp::PushResp(const RespItem& item) {
+  if (resp_q_tail_ - resp_q_head_ > resp_q_mask_) return false;
+  resp_q_[resp_q_tail_ & resp_q_mask_] = item;
+  ++resp_q_tail_;
+  resp_tail_ack_open_ = false;
+  return true;
+}
+
+void RcQp::QueueAck(Psn psn) {
+  // Coalesce with an ACK that is still waiting at the tail of the queue.
+  if (resp_tail_ack_open_) {
+    RespItem& tail = resp_q_[(resp_q_tail_ - 1) & resp_q_mask_];
+    if (psn > tail.psn) tail.psn = psn;
+    tail.msn = msn_;
+    return;
+  }
+  if (PushResp({RespKind::kAck,
+                static_cast<uint8_t>(wire::kAethAck | wire::kAethCreditsInvalid),
+                psn, msn_, 0})) {
+    resp_tail_ack_open_ = true;
+  }
+}
+
+void RcQp::QueueNak(uint8_t syndrome, Psn psn) {
+  PushResp({RespKind::kAck, syndrome, psn, msn_, 0});
+}
+
+uint32_t RcQp::SendResponses(uint32_t budget) {
+  uint32_t sent = 0;
+  while (sent < budget && resp_q_head_ != resp_q_tail_) {
+    const RespItem& item = resp_q_[resp_q_head_ & resp_q_mask_];
+    if (item.kind == RespKind::kAck) {
+      if (!SendAck(item)) break;
+      ++sent;
+    } else {
+      ReadResource& res = read_resources_[item.resource];
+      if (res.active) {
+        if (!SendReadResponse(res)) break;
+        ++sent;
+        if (res.active) continue;  // more packets of this read
+      }
+    }
+    ++resp_q_head_;
+    if (resp_q_head_ == resp_q_tail_) resp_tail_ack_open_ = false;
+  }
+  return sent;
+}
+
+bool RcQp::SendAck(const RespItem& item) {
+  wire::PacketHeaders h = BaseHeaders();
+  h.bth.opcode = Opcode::kAcknowledge;
+  h.bth.psn = item.psn;
+  h.aeth.syndrome = item.syndrome;
+  h.aeth.msn = item.msn;
+  std::span<uint8_t> buf =
+      env_.tx->Reserve(wire::FrameLength(Opcode::kAcknowledge, 0));
+  if (buf.empty()) return false;
+  env_.tx->Commit(wire::EncodeFrame(h, {}, buf));
+  if ((item.syndrome >> 5) == 3) {
+    ++stats_.naks_sent;
+    if (item.syndrome == wire::kAethNakPsnSeqError) ++stats_.seq_naks_sent;
+  } else {
+    ++stats_.acks_sent;
+  }
+  return true;
+}
+
+bool RcQp::SendReadResponse(ReadResource& res) {
+  const uint32_t remaining = res.stream_length - res.stream_offset;
+  const bool first = res.stream_offset == 0;
+  const bool last = remaining <= config_.pmtu;
+  const uint32_t len = last ? remaining : config_.pmtu;
+  wire::PacketHeaders h = BaseHeaders();
+  h.bth.opcode =
+      first ? (last ? Opcode::kReadResponseOnly : Opcode::kReadResponseFirst)
+            : (last ? Opcode::kReadResponseLast : Opcode::kReadResponseMiddle);
+  h.bth.psn = res.next_psn;
+  h.aeth.syndrome = wire::kAethAck | wire::kAethCreditsInvalid;
+  h.aeth.msn = res.msn;
+  std::span<uint8_t> buf = env_.tx->Reserve(wire::FrameLength(h.bth.opcode, len));
+  if (buf.empty()) return false;
+  const size_t hdr_len = wire::EncodeHeaders(h, len, buf);
+  if (len > 0) std::memcpy(buf.data() + hdr_len, res.addr + res.stream_offset, len);
+  env_.tx->Commit(wire::FinishFrame(buf));
+  res.stream_offset += len;
+  ++res.next_psn;
+  if (last) res.active = false;
+  return true;
+}
+
+}  // namespace rdmaplane::rc

@@ -1,0 +1,141 @@
+#include "dataplane/rc/sim_link.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace rdmaplane::rc {
+
+SimWire::SimWire(const SimClock* clock, const fault::FaultSpec& faults)
+    : clock_(clock), model_(faults), scratch_(16384) {}
+
+std::span<uint8_t> SimWire::Reserve(size_t max_len) {
+  if (scratch_.size() < max_len) scratch_.resize(max_len);
+  return {scratch_.data(), max_len};
+}
+
+void SimWire::Commit(size_t len) {
+  bytes_sent_ += len;
+  const fault::FaultDecision d = model_.Next();
+  const uint64_t now = clock_->NowNs();
+  if (d.copies >= 1) {
+    queue_.push({now + d.delay_ns, seq_++,
+                 std::vector<uint8_t>(scratch_.begin(), scratch_.begin() + len)});
+  }
+  if (d.copies >= 2) {
+    queue_.push({now + d.delay2_ns, seq_++,
+                 std::vector<uint8_t>(scratch_.begin(), scratch_.begin() + len)});
+  }
+}
+
+size_t SimWire::Deliver(
+    const std::function<void(std::span<const uint8_t>)>& rx) {
+  size_t n = 0;
+  const uint64_t now = clock_->NowNs();
+  while (!queue_.empty() && queue_.top().due_ns <= now) {
+    // priority_queue::top is const; move the frame out via a copy of the node.
+    std::vector<uint8_t> frame = std::move(const_cast<InFlight&>(queue_.top()).frame);
+    queue_.pop();
+    rx(frame);
+    ++n;
+  }
+  return n;
+}
+
+uint64_t SimWire::NextDueNs() const {
+  return queue_.empty() ? std::numeric_limits<uint64_t>::max()
+                        : queue_.top().due_ns;
+}
+
+ResolvedMemory TestMemory::Resolve(wire::Qpn local_qpn, wire::Rkey rkey,
+                                   uint64_t va, uint32_t len,
+                                   RemoteAccess access) {
+  ++lookups_;
+  for (const Region& r : regions_) {
+    if (r.rkey != rkey) continue;
+    if (r.qpn != local_qpn) return {AccessCheck::kWrongConnection, nullptr};
+    const bool allowed =
+        access == RemoteAccess::kRead ? r.readable : r.writable;
+    if (!allowed) return {AccessCheck::kNoPermission, nullptr};
+    if (va < r.va || va - r.va > r.length || len > r.length - (va - r.va)) {
+      return {AccessCheck::kOutOfRange, nullptr};
+    }
+    return {AccessCheck::kOk, r.base + (va - r.va)};
+  }
+  return {AccessCheck::kUnknownKey, nullptr};
+}
+
+namespace {
+
+QpConfig Addressed(QpConfig c, bool is_a) {
+  const wire::MacAddr mac_a{{0x02, 0, 0, 0, 0, 0x0a}};
+  const wire::MacAddr mac_b{{0x02, 0, 0, 0, 0, 0x0b}};
+  c.local_qpn = wire::Qpn(is_a ? 0x11 : 0x22);
+  c.remote_qpn = wire::Qpn(is_a ? 0x22 : 0x11);
+  c.send_psn = wire::Psn(is_a ? 0xFFFF00 : 0x000100);  // A wraps early
+  c.recv_psn = wire::Psn(is_a ? 0x000100 : 0xFFFF00);
+  c.path.src_mac = is_a ? mac_a : mac_b;
+  c.path.dst_mac = is_a ? mac_b : mac_a;
+  c.path.src_ip = is_a ? 0x0A000001 : 0x0A000002;
+  c.path.dst_ip = is_a ? 0x0A000002 : 0x0A000001;
+  c.path.udp_src_port = wire::UdpSourcePortForQpn(c.local_qpn);
+  return c;
+}
+
+}  // namespace
+
+SimPair::SimPair(const QpConfig& base, const fault::FaultSpec& ab,
+                 const fault::FaultSpec& ba)
+    : a_to_b(&clock, ab), b_to_a(&clock, ba) {
+  a.qp = std::make_unique<RcQp>(
+      Addressed(base, true),
+      RcQp::Env{&clock, &a_to_b, &a.memory, &a.cq});
+  b.qp = std::make_unique<RcQp>(
+      Addressed(base, false),
+      RcQp::Env{&clock, &b_to_a, &b.memory, &b.cq});
+}
+
+void SimPair::Receive(Side& side, std::span<const uint8_t> frame) {
+  wire::ParsedPacket pkt;
+  if (wire::ParseFrame(frame, &pkt, &side.parse) != wire::ParseError::kOk) {
+    ++rejected_frames;
+    return;
+  }
+  side.qp->HandleFrame(pkt);
+}
+
+bool SimPair::Step(uint32_t budget) {
+  size_t moved = a_to_b.Deliver([this](auto f) { Receive(b, f); });
+  moved += b_to_a.Deliver([this](auto f) { Receive(a, f); });
+  moved += a.qp->Poll(budget);
+  moved += b.qp->Poll(budget);
+  if (moved > 0) return true;
+  uint64_t next = std::min(a_to_b.NextDueNs(), b_to_a.NextDueNs());
+  for (const RcQp* qp : {a.qp.get(), b.qp.get()}) {
+    if (qp->timer_deadline_ns() != 0) {
+      next = std::min(next, qp->timer_deadline_ns());
+    }
+  }
+  if (next == std::numeric_limits<uint64_t>::max()) return false;
+  clock.AdvanceTo(next);
+  return true;
+}
+
+bool SimPair::RunUntil(const std::function<bool()>& done, uint64_t max_ns) {
+  const uint64_t end = clock.NowNs() + max_ns;
+  while (!done()) {
+    if (clock.NowNs() > end || !Step()) return done();
+  }
+  return true;
+}
+
+bool SimPair::RunUntilIdle(uint64_t max_ns) {
+  return RunUntil(
+      [this] {
+        return a.qp->outstanding() == 0 && b.qp->outstanding() == 0 &&
+               !a.qp->responder_busy() && !b.qp->responder_busy();
+      },
+      max_ns);
+}
+
+}  // namespace rdmaplane::rc

@@ -1,0 +1,102 @@
+// Work requests, completions and configuration of an RC queue pair.
+//
+// Plain value types (thread-compatible). A WorkRequest's scatter/gather list
+// holds addresses the caller has already checked against its local
+// registrations; the QP copies the request when it is posted.
+#ifndef RDMAPLANE_DATAPLANE_RC_TYPES_H_
+#define RDMAPLANE_DATAPLANE_RC_TYPES_H_
+
+#include <cstdint>
+
+#include "dataplane/wire/psn.h"
+#include "dataplane/wire/roce.h"
+
+namespace rdmaplane::rc {
+
+inline constexpr int kMaxSge = 8;
+
+enum class RemoteAccess : uint8_t { kRead = 1, kWrite = 2 };
+
+enum class WrOpcode : uint8_t { kWrite = 0, kRead = 1 };
+
+// Work request flags (a subset of the seed API's flags).
+inline constexpr uint32_t kWrSilentSuccess = 1u << 0;  // no completion on success
+inline constexpr uint32_t kWrReadFence = 1u << 1;  // wait for earlier reads
+inline constexpr uint32_t kWrKnownFlags = kWrSilentSuccess | kWrReadFence;
+
+struct Sge {
+  uint8_t* addr = nullptr;
+  uint32_t length = 0;
+};
+
+struct WorkRequest {
+  uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::kWrite;
+  uint32_t flags = 0;
+  uint32_t num_sge = 0;
+  Sge sge[kMaxSge];
+  uint64_t remote_va = 0;
+  wire::Rkey rkey;
+};
+
+enum class WcStatus : uint8_t {
+  kSuccess = 0,
+  kRemoteAccessError,       // NAK 0x62: bad rkey, connection, access or range
+  kRemoteInvalidRequest,    // NAK 0x61
+  kRemoteOperationalError,  // NAK 0x63
+  kRetryExceeded,           // no answer after the retry count
+  kFlushed,                 // the connection went to error with this queued
+};
+const char* WcStatusName(WcStatus s);
+
+struct Completion {
+  uint64_t wr_id = 0;
+  WcStatus status = WcStatus::kSuccess;
+  WrOpcode opcode = WrOpcode::kWrite;
+  uint32_t byte_len = 0;
+};
+
+enum class PostResult : uint8_t {
+  kOk = 0,
+  kQueueFull,     // send queue full: try again after completions
+  kInvalid,       // unknown flags, too many SGEs, length over 2 GiB
+  kNotConnected,  // the QP is in the error state
+};
+
+enum class QpState : uint8_t { kReadyToSend, kError };
+
+struct QpConfig {
+  wire::Qpn local_qpn;
+  wire::Qpn remote_qpn;
+  wire::Psn send_psn;  // first PSN of our requester
+  wire::Psn recv_psn;  // first PSN the peer's requester uses
+  wire::Path path;     // Ethernet/IP/UDP addressing towards the peer
+  uint32_t pmtu = 1024;              // payload bytes per packet: 256..4096
+  uint32_t sq_depth = 256;           // power of two
+  uint32_t max_inflight_packets = 128;  // go-back-N window
+  uint32_t ack_req_every = 16;       // AckReq at least every N packets
+  uint32_t max_rd_atomic = 16;       // reads we keep outstanding
+  uint32_t max_dest_rd_atomic = 16;  // read responder resources (power of 2)
+  uint64_t retransmit_timeout_ns = 1'000'000;
+  uint32_t retry_count = 7;          // retransmissions without progress
+};
+
+// Per-QP counters; engine thread only.
+struct QpStats {
+  uint64_t tx_packets = 0;
+  uint64_t rx_packets = 0;
+  uint64_t retransmitted_packets = 0;
+  uint64_t timeouts = 0;
+  uint64_t naks_sent = 0;
+  uint64_t naks_received = 0;
+  uint64_t seq_naks_sent = 0;
+  uint64_t acks_sent = 0;
+  uint64_t duplicate_requests = 0;
+  uint64_t out_of_order_responses = 0;
+  uint64_t ignored_packets = 0;  // stale, foreign or inconsistent
+  uint64_t access_errors = 0;    // remote accesses this responder refused
+};
+
+}  // namespace rdmaplane::rc
+
+#endif  // RDMAPLANE_DATAPLANE_RC_TYPES_H_

@@ -1,0 +1,37 @@
+// A main() for libFuzzer-style fuzz targets, so that each target also runs
+// as an ordinary, bounded, deterministic test without a fuzzing engine.
+//
+// A target defines LLVMFuzzerTestOneInput (and nothing else libFuzzer-
+// specific, so it can be linked with -fsanitize=fuzzer instead) plus
+// FuzzSeedCorpus below, and links the fuzz_driver library. The driver then:
+//   - with no file arguments, runs every seed, then a fixed number of
+//     deterministic random mutations of the seeds (bit flips, byte and
+//     16/32-bit field overwrites, truncations, insertions, erasures, and
+//     splices of byte ranges between seeds at the same or any offset);
+//   - with file or directory arguments, replays exactly those inputs
+//     (e.g. crash files written by this driver or by libFuzzer).
+// Every input is handed to the target twice: ending at an inaccessible page
+// and starting right after one (see guarded_buffer.h). When the target
+// crashes or aborts, the driver writes the input to a crash-<n> file (in
+// $TEST_UNDECLARED_OUTPUTS_DIR under Bazel, else the working directory) and
+// prints its name.
+//
+// Flags: -runs=N (mutations, default 200000), -seed=S (default 1),
+// -max_len=N (longest mutated input, default 16384).
+#ifndef RDMAPLANE_DATAPLANE_WIRE_FUZZ_DRIVER_H_
+#define RDMAPLANE_DATAPLANE_WIRE_FUZZ_DRIVER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+namespace rdmaplane::wire {
+
+// Valid inputs the mutations start from; defined by each fuzz target.
+std::vector<std::vector<uint8_t>> FuzzSeedCorpus();
+
+}  // namespace rdmaplane::wire
+
+#endif  // RDMAPLANE_DATAPLANE_WIRE_FUZZ_DRIVER_H_

@@ -1,0 +1,33 @@
+// A fixed set of RoCEv2 frames, one or more per RC opcode, built with the
+// codec in roce.h. The golden-packet test feeds them to independent decoders
+// (scapy, tshark); the fuzz test and benchmarks use them as seeds and inputs.
+//
+// Test-only. Thread-safe (pure functions).
+#ifndef RDMAPLANE_DATAPLANE_WIRE_GOLDEN_FRAMES_H_
+#define RDMAPLANE_DATAPLANE_WIRE_GOLDEN_FRAMES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dataplane/wire/roce.h"
+
+namespace rdmaplane::wire {
+
+struct GoldenFrame {
+  std::string name;              // short description, unique in the set
+  PacketHeaders headers;         // what was encoded (bth.pad_count filled in)
+  std::vector<uint8_t> payload;  // without pad
+  std::vector<uint8_t> frame;    // the encoded frame, exactly sized
+};
+
+// The frames of a short RC conversation between two QPs: a three-packet
+// WRITE across the PSN wrap, single-packet WRITEs of 63, 4096 and 0 bytes,
+// a three-packet READ and a single-packet READ, then ACK, RNR NAK and the
+// NAKs for a PSN sequence error and a remote access error. Payload sizes
+// include every pad count (0..3). Deterministic.
+std::vector<GoldenFrame> MakeGoldenFrames();
+
+}  // namespace rdmaplane::wire
+
+#endif  // RDMAPLANE_DATAPLANE_WIRE_GOLDEN_FRAMES_H_

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Builds and runs rdmaplane's tests and prints a one-line count of test cases.
+#
+#   deploy/test.sh                      # bazel test //...
+#   deploy/test.sh //dataplane/...      # arguments go to `bazel test` as they are
+#   deploy/test.sh --runs_per_test=3    # only flags: //... is still tested
+#
+# The last line printed is always "N passed, M failed" (", K skipped" is added
+# when some cases were skipped), and the exit code is non-zero whenever anything
+# failed, including a build failure that left no test to run.
+#
+# Counts are per test CASE, read from the test.xml of every test that this
+# invocation ran or took from the cache: gtest writes one <testcase> per TEST(),
+# and Bazel writes one for tests that do not produce their own XML (sh_test).
+# Which XML files belong to this invocation comes from Bazel's build event
+# protocol, not from whatever happens to lie in bazel-testlogs.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+
+# Debian's interpreter, not whichever python3 comes first on PATH.
+PYTHON=/usr/bin/python3
+
+summary_and_exit() {
+  # $1 = line to print last, $2 = exit code
+  printf '%s\n' "$1"
+  exit "$2"
+}
+
+# Quiet when everything is installed; installs what is missing otherwise.
+if ! "$REPO_ROOT/deploy/setup.sh"; then
+  echo "test: deploy/setup.sh failed; cannot build or test" >&2
+  summary_and_exit "0 passed, 1 failed" 1
+fi
+
+# Test //... unless the caller named targets. Arguments that all start with
+# "-" are only flags (use the --flag=value form), so //... is added to them.
+args=("$@")
+have_target=false
+for arg in "${args[@]}"; do
+  if [[ $arg == "--" || $arg != -* ]]; then
+    have_target=true
+    break
+  fi
+done
+if [[ $have_target == false ]]; then
+  args+=("//...")
+fi
+
+WORK_DIR="$(mktemp -d -t rdmaplane-test.XXXXXX)"
+trap 'rm -rf "$WORK_DIR"' EXIT
+BEP_FILE="$WORK_DIR/build_events.json"
+
+# --keep_going: one broken target must not hide the results of all the others.
+# Bazel's exit code is kept, not fatal: the summary must be printed either way.
+bazel_rc=0
+bazel test \
+  --keep_going \
+  --build_event_json_file="$BEP_FILE" \
+  "${args[@]}" || bazel_rc=$?
+
+# The parser prints "<passed> <failed> <skipped> <test targets that did not
+# build>" and, on stderr, one line for every test target it had to count
+# without test cases.
+counts=""
+if ! counts="$("$PYTHON" - "$BEP_FILE" <<'PY'
+import json
+import os
+import sys
+import urllib.parse
+import xml.etree.ElementTree as ET
+
+bep_path = sys.argv[1]
+
+# (label, run, shard) -> (attempt, status, path of test.xml or None)
+results = {}
+# Every test target Bazel reports a summary for, with its overall status.
+summaries = {}
+# Test targets that did not build (no summary is posted for them in some
+# versions of Bazel), keyed by label.
+failed_to_build = set()
+test_kinds = {}
+
+
+def uri_to_path(uri):
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme != "file":
+        return None
+    return urllib.parse.unquote(parsed.path)
+
+
+if os.path.exists(bep_path):
+    with open(bep_path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            eid = event.get("id", {})
+            if "testResult" in eid and "testResult" in event:
+                key = eid["testResult"]
+                label = key.get("label", "")
+                slot = (label, key.get("run", 1), key.get("shard", 1))
+                attempt = key.get("attempt", 1)
+                result = event["testResult"]
+                xml_path = None
+                for out in result.get("testActionOutput", []):
+                    if out.get("name") == "test.xml":
+                        xml_path = uri_to_path(out.get("uri", ""))
+                previous = results.get(slot)
+                # With flaky-test retries only the last attempt counts.
+                if previous is None or attempt >= previous[0]:
+                    results[slot] = (attempt, result.get("status", "NO_STATUS"), xml_path)
+            elif "testSummary" in eid and "testSummary" in event:
+                summaries[eid["testSummary"].get("label", "")] = event["testSummary"].get(
+                    "overallStatus", "NO_STATUS"
+                )
+            elif "targetConfigured" in eid and "configured" in event:
+                kind = event["configured"].get("targetKind", "")
+                if kind.endswith(" test") or "testSize" in event["configured"]:
+                    test_kinds[eid["targetConfigured"].get("label", "")] = kind
+            elif "targetCompleted" in eid:
+                label = eid["targetCompleted"].get("label", "")
+                completed = event.get("completed")
+                if event.get("aborted") is not None or (
+                    completed is not None and not completed.get("success", False)
+                ):
+                    failed_to_build.add(label)
+
+passed = failed = skipped = 0
+counted_labels = set()
+
+for (label, run, shard), (attempt, status, xml_path) in sorted(results.items()):
+    counted_labels.add(label)
+    case_passed = case_failed = case_skipped = 0
+    parsed = False
+    if xml_path and os.path.exists(xml_path):
+        try:
+            root = ET.parse(xml_path).getroot()
+            parsed = True
+            for case in root.iter("testcase"):
+                children = {child.tag for child in case}
+                if "failure" in children or "error" in children:
+                    case_failed += 1
+                elif (
+                    "skipped" in children
+                    or case.get("result") in ("skipped", "suppressed")
+                    or case.get("status") == "notrun"
+                ):
+                    case_skipped += 1
+                else:
+                    case_passed += 1
+        except ET.ParseError:
+            parsed = False
+    if status != "PASSED" and case_failed == 0:
+        # Crash, timeout, sanitizer report at exit, unreadable XML: the cases
+        # that ran may all look fine, but the target failed.
+        case_failed = 1
+        print(f"test: {label} {status.lower()} without a failed test case; counted as 1 failure",
+              file=sys.stderr)
+    elif status == "PASSED" and not parsed:
+        case_passed = max(case_passed, 1)
+    passed += case_passed
+    failed += case_failed
+    skipped += case_skipped
+
+# Test targets that never ran: they failed to build, or a dependency did.
+never_ran = set(failed_to_build & set(test_kinds)) | {
+    label for label, status in summaries.items() if status != "PASSED"
+}
+build_failed = 0
+for label in sorted(never_ran - counted_labels):
+    build_failed += 1
+    print(f"test: {label} did not run (build failed); counted as 1 failure", file=sys.stderr)
+failed += build_failed
+
+print(passed, failed, skipped, build_failed)
+PY
+)"; then
+  echo "test: could not read the test results" >&2
+  counts="0 1 0 0"
+fi
+
+read -r n_passed n_failed n_skipped n_build_failed <<<"$counts"
+
+# Bazel can fail in ways no test target accounts for: a BUILD file that does
+# not parse, a library no test uses that does not compile, a bad target
+# pattern, no tests found, a bad flag, an interrupt. Exit code 3 means only
+# that tests failed; any other non-zero code is a failure of its own unless a
+# test target that did not build already explains it.
+if [[ $bazel_rc -ne 0 ]] && { [[ $n_failed -eq 0 ]] || [[ $bazel_rc -ne 3 && $n_build_failed -eq 0 ]]; }; then
+  echo "test: bazel test exited with code $bazel_rc; counted as 1 failure" >&2
+  n_failed=$((n_failed + 1))
+fi
+
+line="$n_passed passed, $n_failed failed"
+if [[ $n_skipped -gt 0 ]]; then
+  line+=", $n_skipped skipped"
+fi
+
+if [[ $n_failed -gt 0 || $bazel_rc -ne 0 ]]; then
+  summary_and_exit "$line" 1
+fi
+summary_and_exit "$line" 0

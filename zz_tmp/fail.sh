@@ -1,0 +1,3 @@
+#!/bin/sh
+echo failing on purpose
+exit 1
