@@ -16,6 +16,9 @@ std::span<uint8_t> SimWire::Reserve(size_t max_len) {
 
 void SimWire::Commit(size_t len) {
   bytes_sent_ += len;
+  const std::span<const uint8_t> frame(scratch_.data(), len);
+  if (tap) tap(frame);
+  if (drop && drop(frame)) return;
   const fault::FaultDecision d = model_.Next();
   const uint64_t now = clock_->NowNs();
   if (d.copies >= 1) {

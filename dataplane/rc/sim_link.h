@@ -47,6 +47,11 @@ class SimWire : public FrameSink {
   const fault::FaultCounters& faults() const { return model_.counters(); }
   uint64_t bytes_sent() const { return bytes_sent_; }
 
+  // Test hooks: `tap` sees every frame sent; a frame for which `drop`
+  // returns true is lost (before the fault model runs).
+  std::function<void(std::span<const uint8_t>)> tap;
+  std::function<bool(std::span<const uint8_t>)> drop;
+
  private:
   struct InFlight {
     uint64_t due_ns;
@@ -88,8 +93,12 @@ class TestMemory : public RemoteMemory {
 
 class CollectingSink : public CompletionSink {
  public:
-  void Complete(const Completion& c) override { completions.push_back(c); }
+  void Complete(const Completion& c) override {
+    completions.push_back(c);
+    if (on_complete) on_complete(c);
+  }
   std::vector<Completion> completions;
+  std::function<void(const Completion&)> on_complete;
 };
 
 // Two QPs, A and B, connected by a pair of SimWires.
