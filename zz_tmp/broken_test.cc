@@ -1,2 +1,0 @@
-#include <gtest/gtest.h>
-TEST(Tmp, Broken) { this_does_not_compile; }

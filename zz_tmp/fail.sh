@@ -1,3 +1,0 @@
-#!/bin/sh
-echo failing on purpose
-exit 1
