@@ -69,13 +69,14 @@ std::string ParseFaultSpec(const std::string& text, FaultSpec* spec) {
 
 FaultModel::FaultModel(const FaultSpec& spec) : spec_(spec), rng_(spec.seed) {}
 
-uint64_t FaultModel::Delay() {
+uint64_t FaultModel::Delay(bool* reordered) {
   uint64_t d = spec_.delay_ns;
   if (spec_.jitter_ns > 0) {
     d += std::uniform_int_distribution<uint64_t>(0, spec_.jitter_ns)(rng_);
   }
   if (spec_.reorder > 0 && unit_(rng_) < spec_.reorder) {
     ++counters_.reordered;
+    *reordered = true;
     d += spec_.reorder_ns;
   }
   return d;
@@ -89,11 +90,11 @@ FaultDecision FaultModel::Next() {
     d.copies = 0;
     return d;
   }
-  d.delay_ns = Delay();
+  d.delay_ns = Delay(&d.reordered);
   if (spec_.duplicate > 0 && unit_(rng_) < spec_.duplicate) {
     ++counters_.duplicated;
     d.copies = 2;
-    d.delay2_ns = Delay();
+    d.delay2_ns = Delay(&d.reordered2);
   }
   return d;
 }

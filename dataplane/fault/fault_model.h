@@ -33,10 +33,14 @@ struct FaultSpec {
 // success, else what is wrong.
 std::string ParseFaultSpec(const std::string& text, FaultSpec* spec);
 
+// What happens to one frame. A link keeps frames in order except those
+// marked reordered, which overtake nothing and are overtaken by later ones.
 struct FaultDecision {
   uint32_t copies = 1;     // 0: dropped; 2: duplicated
-  uint64_t delay_ns = 0;   // for every copy; the duplicate gets its own jitter
+  uint64_t delay_ns = 0;   // delay of the first copy
   uint64_t delay2_ns = 0;  // delay of the second copy
+  bool reordered = false;
+  bool reordered2 = false;
 };
 
 struct FaultCounters {
@@ -54,7 +58,7 @@ class FaultModel {
   const FaultSpec& spec() const { return spec_; }
 
  private:
-  uint64_t Delay();
+  uint64_t Delay(bool* reordered);
 
   FaultSpec spec_;
   std::mt19937_64 rng_;

@@ -121,8 +121,11 @@ uint32_t RcQp::Poll(uint32_t budget) {
   if (state_ != QpState::kReadyToSend) return 0;
   CheckTimer();
   if (state_ != QpState::kReadyToSend) return 0;
-  uint32_t sent = SendResponses(budget);
+  // Responses may take half the budget first so that a long read stream
+  // does not starve our own requests, then whatever requests left over.
+  uint32_t sent = SendResponses(budget / 2 + 1);
   sent += SendRequests(budget - sent);
+  sent += SendResponses(budget - sent);
   stats_.tx_packets += sent;
   return sent;
 }

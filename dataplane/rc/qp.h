@@ -84,8 +84,10 @@ class RcQp {
     wire::Rkey rkey;
     uint32_t length = 0;
     uint32_t msn = 0;
-    // Response generation cursor.
+    // Response generation cursor. A queued kRead item serves the stream it
+    // was queued for only: a reused slot starts a new stream_seq.
     bool active = false;
+    uint32_t stream_seq = 0;
     wire::Psn start_psn;  // PSN the current response stream started at
     wire::Psn next_psn;
     uint8_t* addr = nullptr;  // memory at start_psn
@@ -100,6 +102,7 @@ class RcQp {
     wire::Psn psn;      // kAck
     uint32_t msn;       // kAck
     uint32_t resource;  // kRead: index into read_resources_
+    uint32_t stream;    // kRead: the resource's stream_seq when queued
   };
 
   // Requester.

@@ -103,16 +103,16 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
     }
     addr = mem.addr;
   }
+  // The slot's previous read is at least max_dest_rd_atomic reads old, so
+  // the requester has finished with it; a replay of it still queued (after a
+  // stale duplicate) is dropped by the stream check in SendResponses.
   const uint32_t slot = read_res_next_ & (config_.max_dest_rd_atomic - 1);
   ReadResource& res = read_resources_[slot];
-  if (res.active) {
-    // More reads outstanding than the requester may have: refuse.
-    QueueNak(wire::kAethNakInvalidRequest, psn);
-    return false;
-  }
   const uint32_t npkts = PacketsFor(len);
   const uint32_t msn = (msn_ + 1) & Psn::kMask;
+  const uint32_t stream = res.stream_seq + 1;
   res = ReadResource{};
+  res.stream_seq = stream;
   res.valid = true;
   res.first_psn = psn;
   res.last_psn = psn + (npkts - 1);
@@ -125,7 +125,7 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
   res.next_psn = psn;
   res.addr = addr;
   res.stream_length = len;
-  if (!PushResp({RespKind::kRead, 0, psn, msn, slot})) {
+  if (!PushResp({RespKind::kRead, 0, psn, msn, slot, stream})) {
     res.valid = res.active = false;  // no room: the requester will resend
     return false;
   }
@@ -168,6 +168,7 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
       addr = mem.addr;
     }
     const bool was_active = res.active;
+    if (!was_active) ++res.stream_seq;
     res.active = true;
     res.start_psn = psn;
     res.next_psn = psn;
@@ -175,7 +176,7 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
     res.stream_length = pkt.reth.dma_length;
     res.stream_offset = 0;
     if (!was_active &&
-        !PushResp({RespKind::kRead, 0, psn, res.msn, i})) {
+        !PushResp({RespKind::kRead, 0, psn, res.msn, i, res.stream_seq})) {
       res.active = false;
     }
     return;
@@ -201,13 +202,13 @@ void RcQp::QueueAck(Psn psn) {
   }
   if (PushResp({RespKind::kAck,
                 static_cast<uint8_t>(wire::kAethAck | wire::kAethCreditsInvalid),
-                psn, msn_, 0})) {
+                psn, msn_, 0, 0})) {
     resp_tail_ack_open_ = true;
   }
 }
 
 void RcQp::QueueNak(uint8_t syndrome, Psn psn) {
-  PushResp({RespKind::kAck, syndrome, psn, msn_, 0});
+  PushResp({RespKind::kAck, syndrome, psn, msn_, 0, 0});
 }
 
 uint32_t RcQp::SendResponses(uint32_t budget) {
@@ -219,7 +220,7 @@ uint32_t RcQp::SendResponses(uint32_t budget) {
       ++sent;
     } else {
       ReadResource& res = read_resources_[item.resource];
-      if (res.active) {
+      if (res.active && res.stream_seq == item.stream) {
         if (!SendReadResponse(res)) break;
         ++sent;
         if (res.active) continue;  // more packets of this read

@@ -6,10 +6,23 @@
 
 namespace rdmaplane::rc {
 
-SimWire::SimWire(const SimClock* clock, const fault::FaultSpec& faults)
-    : clock_(clock), model_(faults), scratch_(16384) {}
+SimWire::SimWire(const SimClock* clock, const fault::FaultSpec& faults,
+                 double gbps, uint32_t backlog_bytes)
+    : clock_(clock),
+      model_(faults),
+      scratch_(16384),
+      ns_per_byte_(gbps > 0 ? 8.0 / gbps : 0),
+      backlog_ns_(static_cast<uint64_t>(backlog_bytes * ns_per_byte_)) {}
+
+uint64_t SimWire::TxReadyNs() const {
+  if (ns_per_byte_ == 0 || tx_free_ns_ <= clock_->NowNs() + backlog_ns_) {
+    return std::numeric_limits<uint64_t>::max();
+  }
+  return tx_free_ns_ - backlog_ns_;
+}
 
 std::span<uint8_t> SimWire::Reserve(size_t max_len) {
+  if (TxReadyNs() != std::numeric_limits<uint64_t>::max()) return {};
   if (scratch_.size() < max_len) scratch_.resize(max_len);
   return {scratch_.data(), max_len};
 }
@@ -20,15 +33,25 @@ void SimWire::Commit(size_t len) {
   if (tap) tap(frame);
   if (drop && drop(frame)) return;
   const fault::FaultDecision d = model_.Next();
-  const uint64_t now = clock_->NowNs();
-  if (d.copies >= 1) {
-    queue_.push({now + d.delay_ns, seq_++,
-                 std::vector<uint8_t>(scratch_.begin(), scratch_.begin() + len)});
+  if (d.copies >= 1) Enqueue(d.delay_ns, d.reordered, len);
+  if (d.copies >= 2) Enqueue(d.delay2_ns, d.reordered2, len);
+}
+
+void SimWire::Enqueue(uint64_t delay_ns, bool reordered, size_t len) {
+  uint64_t sent = clock_->NowNs();
+  if (ns_per_byte_ > 0) {
+    sent = std::max(sent, tx_free_ns_) +
+           static_cast<uint64_t>(static_cast<double>(len) * ns_per_byte_);
+    tx_free_ns_ = sent;
   }
-  if (d.copies >= 2) {
-    queue_.push({now + d.delay2_ns, seq_++,
-                 std::vector<uint8_t>(scratch_.begin(), scratch_.begin() + len)});
+  uint64_t due = sent + delay_ns;
+  if (!reordered) {
+    // Jitter varies the delay but, as on a real link, never the order.
+    due = std::max(due, last_due_ns_);
+    last_due_ns_ = due;
   }
+  queue_.push({due, seq_++,
+               std::vector<uint8_t>(scratch_.begin(), scratch_.begin() + len)});
 }
 
 size_t SimWire::Deliver(
@@ -88,8 +111,8 @@ QpConfig Addressed(QpConfig c, bool is_a) {
 }  // namespace
 
 SimPair::SimPair(const QpConfig& base, const fault::FaultSpec& ab,
-                 const fault::FaultSpec& ba)
-    : a_to_b(&clock, ab), b_to_a(&clock, ba) {
+                 const fault::FaultSpec& ba, double gbps)
+    : a_to_b(&clock, ab, gbps), b_to_a(&clock, ba, gbps) {
   a.qp = std::make_unique<RcQp>(
       Addressed(base, true),
       RcQp::Env{&clock, &a_to_b, &a.memory, &a.cq});
@@ -113,7 +136,8 @@ bool SimPair::Step(uint32_t budget) {
   moved += a.qp->Poll(budget);
   moved += b.qp->Poll(budget);
   if (moved > 0) return true;
-  uint64_t next = std::min(a_to_b.NextDueNs(), b_to_a.NextDueNs());
+  uint64_t next = std::min({a_to_b.NextDueNs(), b_to_a.NextDueNs(),
+                           a_to_b.TxReadyNs(), b_to_a.TxReadyNs()});
   for (const RcQp* qp : {a.qp.get(), b.qp.get()}) {
     if (qp->timer_deadline_ns() != 0) {
       next = std::min(next, qp->timer_deadline_ns());

@@ -32,10 +32,13 @@ class SimClock : public Clock {
   uint64_t now_ns_ = 1;
 };
 
-// One direction of the link.
+// One direction of the link. With a rate, frames are serialized one after
+// another and the transmit queue holds at most `backlog_bytes`; Reserve fails
+// while it is full, as a NIC's transmit ring does.
 class SimWire : public FrameSink {
  public:
-  SimWire(const SimClock* clock, const fault::FaultSpec& faults);
+  SimWire(const SimClock* clock, const fault::FaultSpec& faults,
+          double gbps = 0, uint32_t backlog_bytes = 64 * 1024);
 
   std::span<uint8_t> Reserve(size_t max_len) override;
   void Commit(size_t len) override;
@@ -44,6 +47,8 @@ class SimWire : public FrameSink {
   size_t Deliver(const std::function<void(std::span<const uint8_t>)>& rx);
   // Time the next frame is due, or UINT64_MAX when the wire is empty.
   uint64_t NextDueNs() const;
+  // When a full transmit queue has room again, or UINT64_MAX if it has room.
+  uint64_t TxReadyNs() const;
   const fault::FaultCounters& faults() const { return model_.counters(); }
   uint64_t bytes_sent() const { return bytes_sent_; }
 
@@ -65,7 +70,13 @@ class SimWire : public FrameSink {
   fault::FaultModel model_;
   std::vector<uint8_t> scratch_;
   std::priority_queue<InFlight, std::vector<InFlight>, std::greater<>> queue_;
+  void Enqueue(uint64_t delay_ns, bool reordered, size_t len);
+
   uint64_t seq_ = 0;
+  uint64_t last_due_ns_ = 0;  // frames not reordered leave in order
+  double ns_per_byte_ = 0;    // 0: infinitely fast
+  uint64_t backlog_ns_ = 0;
+  uint64_t tx_free_ns_ = 0;   // when the wire has sent all it was given
   uint64_t bytes_sent_ = 0;
 };
 
@@ -113,7 +124,7 @@ class SimPair {
 
   // `base` supplies MTU, depths and timers; addressing is filled in.
   SimPair(const QpConfig& base, const fault::FaultSpec& a_to_b,
-          const fault::FaultSpec& b_to_a);
+          const fault::FaultSpec& b_to_a, double gbps = 0);
 
   // One round: deliver due frames, poll both QPs. Returns true if anything
   // moved; when nothing did, time jumps to the next event.

@@ -39,8 +39,8 @@ struct Fixture {
   explicit Fixture(const QpConfig& config = SmallConfig(),
                    const fault::FaultSpec& a_to_b = {},
                    const fault::FaultSpec& b_to_a = {},
-                   uint32_t region_bytes = 1 << 20)
-      : pair(config, a_to_b, b_to_a),
+                   uint32_t region_bytes = 1 << 20, double gbps = 0)
+      : pair(config, a_to_b, b_to_a, gbps),
         a_region(region_bytes, 0),
         b_region(region_bytes, 0) {
     pair.b.memory.Add({pair.b.qp->config().local_qpn, kKeyOnB, kRemoteVa,
