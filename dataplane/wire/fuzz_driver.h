@@ -16,7 +16,7 @@
 // $TEST_UNDECLARED_OUTPUTS_DIR under Bazel, else the working directory) and
 // prints its name.
 //
-// Flags: -runs=N (mutations, default 200000), -seed=S (default 1),
+// Flags: -runs=N (mutations, default 100000), -seed=S (default 1),
 // -max_len=N (longest mutated input, default 16384).
 #ifndef RDMAPLANE_DATAPLANE_WIRE_FUZZ_DRIVER_H_
 #define RDMAPLANE_DATAPLANE_WIRE_FUZZ_DRIVER_H_

@@ -6,10 +6,11 @@ JSON file with the field values each frame was built from). Two modes:
 
   golden_check.py scapy  FRAMES.pcap FRAMES.json
       Decodes every frame with scapy.contrib.roce and compares the fields;
-      recomputes the ICRC with scapy and compares it with the frame's last
-      four bytes; rebuilds each frame from the expected fields with scapy
-      (which computes the IPv4 checksum and the ICRC itself) and requires
-      the result to equal our frame byte for byte.
+      recomputes the ICRC with scapy, and once more the way Linux rxe does
+      (raw CRC register, seed 0xdebb20e3), and compares both with the frame's
+      last four bytes; rebuilds each frame from the expected fields with
+      scapy (which computes the IPv4 checksum and the ICRC itself) and
+      requires the result to equal our frame byte for byte.
 
   golden_check.py tshark FRAMES.pcap FRAMES.json
       Decodes the pcap with tshark, requires every frame to be dissected as
@@ -108,6 +109,38 @@ def load(pcap_path, json_path):
     return frames, expected
 
 
+# --- ICRC as Linux rxe computes it --------------------------------------------
+
+def _crc32_le_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ (0xEDB88320 if c & 1 else 0)
+        table.append(c)
+    return table
+
+
+_CRC_TABLE = _crc32_le_table()
+
+
+def rxe_icrc(frame):
+    """The ICRC bytes following drivers/infiniband/sw/rxe/rxe_icrc.c: the
+    kernel's crc32_le (no pre- or post-inversion) seeded with 0xdebb20e3,
+    the state after eight 0xFF bytes of masked LRH, over IPv4 and UDP headers
+    and BTH with TOS, TTL, IPv4 checksum, UDP checksum and BTH byte 4 set to
+    ones, then the rest; stored inverted as a CPU-order (little-endian)
+    32-bit word. Independent of zlib and of scapy."""
+    hdr = bytearray(frame[ETH_LEN:OUTER_LEN + BTH_LEN])
+    hdr[1] = hdr[8] = hdr[10] = hdr[11] = 0xFF
+    hdr[IP_LEN + 6] = hdr[IP_LEN + 7] = 0xFF
+    hdr[IP_LEN + UDP_LEN + 4] = 0xFF
+    crc = 0xDEBB20E3
+    for b in bytes(hdr) + frame[OUTER_LEN + BTH_LEN:-ICRC_LEN]:
+        crc = (crc >> 8) ^ _CRC_TABLE[(crc ^ b) & 0xFF]
+    return struct.pack("<I", ~crc & 0xFFFFFFFF)
+
+
 # --- scapy --------------------------------------------------------------------
 
 def check_scapy(frames, expected):
@@ -194,6 +227,10 @@ def check_scapy(frames, expected):
             m.fail(e, f"ICRC: frame has {ours.hex()}, scapy computes "
                       f"{theirs.hex()}{hint}")
 
+        if rxe_icrc(raw_frame) != ours:
+            m.fail(e, f"ICRC: frame has {ours.hex()}, the rxe-style "
+                      f"computation gives {rxe_icrc(raw_frame).hex()}")
+
         # The ICRC must cover the payload and must not cover TTL and ECN.
         flipped = bytearray(raw_frame)
         flipped[-ICRC_LEN - 1] ^= 0x01
@@ -233,8 +270,8 @@ def check_scapy(frames, expected):
                       f"{diff[:8]}")
     status = m.exit_status("scapy")
     if status == 0:
-        print(f"scapy: {len(frames)} frames decoded and ICRCs recomputed, "
-              f"all match")
+        print(f"scapy: {len(frames)} frames decoded and ICRCs recomputed "
+              f"(scapy and rxe-style), all match")
     return status
 
 

@@ -126,16 +126,16 @@ std::vector<GoldenFrame> MakeGoldenFrames() {
            ResponderToRequester(Opcode::kReadResponseOnly, 7, kAck, 6),
            Pattern(250, 7)));
 
+  frames.push_back(
+      Make("ack", ResponderToRequester(Opcode::kAcknowledge, 3, kAck, 4), {}));
   frames.push_back(Make(
-      "ack", ResponderToRequester(Opcode::kAcknowledge, 3, kAck, 4), {}));
-  frames.push_back(Make("nak_psn_sequence_error",
-                        ResponderToRequester(Opcode::kAcknowledge, 8,
-                                             kAethNakPsnSeqError, 6),
-                        {}));
-  frames.push_back(Make("nak_remote_access_error",
-                        ResponderToRequester(Opcode::kAcknowledge, 8,
-                                             kAethNakRemoteAccess, 6),
-                        {}));
+      "nak_psn_sequence_error",
+      ResponderToRequester(Opcode::kAcknowledge, 8, kAethNakPsnSeqError, 6),
+      {}));
+  frames.push_back(Make(
+      "nak_remote_access_error",
+      ResponderToRequester(Opcode::kAcknowledge, 8, kAethNakRemoteAccess, 6),
+      {}));
   return frames;
 }
 

@@ -22,10 +22,11 @@ struct GoldenFrame {
 };
 
 // The frames of a short RC conversation between two QPs: a three-packet
-// WRITE across the PSN wrap, single-packet WRITEs of 63, 4096 and 0 bytes,
-// a three-packet READ and a single-packet READ, then ACK, RNR NAK and the
-// NAKs for a PSN sequence error and a remote access error. Payload sizes
-// include every pad count (0..3). Deterministic.
+// WRITE across the PSN wrap (its middle packet ECN-marked, with FECN/BECN and
+// a lower TTL), single-packet WRITEs of 63, 4096 and 0 bytes, the request and
+// responses of a three-packet READ and of a single-packet READ, then an ACK
+// and the NAKs for a PSN sequence error and a remote access error. Payload
+// sizes give every pad count (0..3). Deterministic.
 std::vector<GoldenFrame> MakeGoldenFrames();
 
 }  // namespace rdmaplane::wire

@@ -44,7 +44,7 @@ std::vector<uint8_t> Pcap(const std::vector<GoldenFrame>& frames) {
   for (size_t i = 0; i < frames.size(); ++i) {
     const std::vector<uint8_t>& f = frames[i].frame;
     PutLe32(out, kFirstTimestampSec);
-    PutLe32(out, static_cast<uint32_t>(i * 10));  // microseconds
+    PutLe32(out, static_cast<uint32_t>(i * 10));    // microseconds
     PutLe32(out, static_cast<uint32_t>(f.size()));  // captured length
     PutLe32(out, static_cast<uint32_t>(f.size()));  // length on the wire
     out.insert(out.end(), f.begin(), f.end());
@@ -61,9 +61,9 @@ std::string Ipv4String(uint32_t ip) {
 
 std::string MacString(const MacAddr& mac) {
   char buf[18];
-  std::snprintf(buf, sizeof(buf), "%02x:%02x:%02x:%02x:%02x:%02x",
-                mac.bytes[0], mac.bytes[1], mac.bytes[2], mac.bytes[3],
-                mac.bytes[4], mac.bytes[5]);
+  std::snprintf(buf, sizeof(buf), "%02x:%02x:%02x:%02x:%02x:%02x", mac.bytes[0],
+                mac.bytes[1], mac.bytes[2], mac.bytes[3], mac.bytes[4],
+                mac.bytes[5]);
   return buf;
 }
 
@@ -91,8 +91,8 @@ std::string Json(const std::vector<GoldenFrame>& frames) {
         MacString(h.path.dst_mac).c_str(), Ipv4String(h.path.src_ip).c_str(),
         Ipv4String(h.path.dst_ip).c_str(), h.path.dscp_ecn, h.path.ttl,
         h.path.udp_src_port, static_cast<unsigned>(op), OpcodeName(op),
-        Bool(h.bth.solicited), Bool(h.bth.mig_req), h.bth.pad_count,
-        h.bth.pkey, Bool(h.bth.fecn), Bool(h.bth.becn), h.bth.dest_qp.value(),
+        Bool(h.bth.solicited), Bool(h.bth.mig_req), h.bth.pad_count, h.bth.pkey,
+        Bool(h.bth.fecn), Bool(h.bth.becn), h.bth.dest_qp.value(),
         Bool(h.bth.ack_req), h.bth.psn.value(), g.payload.size());
     out += buf;
     if (HasReth(op)) {
@@ -141,8 +141,7 @@ int Main(int argc, char** argv) {
   }
   const std::vector<GoldenFrame> frames = MakeGoldenFrames();
   for (const GoldenFrame& g : frames) {
-    if (g.frame.size() !=
-        FrameLength(g.headers.bth.opcode, g.payload.size())) {
+    if (g.frame.size() != FrameLength(g.headers.bth.opcode, g.payload.size())) {
       std::fprintf(stderr, "golden_frames: encoding %s failed\n",
                    g.name.c_str());
       return 1;

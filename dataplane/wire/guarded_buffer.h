@@ -31,9 +31,9 @@ class GuardedBuffer {
   std::span<uint8_t> CopyToHeap(std::span<const uint8_t> bytes);
 
   size_t page_size_;
-  size_t usable_len_;     // whole pages between the two guards
-  uint8_t* mapping_;      // guard page, usable pages, guard page
-  uint8_t* usable_;       // first usable byte
+  size_t usable_len_;  // whole pages between the two guards
+  uint8_t* mapping_;   // guard page, usable pages, guard page
+  uint8_t* usable_;    // first usable byte
   uint8_t* heap_copy_ = nullptr;
 };
 
