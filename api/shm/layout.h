@@ -1,0 +1,195 @@
+// The shared-memory ABI between librdmaplane and rdmaplaned: the session
+// region a client creates (memfd) and hands to the daemon, and the messages
+// that travel on its rings. Fixed-width fields, offsets instead of pointers,
+// magic and version checked on attach, unknown flags rejected by the reader.
+//
+// Session region layout (offsets from the start of the region):
+//
+//   0      SessionHeader                                  (one page)
+//   4096   control request ring   client -> daemon  (ControlRequest)
+//   ...    control response ring  daemon -> client  (ControlResponse)
+//   ...    kMaxConnections x ConnectionSlot, each:
+//            send ring        client -> daemon  (SendEntry)
+//            completion ring  daemon -> client  (CompletionEntry)
+//
+// Every ring is an SpscRing (ring.h). The header records each ring's offset
+// so that the daemon never derives addresses from sizes it did not check.
+//
+// Wakeups: a side that sleeps publishes that in a doorbell word and waits on
+// it with futex(2) (shared, not private: the word is in shared memory); the
+// other side bumps the word and wakes only when a sleeper is flagged, so the
+// busy path makes no system call.
+#ifndef RDMAPLANE_API_SHM_LAYOUT_H_
+#define RDMAPLANE_API_SHM_LAYOUT_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "api/shm/ring.h"
+
+namespace rdmaplane::shm {
+
+inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
+inline constexpr uint16_t kSessionVersion = 1;
+inline constexpr uint32_t kMaxConnections = 16;
+inline constexpr uint32_t kMaxSge = 8;
+inline constexpr uint32_t kControlRingEntries = 64;
+inline constexpr uint32_t kSendRingEntries = 256;
+inline constexpr uint32_t kCompletionRingEntries = 512;
+inline constexpr uint32_t kDescriptorBytes = 32;
+inline constexpr uint32_t kServiceNameBytes = 64;
+
+// A futex word plus a "sleeping" flag, one cache line.
+struct alignas(kCacheLine) Doorbell {
+  std::atomic<uint32_t> sequence;  // bumped by the waker
+  std::atomic<uint32_t> sleeping;  // set by the waiter before it sleeps
+  uint8_t pad[kCacheLine - 2 * sizeof(std::atomic<uint32_t>)];
+};
+static_assert(sizeof(Doorbell) == kCacheLine);
+
+struct RingRef {
+  uint64_t offset;    // from the start of the session region
+  uint32_t capacity;  // entries
+  uint32_t bytes;     // SpscRing<T>::BytesFor(capacity)
+};
+
+struct ConnectionSlotRef {
+  RingRef send;
+  RingRef completion;
+};
+
+struct alignas(4096) SessionHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t header_bytes;
+  uint64_t region_bytes;
+  uint32_t max_connections;
+  uint32_t reserved0;
+  RingRef control_requests;
+  RingRef control_responses;
+  ConnectionSlotRef connections[kMaxConnections];
+  // Doorbells. The daemon sleeps on none of these: it polls, and a client
+  // that posts to a sleeping engine writes the engine's eventfd instead.
+  Doorbell control_response_bell;  // client waits for control responses
+  Doorbell completion_bell[kMaxConnections];  // client waits for completions
+  // Set by the daemon while the engine serving a connection sleeps.
+  Doorbell engine_idle[kMaxConnections];
+};
+static_assert(sizeof(SessionHeader) == 4096);
+static_assert(offsetof(SessionHeader, control_requests) == 24);
+
+// --- Control messages ----------------------------------------------------
+
+enum ControlOp : uint32_t {
+  kOpRegisterLocal = 1,     // memory a local SGE may name
+  kOpDeregisterLocal = 2,
+  kOpRegisterRdma = 3,      // memory the connection's peer may access
+  kOpDeregisterRdma = 4,
+  kOpListen = 5,            // accept connections to a service name
+  kOpConnect = 6,           // connect to a service name
+  kOpAccept = 7,            // take the next connection to a listened service
+  kOpDisconnect = 8,
+  kOpUnlisten = 9,
+};
+
+// Access flags for registrations (the seed's MEM_READ / MEM_WRITE).
+inline constexpr uint32_t kAccessRead = 1u << 0;
+inline constexpr uint32_t kAccessWrite = 1u << 1;
+inline constexpr uint32_t kAccessReadWrite = kAccessRead | kAccessWrite;
+
+struct ControlRequest {
+  uint64_t request_id;
+  uint32_t op;          // ControlOp
+  uint32_t connection;  // connection slot, where the op takes one
+  uint64_t address;     // client virtual address of the buffer
+  uint64_t length;
+  uint32_t flags;       // access flags
+  uint32_t key;         // local key for kOpDeregisterLocal
+  uint8_t descriptor[kDescriptorBytes];  // for kOpDeregisterRdma
+  uint32_t descriptor_length;
+  uint32_t reserved;
+  char service[kServiceNameBytes];  // NUL-terminated, for listen/connect
+};
+static_assert(sizeof(ControlRequest) == 144);
+
+struct ControlResponse {
+  uint64_t request_id;
+  int32_t status;       // RdpStatus (api/rdmaplane.h)
+  uint32_t connection;  // for listen/connect/accept
+  uint32_t key;         // local key, or the rkey inside the descriptor
+  uint32_t descriptor_length;
+  uint8_t descriptor[kDescriptorBytes];
+  char message[64];     // NUL-terminated explanation of an error
+};
+static_assert(sizeof(ControlResponse) == 120);
+
+// The RDMA buffer descriptor a client hands to its peer (opaque to it).
+struct RdmaDescriptor {
+  uint32_t magic;  // kDescriptorMagic
+  uint32_t rkey;
+  uint64_t address;  // the registering client's virtual address
+  uint64_t length;
+  uint32_t access;
+  uint32_t reserved;
+};
+inline constexpr uint32_t kDescriptorMagic = 0x44504452;  // "RDPD"
+static_assert(sizeof(RdmaDescriptor) == kDescriptorBytes);
+
+// --- Data path messages --------------------------------------------------
+
+enum SendOp : uint8_t { kSendWrite = 1, kSendRead = 2, kSendFlush = 3 };
+
+// Work request flags (the seeds' flags, NDK numbering where it has one).
+inline constexpr uint32_t kFlagSilentSuccess = 0x00000001;
+inline constexpr uint32_t kFlagReadFence = 0x00000002;
+inline constexpr uint32_t kFlagDefer = 0x00000100;
+inline constexpr uint32_t kFlagReadLocalInvalidate = 0x00000200;
+inline constexpr uint32_t kKnownSendFlags = kFlagSilentSuccess |
+                                            kFlagReadFence | kFlagDefer |
+                                            kFlagReadLocalInvalidate;
+
+struct SgeEntry {
+  uint64_t address;  // client virtual address
+  uint32_t length;
+  uint32_t lkey;     // from kOpRegisterLocal
+};
+static_assert(sizeof(SgeEntry) == 16);
+
+struct SendEntry {
+  uint64_t wr_id;
+  uint8_t op;  // SendOp
+  uint8_t num_sge;
+  uint16_t reserved0;
+  uint32_t flags;
+  SgeEntry sge[kMaxSge];
+  uint64_t remote_address;
+  uint32_t rkey;
+  uint32_t reserved1;
+};
+static_assert(sizeof(SendEntry) == 160);
+
+struct CompletionEntry {
+  uint64_t wr_id;
+  int32_t status;  // RdpStatus
+  uint8_t op;      // SendOp
+  uint8_t reserved0[3];
+  uint32_t byte_len;
+  uint32_t reserved1;
+};
+static_assert(sizeof(CompletionEntry) == 24);
+
+// Bytes of a session region with every ring, page-rounded.
+constexpr uint64_t SessionRegionBytes() {
+  uint64_t bytes = sizeof(SessionHeader);
+  bytes += SpscRing<ControlRequest>::BytesFor(kControlRingEntries);
+  bytes += SpscRing<ControlResponse>::BytesFor(kControlRingEntries);
+  bytes += kMaxConnections *
+           (SpscRing<SendEntry>::BytesFor(kSendRingEntries) +
+            SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries));
+  return (bytes + 4095) & ~uint64_t{4095};
+}
+
+}  // namespace rdmaplane::shm
+
+#endif  // RDMAPLANE_API_SHM_LAYOUT_H_
