@@ -75,9 +75,38 @@ struct alignas(4096) SessionHeader {
   Doorbell completion_bell[kMaxConnections];  // client waits for completions
   // Set by the daemon while the engine serving a connection sleeps.
   Doorbell engine_idle[kMaxConnections];
+  // ConnectionState of each slot, written by the daemon.
+  std::atomic<uint32_t> connection_state[kMaxConnections];
 };
 static_assert(sizeof(SessionHeader) == 4096);
 static_assert(offsetof(SessionHeader, control_requests) == 24);
+
+// Status codes carried in responses and completions. They equal the
+// rdp_status values of api/rdmaplane.h (checked there by static_assert).
+enum StatusCode : int32_t {
+  kStatusOk = 0,
+  kStatusPending = 1,
+  kStatusInvalid = -1,
+  kStatusFault = -2,
+  kStatusNoBuffers = -3,
+  kStatusNotConnected = -4,
+  kStatusConnReset = -5,
+  kStatusConnAborted = -6,
+  kStatusAborted = -7,
+  kStatusRemoteResources = -8,
+  kStatusNetDown = -9,
+  kStatusRefused = -10,
+  kStatusPermission = -11,
+  kStatusTimeout = -12,
+  kStatusAgain = -13,
+};
+
+enum ConnectionState : uint32_t {
+  kConnFree = 0,
+  kConnUp = 1,
+  kConnReset = 2,    // the peer closed
+  kConnAborted = 3,  // time-out or transport failure
+};
 
 // --- Control messages ----------------------------------------------------
 

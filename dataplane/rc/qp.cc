@@ -156,10 +156,9 @@ void RcQp::CompleteWqe(Wqe& w, WcStatus status) {
   if (w.wr.opcode == WrOpcode::kRead && w.started && !w.read_done) {
     --outstanding_reads_;
   }
-  if (status == WcStatus::kSuccess && (w.wr.flags & kWrSilentSuccess) != 0) {
-    return;
-  }
   Completion c;
+  c.silent =
+      status == WcStatus::kSuccess && (w.wr.flags & kWrSilentSuccess) != 0;
   c.wr_id = w.wr.wr_id;
   c.status = status;
   c.opcode = w.wr.opcode;

@@ -162,6 +162,7 @@ TEST(QpTest, SilentSuccessCompletesOnlyOnFailure) {
   ASSERT_TRUE(f.pair.RunUntilIdle(kSecond));
   ASSERT_EQ(f.pair.a.cq.completions.size(), 1u);
   EXPECT_EQ(f.pair.a.cq.completions[0].wr_id, 3u);
+  EXPECT_EQ(f.pair.a.cq.silent, 2u);  // retired, but not reported
   EXPECT_EQ(dst, src);
   // A silent request that fails still completes, with its error.
   ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(4, src.data(), 100, 0,

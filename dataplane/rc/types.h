@@ -49,11 +49,15 @@ enum class WcStatus : uint8_t {
 };
 const char* WcStatusName(WcStatus s);
 
+// Every posted work request produces exactly one Completion, in posting
+// order. `silent` marks a success of a kWrSilentSuccess request: the consumer
+// releases what it held for the request but reports nothing.
 struct Completion {
   uint64_t wr_id = 0;
   WcStatus status = WcStatus::kSuccess;
   WrOpcode opcode = WrOpcode::kWrite;
   uint32_t byte_len = 0;
+  bool silent = false;
 };
 
 enum class PostResult : uint8_t {

@@ -1,0 +1,139 @@
+// librdmaplane's C++ interface. Control-path calls return absl::Status or
+// StatusOr (their rdp_status code is in the payload, see status.h); the
+// seed-shaped data-path calls return rdp_status codes directly, never
+// allocate and never block unless told to wait.
+//
+// Thread-compatible: see rdmaplane.h for which calls may run concurrently.
+#ifndef RDMAPLANE_API_CLIENT_H_
+#define RDMAPLANE_API_CLIENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "api/rdmaplane.h"
+#include "api/shm/layout.h"
+#include "api/shm/ring.h"
+
+namespace rdmaplane {
+
+struct ClientOptions {
+  std::string socket_path;              // empty: shm::DefaultSocketPath()
+  size_t arena_bytes = 64ull << 20;     // size of each arena
+  enum class Hugepages { kAuto, kOn, kOff };
+  Hugepages hugepages = Hugepages::kAuto;
+  absl::Duration control_timeout = absl::Seconds(5);
+};
+
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Open(
+      const ClientOptions& options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Arena memory.
+  void* Alloc(size_t bytes);
+  absl::Status Free(void* ptr);
+  // True when the arenas are backed by hugepages.
+  bool hugepages() const { return hugepages_; }
+
+  absl::StatusOr<uint32_t> RegisterMemory(void* addr, uint64_t length,
+                                          uint32_t flags);
+  absl::Status DeregisterMemory(uint32_t lkey);
+
+  absl::Status Listen(absl::string_view service);
+  absl::StatusOr<rdp_conn> Accept(absl::string_view service,
+                                  absl::Duration timeout);
+  absl::StatusOr<rdp_conn> Connect(absl::string_view service);
+  absl::Status Disconnect(rdp_conn conn);
+
+  int RegisterRdmaMemory(rdp_conn conn, void* buffer, uint32_t length,
+                         uint32_t flags, void* descriptor,
+                         uint32_t* descriptor_length);
+  int DeregisterRdmaMemory(rdp_conn conn, const void* descriptor,
+                           uint32_t descriptor_length);
+  int Write(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
+            const void* target_descriptor, uint32_t descriptor_length,
+            uint32_t target_offset, uint32_t flags, rdp_overlapped* ov);
+  int Read(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
+           uint64_t remote_address, const void* remote_token,
+           uint32_t token_length, uint32_t flags, rdp_overlapped* ov);
+  int Flush(rdp_conn conn);
+  int Poll(rdp_conn conn, rdp_overlapped** done, int max);
+  int GetOverlappedResult(rdp_conn conn, rdp_overlapped* ov, bool wait,
+                          uint32_t* bytes);
+
+  uint32_t session_id() const { return session_id_; }
+
+ private:
+  struct Arena {
+    uint8_t* base = nullptr;
+    size_t bytes = 0;
+    int fd = -1;
+    uint32_t id = 0;
+    std::map<size_t, size_t> free_blocks;  // offset -> length
+    std::map<size_t, size_t> used_blocks;  // offset -> length
+  };
+
+  struct Connection {
+    bool open = false;
+    shm::SpscRing<shm::SendEntry> send;
+    shm::SpscRing<shm::CompletionEntry> completion;
+    std::vector<shm::SendEntry> deferred;  // reserved at connect time
+    uint32_t deferred_count = 0;
+  };
+
+  Client() = default;
+  absl::Status Init(const ClientOptions& options);
+  absl::StatusOr<Arena*> NewArena(size_t min_bytes);
+  // Whether [addr, addr + len) lies inside one arena.
+  bool InArenas(const void* addr, uint64_t len) const;
+  // One control request/response round trip on the control rings.
+  shm::ControlResponse Call(shm::ControlRequest request);
+  absl::Status CallStatus(shm::ControlRequest request,
+                          shm::ControlResponse* response = nullptr);
+  // Error for posting on a connection that is not usable, or RDP_OK.
+  int ConnectionError(rdp_conn conn) const;
+  int Post(Connection& c, const shm::SendEntry& entry, bool defer);
+  int PushDeferred(Connection& c);
+  void KickEngine(rdp_conn conn);
+  int Reap(rdp_conn conn, rdp_overlapped** done, int max);
+  bool DaemonAlive() const;
+  void AttachConnection(rdp_conn conn);
+
+  ClientOptions options_;
+  int sock_ = -1;
+  int session_fd_ = -1;
+  int control_eventfd_ = -1;
+  int engine_eventfd_ = -1;
+  uint32_t session_id_ = 0;
+  uint8_t* region_ = nullptr;
+  size_t region_bytes_ = 0;
+  shm::SessionHeader* header_ = nullptr;
+  bool hugepages_ = false;
+  bool warned_no_hugepages_ = false;
+
+  absl::Mutex control_mu_;
+  shm::SpscRing<shm::ControlRequest> requests_ ABSL_GUARDED_BY(control_mu_);
+  shm::SpscRing<shm::ControlResponse> responses_ ABSL_GUARDED_BY(control_mu_);
+  uint64_t next_request_id_ ABSL_GUARDED_BY(control_mu_) = 1;
+
+  absl::Mutex arena_mu_;
+  std::vector<std::unique_ptr<Arena>> arenas_ ABSL_GUARDED_BY(arena_mu_);
+
+  Connection connections_[shm::kMaxConnections];
+};
+
+}  // namespace rdmaplane
+
+#endif  // RDMAPLANE_API_CLIENT_H_

@@ -1,0 +1,157 @@
+/* librdmaplane: the C interface of rdmaplane's client library.
+ *
+ * A client opens a session with the local rdmaplaned, allocates memory from
+ * arenas it shares with the daemon, registers that memory, connects to a peer
+ * by service name, and posts one-sided RDMA WRITEs and READs that complete
+ * asynchronously. The semantics follow WSPRegisterRdmaMemory,
+ * WSPDeregisterRdmaMemory, WSPRdmaWrite and NdkRead; docs/api.md explains
+ * them and docs/seed-conformance.md maps each requirement to its test.
+ *
+ * Threading: an rdp_client is thread-compatible. Calls on one connection
+ * (posting, polling, waiting) must come from one thread at a time; different
+ * connections may be used from different threads. No call blocks except
+ * rdp_accept with a timeout and rdp_get_overlapped_result with wait set, and
+ * those sleep (futex) rather than spin. Posting never allocates.
+ */
+#ifndef RDMAPLANE_API_RDMAPLANE_H_
+#define RDMAPLANE_API_RDMAPLANE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes. Seed names in brackets. */
+typedef enum rdp_status {
+  RDP_OK = 0,
+  RDP_PENDING = 1,            /* [WSA_IO_PENDING] completes later */
+  RDP_ERR_INVALID = -1,       /* [WSAEINVAL] bad flags, unknown descriptor,
+                                 registration in use */
+  RDP_ERR_FAULT = -2,         /* [WSAEFAULT] buffer outside the caller's
+                                 arenas, descriptor buffer too small, target
+                                 outside the remote registration */
+  RDP_ERR_NO_BUFFERS = -3,    /* [WSANOBUFS] out of memory or queue space */
+  RDP_ERR_NOT_CONNECTED = -4, /* [WSAENOTCONN / STATUS_CONNECTION_INVALID] */
+  RDP_ERR_CONN_RESET = -5,    /* [WSAECONNRESET] the peer closed */
+  RDP_ERR_CONN_ABORTED = -6,  /* [WSAECONNABORTED] time-out or failure */
+  RDP_ERR_ABORTED = -7,       /* [WSA_OPERATION_ABORTED] we closed with work
+                                 outstanding */
+  RDP_ERR_REMOTE_RESOURCES = -8, /* [STATUS_REMOTE_RESOURCES] read beyond the
+                                    remote memory */
+  RDP_ERR_NET_DOWN = -9,      /* [WSAENETDOWN] the daemon is unreachable */
+  RDP_ERR_REFUSED = -10,      /* no listener for that service */
+  RDP_ERR_PERMISSION = -11,   /* the daemon's policy refuses this user */
+  RDP_ERR_TIMEOUT = -12,      /* a bounded wait ran out */
+  RDP_ERR_AGAIN = -13         /* nothing ready yet (e.g. no connection to
+                                 accept) */
+} rdp_status;
+
+const char* rdp_status_name(int status);
+
+typedef struct rdp_client rdp_client;
+typedef uint32_t rdp_conn;
+
+/* Access flags for registrations [MEM_READ, MEM_WRITE, MEM_READWRITE]. */
+#define RDP_MEM_READ 0x1u
+#define RDP_MEM_WRITE 0x2u
+#define RDP_MEM_READWRITE 0x3u
+
+/* Work request flags [NDK_OP_FLAG_*]. */
+#define RDP_FLAG_SILENT_SUCCESS 0x00000001u
+#define RDP_FLAG_READ_FENCE 0x00000002u
+#define RDP_FLAG_DEFER 0x00000100u
+#define RDP_FLAG_READ_LOCAL_INVALIDATE 0x00000200u
+
+/* Size of an RDMA buffer descriptor. */
+#define RDP_DESCRIPTOR_BYTES 32u
+
+/* Opens a session with the daemon at socket_path (NULL: the default path,
+ * see docs/operations.md). */
+int rdp_open(const char* socket_path, rdp_client** client);
+/* Closes every connection (outstanding work completes as RDP_ERR_ABORTED),
+ * releases every registration and arena, and frees the client. */
+void rdp_close(rdp_client* client);
+
+/* Memory from the client's shared arenas; only this memory can be
+ * registered. Returns NULL when out of memory. */
+void* rdp_alloc(rdp_client* client, size_t bytes);
+int rdp_free(rdp_client* client, void* ptr);
+
+/* Local registration [WSPRegisterMemory]: makes [addr, addr + length) usable
+ * as the source of writes and the target of reads. */
+int rdp_register_memory(rdp_client* client, void* addr, uint64_t length,
+                        uint32_t flags, uint32_t* lkey);
+int rdp_deregister_memory(rdp_client* client, uint32_t lkey);
+
+/* Connections by service name: rdp_listen, then rdp_accept on one side;
+ * rdp_connect on the other. */
+int rdp_listen(rdp_client* client, const char* service);
+int rdp_accept(rdp_client* client, const char* service, int timeout_ms,
+               rdp_conn* conn);
+int rdp_connect(rdp_client* client, const char* service, rdp_conn* conn);
+int rdp_disconnect(rdp_client* client, rdp_conn conn);
+
+/* [WSPRegisterRdmaMemory] Registers [buffer, buffer + length) for access by
+ * conn's peer. On entry *descriptor_length is the size of the descriptor
+ * buffer; on return it is the size stored, or the size needed when the
+ * buffer was too small (RDP_ERR_FAULT). A buffer outside the caller's arenas
+ * gives RDP_ERR_FAULT and leaves *descriptor_length unchanged. */
+int rdp_register_rdma_memory(rdp_client* client, rdp_conn conn, void* buffer,
+                             uint32_t length, uint32_t flags, void* descriptor,
+                             uint32_t* descriptor_length);
+/* [WSPDeregisterRdmaMemory] */
+int rdp_deregister_rdma_memory(rdp_client* client, rdp_conn conn,
+                               const void* descriptor,
+                               uint32_t descriptor_length);
+
+typedef struct rdp_sge {
+  void* addr;
+  uint32_t length;
+  uint32_t lkey;
+} rdp_sge;
+
+/* Overlapped result of one work request [WSAOVERLAPPED, NDK_RESULT]. Must
+ * stay valid, and be used by one request only, until it completes. */
+typedef struct rdp_overlapped {
+  uint64_t context;        /* set by the caller, untouched by the library */
+  volatile int32_t status; /* RDP_PENDING until completion */
+  uint32_t bytes;          /* bytes transferred */
+  uint32_t internal[4];
+} rdp_overlapped;
+
+/* [WSPRdmaWrite] Writes the SGL to the peer's buffer named by the
+ * descriptor, at target_offset. Returns RDP_PENDING (completion later,
+ * through ov) or an error. The SGL may live on the caller's stack. */
+int rdp_write(rdp_client* client, rdp_conn conn, const rdp_sge* sgl,
+              uint32_t sge_count, const void* target_descriptor,
+              uint32_t descriptor_length, uint32_t target_offset,
+              uint32_t flags, rdp_overlapped* ov);
+
+/* [NdkRead] Reads the peer's memory at remote_address (inside the region of
+ * the remote token, which is the peer's descriptor) into the SGL. */
+int rdp_read(rdp_client* client, rdp_conn conn, const rdp_sge* sgl,
+             uint32_t sge_count, uint64_t remote_address,
+             const void* remote_token, uint32_t token_length, uint32_t flags,
+             rdp_overlapped* ov);
+
+/* Rings the doorbell for requests posted with RDP_FLAG_DEFER. */
+int rdp_flush(rdp_client* client, rdp_conn conn);
+
+/* Reaps up to max completions of conn without waiting; returns how many
+ * (their overlapped structures are filled in and listed in done). */
+int rdp_poll(rdp_client* client, rdp_conn conn, rdp_overlapped** done,
+             int max);
+
+/* [WSPGetOverlappedResult] The outcome of ov: RDP_PENDING if not complete
+ * and wait is 0; with wait != 0 sleeps until it completes. On completion
+ * returns its status and stores the byte count in *bytes. */
+int rdp_get_overlapped_result(rdp_client* client, rdp_conn conn,
+                              rdp_overlapped* ov, int wait, uint32_t* bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RDMAPLANE_API_RDMAPLANE_H_ */

@@ -1,0 +1,797 @@
+// One test (or more) per requirement sentence of the four seed documents:
+// WSPRegisterRdmaMemory, WSPDeregisterRdmaMemory, WSPRdmaWrite and NdkRead.
+// docs/seed-conformance.md maps each sentence to the test here that proves
+// it. The daemon runs in-process; the two clients use real shared memory.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "api/client.h"
+#include "api/shm/layout.h"
+#include "api/test_util.h"
+
+namespace rdmaplane {
+namespace {
+
+using testing::ConnectedPair;
+using testing::TestDaemon;
+
+struct Desc {
+  uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
+  uint32_t len = sizeof(bytes);
+  const shm::RdmaDescriptor* d() const {
+    return reinterpret_cast<const shm::RdmaDescriptor*>(bytes);
+  }
+};
+
+class SeedTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start({}); }
+
+  void Start(control::DaemonOptions options) {
+    pair_.reset();
+    daemon_.reset();
+    daemon_ = std::make_unique<TestDaemon>(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+        options);
+    ASSERT_TRUE(daemon_->start_status.ok()) << daemon_->start_status;
+    pair_ = std::make_unique<ConnectedPair>(*daemon_);
+    ASSERT_TRUE(pair_->ok);
+  }
+
+  Client& server() { return *pair_->server; }
+  Client& client() { return *pair_->client; }
+  rdp_conn sconn() const { return pair_->server_conn; }
+  rdp_conn cconn() const { return pair_->client_conn; }
+
+  uint8_t* Buffer(Client& c, uint32_t n, uint8_t fill) {
+    auto* p = static_cast<uint8_t*>(c.Alloc(n));
+    if (p != nullptr) std::memset(p, fill, n);
+    return p;
+  }
+
+  Desc Register(Client& c, rdp_conn conn, void* buf, uint32_t n,
+                uint32_t flags) {
+    Desc d;
+    EXPECT_EQ(c.RegisterRdmaMemory(conn, buf, n, flags, d.bytes, &d.len),
+              RDP_OK);
+    return d;
+  }
+
+  uint32_t Lkey(Client& c, void* buf, uint64_t n) {
+    auto k = c.RegisterMemory(buf, n, RDP_MEM_READWRITE);
+    EXPECT_TRUE(k.ok()) << k.status();
+    return k.ok() ? *k : 0;
+  }
+
+  // Posts a write and waits; returns the final status.
+  int WriteWait(Client& c, rdp_conn conn, void* src, uint32_t n, uint32_t lkey,
+                const Desc& target, uint32_t offset, uint32_t flags = 0,
+                uint32_t* bytes = nullptr) {
+    rdp_sge sge{src, n, lkey};
+    rdp_overlapped ov{};
+    int r = c.Write(conn, &sge, 1, target.bytes, target.len, offset, flags, &ov);
+    if (r != RDP_PENDING) return r;
+    uint32_t b = 0;
+    r = c.GetOverlappedResult(conn, &ov, true, &b);
+    if (bytes != nullptr) *bytes = b;
+    return r;
+  }
+
+  int ReadWait(Client& c, rdp_conn conn, void* dst, uint32_t n, uint32_t lkey,
+               const Desc& token, uint64_t remote_offset, uint32_t flags = 0,
+               uint32_t* bytes = nullptr) {
+    rdp_sge sge{dst, n, lkey};
+    rdp_overlapped ov{};
+    int r = c.Read(conn, &sge, 1, token.d()->address + remote_offset,
+                   token.bytes, token.len, flags, &ov);
+    if (r != RDP_PENDING) return r;
+    uint32_t b = 0;
+    r = c.GetOverlappedResult(conn, &ov, true, &b);
+    if (bytes != nullptr) *bytes = b;
+    return r;
+  }
+
+  std::unique_ptr<TestDaemon> daemon_;
+  std::unique_ptr<ConnectedPair> pair_;
+};
+
+// --- WSPRegisterRdmaMemory --------------------------------------------------
+
+// "registers an RDMA buffer that can be used as either the target buffer in a
+// WSPRdmaWrite call or the source buffer in a WSPRdmaRead call"
+TEST_F(SeedTest, RegisteredBufferIsWriteTargetAndReadSource) {
+  uint8_t* target = Buffer(server(), 4096, 0);
+  uint8_t* src = Buffer(client(), 4096, 0x5A);
+  uint8_t* dst = Buffer(client(), 4096, 0);
+  Desc d = Register(server(), sconn(), target, 4096, RDP_MEM_READWRITE);
+  ASSERT_EQ(WriteWait(client(), cconn(), src, 4096, Lkey(client(), src, 4096),
+                      d, 0),
+            RDP_OK);
+  EXPECT_EQ(std::memcmp(target, src, 4096), 0);
+  ASSERT_EQ(ReadWait(client(), cconn(), dst, 4096, Lkey(client(), dst, 4096), d,
+                     0),
+            RDP_OK);
+  EXPECT_EQ(std::memcmp(dst, src, 4096), 0);
+}
+
+// "Returns zero if successful" and "returns either the size of the
+// descriptor that it actually stored"
+TEST_F(SeedTest, SuccessReturnsZeroAndTheStoredSize) {
+  uint8_t* buf = Buffer(server(), 100, 0);
+  uint8_t desc[64];
+  uint32_t len = sizeof(desc);
+  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE, desc,
+                                        &len),
+            RDP_OK);
+  EXPECT_EQ(len, RDP_DESCRIPTOR_BYTES);
+}
+
+// "the size of lpRdmaDescriptorBuffer is insufficient ... must return the
+// WSAEFAULT error code ... and store the required size at
+// lpdwDescriptorLength"
+TEST_F(SeedTest, SmallDescriptorBufferIsFaultWithRequiredSize) {
+  uint8_t* buf = Buffer(server(), 100, 0);
+  uint8_t desc[8];
+  uint32_t len = sizeof(desc);
+  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE, desc,
+                                        &len),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(len, RDP_DESCRIPTOR_BYTES);
+}
+
+// "lpBuffer is not contained completely within a valid part of the user
+// address space" -> WSAEFAULT, and "must not overwrite the initial value"
+TEST_F(SeedTest, BufferOutsideArenasIsFaultAndLengthUntouched) {
+  std::vector<uint8_t> heap(4096);
+  uint8_t desc[RDP_DESCRIPTOR_BYTES];
+  uint32_t len = 1234;
+  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), heap.data(), 4096,
+                                        RDP_MEM_WRITE, desc, &len),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(len, 1234u);
+  // Partly inside an arena is still outside.
+  uint8_t* arena = Buffer(server(), 4096, 0);
+  len = 777;
+  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), arena, 64u << 20,
+                                        RDP_MEM_WRITE, desc, &len),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(len, 777u);
+}
+
+// "WSAEINVAL Invalid flags specified." (MEM_READ, MEM_WRITE, MEM_READWRITE
+// are the only flags)
+TEST_F(SeedTest, InvalidRegistrationFlags) {
+  uint8_t* buf = Buffer(server(), 100, 0);
+  for (uint32_t flags : {0u, 4u, 5u, 0x80000001u}) {
+    Desc d;
+    EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, flags, d.bytes,
+                                          &d.len),
+              RDP_ERR_INVALID)
+        << flags;
+  }
+  for (uint32_t flags : {RDP_MEM_READ, RDP_MEM_WRITE, RDP_MEM_READWRITE}) {
+    Desc d;
+    EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, flags, d.bytes,
+                                          &d.len),
+              RDP_OK);
+  }
+}
+
+// "WSAENOTCONN Socket is not connected"
+TEST_F(SeedTest, RegisterOnUnconnectedSocket) {
+  uint8_t* buf = Buffer(server(), 100, 0);
+  Desc d;
+  EXPECT_EQ(server().RegisterRdmaMemory(9, buf, 100, RDP_MEM_WRITE, d.bytes,
+                                        &d.len),
+            RDP_ERR_NOT_CONNECTED);
+  ASSERT_TRUE(server().Disconnect(sconn()).ok());
+  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE,
+                                        d.bytes, &d.len),
+            RDP_ERR_NOT_CONNECTED);
+}
+
+// "WSANOBUFS No memory resources available."
+TEST_F(SeedTest, RegistrationTableExhaustedIsNoBuffers) {
+  control::DaemonOptions o;
+  o.max_registrations = 4;
+  Start(o);
+  uint8_t* buf = Buffer(server(), 4096, 0);
+  int status = RDP_OK;
+  for (uint32_t i = 0; i < 8 && status == RDP_OK; ++i) {
+    Desc d;
+    status = server().RegisterRdmaMemory(sconn(), buf + i, 16, RDP_MEM_WRITE,
+                                         d.bytes, &d.len);
+  }
+  EXPECT_EQ(status, RDP_ERR_NO_BUFFERS);
+}
+
+// "can call WSPRegisterRdmaMemory more than once to register the same RDMA
+// buffer ... not required to return a different descriptor ... maintain an
+// internal reference count ... Only the final WSPDeregisterRdmaMemory call
+// ... releases all resources"
+TEST_F(SeedTest, SameBufferTwiceSharesDescriptorUntilLastDeregistration) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d1 = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  Desc d2 = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  EXPECT_EQ(std::memcmp(d1.bytes, d2.bytes, sizeof(d1.bytes)), 0);
+  uint8_t* src = Buffer(client(), 256, 0x11);
+  const uint32_t lkey = Lkey(client(), src, 256);
+  ASSERT_EQ(server().DeregisterRdmaMemory(sconn(), d1.bytes, d1.len), RDP_OK);
+  // One reference left: still usable.
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 256, lkey, d1, 0), RDP_OK);
+  EXPECT_EQ(target[255], 0x11);
+  ASSERT_EQ(server().DeregisterRdmaMemory(sconn(), d2.bytes, d2.len), RDP_OK);
+  // Released: the peer's access now fails and touches nothing.
+  std::memset(src, 0x22, 256);
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 256, lkey, d1, 0), RDP_ERR_FAULT);
+  EXPECT_EQ(target[0], 0x11);
+}
+
+// "... for use by any number of sockets": each connection's peer can use it.
+TEST_F(SeedTest, SameBufferOnSeveralConnections) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  ASSERT_TRUE(server().Listen("second").ok());
+  auto other = daemon_->NewClient();
+  auto oc = other->Connect("second");
+  ASSERT_TRUE(oc.ok());
+  auto sc2 = server().Accept("second", absl::Seconds(5));
+  ASSERT_TRUE(sc2.ok());
+  Desc d1 = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  Desc d2 = Register(server(), *sc2, target, 256, RDP_MEM_WRITE);
+  uint8_t* a = Buffer(client(), 128, 0xA1);
+  uint8_t* b = Buffer(*other, 128, 0xB2);
+  EXPECT_EQ(WriteWait(client(), cconn(), a, 128, Lkey(client(), a, 128), d1, 0),
+            RDP_OK);
+  EXPECT_EQ(WriteWait(*other, *oc, b, 128, Lkey(*other, b, 128), d2, 128),
+            RDP_OK);
+  EXPECT_EQ(target[0], 0xA1);
+  EXPECT_EQ(target[200], 0xB2);
+}
+
+// "must obtain memory that can be accessed as specified in dwFlags";
+// "requires ... write access if ... the target in ... WSPRdmaWrite";
+// "Read access is required for memory that is used as the source in a
+// WSPRdmaRead call"; "Memory registered only for remote read access must not
+// be available for remote write access. Memory registered only for remote
+// write access must not be available for remote read access."
+TEST_F(SeedTest, AccessFlagsAreEnforced) {
+  uint8_t* ro = Buffer(server(), 256, 0x01);
+  uint8_t* wo = Buffer(server(), 256, 0x02);
+  uint8_t* rw = Buffer(server(), 256, 0x03);
+  Desc dro = Register(server(), sconn(), ro, 256, RDP_MEM_READ);
+  Desc dwo = Register(server(), sconn(), wo, 256, RDP_MEM_WRITE);
+  Desc drw = Register(server(), sconn(), rw, 256, RDP_MEM_READWRITE);
+  uint8_t* src = Buffer(client(), 256, 0xEE);
+  uint8_t* dst = Buffer(client(), 256, 0);
+  const uint32_t ls = Lkey(client(), src, 256);
+  const uint32_t ld = Lkey(client(), dst, 256);
+  EXPECT_EQ(ReadWait(client(), cconn(), dst, 256, ld, dro, 0), RDP_OK);
+  EXPECT_EQ(dst[0], 0x01);
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 256, ls, dwo, 0), RDP_OK);
+  EXPECT_EQ(wo[0], 0xEE);
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 256, ls, drw, 0), RDP_OK);
+  EXPECT_EQ(ReadWait(client(), cconn(), dst, 256, ld, drw, 0), RDP_OK);
+  EXPECT_EQ(dst[0], 0xEE);
+}
+
+TEST_F(SeedTest, ReadOnlyMemoryIsNeverRemotelyWritable) {
+  uint8_t* ro = Buffer(server(), 256, 0x01);
+  Desc dro = Register(server(), sconn(), ro, 256, RDP_MEM_READ);
+  uint8_t* src = Buffer(client(), 256, 0xEE);
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 256, Lkey(client(), src, 256),
+                      dro, 0),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(ro[0], 0x01);
+  EXPECT_EQ(ro[255], 0x01);
+}
+
+TEST_F(SeedTest, WriteOnlyMemoryIsNeverRemotelyReadable) {
+  uint8_t* wo = Buffer(server(), 256, 0x02);
+  Desc dwo = Register(server(), sconn(), wo, 256, RDP_MEM_WRITE);
+  uint8_t* dst = Buffer(client(), 256, 0x77);
+  EXPECT_EQ(ReadWait(client(), cconn(), dst, 256, Lkey(client(), dst, 256), dwo,
+                     0),
+            RDP_ERR_REMOTE_RESOURCES);
+  EXPECT_EQ(dst[0], 0x77);  // nothing of the buffer leaked
+}
+
+// "The returned descriptor for the RDMA buffer is valid for RDMA data
+// transfer operations that the remote peer initiates in the context of the
+// peer's connection to the socket." and "Only the connection (process) on
+// which that RDMA buffer is registered can have access"
+TEST_F(SeedTest, DescriptorIsValidOnlyOnItsConnection) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_READWRITE);
+  // A third client, connected to the same server on another connection,
+  // presents the descriptor.
+  ASSERT_TRUE(server().Listen("other").ok());
+  auto third = daemon_->NewClient();
+  auto tc = third->Connect("other");
+  ASSERT_TRUE(tc.ok());
+  ASSERT_TRUE(server().Accept("other", absl::Seconds(5)).ok());
+  uint8_t* src = Buffer(*third, 256, 0x66);
+  uint8_t* dst = Buffer(*third, 256, 0x00);
+  const uint32_t ls = Lkey(*third, src, 256);
+  EXPECT_EQ(WriteWait(*third, *tc, src, 256, ls, d, 0), RDP_ERR_FAULT);
+  EXPECT_EQ(target[0], 0);
+  // The connection broke on the violation; a fresh one tries a read.
+  auto tc2 = third->Connect("other");
+  ASSERT_TRUE(tc2.ok());
+  ASSERT_TRUE(server().Accept("other", absl::Seconds(5)).ok());
+  EXPECT_EQ(ReadWait(*third, *tc2, dst, 256, Lkey(*third, dst, 256), d, 0),
+            RDP_ERR_REMOTE_RESOURCES);
+  EXPECT_EQ(dst[0], 0);
+  // The registering side itself cannot aim the descriptor at its own memory
+  // through its own connection either: the peer owns the access.
+  uint8_t* ssrc = Buffer(server(), 256, 0x44);
+  EXPECT_EQ(WriteWait(server(), sconn(), ssrc, 256, Lkey(server(), ssrc, 256),
+                      d, 0),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(target[0], 0);
+}
+
+// "Memory that supports both local and remote access must be accessible only
+// when registered and while the connection is established."
+TEST_F(SeedTest, AccessibleOnlyWhileRegisteredAndConnected) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_READWRITE);
+  uint8_t* src = Buffer(client(), 256, 0x31);
+  const uint32_t ls = Lkey(client(), src, 256);
+  ASSERT_EQ(WriteWait(client(), cconn(), src, 256, ls, d, 0), RDP_OK);
+  ASSERT_TRUE(server().Disconnect(sconn()).ok());
+  std::memset(src, 0x32, 256);
+  const int after = WriteWait(client(), cconn(), src, 256, ls, d, 0);
+  EXPECT_TRUE(after == RDP_ERR_CONN_RESET || after == RDP_ERR_NOT_CONNECTED)
+      << rdp_status_name(after);
+  EXPECT_EQ(target[0], 0x31);
+  // The registration went with the connection.
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len),
+            RDP_ERR_INVALID);
+}
+
+// --- WSPDeregisterRdmaMemory ------------------------------------------------
+
+// "releases an RDMA buffer that was registered" / "Returns zero if
+// successful"
+TEST_F(SeedTest, DeregisterReleases) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_READWRITE);
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len), RDP_OK);
+  uint8_t* dst = Buffer(client(), 256, 0x12);
+  EXPECT_EQ(ReadWait(client(), cconn(), dst, 256, Lkey(client(), dst, 256), d,
+                     0),
+            RDP_ERR_REMOTE_RESOURCES);
+}
+
+// "WSAEINVAL The specified pointer to the descriptor for the RDMA buffer does
+// not represent a previously registered RDMA buffer"
+TEST_F(SeedTest, DeregisterUnknownDescriptorIsInvalid) {
+  uint8_t junk[RDP_DESCRIPTOR_BYTES] = {1, 2, 3};
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), junk, sizeof(junk)),
+            RDP_ERR_INVALID);
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  ASSERT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len), RDP_OK);
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len),
+            RDP_ERR_INVALID);  // twice
+  Desc forged = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  const_cast<shm::RdmaDescriptor*>(forged.d())->rkey ^= 0x100;
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), forged.bytes, forged.len),
+            RDP_ERR_INVALID);
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), nullptr, 32),
+            RDP_ERR_INVALID);
+}
+
+// "the switch passes the same socket descriptor that it passed to the
+// WSPRegisterRdmaMemory function": another socket cannot release it.
+TEST_F(SeedTest, DeregisterOnAnotherConnectionIsInvalid) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  ASSERT_TRUE(server().Listen("x").ok());
+  auto other = daemon_->NewClient();
+  ASSERT_TRUE(other->Connect("x").ok());
+  auto sc2 = server().Accept("x", absl::Seconds(5));
+  ASSERT_TRUE(sc2.ok());
+  EXPECT_EQ(server().DeregisterRdmaMemory(*sc2, d.bytes, d.len),
+            RDP_ERR_INVALID);
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len), RDP_OK);
+}
+
+// --- WSPRdmaWrite -------------------------------------------------------------
+
+// "transfers data from a source buffer ... to a target buffer"; the target
+// offset; "the number of bytes transferred"; WSA_IO_PENDING
+TEST_F(SeedTest, WriteAtOffsetReportsBytes) {
+  uint8_t* target = Buffer(server(), 8192, 0);
+  Desc d = Register(server(), sconn(), target, 8192, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 3000, 0x9C);
+  uint32_t bytes = 0;
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 3000, Lkey(client(), src, 3000),
+                      d, 5000, 0, &bytes),
+            RDP_OK);
+  EXPECT_EQ(bytes, 3000u);
+  EXPECT_EQ(target[4999], 0);
+  EXPECT_EQ(target[5000], 0x9C);
+  EXPECT_EQ(target[7999], 0x9C);
+  EXPECT_EQ(target[8000], 0);
+}
+
+// "Each buffer was registered in a call to the WSPRegisterMemory function":
+// an unregistered or foreign local key fails with WSAEFAULT.
+TEST_F(SeedTest, SourceMustBeLocallyRegistered) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 256, 0xDEAD00, d, 0),
+            RDP_ERR_FAULT);
+  // A key the server registered is not the client's.
+  uint8_t* sbuf = Buffer(server(), 256, 0);
+  const uint32_t server_key = Lkey(server(), sbuf, 256);
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 256, server_key, d, 0),
+            RDP_ERR_FAULT);
+  // A range beyond the key's registration.
+  const uint32_t small = *client().RegisterMemory(src, 16, RDP_MEM_READ);
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 256, small, d, 0), RDP_ERR_FAULT);
+  EXPECT_EQ(target[0], 0);
+}
+
+// "the target buffer identified by the descriptor ... is not contained
+// completely within a valid part" -> WSAEFAULT
+TEST_F(SeedTest, TargetOutsideRegistrationIsFault) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  const uint32_t ls = Lkey(client(), src, 256);
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 100, ls, d, 200), RDP_ERR_FAULT);
+  uint8_t bad[RDP_DESCRIPTOR_BYTES] = {};
+  rdp_sge sge{src, 10, ls};
+  rdp_overlapped ov{};
+  EXPECT_EQ(client().Write(cconn(), &sge, 1, bad, sizeof(bad), 0, 0, &ov),
+            RDP_ERR_FAULT);
+  // A forged descriptor claiming more length is caught by the peer's daemon.
+  Desc forged = d;
+  const_cast<shm::RdmaDescriptor*>(forged.d())->length = 1 << 20;
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 256, ls, forged, 128),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(target[255], 0);
+}
+
+// "WSAEINVAL Invalid flags specified."
+TEST_F(SeedTest, WriteWithInvalidFlags) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  rdp_sge sge{src, 10, Lkey(client(), src, 256)};
+  rdp_overlapped ov{};
+  for (uint32_t flags : {0x4u, RDP_FLAG_READ_LOCAL_INVALIDATE, 0x80000000u}) {
+    EXPECT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, flags, &ov),
+              RDP_ERR_INVALID);
+  }
+  EXPECT_EQ(target[0], 0);
+}
+
+// "WSAENOTCONN Socket not connected."
+TEST_F(SeedTest, WriteOnUnconnectedSocket) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  rdp_sge sge{src, 10, Lkey(client(), src, 256)};
+  rdp_overlapped ov{};
+  EXPECT_EQ(client().Write(11, &sge, 1, d.bytes, d.len, 0, 0, &ov),
+            RDP_ERR_NOT_CONNECTED);
+  ASSERT_TRUE(client().Disconnect(cconn()).ok());
+  EXPECT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, 0, &ov),
+            RDP_ERR_NOT_CONNECTED);
+}
+
+// "WSANOBUFS No memory resources available.": posting never blocks; a full
+// queue says so.
+TEST_F(SeedTest, FullSendQueueIsNoBuffers) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  rdp_sge sge{src, 8, Lkey(client(), src, 256)};
+  std::vector<rdp_overlapped> ovs(shm::kSendRingEntries + 1);
+  int last = RDP_PENDING;
+  size_t posted = 0;
+  for (; posted < ovs.size() && last == RDP_PENDING; ++posted) {
+    last = client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, RDP_FLAG_DEFER,
+                          &ovs[posted]);
+  }
+  EXPECT_EQ(last, RDP_ERR_NO_BUFFERS);
+  EXPECT_EQ(client().Flush(cconn()), RDP_OK);
+  for (size_t i = 0; i + 1 < posted; ++i) {
+    EXPECT_EQ(client().GetOverlappedResult(cconn(), &ovs[i], true, nullptr),
+              RDP_OK);
+  }
+}
+
+// "WSAECONNRESET Remote peer terminated the connection."
+TEST_F(SeedTest, PeerCloseResetsTheConnection) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  const uint32_t ls = Lkey(client(), src, 256);
+  ASSERT_TRUE(server().Disconnect(sconn()).ok());
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 10, ls, d, 0),
+            RDP_ERR_CONN_RESET);
+}
+
+// "WSAECONNABORTED Connection to the remote peer was terminated, because of
+// a time-out or other failure."
+TEST_F(SeedTest, TimeoutAbortsTheConnection) {
+  control::DaemonOptions o;
+  o.link_faults.loss = 1.0;  // nothing arrives
+  o.retransmit_timeout_ns = 1'000'000;
+  Start(o);
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 10, Lkey(client(), src, 256), d,
+                      0),
+            RDP_ERR_CONN_ABORTED);
+  EXPECT_EQ(target[0], 0);
+}
+
+// "WSA_OPERATION_ABORTED Overlapped operation was canceled, because the
+// socket was closed."
+TEST_F(SeedTest, ClosingWithWorkOutstandingAbortsIt) {
+  control::DaemonOptions o;
+  o.link_faults.loss = 1.0;  // keep the write outstanding
+  o.retransmit_timeout_ns = 10'000'000'000ull;
+  Start(o);
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  rdp_sge sge{src, 10, Lkey(client(), src, 256)};
+  rdp_overlapped sent{}, deferred{};
+  ASSERT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, 0, &sent),
+            RDP_PENDING);
+  ASSERT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, RDP_FLAG_DEFER,
+                           &deferred),
+            RDP_PENDING);
+  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(client().Disconnect(cconn()).ok());
+  EXPECT_EQ(sent.status, RDP_ERR_ABORTED);
+  EXPECT_EQ(deferred.status, RDP_ERR_ABORTED);
+}
+
+// "The array of WSABUFEX structures at lpBuffers is transient ... must
+// capture these WSABUFEX structures before it returns ... enables
+// applications to build stack-based WSABUFEX arrays."
+TEST_F(SeedTest, SglIsCapturedAtPost) {
+  uint8_t* target = Buffer(server(), 512, 0);
+  Desc d = Register(server(), sconn(), target, 512, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 512, 0);
+  for (int i = 0; i < 512; ++i) src[i] = static_cast<uint8_t>(i);
+  const uint32_t ls = Lkey(client(), src, 512);
+  rdp_overlapped ov{};
+  {
+    rdp_sge sgl[2] = {{src, 200, ls}, {src + 200, 312, ls}};
+    ASSERT_EQ(client().Write(cconn(), sgl, 2, d.bytes, d.len, 0, 0, &ov),
+              RDP_PENDING);
+    std::memset(sgl, 0xFF, sizeof(sgl));  // the caller reuses its stack
+  }
+  EXPECT_EQ(client().GetOverlappedResult(cconn(), &ov, true, nullptr), RDP_OK);
+  EXPECT_EQ(std::memcmp(target, src, 512), 0);
+}
+
+// "If multiple data transfer operations are outstanding simultaneously, each
+// must reference a separate overlapped structure." and "Completion
+// indications can be delivered in any order"
+TEST_F(SeedTest, ManyOutstandingEachWithItsOverlapped) {
+  constexpr int kN = 64;
+  uint8_t* target = Buffer(server(), kN * 64, 0);
+  Desc d = Register(server(), sconn(), target, kN * 64, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), kN * 64, 0);
+  for (int i = 0; i < kN * 64; ++i) src[i] = static_cast<uint8_t>(i / 64);
+  const uint32_t ls = Lkey(client(), src, kN * 64);
+  std::vector<rdp_overlapped> ovs(kN);
+  for (int i = 0; i < kN; ++i) {
+    ovs[i].context = 1000 + i;
+    rdp_sge sge{src + i * 64, 64, ls};
+    ASSERT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, i * 64, 0,
+                             &ovs[i]),
+              RDP_PENDING);
+  }
+  // Waiting in reverse order works: each result lands in its own structure.
+  for (int i = kN - 1; i >= 0; --i) {
+    uint32_t bytes = 0;
+    EXPECT_EQ(client().GetOverlappedResult(cconn(), &ovs[i], true, &bytes),
+              RDP_OK);
+    EXPECT_EQ(bytes, 64u);
+    EXPECT_EQ(ovs[i].context, uint64_t(1000 + i));
+  }
+  EXPECT_EQ(std::memcmp(target, src, kN * 64), 0);
+}
+
+// "the switch calls the WSPGetOverlappedResult function to poll for
+// completion": polling without waiting.
+TEST_F(SeedTest, PollingForCompletion) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  rdp_sge sge{src, 256, Lkey(client(), src, 256)};
+  rdp_overlapped ov{};
+  ASSERT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, 0, &ov),
+            RDP_PENDING);
+  int status = RDP_PENDING;
+  const absl::Time end = absl::Now() + absl::Seconds(5);
+  while (status == RDP_PENDING && absl::Now() < end) {
+    status = client().GetOverlappedResult(cconn(), &ov, false, nullptr);
+  }
+  EXPECT_EQ(status, RDP_OK);
+  rdp_overlapped* done[4];
+  EXPECT_EQ(client().Poll(cconn(), done, 4), 0);  // already reaped
+}
+
+// --- NdkRead --------------------------------------------------------------
+
+// "posts a read request"; "RequestContext ... returned"; "pSgl ... buffers to
+// place incoming data into"; "RemoteAddress ... The NDK consumer can add an
+// offset"; "RemoteToken"
+TEST_F(SeedTest, ReadIntoScatterListAtRemoteOffset) {
+  uint8_t* source = Buffer(server(), 4096, 0);
+  for (int i = 0; i < 4096; ++i) source[i] = static_cast<uint8_t>(i * 3);
+  Desc d = Register(server(), sconn(), source, 4096, RDP_MEM_READ);
+  uint8_t* a = Buffer(client(), 100, 0);
+  uint8_t* b = Buffer(client(), 900, 0);
+  const uint32_t la = Lkey(client(), a, 100);
+  const uint32_t lb = Lkey(client(), b, 900);
+  rdp_sge sgl[2] = {{a, 100, la}, {b, 900, lb}};
+  rdp_overlapped ov{};
+  ov.context = 0xC0FFEE;
+  ASSERT_EQ(client().Read(cconn(), sgl, 2, d.d()->address + 1000, d.bytes,
+                          d.len, 0, &ov),
+            RDP_PENDING);
+  uint32_t bytes = 0;
+  ASSERT_EQ(client().GetOverlappedResult(cconn(), &ov, true, &bytes), RDP_OK);
+  EXPECT_EQ(bytes, 1000u);
+  EXPECT_EQ(ov.context, 0xC0FFEEu);
+  EXPECT_EQ(std::memcmp(a, source + 1000, 100), 0);
+  EXPECT_EQ(std::memcmp(b, source + 1100, 900), 0);
+}
+
+// "NDK_OP_FLAG_SILENT_SUCCESS: the successful completion of this request does
+// not generate a completion ... However, requests that fail do generate an
+// event"
+TEST_F(SeedTest, SilentSuccessOnlyReportsFailures) {
+  uint8_t* source = Buffer(server(), 256, 0x42);
+  Desc d = Register(server(), sconn(), source, 256, RDP_MEM_READ);
+  uint8_t* dst = Buffer(client(), 256, 0);
+  const uint32_t ld = Lkey(client(), dst, 256);
+  rdp_sge sge{dst, 256, ld};
+  rdp_overlapped silent{}, marker{};
+  ASSERT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len,
+                          RDP_FLAG_SILENT_SUCCESS, &silent),
+            RDP_PENDING);
+  ASSERT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len, 0,
+                          &marker),
+            RDP_PENDING);
+  ASSERT_EQ(client().GetOverlappedResult(cconn(), &marker, true, nullptr),
+            RDP_OK);
+  // RC completes in order: the silent read finished before the marker.
+  EXPECT_EQ(silent.status, RDP_PENDING) << "a silent success was reported";
+  EXPECT_EQ(dst[0], 0x42);
+  // A failing silent request is reported. (Write-only memory is unreadable.)
+  uint8_t* wo = Buffer(server(), 256, 0);
+  Desc dwo = Register(server(), sconn(), wo, 256, RDP_MEM_WRITE);
+  rdp_overlapped failing{};
+  ASSERT_EQ(client().Read(cconn(), &sge, 1, dwo.d()->address, dwo.bytes,
+                          dwo.len, RDP_FLAG_SILENT_SUCCESS, &failing),
+            RDP_PENDING);
+  EXPECT_EQ(client().GetOverlappedResult(cconn(), &failing, true, nullptr),
+            RDP_ERR_REMOTE_RESOURCES);
+}
+
+// "NDK_OP_FLAG_READ_FENCE: all prior read requests must be complete before
+// the hardware begins processing this request." (Ordering at the wire level
+// is shown by dataplane/rc:qp_test ReadFenceWaitsForEarlierReads; here the
+// flag is accepted and the fenced read sees the earlier reads done.)
+TEST_F(SeedTest, ReadFenceOrdersAfterEarlierReads) {
+  uint8_t* source = Buffer(server(), 1 << 20, 0x21);
+  Desc d = Register(server(), sconn(), source, 1 << 20, RDP_MEM_READ);
+  uint8_t* big = Buffer(client(), 1 << 20, 0);
+  uint8_t* small = Buffer(client(), 64, 0);
+  rdp_sge s1{big, 1 << 20, Lkey(client(), big, 1 << 20)};
+  rdp_sge s2{small, 64, Lkey(client(), small, 64)};
+  rdp_overlapped o1{}, o2{};
+  ASSERT_EQ(client().Read(cconn(), &s1, 1, d.d()->address, d.bytes, d.len, 0,
+                          &o1),
+            RDP_PENDING);
+  ASSERT_EQ(client().Read(cconn(), &s2, 1, d.d()->address, d.bytes, d.len,
+                          RDP_FLAG_READ_FENCE, &o2),
+            RDP_PENDING);
+  ASSERT_EQ(client().GetOverlappedResult(cconn(), &o2, true, nullptr), RDP_OK);
+  EXPECT_NE(o1.status, RDP_PENDING);
+  EXPECT_EQ(big[(1 << 20) - 1], 0x21);
+}
+
+// "NDK_OP_FLAG_DEFER: ... may defer indicating the request to hardware"
+// (until a later request without the flag or an explicit flush)
+TEST_F(SeedTest, DeferWaitsForFlush) {
+  uint8_t* source = Buffer(server(), 256, 0x37);
+  Desc d = Register(server(), sconn(), source, 256, RDP_MEM_READ);
+  uint8_t* dst = Buffer(client(), 256, 0);
+  rdp_sge sge{dst, 256, Lkey(client(), dst, 256)};
+  rdp_overlapped ov{};
+  ASSERT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len,
+                          RDP_FLAG_DEFER, &ov),
+            RDP_PENDING);
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(client().GetOverlappedResult(cconn(), &ov, false, nullptr),
+            RDP_PENDING);
+  EXPECT_EQ(dst[0], 0);
+  ASSERT_EQ(client().Flush(cconn()), RDP_OK);
+  EXPECT_EQ(client().GetOverlappedResult(cconn(), &ov, true, nullptr), RDP_OK);
+  EXPECT_EQ(dst[0], 0x37);
+  // A later request without the flag also rings the doorbell for it.
+  rdp_overlapped a{}, b{};
+  dst[0] = 0;
+  ASSERT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len,
+                          RDP_FLAG_DEFER, &a),
+            RDP_PENDING);
+  ASSERT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len, 0,
+                          &b),
+            RDP_PENDING);
+  EXPECT_EQ(client().GetOverlappedResult(cconn(), &a, true, nullptr), RDP_OK);
+  EXPECT_EQ(client().GetOverlappedResult(cconn(), &b, true, nullptr), RDP_OK);
+}
+
+// "STATUS_CONNECTION_INVALID The QP is not connected."
+TEST_F(SeedTest, ReadOnUnconnectedQp) {
+  uint8_t* source = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), source, 256, RDP_MEM_READ);
+  uint8_t* dst = Buffer(client(), 256, 0);
+  rdp_sge sge{dst, 256, Lkey(client(), dst, 256)};
+  rdp_overlapped ov{};
+  EXPECT_EQ(client().Read(7, &sge, 1, d.d()->address, d.bytes, d.len, 0, &ov),
+            RDP_ERR_NOT_CONNECTED);
+}
+
+// "STATUS_REMOTE_RESOURCES The request tried to read beyond the size of the
+// remote memory."
+TEST_F(SeedTest, ReadBeyondRemoteMemory) {
+  uint8_t* source = Buffer(server(), 256, 0x55);
+  Desc d = Register(server(), sconn(), source, 256, RDP_MEM_READ);
+  uint8_t* dst = Buffer(client(), 512, 0);
+  const uint32_t ld = Lkey(client(), dst, 512);
+  rdp_sge sge{dst, 512, ld};
+  rdp_overlapped ov{};
+  EXPECT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len, 0,
+                          &ov),
+            RDP_ERR_REMOTE_RESOURCES);
+  // With a token that lies about the length, the peer's daemon refuses.
+  Desc forged = d;
+  const_cast<shm::RdmaDescriptor*>(forged.d())->length = 4096;
+  EXPECT_EQ(ReadWait(client(), cconn(), dst, 512, ld, forged, 0),
+            RDP_ERR_REMOTE_RESOURCES);
+  EXPECT_EQ(dst[0], 0);
+}
+
+// "STATUS_SUCCESS The request was posted successfully. A completion entry
+// will be queued to the CQ when the work request is completed."
+TEST_F(SeedTest, CompletionIsQueued) {
+  uint8_t* source = Buffer(server(), 256, 0x55);
+  Desc d = Register(server(), sconn(), source, 256, RDP_MEM_READ);
+  uint8_t* dst = Buffer(client(), 256, 0);
+  rdp_sge sge{dst, 256, Lkey(client(), dst, 256)};
+  rdp_overlapped ov{};
+  ASSERT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len, 0,
+                          &ov),
+            RDP_PENDING);
+  rdp_overlapped* done[4] = {};
+  int n = 0;
+  const absl::Time end = absl::Now() + absl::Seconds(5);
+  while (n == 0 && absl::Now() < end) n = client().Poll(cconn(), done, 4);
+  ASSERT_EQ(n, 1);
+  EXPECT_EQ(done[0], &ov);
+  EXPECT_EQ(ov.status, RDP_OK);
+}
+
+}  // namespace
+}  // namespace rdmaplane

@@ -1,0 +1,390 @@
+// Pins the shared-memory ABI. librdmaplane and rdmaplaned may be built from
+// different revisions; every number below is part of the contract between
+// them. If one of these expectations fails, the change broke the ABI: either
+// undo it or bump kSessionVersion / kRingVersion and update the numbers here
+// in the same change.
+#include "api/shm/layout.h"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <type_traits>
+
+#include "api/shm/ring.h"
+#include "api/shm/test_util.h"
+
+namespace rdmaplane::shm {
+namespace {
+
+using testing::GuardedRegion;
+
+// --- Ring ABI (ring.h) ---------------------------------------------------
+
+TEST(RingAbi, Constants) {
+  EXPECT_EQ(kRingMagic, 0x52474E52u);
+  EXPECT_EQ(kRingVersion, 1u);
+  EXPECT_EQ(kCacheLine, 64u);
+  EXPECT_EQ(kRingProducerOffset, 64u);
+  EXPECT_EQ(kRingConsumerOffset, 128u);
+  EXPECT_EQ(kRingEntriesOffset, 192u);
+}
+
+TEST(RingAbi, RingHeader) {
+  EXPECT_EQ(offsetof(RingHeader, magic), 0u);
+  EXPECT_EQ(offsetof(RingHeader, version), 4u);
+  EXPECT_EQ(offsetof(RingHeader, entry_size), 6u);
+  EXPECT_EQ(offsetof(RingHeader, capacity), 8u);
+  EXPECT_EQ(offsetof(RingHeader, reserved), 12u);
+  EXPECT_EQ(sizeof(RingHeader::reserved), 52u);
+  EXPECT_EQ(sizeof(RingHeader), 64u);
+  EXPECT_EQ(alignof(RingHeader), 64u);
+}
+
+TEST(RingAbi, RingIndex) {
+  EXPECT_EQ(offsetof(RingIndex, value), 0u);
+  EXPECT_EQ(sizeof(RingIndex::value), 4u);
+  EXPECT_EQ(sizeof(RingIndex), 64u);
+  EXPECT_EQ(alignof(RingIndex), 64u);
+  EXPECT_TRUE(std::atomic<uint32_t>{}.is_lock_free());
+}
+
+TEST(RingAbi, BytesFor) {
+  EXPECT_EQ(SpscRing<ControlRequest>::BytesFor(kControlRingEntries), 9408u);
+  EXPECT_EQ(SpscRing<ControlResponse>::BytesFor(kControlRingEntries), 7872u);
+  EXPECT_EQ(SpscRing<SendEntry>::BytesFor(kSendRingEntries), 41152u);
+  EXPECT_EQ(SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries),
+            12480u);
+}
+
+// --- Session layout (layout.h) -------------------------------------------
+
+TEST(LayoutAbi, Constants) {
+  EXPECT_EQ(kSessionMagic, 0x53504452u);
+  EXPECT_EQ(kSessionVersion, 1u);
+  EXPECT_EQ(kMaxConnections, 16u);
+  EXPECT_EQ(kMaxSge, 8u);
+  EXPECT_EQ(kControlRingEntries, 64u);
+  EXPECT_EQ(kSendRingEntries, 256u);
+  EXPECT_EQ(kCompletionRingEntries, 512u);
+  EXPECT_EQ(kDescriptorBytes, 32u);
+  EXPECT_EQ(kServiceNameBytes, 64u);
+  EXPECT_EQ(kDescriptorMagic, 0x44504452u);
+}
+
+TEST(LayoutAbi, EnumValuesAndFlags) {
+  EXPECT_EQ(sizeof(ControlOp), 4u);
+  EXPECT_EQ(kOpRegisterLocal, 1u);
+  EXPECT_EQ(kOpDeregisterLocal, 2u);
+  EXPECT_EQ(kOpRegisterRdma, 3u);
+  EXPECT_EQ(kOpDeregisterRdma, 4u);
+  EXPECT_EQ(kOpListen, 5u);
+  EXPECT_EQ(kOpConnect, 6u);
+  EXPECT_EQ(kOpAccept, 7u);
+  EXPECT_EQ(kOpDisconnect, 8u);
+  EXPECT_EQ(kOpUnlisten, 9u);
+
+  EXPECT_EQ(kAccessRead, 1u);
+  EXPECT_EQ(kAccessWrite, 2u);
+  EXPECT_EQ(kAccessReadWrite, 3u);
+
+  EXPECT_EQ(sizeof(SendOp), 1u);
+  EXPECT_EQ(kSendWrite, 1u);
+  EXPECT_EQ(kSendRead, 2u);
+  EXPECT_EQ(kSendFlush, 3u);
+
+  EXPECT_EQ(sizeof(ConnectionState), 4u);
+  EXPECT_EQ(kConnFree, 0u);
+  EXPECT_EQ(kConnUp, 1u);
+  EXPECT_EQ(kConnReset, 2u);
+  EXPECT_EQ(kConnAborted, 3u);
+
+  EXPECT_EQ(sizeof(StatusCode), 4u);
+  EXPECT_EQ(kStatusOk, 0);
+  EXPECT_EQ(kStatusPending, 1);
+  EXPECT_EQ(kStatusInvalid, -1);
+  EXPECT_EQ(kStatusFault, -2);
+  EXPECT_EQ(kStatusNoBuffers, -3);
+  EXPECT_EQ(kStatusNotConnected, -4);
+  EXPECT_EQ(kStatusConnReset, -5);
+  EXPECT_EQ(kStatusConnAborted, -6);
+  EXPECT_EQ(kStatusAborted, -7);
+  EXPECT_EQ(kStatusRemoteResources, -8);
+  EXPECT_EQ(kStatusNetDown, -9);
+  EXPECT_EQ(kStatusRefused, -10);
+  EXPECT_EQ(kStatusPermission, -11);
+  EXPECT_EQ(kStatusTimeout, -12);
+  EXPECT_EQ(kStatusAgain, -13);
+
+  EXPECT_EQ(kFlagSilentSuccess, 0x001u);
+  EXPECT_EQ(kFlagReadFence, 0x002u);
+  EXPECT_EQ(kFlagDefer, 0x100u);
+  EXPECT_EQ(kFlagReadLocalInvalidate, 0x200u);
+  EXPECT_EQ(kKnownSendFlags, 0x303u);
+}
+
+TEST(LayoutAbi, Doorbell) {
+  EXPECT_EQ(offsetof(Doorbell, sequence), 0u);
+  EXPECT_EQ(offsetof(Doorbell, sleeping), 4u);
+  EXPECT_EQ(sizeof(Doorbell::sequence), 4u);  // futex words are 32-bit
+  EXPECT_EQ(sizeof(Doorbell), 64u);
+  EXPECT_EQ(alignof(Doorbell), 64u);
+}
+
+TEST(LayoutAbi, RingRef) {
+  EXPECT_EQ(offsetof(RingRef, offset), 0u);
+  EXPECT_EQ(offsetof(RingRef, capacity), 8u);
+  EXPECT_EQ(offsetof(RingRef, bytes), 12u);
+  EXPECT_EQ(sizeof(RingRef), 16u);
+  EXPECT_EQ(alignof(RingRef), 8u);
+}
+
+TEST(LayoutAbi, ConnectionSlotRef) {
+  EXPECT_EQ(offsetof(ConnectionSlotRef, send), 0u);
+  EXPECT_EQ(offsetof(ConnectionSlotRef, completion), 16u);
+  EXPECT_EQ(sizeof(ConnectionSlotRef), 32u);
+  EXPECT_EQ(alignof(ConnectionSlotRef), 8u);
+}
+
+TEST(LayoutAbi, SessionHeader) {
+  EXPECT_EQ(offsetof(SessionHeader, magic), 0u);
+  EXPECT_EQ(offsetof(SessionHeader, version), 4u);
+  EXPECT_EQ(offsetof(SessionHeader, header_bytes), 6u);
+  EXPECT_EQ(offsetof(SessionHeader, region_bytes), 8u);
+  EXPECT_EQ(offsetof(SessionHeader, max_connections), 16u);
+  EXPECT_EQ(offsetof(SessionHeader, reserved0), 20u);
+  EXPECT_EQ(offsetof(SessionHeader, control_requests), 24u);
+  EXPECT_EQ(offsetof(SessionHeader, control_responses), 40u);
+  EXPECT_EQ(offsetof(SessionHeader, connections), 56u);
+  EXPECT_EQ(sizeof(SessionHeader::connections), 16u * 32u);
+  EXPECT_EQ(offsetof(SessionHeader, control_response_bell), 576u);
+  EXPECT_EQ(offsetof(SessionHeader, completion_bell), 640u);
+  EXPECT_EQ(sizeof(SessionHeader::completion_bell), 16u * 64u);
+  EXPECT_EQ(offsetof(SessionHeader, engine_idle), 1664u);
+  EXPECT_EQ(sizeof(SessionHeader::engine_idle), 16u * 64u);
+  EXPECT_EQ(offsetof(SessionHeader, connection_state), 2688u);
+  EXPECT_EQ(sizeof(SessionHeader::connection_state), 16u * 4u);
+  EXPECT_EQ(sizeof(SessionHeader), 4096u);
+  EXPECT_EQ(alignof(SessionHeader), 4096u);
+  // header_bytes must be able to record the header's size.
+  EXPECT_LE(sizeof(SessionHeader), std::numeric_limits<uint16_t>::max());
+}
+
+TEST(LayoutAbi, ControlRequest) {
+  EXPECT_EQ(offsetof(ControlRequest, request_id), 0u);
+  EXPECT_EQ(offsetof(ControlRequest, op), 8u);
+  EXPECT_EQ(offsetof(ControlRequest, connection), 12u);
+  EXPECT_EQ(offsetof(ControlRequest, address), 16u);
+  EXPECT_EQ(offsetof(ControlRequest, length), 24u);
+  EXPECT_EQ(offsetof(ControlRequest, flags), 32u);
+  EXPECT_EQ(offsetof(ControlRequest, key), 36u);
+  EXPECT_EQ(offsetof(ControlRequest, descriptor), 40u);
+  EXPECT_EQ(offsetof(ControlRequest, descriptor_length), 72u);
+  EXPECT_EQ(offsetof(ControlRequest, reserved), 76u);
+  EXPECT_EQ(offsetof(ControlRequest, service), 80u);
+  EXPECT_EQ(sizeof(ControlRequest::service), 64u);
+  EXPECT_EQ(sizeof(ControlRequest), 144u);
+  EXPECT_EQ(alignof(ControlRequest), 8u);
+}
+
+TEST(LayoutAbi, ControlResponse) {
+  EXPECT_EQ(offsetof(ControlResponse, request_id), 0u);
+  EXPECT_EQ(offsetof(ControlResponse, status), 8u);
+  EXPECT_EQ(offsetof(ControlResponse, connection), 12u);
+  EXPECT_EQ(offsetof(ControlResponse, key), 16u);
+  EXPECT_EQ(offsetof(ControlResponse, descriptor_length), 20u);
+  EXPECT_EQ(offsetof(ControlResponse, descriptor), 24u);
+  EXPECT_EQ(offsetof(ControlResponse, message), 56u);
+  EXPECT_EQ(sizeof(ControlResponse::message), 64u);
+  EXPECT_EQ(sizeof(ControlResponse), 120u);
+  EXPECT_EQ(alignof(ControlResponse), 8u);
+}
+
+TEST(LayoutAbi, RdmaDescriptor) {
+  EXPECT_EQ(offsetof(RdmaDescriptor, magic), 0u);
+  EXPECT_EQ(offsetof(RdmaDescriptor, rkey), 4u);
+  EXPECT_EQ(offsetof(RdmaDescriptor, address), 8u);
+  EXPECT_EQ(offsetof(RdmaDescriptor, length), 16u);
+  EXPECT_EQ(offsetof(RdmaDescriptor, access), 24u);
+  EXPECT_EQ(offsetof(RdmaDescriptor, reserved), 28u);
+  EXPECT_EQ(sizeof(RdmaDescriptor), 32u);
+  EXPECT_EQ(sizeof(RdmaDescriptor), sizeof(ControlRequest::descriptor));
+  EXPECT_EQ(sizeof(RdmaDescriptor), sizeof(ControlResponse::descriptor));
+}
+
+TEST(LayoutAbi, SgeEntry) {
+  EXPECT_EQ(offsetof(SgeEntry, address), 0u);
+  EXPECT_EQ(offsetof(SgeEntry, length), 8u);
+  EXPECT_EQ(offsetof(SgeEntry, lkey), 12u);
+  EXPECT_EQ(sizeof(SgeEntry), 16u);
+  EXPECT_EQ(alignof(SgeEntry), 8u);
+}
+
+TEST(LayoutAbi, SendEntry) {
+  EXPECT_EQ(offsetof(SendEntry, wr_id), 0u);
+  EXPECT_EQ(offsetof(SendEntry, op), 8u);
+  EXPECT_EQ(offsetof(SendEntry, num_sge), 9u);
+  EXPECT_EQ(offsetof(SendEntry, reserved0), 10u);
+  EXPECT_EQ(offsetof(SendEntry, flags), 12u);
+  EXPECT_EQ(offsetof(SendEntry, sge), 16u);
+  EXPECT_EQ(sizeof(SendEntry::sge), 8u * 16u);
+  EXPECT_EQ(offsetof(SendEntry, remote_address), 144u);
+  EXPECT_EQ(offsetof(SendEntry, rkey), 152u);
+  EXPECT_EQ(offsetof(SendEntry, reserved1), 156u);
+  EXPECT_EQ(sizeof(SendEntry), 160u);
+  EXPECT_EQ(alignof(SendEntry), 8u);
+}
+
+TEST(LayoutAbi, CompletionEntry) {
+  EXPECT_EQ(offsetof(CompletionEntry, wr_id), 0u);
+  EXPECT_EQ(offsetof(CompletionEntry, status), 8u);
+  EXPECT_EQ(offsetof(CompletionEntry, op), 12u);
+  EXPECT_EQ(offsetof(CompletionEntry, reserved0), 13u);
+  EXPECT_EQ(offsetof(CompletionEntry, byte_len), 16u);
+  EXPECT_EQ(offsetof(CompletionEntry, reserved1), 20u);
+  EXPECT_EQ(sizeof(CompletionEntry), 24u);
+  EXPECT_EQ(alignof(CompletionEntry), 8u);
+}
+
+// Every message is copied byte for byte between processes: no hidden
+// members, no padding whose contents leak, nothing with a constructor.
+template <typename T>
+constexpr bool IsWireType() {
+  return std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T> &&
+         std::has_unique_object_representations_v<T>;
+}
+static_assert(IsWireType<RingRef>());
+static_assert(IsWireType<ConnectionSlotRef>());
+static_assert(IsWireType<ControlRequest>());
+static_assert(IsWireType<ControlResponse>());
+static_assert(IsWireType<RdmaDescriptor>());
+static_assert(IsWireType<SgeEntry>());
+static_assert(IsWireType<SendEntry>());
+static_assert(IsWireType<CompletionEntry>());
+static_assert(std::is_standard_layout_v<SessionHeader>);
+static_assert(std::is_standard_layout_v<RingHeader>);
+
+// --- Session region size -------------------------------------------------
+
+// Places one ring as a creator would: at the next cache-line-aligned offset
+// after the previous ring (SpscRing::Create needs cache-line alignment).
+template <typename T>
+RingRef Place(uint64_t* cursor, uint32_t capacity) {
+  *cursor = testing::RoundUp(*cursor, kCacheLine);
+  const size_t bytes = SpscRing<T>::BytesFor(capacity);
+  EXPECT_LE(bytes, std::numeric_limits<uint32_t>::max());
+  const RingRef ref{*cursor, capacity, static_cast<uint32_t>(bytes)};
+  *cursor += bytes;
+  return ref;
+}
+
+// The session header with every ring placed in the order the layout diagram
+// lists them, starting right after the header, written to `header` (which a
+// creator would place at the start of the region). Returns the end of the
+// last ring.
+uint64_t PlanSession(SessionHeader& header) {
+  header.magic = kSessionMagic;
+  header.version = kSessionVersion;
+  header.header_bytes = sizeof(SessionHeader);
+  header.region_bytes = SessionRegionBytes();
+  header.max_connections = kMaxConnections;
+  uint64_t cursor = sizeof(SessionHeader);
+  header.control_requests = Place<ControlRequest>(&cursor, kControlRingEntries);
+  header.control_responses =
+      Place<ControlResponse>(&cursor, kControlRingEntries);
+  for (ConnectionSlotRef& slot : header.connections) {
+    slot.send = Place<SendEntry>(&cursor, kSendRingEntries);
+    slot.completion = Place<CompletionEntry>(&cursor, kCompletionRingEntries);
+  }
+  return cursor;
+}
+
+TEST(SessionRegionBytes, IsPageRoundedAndHoldsEveryRing) {
+  constexpr uint64_t kPage = 4096;
+  constexpr uint64_t region = SessionRegionBytes();
+  static_assert(region % kPage == 0);
+  EXPECT_EQ(region, 880640u);  // 215 pages
+  SessionHeader header{};
+  const uint64_t end = PlanSession(header);
+  EXPECT_LE(end, region);
+  EXPECT_LT(region - end, kPage) << "more than a page of slack";
+}
+
+// Each ring's first entry byte pattern, distinct per ring and per entry so
+// that overlapping rings would read each other's data.
+template <typename T>
+T Pattern(uint32_t ring_id, uint32_t index) {
+  uint8_t bytes[sizeof(T)];
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    bytes[i] = static_cast<uint8_t>(ring_id * 131 + index * 7 + i);
+  }
+  T value;
+  std::memcpy(&value, bytes, sizeof(T));
+  return value;
+}
+
+template <typename T>
+void CreateAndFill(uint8_t* region, const RingRef& ref, uint32_t ring_id) {
+  ASSERT_EQ(ref.offset % kCacheLine, 0u);
+  absl::StatusOr<SpscRing<T>> ring =
+      SpscRing<T>::Create(region + ref.offset, ref.bytes, ref.capacity);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  for (uint32_t i = 0; i < ref.capacity; ++i) {
+    ASSERT_TRUE(ring->TryPush(Pattern<T>(ring_id, i)));
+  }
+  ASSERT_FALSE(ring->TryPush(Pattern<T>(ring_id, 0)));
+}
+
+template <typename T>
+void AttachAndDrain(uint8_t* region, const RingRef& ref, uint32_t ring_id) {
+  absl::StatusOr<SpscRing<T>> ring =
+      SpscRing<T>::Attach(region + ref.offset, ref.bytes);
+  ASSERT_TRUE(ring.ok()) << "ring " << ring_id << ": " << ring.status();
+  ASSERT_EQ(ring->capacity(), ref.capacity);
+  ASSERT_EQ(ring->Size(), ref.capacity);
+  for (uint32_t i = 0; i < ref.capacity; ++i) {
+    T out;
+    ASSERT_EQ(ring->TryPop(&out), PopResult::kOk);
+    const T expected = Pattern<T>(ring_id, i);
+    ASSERT_EQ(std::memcmp(&out, &expected, sizeof(T)), 0)
+        << "ring " << ring_id << " entry " << i;
+  }
+}
+
+// Builds a whole session region of exactly SessionRegionBytes() (followed by
+// a guard page), fills every ring, then attaches to each through the offsets
+// recorded in the header and reads everything back: rings that overlapped
+// each other or the header, or ran past the region, would fail here.
+TEST(SessionRegionBytes, EveryRingFitsWithoutOverlap) {
+  GuardedRegion memory(SessionRegionBytes());
+  ASSERT_EQ(memory.size(), SessionRegionBytes());
+  uint8_t* region = memory.data();
+  auto* header = new (region) SessionHeader{};
+  EXPECT_LE(PlanSession(*header), SessionRegionBytes());
+  uint8_t planned[sizeof(SessionHeader)];
+  std::memcpy(planned, header, sizeof(planned));
+
+  CreateAndFill<ControlRequest>(region, header->control_requests, 0);
+  CreateAndFill<ControlResponse>(region, header->control_responses, 1);
+  for (uint32_t c = 0; c < kMaxConnections; ++c) {
+    CreateAndFill<SendEntry>(region, header->connections[c].send, 2 + 2 * c);
+    CreateAndFill<CompletionEntry>(region, header->connections[c].completion,
+                                   3 + 2 * c);
+  }
+
+  EXPECT_EQ(std::memcmp(header, planned, sizeof(planned)), 0)
+      << "a ring overwrote the session header";
+  AttachAndDrain<ControlRequest>(region, header->control_requests, 0);
+  AttachAndDrain<ControlResponse>(region, header->control_responses, 1);
+  for (uint32_t c = 0; c < kMaxConnections; ++c) {
+    AttachAndDrain<SendEntry>(region, header->connections[c].send, 2 + 2 * c);
+    AttachAndDrain<CompletionEntry>(region, header->connections[c].completion,
+                                    3 + 2 * c);
+  }
+}
+
+}  // namespace
+}  // namespace rdmaplane::shm

@@ -1,0 +1,56 @@
+// The setup protocol on the daemon's Unix socket: a client says hello with
+// its session region, then hands over arenas; file descriptors travel with
+// SCM_RIGHTS. Everything after setup (registrations, connections, work
+// requests) goes through the shared-memory rings of layout.h.
+//
+// Fixed-size little-endian messages; each side validates magic, version and
+// type, and closes the socket on anything malformed.
+// Thread-compatible functions.
+#ifndef RDMAPLANE_API_SHM_SETUP_H_
+#define RDMAPLANE_API_SHM_SETUP_H_
+
+#include <cstdint>
+#include <string>
+
+namespace rdmaplane::shm {
+
+inline constexpr uint32_t kSetupMagic = 0x53504452;  // "RDPS"
+inline constexpr uint16_t kSetupVersion = 1;
+
+enum SetupType : uint16_t {
+  kSetupHello = 1,       // client -> daemon; fd: session region (memfd)
+  kSetupHelloReply = 2,  // daemon -> client; fds: control eventfd, engine eventfd
+  kSetupArena = 3,       // client -> daemon; fd: arena memfd
+  kSetupArenaReply = 4,  // daemon -> client
+  kSetupArenaFree = 5,   // client -> daemon
+  kSetupArenaFreeReply = 6,
+};
+
+struct SetupMessage {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t type;
+  int32_t status;  // rdp_status in replies
+  uint32_t id;     // session id or arena id
+  uint64_t address;  // arena: client virtual address it is mapped at
+  uint64_t length;   // region or arena bytes
+  char text[64];     // NUL-terminated error explanation in replies
+};
+static_assert(sizeof(SetupMessage) == 96);
+
+// Sends `msg` with up to two descriptors (-1: none). Returns false on error.
+bool SendSetup(int sock, const SetupMessage& msg, int fd0 = -1, int fd1 = -1);
+// Receives one message and up to two descriptors (-1 when absent). Returns
+// false on error, short read, bad magic or version, or end of stream; any
+// descriptor received with a message that is rejected is closed.
+bool RecvSetup(int sock, SetupMessage* msg, int* fd0, int* fd1);
+
+SetupMessage MakeSetup(SetupType type);
+
+// The default socket path: /run/rdmaplane/rdmaplane.sock for root, else
+// $XDG_RUNTIME_DIR/rdmaplane.sock, else /tmp/rdmaplane-<uid>.sock.
+std::string DefaultSocketPath();
+
+}  // namespace rdmaplane::shm
+
+#endif  // RDMAPLANE_API_SHM_SETUP_H_

@@ -1,0 +1,723 @@
+#include "control/daemon.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "api/shm/doorbell.h"
+#include "api/shm/setup.h"
+
+namespace rdmaplane::control {
+namespace {
+
+using shm::ControlRequest;
+using shm::ControlResponse;
+
+ControlResponse Reply(int32_t status, const char* message = "") {
+  ControlResponse r{};
+  r.status = status;
+  std::snprintf(r.message, sizeof(r.message), "%s", message);
+  return r;
+}
+
+bool ValidService(const ControlRequest& r) {
+  const void* nul = std::memchr(r.service, '\0', sizeof(r.service));
+  return nul != nullptr && r.service[0] != '\0';
+}
+
+// Registration access bits for the seed's MEM_READ / MEM_WRITE flags.
+uint8_t RemoteAccessBits(uint32_t flags) {
+  return ((flags & shm::kAccessRead) ? mr::kAccessRemoteRead : 0) |
+         ((flags & shm::kAccessWrite) ? mr::kAccessRemoteWrite : 0);
+}
+
+bool MakeParentDir(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return true;
+  const std::string dir = path.substr(0, slash);
+  if (mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) return true;
+  return false;
+}
+
+}  // namespace
+
+Daemon::Daemon(const DaemonOptions& options)
+    : options_(options),
+      table_(options.max_registrations, /*readers=*/1),
+      cache_(&table_) {
+  if (options_.socket_path.empty()) {
+    options_.socket_path = shm::DefaultSocketPath();
+  }
+  engine::EngineOptions eo;
+  eo.mode = options_.poll_mode;
+  engine_ = std::make_unique<engine::Engine>(&table_, eo);
+}
+
+Daemon::~Daemon() { Stop(); }
+
+bool Daemon::Allowed(uid_t uid, gid_t gid) const {
+  if (uid == 0 || uid == geteuid()) return true;
+  for (uid_t u : options_.allowed_uids) {
+    if (u == uid) return true;
+  }
+  for (gid_t g : options_.allowed_gids) {
+    if (g == gid) return true;
+  }
+  return false;
+}
+
+absl::Status Daemon::Start() {
+  const std::string& path = options_.socket_path;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError("socket path too long: " + path);
+  }
+  if (!MakeParentDir(path)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create the folder of ", path, ": ",
+                     std::strerror(errno)));
+  }
+  // A socket file left by a daemon that died is replaced; a live one is not.
+  listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (connect(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) ==
+      0) {
+    close(listen_fd_);
+    listen_fd_ = -1;
+    return absl::AlreadyExistsError("another rdmaplaned serves " + path);
+  }
+  close(listen_fd_);
+  unlink(path.c_str());
+  listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0 ||
+      bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listen_fd_, 64) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", path, ": ", std::strerror(errno)));
+  }
+  // Anyone may connect; SO_PEERCRED and the uid/gid policy decide.
+  chmod(path.c_str(), 0666);
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  control_eventfd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  ev.data.fd = control_eventfd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, control_eventfd_, &ev);
+  engine_->Start();
+  control_thread_ = std::thread([this] { ControlLoop(); });
+  return absl::OkStatus();
+}
+
+void Daemon::Stop() {
+  if (!control_thread_.joinable()) return;
+  stop_.store(true, std::memory_order_release);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(control_eventfd_, &one, sizeof(one));
+  control_thread_.join();
+  engine_->Stop();
+  for (int fd : {listen_fd_, epoll_fd_, control_eventfd_}) {
+    if (fd >= 0) close(fd);
+  }
+  unlink(options_.socket_path.c_str());
+}
+
+DaemonSnapshot Daemon::Snapshot() const {
+  absl::MutexLock lock(&snapshot_mu_);
+  return snapshot_;
+}
+
+void Daemon::ControlLoop() {
+  epoll_event events[32];
+  while (!stop_.load(std::memory_order_acquire)) {
+    const int n = epoll_wait(epoll_fd_, events, 32, 100);
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == listen_fd_) {
+        AcceptClient();
+      } else if (fd == control_eventfd_) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = read(control_eventfd_, &v, sizeof(v));
+      } else if (auto it = sessions_.find(fd); it != sessions_.end()) {
+        HandleSocket(it->second.get());
+      }
+    }
+    ServeControlRings();
+    table_.Reclaim();
+    absl::MutexLock lock(&snapshot_mu_);
+    snapshot_.sessions = static_cast<uint32_t>(sessions_.size());
+    snapshot_.registrations = static_cast<uint32_t>(cache_.size());
+    snapshot_.connections = static_cast<uint32_t>(connections_.size());
+    uint32_t arenas = 0;
+    for (const auto& [fd, s] : sessions_) arenas += s->arenas.size();
+    snapshot_.arenas = arenas;
+  }
+  // Shutting down: every session goes, as if its client had exited, except
+  // that clients see their connections aborted.
+  while (!sessions_.empty()) CloseSession(sessions_.begin()->second.get());
+}
+
+void Daemon::AcceptClient() {
+  while (true) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+        !Allowed(cred.uid, cred.gid)) {
+      shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
+      reply.status = shm::kStatusPermission;
+      std::snprintf(reply.text, sizeof(reply.text),
+                    "uid %u is not allowed by this daemon's policy", cred.uid);
+      shm::SendSetup(fd, reply);
+      close(fd);
+      absl::MutexLock lock(&snapshot_mu_);
+      ++snapshot_.rejected_clients;
+      continue;
+    }
+    // Setup messages are small and arrive whole; a client that sends half a
+    // message and stalls is cut off after a second.
+    timeval tv{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    auto s = std::make_unique<Session>();
+    s->sock = fd;
+    s->pid = cred.pid;
+    s->uid = cred.uid;
+    s->id = next_session_id_++;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = fd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    sessions_[fd] = std::move(s);
+  }
+}
+
+void Daemon::HandleSocket(Session* s) {
+  shm::SetupMessage msg;
+  int fd0 = -1, fd1 = -1;
+  if (!shm::RecvSetup(s->sock, &msg, &fd0, &fd1)) {
+    CloseSession(s);  // the client exited, crashed or spoke nonsense
+    return;
+  }
+  if (fd1 >= 0) close(fd1);
+  switch (msg.type) {
+    case shm::kSetupHello:
+      if (!s->ready) {
+        HandleHello(s, msg, fd0);
+        return;
+      }
+      break;
+    case shm::kSetupArena:
+      if (s->ready) {
+        HandleArena(s, msg, fd0);
+        return;
+      }
+      break;
+    default:
+      break;
+  }
+  if (fd0 >= 0) close(fd0);
+  {
+    absl::MutexLock lock(&snapshot_mu_);
+    ++snapshot_.bad_requests;
+  }
+  CloseSession(s);
+}
+
+namespace {
+
+// The region must stay the size it was when mapped: a client that could
+// shrink it would make the daemon fault on access.
+bool SealedAgainstShrinking(int fd) {
+  const int seals = fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & F_SEAL_SHRINK) != 0;
+}
+
+}  // namespace
+
+void Daemon::HandleHello(Session* s, const shm::SetupMessage& msg, int fd) {
+  shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
+  auto refuse = [&](const char* why) {
+    reply.status = shm::kStatusInvalid;
+    std::snprintf(reply.text, sizeof(reply.text), "%s", why);
+    shm::SendSetup(s->sock, reply);
+    if (fd >= 0) close(fd);
+    CloseSession(s);
+  };
+  struct stat st{};
+  if (fd < 0 || fstat(fd, &st) != 0) return refuse("no session region");
+  if (msg.length != shm::SessionRegionBytes() ||
+      static_cast<uint64_t>(st.st_size) < msg.length) {
+    return refuse("session region has the wrong size (version mismatch?)");
+  }
+  if (!SealedAgainstShrinking(fd)) {
+    return refuse("session region must be sealed against shrinking");
+  }
+  void* mem = mmap(nullptr, msg.length, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
+  if (mem == MAP_FAILED) return refuse("cannot map the session region");
+  s->region = static_cast<uint8_t*>(mem);
+  s->region_bytes = msg.length;
+  s->region_fd = fd;
+  s->header = reinterpret_cast<shm::SessionHeader*>(s->region);
+  // Copy the ring table once; later changes by the client are ignored.
+  std::memcpy(static_cast<void*>(&s->refs), s->header, sizeof(s->refs));
+  const shm::SessionHeader& h = s->refs;
+  if (h.magic != shm::kSessionMagic || h.version != shm::kSessionVersion ||
+      h.max_connections != shm::kMaxConnections) {
+    return refuse("bad session header (magic, version or limits)");
+  }
+  auto in_region = [&](const shm::RingRef& r) {
+    return r.offset % shm::kCacheLine == 0 && r.offset <= s->region_bytes &&
+           r.bytes <= s->region_bytes - r.offset;
+  };
+  bool ok = in_region(h.control_requests) && in_region(h.control_responses);
+  for (const auto& c : h.connections) {
+    ok = ok && in_region(c.send) && in_region(c.completion);
+  }
+  if (!ok) return refuse("a ring lies outside the session region");
+  auto req = shm::SpscRing<ControlRequest>::Attach(
+      s->region + h.control_requests.offset, h.control_requests.bytes);
+  auto resp = shm::SpscRing<ControlResponse>::Attach(
+      s->region + h.control_responses.offset, h.control_responses.bytes);
+  if (!req.ok() || !resp.ok()) return refuse("control rings are malformed");
+  for (const auto& c : h.connections) {
+    if (!shm::SpscRing<shm::SendEntry>::Attach(s->region + c.send.offset,
+                                              c.send.bytes)
+             .ok() ||
+        !shm::SpscRing<shm::CompletionEntry>::Attach(
+             s->region + c.completion.offset, c.completion.bytes)
+             .ok()) {
+      return refuse("connection rings are malformed");
+    }
+  }
+  for (auto& state : s->header->connection_state) {
+    state.store(shm::kConnFree, std::memory_order_relaxed);
+  }
+  s->requests = *req;
+  s->responses = *resp;
+  s->ready = true;
+  reply.status = shm::kStatusOk;
+  reply.id = s->id;
+  shm::SendSetup(s->sock, reply, control_eventfd_, engine_->eventfd());
+}
+
+void Daemon::HandleArena(Session* s, const shm::SetupMessage& msg, int fd) {
+  shm::SetupMessage reply = shm::MakeSetup(shm::kSetupArenaReply);
+  struct stat st{};
+  const bool sized = fd >= 0 && fstat(fd, &st) == 0 && msg.length > 0 &&
+                     static_cast<uint64_t>(st.st_size) >= msg.length &&
+                     msg.address + msg.length > msg.address;
+  // Arenas of one client may not overlap in its address space.
+  bool overlaps = false;
+  for (const auto& [id, a] : s->arenas) {
+    overlaps |= msg.address < a.client_address + a.bytes &&
+                a.client_address < msg.address + msg.length;
+  }
+  void* mem = MAP_FAILED;
+  if (sized && !overlaps && SealedAgainstShrinking(fd)) {
+    mem = mmap(nullptr, msg.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (mem == MAP_FAILED) {
+    if (fd >= 0) close(fd);
+    reply.status = shm::kStatusInvalid;
+    std::snprintf(reply.text, sizeof(reply.text), "%s",
+                  "arena refused: not a sealed memfd of that size, or overlaps");
+    shm::SendSetup(s->sock, reply);
+    return;
+  }
+  Arena a;
+  a.client_address = msg.address;
+  a.bytes = msg.length;
+  a.host = static_cast<uint8_t*>(mem);
+  a.fd = fd;
+  const uint32_t id = next_arena_id_++;
+  s->arenas[id] = a;
+  reply.status = shm::kStatusOk;
+  reply.id = id;
+  shm::SendSetup(s->sock, reply);
+}
+
+void Daemon::CloseSession(Session* s) {
+  // Connections first: the engine completes their work and drops its pins.
+  for (uint32_t slot = 0; slot < shm::kMaxConnections; ++slot) {
+    if (Connection* c = s->connections[slot]) {
+      const int side = c->side[0] == s && c->slot[0] == slot ? 0 : 1;
+      CloseConnection(c, side,
+                      stop_.load() ? shm::kStatusConnAborted
+                                   : shm::kStatusAborted,
+                      stop_.load() ? shm::kStatusConnAborted
+                                   : shm::kStatusConnReset);
+      c->open[side] = false;
+      s->connections[slot] = nullptr;
+      MaybeDeleteConnection(c);
+    }
+  }
+  // Connections waiting in our accept queues are refused to their other end.
+  for (const std::string& service : s->listening) {
+    listeners_.erase(service);
+    auto it = pending_.find(service);
+    if (it == pending_.end()) continue;
+    for (auto& [c, side] : it->second) {
+      c->open[side] = false;
+      MaybeDeleteConnection(c);
+    }
+    pending_.erase(it);
+  }
+  cache_.DropOwner(s->id);
+  for (auto& [id, a] : s->arenas) {
+    munmap(a.host, a.bytes);
+    close(a.fd);
+  }
+  if (s->region != nullptr) munmap(s->region, s->region_bytes);
+  if (s->region_fd >= 0) close(s->region_fd);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->sock, nullptr);
+  close(s->sock);
+  {
+    absl::MutexLock lock(&snapshot_mu_);
+    ++snapshot_.sessions_reclaimed;
+  }
+  sessions_.erase(s->sock);
+}
+
+void Daemon::ServeControlRings() {
+  std::vector<Session*> broken;
+  for (auto& [fd, sp] : sessions_) {
+    Session* s = sp.get();
+    if (!s->ready) continue;
+    bool answered = false;
+    for (int i = 0; i < 64; ++i) {
+      // Do not take a request we could not answer.
+      if (s->responses.Size() >= s->responses.capacity()) break;
+      ControlRequest req;
+      const shm::PopResult pr = s->requests.TryPop(&req);
+      if (pr == shm::PopResult::kEmpty) break;
+      if (pr == shm::PopResult::kCorrupted) {
+        broken.push_back(s);
+        break;
+      }
+      ControlResponse resp = Handle(s, req);
+      resp.request_id = req.request_id;
+      s->responses.TryPush(resp);
+      answered = true;
+      absl::MutexLock lock(&snapshot_mu_);
+      ++snapshot_.control_requests;
+    }
+    if (answered) shm::RingDoorbell(&s->header->control_response_bell);
+  }
+  for (Session* s : broken) CloseSession(s);
+}
+
+uint32_t Daemon::ScopeOf(const Connection* c, int side) {
+  return c->id * 2 + static_cast<uint32_t>(side);
+}
+
+uint32_t Daemon::ScopeOf(const Session* s, uint32_t slot) {
+  const Connection* c = s->connections[slot];
+  return ScopeOf(c, c->side[0] == s && c->slot[0] == slot ? 0 : 1);
+}
+
+ControlResponse Daemon::Handle(Session* s, const ControlRequest& req) {
+  switch (req.op) {
+    case shm::kOpRegisterLocal: return RegisterLocal(s, req);
+    case shm::kOpDeregisterLocal: return DeregisterLocal(s, req);
+    case shm::kOpRegisterRdma: return RegisterRdma(s, req);
+    case shm::kOpDeregisterRdma: return DeregisterRdma(s, req);
+    case shm::kOpListen: return Listen(s, req);
+    case shm::kOpUnlisten: return Unlisten(s, req);
+    case shm::kOpConnect: return Connect(s, req);
+    case shm::kOpAccept: return Accept(s, req);
+    case shm::kOpDisconnect: return Disconnect(s, req);
+  }
+  absl::MutexLock lock(&snapshot_mu_);
+  ++snapshot_.bad_requests;
+  return Reply(shm::kStatusInvalid, "unknown control operation");
+}
+
+uint8_t* Daemon::Translate(const Session* s, uint64_t address,
+                           uint64_t length) const {
+  for (const auto& [id, a] : s->arenas) {
+    if (address >= a.client_address && address - a.client_address <= a.bytes &&
+        length <= a.bytes - (address - a.client_address)) {
+      return a.host + (address - a.client_address);
+    }
+  }
+  return nullptr;
+}
+
+ControlResponse Daemon::RegisterLocal(Session* s, const ControlRequest& r) {
+  if (r.flags == 0 || (r.flags & ~shm::kAccessReadWrite) != 0) {
+    return Reply(shm::kStatusInvalid, "flags must be read, write or both");
+  }
+  uint8_t* host = Translate(s, r.address, r.length);
+  if (host == nullptr || r.length == 0) {
+    return Reply(shm::kStatusFault, "buffer is not inside the caller's arenas");
+  }
+  mr::Registration reg;
+  reg.owner = s->id;
+  reg.connection = mr::kAnyConnection;
+  reg.address = r.address;
+  reg.length = r.length;
+  reg.host = host;
+  reg.access = mr::kAccessLocal;
+  const std::optional<uint32_t> key = cache_.Register(reg);
+  if (!key) return Reply(shm::kStatusNoBuffers, "registration table full");
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.key = *key;
+  return resp;
+}
+
+ControlResponse Daemon::DeregisterLocal(Session* s, const ControlRequest& r) {
+  switch (cache_.Deregister(s->id, mr::kAnyConnection, r.key)) {
+    case RegistrationCache::Release::kOk:
+      return Reply(shm::kStatusOk);
+    case RegistrationCache::Release::kInUse:
+      return Reply(shm::kStatusInvalid, "in use by an in-flight transfer");
+    case RegistrationCache::Release::kUnknown:
+      break;
+  }
+  return Reply(shm::kStatusInvalid, "not a registration of this client");
+}
+
+ControlResponse Daemon::RegisterRdma(Session* s, const ControlRequest& r) {
+  if (r.flags != shm::kAccessRead && r.flags != shm::kAccessWrite &&
+      r.flags != shm::kAccessReadWrite) {
+    return Reply(shm::kStatusInvalid,
+                 "flags must be MEM_READ, MEM_WRITE or MEM_READWRITE");
+  }
+  if (r.connection >= shm::kMaxConnections ||
+      s->connections[r.connection] == nullptr ||
+      !s->connections[r.connection]->running) {
+    return Reply(shm::kStatusNotConnected, "connection is not established");
+  }
+  uint8_t* host = Translate(s, r.address, r.length);
+  if (host == nullptr || r.length == 0) {
+    // descriptor_length 0: the caller's length stays as it was.
+    return Reply(shm::kStatusFault, "buffer is not inside the caller's arenas");
+  }
+  if (r.descriptor_length < sizeof(shm::RdmaDescriptor)) {
+    ControlResponse resp =
+        Reply(shm::kStatusFault, "descriptor buffer too small");
+    resp.descriptor_length = sizeof(shm::RdmaDescriptor);
+    return resp;
+  }
+  mr::Registration reg;
+  reg.owner = s->id;
+  reg.connection = ScopeOf(s, r.connection);
+  reg.address = r.address;
+  reg.length = r.length;
+  reg.host = host;
+  reg.access = RemoteAccessBits(r.flags);
+  const std::optional<uint32_t> key = cache_.Register(reg);
+  if (!key) return Reply(shm::kStatusNoBuffers, "registration table full");
+  shm::RdmaDescriptor d{};
+  d.magic = shm::kDescriptorMagic;
+  d.rkey = *key;
+  d.address = r.address;
+  d.length = r.length;
+  d.access = r.flags;
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.key = *key;
+  resp.descriptor_length = sizeof(d);
+  std::memcpy(resp.descriptor, &d, sizeof(d));
+  return resp;
+}
+
+ControlResponse Daemon::DeregisterRdma(Session* s, const ControlRequest& r) {
+  shm::RdmaDescriptor d{};
+  if (r.descriptor_length < sizeof(d) ||
+      r.descriptor_length > sizeof(r.descriptor)) {
+    return Reply(shm::kStatusInvalid, "not a descriptor");
+  }
+  std::memcpy(&d, r.descriptor, sizeof(d));
+  if (d.magic != shm::kDescriptorMagic) {
+    return Reply(shm::kStatusInvalid, "not a descriptor");
+  }
+  if (r.connection >= shm::kMaxConnections ||
+      s->connections[r.connection] == nullptr) {
+    return Reply(shm::kStatusInvalid, "not registered on this connection");
+  }
+  switch (cache_.Deregister(s->id, ScopeOf(s, r.connection), d.rkey)) {
+    case RegistrationCache::Release::kOk:
+      return Reply(shm::kStatusOk);
+    case RegistrationCache::Release::kInUse:
+      return Reply(shm::kStatusInvalid, "in use by an in-flight transfer");
+    case RegistrationCache::Release::kUnknown:
+      break;
+  }
+  return Reply(shm::kStatusInvalid, "not a registered RDMA buffer");
+}
+
+ControlResponse Daemon::Listen(Session* s, const ControlRequest& r) {
+  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
+  const std::string service(r.service);
+  if (auto it = listeners_.find(service); it != listeners_.end()) {
+    return it->second == s ? Reply(shm::kStatusOk)
+                           : Reply(shm::kStatusInvalid,
+                                   "another client listens on this service");
+  }
+  listeners_[service] = s;
+  s->listening.insert(service);
+  return Reply(shm::kStatusOk);
+}
+
+ControlResponse Daemon::Unlisten(Session* s, const ControlRequest& r) {
+  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
+  const std::string service(r.service);
+  auto it = listeners_.find(service);
+  if (it == listeners_.end() || it->second != s) {
+    return Reply(shm::kStatusInvalid, "not listening on this service");
+  }
+  listeners_.erase(it);
+  s->listening.erase(service);
+  return Reply(shm::kStatusOk);
+}
+
+std::unique_ptr<engine::Endpoint> Daemon::MakeEndpoint(
+    Session* s, uint32_t slot, uint32_t connection_id, uint32_t local_qpn,
+    uint32_t remote_qpn, uint32_t send_psn, uint32_t recv_psn) {
+  engine::EndpointInfo info;
+  info.connection_id = connection_id;
+  info.session_id = s->id;
+  info.header = s->header;
+  info.slot = slot;
+  const shm::ConnectionSlotRef& ref = s->refs.connections[slot];
+  info.send = *shm::SpscRing<shm::SendEntry>::Attach(s->region + ref.send.offset,
+                                                    ref.send.bytes);
+  info.completion = *shm::SpscRing<shm::CompletionEntry>::Attach(
+      s->region + ref.completion.offset, ref.completion.bytes);
+  // Clear anything a previous user of the slot left behind.
+  shm::SendEntry stale;
+  while (info.send.TryPop(&stale) == shm::PopResult::kOk) {
+  }
+  rc::QpConfig qp;
+  qp.local_qpn = wire::Qpn(local_qpn);
+  qp.remote_qpn = wire::Qpn(remote_qpn);
+  qp.send_psn = wire::Psn(send_psn);
+  qp.recv_psn = wire::Psn(recv_psn);
+  qp.path.src_ip = 0x7F000001;  // in-process link: both ends are this host
+  qp.path.dst_ip = 0x7F000001;
+  qp.path.udp_src_port = wire::UdpSourcePortForQpn(qp.local_qpn);
+  qp.pmtu = options_.path_mtu;
+  qp.max_inflight_packets = 256;
+  qp.ack_req_every = 32;
+  qp.retransmit_timeout_ns = options_.retransmit_timeout_ns;
+  qp.retry_count = 7;
+  info.qp = qp;
+  return std::make_unique<engine::Endpoint>(info, &table_, engine_->clock(),
+                                            options_.link_faults);
+}
+
+ControlResponse Daemon::Connect(Session* s, const ControlRequest& r) {
+  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
+  auto it = listeners_.find(r.service);
+  if (it == listeners_.end()) {
+    return Reply(shm::kStatusRefused, "no listener for this service");
+  }
+  Session* server = it->second;
+  auto free_slot = [](Session* x, int skip) -> int {
+    for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
+      if (x->connections[i] == nullptr && static_cast<int>(i) != skip) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  };
+  const int cslot = free_slot(s, -1);
+  const int sslot = free_slot(server, server == s ? cslot : -1);
+  if (cslot < 0 || sslot < 0) {
+    return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  }
+  auto c = std::make_unique<Connection>();
+  c->id = next_connection_id_++;
+  c->side[0] = s;
+  c->slot[0] = cslot;
+  c->side[1] = server;
+  c->slot[1] = sslot;
+  psn_seed_ = psn_seed_ * 6364136223846793005ull + 1442695040888963407ull;
+  const uint32_t psn_a = static_cast<uint32_t>(psn_seed_ >> 40);
+  const uint32_t psn_b = static_cast<uint32_t>(psn_seed_ >> 16) & 0xFFFFFF;
+  const uint32_t qpn_a = (c->id * 2) & 0xFFFFFF;
+  const uint32_t qpn_b = (c->id * 2 + 1) & 0xFFFFFF;
+  c->endpoint[0] =
+      MakeEndpoint(s, cslot, ScopeOf(c.get(), 0), qpn_a, qpn_b, psn_a, psn_b);
+  c->endpoint[1] = MakeEndpoint(server, sslot, ScopeOf(c.get(), 1), qpn_b,
+                                qpn_a, psn_b, psn_a);
+  c->open[0] = c->open[1] = true;
+  s->connections[cslot] = c.get();
+  server->connections[sslot] = c.get();
+  engine_->AddPair(c->endpoint[0].get(), c->endpoint[1].get());
+  c->running = true;
+  pending_[r.service].push_back({c.get(), 1});
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.connection = cslot;
+  connections_[c->id] = std::move(c);
+  return resp;
+}
+
+ControlResponse Daemon::Accept(Session* s, const ControlRequest& r) {
+  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
+  auto it = listeners_.find(r.service);
+  if (it == listeners_.end() || it->second != s) {
+    return Reply(shm::kStatusInvalid, "not listening on this service");
+  }
+  auto& queue = pending_[r.service];
+  if (queue.empty()) return Reply(shm::kStatusAgain, "no connection yet");
+  auto [c, side] = queue.front();
+  queue.pop_front();
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.connection = c->slot[side];
+  return resp;
+}
+
+void Daemon::CloseConnection(Connection* c, int side, int32_t status,
+                             int32_t peer_status) {
+  if (!c->running) return;
+  const bool stopping = stop_.load();
+  engine_->RemovePair(c->endpoint[side].get(), status,
+                      stopping ? shm::kConnAborted : shm::kConnFree,
+                      peer_status,
+                      stopping ? shm::kConnAborted : shm::kConnReset);
+  c->running = false;
+  // Memory registered for the connection is unreachable from now on.
+  cache_.DropConnection(ScopeOf(c, 0));
+  cache_.DropConnection(ScopeOf(c, 1));
+}
+
+void Daemon::MaybeDeleteConnection(Connection* c) {
+  if (c->open[0] || c->open[1]) return;
+  for (auto& [service, queue] : pending_) {
+    std::erase_if(queue, [c](const auto& p) { return p.first == c; });
+  }
+  connections_.erase(c->id);
+}
+
+ControlResponse Daemon::Disconnect(Session* s, const ControlRequest& r) {
+  if (r.connection >= shm::kMaxConnections ||
+      s->connections[r.connection] == nullptr) {
+    return Reply(shm::kStatusNotConnected, "no such connection");
+  }
+  Connection* c = s->connections[r.connection];
+  const int side = c->side[0] == s && c->slot[0] == r.connection ? 0 : 1;
+  CloseConnection(c, side, shm::kStatusAborted, shm::kStatusConnReset);
+  s->header->connection_state[r.connection].store(shm::kConnFree,
+                                                  std::memory_order_release);
+  c->open[side] = false;
+  s->connections[r.connection] = nullptr;
+  MaybeDeleteConnection(c);
+  return Reply(shm::kStatusOk);
+}
+
+}  // namespace rdmaplane::control

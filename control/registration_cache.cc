@@ -1,0 +1,97 @@
+#include "control/registration_cache.h"
+
+#include <unistd.h>
+
+#include <vector>
+
+namespace rdmaplane::control {
+
+std::optional<uint32_t> RegistrationCache::Register(const mr::Registration& r) {
+  auto it = by_identity_.find(IdentityOf(r));
+  if (it != by_identity_.end()) {
+    ++by_key_[it->second].refs;
+    return it->second;
+  }
+  std::optional<uint32_t> key = table_->Insert(r);
+  if (!key) {
+    table_->Reclaim();
+    key = table_->Insert(r);
+  }
+  if (!key) return std::nullopt;
+  by_key_[*key] = Entry{r, 1};
+  by_identity_[IdentityOf(r)] = *key;
+  return key;
+}
+
+RegistrationCache::Release RegistrationCache::Deregister(uint32_t owner,
+                                                         uint32_t connection,
+                                                         uint32_t key) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end() || it->second.reg.owner != owner ||
+      it->second.reg.connection != connection) {
+    return Release::kUnknown;
+  }
+  if (it->second.refs > 1) {
+    // Not the last reference: nothing is released, so nothing is in use.
+    --it->second.refs;
+    return Release::kOk;
+  }
+  switch (table_->Remove(key)) {
+    case mr::RegistrationTable::RemoveResult::kInUse:
+      return Release::kInUse;
+    case mr::RegistrationTable::RemoveResult::kUnknown:
+    case mr::RegistrationTable::RemoveResult::kOk:
+      break;
+  }
+  by_identity_.erase(IdentityOf(it->second.reg));
+  by_key_.erase(it);
+  return Release::kOk;
+}
+
+template <typename Pred>
+uint32_t RegistrationCache::DropIf(Pred pred) {
+  std::vector<uint32_t> keys;
+  for (const auto& [key, entry] : by_key_) {
+    if (pred(entry.reg)) keys.push_back(key);
+  }
+  for (uint32_t key : keys) {
+    // Engines release their pins when connections close, which happens
+    // before this; wait briefly for one that is just finishing.
+    for (int i = 0; i < 1000 && table_->Remove(key) ==
+                                    mr::RegistrationTable::RemoveResult::kInUse;
+         ++i) {
+      usleep(100);
+    }
+    by_identity_.erase(IdentityOf(by_key_[key].reg));
+    by_key_.erase(key);
+  }
+  return static_cast<uint32_t>(keys.size());
+}
+
+uint32_t RegistrationCache::DropOwner(uint32_t owner) {
+  return DropIf([owner](const mr::Registration& r) { return r.owner == owner; });
+}
+
+uint32_t RegistrationCache::DropConnection(uint32_t connection) {
+  return DropIf([connection](const mr::Registration& r) {
+    return r.connection == connection;
+  });
+}
+
+const mr::Registration* RegistrationCache::Find(uint32_t key) const {
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? nullptr : &it->second.reg;
+}
+
+uint32_t RegistrationCache::references(uint32_t key) const {
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? 0 : it->second.refs;
+}
+
+size_t RegistrationCache::CountOwner(uint32_t owner) const {
+  size_t n = 0;
+  for (const auto& [key, entry] : by_key_) n += entry.reg.owner == owner;
+  return n;
+}
+
+}  // namespace rdmaplane::control

@@ -1,0 +1,145 @@
+// One end of a connection as an engine serves it: the client's send and
+// completion rings, the RC queue pair, the adapters that connect the QP to
+// the registration table and to the completion ring, and the frame queue the
+// peer's transmissions land in (in-process loopback link).
+//
+// Created and destroyed by the control plane; between Engine::AddPair and
+// the acknowledgement of Engine::RemovePair it is used by the engine thread
+// only.
+#ifndef RDMAPLANE_DATAPLANE_ENGINE_ENDPOINT_H_
+#define RDMAPLANE_DATAPLANE_ENGINE_ENDPOINT_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "api/shm/layout.h"
+#include "api/shm/ring.h"
+#include "dataplane/fault/fault_model.h"
+#include "dataplane/mr/registration_table.h"
+#include "dataplane/rc/interfaces.h"
+#include "dataplane/rc/qp.h"
+
+namespace rdmaplane::engine {
+
+class MonotonicClock : public rc::Clock {
+ public:
+  uint64_t NowNs() const override;
+};
+
+// Fixed-size FIFO of frames, filled by the peer's transmitter: the loopback
+// link. Single producer and consumer, both the engine thread.
+class FrameQueue {
+ public:
+  static constexpr uint32_t kSlots = 512;
+  static constexpr uint32_t kSlotBytes = 4352;  // 4096 MTU + headers
+
+  FrameQueue();
+  std::span<uint8_t> Reserve(size_t len);
+  void Commit(size_t len);
+  // Oldest frame, or an empty span.
+  std::span<const uint8_t> Front() const;
+  void Pop() { ++head_; }
+  bool empty() const { return head_ == tail_; }
+
+ private:
+  std::unique_ptr<uint8_t[]> frames_;
+  uint32_t lengths_[kSlots];
+  uint32_t head_ = 0;
+  uint32_t tail_ = 0;
+};
+
+// Transmits into the peer's FrameQueue, through an optional fault model.
+class LoopbackTx : public rc::FrameSink {
+ public:
+  explicit LoopbackTx(const fault::FaultSpec& faults) : faults_(faults) {}
+  void Connect(FrameQueue* peer_rx) { peer_rx_ = peer_rx; }
+  std::span<uint8_t> Reserve(size_t max_len) override;
+  void Commit(size_t len) override;
+
+ private:
+  FrameQueue* peer_rx_ = nullptr;
+  fault::FaultModel faults_;
+  uint8_t scratch_[FrameQueue::kSlotBytes];  // frames the model drops
+  bool reserved_in_peer_ = false;
+};
+
+struct EndpointInfo {
+  uint32_t connection_id = 0;  // registration scope
+  uint32_t session_id = 0;     // owner, for local keys
+  shm::SessionHeader* header = nullptr;
+  uint32_t slot = 0;  // connection slot in the session
+  shm::SpscRing<shm::SendEntry> send;
+  shm::SpscRing<shm::CompletionEntry> completion;
+  rc::QpConfig qp;
+};
+
+struct EndpointStats {
+  uint64_t posted = 0;
+  uint64_t completed = 0;
+  uint64_t local_key_errors = 0;
+  uint64_t bad_entries = 0;
+  uint64_t rx_rejected = 0;
+};
+
+class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
+ public:
+  Endpoint(const EndpointInfo& info, mr::RegistrationTable* table,
+           const rc::Clock* clock, const fault::FaultSpec& faults);
+  ~Endpoint() override;
+
+  // Engine thread. Moves work: client requests in, frames in, frames and
+  // completions out. Returns how much it did (0: idle).
+  uint32_t Poll(uint32_t budget);
+  // Engine thread: the connection is closing. Outstanding work completes
+  // with `status` and the client sees `state`.
+  void Close(int32_t status, shm::ConnectionState state);
+  bool HasWork() const;
+  uint64_t next_timer_ns() const { return qp_->timer_deadline_ns(); }
+  void SetIdle(bool idle);
+
+  void Wire(Endpoint* peer);
+  const EndpointInfo& info() const { return info_; }
+  const EndpointStats& stats() const { return stats_; }
+  const rc::QpStats& qp_stats() const { return qp_->stats(); }
+  Endpoint* peer() const { return peer_; }
+
+  // rc::RemoteMemory
+  rc::ResolvedMemory Resolve(wire::Qpn local_qpn, wire::Rkey rkey,
+                             uint64_t va, uint32_t len,
+                             rc::RemoteAccess access) override;
+  // rc::CompletionSink
+  void Complete(const rc::Completion& c) override;
+
+ private:
+  // Locks pinned for one posted request, released at its completion.
+  struct Pins {
+    uint32_t lkeys[shm::kMaxSge];
+    uint32_t count;
+  };
+
+  uint32_t PullRequests(uint32_t budget);
+  // Turns a client entry into a work request; returns an rdp_status.
+  int Translate(const shm::SendEntry& e, rc::WorkRequest* wr, Pins* pins);
+  void PushCompletion(uint64_t wr_id, int32_t status, uint8_t op,
+                      uint32_t bytes);
+
+  EndpointInfo info_;
+  mr::RegistrationTable* table_;
+  FrameQueue rx_;
+  LoopbackTx tx_;
+  std::unique_ptr<rc::RcQp> qp_;
+  Endpoint* peer_ = nullptr;
+  std::unique_ptr<Pins[]> pins_;  // FIFO, one per outstanding request
+  uint32_t pins_head_ = 0;
+  uint32_t pins_tail_ = 0;
+  uint32_t pins_mask_;
+  int32_t flush_status_;  // status of flushed requests (Close sets it)
+  bool ring_bell_ = false;
+  bool closed_ = false;
+  EndpointStats stats_;
+};
+
+}  // namespace rdmaplane::engine
+
+#endif  // RDMAPLANE_DATAPLANE_ENGINE_ENDPOINT_H_

@@ -1,0 +1,145 @@
+#include "dataplane/engine/engine.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
+namespace rdmaplane::engine {
+namespace {
+constexpr uint32_t kCommandSlots = 64;
+}  // namespace
+
+Engine::Engine(mr::RegistrationTable* table, const EngineOptions& options)
+    : table_(table),
+      options_(options),
+      eventfd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      endpoints_(new Endpoint*[options.max_endpoints]) {
+  const size_t bytes = shm::SpscRing<Command>::BytesFor(kCommandSlots);
+  command_memory_.reset(new (std::align_val_t(shm::kCacheLine)) uint8_t[bytes]);
+  commands_ = *shm::SpscRing<Command>::Create(command_memory_.get(), bytes,
+                                              kCommandSlots);
+}
+
+Engine::~Engine() {
+  Stop();
+  if (eventfd_ >= 0) close(eventfd_);
+}
+
+void Engine::Start() {
+  stop_.store(false);
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Engine::Stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true, std::memory_order_release);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(eventfd_, &one, sizeof(one));
+  thread_.join();
+}
+
+void Engine::Submit(const Command& c) {
+  std::atomic<bool> done{false};
+  Command cmd = c;
+  cmd.done = &done;
+  while (!commands_.TryPush(cmd)) usleep(10);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(eventfd_, &one, sizeof(one));
+  if (!thread_.joinable()) {
+    ApplyCommands();  // not started: apply on the caller's thread
+  }
+  // Pairs with the engine's release store once the command is applied.
+  while (!done.load(std::memory_order_acquire)) usleep(5);
+}
+
+void Engine::AddPair(Endpoint* a, Endpoint* b) {
+  Submit({CommandType::kAddPair, a, b, 0, shm::kConnUp, 0, shm::kConnUp,
+          nullptr});
+}
+
+void Engine::RemovePair(Endpoint* e, int32_t status,
+                        shm::ConnectionState state, int32_t peer_status,
+                        shm::ConnectionState peer_state) {
+  Submit({CommandType::kRemovePair, e, e->peer(), status, state, peer_status,
+          peer_state, nullptr});
+}
+
+void Engine::ApplyCommands() {
+  Command c;
+  while (commands_.TryPop(&c) == shm::PopResult::kOk) {
+    if (c.type == CommandType::kAddPair) {
+      c.a->Wire(c.b);
+      c.b->Wire(c.a);
+      for (Endpoint* e : {c.a, c.b}) {
+        e->info().header->connection_state[e->info().slot].store(
+            shm::kConnUp, std::memory_order_release);
+        if (count_ < options_.max_endpoints) endpoints_[count_++] = e;
+      }
+    } else {
+      c.a->Close(c.status, c.state);
+      if (c.b != nullptr) c.b->Close(c.peer_status, c.peer_state);
+      auto* end = std::remove_if(
+          endpoints_.get(), endpoints_.get() + count_,
+          [&](Endpoint* e) { return e == c.a || e == c.b; });
+      count_ = static_cast<uint32_t>(end - endpoints_.get());
+    }
+    c.done->store(true, std::memory_order_release);
+  }
+}
+
+void Engine::Sleep() {
+  // Tell clients we sleep, then look once more so that nothing posted in
+  // between is missed (the client checks the flag after posting).
+  for (uint32_t i = 0; i < count_; ++i) endpoints_[i]->SetIdle(true);
+  bool work = commands_.Size() > 0;
+  uint64_t next_timer = 0;
+  for (uint32_t i = 0; i < count_ && !work; ++i) {
+    work = endpoints_[i]->HasWork();
+    const uint64_t t = endpoints_[i]->next_timer_ns();
+    if (t != 0 && (next_timer == 0 || t < next_timer)) next_timer = t;
+  }
+  if (!work && !stop_.load(std::memory_order_acquire)) {
+    uint64_t wait_ns = options_.max_sleep_ns;
+    if (next_timer != 0) {
+      const uint64_t now = clock_.NowNs();
+      wait_ns = next_timer > now ? std::min(wait_ns, next_timer - now) : 0;
+    }
+    table_->Offline(options_.reader_index);
+    counters_.sleeps.fetch_add(1, std::memory_order_relaxed);
+    pollfd p{eventfd_, POLLIN, 0};
+    const int timeout_ms = static_cast<int>((wait_ns + 999'999) / 1'000'000);
+    if (poll(&p, 1, timeout_ms) > 0) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t n = read(eventfd_, &v, sizeof(v));
+      counters_.wakeups.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  for (uint32_t i = 0; i < count_; ++i) endpoints_[i]->SetIdle(false);
+}
+
+void Engine::Run() {
+  uint32_t idle = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    ApplyCommands();
+    uint32_t work = 0;
+    for (uint32_t i = 0; i < count_; ++i) {
+      work += endpoints_[i]->Poll(options_.budget);
+    }
+    table_->Quiescent(options_.reader_index);
+    counters_.loops.fetch_add(1, std::memory_order_relaxed);
+    if (work > 0) {
+      idle = 0;
+    } else if (++idle >= options_.idle_spins &&
+               options_.mode == PollMode::kAdaptive) {
+      Sleep();
+      idle = 0;
+    }
+  }
+  table_->Offline(options_.reader_index);
+}
+
+}  // namespace rdmaplane::engine

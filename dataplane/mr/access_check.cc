@@ -1,0 +1,57 @@
+// Access checks shared by the responder (rkeys) and the send path (lkeys).
+// Data path: no allocation, no locks.
+#include "dataplane/mr/registration_table.h"
+
+namespace rdmaplane::mr {
+namespace {
+
+// Permission and range, common to both key kinds. The range test never
+// computes address + length: with offset = address - r.address, the access
+// fits iff offset <= r.length and length <= r.length - offset.
+AccessResult CheckBitsAndRange(const Registration& r, uint8_t access,
+                               uint64_t address, uint64_t length) {
+  if (access == 0 || (r.access & access) != access) {
+    return {AccessCheck::kNoPermission, nullptr};
+  }
+  if (address < r.address) return {AccessCheck::kOutOfRange, nullptr};
+  const uint64_t offset = address - r.address;
+  if (offset > r.length || length > r.length - offset) {
+    return {AccessCheck::kOutOfRange, nullptr};
+  }
+  return {AccessCheck::kOk, r.host + offset};
+}
+
+}  // namespace
+
+AccessResult CheckAccess(const Registration& r, uint32_t connection,
+                         uint8_t access, uint64_t address, uint64_t length) {
+  if (r.connection == kAnyConnection || r.connection != connection) {
+    return {AccessCheck::kWrongConnection, nullptr};
+  }
+  return CheckBitsAndRange(r, access, address, length);
+}
+
+AccessResult CheckLocalAccess(const Registration& r, uint32_t owner,
+                              uint8_t access, uint64_t address,
+                              uint64_t length) {
+  if (r.owner != owner) return {AccessCheck::kWrongConnection, nullptr};
+  return CheckBitsAndRange(r, access, address, length);
+}
+
+AccessResult ResolveRemote(const RegistrationTable& table, uint32_t rkey,
+                           uint32_t connection, uint8_t access,
+                           uint64_t address, uint64_t length) {
+  const Registration* r = table.Lookup(rkey);
+  if (r == nullptr) return {AccessCheck::kUnknownKey, nullptr};
+  return CheckAccess(*r, connection, access, address, length);
+}
+
+AccessResult ResolveLocal(const RegistrationTable& table, uint32_t lkey,
+                          uint32_t owner, uint8_t access, uint64_t address,
+                          uint64_t length) {
+  const Registration* r = table.Lookup(lkey);
+  if (r == nullptr) return {AccessCheck::kUnknownKey, nullptr};
+  return CheckLocalAccess(*r, owner, access, address, length);
+}
+
+}  // namespace rdmaplane::mr

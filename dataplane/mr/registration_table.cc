@@ -1,0 +1,120 @@
+// Control-thread half of RegistrationTable: insertion, removal and epoch-based
+// reclamation. The engine-side half is inline in registration_table.h.
+#include "dataplane/mr/registration_table.h"
+
+#include <algorithm>
+
+namespace rdmaplane::mr {
+
+RegistrationTable::RegistrationTable(uint32_t capacity, uint32_t readers)
+    : capacity_(std::min(capacity, kMaxCapacity)),
+      num_readers_(readers),
+      slots_(new Slot[capacity_]),
+      readers_(new ReaderEpoch[readers]) {
+  assert(capacity <= kMaxCapacity && "capacity over 2^24");
+  // Free list in index order, so a fresh table hands out slot 0 first.
+  for (uint32_t i = 0; i < capacity_; ++i) {
+    slots_[i].next = i + 1 < capacity_ ? i + 1 : kNoSlot;
+  }
+  free_head_ = capacity_ > 0 ? 0 : kNoSlot;
+}
+
+RegistrationTable::~RegistrationTable() = default;
+
+std::optional<uint32_t> RegistrationTable::Insert(const Registration& r) {
+  control_owner_.Check();
+  assert((r.access & ~kAccessKnownBits) == 0 && "unknown access bits");
+  assert((r.length == 0 || r.length - 1 <= ~uint64_t{0} - r.address) &&
+         "range past 2^64");
+  assert((r.length == 0 || r.host != nullptr) && "no host mapping");
+  if (free_head_ == kNoSlot && Reclaim() == 0) return std::nullopt;
+
+  const uint32_t index = free_head_;
+  Slot& slot = slots_[index];
+  free_head_ = slot.next;
+  slot.next = kNoSlot;
+
+  // A random non-zero tag, different from the previous occupant's so that
+  // its (stale) key cannot name the new registration.
+  uint32_t tag;
+  if (slot.last_tag == 0) {
+    tag = absl::Uniform<uint32_t>(absl::IntervalClosed, bitgen_, 1, kTagMask);
+  } else {
+    tag =
+        absl::Uniform<uint32_t>(absl::IntervalClosed, bitgen_, 1, kTagMask - 1);
+    if (tag >= slot.last_tag) ++tag;
+  }
+  slot.last_tag = static_cast<uint8_t>(tag);
+  const uint32_t key = index << kTagBits | tag;
+
+  // The slot is free: no reader can reach `registration` (its last readers
+  // passed a quiescent point before Reclaim freed it).
+  slot.registration = r;
+  // Release pairs with the acquire in Lookup / BeginUse.
+  slot.state.store(uint64_t{key} << 32, std::memory_order_release);
+  ++live_;
+  return key;
+}
+
+RegistrationTable::RemoveResult RegistrationTable::Remove(uint32_t key) {
+  control_owner_.Check();
+  const uint32_t index = key >> kTagBits;
+  if (index >= capacity_ || key == 0) return RemoveResult::kUnknown;
+  Slot& slot = slots_[index];
+  uint64_t s = slot.state.load(std::memory_order_relaxed);
+  do {
+    if (KeyOf(s) != key) return RemoveResult::kUnknown;
+    if (CountOf(s) != 0) return RemoveResult::kInUse;
+    // Only an unpinned state can be replaced, and BeginUse only pins a state
+    // that still carries the key: both orders are exact. Acquire pairs with
+    // EndUse's release (the last transfer is done with the memory); release
+    // orders this before the epoch bump below.
+  } while (!slot.state.compare_exchange_weak(s, 0, std::memory_order_acq_rel,
+                                             std::memory_order_relaxed));
+
+  // Readers that announce an epoch above `removed` will not see the key.
+  const uint64_t removed = global_epoch_.load(std::memory_order_relaxed);
+  slot.removed_epoch = removed;
+  // Release pairs with the acquire load in Quiescent.
+  global_epoch_.store(removed + 1, std::memory_order_release);
+
+  // Removal epochs only grow, so the pending FIFO stays sorted by them.
+  if (pending_tail_ == kNoSlot) {
+    pending_head_ = index;
+  } else {
+    slots_[pending_tail_].next = index;
+  }
+  pending_tail_ = index;
+  --live_;
+  ++pending_;
+  return RemoveResult::kOk;
+}
+
+uint32_t RegistrationTable::Reclaim() {
+  control_owner_.Check();
+  if (pending_head_ == kNoSlot) return 0;
+  // Pairs with the fence in Quiescent for a reader that comes back online:
+  // orders the removals above before the reads of the reader epochs below.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  uint64_t oldest = kOffline;  // offline readers do not hold anything back
+  for (uint32_t i = 0; i < num_readers_; ++i) {
+    // Acquire pairs with the release stores in Quiescent and Offline.
+    oldest =
+        std::min(oldest, readers_[i].epoch.load(std::memory_order_acquire));
+  }
+  uint32_t freed = 0;
+  while (pending_head_ != kNoSlot &&
+         slots_[pending_head_].removed_epoch < oldest) {
+    const uint32_t index = pending_head_;
+    Slot& slot = slots_[index];
+    pending_head_ = slot.next;
+    if (pending_head_ == kNoSlot) pending_tail_ = kNoSlot;
+    slot.next = free_head_;
+    free_head_ = index;
+    ++freed;
+  }
+  pending_ -= freed;
+  return freed;
+}
+
+}  // namespace rdmaplane::mr
