@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "api/client.h"
 #include "api/shm/layout.h"
+#include "api/status.h"
 #include "api/test_util.h"
 
 namespace rdmaplane {
@@ -401,6 +402,34 @@ TEST_F(SeedTest, DeregisterOnAnotherConnectionIsInvalid) {
   EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len), RDP_OK);
 }
 
+// "or the SAN service provider cannot release the RDMA buffer, because the
+// RDMA buffer is currently being used in an RDMA data transfer operation."
+TEST_F(SeedTest, DeregisterWhileInUseIsInvalid) {
+  control::DaemonOptions o;
+  o.link_faults.drop_after = 1;  // the write's first packet only arrives
+  o.retransmit_timeout_ns = 10'000'000'000ull;
+  Start(o);
+  uint8_t* target = Buffer(server(), 64 << 10, 0);
+  Desc d = Register(server(), sconn(), target, 64 << 10, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 64 << 10, 0x10);
+  const uint32_t lkey = *client().RegisterMemory(src, 64 << 10, RDP_MEM_READ);
+  rdp_sge sge{src, 64 << 10, lkey};
+  rdp_overlapped ov{};
+  ASSERT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, 0, &ov),
+            RDP_PENDING);
+  // The engine takes the request within microseconds of the doorbell.
+  absl::SleepFor(absl::Milliseconds(100));
+  // The target is held by the half-received write, the source by the
+  // outstanding request: neither can be released.
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len),
+            RDP_ERR_INVALID);
+  EXPECT_EQ(RdpCode(client().DeregisterMemory(lkey)), RDP_ERR_INVALID);
+  // Once the connection goes, so does the use.
+  ASSERT_TRUE(client().Disconnect(cconn()).ok());
+  EXPECT_EQ(ov.status, RDP_ERR_ABORTED);
+  EXPECT_TRUE(client().DeregisterMemory(lkey).ok());
+}
+
 // --- WSPRdmaWrite -------------------------------------------------------------
 
 // "transfers data from a source buffer ... to a target buffer"; the target
@@ -740,6 +769,35 @@ TEST_F(SeedTest, DeferWaitsForFlush) {
             RDP_PENDING);
   EXPECT_EQ(client().GetOverlappedResult(cconn(), &a, true, nullptr), RDP_OK);
   EXPECT_EQ(client().GetOverlappedResult(cconn(), &b, true, nullptr), RDP_OK);
+}
+
+// "NDK_OP_FLAG_RDMA_READ_LOCAL_INVALIDATE ... successful completion ...
+// means that the first buffer specified in the pSgl parameter is
+// invalidated."
+TEST_F(SeedTest, ReadLocalInvalidateRetiresTheFirstBuffer) {
+  uint8_t* source = Buffer(server(), 256, 0x61);
+  Desc d = Register(server(), sconn(), source, 256, RDP_MEM_READ);
+  uint8_t* first = Buffer(client(), 128, 0);
+  uint8_t* second = Buffer(client(), 128, 0);
+  const uint32_t l1 = *client().RegisterMemory(first, 128, RDP_MEM_WRITE);
+  const uint32_t l2 = *client().RegisterMemory(second, 128, RDP_MEM_WRITE);
+  rdp_sge sgl[2] = {{first, 128, l1}, {second, 128, l2}};
+  rdp_overlapped ov{};
+  ASSERT_EQ(client().Read(cconn(), sgl, 2, d.d()->address, d.bytes, d.len,
+                          RDP_FLAG_READ_LOCAL_INVALIDATE, &ov),
+            RDP_PENDING);
+  ASSERT_EQ(client().GetOverlappedResult(cconn(), &ov, true, nullptr), RDP_OK);
+  EXPECT_EQ(first[0], 0x61);
+  EXPECT_EQ(second[127], 0x61);
+  // The first buffer's key is now refused; the second still works.
+  EXPECT_EQ(ReadWait(client(), cconn(), first, 128, l1, d, 0), RDP_ERR_FAULT);
+  EXPECT_EQ(ReadWait(client(), cconn(), second, 128, l2, d, 0), RDP_OK);
+  // Registering the buffer again gives a fresh, working key.
+  const uint32_t again = *client().RegisterMemory(first, 128, RDP_MEM_WRITE);
+  EXPECT_NE(again, l1);
+  EXPECT_EQ(ReadWait(client(), cconn(), first, 128, again, d, 0), RDP_OK);
+  // The read without the flag leaves keys alone.
+  EXPECT_EQ(ReadWait(client(), cconn(), second, 128, l2, d, 0), RDP_OK);
 }
 
 // "STATUS_CONNECTION_INVALID The QP is not connected."

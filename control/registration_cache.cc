@@ -9,8 +9,19 @@ namespace rdmaplane::control {
 std::optional<uint32_t> RegistrationCache::Register(const mr::Registration& r) {
   auto it = by_identity_.find(IdentityOf(r));
   if (it != by_identity_.end()) {
-    ++by_key_[it->second].refs;
-    return it->second;
+    const uint32_t old = it->second;
+    if (table_->Lookup(old) != nullptr) {
+      ++by_key_[old].refs;
+      return old;
+    }
+    // Invalidated by an engine (read with local invalidate): the old key is
+    // dead, so this registration starts afresh under a new one.
+    if (table_->Remove(old) != mr::RegistrationTable::RemoveResult::kInUse) {
+      by_identity_.erase(it);
+      by_key_.erase(old);
+    } else {
+      by_identity_.erase(it);  // keep the entry until its pins drain
+    }
   }
   std::optional<uint32_t> key = table_->Insert(r);
   if (!key) {

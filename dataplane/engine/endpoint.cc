@@ -45,7 +45,7 @@ std::span<uint8_t> LoopbackTx::Reserve(size_t max_len) {
 void LoopbackTx::Commit(size_t len) {
   // The fault model may drop the frame; duplication and delay need a timed
   // queue and are left to ports that have one.
-  if (faults_.spec().loss > 0 && faults_.Next().copies == 0) return;
+  if (faults_.spec().active() && faults_.Next().copies == 0) return;
   if (reserved_in_peer_) peer_rx_->Commit(len);
 }
 
@@ -97,12 +97,20 @@ rc::ResolvedMemory Endpoint::Resolve(wire::Qpn, wire::Rkey rkey, uint64_t va,
                           : mr::kAccessRemoteWrite;
   const mr::AccessResult r = mr::ResolveRemote(
       *table_, rkey.value(), info_.connection_id, bit, va, len);
+  // Pinned until the responder releases it, so that deregistration of a
+  // buffer a transfer is using fails as "in use".
+  if (r.check == mr::AccessCheck::kOk && !table_->BeginUse(rkey.value())) {
+    return {rc::AccessCheck::kUnknownKey, nullptr};
+  }
   return {static_cast<rc::AccessCheck>(r.check), r.host};
 }
+
+void Endpoint::Release(wire::Rkey rkey) { table_->EndUse(rkey.value()); }
 
 int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
                         Pins* pins) {
   pins->count = 0;
+  pins->invalidate = 0;
   if ((e.op != shm::kSendWrite && e.op != shm::kSendRead) ||
       e.num_sge > shm::kMaxSge || (e.flags & ~shm::kKnownSendFlags) != 0) {
     ++stats_.bad_entries;
@@ -133,6 +141,10 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
     }
     pins->lkeys[pins->count++] = s.lkey;
     wr->sge[i] = {r.host, s.length};
+  }
+  if ((e.flags & shm::kFlagReadLocalInvalidate) != 0 &&
+      e.op == shm::kSendRead && e.num_sge > 0) {
+    pins->invalidate = e.sge[0].lkey;
   }
   if (total > (1ull << 31)) {
     for (uint32_t j = 0; j < pins->count; ++j) table_->EndUse(pins->lkeys[j]);
@@ -202,6 +214,11 @@ void Endpoint::Complete(const rc::Completion& c) {
   Pins& pins = pins_[pins_head_ & pins_mask_];
   ++pins_head_;
   for (uint32_t j = 0; j < pins.count; ++j) table_->EndUse(pins.lkeys[j]);
+  // NdkRead's local invalidate: a successful read retires the key of its
+  // first buffer before the completion is seen.
+  if (pins.invalidate != 0 && c.status == rc::WcStatus::kSuccess) {
+    table_->Invalidate(pins.invalidate);
+  }
   if (c.silent) return;
   const uint8_t op =
       c.opcode == rc::WrOpcode::kWrite ? shm::kSendWrite : shm::kSendRead;

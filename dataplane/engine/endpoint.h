@@ -108,6 +108,7 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   rc::ResolvedMemory Resolve(wire::Qpn local_qpn, wire::Rkey rkey,
                              uint64_t va, uint32_t len,
                              rc::RemoteAccess access) override;
+  void Release(wire::Rkey rkey) override;
   // rc::CompletionSink
   void Complete(const rc::Completion& c) override;
 
@@ -116,6 +117,7 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   struct Pins {
     uint32_t lkeys[shm::kMaxSge];
     uint32_t count;
+    uint32_t invalidate;  // lkey to invalidate on success, or 0
   };
 
   uint32_t PullRequests(uint32_t budget);

@@ -55,13 +55,21 @@ std::string ParseFaultSpec(const std::string& text, FaultSpec* spec) {
       *ns = n * 1000;
       continue;
     }
+    if (key == "drop_after") {
+      if (!ParseU64(value, &n)) {
+        return "drop_after must be an integer, got '" + value + "'";
+      }
+      result.drop_after = n;
+      continue;
+    }
     if (key == "seed") {
       if (!ParseU64(value, &n)) return "seed must be an integer, got '" + value + "'";
       result.seed = n;
       continue;
     }
     return "unknown fault key '" + key +
-           "' (known: loss, dup, reorder, delay_us, jitter_us, reorder_us, seed)";
+           "' (known: loss, dup, reorder, delay_us, jitter_us, reorder_us, "
+           "drop_after, seed)";
   }
   *spec = result;
   return "";
@@ -85,7 +93,8 @@ uint64_t FaultModel::Delay(bool* reordered) {
 FaultDecision FaultModel::Next() {
   ++counters_.frames;
   FaultDecision d;
-  if (spec_.loss > 0 && unit_(rng_) < spec_.loss) {
+  if ((spec_.drop_after > 0 && counters_.frames > spec_.drop_after) ||
+      (spec_.loss > 0 && unit_(rng_) < spec_.loss)) {
     ++counters_.dropped;
     d.copies = 0;
     return d;

@@ -20,16 +20,17 @@ struct FaultSpec {
   uint64_t delay_ns = 0;    // fixed one-way delay
   uint64_t jitter_ns = 0;   // uniform extra delay in [0, jitter_ns]
   uint64_t reorder_ns = 0;  // extra delay of a reordered frame
+  uint64_t drop_after = 0;  // if set, every frame after the first N is lost
   uint64_t seed = 1;
 
   bool active() const {
     return loss > 0 || duplicate > 0 || reorder > 0 || delay_ns > 0 ||
-           jitter_ns > 0;
+           jitter_ns > 0 || drop_after > 0;
   }
 };
 
 // Parses "loss=0.01,dup=0.001,reorder=0.01,delay_us=5,jitter_us=1,
-// reorder_us=20,seed=7" (any subset, any order). Returns an empty string on
+// reorder_us=20,drop_after=100,seed=7" (any subset, any order). Returns an empty string on
 // success, else what is wrong.
 std::string ParseFaultSpec(const std::string& text, FaultSpec* spec);
 

@@ -53,6 +53,14 @@ TEST(FaultModelTest, RatesMatchSpecAndSeedIsDeterministic) {
   EXPECT_NEAR(a.counters().reordered / double(n), 0.9 * 1.05 * 0.02, 0.003);
 }
 
+TEST(FaultModelTest, DropAfterPassesTheFirstFramesOnly) {
+  FaultSpec spec;
+  ASSERT_EQ(ParseFaultSpec("drop_after=3", &spec), "");
+  FaultModel m(spec);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(m.Next().copies, 1u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(m.Next().copies, 0u);
+}
+
 TEST(FaultModelTest, NoFaultsPassesEverythingUndelayed) {
   FaultModel m(FaultSpec{});
   for (int i = 0; i < 1000; ++i) {

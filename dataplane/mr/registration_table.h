@@ -134,7 +134,9 @@ class RegistrationTable {
     // Acquire pairs with the release store in Insert: the Registration
     // written before the key was published is visible here.
     const uint64_t state = slot.state.load(std::memory_order_acquire);
-    if (ABSL_PREDICT_FALSE(KeyOf(state) != key)) return nullptr;
+    if (ABSL_PREDICT_FALSE(KeyOf(state) != key || Invalidated(state))) {
+      return nullptr;
+    }
     return &slot.registration;
   }
 
@@ -148,7 +150,8 @@ class RegistrationTable {
     std::atomic<uint64_t>& state = slots_[index].state;
     uint64_t s = state.load(std::memory_order_relaxed);
     do {
-      if (ABSL_PREDICT_FALSE(KeyOf(s) != key || CountOf(s) == kMaxCount)) {
+      if (ABSL_PREDICT_FALSE(KeyOf(s) != key || Invalidated(s) ||
+                             CountOf(s) == kMaxCount)) {
         return false;
       }
       // Acquire on success pairs with Insert's release store (the pinned
@@ -177,6 +180,24 @@ class RegistrationTable {
       // accesses to the memory happen before a later successful removal.
     } while (!state.compare_exchange_weak(s, s - 1, std::memory_order_release,
                                           std::memory_order_relaxed));
+  }
+
+  // Makes `key` stop resolving and refuse new pins, from an engine thread
+  // (RDMA READ with local invalidate). Pins already held stay valid and are
+  // released with EndUse; the control thread still removes the key as
+  // usual. Returns false if `key` was not live.
+  bool Invalidate(uint32_t key) {
+    const uint32_t index = key >> kTagBits;
+    if (ABSL_PREDICT_FALSE(index >= capacity_ || key == 0)) return false;
+    std::atomic<uint64_t>& state = slots_[index].state;
+    uint64_t s = state.load(std::memory_order_relaxed);
+    do {
+      if (KeyOf(s) != key || Invalidated(s)) return false;
+      // Release pairs with the acquire loads in Lookup and BeginUse.
+    } while (!state.compare_exchange_weak(s, s | kInvalidBit,
+                                          std::memory_order_release,
+                                          std::memory_order_relaxed));
+    return true;
   }
 
   // Pins currently held on `key`; 0 if it is not live.
@@ -220,7 +241,10 @@ class RegistrationTable {
  private:
   static constexpr int kTagBits = 8;
   static constexpr uint32_t kTagMask = (1u << kTagBits) - 1;
-  static constexpr uint32_t kMaxCount = 0xFFFFFFFF;
+  // The low half of a slot state holds the pin count and, in its top bit,
+  // the invalidated flag.
+  static constexpr uint64_t kInvalidBit = uint64_t{1} << 31;
+  static constexpr uint32_t kMaxCount = 0x7FFFFFFF;
   static constexpr uint32_t kNoSlot = 0xFFFFFFFF;
   static constexpr uint64_t kOffline = ~uint64_t{0};
 
@@ -228,8 +252,9 @@ class RegistrationTable {
     return static_cast<uint32_t>(state >> 32);
   }
   static uint32_t CountOf(uint64_t state) {
-    return static_cast<uint32_t>(state);
+    return static_cast<uint32_t>(state) & kMaxCount;
   }
+  static bool Invalidated(uint64_t state) { return (state & kInvalidBit) != 0; }
 
   struct alignas(ABSL_CACHELINE_SIZE) Slot {
     // key << 32 | pins; key 0 while the slot is free or removed. Stored with

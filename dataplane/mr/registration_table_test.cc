@@ -793,5 +793,29 @@ TEST(RegistrationTableStressTest, ReadersNeverSeeTornOrReusedRegistrations) {
       static_cast<unsigned long long>(pins.load()));
 }
 
+TEST(RegistrationTableInvalidateTest, InvalidatedKeyStopsResolvingButKeepsPins) {
+  RegistrationTable table(8, 1);
+  static uint8_t memory[64];
+  Registration r;
+  r.owner = 1;
+  r.address = 0x1000;
+  r.length = 64;
+  r.host = memory;
+  r.access = kAccessLocal;
+  const uint32_t key = *table.Insert(r);
+  ASSERT_TRUE(table.BeginUse(key));
+  EXPECT_TRUE(table.Invalidate(key));
+  EXPECT_FALSE(table.Invalidate(key));  // once
+  EXPECT_EQ(table.Lookup(key), nullptr);
+  EXPECT_FALSE(table.BeginUse(key));
+  EXPECT_EQ(table.in_flight(key), 1u);
+  EXPECT_EQ(table.Remove(key), RegistrationTable::RemoveResult::kInUse);
+  table.EndUse(key);
+  EXPECT_EQ(table.in_flight(key), 0u);
+  EXPECT_EQ(table.Remove(key), RegistrationTable::RemoveResult::kOk);
+  EXPECT_FALSE(table.Invalidate(key));
+  EXPECT_FALSE(table.Invalidate(0));
+}
+
 }  // namespace
 }  // namespace rdmaplane::mr

@@ -54,9 +54,14 @@ class RemoteMemory {
   virtual ~RemoteMemory() = default;
   // Checks that `rkey` names memory registered for the connection of
   // `local_qpn` with `access`, and that [va, va + len) lies inside it.
+  // A kOk answer for a non-empty range pins the registration until the
+  // matching Release.
   virtual ResolvedMemory Resolve(wire::Qpn local_qpn, wire::Rkey rkey,
                                  uint64_t va, uint32_t len,
                                  RemoteAccess access) = 0;
+  // The responder is done with memory it resolved under `rkey`: the write
+  // message ended, the read's responses were sent, or the QP failed.
+  virtual void Release(wire::Rkey rkey) = 0;
 };
 
 class CompletionSink {

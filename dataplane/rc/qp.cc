@@ -178,6 +178,7 @@ void RcQp::EnterError(WcStatus status, wire::Psn at) {
   timer_deadline_ns_ = 0;
   resp_q_head_ = resp_q_tail_;
   resp_tail_ack_open_ = false;
+  ReleaseAll();
 }
 
 wire::PacketHeaders RcQp::BaseHeaders() const {

@@ -91,6 +91,7 @@ class RcQp {
     wire::Psn start_psn;  // PSN the current response stream started at
     wire::Psn next_psn;
     uint8_t* addr = nullptr;  // memory at start_psn
+    bool pinned = false;      // rkey is pinned for this stream
     uint32_t stream_length = 0;
     uint32_t stream_offset = 0;
   };
@@ -134,6 +135,9 @@ class RcQp {
   uint32_t SendResponses(uint32_t budget);
   bool SendAck(const RespItem& item);
   bool SendReadResponse(ReadResource& res);
+  void ReleaseWrite();
+  void ReleaseRead(ReadResource& res);
+  void ReleaseAll();
 
   wire::PacketHeaders BaseHeaders() const;
   Wqe& wqe_at(uint32_t index) { return sq_[index & sq_mask_]; }
@@ -170,6 +174,8 @@ class RcQp {
   uint32_t msn_ = 0;           // completed request messages (24 bits)
   bool seq_nak_sent_ = false;  // one NAK per sequence gap
   bool write_active_ = false;  // inside a multi-packet write
+  bool write_pinned_ = false;  // write_rkey_ is pinned (see RemoteMemory)
+  wire::Rkey write_rkey_;
   uint8_t* write_addr_ = nullptr;
   uint32_t write_remaining_ = 0;
   std::unique_ptr<ReadResource[]> read_resources_;

@@ -443,6 +443,35 @@ TEST(QpTest, WindowBoundsPacketsInFlight) {
   EXPECT_TRUE(std::equal(src.begin(), src.end(), f.b_region.begin()));
 }
 
+TEST(QpTest, ResponderPinsRemoteMemoryOnlyWhileUsingIt) {
+  Fixture f;
+  // Let the FIRST packet of a write through, then lose everything.
+  int sent = 0;
+  f.pair.a_to_b.drop = [&sent](auto) { return ++sent > 1; };
+  auto src = Pattern(2000, 1);
+  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(1, src.data(), 2000, 0)),
+            PostResult::kOk);
+  f.pair.RunUntil([] { return false; }, 50'000);
+  EXPECT_EQ(f.pair.b.memory.pins(), 1) << "mid-message write holds its target";
+  f.pair.a_to_b.drop = nullptr;
+  ASSERT_TRUE(f.pair.RunUntilIdle(kSecond));
+  EXPECT_EQ(f.pair.b.memory.pins(), 0);
+  std::vector<uint8_t> dst(5000);
+  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Read(2, dst.data(), 5000, 0)),
+            PostResult::kOk);
+  ASSERT_TRUE(f.pair.RunUntilIdle(kSecond));
+  EXPECT_EQ(f.pair.b.memory.pins(), 0) << "read stream released its source";
+  // A QP that fails mid-message releases what it held.
+  sent = 0;
+  f.pair.a_to_b.drop = [&sent](auto) { return ++sent > 1; };
+  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(3, src.data(), 2000, 0)),
+            PostResult::kOk);
+  f.pair.RunUntil([] { return false; }, 50'000);
+  EXPECT_EQ(f.pair.b.memory.pins(), 1);
+  f.pair.b.qp->Flush();
+  EXPECT_EQ(f.pair.b.memory.pins(), 0);
+}
+
 TEST(QpTest, BothDirectionsAtOnce) {
   Fixture f;
   auto a_src = Pattern(30000, 1), b_src = Pattern(30000, 2);

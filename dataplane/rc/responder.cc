@@ -58,6 +58,7 @@ bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
   }
   if (!valid) {
     write_active_ = false;
+    ReleaseWrite();
     QueueNak(wire::kAethNakInvalidRequest, psn);
     return false;
   }
@@ -74,6 +75,8 @@ bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
         return false;
       }
       write_addr_ = mem.addr;
+      write_rkey_ = pkt.reth.rkey;
+      write_pinned_ = true;
     }
   }
   if (len > 0) {
@@ -83,7 +86,10 @@ bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
   }
   write_active_ = !last;
   ++epsn_;
-  if (last) msn_ = (msn_ + 1) & Psn::kMask;
+  if (last) {
+    msn_ = (msn_ + 1) & Psn::kMask;
+    ReleaseWrite();
+  }
   if (pkt.bth.ack_req) QueueAck(psn);
   return true;
 }
@@ -111,6 +117,7 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
   const uint32_t npkts = PacketsFor(len);
   const uint32_t msn = (msn_ + 1) & Psn::kMask;
   const uint32_t stream = res.stream_seq + 1;
+  ReleaseRead(res);
   res = ReadResource{};
   res.stream_seq = stream;
   res.valid = true;
@@ -124,8 +131,10 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
   res.start_psn = psn;
   res.next_psn = psn;
   res.addr = addr;
+  res.pinned = addr != nullptr;
   res.stream_length = len;
   if (!PushResp({RespKind::kRead, 0, psn, msn, slot, stream})) {
+    ReleaseRead(res);
     res.valid = res.active = false;  // no room: the requester will resend
     return false;
   }
@@ -154,6 +163,7 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
       break;  // not a resend of that read
     }
     if (res.active && psn >= res.next_psn) return;  // not sent yet anyway
+    ReleaseRead(res);  // the replay takes its own pin
     uint8_t* addr = nullptr;
     if (pkt.reth.dma_length > 0) {
       // The memory may have been deregistered since: check again.
@@ -173,11 +183,13 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
     res.start_psn = psn;
     res.next_psn = psn;
     res.addr = addr;
+    res.pinned = addr != nullptr;
     res.stream_length = pkt.reth.dma_length;
     res.stream_offset = 0;
     if (!was_active &&
         !PushResp({RespKind::kRead, 0, psn, res.msn, i, res.stream_seq})) {
       res.active = false;
+      ReleaseRead(res);
     }
     return;
   }
@@ -270,8 +282,32 @@ bool RcQp::SendReadResponse(ReadResource& res) {
   env_.tx->Commit(wire::FinishFrame(buf));
   res.stream_offset += len;
   ++res.next_psn;
-  if (last) res.active = false;
+  if (last) {
+    res.active = false;
+    ReleaseRead(res);
+  }
   return true;
+}
+
+void RcQp::ReleaseWrite() {
+  if (write_pinned_) {
+    write_pinned_ = false;
+    env_.memory->Release(write_rkey_);
+  }
+}
+
+void RcQp::ReleaseRead(ReadResource& res) {
+  if (res.pinned) {
+    res.pinned = false;
+    env_.memory->Release(res.rkey);
+  }
+}
+
+void RcQp::ReleaseAll() {
+  ReleaseWrite();
+  for (uint32_t i = 0; i < config_.max_dest_rd_atomic; ++i) {
+    ReleaseRead(read_resources_[i]);
+  }
 }
 
 }  // namespace rdmaplane::rc

@@ -86,6 +86,7 @@ ResolvedMemory TestMemory::Resolve(wire::Qpn local_qpn, wire::Rkey rkey,
     if (va < r.va || va - r.va > r.length || len > r.length - (va - r.va)) {
       return {AccessCheck::kOutOfRange, nullptr};
     }
+    if (len > 0) ++pins_;
     return {AccessCheck::kOk, r.base + (va - r.va)};
   }
   return {AccessCheck::kUnknownKey, nullptr};

@@ -95,11 +95,15 @@ class TestMemory : public RemoteMemory {
   void Add(const Region& r) { regions_.push_back(r); }
   ResolvedMemory Resolve(wire::Qpn local_qpn, wire::Rkey rkey, uint64_t va,
                          uint32_t len, RemoteAccess access) override;
+  void Release(wire::Rkey) override { --pins_; }
   uint64_t lookups() const { return lookups_; }
+  // Resolutions not yet released.
+  int64_t pins() const { return pins_; }
 
  private:
   std::vector<Region> regions_;
   uint64_t lookups_ = 0;
+  int64_t pins_ = 0;
 };
 
 class CollectingSink : public CompletionSink {
