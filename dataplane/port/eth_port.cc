@@ -1,0 +1,113 @@
+#include "dataplane/port/eth_port.h"
+
+#include <rte_errno.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace rdmaplane::port {
+namespace {
+constexpr uint32_t kScratchBytes = 16384;
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
+  if (!rte_eth_dev_is_valid_port(c.port_id)) {
+    return absl::NotFoundError(absl::StrCat("no DPDK port ", c.port_id));
+  }
+  std::unique_ptr<EthPort> port(new EthPort(c));
+  const std::string pool_name = absl::StrCat("rdp_pool_", c.port_id);
+  port->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), c.mbufs, 256, 0,
+                                        c.mbuf_data_room, rte_socket_id());
+  if (port->pool_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot create the mbuf pool: ", rte_strerror(rte_errno)));
+  }
+  rte_eth_dev_info info;
+  if (int r = rte_eth_dev_info_get(c.port_id, &info); r != 0) {
+    return absl::UnavailableError(absl::StrCat("dev_info: ", rte_strerror(-r)));
+  }
+  rte_eth_conf conf;
+  std::memset(&conf, 0, sizeof(conf));
+  if (int r = rte_eth_dev_configure(c.port_id, 1, 1, &conf); r != 0) {
+    return absl::UnavailableError(absl::StrCat("configure: ", rte_strerror(-r)));
+  }
+  uint16_t rxd = c.rx_descriptors, txd = c.tx_descriptors;
+  rte_eth_dev_adjust_nb_rx_tx_desc(c.port_id, &rxd, &txd);
+  const int socket = rte_eth_dev_socket_id(c.port_id);
+  if (int r = rte_eth_rx_queue_setup(c.port_id, 0, rxd,
+                                     socket < 0 ? 0 : socket, nullptr,
+                                     port->pool_);
+      r != 0) {
+    return absl::UnavailableError(absl::StrCat("rx queue: ", rte_strerror(-r)));
+  }
+  if (int r = rte_eth_tx_queue_setup(c.port_id, 0, txd,
+                                     socket < 0 ? 0 : socket, nullptr);
+      r != 0) {
+    return absl::UnavailableError(absl::StrCat("tx queue: ", rte_strerror(-r)));
+  }
+  if (int r = rte_eth_dev_start(c.port_id); r != 0) {
+    return absl::UnavailableError(absl::StrCat("start: ", rte_strerror(-r)));
+  }
+  port->started_ = true;
+  if (c.promiscuous) rte_eth_promiscuous_enable(c.port_id);
+  rte_ether_addr addr;
+  rte_eth_macaddr_get(c.port_id, &addr);
+  std::memcpy(port->mac_.bytes.data(), addr.addr_bytes, 6);
+  const uint32_t room = c.mbuf_data_room - RTE_PKTMBUF_HEADROOM;
+  port->max_frame_ = std::min<uint32_t>(room, info.max_rx_pktlen);
+  port->scratch_.reset(new uint8_t[kScratchBytes]);
+  return port;
+}
+
+EthPort::~EthPort() {
+  if (pending_ != nullptr) rte_pktmbuf_free(pending_);
+  for (uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
+  if (started_) {
+    rte_eth_dev_stop(config_.port_id);
+  }
+  if (pool_ != nullptr) rte_mempool_free(pool_);
+}
+
+std::span<const uint8_t> EthPort::Linearize(const rte_mbuf* m) {
+  ++counters_.rx_segmented;
+  const uint32_t len = std::min<uint32_t>(m->pkt_len, kScratchBytes);
+  const void* p = rte_pktmbuf_read(m, 0, len, scratch_.get());
+  return {static_cast<const uint8_t*>(p), p == nullptr ? 0 : len};
+}
+
+std::span<uint8_t> EthPort::Reserve(size_t max_len) {
+  if (max_len > max_frame_) return {};
+  if (tx_count_ == kBurst) Flush();
+  if (tx_count_ == kBurst) return {};  // the device is backed up
+  if (pending_ == nullptr) pending_ = rte_pktmbuf_alloc(pool_);
+  if (pending_ == nullptr) {
+    ++counters_.tx_no_mbuf;
+    return {};
+  }
+  return {rte_pktmbuf_mtod(pending_, uint8_t*), max_len};
+}
+
+void EthPort::Commit(size_t len) {
+  rte_mbuf* m = pending_;
+  pending_ = nullptr;
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = static_cast<uint32_t>(len);
+  tx_[tx_count_++] = m;
+}
+
+void EthPort::Flush() {
+  uint16_t sent = 0;
+  // A few tries; what the device still refuses is dropped (as a switch
+  // would) and recovered by retransmission.
+  for (int attempt = 0; attempt < 4 && sent < tx_count_; ++attempt) {
+    sent += rte_eth_tx_burst(config_.port_id, 0, tx_ + sent, tx_count_ - sent);
+  }
+  for (uint16_t i = sent; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
+  counters_.tx_frames += sent;
+  counters_.tx_dropped += tx_count_ - sent;
+  tx_count_ = 0;
+}
+
+}  // namespace rdmaplane::port

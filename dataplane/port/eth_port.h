@@ -1,0 +1,99 @@
+// A DPDK ethdev port as the engine uses it: one receive and one transmit
+// queue, a mempool sized from the configuration, received frames handed out
+// as byte spans, and a transmit side that implements rc::FrameSink so the RC
+// code builds frames directly in mbufs.
+//
+// Open/close on the control thread; Receive and the TxQueue on the engine
+// thread that owns the port (no locks, no allocation besides mbufs).
+#ifndef RDMAPLANE_DATAPLANE_PORT_ETH_PORT_H_
+#define RDMAPLANE_DATAPLANE_PORT_ETH_PORT_H_
+
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dataplane/rc/interfaces.h"
+#include "dataplane/wire/roce.h"
+
+namespace rdmaplane::port {
+
+struct PortConfig {
+  uint16_t port_id = 0;
+  uint16_t rx_descriptors = 1024;
+  uint16_t tx_descriptors = 1024;
+  uint32_t mbufs = 8191;
+  uint16_t mbuf_data_room = RTE_MBUF_DEFAULT_BUF_SIZE;
+  bool promiscuous = false;
+};
+
+struct PortCounters {
+  uint64_t rx_frames = 0;
+  uint64_t tx_frames = 0;
+  uint64_t tx_dropped = 0;    // the device refused them after retries
+  uint64_t rx_segmented = 0;  // multi-segment frames, copied to linearize
+  uint64_t tx_no_mbuf = 0;
+};
+
+class EthPort : public rc::FrameSink {
+ public:
+  static constexpr uint16_t kBurst = 32;
+
+  static absl::StatusOr<std::unique_ptr<EthPort>> Open(const PortConfig& c);
+  ~EthPort() override;
+  EthPort(const EthPort&) = delete;
+  EthPort& operator=(const EthPort&) = delete;
+
+  // Receives up to one burst; calls fn(std::span<const uint8_t>) per frame.
+  template <typename Fn>
+  uint16_t Receive(Fn&& fn) {
+    rte_mbuf* burst[kBurst];
+    const uint16_t n = rte_eth_rx_burst(config_.port_id, 0, burst, kBurst);
+    for (uint16_t i = 0; i < n; ++i) {
+      rte_mbuf* m = burst[i];
+      if (m->nb_segs == 1) {
+        fn(std::span<const uint8_t>(rte_pktmbuf_mtod(m, const uint8_t*),
+                                    m->data_len));
+      } else {
+        fn(Linearize(m));
+      }
+      rte_pktmbuf_free(m);
+    }
+    counters_.rx_frames += n;
+    return n;
+  }
+
+  // rc::FrameSink: the frame is built in a fresh mbuf.
+  std::span<uint8_t> Reserve(size_t max_len) override;
+  void Commit(size_t len) override;
+  // Hands queued frames to the device; call once per engine loop turn.
+  void Flush();
+
+  const wire::MacAddr& mac() const { return mac_; }
+  const PortCounters& counters() const { return counters_; }
+  uint16_t id() const { return config_.port_id; }
+  uint32_t max_frame() const { return max_frame_; }
+
+ private:
+  explicit EthPort(const PortConfig& config) : config_(config) {}
+  std::span<const uint8_t> Linearize(const rte_mbuf* m);
+
+  PortConfig config_;
+  rte_mempool* pool_ = nullptr;
+  wire::MacAddr mac_;
+  uint32_t max_frame_ = 0;
+  rte_mbuf* pending_ = nullptr;  // reserved, not yet committed
+  rte_mbuf* tx_[kBurst];
+  uint16_t tx_count_ = 0;
+  std::unique_ptr<uint8_t[]> scratch_;  // for Linearize
+  PortCounters counters_;
+  bool started_ = false;
+};
+
+}  // namespace rdmaplane::port
+
+#endif  // RDMAPLANE_DATAPLANE_PORT_ETH_PORT_H_
