@@ -1,6 +1,7 @@
 #include "dataplane/port/eth_port.h"
 
 #include <rte_errno.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +11,16 @@
 namespace rdmaplane::port {
 namespace {
 constexpr uint32_t kScratchBytes = 16384;
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
+}
+
+bool Later(const auto& a, const auto& b) {
+  return a.due_ns != b.due_ns ? a.due_ns > b.due_ns : a.seq > b.seq;
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
@@ -63,6 +74,9 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
 
 EthPort::~EthPort() {
   if (pending_ != nullptr) rte_pktmbuf_free(pending_);
+  for (uint32_t i = 0; i < delayed_count_; ++i) {
+    rte_pktmbuf_free(delayed_[i].mbuf);
+  }
   for (uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
   if (started_) {
     rte_eth_dev_stop(config_.port_id);
@@ -89,15 +103,75 @@ std::span<uint8_t> EthPort::Reserve(size_t max_len) {
   return {rte_pktmbuf_mtod(pending_, uint8_t*), max_len};
 }
 
+void EthPort::SetFaults(const fault::FaultSpec& spec) {
+  if (!spec.active()) {
+    faults_.reset();
+    return;
+  }
+  faults_ = std::make_unique<fault::FaultModel>(spec);
+  if (!delayed_) delayed_.reset(new Delayed[kMaxDelayed]);
+}
+
+void EthPort::Queue(rte_mbuf* m) {
+  if (tx_count_ == kBurst) Flush();
+  tx_[tx_count_++] = m;
+}
+
+void EthPort::Delay(rte_mbuf* m, uint64_t delay_ns, bool reordered) {
+  if (delay_ns == 0 || delayed_count_ == kMaxDelayed) {
+    Queue(m);
+    return;
+  }
+  ++counters_.fault_delayed;
+  uint64_t due = NowNs() + delay_ns;
+  if (!reordered) {
+    // Jitter changes the delay, never the order, as on a real link.
+    due = std::max(due, last_due_ns_);
+    last_due_ns_ = due;
+  }
+  delayed_[delayed_count_++] = {due, delayed_seq_++, m};
+  std::push_heap(delayed_.get(), delayed_.get() + delayed_count_,
+                 [](const Delayed& a, const Delayed& b) { return Later(a, b); });
+}
+
+void EthPort::ReleaseDue() {
+  if (delayed_count_ == 0) return;
+  const uint64_t now = NowNs();
+  auto later = [](const Delayed& a, const Delayed& b) { return Later(a, b); };
+  while (delayed_count_ > 0 && delayed_[0].due_ns <= now &&
+         tx_count_ < kBurst) {
+    std::pop_heap(delayed_.get(), delayed_.get() + delayed_count_, later);
+    --delayed_count_;
+    tx_[tx_count_++] = delayed_[delayed_count_].mbuf;
+  }
+}
+
 void EthPort::Commit(size_t len) {
   rte_mbuf* m = pending_;
   pending_ = nullptr;
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = static_cast<uint32_t>(len);
-  tx_[tx_count_++] = m;
+  if (!faults_) {
+    tx_[tx_count_++] = m;
+    return;
+  }
+  const fault::FaultDecision d = faults_->Next();
+  if (d.copies == 0) {
+    ++counters_.fault_dropped;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (d.copies == 2) {
+    if (rte_mbuf* copy = rte_pktmbuf_copy(m, pool_, 0, UINT32_MAX)) {
+      ++counters_.fault_duplicated;
+      Delay(copy, d.delay2_ns, d.reordered2);
+    }
+  }
+  Delay(m, d.delay_ns, d.reordered);
 }
 
 void EthPort::Flush() {
+  ReleaseDue();
   uint16_t sent = 0;
   // A few tries; what the device still refuses is dropped (as a switch
   // would) and recovered by retransmission.

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "dataplane/fault/fault_model.h"
 #include "dataplane/rc/interfaces.h"
 #include "dataplane/wire/roce.h"
 
@@ -37,6 +38,9 @@ struct PortCounters {
   uint64_t tx_dropped = 0;    // the device refused them after retries
   uint64_t rx_segmented = 0;  // multi-segment frames, copied to linearize
   uint64_t tx_no_mbuf = 0;
+  uint64_t fault_dropped = 0;     // lost on purpose (fault injection)
+  uint64_t fault_duplicated = 0;
+  uint64_t fault_delayed = 0;
 };
 
 class EthPort : public rc::FrameSink {
@@ -70,8 +74,16 @@ class EthPort : public rc::FrameSink {
   // rc::FrameSink: the frame is built in a fresh mbuf.
   std::span<uint8_t> Reserve(size_t max_len) override;
   void Commit(size_t len) override;
-  // Hands queued frames to the device; call once per engine loop turn.
+  // Hands queued frames (and delayed ones now due) to the device; call once
+  // per engine loop turn.
   void Flush();
+
+  // Fault injection on transmit (this kernel has no netem): loss,
+  // duplication, reordering and delay from a seeded model. Control thread,
+  // before the engine uses the port.
+  void SetFaults(const fault::FaultSpec& spec);
+  // Frames held back by the delay model.
+  uint32_t delayed() const { return delayed_count_; }
 
   const wire::MacAddr& mac() const { return mac_; }
   const PortCounters& counters() const { return counters_; }
@@ -81,6 +93,16 @@ class EthPort : public rc::FrameSink {
  private:
   explicit EthPort(const PortConfig& config) : config_(config) {}
   std::span<const uint8_t> Linearize(const rte_mbuf* m);
+  void Queue(rte_mbuf* m);
+  void Delay(rte_mbuf* m, uint64_t delay_ns, bool reordered);
+  void ReleaseDue();
+
+  struct Delayed {
+    uint64_t due_ns;
+    uint64_t seq;
+    rte_mbuf* mbuf;
+  };
+  static constexpr uint32_t kMaxDelayed = 4096;
 
   PortConfig config_;
   rte_mempool* pool_ = nullptr;
@@ -92,6 +114,11 @@ class EthPort : public rc::FrameSink {
   std::unique_ptr<uint8_t[]> scratch_;  // for Linearize
   PortCounters counters_;
   bool started_ = false;
+  std::unique_ptr<fault::FaultModel> faults_;
+  std::unique_ptr<Delayed[]> delayed_;  // min-heap on (due_ns, seq)
+  uint32_t delayed_count_ = 0;
+  uint64_t delayed_seq_ = 0;
+  uint64_t last_due_ns_ = 0;
 };
 
 }  // namespace rdmaplane::port

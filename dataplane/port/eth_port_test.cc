@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "dataplane/port/dpdk_env.h"
@@ -70,12 +71,15 @@ TEST(DpdkEnvTest, ArgumentsNeverTouchPciUnlessAsked) {
   EXPECT_EQ(std::find(args.begin(), args.end(), "--no-huge"), args.end());
 }
 
-TEST_F(EthPortTest, RcWriteAndReadAcrossTwoPorts) {
-  rte_ring* ab = rte_ring_create("ab", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
-  rte_ring* ba = rte_ring_create("ba", 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+void Transfer(const fault::FaultSpec& faults, const std::string& name) {
+  const std::string n_ab = name + "_ab", n_ba = name + "_ba";
+  rte_ring* ab =
+      rte_ring_create(n_ab.c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_ring* ba =
+      rte_ring_create(n_ba.c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
   ASSERT_TRUE(ab && ba);
-  const int pa = rte_eth_from_rings("port_a", &ba, 1, &ab, 1, 0);
-  const int pb = rte_eth_from_rings("port_b", &ab, 1, &ba, 1, 0);
+  const int pa = rte_eth_from_rings((name + "_a").c_str(), &ba, 1, &ab, 1, 0);
+  const int pb = rte_eth_from_rings((name + "_b").c_str(), &ab, 1, &ba, 1, 0);
   ASSERT_GE(pa, 0);
   ASSERT_GE(pb, 0);
   PortConfig ca, cb;
@@ -87,6 +91,10 @@ TEST_F(EthPortTest, RcWriteAndReadAcrossTwoPorts) {
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_GE((*a)->max_frame(), 1500u);
+  (*a)->SetFaults(faults);
+  fault::FaultSpec reverse = faults;
+  reverse.seed += 1;
+  (*b)->SetFaults(reverse);
 
   Clock clock;
   std::vector<uint8_t> region_a(1 << 20), region_b(1 << 20);
@@ -97,6 +105,9 @@ TEST_F(EthPortTest, RcWriteAndReadAcrossTwoPorts) {
   qa.local_qpn = wire::Qpn(1);
   qa.remote_qpn = wire::Qpn(2);
   qa.send_psn = wire::Psn(100);
+  qa.retransmit_timeout_ns = 2'000'000;
+  qa.retry_count = 30;
+  qa.max_inflight_packets = 64;
   qa.recv_psn = wire::Psn(200);
   qa.path.src_ip = 0x0A000001;
   qa.path.dst_ip = 0x0A000002;
@@ -151,12 +162,33 @@ TEST_F(EthPortTest, RcWriteAndReadAcrossTwoPorts) {
   EXPECT_EQ(parse[wire::ParseError::kOk],
             (*a)->counters().rx_frames + (*b)->counters().rx_frames);
   EXPECT_GT((*a)->counters().tx_frames, 1000u);
+  if (faults.loss > 0) {
+    EXPECT_GT((*a)->counters().fault_dropped, 0u);
+    EXPECT_GT(qp_a.stats().retransmitted_packets, 0u);
+  }
+  if (faults.duplicate > 0) {
+    EXPECT_GT((*a)->counters().fault_duplicated, 0u);
+  }
   a->reset();
   b->reset();
   rte_eth_dev_close(static_cast<uint16_t>(pa));
   rte_eth_dev_close(static_cast<uint16_t>(pb));
   rte_ring_free(ab);
   rte_ring_free(ba);
+}
+
+TEST_F(EthPortTest, RcWriteAndReadAcrossTwoPorts) {
+  Transfer(fault::FaultSpec{}, "clean");
+}
+
+TEST_F(EthPortTest, LossDuplicationReorderingAndDelayAreRecovered) {
+  fault::FaultSpec f;
+  ASSERT_EQ(fault::ParseFaultSpec(
+                "loss=0.05,dup=0.02,reorder=0.02,delay_us=20,jitter_us=10,"
+                "reorder_us=100,seed=11",
+                &f),
+            "");
+  Transfer(f, "faulty");
 }
 
 }  // namespace
