@@ -134,6 +134,11 @@ absl::Status Client::Init(const ClientOptions& options) {
                       absl::StrCat("no rdmaplaned at ", options_.socket_path,
                                    ": ", std::strerror(errno)));
   }
+  // A daemon that accepts but never answers must not hang us.
+  const int64_t timeout_us = absl::ToInt64Microseconds(options_.control_timeout);
+  timeval tv{static_cast<time_t>(timeout_us / 1'000'000),
+             static_cast<suseconds_t>(timeout_us % 1'000'000)};
+  setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   shm::SetupMessage hello = shm::MakeSetup(shm::kSetupHello);
   hello.length = region_bytes_;
   shm::SetupMessage reply;
@@ -172,10 +177,15 @@ Client::~Client() {
   if (region_ != nullptr) munmap(region_, region_bytes_);
 }
 
-bool Client::DaemonAlive() const {
+bool Client::DaemonAlive() {
+  if (daemon_down_.load(std::memory_order_relaxed)) return false;
   pollfd p{sock_, POLLIN, 0};
   if (poll(&p, 1, 0) <= 0) return true;
-  return (p.revents & (POLLHUP | POLLERR | POLLIN)) == 0;
+  // The daemon never writes to the socket after setup: readable means
+  // closed.
+  if ((p.revents & (POLLHUP | POLLERR | POLLIN)) == 0) return true;
+  daemon_down_.store(true, std::memory_order_relaxed);
+  return false;
 }
 
 // --- Arenas ----------------------------------------------------------------
@@ -513,6 +523,7 @@ int Client::DeregisterRdmaMemory(rdp_conn conn, const void* descriptor,
 // --- Data path -------------------------------------------------------------------
 
 int Client::ConnectionError(rdp_conn conn) const {
+  if (daemon_down_.load(std::memory_order_relaxed)) return RDP_ERR_NET_DOWN;
   if (conn >= shm::kMaxConnections || !connections_[conn].open) {
     return RDP_ERR_NOT_CONNECTED;
   }
@@ -520,6 +531,7 @@ int Client::ConnectionError(rdp_conn conn) const {
     case shm::kConnUp: return RDP_OK;
     case shm::kConnReset: return RDP_ERR_CONN_RESET;
     case shm::kConnAborted: return RDP_ERR_CONN_ABORTED;
+    case shm::kConnDaemonGone: return RDP_ERR_NET_DOWN;
     default: return RDP_ERR_NOT_CONNECTED;
   }
 }

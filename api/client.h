@@ -7,6 +7,7 @@
 #ifndef RDMAPLANE_API_CLIENT_H_
 #define RDMAPLANE_API_CLIENT_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -108,7 +109,8 @@ class Client {
   int PushDeferred(Connection& c);
   void KickEngine(rdp_conn conn);
   int Reap(rdp_conn conn, rdp_overlapped** done, int max);
-  bool DaemonAlive() const;
+  // Checks the setup socket; remembers a dead daemon in daemon_down_.
+  bool DaemonAlive();
   void AttachConnection(rdp_conn conn);
 
   ClientOptions options_;
@@ -122,6 +124,8 @@ class Client {
   shm::SessionHeader* header_ = nullptr;
   bool hugepages_ = false;
   bool warned_no_hugepages_ = false;
+  // Set once the daemon is known to be gone; posts then fail at once.
+  std::atomic<bool> daemon_down_{false};
 
   absl::Mutex control_mu_;
   shm::SpscRing<shm::ControlRequest> requests_ ABSL_GUARDED_BY(control_mu_);

@@ -58,17 +58,18 @@ typedef uint32_t rdp_conn;
 #define RDP_MEM_WRITE 0x2u
 #define RDP_MEM_READWRITE 0x3u
 
-/* Work request flags [NDK_OP_FLAG_*]. */
+/* Work request flags [NDK_OP_FLAG_*], numbered as in ndkpi.h. */
 #define RDP_FLAG_SILENT_SUCCESS 0x00000001u
 #define RDP_FLAG_READ_FENCE 0x00000002u
-#define RDP_FLAG_DEFER 0x00000100u
-#define RDP_FLAG_READ_LOCAL_INVALIDATE 0x00000200u
+#define RDP_FLAG_READ_LOCAL_INVALIDATE 0x00000100u
+#define RDP_FLAG_DEFER 0x00000200u
 
 /* Size of an RDMA buffer descriptor. */
 #define RDP_DESCRIPTOR_BYTES 32u
 
 /* Opens a session with the daemon at socket_path (NULL: the default path,
- * see docs/operations.md). */
+ * /run/rdmaplane/rdmaplane.sock for root, else $XDG_RUNTIME_DIR/
+ * rdmaplane.sock, else /tmp/rdmaplane-<uid>.sock). */
 int rdp_open(const char* socket_path, rdp_client** client);
 /* Closes every connection (outstanding work completes as RDP_ERR_ABORTED),
  * releases every registration and arena, and frees the client. */
@@ -80,7 +81,8 @@ void* rdp_alloc(rdp_client* client, size_t bytes);
 int rdp_free(rdp_client* client, void* ptr);
 
 /* Local registration [WSPRegisterMemory]: makes [addr, addr + length) usable
- * as the source of writes and the target of reads. */
+ * as the source of writes (RDP_MEM_READ) and the target of reads
+ * (RDP_MEM_WRITE). */
 int rdp_register_memory(rdp_client* client, void* addr, uint64_t length,
                         uint32_t flags, uint32_t* lkey);
 int rdp_deregister_memory(rdp_client* client, uint32_t lkey);

@@ -851,5 +851,220 @@ TEST_F(SeedTest, CompletionIsQueued) {
   EXPECT_EQ(ov.status, RDP_OK);
 }
 
+
+// --- Cases the sentences imply beyond their main statement -------------------
+
+// WSPRdmaWrite "WSAENETDOWN Network subsystem failed.": with the daemon gone,
+// posts and control calls fail at once; work in flight completes as aborted.
+TEST_F(SeedTest, DaemonGoneIsNetworkDown) {
+  control::DaemonOptions o;
+  o.link_faults.loss = 1.0;  // keep one write in flight
+  o.retransmit_timeout_ns = 10'000'000'000ull;
+  Start(o);
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  rdp_sge sge{src, 10, Lkey(client(), src, 256)};
+  rdp_overlapped in_flight{}, later{};
+  ASSERT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, 0, &in_flight),
+            RDP_PENDING);
+  absl::SleepFor(absl::Milliseconds(20));
+  daemon_->daemon->Stop();
+  EXPECT_EQ(client().GetOverlappedResult(cconn(), &in_flight, true, nullptr),
+            RDP_ERR_CONN_ABORTED);
+  EXPECT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, 0, &later),
+            RDP_ERR_NET_DOWN);
+  EXPECT_EQ(RdpCode(client().RegisterMemory(src, 16, RDP_MEM_READ).status()),
+            RDP_ERR_NET_DOWN);
+}
+
+// NdkRead "Flags ... The following flags are supported": any other bit is
+// refused and nothing is posted.
+TEST_F(SeedTest, ReadWithUnsupportedFlags) {
+  uint8_t* source = Buffer(server(), 256, 0x01);
+  Desc d = Register(server(), sconn(), source, 256, RDP_MEM_READ);
+  uint8_t* dst = Buffer(client(), 256, 0);
+  rdp_sge sge{dst, 256, Lkey(client(), dst, 256)};
+  for (uint32_t flags : {0x4u, 0x400u, 0x80000000u}) {
+    rdp_overlapped ov{};
+    EXPECT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len,
+                            flags, &ov),
+              RDP_ERR_INVALID);
+  }
+  absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(dst[0], 0);
+  rdp_overlapped* done[1];
+  EXPECT_EQ(client().Poll(cconn(), done, 1), 0);
+}
+
+// WSPDeregisterRdmaMemory "dwDescriptorLength ... Size, in bytes, of the
+// memory block": a block that cannot hold a descriptor is not one.
+TEST_F(SeedTest, DeregisterWithWrongDescriptorLength) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len - 1),
+            RDP_ERR_INVALID);
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, 0),
+            RDP_ERR_INVALID);
+  uint8_t longer[64] = {};
+  std::memcpy(longer, d.bytes, d.len);
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), longer, sizeof(longer)),
+            RDP_ERR_INVALID);
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len), RDP_OK);
+}
+
+// WSPRdmaWrite "dwTargetDescriptorLength" and NdkRead "RemoteToken ... an
+// opaque array of bytes": short or garbage descriptors are refused at post.
+TEST_F(SeedTest, ShortOrGarbageDescriptorsAreFaults) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_READWRITE);
+  uint8_t* buf = Buffer(client(), 256, 0x10);
+  rdp_sge sge{buf, 16, Lkey(client(), buf, 256)};
+  rdp_overlapped ov{};
+  EXPECT_EQ(client().Write(cconn(), &sge, 1, d.bytes, 16, 0, 0, &ov),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(client().Write(cconn(), &sge, 1, nullptr, 32, 0, 0, &ov),
+            RDP_ERR_FAULT);
+  uint8_t garbage[RDP_DESCRIPTOR_BYTES];
+  std::memset(garbage, 0xA5, sizeof(garbage));
+  EXPECT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, garbage,
+                          sizeof(garbage), 0, &ov),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, 8, 0, &ov),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(target[0], 0);
+}
+
+// WSPRdmaWrite "... because of a time-out or other failure": a transport
+// failure (here a remote access violation) aborts the connection for later
+// posts, and the peer sees it reset.
+TEST_F(SeedTest, TransportFailureAbortsTheConnection) {
+  uint8_t* ro = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), ro, 256, RDP_MEM_READ);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  const uint32_t ls = Lkey(client(), src, 256);
+  EXPECT_EQ(WriteWait(client(), cconn(), src, 16, ls, d, 0), RDP_ERR_FAULT);
+  rdp_sge sge{src, 16, ls};
+  rdp_overlapped ov{};
+  EXPECT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, 0, &ov),
+            RDP_ERR_CONN_ABORTED);
+  uint8_t* sbuf = Buffer(server(), 16, 0);
+  rdp_sge ssge{sbuf, 16, Lkey(server(), sbuf, 16)};
+  EXPECT_EQ(server().Read(sconn(), &ssge, 1, d.d()->address, d.bytes, d.len, 0,
+                          &ov),
+            RDP_ERR_CONN_RESET);
+}
+
+// WSPRegisterRdmaMemory "for use by any number of sockets" with reference
+// counting per registration: releasing it on one connection leaves the
+// other's peer able to reach it.
+TEST_F(SeedTest, DeregisteringOnOneConnectionKeepsTheOther) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  ASSERT_TRUE(server().Listen("second").ok());
+  auto other = daemon_->NewClient();
+  auto oc = other->Connect("second");
+  ASSERT_TRUE(oc.ok());
+  auto sc2 = server().Accept("second", absl::Seconds(5));
+  ASSERT_TRUE(sc2.ok());
+  Desc d1 = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  Desc d2 = Register(server(), *sc2, target, 256, RDP_MEM_WRITE);
+  ASSERT_EQ(server().DeregisterRdmaMemory(sconn(), d1.bytes, d1.len), RDP_OK);
+  uint8_t* a = Buffer(client(), 16, 0xA1);
+  uint8_t* b = Buffer(*other, 16, 0xB2);
+  EXPECT_EQ(WriteWait(client(), cconn(), a, 16, Lkey(client(), a, 16), d1, 0),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(WriteWait(*other, *oc, b, 16, Lkey(*other, b, 16), d2, 0), RDP_OK);
+  EXPECT_EQ(target[0], 0xB2);
+}
+
+// WSPRdmaWrite "must capture these WSABUFEX structures before it returns",
+// also when the request is deferred.
+TEST_F(SeedTest, DeferredSglIsCapturedAtPost) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0);
+  for (int i = 0; i < 256; ++i) src[i] = static_cast<uint8_t>(255 - i);
+  const uint32_t ls = Lkey(client(), src, 256);
+  rdp_overlapped ov{};
+  {
+    rdp_sge sgl[2] = {{src, 100, ls}, {src + 100, 156, ls}};
+    ASSERT_EQ(client().Write(cconn(), sgl, 2, d.bytes, d.len, 0,
+                             RDP_FLAG_DEFER, &ov),
+              RDP_PENDING);
+    std::memset(sgl, 0, sizeof(sgl));
+  }
+  ASSERT_EQ(client().Flush(cconn()), RDP_OK);
+  EXPECT_EQ(client().GetOverlappedResult(cconn(), &ov, true, nullptr), RDP_OK);
+  EXPECT_EQ(std::memcmp(target, src, 256), 0);
+}
+
+// WSPRegisterRdmaMemory "must not overwrite the initial value" also when the
+// descriptor buffer is too small as well.
+TEST_F(SeedTest, OutsideArenasWinsOverSmallDescriptor) {
+  std::vector<uint8_t> heap(64);
+  uint8_t desc[4];
+  uint32_t len = 4;
+  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), heap.data(), 64,
+                                        RDP_MEM_WRITE, desc, &len),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(len, 4u);
+}
+
+// WSPRdmaWrite: "in this case, the SAN service provider does not specify a
+// value at lpdwNumberOfBytesWritten" while the operation is pending.
+TEST_F(SeedTest, NoByteCountWhilePending) {
+  control::DaemonOptions o;
+  o.link_faults.loss = 1.0;
+  o.retransmit_timeout_ns = 10'000'000'000ull;
+  Start(o);
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  rdp_sge sge{src, 10, Lkey(client(), src, 256)};
+  rdp_overlapped ov{};
+  ASSERT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, 0, &ov),
+            RDP_PENDING);
+  uint32_t bytes = 0xFEEDu;
+  EXPECT_EQ(client().GetOverlappedResult(cconn(), &ov, false, &bytes),
+            RDP_PENDING);
+  EXPECT_EQ(bytes, 0xFEEDu);
+}
+
+// Library-level checks of the posting arguments.
+TEST_F(SeedTest, PostingArgumentsAreChecked) {
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  uint8_t* src = Buffer(client(), 256, 0x10);
+  const uint32_t ls = Lkey(client(), src, 256);
+  rdp_sge sgl[9];
+  for (auto& e : sgl) e = {src, 1, ls};
+  rdp_overlapped ov{};
+  EXPECT_EQ(client().Write(cconn(), sgl, 9, d.bytes, d.len, 0, 0, &ov),
+            RDP_ERR_INVALID);
+  EXPECT_EQ(client().Write(cconn(), sgl, 1, d.bytes, d.len, 0, 0, nullptr),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(client().Write(cconn(), nullptr, 1, d.bytes, d.len, 0, 0, &ov),
+            RDP_ERR_FAULT);
+}
+
+// WSPRegisterMemory's access flags hold for local keys too: a read-only
+// buffer cannot be the target of a read.
+TEST_F(SeedTest, LocalAccessFlagsAreEnforced) {
+  uint8_t* source = Buffer(server(), 256, 0x5E);
+  Desc d = Register(server(), sconn(), source, 256, RDP_MEM_READ);
+  uint8_t* dst = Buffer(client(), 256, 0);
+  const uint32_t read_only = *client().RegisterMemory(dst, 256, RDP_MEM_READ);
+  EXPECT_EQ(ReadWait(client(), cconn(), dst, 256, read_only, d, 0),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(dst[0], 0);
+  uint8_t* target = Buffer(server(), 256, 0);
+  Desc dt = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
+  const uint32_t write_only = *client().RegisterMemory(dst, 128, RDP_MEM_WRITE);
+  EXPECT_EQ(WriteWait(client(), cconn(), dst, 128, write_only, dt, 0),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(ReadWait(client(), cconn(), dst, 128, write_only, d, 0), RDP_OK);
+  EXPECT_EQ(dst[0], 0x5E);
+}
+
 }  // namespace
 }  // namespace rdmaplane

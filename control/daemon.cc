@@ -471,7 +471,10 @@ ControlResponse Daemon::RegisterLocal(Session* s, const ControlRequest& r) {
   reg.address = r.address;
   reg.length = r.length;
   reg.host = host;
-  reg.access = mr::kAccessLocal;
+  // MEM_READ: the daemon may read it (a write's source); MEM_WRITE: it may
+  // write it (a read's target).
+  reg.access = ((r.flags & shm::kAccessRead) ? mr::kAccessLocal : 0) |
+               ((r.flags & shm::kAccessWrite) ? mr::kAccessLocalWrite : 0);
   const std::optional<uint32_t> key = cache_.Register(reg);
   if (!key) return Reply(shm::kStatusNoBuffers, "registration table full");
   ControlResponse resp = Reply(shm::kStatusOk);
@@ -687,9 +690,9 @@ void Daemon::CloseConnection(Connection* c, int side, int32_t status,
   if (!c->running) return;
   const bool stopping = stop_.load();
   engine_->RemovePair(c->endpoint[side].get(), status,
-                      stopping ? shm::kConnAborted : shm::kConnFree,
+                      stopping ? shm::kConnDaemonGone : shm::kConnFree,
                       peer_status,
-                      stopping ? shm::kConnAborted : shm::kConnReset);
+                      stopping ? shm::kConnDaemonGone : shm::kConnReset);
   c->running = false;
   // Memory registered for the connection is unreachable from now on.
   cache_.DropConnection(ScopeOf(c, 0));

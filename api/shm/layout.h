@@ -106,6 +106,7 @@ enum ConnectionState : uint32_t {
   kConnUp = 1,
   kConnReset = 2,    // the peer closed
   kConnAborted = 3,  // time-out or transport failure
+  kConnDaemonGone = 4,  // the daemon shut down
 };
 
 // --- Control messages ----------------------------------------------------
@@ -169,11 +170,12 @@ static_assert(sizeof(RdmaDescriptor) == kDescriptorBytes);
 
 enum SendOp : uint8_t { kSendWrite = 1, kSendRead = 2, kSendFlush = 3 };
 
-// Work request flags (the seeds' flags, NDK numbering where it has one).
+// Work request flags, numbered as in the NDK's ndkpi.h (the NdkRead page
+// gives 0x200 to both DEFER and READ_LOCAL_INVALIDATE; the header does not).
 inline constexpr uint32_t kFlagSilentSuccess = 0x00000001;
 inline constexpr uint32_t kFlagReadFence = 0x00000002;
-inline constexpr uint32_t kFlagDefer = 0x00000100;
-inline constexpr uint32_t kFlagReadLocalInvalidate = 0x00000200;
+inline constexpr uint32_t kFlagReadLocalInvalidate = 0x00000100;
+inline constexpr uint32_t kFlagDefer = 0x00000200;
 inline constexpr uint32_t kKnownSendFlags = kFlagSilentSuccess |
                                             kFlagReadFence | kFlagDefer |
                                             kFlagReadLocalInvalidate;

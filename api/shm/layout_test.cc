@@ -101,6 +101,7 @@ TEST(LayoutAbi, EnumValuesAndFlags) {
   EXPECT_EQ(kConnUp, 1u);
   EXPECT_EQ(kConnReset, 2u);
   EXPECT_EQ(kConnAborted, 3u);
+  EXPECT_EQ(kConnDaemonGone, 4u);
 
   EXPECT_EQ(sizeof(StatusCode), 4u);
   EXPECT_EQ(kStatusOk, 0);
@@ -121,8 +122,8 @@ TEST(LayoutAbi, EnumValuesAndFlags) {
 
   EXPECT_EQ(kFlagSilentSuccess, 0x001u);
   EXPECT_EQ(kFlagReadFence, 0x002u);
-  EXPECT_EQ(kFlagDefer, 0x100u);
-  EXPECT_EQ(kFlagReadLocalInvalidate, 0x200u);
+  EXPECT_EQ(kFlagDefer, 0x200u);
+  EXPECT_EQ(kFlagReadLocalInvalidate, 0x100u);
   EXPECT_EQ(kKnownSendFlags, 0x303u);
 }
 

@@ -125,12 +125,14 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
   wr->remote_va = e.remote_address;
   wr->rkey = wire::Rkey(e.rkey);
   uint64_t total = 0;
+  // A write reads the local buffers, a read fills them.
+  const uint8_t access = e.op == shm::kSendWrite ? mr::kAccessLocal
+                                                 : mr::kAccessLocalWrite;
   for (uint32_t i = 0; i < e.num_sge; ++i) {
     const shm::SgeEntry& s = e.sge[i];
     total += s.length;
-    const mr::AccessResult r =
-        mr::ResolveLocal(*table_, s.lkey, info_.session_id, mr::kAccessLocal,
-                         s.address, s.length);
+    const mr::AccessResult r = mr::ResolveLocal(
+        *table_, s.lkey, info_.session_id, access, s.address, s.length);
     // Pin before trusting the pointer beyond this loop iteration; a key
     // deregistered in between fails the pin.
     if (r.check != mr::AccessCheck::kOk || !table_->BeginUse(s.lkey)) {

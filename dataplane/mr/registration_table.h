@@ -52,12 +52,15 @@
 
 namespace rdmaplane::mr {
 
-// Access bits of a registration and of a requested access.
+// Access bits of a registration and of a requested access. kAccessLocal lets
+// the daemon read the memory (the source of a write); kAccessLocalWrite lets
+// it write there (the target of a read).
 inline constexpr uint8_t kAccessLocal = 1;
 inline constexpr uint8_t kAccessRemoteRead = 2;
 inline constexpr uint8_t kAccessRemoteWrite = 4;
+inline constexpr uint8_t kAccessLocalWrite = 8;
 inline constexpr uint8_t kAccessKnownBits =
-    kAccessLocal | kAccessRemoteRead | kAccessRemoteWrite;
+    kAccessLocal | kAccessRemoteRead | kAccessRemoteWrite | kAccessLocalWrite;
 
 // Connection scope of registrations that are not reachable remotely.
 inline constexpr uint32_t kAnyConnection = 0xFFFFFFFF;
