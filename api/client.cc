@@ -143,9 +143,16 @@ absl::Status Client::Init(const ClientOptions& options) {
   hello.length = region_bytes_;
   shm::SetupMessage reply;
   int fd0 = -1, fd1 = -1;
-  if (!shm::SendSetup(sock_, hello, session_fd_) ||
-      !shm::RecvSetup(sock_, &reply, &fd0, &fd1) ||
-      reply.type != shm::kSetupHelloReply) {
+  // A daemon that refuses us may have answered and closed before our hello
+  // went out: read its answer even when sending failed.
+  const bool sent = shm::SendSetup(sock_, hello, session_fd_);
+  const bool got = shm::RecvSetup(sock_, &reply, &fd0, &fd1);
+  if (got && reply.type == shm::kSetupHelloReply && reply.status != RDP_OK) {
+    if (fd0 >= 0) close(fd0);
+    if (fd1 >= 0) close(fd1);
+    return MakeStatus(reply.status, reply.text);
+  }
+  if (!sent || !got || reply.type != shm::kSetupHelloReply) {
     if (fd0 >= 0) close(fd0);
     if (fd1 >= 0) close(fd1);
     return MakeStatus(RDP_ERR_NET_DOWN, "the daemon did not accept the session");

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "api/status.h"
 #include "api/test_util.h"
 
 namespace rdmaplane {
@@ -56,6 +58,70 @@ TEST(ClientTest, WriteAndReadBetweenTwoClients) {
   ASSERT_EQ(p.client->GetOverlappedResult(p.client_conn, &rov, true, &bytes),
             RDP_OK);
   EXPECT_EQ(std::memcmp(source, back, n), 0);
+}
+
+TEST(ClientTest, UnknownServiceIsRefused) {
+  TestDaemon d("refused");
+  ASSERT_TRUE(d.start_status.ok());
+  auto c = d.NewClient();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(RdpCode(c->Connect("nobody-listens").status()), RDP_ERR_REFUSED);
+  EXPECT_EQ(RdpCode(c->Connect("").status()), RDP_ERR_INVALID);
+  EXPECT_EQ(RdpCode(c->Connect(std::string(64, 'x')).status()),
+            RDP_ERR_INVALID);
+}
+
+TEST(ClientTest, RequestsQueuedBeforeAcceptRunAfterIt) {
+  TestDaemon d("queued");
+  ASSERT_TRUE(d.start_status.ok());
+  auto server = d.NewClient();
+  auto client = d.NewClient();
+  ASSERT_TRUE(server->Listen("late").ok());
+  auto cc = client->Connect("late");
+  ASSERT_TRUE(cc.ok());
+  // The client registers and reads before the server has accepted.
+  auto* src = static_cast<uint8_t*>(client->Alloc(256));
+  std::memset(src, 0x3C, 256);
+  uint8_t desc[RDP_DESCRIPTOR_BYTES];
+  uint32_t len = sizeof(desc);
+  ASSERT_EQ(client->RegisterRdmaMemory(*cc, src, 256, RDP_MEM_READ, desc, &len),
+            RDP_OK);
+  auto sc = server->Accept("late", absl::Seconds(5));
+  ASSERT_TRUE(sc.ok());
+  auto* dst = static_cast<uint8_t*>(server->Alloc(256));
+  auto lkey = server->RegisterMemory(dst, 256, RDP_MEM_WRITE);
+  rdp_sge sge{dst, 256, *lkey};
+  rdp_overlapped ov{};
+  const auto* dd = reinterpret_cast<const shm::RdmaDescriptor*>(desc);
+  ASSERT_EQ(server->Read(*sc, &sge, 1, dd->address, desc, len, 0, &ov),
+            RDP_PENDING);
+  EXPECT_EQ(server->GetOverlappedResult(*sc, &ov, true, nullptr), RDP_OK);
+  EXPECT_EQ(dst[255], 0x3C);
+}
+
+TEST(ClientTest, ListenerGoneBeforeAcceptResetsTheConnector) {
+  TestDaemon d("gone");
+  ASSERT_TRUE(d.start_status.ok());
+  auto server = d.NewClient();
+  auto client = d.NewClient();
+  ASSERT_TRUE(server->Listen("brief").ok());
+  auto cc = client->Connect("brief");
+  ASSERT_TRUE(cc.ok());
+  auto* src = static_cast<uint8_t*>(client->Alloc(256));
+  auto lkey = client->RegisterMemory(src, 256, RDP_MEM_READ);
+  shm::RdmaDescriptor fake{shm::kDescriptorMagic, 0x100, 0x1000, 256, 3, 0};
+  rdp_sge sge{src, 16, *lkey};
+  rdp_overlapped queued{};
+  ASSERT_EQ(client->Write(*cc, &sge, 1, &fake, sizeof(fake), 0, 0, &queued),
+            RDP_PENDING);
+  server.reset();  // the listener exits without accepting
+  EXPECT_EQ(client->GetOverlappedResult(*cc, &queued, true, nullptr),
+            RDP_ERR_CONN_RESET);
+  rdp_overlapped later{};
+  EXPECT_EQ(client->Write(*cc, &sge, 1, &fake, sizeof(fake), 0, 0, &later),
+            RDP_ERR_CONN_RESET);
+  EXPECT_TRUE(client->Disconnect(*cc).ok());
+  EXPECT_EQ(d.daemon->Snapshot().connections, 0u);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -156,17 +157,21 @@ void Daemon::ControlLoop() {
     }
     ServeControlRings();
     table_.Reclaim();
-    absl::MutexLock lock(&snapshot_mu_);
-    snapshot_.sessions = static_cast<uint32_t>(sessions_.size());
-    snapshot_.registrations = static_cast<uint32_t>(cache_.size());
-    snapshot_.connections = static_cast<uint32_t>(connections_.size());
-    uint32_t arenas = 0;
-    for (const auto& [fd, s] : sessions_) arenas += s->arenas.size();
-    snapshot_.arenas = arenas;
+    UpdateSnapshot();
   }
   // Shutting down: every session goes, as if its client had exited, except
   // that clients see their connections aborted.
   while (!sessions_.empty()) CloseSession(sessions_.begin()->second.get());
+}
+
+void Daemon::UpdateSnapshot() {
+  uint32_t arenas = 0;
+  for (const auto& [fd, s] : sessions_) arenas += s->arenas.size();
+  absl::MutexLock lock(&snapshot_mu_);
+  snapshot_.sessions = static_cast<uint32_t>(sessions_.size());
+  snapshot_.registrations = static_cast<uint32_t>(cache_.size());
+  snapshot_.connections = static_cast<uint32_t>(connections_.size());
+  snapshot_.arenas = arenas;
 }
 
 void Daemon::AcceptClient() {
@@ -370,11 +375,9 @@ void Daemon::CloseSession(Session* s) {
     listeners_.erase(service);
     auto it = pending_.find(service);
     if (it == pending_.end()) continue;
-    for (auto& [c, side] : it->second) {
-      c->open[side] = false;
-      MaybeDeleteConnection(c);
-    }
+    auto queue = std::move(it->second);
     pending_.erase(it);
+    for (auto& [c, side] : queue) RefusePending(c);
   }
   cache_.DropOwner(s->id);
   for (auto& [id, a] : s->arenas) {
@@ -394,13 +397,14 @@ void Daemon::CloseSession(Session* s) {
 
 void Daemon::ServeControlRings() {
   std::vector<Session*> broken;
+  std::vector<std::pair<Session*, ControlResponse>> answers;
   for (auto& [fd, sp] : sessions_) {
     Session* s = sp.get();
     if (!s->ready) continue;
-    bool answered = false;
-    for (int i = 0; i < 64; ++i) {
-      // Do not take a request we could not answer.
-      if (s->responses.Size() >= s->responses.capacity()) break;
+    uint32_t taken = 0;
+    // Do not take a request we could not answer.
+    while (taken < 64 &&
+           s->responses.Size() + taken < s->responses.capacity()) {
       ControlRequest req;
       const shm::PopResult pr = s->requests.TryPop(&req);
       if (pr == shm::PopResult::kEmpty) break;
@@ -410,14 +414,30 @@ void Daemon::ServeControlRings() {
       }
       ControlResponse resp = Handle(s, req);
       resp.request_id = req.request_id;
-      s->responses.TryPush(resp);
-      answered = true;
-      absl::MutexLock lock(&snapshot_mu_);
-      ++snapshot_.control_requests;
+      answers.push_back({s, resp});
+      ++taken;
     }
-    if (answered) shm::RingDoorbell(&s->header->control_response_bell);
   }
-  for (Session* s : broken) CloseSession(s);
+  for (Session* s : broken) {
+    std::erase_if(answers, [s](const auto& a) { return a.first == s; });
+    CloseSession(s);
+  }
+  if (answers.empty() && broken.empty()) return;
+  // Counters first, so that a client holding its answer sees them current.
+  UpdateSnapshot();
+  {
+    absl::MutexLock lock(&snapshot_mu_);
+    snapshot_.control_requests += answers.size();
+  }
+  Session* last = nullptr;
+  for (const auto& [s, resp] : answers) {
+    s->responses.TryPush(resp);
+    if (s != last && last != nullptr) {
+      shm::RingDoorbell(&last->header->control_response_bell);
+    }
+    last = s;
+  }
+  if (last != nullptr) shm::RingDoorbell(&last->header->control_response_bell);
 }
 
 uint32_t Daemon::ScopeOf(const Connection* c, int side) {
@@ -502,7 +522,8 @@ ControlResponse Daemon::RegisterRdma(Session* s, const ControlRequest& r) {
   }
   if (r.connection >= shm::kMaxConnections ||
       s->connections[r.connection] == nullptr ||
-      !s->connections[r.connection]->running) {
+      !(s->connections[r.connection]->running ||
+        s->connections[r.connection]->pending)) {
     return Reply(shm::kStatusNotConnected, "connection is not established");
   }
   uint8_t* host = Translate(s, r.address, r.length);
@@ -585,6 +606,11 @@ ControlResponse Daemon::Unlisten(Session* s, const ControlRequest& r) {
   }
   listeners_.erase(it);
   s->listening.erase(service);
+  if (auto p = pending_.find(service); p != pending_.end()) {
+    auto queue = std::move(p->second);
+    pending_.erase(p);
+    for (auto& [c, side] : queue) RefusePending(c);
+  }
   return Reply(shm::kStatusOk);
 }
 
@@ -623,47 +649,50 @@ std::unique_ptr<engine::Endpoint> Daemon::MakeEndpoint(
                                             options_.link_faults);
 }
 
+namespace {
+constexpr size_t kAcceptBacklog = 16;
+}  // namespace
+
+int Daemon::FreeSlot(const Session* s) {
+  for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
+    if (s->connections[i] == nullptr) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 ControlResponse Daemon::Connect(Session* s, const ControlRequest& r) {
   if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
   auto it = listeners_.find(r.service);
   if (it == listeners_.end()) {
     return Reply(shm::kStatusRefused, "no listener for this service");
   }
-  Session* server = it->second;
-  auto free_slot = [](Session* x, int skip) -> int {
-    for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
-      if (x->connections[i] == nullptr && static_cast<int>(i) != skip) {
-        return static_cast<int>(i);
-      }
-    }
-    return -1;
-  };
-  const int cslot = free_slot(s, -1);
-  const int sslot = free_slot(server, server == s ? cslot : -1);
-  if (cslot < 0 || sslot < 0) {
-    return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  auto& queue = pending_[r.service];
+  // The listener's slots are taken only when it accepts, and the queue of
+  // connections waiting for that is bounded.
+  if (queue.size() >= kAcceptBacklog) {
+    return Reply(shm::kStatusRefused, "the listener's accept queue is full");
   }
+  const int cslot = FreeSlot(s);
+  if (cslot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
   auto c = std::make_unique<Connection>();
   c->id = next_connection_id_++;
   c->side[0] = s;
   c->slot[0] = cslot;
-  c->side[1] = server;
-  c->slot[1] = sslot;
+  c->side[1] = it->second;
+  c->slot[1] = shm::kMaxConnections;  // none until accepted
   psn_seed_ = psn_seed_ * 6364136223846793005ull + 1442695040888963407ull;
-  const uint32_t psn_a = static_cast<uint32_t>(psn_seed_ >> 40);
-  const uint32_t psn_b = static_cast<uint32_t>(psn_seed_ >> 16) & 0xFFFFFF;
-  const uint32_t qpn_a = (c->id * 2) & 0xFFFFFF;
-  const uint32_t qpn_b = (c->id * 2 + 1) & 0xFFFFFF;
-  c->endpoint[0] =
-      MakeEndpoint(s, cslot, ScopeOf(c.get(), 0), qpn_a, qpn_b, psn_a, psn_b);
-  c->endpoint[1] = MakeEndpoint(server, sslot, ScopeOf(c.get(), 1), qpn_b,
-                                qpn_a, psn_b, psn_a);
-  c->open[0] = c->open[1] = true;
+  c->psn[0] = static_cast<uint32_t>(psn_seed_ >> 40);
+  c->psn[1] = static_cast<uint32_t>(psn_seed_ >> 16) & 0xFFFFFF;
+  c->qpn[0] = (c->id * 2) & 0xFFFFFF;
+  c->qpn[1] = (c->id * 2 + 1) & 0xFFFFFF;
+  c->endpoint[0] = MakeEndpoint(s, cslot, ScopeOf(c.get(), 0), c->qpn[0],
+                                c->qpn[1], c->psn[0], c->psn[1]);
+  c->open[0] = true;
+  c->pending = true;
   s->connections[cslot] = c.get();
-  server->connections[sslot] = c.get();
-  engine_->AddPair(c->endpoint[0].get(), c->endpoint[1].get());
-  c->running = true;
-  pending_[r.service].push_back({c.get(), 1});
+  s->header->connection_state[cslot].store(shm::kConnUp,
+                                           std::memory_order_release);
+  queue.push_back({c.get(), 1});
   ControlResponse resp = Reply(shm::kStatusOk);
   resp.connection = cslot;
   connections_[c->id] = std::move(c);
@@ -678,16 +707,65 @@ ControlResponse Daemon::Accept(Session* s, const ControlRequest& r) {
   }
   auto& queue = pending_[r.service];
   if (queue.empty()) return Reply(shm::kStatusAgain, "no connection yet");
-  auto [c, side] = queue.front();
+  const int sslot = FreeSlot(s);
+  if (sslot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  Connection* c = queue.front().first;
   queue.pop_front();
+  c->slot[1] = sslot;
+  c->endpoint[1] = MakeEndpoint(s, sslot, ScopeOf(c, 1), c->qpn[1], c->qpn[0],
+                                c->psn[1], c->psn[0]);
+  c->open[1] = true;
+  c->pending = false;
+  s->connections[sslot] = c;
+  engine_->AddPair(c->endpoint[0].get(), c->endpoint[1].get());
+  c->running = true;
   ControlResponse resp = Reply(shm::kStatusOk);
-  resp.connection = c->slot[side];
+  resp.connection = sslot;
   return resp;
+}
+
+void Daemon::AbortQueued(Connection* c, int side, int32_t status) {
+  engine::Endpoint* e = c->endpoint[side].get();
+  if (e == nullptr) return;
+  engine::EndpointInfo info = e->info();
+  shm::SendEntry entry;
+  bool any = false;
+  while (info.completion.Size() < info.completion.capacity() &&
+         info.send.TryPop(&entry) == shm::PopResult::kOk) {
+    shm::CompletionEntry done{};
+    done.wr_id = entry.wr_id;
+    done.status = status;
+    done.op = entry.op;
+    info.completion.TryPush(done);
+    any = true;
+  }
+  if (any) shm::RingDoorbell(&info.header->completion_bell[info.slot]);
+}
+
+void Daemon::RefusePending(Connection* c) {
+  AbortQueued(c, 0, shm::kStatusConnReset);
+  Session* connector = c->side[0];
+  if (c->open[0]) {
+    connector->header->connection_state[c->slot[0]].store(
+        shm::kConnReset, std::memory_order_release);
+  }
+  c->pending = false;
+  c->side[1] = nullptr;
+  cache_.DropConnection(ScopeOf(c, 0));
 }
 
 void Daemon::CloseConnection(Connection* c, int side, int32_t status,
                              int32_t peer_status) {
-  if (!c->running) return;
+  if (!c->running) {
+    // Never served by the engine (or no longer): requests still queued in
+    // the ring complete here.
+    AbortQueued(c, side, status);
+    if (c->pending && side == 0) {
+      c->pending = false;
+      cache_.DropConnection(ScopeOf(c, 0));
+    }
+    return;
+  }
   const bool stopping = stop_.load();
   engine_->RemovePair(c->endpoint[side].get(), status,
                       stopping ? shm::kConnDaemonGone : shm::kConnFree,

@@ -83,6 +83,11 @@ class Daemon {
     std::unique_ptr<engine::Endpoint> endpoint[2];
     bool open[2] = {false, false};  // the side still holds its slot
     bool running = false;           // the engine serves it
+    // Connected, not yet accepted: the connector may register and post
+    // (requests wait in its ring); the listener holds no slot yet.
+    bool pending = false;
+    uint32_t qpn[2] = {0, 0};
+    uint32_t psn[2] = {0, 0};
   };
   struct Session {
     uint32_t id = 0;
@@ -109,6 +114,7 @@ class Daemon {
   void HandleArena(Session* s, const shm::SetupMessage& msg, int fd);
   void CloseSession(Session* s);
   void ServeControlRings();
+  void UpdateSnapshot();
   shm::ControlResponse Handle(Session* s, const shm::ControlRequest& req);
   // Host address of [address, address + length) inside one of s's arenas.
   uint8_t* Translate(const Session* s, uint64_t address, uint64_t length) const;
@@ -126,6 +132,11 @@ class Daemon {
   void CloseConnection(Connection* c, int side, int32_t status,
                        int32_t peer_status);
   void MaybeDeleteConnection(Connection* c);
+  // Completes every request waiting in `side`'s send ring with `status`
+  // (only while the engine does not serve the connection).
+  void AbortQueued(Connection* c, int side, int32_t status);
+  // The listener went away before accepting: the connector sees a reset.
+  void RefusePending(Connection* c);
   std::unique_ptr<engine::Endpoint> MakeEndpoint(Session* s, uint32_t slot,
                                                  uint32_t connection_id,
                                                  uint32_t local_qpn,
@@ -137,6 +148,8 @@ class Daemon {
   // end may use memory registered with this scope, and nothing else may.
   static uint32_t ScopeOf(const Connection* c, int side);
   static uint32_t ScopeOf(const Session* s, uint32_t slot);
+  // A free connection slot of `s`, or -1.
+  static int FreeSlot(const Session* s);
 
   DaemonOptions options_;
   mr::RegistrationTable table_;
