@@ -134,6 +134,23 @@ absl::Status Client::Init(const ClientOptions& options) {
                       absl::StrCat("no rdmaplaned at ", options_.socket_path,
                                    ": ", std::strerror(errno)));
   }
+  // Our memory goes only to a daemon we trust: root, ourselves, or the uid
+  // named by RDMAPLANE_DAEMON_UID. Anyone could bind a socket in /tmp.
+  ucred peer{};
+  socklen_t peer_len = sizeof(peer);
+  if (getsockopt(sock_, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0) {
+    return MakeStatus(RDP_ERR_NET_DOWN, "cannot identify the daemon");
+  }
+  uid_t trusted = 0;
+  if (const char* env = std::getenv("RDMAPLANE_DAEMON_UID")) {
+    trusted = static_cast<uid_t>(std::strtoul(env, nullptr, 10));
+  }
+  if (peer.uid != 0 && peer.uid != geteuid() && peer.uid != trusted) {
+    return MakeStatus(RDP_ERR_PERMISSION,
+                      absl::StrCat("the socket ", options_.socket_path,
+                                   " belongs to uid ", peer.uid,
+                                   ", not to a trusted rdmaplaned"));
+  }
   // A daemon that accepts but never answers must not hang us.
   const int64_t timeout_us = absl::ToInt64Microseconds(options_.control_timeout);
   timeval tv{static_cast<time_t>(timeout_us / 1'000'000),
@@ -544,6 +561,9 @@ int Client::ConnectionError(rdp_conn conn) const {
 }
 
 void Client::KickEngine(rdp_conn conn) {
+  // Orders our ring push before reading the engine's idle flag; pairs with
+  // the fence in Engine::Sleep.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (header_->engine_idle[conn].sleeping.load(std::memory_order_seq_cst)) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = write(engine_eventfd_, &one, sizeof(one));
@@ -571,7 +591,7 @@ int Client::Post(Connection& c, const SendEntry& entry, bool defer) {
   }
   // Requests deferred earlier go first, in order.
   if (PushDeferred(c) != RDP_OK || !c.send.TryPush(entry)) {
-    return RDP_ERR_NO_BUFFERS;
+    return RDP_ERR_NO_BUFFERS;  // the caller still rings for what went out
   }
   return RDP_PENDING;
 }
@@ -622,7 +642,7 @@ int Client::Write(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
   ov->bytes = 0;
   Connection& c = connections_[conn];
   const int r = Post(c, e, (flags & RDP_FLAG_DEFER) != 0);
-  if (r == RDP_PENDING && (flags & RDP_FLAG_DEFER) == 0) KickEngine(conn);
+  if ((flags & RDP_FLAG_DEFER) == 0) KickEngine(conn);
   if (r != RDP_PENDING) ov->status = r;
   return r;
 }
@@ -657,7 +677,7 @@ int Client::Read(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
   ov->bytes = 0;
   Connection& c = connections_[conn];
   const int r = Post(c, e, (flags & RDP_FLAG_DEFER) != 0);
-  if (r == RDP_PENDING && (flags & RDP_FLAG_DEFER) == 0) KickEngine(conn);
+  if ((flags & RDP_FLAG_DEFER) == 0) KickEngine(conn);
   if (r != RDP_PENDING) ov->status = r;
   return r;
 }

@@ -156,6 +156,14 @@ void Daemon::ControlLoop() {
       }
     }
     ServeControlRings();
+    // Closed connections whose client has not let go yet: complete what
+    // it still queues, as its completion ring makes room.
+    for (auto& [id, c] : connections_) {
+      if (c->running || c->pending) continue;
+      for (int side = 0; side < 2; ++side) {
+        if (c->open[side]) AbortQueued(c.get(), side, c->abort_status[side]);
+      }
+    }
     table_.Reclaim();
     UpdateSnapshot();
   }
@@ -298,15 +306,17 @@ void Daemon::HandleHello(Session* s, const shm::SetupMessage& msg, int fd) {
   auto resp = shm::SpscRing<ControlResponse>::Attach(
       s->region + h.control_responses.offset, h.control_responses.bytes);
   if (!req.ok() || !resp.ok()) return refuse("control rings are malformed");
-  for (const auto& c : h.connections) {
-    if (!shm::SpscRing<shm::SendEntry>::Attach(s->region + c.send.offset,
-                                              c.send.bytes)
-             .ok() ||
-        !shm::SpscRing<shm::CompletionEntry>::Attach(
-             s->region + c.completion.offset, c.completion.bytes)
-             .ok()) {
+  for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
+    const auto& c = h.connections[i];
+    auto send = shm::SpscRing<shm::SendEntry>::Attach(s->region + c.send.offset,
+                                                     c.send.bytes);
+    auto completion = shm::SpscRing<shm::CompletionEntry>::Attach(
+        s->region + c.completion.offset, c.completion.bytes);
+    if (!send.ok() || !completion.ok()) {
       return refuse("connection rings are malformed");
     }
+    s->send[i] = *send;
+    s->completion[i] = *completion;
   }
   for (auto& state : s->header->connection_state) {
     state.store(shm::kConnFree, std::memory_order_relaxed);
@@ -622,14 +632,14 @@ std::unique_ptr<engine::Endpoint> Daemon::MakeEndpoint(
   info.session_id = s->id;
   info.header = s->header;
   info.slot = slot;
-  const shm::ConnectionSlotRef& ref = s->refs.connections[slot];
-  info.send = *shm::SpscRing<shm::SendEntry>::Attach(s->region + ref.send.offset,
-                                                    ref.send.bytes);
-  info.completion = *shm::SpscRing<shm::CompletionEntry>::Attach(
-      s->region + ref.completion.offset, ref.completion.bytes);
-  // Clear anything a previous user of the slot left behind.
+  info.send = s->send[slot];
+  info.completion = s->completion[slot];
+  // Clear anything a previous user of the slot left behind (bounded: the
+  // client controls the indices).
   shm::SendEntry stale;
-  while (info.send.TryPop(&stale) == shm::PopResult::kOk) {
+  for (uint32_t i = 0; i < info.send.capacity() &&
+                       info.send.TryPop(&stale) == shm::PopResult::kOk;
+       ++i) {
   }
   rc::QpConfig qp;
   qp.local_qpn = wire::Qpn(local_qpn);
@@ -730,8 +740,11 @@ void Daemon::AbortQueued(Connection* c, int side, int32_t status) {
   engine::EndpointInfo info = e->info();
   shm::SendEntry entry;
   bool any = false;
-  while (info.completion.Size() < info.completion.capacity() &&
-         info.send.TryPop(&entry) == shm::PopResult::kOk) {
+  for (uint32_t i = 0;
+       i < info.send.capacity() &&
+       info.completion.Size() < info.completion.capacity() &&
+       info.send.TryPop(&entry) == shm::PopResult::kOk;
+       ++i) {
     shm::CompletionEntry done{};
     done.wr_id = entry.wr_id;
     done.status = status;
@@ -743,12 +756,14 @@ void Daemon::AbortQueued(Connection* c, int side, int32_t status) {
 }
 
 void Daemon::RefusePending(Connection* c) {
-  AbortQueued(c, 0, shm::kStatusConnReset);
   Session* connector = c->side[0];
+  // State first, so that nothing is posted after the queue is drained.
   if (c->open[0]) {
     connector->header->connection_state[c->slot[0]].store(
         shm::kConnReset, std::memory_order_release);
   }
+  c->abort_status[0] = shm::kStatusConnReset;
+  AbortQueued(c, 0, shm::kStatusConnReset);
   c->pending = false;
   c->side[1] = nullptr;
   cache_.DropConnection(ScopeOf(c, 0));
@@ -759,6 +774,7 @@ void Daemon::CloseConnection(Connection* c, int side, int32_t status,
   if (!c->running) {
     // Never served by the engine (or no longer): requests still queued in
     // the ring complete here.
+    c->abort_status[side] = status;
     AbortQueued(c, side, status);
     if (c->pending && side == 0) {
       c->pending = false;
@@ -772,6 +788,11 @@ void Daemon::CloseConnection(Connection* c, int side, int32_t status,
                       peer_status,
                       stopping ? shm::kConnDaemonGone : shm::kConnReset);
   c->running = false;
+  c->abort_status[side] = status;
+  c->abort_status[1 - side] = peer_status;
+  // Requests posted while the close was on its way complete too.
+  AbortQueued(c, side, status);
+  if (c->open[1 - side]) AbortQueued(c, 1 - side, peer_status);
   // Memory registered for the connection is unreachable from now on.
   cache_.DropConnection(ScopeOf(c, 0));
   cache_.DropConnection(ScopeOf(c, 1));

@@ -86,6 +86,9 @@ class Daemon {
     // Connected, not yet accepted: the connector may register and post
     // (requests wait in its ring); the listener holds no slot yet.
     bool pending = false;
+    // Status for requests a closed side still had queued; the control
+    // loop completes them as the client makes room.
+    int32_t abort_status[2] = {0, 0};
     uint32_t qpn[2] = {0, 0};
     uint32_t psn[2] = {0, 0};
   };
@@ -102,6 +105,10 @@ class Daemon {
     shm::SessionHeader refs;  // ring offsets, copied once at hello
     shm::SpscRing<shm::ControlRequest> requests;
     shm::SpscRing<shm::ControlResponse> responses;
+    // Attached once at hello: ring headers are never read from client
+    // memory again.
+    shm::SpscRing<shm::SendEntry> send[shm::kMaxConnections];
+    shm::SpscRing<shm::CompletionEntry> completion[shm::kMaxConnections];
     std::map<uint32_t, Arena> arenas;  // by arena id
     Connection* connections[shm::kMaxConnections] = {};
     std::set<std::string> listening;

@@ -54,7 +54,11 @@ RegistrationCache::Release RegistrationCache::Deregister(uint32_t owner,
     case mr::RegistrationTable::RemoveResult::kOk:
       break;
   }
-  by_identity_.erase(IdentityOf(it->second.reg));
+  // After an invalidation the identity may already name a newer key.
+  if (auto id = by_identity_.find(IdentityOf(it->second.reg));
+      id != by_identity_.end() && id->second == key) {
+    by_identity_.erase(id);
+  }
   by_key_.erase(it);
   return Release::kOk;
 }
@@ -73,7 +77,10 @@ uint32_t RegistrationCache::DropIf(Pred pred) {
          ++i) {
       usleep(100);
     }
-    by_identity_.erase(IdentityOf(by_key_[key].reg));
+    if (auto id = by_identity_.find(IdentityOf(by_key_[key].reg));
+        id != by_identity_.end() && id->second == key) {
+      by_identity_.erase(id);
+    }
     by_key_.erase(key);
   }
   return static_cast<uint32_t>(keys.size());

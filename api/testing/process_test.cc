@@ -992,5 +992,36 @@ TEST_F(OtherUserTest, RefusedClientSeesPermission) {
   }
 }
 
+// A client hands its memory only to a daemon it trusts: a socket that
+// another user bound (anyone can bind in /tmp) is refused before any memfd
+// is sent.
+TEST_F(OtherUserTest, ClientRefusesASocketOfAnotherUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a server as nobody";
+  const std::string setpriv = FindSetpriv();
+  if (setpriv.empty()) GTEST_SKIP() << "setpriv (util-linux) not installed";
+  if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no python3";
+  const std::string path =
+      "/tmp/rdp-impostor-" + std::to_string(getpid()) + ".sock";
+  unlink(path.c_str());
+  const std::string script =
+      "import socket,sys,time\n"
+      "s=socket.socket(socket.AF_UNIX)\n"
+      "s.bind(sys.argv[1]); s.listen(1)\n"
+      "print('listening', flush=True)\n"
+      "c,_=s.accept(); time.sleep(2)\n";
+  std::unique_ptr<Child> impostor =
+      Child::Spawn({setpriv, "--reuid=65534", "--regid=65534",
+                    "--clear-groups", "/usr/bin/python3", "-c", script, path});
+  ASSERT_NE(impostor, nullptr);
+  ASSERT_EQ(impostor->ReadLine().value_or("(nothing)"), "listening");
+  ClientOptions o;
+  o.socket_path = path;
+  o.control_timeout = absl::Seconds(1);
+  auto c = Client::Open(o);
+  EXPECT_EQ(RdpCode(c.status()), RDP_ERR_PERMISSION) << c.status();
+  impostor->Kill();
+  unlink(path.c_str());
+}
+
 }  // namespace
 }  // namespace rdmaplane

@@ -252,10 +252,15 @@ void Endpoint::Close(int32_t status, shm::ConnectionState state) {
   info_.header->connection_state[info_.slot].store(state,
                                                    std::memory_order_release);
   qp_->Flush();
-  // Requests still in the send ring were never started: they are aborted too.
+  // Requests still in the send ring were never started: they are aborted
+  // too, as far as the completion ring has room (the control plane finishes
+  // the rest as the client reaps). Bounded: the client moves the indices.
   shm::SendEntry e;
-  while (info_.send.TryPop(&e) == shm::PopResult::kOk &&
-         info_.completion.Size() < info_.completion.capacity()) {
+  for (uint32_t i = 0; i < info_.send.capacity(); ++i) {
+    if (info_.completion.Size() >= info_.completion.capacity() ||
+        info_.send.TryPop(&e) != shm::PopResult::kOk) {
+      break;
+    }
     PushCompletion(e.wr_id, status, e.op, 0);
   }
   if (ring_bell_) {

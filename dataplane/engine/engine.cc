@@ -19,7 +19,8 @@ Engine::Engine(mr::RegistrationTable* table, const EngineOptions& options)
       eventfd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       endpoints_(new Endpoint*[options.max_endpoints]) {
   const size_t bytes = shm::SpscRing<Command>::BytesFor(kCommandSlots);
-  command_memory_.reset(new (std::align_val_t(shm::kCacheLine)) uint8_t[bytes]);
+  command_memory_.reset(static_cast<uint8_t*>(
+      ::operator new[](bytes, std::align_val_t(shm::kCacheLine))));
   commands_ = *shm::SpscRing<Command>::Create(command_memory_.get(), bytes,
                                               kCommandSlots);
 }
@@ -95,6 +96,9 @@ void Engine::Sleep() {
   // Tell clients we sleep, then look once more so that nothing posted in
   // between is missed (the client checks the flag after posting).
   for (uint32_t i = 0; i < count_; ++i) endpoints_[i]->SetIdle(true);
+  // Pairs with the fence in Client::KickEngine (store-buffer pattern): either
+  // we see the client's new entry below, or it sees our idle flag.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   bool work = commands_.Size() > 0;
   uint64_t next_timer = 0;
   for (uint32_t i = 0; i < count_ && !work; ++i) {
@@ -136,6 +140,8 @@ void Engine::Run() {
     } else if (++idle >= options_.idle_spins &&
                options_.mode == PollMode::kAdaptive) {
       Sleep();
+      // Back online before the next lookup (Sleep went offline).
+      table_->Quiescent(options_.reader_index);
       idle = 0;
     }
   }

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <thread>
 
 #include "api/shm/ring.h"
@@ -83,7 +84,12 @@ class Engine {
   EngineOptions options_;
   MonotonicClock clock_;
   int eventfd_ = -1;
-  std::unique_ptr<uint8_t[]> command_memory_;
+  struct AlignedDelete {
+    void operator()(uint8_t* p) const {
+      ::operator delete[](p, std::align_val_t(shm::kCacheLine));
+    }
+  };
+  std::unique_ptr<uint8_t[], AlignedDelete> command_memory_;
   shm::SpscRing<Command> commands_;
   std::unique_ptr<Endpoint*[]> endpoints_;
   uint32_t count_ = 0;

@@ -28,6 +28,8 @@ void RcQp::HandleRequest(const wire::ParsedPacket& pkt) {
   seq_nak_sent_ = false;
   if (pkt.bth.opcode == Opcode::kReadRequest) {
     if (write_active_) {
+      write_active_ = false;
+      ReleaseWrite();
       QueueNak(wire::kAethNakInvalidRequest, pkt.bth.psn);
       return;
     }
@@ -50,8 +52,9 @@ bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
   bool valid;
   if (first) {
     const uint32_t total = pkt.reth.dma_length;
-    valid = !write_active_ && (last ? len == total && len <= pmtu
-                                    : len == pmtu && total > pmtu);
+    valid = !write_active_ && total <= (1u << 31) &&
+            (last ? len == total && len <= pmtu
+                  : len == pmtu && total > pmtu);
   } else {
     valid = write_active_ && (last ? len == write_remaining_ && len <= pmtu
                                    : len == pmtu && write_remaining_ > pmtu);
@@ -97,6 +100,11 @@ bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
 bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
   const Psn psn = pkt.bth.psn;
   const uint32_t len = pkt.reth.dma_length;
+  // Messages are at most 2 GiB (and PSN arithmetic assumes so).
+  if (len > (1u << 31)) {
+    QueueNak(wire::kAethNakInvalidRequest, psn);
+    return false;
+  }
   uint8_t* addr = nullptr;
   if (len > 0) {
     const ResolvedMemory mem =
@@ -163,20 +171,23 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
       break;  // not a resend of that read
     }
     if (res.active && psn >= res.next_psn) return;  // not sent yet anyway
-    ReleaseRead(res);  // the replay takes its own pin
     uint8_t* addr = nullptr;
     if (pkt.reth.dma_length > 0) {
-      // The memory may have been deregistered since: check again.
+      // The memory may have been deregistered since: check again, and only
+      // then let go of the pin the earlier stream held.
       const ResolvedMemory mem = env_.memory->Resolve(
           config_.local_qpn, pkt.reth.rkey, pkt.reth.va, pkt.reth.dma_length,
           RemoteAccess::kRead);
       if (mem.check != AccessCheck::kOk) {
         ++stats_.access_errors;
+        res.active = false;
+        ReleaseRead(res);
         QueueNak(wire::kAethNakRemoteAccess, psn);
         return;
       }
       addr = mem.addr;
     }
+    ReleaseRead(res);  // the replay holds the pin just taken
     const bool was_active = res.active;
     if (!was_active) ++res.stream_seq;
     res.active = true;
