@@ -633,18 +633,10 @@ int Client::Write(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
   if (target_offset > d->length || total > d->length - target_offset) {
     return RDP_ERR_FAULT;
   }
-  e.wr_id = reinterpret_cast<uint64_t>(ov);
   e.op = shm::kSendWrite;
-  e.flags = flags;
   e.remote_address = d->address + target_offset;
   e.rkey = d->rkey;
-  ov->status = RDP_PENDING;
-  ov->bytes = 0;
-  Connection& c = connections_[conn];
-  const int r = Post(c, e, (flags & RDP_FLAG_DEFER) != 0);
-  if ((flags & RDP_FLAG_DEFER) == 0) KickEngine(conn);
-  if (r != RDP_PENDING) ov->status = r;
-  return r;
+  return Submit(conn, e, flags, ov);
 }
 
 int Client::Read(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
@@ -668,16 +660,21 @@ int Client::Read(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
       total > d->length - (remote_address - d->address)) {
     return RDP_ERR_REMOTE_RESOURCES;
   }
-  e.wr_id = reinterpret_cast<uint64_t>(ov);
   e.op = shm::kSendRead;
-  e.flags = flags;
   e.remote_address = remote_address;
   e.rkey = d->rkey;
+  return Submit(conn, e, flags, ov);
+}
+
+int Client::Submit(rdp_conn conn, SendEntry& e, uint32_t flags,
+                   rdp_overlapped* ov) {
+  e.wr_id = reinterpret_cast<uint64_t>(ov);
+  e.flags = flags;
   ov->status = RDP_PENDING;
   ov->bytes = 0;
-  Connection& c = connections_[conn];
-  const int r = Post(c, e, (flags & RDP_FLAG_DEFER) != 0);
-  if ((flags & RDP_FLAG_DEFER) == 0) KickEngine(conn);
+  const bool defer = (flags & RDP_FLAG_DEFER) != 0;
+  const int r = Post(connections_[conn], e, defer);
+  if (!defer) KickEngine(conn);
   if (r != RDP_PENDING) ov->status = r;
   return r;
 }

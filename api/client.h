@@ -106,6 +106,9 @@ class Client {
   // Error for posting on a connection that is not usable, or RDP_OK.
   int ConnectionError(rdp_conn conn) const;
   int Post(Connection& c, const shm::SendEntry& entry, bool defer);
+  // Fills the common fields of `e`, posts it for `ov` and wakes the engine.
+  int Submit(rdp_conn conn, shm::SendEntry& e, uint32_t flags,
+             rdp_overlapped* ov);
   int PushDeferred(Connection& c);
   void KickEngine(rdp_conn conn);
   int Reap(rdp_conn conn, rdp_overlapped** done, int max);

@@ -31,6 +31,21 @@ ControlResponse Reply(int32_t status, const char* message = "") {
   return r;
 }
 
+// The answer to a deregistration (the seeds give WSAEINVAL for both
+// failures).
+ControlResponse ReleaseReply(RegistrationCache::Release result,
+                             const char* unknown) {
+  switch (result) {
+    case RegistrationCache::Release::kOk:
+      return Reply(shm::kStatusOk);
+    case RegistrationCache::Release::kInUse:
+      return Reply(shm::kStatusInvalid, "in use by an in-flight transfer");
+    case RegistrationCache::Release::kUnknown:
+      break;
+  }
+  return Reply(shm::kStatusInvalid, unknown);
+}
+
 bool ValidService(const ControlRequest& r) {
   const void* nul = std::memchr(r.service, '\0', sizeof(r.service));
   return nul != nullptr && r.service[0] != '\0';
@@ -513,15 +528,8 @@ ControlResponse Daemon::RegisterLocal(Session* s, const ControlRequest& r) {
 }
 
 ControlResponse Daemon::DeregisterLocal(Session* s, const ControlRequest& r) {
-  switch (cache_.Deregister(s->id, mr::kAnyConnection, r.key)) {
-    case RegistrationCache::Release::kOk:
-      return Reply(shm::kStatusOk);
-    case RegistrationCache::Release::kInUse:
-      return Reply(shm::kStatusInvalid, "in use by an in-flight transfer");
-    case RegistrationCache::Release::kUnknown:
-      break;
-  }
-  return Reply(shm::kStatusInvalid, "not a registration of this client");
+  return ReleaseReply(cache_.Deregister(s->id, mr::kAnyConnection, r.key),
+                      "not a registration of this client");
 }
 
 ControlResponse Daemon::RegisterRdma(Session* s, const ControlRequest& r) {
@@ -583,15 +591,9 @@ ControlResponse Daemon::DeregisterRdma(Session* s, const ControlRequest& r) {
       s->connections[r.connection] == nullptr) {
     return Reply(shm::kStatusInvalid, "not registered on this connection");
   }
-  switch (cache_.Deregister(s->id, ScopeOf(s, r.connection), d.rkey)) {
-    case RegistrationCache::Release::kOk:
-      return Reply(shm::kStatusOk);
-    case RegistrationCache::Release::kInUse:
-      return Reply(shm::kStatusInvalid, "in use by an in-flight transfer");
-    case RegistrationCache::Release::kUnknown:
-      break;
-  }
-  return Reply(shm::kStatusInvalid, "not a registered RDMA buffer");
+  return ReleaseReply(
+      cache_.Deregister(s->id, ScopeOf(s, r.connection), d.rkey),
+      "not a registered RDMA buffer");
 }
 
 ControlResponse Daemon::Listen(Session* s, const ControlRequest& r) {
