@@ -723,6 +723,13 @@ int Client::GetOverlappedResult(rdp_conn conn, rdp_overlapped* ov, bool wait,
     return __atomic_load_n(&ov->status, __ATOMIC_ACQUIRE) != RDP_PENDING;
   };
   if (!finished() && wait) {
+    // Most completions arrive within microseconds: look for a moment before
+    // sleeping, since a wake-up costs more than that.
+    const absl::Time spin_until = absl::Now() + absl::Microseconds(20);
+    while (absl::Now() < spin_until && !finished()) {
+    }
+  }
+  if (!finished() && wait) {
     while (!shm::WaitDoorbell(&header_->completion_bell[conn], finished,
                               200'000'000)) {
       if (!DaemonAlive()) {

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "api/shm/doorbell.h"
 #include "api/shm/setup.h"
 
@@ -157,8 +158,13 @@ DaemonSnapshot Daemon::Snapshot() const {
 
 void Daemon::ControlLoop() {
   epoll_event events[32];
+  // Control requests come in bursts (register, then deregister, ...): after
+  // one, keep polling for a short while instead of paying a wake-up.
+  constexpr absl::Duration kLinger = absl::Microseconds(200);
+  absl::Time active_until = absl::InfinitePast();
   while (!stop_.load(std::memory_order_acquire)) {
-    const int n = epoll_wait(epoll_fd_, events, 32, 100);
+    const bool linger = absl::Now() < active_until;
+    const int n = epoll_wait(epoll_fd_, events, 32, linger ? 0 : 100);
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == listen_fd_) {
@@ -170,7 +176,7 @@ void Daemon::ControlLoop() {
         HandleSocket(it->second.get());
       }
     }
-    ServeControlRings();
+    if (ServeControlRings() || n > 0) active_until = absl::Now() + kLinger;
     // Closed connections whose client has not let go yet: complete what
     // it still queues, as its completion ring makes room.
     for (auto& [id, c] : connections_) {
@@ -420,7 +426,7 @@ void Daemon::CloseSession(Session* s) {
   sessions_.erase(s->sock);
 }
 
-void Daemon::ServeControlRings() {
+bool Daemon::ServeControlRings() {
   std::vector<Session*> broken;
   std::vector<std::pair<Session*, ControlResponse>> answers;
   for (auto& [fd, sp] : sessions_) {
@@ -447,7 +453,7 @@ void Daemon::ServeControlRings() {
     std::erase_if(answers, [s](const auto& a) { return a.first == s; });
     CloseSession(s);
   }
-  if (answers.empty() && broken.empty()) return;
+  if (answers.empty() && broken.empty()) return false;
   // Counters first, so that a client holding its answer sees them current.
   UpdateSnapshot();
   {
@@ -463,6 +469,7 @@ void Daemon::ServeControlRings() {
     last = s;
   }
   if (last != nullptr) shm::RingDoorbell(&last->header->control_response_bell);
+  return true;
 }
 
 uint32_t Daemon::ScopeOf(const Connection* c, int side) {

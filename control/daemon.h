@@ -120,7 +120,8 @@ class Daemon {
   void HandleHello(Session* s, const shm::SetupMessage& msg, int fd);
   void HandleArena(Session* s, const shm::SetupMessage& msg, int fd);
   void CloseSession(Session* s);
-  void ServeControlRings();
+  // Serves every session's control ring; true if anything was answered.
+  bool ServeControlRings();
   void UpdateSnapshot();
   shm::ControlResponse Handle(Session* s, const shm::ControlRequest& req);
   // Host address of [address, address + length) inside one of s's arenas.
