@@ -80,6 +80,11 @@ void Endpoint::Wire(Endpoint* peer) {
   tx_.Connect(&peer->rx_);
 }
 
+void Endpoint::PublishState(shm::ConnectionState state) {
+  info_.header->connection_state[info_.slot].store(state,
+                                                   std::memory_order_release);
+}
+
 void Endpoint::SetIdle(bool idle) {
   info_.header->engine_idle[info_.slot].sleeping.store(
       idle ? 1 : 0, std::memory_order_seq_cst);
@@ -222,6 +227,12 @@ void Endpoint::Complete(const rc::Completion& c) {
     table_->Invalidate(pins.invalidate);
   }
   if (c.silent) return;
+  // A transport error: the client must see the connection aborted before
+  // (release order of the ring push) it sees the failed request.
+  if (!closed_ && qp_->state() == rc::QpState::kError) {
+    PublishState(shm::kConnAborted);
+    if (peer_ != nullptr) peer_->PublishState(shm::kConnReset);
+  }
   const uint8_t op =
       c.opcode == rc::WrOpcode::kWrite ? shm::kSendWrite : shm::kSendRead;
   int32_t status = shm::kStatusOk;
@@ -249,8 +260,7 @@ void Endpoint::Close(int32_t status, shm::ConnectionState state) {
   if (closed_) return;
   closed_ = true;
   flush_status_ = status;
-  info_.header->connection_state[info_.slot].store(state,
-                                                   std::memory_order_release);
+  PublishState(state);
   qp_->Flush();
   // Requests still in the send ring were never started: they are aborted
   // too, as far as the completion ring has room (the control plane finishes

@@ -97,6 +97,8 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   bool HasWork() const;
   uint64_t next_timer_ns() const { return qp_->timer_deadline_ns(); }
   void SetIdle(bool idle);
+  // Tells the client what became of the connection.
+  void PublishState(shm::ConnectionState state);
 
   void Wire(Endpoint* peer);
   const EndpointInfo& info() const { return info_; }

@@ -76,8 +76,7 @@ void Engine::ApplyCommands() {
       c.a->Wire(c.b);
       c.b->Wire(c.a);
       for (Endpoint* e : {c.a, c.b}) {
-        e->info().header->connection_state[e->info().slot].store(
-            shm::kConnUp, std::memory_order_release);
+        e->PublishState(shm::kConnUp);
         if (count_ < options_.max_endpoints) endpoints_[count_++] = e;
       }
     } else {
