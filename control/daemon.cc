@@ -221,11 +221,11 @@ void Daemon::AcceptClient() {
       ++snapshot_.rejected_clients;
       continue;
     }
-    // Setup messages are small and arrive whole; a client that sends half a
-    // message and stalls is cut off after a second.
-    timeval tv{1, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    // Setup messages are read without waiting (SetupReader), so a client
+    // that sends half a message stalls nobody; replies are small enough for
+    // the socket buffer.
     auto s = std::make_unique<Session>();
+    s->setup = std::make_unique<shm::SetupReader>();
     s->sock = fd;
     s->pid = cred.pid;
     s->uid = cred.uid;
@@ -239,11 +239,17 @@ void Daemon::AcceptClient() {
 }
 
 void Daemon::HandleSocket(Session* s) {
+  // One message per wake-up; epoll reports the socket again if more waits.
   shm::SetupMessage msg;
   int fd0 = -1, fd1 = -1;
-  if (!shm::RecvSetup(s->sock, &msg, &fd0, &fd1)) {
-    CloseSession(s);  // the client exited, crashed or spoke nonsense
-    return;
+  switch (s->setup->Read(s->sock, &msg, &fd0, &fd1)) {
+    case shm::SetupReader::Result::kPartial:
+      return;
+    case shm::SetupReader::Result::kClosed:
+      CloseSession(s);  // the client exited, crashed or spoke nonsense
+      return;
+    case shm::SetupReader::Result::kMessage:
+      break;
   }
   if (fd1 >= 0) close(fd1);
   switch (msg.type) {

@@ -98,6 +98,7 @@ class Daemon {
     pid_t pid = 0;
     uid_t uid = 0;
     bool ready = false;  // hello done
+    std::unique_ptr<shm::SetupReader> setup;  // non-blocking reads
     uint8_t* region = nullptr;
     uint64_t region_bytes = 0;
     int region_fd = -1;

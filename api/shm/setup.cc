@@ -85,6 +85,64 @@ bool RecvSetup(int sock, SetupMessage* msg, int* fd0, int* fd1) {
   return true;
 }
 
+SetupReader::~SetupReader() { DropFds(); }
+
+void SetupReader::DropFds() {
+  for (int i = 0; i < nfds_; ++i) close(fds_[i]);
+  nfds_ = 0;
+}
+
+SetupReader::Result SetupReader::Read(int sock, SetupMessage* msg, int* fd0,
+                                      int* fd1) {
+  *fd0 = *fd1 = -1;
+  while (have_ < sizeof(buffer_)) {
+    iovec iov{buffer_ + have_, sizeof(buffer_) - have_};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    const ssize_t got = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return Result::kPartial;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    bool too_many = (mh.msg_flags & MSG_CTRUNC) != 0;
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr;
+         cm = CMSG_NXTHDR(&mh, cm)) {
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+      const int n = static_cast<int>((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      const int* in = reinterpret_cast<const int*>(CMSG_DATA(cm));
+      for (int i = 0; i < n; ++i) {
+        if (nfds_ < 2) {
+          fds_[nfds_++] = in[i];
+        } else {
+          close(in[i]);
+          too_many = true;
+        }
+      }
+    }
+    if (got <= 0 || too_many) {
+      DropFds();
+      return Result::kClosed;
+    }
+    have_ += static_cast<size_t>(got);
+  }
+  std::memcpy(msg, buffer_, sizeof(*msg));
+  have_ = 0;
+  if (msg->magic != kSetupMagic || msg->version != kSetupVersion) {
+    DropFds();
+    return Result::kClosed;
+  }
+  msg->text[sizeof(msg->text) - 1] = '\0';
+  *fd0 = fds_[0];
+  *fd1 = fds_[1];
+  fds_[0] = fds_[1] = -1;
+  nfds_ = 0;
+  return Result::kMessage;
+}
+
 std::string DefaultSocketPath() {
   if (geteuid() == 0) return "/run/rdmaplane/rdmaplane.sock";
   if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && *xdg) {

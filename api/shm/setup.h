@@ -47,6 +47,30 @@ bool RecvSetup(int sock, SetupMessage* msg, int* fd0, int* fd1);
 
 SetupMessage MakeSetup(SetupType type);
 
+// Reads setup messages from a non-blocking socket without ever waiting:
+// bytes (and descriptors) are kept across calls until a whole message is
+// there, so a peer that sends half a message stalls nobody.
+class SetupReader {
+ public:
+  enum class Result { kMessage, kPartial, kClosed };
+  SetupReader() = default;
+  SetupReader(const SetupReader&) = delete;
+  SetupReader& operator=(const SetupReader&) = delete;
+  ~SetupReader();
+
+  // kMessage: *msg and up to two descriptors are handed over (-1 when
+  // absent). kClosed: end of stream, an error, or a malformed message.
+  Result Read(int sock, SetupMessage* msg, int* fd0, int* fd1);
+
+ private:
+  void DropFds();
+
+  uint8_t buffer_[sizeof(SetupMessage)];
+  size_t have_ = 0;
+  int fds_[2] = {-1, -1};
+  int nfds_ = 0;
+};
+
 // The default socket path: /run/rdmaplane/rdmaplane.sock for root, else
 // $XDG_RUNTIME_DIR/rdmaplane.sock, else /tmp/rdmaplane-<uid>.sock.
 std::string DefaultSocketPath();
