@@ -30,6 +30,14 @@ constexpr size_t kAllocAlign = 64;
 
 size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
+// Wakes the daemon through one of this session's doorbell sockets. A full
+// queue (EAGAIN) already holds a wake-up.
+bool Ring(int fd) {
+  const uint8_t byte = 1;
+  const ssize_t n = send(fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  return n == 1 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+}
+
 // The daemon maps what we share only if its size can no longer change.
 bool Seal(int fd) {
   return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0;
@@ -353,8 +361,7 @@ ControlResponse Client::Call(ControlRequest request) {
     }
     absl::SleepFor(absl::Microseconds(50));
   }
-  const uint64_t one = 1;
-  if (write(control_eventfd_, &one, sizeof(one)) != sizeof(one)) {
+  if (!Ring(control_eventfd_)) {
     response.status = RDP_ERR_NET_DOWN;
     return response;
   }
@@ -565,8 +572,7 @@ void Client::KickEngine(rdp_conn conn) {
   // the fence in Engine::Sleep.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (header_->engine_idle[conn].sleeping.load(std::memory_order_seq_cst)) {
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = write(engine_eventfd_, &one, sizeof(one));
+    Ring(engine_eventfd_);
   }
 }
 

@@ -119,7 +119,7 @@ class Client {
   ClientOptions options_;
   int sock_ = -1;
   int session_fd_ = -1;
-  int control_eventfd_ = -1;
+  int control_eventfd_ = -1;  // this session's doorbell sockets
   int engine_eventfd_ = -1;
   uint32_t session_id_ = 0;
   uint8_t* region_ = nullptr;

@@ -172,6 +172,10 @@ void Daemon::ControlLoop() {
       } else if (fd == control_eventfd_) {
         uint64_t v;
         [[maybe_unused]] ssize_t r = read(control_eventfd_, &v, sizeof(v));
+      } else if (control_wake_fds_.count(fd) != 0) {
+        uint8_t sink[64];
+        while (read(fd, sink, sizeof(sink)) > 0) {
+        }
       } else if (auto it = sessions_.find(fd); it != sessions_.end()) {
         HandleSocket(it->second.get());
       }
@@ -348,12 +352,37 @@ void Daemon::HandleHello(Session* s, const shm::SetupMessage& msg, int fd) {
   for (auto& state : s->header->connection_state) {
     state.store(shm::kConnFree, std::memory_order_relaxed);
   }
+  // Doorbells of this session only: the client gets one end of each pair,
+  // from which it cannot take what it sent (so it cannot drain another
+  // session's wake-ups, nor saturate them).
+  // Datagram socket pairs rather than pipes: a client sending after the
+  // daemon is gone gets EPIPE without a SIGPIPE.
+  int control_pipe[2], engine_pipe[2];
+  const int kind = SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK;
+  if (socketpair(AF_UNIX, kind, 0, control_pipe) != 0) {
+    return refuse("out of file descriptors");
+  }
+  if (socketpair(AF_UNIX, kind, 0, engine_pipe) != 0) {
+    close(control_pipe[0]);
+    close(control_pipe[1]);
+    return refuse("out of file descriptors");
+  }
+  s->control_wake = control_pipe[0];
+  s->engine_wake = engine_pipe[0];
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = s->control_wake;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->control_wake, &ev);
+  control_wake_fds_.insert(s->control_wake);
+  engine_->AddWakeFd(s->engine_wake);
   s->requests = *req;
   s->responses = *resp;
   s->ready = true;
   reply.status = shm::kStatusOk;
   reply.id = s->id;
-  shm::SendSetup(s->sock, reply, control_eventfd_, engine_->eventfd());
+  shm::SendSetup(s->sock, reply, control_pipe[1], engine_pipe[1]);
+  close(control_pipe[1]);
+  close(engine_pipe[1]);
 }
 
 void Daemon::HandleArena(Session* s, const shm::SetupMessage& msg, int fd) {
@@ -420,6 +449,15 @@ void Daemon::CloseSession(Session* s) {
   for (auto& [id, a] : s->arenas) {
     munmap(a.host, a.bytes);
     close(a.fd);
+  }
+  if (s->control_wake >= 0) {
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->control_wake, nullptr);
+    control_wake_fds_.erase(s->control_wake);
+    close(s->control_wake);
+  }
+  if (s->engine_wake >= 0) {
+    engine_->RemoveWakeFd(s->engine_wake);
+    close(s->engine_wake);
   }
   if (s->region != nullptr) munmap(s->region, s->region_bytes);
   if (s->region_fd >= 0) close(s->region_fd);

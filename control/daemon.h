@@ -99,6 +99,8 @@ class Daemon {
     uid_t uid = 0;
     bool ready = false;  // hello done
     std::unique_ptr<shm::SetupReader> setup;  // non-blocking reads
+    int control_wake = -1;  // read ends of the session's doorbell pipes
+    int engine_wake = -1;
     uint8_t* region = nullptr;
     uint64_t region_bytes = 0;
     int region_fd = -1;
@@ -172,6 +174,7 @@ class Daemon {
 
   // Control-thread state.
   std::map<int, std::unique_ptr<Session>> sessions_;  // by socket fd
+  std::set<int> control_wake_fds_;
   std::map<uint32_t, std::unique_ptr<Connection>> connections_;
   std::map<std::string, Session*> listeners_;
   std::map<std::string, std::deque<std::pair<Connection*, int>>> pending_;

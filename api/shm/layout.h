@@ -70,7 +70,7 @@ struct alignas(4096) SessionHeader {
   RingRef control_responses;
   ConnectionSlotRef connections[kMaxConnections];
   // Doorbells. The daemon sleeps on none of these: it polls, and a client
-  // that posts to a sleeping engine writes the engine's eventfd instead.
+  // that posts to a sleeping engine rings its session's engine socket.
   Doorbell control_response_bell;  // client waits for control responses
   Doorbell completion_bell[kMaxConnections];  // client waits for completions
   // Set by the daemon while the engine serving a connection sleeps.

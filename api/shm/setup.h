@@ -19,7 +19,7 @@ inline constexpr uint16_t kSetupVersion = 1;
 
 enum SetupType : uint16_t {
   kSetupHello = 1,       // client -> daemon; fd: session region (memfd)
-  kSetupHelloReply = 2,  // daemon -> client; fds: control eventfd, engine eventfd
+  kSetupHelloReply = 2,  // daemon -> client; fds: control and engine doorbells
   kSetupArena = 3,       // client -> daemon; fd: arena memfd
   kSetupArenaReply = 4,  // daemon -> client
   kSetupArenaFree = 5,   // client -> daemon

@@ -1,6 +1,6 @@
 #include "dataplane/engine/engine.h"
 
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -17,7 +17,9 @@ Engine::Engine(mr::RegistrationTable* table, const EngineOptions& options)
     : table_(table),
       options_(options),
       eventfd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
       endpoints_(new Endpoint*[options.max_endpoints]) {
+  AddWakeFd(eventfd_);
   const size_t bytes = shm::SpscRing<Command>::BytesFor(kCommandSlots);
   command_memory_.reset(static_cast<uint8_t*>(
       ::operator new[](bytes, std::align_val_t(shm::kCacheLine))));
@@ -28,6 +30,7 @@ Engine::Engine(mr::RegistrationTable* table, const EngineOptions& options)
 Engine::~Engine() {
   Stop();
   if (eventfd_ >= 0) close(eventfd_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
 }
 
 void Engine::Start() {
@@ -41,6 +44,17 @@ void Engine::Stop() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(eventfd_, &one, sizeof(one));
   thread_.join();
+}
+
+void Engine::AddWakeFd(int read_fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = read_fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, read_fd, &ev);
+}
+
+void Engine::RemoveWakeFd(int read_fd) {
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, read_fd, nullptr);
 }
 
 void Engine::Submit(const Command& c) {
@@ -113,13 +127,16 @@ void Engine::Sleep() {
     }
     table_->Offline(options_.reader_index);
     counters_.sleeps.fetch_add(1, std::memory_order_relaxed);
-    pollfd p{eventfd_, POLLIN, 0};
     const int timeout_ms = static_cast<int>((wait_ns + 999'999) / 1'000'000);
-    if (poll(&p, 1, timeout_ms) > 0) {
-      uint64_t v;
-      [[maybe_unused]] ssize_t n = read(eventfd_, &v, sizeof(v));
-      counters_.wakeups.fetch_add(1, std::memory_order_relaxed);
+    epoll_event events[16];
+    const int n = epoll_wait(epoll_fd_, events, 16, timeout_ms);
+    for (int i = 0; i < n; ++i) {
+      // Drain: an eventfd yields its counter, a pipe its bytes.
+      uint8_t sink[64];
+      while (read(events[i].data.fd, sink, sizeof(sink)) > 0) {
+      }
     }
+    if (n > 0) counters_.wakeups.fetch_add(1, std::memory_order_relaxed);
   }
   for (uint32_t i = 0; i < count_; ++i) endpoints_[i]->SetIdle(false);
 }

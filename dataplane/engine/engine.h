@@ -3,8 +3,8 @@
 // completions out, timers), with no locks and no allocation on the loop.
 // Changes arrive as commands from the control plane, applied at the top of
 // the loop. When idle, the engine spins for a while, then (adaptive mode)
-// sleeps on an eventfd that clients write after posting to a sleeping
-// engine, waking at least for the next retransmit timer.
+// sleeps until a client rings its session's wake-up socket after posting to
+// a sleeping engine, waking at least for the next retransmit timer.
 //
 // Thread-safety: AddPair/RemovePair/Stop are called from one control thread
 // and block until the engine applied them; everything else is internal to
@@ -57,8 +57,11 @@ class Engine {
   void RemovePair(Endpoint* e, int32_t status, shm::ConnectionState state,
                   int32_t peer_status, shm::ConnectionState peer_state);
 
-  // Clients write this eventfd to wake a sleeping engine.
-  int eventfd() const { return eventfd_; }
+  // The engine's end of one client session's wake-up socket pair (the
+  // client sends on the other end). Per session, so that no client can
+  // drain or saturate another's wake-ups. Thread-safe (epoll_ctl).
+  void AddWakeFd(int read_fd);
+  void RemoveWakeFd(int read_fd);
   const EngineCounters& counters() const { return counters_; }
   const rc::Clock* clock() const { return &clock_; }
 
@@ -83,7 +86,8 @@ class Engine {
   mr::RegistrationTable* table_;
   EngineOptions options_;
   MonotonicClock clock_;
-  int eventfd_ = -1;
+  int eventfd_ = -1;  // commands and Stop
+  int epoll_fd_ = -1;  // eventfd_ and every session's wake-up socket
   struct AlignedDelete {
     void operator()(uint8_t* p) const {
       ::operator delete[](p, std::align_val_t(shm::kCacheLine));
