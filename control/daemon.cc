@@ -219,7 +219,7 @@ void Daemon::AcceptClient() {
       reply.status = shm::kStatusPermission;
       std::snprintf(reply.text, sizeof(reply.text),
                     "uid %u is not allowed by this daemon's policy", cred.uid);
-      shm::SendSetup(fd, reply);
+      shm::SendSetup(fd, reply, -1, -1, /*dont_wait=*/true);
       close(fd);
       absl::MutexLock lock(&snapshot_mu_);
       ++snapshot_.rejected_clients;
@@ -296,7 +296,7 @@ void Daemon::HandleHello(Session* s, const shm::SetupMessage& msg, int fd) {
   auto refuse = [&](const char* why) {
     reply.status = shm::kStatusInvalid;
     std::snprintf(reply.text, sizeof(reply.text), "%s", why);
-    shm::SendSetup(s->sock, reply);
+    shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true);
     if (fd >= 0) close(fd);
     CloseSession(s);
   };
@@ -380,9 +380,11 @@ void Daemon::HandleHello(Session* s, const shm::SetupMessage& msg, int fd) {
   s->ready = true;
   reply.status = shm::kStatusOk;
   reply.id = s->id;
-  shm::SendSetup(s->sock, reply, control_pipe[1], engine_pipe[1]);
+  const bool sent = shm::SendSetup(s->sock, reply, control_pipe[1],
+                                   engine_pipe[1], /*dont_wait=*/true);
   close(control_pipe[1]);
   close(engine_pipe[1]);
+  if (!sent) CloseSession(s);
 }
 
 void Daemon::HandleArena(Session* s, const shm::SetupMessage& msg, int fd) {
@@ -406,7 +408,10 @@ void Daemon::HandleArena(Session* s, const shm::SetupMessage& msg, int fd) {
     reply.status = shm::kStatusInvalid;
     std::snprintf(reply.text, sizeof(reply.text), "%s",
                   "arena refused: not a sealed memfd of that size, or overlaps");
-    shm::SendSetup(s->sock, reply);
+    // A client that does not read its answers is dropped, never waited for.
+    if (!shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true)) {
+      CloseSession(s);
+    }
     return;
   }
   Arena a;
@@ -418,7 +423,9 @@ void Daemon::HandleArena(Session* s, const shm::SetupMessage& msg, int fd) {
   s->arenas[id] = a;
   reply.status = shm::kStatusOk;
   reply.id = id;
-  shm::SendSetup(s->sock, reply);
+  if (!shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true)) {
+    CloseSession(s);
+  }
 }
 
 void Daemon::CloseSession(Session* s) {

@@ -20,7 +20,8 @@ SetupMessage MakeSetup(SetupType type) {
   return msg;
 }
 
-bool SendSetup(int sock, const SetupMessage& msg, int fd0, int fd1) {
+bool SendSetup(int sock, const SetupMessage& msg, int fd0, int fd1,
+               bool dont_wait) {
   iovec iov{const_cast<SetupMessage*>(&msg), sizeof(msg)};
   msghdr mh{};
   mh.msg_iov = &iov;
@@ -44,7 +45,7 @@ bool SendSetup(int sock, const SetupMessage& msg, int fd0, int fd1) {
   }
   ssize_t sent;
   do {
-    sent = sendmsg(sock, &mh, MSG_NOSIGNAL);
+    sent = sendmsg(sock, &mh, MSG_NOSIGNAL | (dont_wait ? MSG_DONTWAIT : 0));
   } while (sent < 0 && errno == EINTR);
   return sent == static_cast<ssize_t>(sizeof(msg));
 }

@@ -39,7 +39,10 @@ struct SetupMessage {
 static_assert(sizeof(SetupMessage) == 96);
 
 // Sends `msg` with up to two descriptors (-1: none). Returns false on error.
-bool SendSetup(int sock, const SetupMessage& msg, int fd0 = -1, int fd1 = -1);
+// With `dont_wait`, a full socket buffer is an error too (the daemon never
+// waits for a client that does not read its answers).
+bool SendSetup(int sock, const SetupMessage& msg, int fd0 = -1, int fd1 = -1,
+               bool dont_wait = false);
 // Receives one message and up to two descriptors (-1 when absent). Returns
 // false on error, short read, bad magic or version, or end of stream; any
 // descriptor received with a message that is rejected is closed.
