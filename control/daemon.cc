@@ -77,6 +77,7 @@ Daemon::Daemon(const DaemonOptions& options)
   }
   engine::EngineOptions eo;
   eo.mode = options_.poll_mode;
+  eo.max_endpoints = 2 * options_.max_connections;
   engine_ = std::make_unique<engine::Engine>(&table_, eo);
 }
 
@@ -578,8 +579,12 @@ ControlResponse Daemon::RegisterLocal(Session* s, const ControlRequest& r) {
   // write it (a read's target).
   reg.access = ((r.flags & shm::kAccessRead) ? mr::kAccessLocal : 0) |
                ((r.flags & shm::kAccessWrite) ? mr::kAccessLocalWrite : 0);
-  const std::optional<uint32_t> key = cache_.Register(reg);
-  if (!key) return Reply(shm::kStatusNoBuffers, "registration table full");
+  const std::optional<uint32_t> key =
+      cache_.Register(reg, options_.max_registrations_per_session);
+  if (!key) {
+    return Reply(shm::kStatusNoBuffers,
+                 "registration table or this session's share of it is full");
+  }
   ControlResponse resp = Reply(shm::kStatusOk);
   resp.key = *key;
   return resp;
@@ -620,8 +625,12 @@ ControlResponse Daemon::RegisterRdma(Session* s, const ControlRequest& r) {
   reg.length = r.length;
   reg.host = host;
   reg.access = RemoteAccessBits(r.flags);
-  const std::optional<uint32_t> key = cache_.Register(reg);
-  if (!key) return Reply(shm::kStatusNoBuffers, "registration table full");
+  const std::optional<uint32_t> key =
+      cache_.Register(reg, options_.max_registrations_per_session);
+  if (!key) {
+    return Reply(shm::kStatusNoBuffers,
+                 "registration table or this session's share of it is full");
+  }
   shm::RdmaDescriptor d{};
   d.magic = shm::kDescriptorMagic;
   d.rkey = *key;
@@ -779,6 +788,9 @@ ControlResponse Daemon::Accept(Session* s, const ControlRequest& r) {
   if (queue.empty()) return Reply(shm::kStatusAgain, "no connection yet");
   const int sslot = FreeSlot(s);
   if (sslot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  if (running_connections_ >= options_.max_connections) {
+    return Reply(shm::kStatusNoBuffers, "the engine serves all it can");
+  }
   Connection* c = queue.front().first;
   queue.pop_front();
   c->slot[1] = sslot;
@@ -789,6 +801,7 @@ ControlResponse Daemon::Accept(Session* s, const ControlRequest& r) {
   s->connections[sslot] = c;
   engine_->AddPair(c->endpoint[0].get(), c->endpoint[1].get());
   c->running = true;
+  ++running_connections_;
   ControlResponse resp = Reply(shm::kStatusOk);
   resp.connection = sslot;
   return resp;
@@ -848,6 +861,7 @@ void Daemon::CloseConnection(Connection* c, int side, int32_t status,
                       peer_status,
                       stopping ? shm::kConnDaemonGone : shm::kConnReset);
   c->running = false;
+  --running_connections_;
   c->abort_status[side] = status;
   c->abort_status[1 - side] = peer_status;
   // Requests posted while the close was on its way complete too.

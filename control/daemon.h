@@ -39,6 +39,11 @@ struct DaemonOptions {
   engine::PollMode poll_mode = engine::PollMode::kAdaptive;
   fault::FaultSpec link_faults;     // applied to in-process links
   uint32_t max_registrations = 1 << 16;
+  // Distinct registrations one session may hold, so that no client can
+  // take the whole table.
+  uint32_t max_registrations_per_session = 4096;
+  // Connections the engine serves at once (two endpoints each).
+  uint32_t max_connections = 512;
   uint32_t path_mtu = 4096;
   uint64_t retransmit_timeout_ns = 2'000'000;
 };
@@ -181,6 +186,7 @@ class Daemon {
   uint32_t next_session_id_ = 1;
   uint32_t next_connection_id_ = 1;
   uint32_t next_arena_id_ = 1;
+  uint32_t running_connections_ = 0;
   uint64_t psn_seed_ = 0x9E3779B97F4A7C15ull;
 
   mutable absl::Mutex snapshot_mu_;

@@ -26,6 +26,10 @@ ABSL_FLAG(std::string, poll_mode, "adaptive",
 ABSL_FLAG(std::string, link_faults, "",
           "faults injected on in-process links, e.g. loss=0.01,seed=3");
 ABSL_FLAG(uint32_t, max_registrations, 65536, "registration table size");
+ABSL_FLAG(uint32_t, max_registrations_per_session, 4096,
+          "distinct registrations one client session may hold");
+ABSL_FLAG(uint32_t, max_connections, 512,
+          "connections the engine serves at once");
 ABSL_FLAG(uint32_t, mtu, 4096, "path MTU: 256, 512, 1024, 2048 or 4096");
 
 namespace {
@@ -68,6 +72,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.max_registrations = absl::GetFlag(FLAGS_max_registrations);
+  options.max_registrations_per_session =
+      absl::GetFlag(FLAGS_max_registrations_per_session);
+  options.max_connections = absl::GetFlag(FLAGS_max_connections);
+  if (options.max_connections == 0 || options.max_connections > 65536) {
+    std::fprintf(stderr, "rdmaplaned: --max_connections must be 1..65536\n");
+    return 2;
+  }
   options.path_mtu = absl::GetFlag(FLAGS_mtu);
   const uint32_t m = options.path_mtu;
   if (m != 256 && m != 512 && m != 1024 && m != 2048 && m != 4096) {

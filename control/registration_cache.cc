@@ -6,7 +6,8 @@
 
 namespace rdmaplane::control {
 
-std::optional<uint32_t> RegistrationCache::Register(const mr::Registration& r) {
+std::optional<uint32_t> RegistrationCache::Register(const mr::Registration& r,
+                                                    uint32_t owner_limit) {
   auto it = by_identity_.find(IdentityOf(r));
   if (it != by_identity_.end()) {
     const uint32_t old = it->second;
@@ -19,10 +20,12 @@ std::optional<uint32_t> RegistrationCache::Register(const mr::Registration& r) {
     if (table_->Remove(old) != mr::RegistrationTable::RemoveResult::kInUse) {
       by_identity_.erase(it);
       by_key_.erase(old);
+      Forget(r.owner);
     } else {
       by_identity_.erase(it);  // keep the entry until its pins drain
     }
   }
+  if (per_owner_[r.owner] >= owner_limit) return std::nullopt;
   std::optional<uint32_t> key = table_->Insert(r);
   if (!key) {
     table_->Reclaim();
@@ -31,6 +34,7 @@ std::optional<uint32_t> RegistrationCache::Register(const mr::Registration& r) {
   if (!key) return std::nullopt;
   by_key_[*key] = Entry{r, 1};
   by_identity_[IdentityOf(r)] = *key;
+  ++per_owner_[r.owner];
   return key;
 }
 
@@ -60,6 +64,7 @@ RegistrationCache::Release RegistrationCache::Deregister(uint32_t owner,
     by_identity_.erase(id);
   }
   by_key_.erase(it);
+  Forget(owner);
   return Release::kOk;
 }
 
@@ -81,6 +86,7 @@ uint32_t RegistrationCache::DropIf(Pred pred) {
         id != by_identity_.end() && id->second == key) {
       by_identity_.erase(id);
     }
+    Forget(by_key_[key].reg.owner);
     by_key_.erase(key);
   }
   return static_cast<uint32_t>(keys.size());
@@ -96,6 +102,11 @@ uint32_t RegistrationCache::DropConnection(uint32_t connection) {
   });
 }
 
+void RegistrationCache::Forget(uint32_t owner) {
+  auto it = per_owner_.find(owner);
+  if (it != per_owner_.end() && --it->second == 0) per_owner_.erase(it);
+}
+
 const mr::Registration* RegistrationCache::Find(uint32_t key) const {
   auto it = by_key_.find(key);
   return it == by_key_.end() ? nullptr : &it->second.reg;
@@ -107,9 +118,8 @@ uint32_t RegistrationCache::references(uint32_t key) const {
 }
 
 size_t RegistrationCache::CountOwner(uint32_t owner) const {
-  size_t n = 0;
-  for (const auto& [key, entry] : by_key_) n += entry.reg.owner == owner;
-  return n;
+  auto it = per_owner_.find(owner);
+  return it == per_owner_.end() ? 0 : it->second;
 }
 
 }  // namespace rdmaplane::control

@@ -8,6 +8,7 @@
 #define RDMAPLANE_CONTROL_REGISTRATION_CACHE_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -21,8 +22,10 @@ class RegistrationCache {
   explicit RegistrationCache(mr::RegistrationTable* table) : table_(table) {}
 
   // Registers, or adds a reference to an identical registration. Returns
-  // the key, or nullopt when the table is full.
-  std::optional<uint32_t> Register(const mr::Registration& r);
+  // the key, or nullopt when the table is full or the owner already holds
+  // `owner_limit` distinct registrations.
+  std::optional<uint32_t> Register(const mr::Registration& r,
+                                   uint32_t owner_limit = UINT32_MAX);
 
   enum class Release { kOk, kUnknown, kInUse };
   // Drops one reference that `owner` holds on `key` (scoped to
@@ -51,10 +54,12 @@ class RegistrationCache {
   }
   template <typename Pred>
   uint32_t DropIf(Pred pred);
+  void Forget(uint32_t owner);  // one distinct registration of owner gone
 
   mr::RegistrationTable* table_;
   std::map<uint32_t, Entry> by_key_;
   std::map<Identity, uint32_t> by_identity_;
+  std::map<uint32_t, uint32_t> per_owner_;  // distinct registrations
 };
 
 }  // namespace rdmaplane::control

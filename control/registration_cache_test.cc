@@ -87,6 +87,22 @@ TEST(RegistrationCacheTest, DropOwnerAndConnectionRemoveEverything) {
   EXPECT_EQ(cache.size(), 1u);
 }
 
+TEST(RegistrationCacheTest, OwnerLimitCountsDistinctRegistrations) {
+  mr::RegistrationTable table(64, 1);
+  RegistrationCache cache(&table);
+  EXPECT_TRUE(cache.Register(Reg(1, 7, 0x1000, 1, mr::kAccessRemoteWrite), 2));
+  EXPECT_TRUE(cache.Register(Reg(1, 7, 0x2000, 1, mr::kAccessRemoteWrite), 2));
+  // A third distinct one is over the limit; a repeat is not new.
+  EXPECT_FALSE(cache.Register(Reg(1, 7, 0x3000, 1, mr::kAccessRemoteWrite), 2));
+  EXPECT_TRUE(cache.Register(Reg(1, 7, 0x2000, 1, mr::kAccessRemoteWrite), 2));
+  // Another owner has its own share.
+  EXPECT_TRUE(cache.Register(Reg(2, 7, 0x3000, 1, mr::kAccessRemoteWrite), 2));
+  EXPECT_EQ(cache.CountOwner(1), 2u);
+  EXPECT_EQ(cache.DropOwner(1), 2u);
+  EXPECT_EQ(cache.CountOwner(1), 0u);
+  EXPECT_TRUE(cache.Register(Reg(1, 7, 0x3000, 1, mr::kAccessRemoteWrite), 2));
+}
+
 TEST(RegistrationCacheTest, FullTableIsReported) {
   mr::RegistrationTable table(2, 1);
   RegistrationCache cache(&table);

@@ -1,0 +1,2511 @@
+// Hostile clients. A "raw" client here speaks the session ABI directly,
+// without librdmaplane: it creates the session memfd, formats the header and
+// the rings itself, says hello over the Unix socket with SCM_RIGHTS, and
+// then misbehaves: malformed hellos, rings scribbled on after the hello,
+// corrupted ring indices, fuzzed control requests and work requests, bogus
+// arenas.
+//
+// The daemon runs in this process, next to a well-behaved pair of real
+// clients that moves verified bytes before and after every attack (and during
+// the ones that race with it). Every test checks that the daemon still
+// serves: the pair completes a verified write and read-back within 2 s, a new
+// client opens a session, and once the raw client is gone the daemon holds
+// what it held before: the same counters, the same number of open file
+// descriptors in this process, and no descriptor or mapping of any memfd the
+// raw client created.
+//
+// The fuzzing tests take their seed from RDP_FUZZ_SEED when it is set.
+//
+// Several tests here first reproduced daemon bugs; all are fixed.
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <new>
+#include <optional>
+#include <ostream>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "api/client.h"
+#include "api/rdmaplane.h"
+#include "api/shm/layout.h"
+#include "api/shm/ring.h"
+#include "api/shm/setup.h"
+#include "api/status.h"
+#include "control/daemon.h"
+
+namespace rdmaplane {
+namespace {
+
+using shm::CompletionEntry;
+using shm::ControlRequest;
+using shm::ControlResponse;
+using shm::SendEntry;
+
+// Names of the memfds the raw clients create: the test looks for them among
+// this process's descriptors and mappings (the daemon's included).
+constexpr char kSessionMemfd[] = "raw-session";
+constexpr char kArenaMemfd[] = "raw-arena";
+constexpr char kRefusedMemfd[] = "raw-refused";
+
+constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW;  // as librdmaplane seals
+constexpr int32_t kNoAnswer = INT32_MIN;
+// The bound on one verified write + read-back of the good pair.
+constexpr absl::Duration kRoundLimit = absl::Seconds(2);
+
+uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+// Unix socket paths are limited to 108 bytes, which TEST_TMPDIR can exceed.
+std::string SocketPath(const std::string& name) {
+  return "/tmp/rdp-mal-" + name.substr(0, 48) + "-" + std::to_string(getpid()) +
+         ".sock";
+}
+
+// Polls `done` every millisecond until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& done,
+             absl::Duration timeout = absl::Seconds(5)) {
+  const absl::Time end = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+// Sets `stop` and joins `thread` on every way out of a scope (a failed
+// ASSERT included), so that no test leaves a joinable thread behind.
+class StopAndJoin {
+ public:
+  StopAndJoin(std::atomic<bool>& stop, std::thread& thread)
+      : stop_(stop), thread_(thread) {}
+  ~StopAndJoin() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  StopAndJoin(const StopAndJoin&) = delete;
+  StopAndJoin& operator=(const StopAndJoin&) = delete;
+
+ private:
+  std::atomic<bool>& stop_;
+  std::thread& thread_;
+};
+
+// --- What this process holds -------------------------------------------------
+
+int CountOpenFds() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(dir)) n += e->d_name[0] != '.';
+  closedir(dir);
+  return n - 1;  // the directory's own descriptor
+}
+
+// Descriptors of this process (the daemon's included) open on memfd `name`.
+int CountMemfdFds(const std::string& name) {
+  const std::string want = "/memfd:" + name + " ";
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    char target[512];
+    const ssize_t len = readlink(link.c_str(), target, sizeof(target) - 1);
+    if (len <= 0) continue;
+    target[len] = '\0';
+    n += std::string(target).rfind(want, 0) == 0;
+  }
+  closedir(dir);
+  return n;
+}
+
+// Mappings of memfd `name` in this process.
+int CountMemfdMaps(const std::string& name) {
+  const std::string want = "/memfd:" + name + " ";
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line)) n += line.find(want) != std::string::npos;
+  return n;
+}
+
+// Neither a descriptor nor a mapping of the raw memfds `names` is left.
+::testing::AssertionResult NoRawMemfdsLeft(
+    absl::Duration timeout = absl::Seconds(5),
+    const std::vector<const char*>& names = {kSessionMemfd, kArenaMemfd,
+                                             kRefusedMemfd}) {
+  auto held = [&names] {
+    int n = 0;
+    for (const char* name : names) {
+      n += CountMemfdFds(name) + CountMemfdMaps(name);
+    }
+    return n;
+  };
+  if (WaitFor([&] { return held() == 0; }, timeout)) {
+    return ::testing::AssertionSuccess();
+  }
+  ::testing::AssertionResult r = ::testing::AssertionFailure();
+  for (const char* name : names) {
+    r << name << ": " << CountMemfdFds(name) << " fds, " << CountMemfdMaps(name)
+      << " mappings; ";
+  }
+  return r;
+}
+
+// --- Daemon counters ---------------------------------------------------------
+
+struct Held {
+  uint32_t sessions = 0;
+  uint32_t registrations = 0;
+  uint32_t connections = 0;
+  uint32_t arenas = 0;
+  bool operator==(const Held&) const = default;
+};
+
+Held HeldOf(const control::DaemonSnapshot& s) {
+  return {s.sessions, s.registrations, s.connections, s.arenas};
+}
+
+std::ostream& operator<<(std::ostream& os, const Held& h) {
+  return os << "{sessions " << h.sessions << ", registrations "
+            << h.registrations << ", connections " << h.connections
+            << ", arenas " << h.arenas << "}";
+}
+
+struct Desc {
+  uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
+  uint32_t len = sizeof(bytes);
+  shm::RdmaDescriptor* d() {
+    return reinterpret_cast<shm::RdmaDescriptor*>(bytes);
+  }
+  const shm::RdmaDescriptor* d() const {
+    return reinterpret_cast<const shm::RdmaDescriptor*>(bytes);
+  }
+};
+
+// A pipe whose write end is handed to the daemon as an extra descriptor: once
+// every copy of it is closed, the read end reports a hang-up.
+struct Pipe {
+  Pipe() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) == 0) {
+      r = fds[0];
+      w = fds[1];
+    }
+  }
+  ~Pipe() {
+    if (r >= 0) close(r);
+    CloseWriteEnd();
+  }
+  void CloseWriteEnd() {
+    if (w >= 0) close(w);
+    w = -1;
+  }
+  // Nobody (the daemon included) holds the write end any more.
+  bool WritersGone(absl::Duration timeout = absl::Seconds(3)) const {
+    pollfd p{r, POLLIN, 0};
+    return poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) ==
+               1 &&
+           (p.revents & POLLHUP) != 0;
+  }
+  int r = -1;
+  int w = -1;
+};
+
+// --- The raw client ----------------------------------------------------------
+
+class RawClient {
+ public:
+  enum class Got { kMessage, kClosed, kTimeout };
+  // The daemon's answer to one setup message.
+  struct Answer {
+    Got got = Got::kTimeout;
+    uint16_t type = 0;
+    int32_t status = 0;
+    uint32_t id = 0;
+    size_t fds = 0;  // descriptors that came with it
+    std::string text;
+  };
+  struct Arena {
+    uint8_t* base = nullptr;  // our mapping (nullptr: none)
+    uint64_t bytes = 0;
+    int fd = -1;
+    uint32_t id = 0;
+  };
+
+  explicit RawClient(std::string socket_path) : path_(std::move(socket_path)) {}
+  ~RawClient() { Close(); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  static shm::SetupMessage Msg(uint16_t type) {
+    shm::SetupMessage m;
+    std::memset(&m, 0, sizeof(m));
+    m.magic = shm::kSetupMagic;
+    m.version = shm::kSetupVersion;
+    m.type = type;
+    return m;
+  }
+  static shm::SetupMessage HelloMsg(uint64_t length) {
+    shm::SetupMessage m = Msg(shm::kSetupHello);
+    m.length = length;
+    return m;
+  }
+
+  // The session memfd, formatted as librdmaplane formats it, then resized to
+  // `file_bytes` and sealed with `seals`.
+  bool Format(uint64_t file_bytes = shm::SessionRegionBytes(),
+              int seals = kSeals) {
+    region_bytes_ = shm::SessionRegionBytes();
+    session_fd_ = memfd_create(kSessionMemfd, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (session_fd_ < 0 || ftruncate(session_fd_, region_bytes_) != 0) {
+      return false;
+    }
+    void* mem = mmap(nullptr, region_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     session_fd_, 0);
+    if (mem == MAP_FAILED) return false;
+    region_ = static_cast<uint8_t*>(mem);
+    header_ = new (region_) shm::SessionHeader{};
+    header_->magic = shm::kSessionMagic;
+    header_->version = shm::kSessionVersion;
+    header_->header_bytes = sizeof(shm::SessionHeader);
+    header_->region_bytes = region_bytes_;
+    header_->max_connections = shm::kMaxConnections;
+    uint64_t offset = sizeof(shm::SessionHeader);
+    auto place = [&offset](shm::RingRef* ref, uint32_t capacity,
+                           uint32_t bytes) {
+      ref->offset = offset;
+      ref->capacity = capacity;
+      ref->bytes = bytes;
+      offset += RoundUp(bytes, shm::kCacheLine);
+    };
+    place(&header_->control_requests, shm::kControlRingEntries,
+          shm::SpscRing<ControlRequest>::BytesFor(shm::kControlRingEntries));
+    place(&header_->control_responses, shm::kControlRingEntries,
+          shm::SpscRing<ControlResponse>::BytesFor(shm::kControlRingEntries));
+    for (auto& slot : header_->connections) {
+      place(&slot.send, shm::kSendRingEntries,
+            shm::SpscRing<SendEntry>::BytesFor(shm::kSendRingEntries));
+      place(&slot.completion, shm::kCompletionRingEntries,
+            shm::SpscRing<CompletionEntry>::BytesFor(
+                shm::kCompletionRingEntries));
+    }
+    if (offset > region_bytes_) return false;
+    request_ring_ = region_ + header_->control_requests.offset;
+    response_ring_ = region_ + header_->control_responses.offset;
+    auto req = shm::SpscRing<ControlRequest>::Create(
+        request_ring_, header_->control_requests.bytes,
+        shm::kControlRingEntries);
+    auto resp = shm::SpscRing<ControlResponse>::Create(
+        response_ring_, header_->control_responses.bytes,
+        shm::kControlRingEntries);
+    if (!req.ok() || !resp.ok()) return false;
+    requests_ = *req;
+    responses_ = *resp;
+    for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
+      const shm::ConnectionSlotRef& slot = header_->connections[i];
+      send_ring_[i] = region_ + slot.send.offset;
+      completion_ring_[i] = region_ + slot.completion.offset;
+      auto s = shm::SpscRing<SendEntry>::Create(send_ring_[i], slot.send.bytes,
+                                                shm::kSendRingEntries);
+      auto c = shm::SpscRing<CompletionEntry>::Create(
+          completion_ring_[i], slot.completion.bytes,
+          shm::kCompletionRingEntries);
+      if (!s.ok() || !c.ok()) return false;
+      send_[i] = *s;
+      completion_[i] = *c;
+    }
+    if (file_bytes != region_bytes_ &&
+        ftruncate(session_fd_, static_cast<off_t>(file_bytes)) != 0) {
+      return false;
+    }
+    if ((seals & F_SEAL_WRITE) != 0) {
+      // A write seal needs every writable shared mapping gone.
+      munmap(region_, region_bytes_);
+      region_ = nullptr;
+      header_ = nullptr;
+    }
+    return seals == 0 || fcntl(session_fd_, F_ADD_SEALS, seals) == 0;
+  }
+
+  bool ConnectSocket() {
+    sock_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (sock_ < 0 || path_.size() >= sizeof(addr.sun_path)) return false;
+    std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
+    if (connect(sock_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      return false;
+    }
+    timeval tv{3, 0};  // never hang on a daemon that stopped answering
+    setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return true;
+  }
+
+  // Sends `len` bytes with `fds` attached (any number, duplicates allowed).
+  bool Send(const void* data, size_t len, const std::vector<int>& fds = {},
+            int flags = 0) {
+    iovec iov{const_cast<void*>(data), len};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(16 * sizeof(int))];
+    if (!fds.empty()) {
+      if (fds.size() > 16) return false;
+      std::memset(control, 0, sizeof(control));
+      mh.msg_control = control;
+      mh.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
+      cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+      std::memcpy(CMSG_DATA(cm), fds.data(), fds.size() * sizeof(int));
+    }
+    ssize_t sent;
+    do {
+      sent = sendmsg(sock_, &mh, MSG_NOSIGNAL | flags);
+    } while (sent < 0 && errno == EINTR);
+    return sent == static_cast<ssize_t>(len);
+  }
+
+  // A hello for the region (its own length unless told) with its memfd.
+  bool SendHello(std::optional<uint64_t> length = std::nullopt) {
+    return SendHelloWith({session_fd_}, length);
+  }
+  bool SendHelloWith(const std::vector<int>& fds,
+                     std::optional<uint64_t> length = std::nullopt) {
+    const shm::SetupMessage m = HelloMsg(length.value_or(region_bytes_));
+    return Send(&m, sizeof(m), fds);
+  }
+
+  // One setup message from the daemon; descriptors that come with it are
+  // kept when `fds` is given, else closed.
+  Got Recv(shm::SetupMessage* msg, std::vector<int>* fds,
+           absl::Duration timeout) {
+    pollfd p{sock_, POLLIN, 0};
+    int r;
+    do {
+      r = poll(&p, 1,
+               static_cast<int>(
+                   std::max<int64_t>(0, absl::ToInt64Milliseconds(timeout))));
+    } while (r < 0 && errno == EINTR);
+    if (r == 0) return Got::kTimeout;
+    iovec iov{msg, sizeof(*msg)};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(16 * sizeof(int))];
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    ssize_t got;
+    do {
+      got = recvmsg(sock_, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    } while (got < 0 && errno == EINTR);
+    const int err = errno;
+    if (got >= 0) {
+      for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr;
+           cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
+          continue;
+        }
+        const size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; ++i) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+          if (fds != nullptr) {
+            fds->push_back(fd);
+          } else {
+            close(fd);
+          }
+        }
+      }
+    }
+    if (got == static_cast<ssize_t>(sizeof(*msg))) return Got::kMessage;
+    if (got < 0 && (err == EAGAIN || err == EWOULDBLOCK)) return Got::kTimeout;
+    return Got::kClosed;  // end of stream, reset, or a partial message
+  }
+
+  // The answer to the last message. A successful hello reply's doorbells
+  // are kept.
+  Answer ReadAnswer(absl::Duration timeout = absl::Seconds(3)) {
+    Answer a;
+    shm::SetupMessage reply;
+    std::vector<int> fds;
+    a.got = Recv(&reply, &fds, timeout);
+    a.fds = fds.size();
+    if (a.got == Got::kMessage) {
+      a.type = reply.type;
+      a.status = reply.status;
+      a.id = reply.id;
+      a.text.assign(reply.text, strnlen(reply.text, sizeof(reply.text)));
+      if (reply.type == shm::kSetupHelloReply &&
+          reply.status == shm::kStatusOk && fds.size() == 2 &&
+          control_bell_ < 0) {
+        control_bell_ = fds[0];
+        engine_bell_ = fds[1];
+        session_id_ = reply.id;
+        return a;
+      }
+    }
+    for (int fd : fds) close(fd);
+    return a;
+  }
+
+  // Whether the daemon closes the socket within `timeout`; answers that
+  // arrive first are dropped.
+  bool WaitClosed(absl::Duration timeout = absl::Seconds(3)) {
+    const absl::Time end = absl::Now() + timeout;
+    while (true) {
+      shm::SetupMessage m;
+      const Got g = Recv(&m, nullptr, end - absl::Now());
+      if (g == Got::kClosed) return true;
+      if (g == Got::kTimeout) return false;
+    }
+  }
+
+  // A well-formed session: format, connect, hello.
+  bool Open() {
+    if (!Format() || !ConnectSocket() || !SendHello()) return false;
+    const Answer a = ReadAnswer();
+    return a.got == Got::kMessage && a.type == shm::kSetupHelloReply &&
+           a.status == shm::kStatusOk && control_bell_ >= 0;
+  }
+
+  // --- Control rings ---
+
+  static ControlRequest Request(uint32_t op, const std::string& service = "") {
+    ControlRequest r{};
+    r.op = op;
+    std::memcpy(r.service, service.data(),
+                std::min(service.size(), sizeof(r.service) - 1));
+    return r;
+  }
+
+  // Rings one of the session's doorbells (a datagram socket the daemon
+  // reads): one byte, never blocking; a full queue already holds a wake-up.
+  static void Ring(int bell) {
+    const uint8_t byte = 1;
+    [[maybe_unused]] ssize_t n =
+        ::send(bell, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+
+  void KickControl() { Ring(control_bell_); }
+
+  // Pushes `req` under a fresh request id (returned); 0 when the ring is full.
+  uint64_t Push(ControlRequest req) {
+    req.request_id = next_request_id_++;
+    return requests_.TryPush(req) ? req.request_id : 0;
+  }
+
+  // The response to `id`; responses to other ids are skipped.
+  std::optional<ControlResponse> Await(
+      uint64_t id, absl::Duration timeout = absl::Seconds(2)) {
+    const absl::Time end = absl::Now() + timeout;
+    while (true) {
+      ControlResponse r;
+      while (responses_.TryPop(&r) == shm::PopResult::kOk) {
+        if (r.request_id == id) return r;
+      }
+      if (absl::Now() > end) return std::nullopt;
+      absl::SleepFor(absl::Microseconds(20));
+    }
+  }
+
+  std::optional<ControlResponse> Call(
+      const ControlRequest& req, absl::Duration timeout = absl::Seconds(2)) {
+    const uint64_t id = Push(req);
+    if (id == 0) return std::nullopt;
+    KickControl();
+    return Await(id, timeout);
+  }
+
+  int32_t Status(const ControlRequest& req) {
+    const auto r = Call(req);
+    return r ? r->status : kNoAnswer;
+  }
+
+  std::optional<uint32_t> RegisterLocal(const void* addr, uint64_t len,
+                                        uint32_t flags) {
+    ControlRequest req = Request(shm::kOpRegisterLocal);
+    req.address = Addr(addr);
+    req.length = len;
+    req.flags = flags;
+    const auto r = Call(req);
+    if (!r || r->status != shm::kStatusOk) return std::nullopt;
+    return r->key;
+  }
+
+  // The connection slot, or nullopt.
+  std::optional<uint32_t> ConnectTo(const std::string& service) {
+    const auto r = Call(Request(shm::kOpConnect, service));
+    if (!r || r->status != shm::kStatusOk) return std::nullopt;
+    return r->connection;
+  }
+
+  int32_t Disconnect(uint32_t slot) {
+    ControlRequest req = Request(shm::kOpDisconnect);
+    req.connection = slot;
+    return Status(req);
+  }
+
+  // --- Arenas ---
+
+  // A memfd of `file_bytes`, mapped (unless write-sealed) and sealed with
+  // `seals`. The caller owns it (FreeArena).
+  static Arena MakeArena(uint64_t file_bytes, int seals = kSeals,
+                         const char* name = kArenaMemfd) {
+    Arena a;
+    a.fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (a.fd < 0 || ftruncate(a.fd, static_cast<off_t>(file_bytes)) != 0) {
+      return a;
+    }
+    a.bytes = file_bytes;
+    if ((seals & F_SEAL_WRITE) == 0 && file_bytes > 0) {
+      void* mem = mmap(nullptr, file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                       a.fd, 0);
+      if (mem != MAP_FAILED) a.base = static_cast<uint8_t*>(mem);
+    }
+    if (seals != 0) fcntl(a.fd, F_ADD_SEALS, seals);
+    return a;
+  }
+  static void FreeArena(Arena* a) {
+    if (a->base != nullptr) munmap(a->base, a->bytes);
+    if (a->fd >= 0) close(a->fd);
+    *a = Arena();
+  }
+
+  Answer SendArena(uint64_t address, uint64_t length,
+                   const std::vector<int>& fds) {
+    shm::SetupMessage m = Msg(shm::kSetupArena);
+    m.address = address;
+    m.length = length;
+    Send(&m, sizeof(m), fds);
+    return ReadAnswer();
+  }
+
+  // A proper arena of `bytes`, announced and kept; nullptr when refused.
+  Arena* AddArena(uint64_t bytes) {
+    Arena a = MakeArena(bytes);
+    if (a.base == nullptr) {
+      FreeArena(&a);
+      return nullptr;
+    }
+    const Answer ans = SendArena(Addr(a.base), bytes, {a.fd});
+    if (ans.got != Got::kMessage || ans.type != shm::kSetupArenaReply ||
+        ans.status != shm::kStatusOk) {
+      FreeArena(&a);
+      return nullptr;
+    }
+    a.id = ans.id;
+    arenas_.push_back(std::make_unique<Arena>(a));
+    return arenas_.back().get();
+  }
+
+  // --- Data path ---
+
+  void KickEngine(uint32_t slot) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (header_->engine_idle[slot].sleeping.load(std::memory_order_seq_cst)) {
+      Ring(engine_bell_);
+    }
+  }
+
+  uint32_t state(uint32_t slot) const {
+    return header_->connection_state[slot].load(std::memory_order_acquire);
+  }
+
+  std::optional<CompletionEntry> AwaitCompletion(
+      uint32_t slot, absl::Duration timeout = absl::Seconds(2)) {
+    const absl::Time end = absl::Now() + timeout;
+    CompletionEntry c;
+    while (completion_[slot].TryPop(&c) != shm::PopResult::kOk) {
+      if (absl::Now() > end) return std::nullopt;
+      absl::SleepFor(absl::Microseconds(20));
+    }
+    return c;
+  }
+
+  // --- Raw access ---
+
+  static std::atomic<uint32_t>& Producer(uint8_t* ring) {
+    return reinterpret_cast<shm::RingIndex*>(ring + shm::kRingProducerOffset)
+        ->value;
+  }
+  static std::atomic<uint32_t>& Consumer(uint8_t* ring) {
+    return reinterpret_cast<shm::RingIndex*>(ring + shm::kRingConsumerOffset)
+        ->value;
+  }
+  static shm::RingHeader* RingHeaderOf(uint8_t* ring) {
+    return reinterpret_cast<shm::RingHeader*>(ring);
+  }
+
+  shm::SessionHeader* header() { return header_; }
+  uint8_t* request_ring() { return request_ring_; }
+  uint8_t* response_ring() { return response_ring_; }
+  uint8_t* send_ring(uint32_t slot) { return send_ring_[slot]; }
+  uint8_t* completion_ring(uint32_t slot) { return completion_ring_[slot]; }
+  shm::SpscRing<SendEntry>& send(uint32_t slot) { return send_[slot]; }
+  shm::SpscRing<CompletionEntry>& completion(uint32_t slot) {
+    return completion_[slot];
+  }
+  shm::SpscRing<ControlRequest>& requests() { return requests_; }
+  shm::SpscRing<ControlResponse>& responses() { return responses_; }
+  uint64_t region_bytes() const { return region_bytes_; }
+  int session_fd() const { return session_fd_; }
+  int sock() const { return sock_; }
+  int control_bell() const { return control_bell_; }
+  int engine_bell() const { return engine_bell_; }
+
+  void Close() {
+    // The socket first: the daemon reclaims the session when it closes.
+    for (int* fd : {&sock_, &control_bell_, &engine_bell_, &session_fd_}) {
+      if (*fd >= 0) close(*fd);
+      *fd = -1;
+    }
+    for (auto& a : arenas_) FreeArena(a.get());
+    arenas_.clear();
+    if (region_ != nullptr) munmap(region_, region_bytes_);
+    region_ = nullptr;
+    header_ = nullptr;
+  }
+
+ private:
+  std::string path_;
+  int sock_ = -1;
+  int session_fd_ = -1;
+  int control_bell_ = -1;
+  int engine_bell_ = -1;
+  uint32_t session_id_ = 0;
+  uint8_t* region_ = nullptr;
+  uint64_t region_bytes_ = 0;
+  shm::SessionHeader* header_ = nullptr;
+  uint8_t* request_ring_ = nullptr;
+  uint8_t* response_ring_ = nullptr;
+  uint8_t* send_ring_[shm::kMaxConnections] = {};
+  uint8_t* completion_ring_[shm::kMaxConnections] = {};
+  shm::SpscRing<ControlRequest> requests_;
+  shm::SpscRing<ControlResponse> responses_;
+  shm::SpscRing<SendEntry> send_[shm::kMaxConnections];
+  shm::SpscRing<CompletionEntry> completion_[shm::kMaxConnections];
+  uint64_t next_request_id_ = 1;
+  std::vector<std::unique_ptr<Arena>> arenas_;
+};
+
+// --- The well-behaved pair ---------------------------------------------------
+
+// A server and a client joined on service "good"; the server also listens on
+// "target", where raw clients connect. Each round is a verified write and
+// read-back that must finish within kRoundLimit; it runs on the caller's
+// thread or, between Start and Stop, on a thread of its own.
+class GoodPair {
+ public:
+  static constexpr uint32_t kBytes = 64u << 10;
+
+  GoodPair(std::unique_ptr<Client> server, std::unique_ptr<Client> client)
+      : server_(std::move(server)), client_(std::move(client)) {}
+  ~GoodPair() { Stop(); }
+
+  bool Setup() {
+    if (!server_->Listen("good").ok()) return Fail("listen good");
+    if (!server_->Listen("target").ok()) return Fail("listen target");
+    auto cc = client_->Connect("good");
+    if (!cc.ok()) return Fail("connect");
+    auto sc = server_->Accept("good", absl::Seconds(5));
+    if (!sc.ok()) return Fail("accept");
+    cconn_ = *cc;
+    target_ = static_cast<uint8_t*>(server_->Alloc(kBytes));
+    src_ = static_cast<uint8_t*>(client_->Alloc(kBytes));
+    dst_ = static_cast<uint8_t*>(client_->Alloc(kBytes));
+    if (target_ == nullptr || src_ == nullptr || dst_ == nullptr) {
+      return Fail("alloc");
+    }
+    if (server_->RegisterRdmaMemory(*sc, target_, kBytes, RDP_MEM_READWRITE,
+                                    desc_.bytes, &desc_.len) != RDP_OK) {
+      return Fail("register rdma");
+    }
+    auto ls = client_->RegisterMemory(src_, kBytes, RDP_MEM_READWRITE);
+    auto ld = client_->RegisterMemory(dst_, kBytes, RDP_MEM_READWRITE);
+    if (!ls.ok() || !ld.ok()) return Fail("register");
+    lsrc_ = *ls;
+    ldst_ = *ld;
+    return true;
+  }
+
+  // One verified write + read-back with a pattern that depends on `round`.
+  bool Round(uint64_t round) {
+    if (broken_) return Fail("a transfer of an earlier round never finished");
+    const absl::Time start = absl::Now();
+    const absl::Time deadline = start + kRoundLimit;
+    for (uint32_t i = 0; i < kBytes; ++i) {
+      src_[i] = static_cast<uint8_t>(i * 31 + round * 7 + 1);
+    }
+    std::memset(dst_, 0, kBytes);
+    rdp_sge ws{src_, kBytes, lsrc_};
+    int w = client_->Write(cconn_, &ws, 1, desc_.bytes, desc_.len, 0, 0, &wov_);
+    if (w == RDP_PENDING) w = Wait(&wov_, deadline);
+    if (w != RDP_OK) return Fail("write: " + Name(w));
+    if (std::memcmp(target_, src_, kBytes) != 0) return Fail("target bytes");
+    rdp_sge rs{dst_, kBytes, ldst_};
+    int r = client_->Read(cconn_, &rs, 1, desc_.d()->address, desc_.bytes,
+                          desc_.len, 0, &rov_);
+    if (r == RDP_PENDING) r = Wait(&rov_, deadline);
+    if (r != RDP_OK) return Fail("read: " + Name(r));
+    if (std::memcmp(dst_, src_, kBytes) != 0) return Fail("read-back bytes");
+    const int64_t ns = absl::ToInt64Nanoseconds(absl::Now() - start);
+    int64_t prev = slowest_ns_.load();
+    while (ns > prev && !slowest_ns_.compare_exchange_weak(prev, ns)) {
+    }
+    return true;
+  }
+
+  void Start() {
+    Stop();
+    stop_.store(false);
+    thread_ = std::thread([this] {
+      for (uint64_t round = 1u << 20; !stop_.load(std::memory_order_relaxed);
+           ++round) {
+        if (!Round(round)) return;
+        rounds_.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+
+  void Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  uint64_t rounds() const { return rounds_.load(std::memory_order_relaxed); }
+  absl::Duration slowest() const {
+    return absl::Nanoseconds(slowest_ns_.load());
+  }
+  std::string error() {
+    absl::MutexLock lock(&mu_);
+    return error_;
+  }
+  Client& server() { return *server_; }
+  const Desc& desc() const { return desc_; }
+  uint32_t lsrc() const { return lsrc_; }
+  uint32_t ldst() const { return ldst_; }
+  const uint8_t* target() const { return target_; }
+
+ private:
+  static std::string Name(int status) {
+    return status == kTimedOut ? std::string("no completion within 2 s")
+                               : std::string(rdp_status_name(status));
+  }
+  static constexpr int kTimedOut = INT32_MIN;
+
+  // Polls without blocking: the wait is bounded even if the daemon never
+  // completes. A transfer that did not finish leaves the pair unusable (its
+  // overlapped stays owned by the ring).
+  int Wait(rdp_overlapped* ov, absl::Time deadline) {
+    while (true) {
+      const int s = client_->GetOverlappedResult(cconn_, ov, false, nullptr);
+      if (s != RDP_PENDING) return s;
+      if (absl::Now() > deadline) {
+        broken_ = true;
+        return kTimedOut;
+      }
+      absl::SleepFor(absl::Microseconds(20));
+    }
+  }
+
+  bool Fail(const std::string& what) {
+    absl::MutexLock lock(&mu_);
+    if (error_.empty()) error_ = what;
+    return false;
+  }
+
+  std::unique_ptr<Client> server_, client_;
+  rdp_conn cconn_ = 0;
+  uint8_t* target_ = nullptr;
+  uint8_t* src_ = nullptr;
+  uint8_t* dst_ = nullptr;
+  uint32_t lsrc_ = 0, ldst_ = 0;
+  Desc desc_;
+  rdp_overlapped wov_{};
+  rdp_overlapped rov_{};
+  bool broken_ = false;
+  std::atomic<int64_t> slowest_ns_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> rounds_{0};
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::string error_ ABSL_GUARDED_BY(mu_);
+};
+
+// --- Fixture -----------------------------------------------------------------
+
+class MaliciousTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    signal(SIGPIPE, SIG_IGN);
+    control::DaemonOptions options;
+    options.socket_path = SocketPath(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    daemon_ = std::make_unique<control::Daemon>(options);
+    const absl::Status s = daemon_->Start();
+    ASSERT_TRUE(s.ok()) << s;
+    std::unique_ptr<Client> server = NewClient();
+    std::unique_ptr<Client> client = NewClient();
+    ASSERT_TRUE(server != nullptr && client != nullptr);
+    good_ = std::make_unique<GoodPair>(std::move(server), std::move(client));
+    ASSERT_TRUE(good_->Setup()) << good_->error();
+    ASSERT_TRUE(good_->Round(++round_)) << good_->error();
+    baseline_ = Settled();
+    baseline_fds_ = CountOpenFds();
+    before_ = Snap();
+  }
+
+  void TearDown() override {
+    if (good_ != nullptr) good_->Stop();
+    good_.reset();
+    if (daemon_ != nullptr) daemon_->Stop();
+  }
+
+  const std::string& path() const { return daemon_->socket_path(); }
+
+  std::unique_ptr<Client> NewClient(
+      absl::Duration control_timeout = absl::Seconds(5)) {
+    ClientOptions o;
+    o.socket_path = daemon_->socket_path();
+    o.arena_bytes = 4u << 20;
+    o.hugepages = ClientOptions::Hugepages::kOff;
+    o.control_timeout = control_timeout;
+    auto c = Client::Open(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  control::DaemonSnapshot Snap() const { return daemon_->Snapshot(); }
+  Held Counters() const { return HeldOf(Snap()); }
+
+  Held Settled() const {
+    Held last = Counters();
+    for (int i = 0; i < 200; ++i) {
+      absl::SleepFor(absl::Milliseconds(5));
+      const Held now = Counters();
+      if (now == last) break;
+      last = now;
+    }
+    return last;
+  }
+
+  ::testing::AssertionResult CountersReach(
+      const Held& want, absl::Duration timeout = absl::Seconds(5)) {
+    if (WaitFor([&] { return Counters() == want; }, timeout)) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure()
+           << "daemon holds " << Counters() << ", expected " << want;
+  }
+
+  // The daemon still serves: the good pair completes a verified transfer in
+  // time, and a new client opens a session, listens, allocates and
+  // registers.
+  void ExpectServing(const std::string& when) {
+    SCOPED_TRACE("serving " + when);
+    good_->Stop();
+    EXPECT_TRUE(good_->Round(++round_)) << good_->error();
+    std::unique_ptr<Client> fresh = NewClient();
+    ASSERT_NE(fresh, nullptr);
+    EXPECT_TRUE(fresh->Listen("fresh-" + std::to_string(round_)).ok());
+    void* p = fresh->Alloc(4096);
+    ASSERT_NE(p, nullptr);
+    auto key = fresh->RegisterMemory(p, 4096, RDP_MEM_READWRITE);
+    EXPECT_TRUE(key.ok()) << key.status();
+  }
+
+  // The baseline plus one raw session holding `arenas` arenas.
+  Held WithRawSession(uint32_t arenas) const {
+    Held h = baseline_;
+    h.sessions += 1;
+    h.arenas += arenas;
+    return h;
+  }
+
+  // Once the raw clients are gone: the counters, this process's descriptors
+  // and the raw memfds are as before the attack.
+  void ExpectBaseline() {
+    EXPECT_TRUE(CountersReach(baseline_));
+    EXPECT_TRUE(NoRawMemfdsLeft());
+    EXPECT_TRUE(WaitFor([&] { return CountOpenFds() == baseline_fds_; }))
+        << CountOpenFds() << " descriptors open, " << baseline_fds_
+        << " before";
+  }
+
+  std::unique_ptr<control::Daemon> daemon_;
+  std::unique_ptr<GoodPair> good_;
+  uint64_t round_ = 0;
+  Held baseline_;
+  int baseline_fds_ = 0;
+  control::DaemonSnapshot before_;
+};
+
+// --- 1. Hellos ---------------------------------------------------------------
+
+// Each malformed hello is refused (an answer with an error status, then the
+// socket closes) or the socket is closed without an answer; the session is
+// reclaimed and the daemon keeps no descriptor or mapping of what was sent.
+// A few cases are accepted by design and listed as such: a second
+// descriptor next to the region is closed and ignored; bytes after a good
+// hello (garbage or a second hello) close the session once they are read.
+TEST_F(MaliciousTest, BadHellosAreRefusedAndNothingIsKept) {
+  const uint64_t kRegion = shm::SessionRegionBytes();
+  enum class Want { kRefused, kClosed, kAccepted, kAcceptedThenClosed };
+  struct Case {
+    std::string name;
+    Want want;
+    std::function<void(RawClient&)> act;  // up to and including the hello
+    std::function<void(RawClient&)> then = nullptr;  // after an ok answer
+    std::shared_ptr<Pipe> pipe = nullptr;            // its write end went along
+  };
+  using Act = std::function<void(RawClient&)>;
+  // A good region changed by `mutate` before the hello.
+  auto mutated = [](std::function<void(RawClient&)> mutate) -> Act {
+    return [mutate](RawClient& r) {
+      ASSERT_TRUE(r.Format());
+      mutate(r);
+      ASSERT_TRUE(r.ConnectSocket());
+      r.SendHello();
+    };
+  };
+  auto header = [mutated](std::function<void(shm::SessionHeader&)> f) {
+    return mutated([f](RawClient& r) { f(*r.header()); });
+  };
+  auto ring = [mutated](std::function<uint8_t*(RawClient&)> which,
+                        std::function<void(shm::RingHeader&)> f) {
+    return mutated(
+        [which, f](RawClient& r) { f(*RawClient::RingHeaderOf(which(r))); });
+  };
+  auto region = [](uint64_t file_bytes, int seals,
+                   std::optional<uint64_t> length) -> Act {
+    return [=](RawClient& r) {
+      ASSERT_TRUE(r.Format(file_bytes, seals));
+      ASSERT_TRUE(r.ConnectSocket());
+      r.SendHello(length);
+    };
+  };
+  // A good region with a hello message changed by `f`, sent with `fds`
+  // (the region's memfd when empty).
+  auto message = [](std::function<void(shm::SetupMessage&)> f) -> Act {
+    return [f](RawClient& r) {
+      ASSERT_TRUE(r.Format());
+      ASSERT_TRUE(r.ConnectSocket());
+      shm::SetupMessage m = RawClient::HelloMsg(r.region_bytes());
+      f(m);
+      r.Send(&m, sizeof(m), {r.session_fd()});
+    };
+  };
+  // A good hello with the region and `extra` copies of a pipe's write end.
+  auto with_extra = [](std::shared_ptr<Pipe> pipe, int extra,
+                       bool region_fd) -> Act {
+    return [pipe, extra, region_fd](RawClient& r) {
+      ASSERT_TRUE(r.Format());
+      ASSERT_TRUE(r.ConnectSocket());
+      std::vector<int> fds;
+      if (region_fd) fds.push_back(r.session_fd());
+      for (int i = 0; i < extra; ++i) fds.push_back(pipe->w);
+      r.SendHelloWith(fds);
+      pipe->CloseWriteEnd();
+    };
+  };
+  auto send_ring = [](uint32_t slot) {
+    return [slot](RawClient& r) { return r.send_ring(slot); };
+  };
+  auto completion_ring = [](uint32_t slot) {
+    return [slot](RawClient& r) { return r.completion_ring(slot); };
+  };
+  auto request_ring = [](RawClient& r) { return r.request_ring(); };
+  auto response_ring = [](RawClient& r) { return r.response_ring(); };
+
+  std::vector<Case> cases;
+  // Descriptors.
+  cases.push_back({"no descriptor", Want::kRefused, [](RawClient& r) {
+                     ASSERT_TRUE(r.Format());
+                     ASSERT_TRUE(r.ConnectSocket());
+                     r.SendHelloWith({});
+                   }});
+  {
+    auto p = std::make_shared<Pipe>();
+    cases.push_back({"a pipe instead of a memfd", Want::kRefused,
+                     with_extra(p, 1, false), nullptr, p});
+  }
+  cases.push_back({"a regular file instead of a memfd", Want::kRefused,
+                   [kRegion](RawClient& r) {
+                     ASSERT_TRUE(r.Format());
+                     const char* dir = std::getenv("TEST_TMPDIR");
+                     const std::string file = std::string(dir ? dir : "/tmp") +
+                                              "/raw-region-" +
+                                              std::to_string(getpid());
+                     const int fd =
+                         open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+                     ASSERT_GE(fd, 0);
+                     unlink(file.c_str());
+                     ASSERT_EQ(ftruncate(fd, kRegion), 0);
+                     ASSERT_TRUE(r.ConnectSocket());
+                     r.SendHelloWith({fd}, kRegion);
+                     close(fd);
+                   }});
+  {
+    auto p = std::make_shared<Pipe>();
+    cases.push_back({"a second descriptor (closed, ignored)", Want::kAccepted,
+                     with_extra(p, 1, true), nullptr, p});
+  }
+  {
+    auto p = std::make_shared<Pipe>();
+    cases.push_back({"three descriptors", Want::kClosed, with_extra(p, 2, true),
+                     nullptr, p});
+  }
+  {
+    auto p = std::make_shared<Pipe>();
+    cases.push_back({"eight descriptors (more than the daemon reads)",
+                     Want::kClosed, with_extra(p, 7, true), nullptr, p});
+  }
+  // Region size and seals.
+  cases.push_back({"length a page too large", Want::kRefused,
+                   region(kRegion + 4096, kSeals, kRegion + 4096)});
+  cases.push_back({"length a page too small", Want::kRefused,
+                   region(kRegion, kSeals, kRegion - 4096)});
+  cases.push_back({"length zero", Want::kRefused, region(kRegion, kSeals, 0)});
+  cases.push_back(
+      {"length 2^64-1", Want::kRefused, region(kRegion, kSeals, ~uint64_t{0})});
+  cases.push_back({"memfd shorter than the length", Want::kRefused,
+                   region(RoundUp(kRegion / 2, 4096), kSeals, kRegion)});
+  cases.push_back(
+      {"memfd of length zero", Want::kRefused, region(0, kSeals, kRegion)});
+  cases.push_back(
+      {"unsealed memfd", Want::kRefused, region(kRegion, 0, kRegion)});
+  cases.push_back({"sealed against growing only", Want::kRefused,
+                   region(kRegion, F_SEAL_GROW, kRegion)});
+  cases.push_back({"sealed against writes", Want::kRefused,
+                   region(kRegion, kSeals | F_SEAL_WRITE, kRegion)});
+  // Session header.
+  cases.push_back({"bad session magic", Want::kRefused,
+                   header([](shm::SessionHeader& h) { h.magic ^= 1; })});
+  cases.push_back({"bad session version", Want::kRefused,
+                   header([](shm::SessionHeader& h) { h.version = 2; })});
+  cases.push_back(
+      {"max_connections 17", Want::kRefused,
+       header([](shm::SessionHeader& h) { h.max_connections = 17; })});
+  cases.push_back(
+      {"max_connections 0", Want::kRefused,
+       header([](shm::SessionHeader& h) { h.max_connections = 0; })});
+  // Ring table.
+  cases.push_back({"control ring at the end of the region", Want::kRefused,
+                   header([kRegion](shm::SessionHeader& h) {
+                     h.control_requests.offset = kRegion;
+                   })});
+  cases.push_back({"control ring beyond the region", Want::kRefused,
+                   header([kRegion](shm::SessionHeader& h) {
+                     h.control_responses.offset = kRegion + 4096;
+                   })});
+  cases.push_back({"send ring running past the end", Want::kRefused,
+                   header([kRegion](shm::SessionHeader& h) {
+                     h.connections[15].send.offset = kRegion - 64;
+                   })});
+  cases.push_back({"completion ring at 2^64-64", Want::kRefused,
+                   header([](shm::SessionHeader& h) {
+                     h.connections[4].completion.offset = ~uint64_t{63};
+                   })});
+  cases.push_back(
+      {"ring bytes 2^32-64", Want::kRefused, header([](shm::SessionHeader& h) {
+         h.control_responses.bytes = 0xFFFFFFC0u;
+       })});
+  cases.push_back({"ring bytes smaller than its capacity needs", Want::kRefused,
+                   header([](shm::SessionHeader& h) {
+                     h.control_requests.bytes = shm::kRingEntriesOffset;
+                   })});
+  cases.push_back(
+      {"control ring overlapping the header", Want::kRefused,
+       header([](shm::SessionHeader& h) { h.control_requests.offset = 0; })});
+  cases.push_back(
+      {"misaligned control ring (+8)", Want::kRefused,
+       header([](shm::SessionHeader& h) { h.control_requests.offset += 8; })});
+  cases.push_back({"misaligned send ring (+32)", Want::kRefused,
+                   header([](shm::SessionHeader& h) {
+                     h.connections[3].send.offset += 32;
+                   })});
+  cases.push_back({"misaligned completion ring (+1)", Want::kRefused,
+                   header([](shm::SessionHeader& h) {
+                     h.connections[7].completion.offset += 1;
+                   })});
+  // Ring headers.
+  cases.push_back(
+      {"send ring capacity beyond its bytes", Want::kRefused,
+       ring(send_ring(0), [](shm::RingHeader& h) { h.capacity = 1024; })});
+  cases.push_back(
+      {"completion ring capacity not a power of two", Want::kRefused,
+       ring(completion_ring(5), [](shm::RingHeader& h) { h.capacity = 511; })});
+  cases.push_back(
+      {"response ring capacity zero", Want::kRefused,
+       ring(response_ring, [](shm::RingHeader& h) { h.capacity = 0; })});
+  cases.push_back(
+      {"request ring entry size mismatch", Want::kRefused,
+       ring(request_ring, [](shm::RingHeader& h) { h.entry_size = 128; })});
+  cases.push_back(
+      {"send ring without magic", Want::kRefused,
+       ring(send_ring(15), [](shm::RingHeader& h) { h.magic = 0; })});
+  cases.push_back(
+      {"completion ring version 2", Want::kRefused,
+       ring(completion_ring(0), [](shm::RingHeader& h) { h.version = 2; })});
+  // Setup messages.
+  cases.push_back(
+      {"setup magic wrong", Want::kClosed,
+       message([](shm::SetupMessage& m) { m.magic = 0x12345678; })});
+  cases.push_back({"setup version 2", Want::kClosed,
+                   message([](shm::SetupMessage& m) { m.version = 2; })});
+  cases.push_back({"type 99", Want::kClosed,
+                   message([](shm::SetupMessage& m) { m.type = 99; })});
+  cases.push_back(
+      {"an arena before the hello", Want::kClosed,
+       message([](shm::SetupMessage& m) { m.type = shm::kSetupArena; })});
+  cases.push_back(
+      {"an arena free before the hello", Want::kClosed,
+       message([](shm::SetupMessage& m) { m.type = shm::kSetupArenaFree; })});
+  cases.push_back(
+      {"a hello reply from the client", Want::kClosed,
+       message([](shm::SetupMessage& m) { m.type = shm::kSetupHelloReply; })});
+  cases.push_back({"garbage bytes", Want::kClosed, [](RawClient& r) {
+                     ASSERT_TRUE(r.Format());
+                     ASSERT_TRUE(r.ConnectSocket());
+                     std::mt19937 rng(7);
+                     uint8_t junk[sizeof(shm::SetupMessage)];
+                     for (uint8_t& b : junk) b = static_cast<uint8_t>(rng());
+                     r.Send(junk, sizeof(junk), {r.session_fd()});
+                   }});
+  cases.push_back(
+      {"half a hello, then end of stream", Want::kClosed, [](RawClient& r) {
+         ASSERT_TRUE(r.Format());
+         ASSERT_TRUE(r.ConnectSocket());
+         const shm::SetupMessage m = RawClient::HelloMsg(r.region_bytes());
+         r.Send(&m, 40, {r.session_fd()});
+         shutdown(r.sock(), SHUT_WR);
+       }});
+  cases.push_back(
+      {"one byte, then end of stream", Want::kClosed, [](RawClient& r) {
+         ASSERT_TRUE(r.Format());
+         ASSERT_TRUE(r.ConnectSocket());
+         r.Send("R", 1, {r.session_fd()});
+         shutdown(r.sock(), SHUT_WR);
+       }});
+  cases.push_back({"trailing bytes after the hello, then end of stream",
+                   Want::kAcceptedThenClosed, [](RawClient& r) {
+                     ASSERT_TRUE(r.Format());
+                     ASSERT_TRUE(r.ConnectSocket());
+                     uint8_t buf[sizeof(shm::SetupMessage) + 50];
+                     std::memset(buf, 0xA5, sizeof(buf));
+                     const shm::SetupMessage m =
+                         RawClient::HelloMsg(r.region_bytes());
+                     std::memcpy(buf, &m, sizeof(m));
+                     r.Send(buf, sizeof(buf), {r.session_fd()});
+                     shutdown(r.sock(), SHUT_WR);
+                   }});
+  cases.push_back({"a second hello", Want::kAcceptedThenClosed,
+                   mutated([](RawClient&) {}),
+                   [](RawClient& r) { r.SendHello(); }});
+  cases.push_back(
+      {"two hellos in one write", Want::kAcceptedThenClosed, [](RawClient& r) {
+         ASSERT_TRUE(r.Format());
+         ASSERT_TRUE(r.ConnectSocket());
+         shm::SetupMessage two[2] = {RawClient::HelloMsg(r.region_bytes()),
+                                     RawClient::HelloMsg(r.region_bytes())};
+         r.Send(two, sizeof(two), {r.session_fd()});
+       }});
+
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const uint64_t reclaimed = Snap().sessions_reclaimed;
+    {
+      RawClient raw(path());
+      c.act(raw);
+      if (::testing::Test::HasFatalFailure()) return;
+      const RawClient::Answer a = raw.ReadAnswer();
+      switch (c.want) {
+        case Want::kRefused:
+          ASSERT_EQ(a.got, RawClient::Got::kMessage) << "no answer";
+          EXPECT_EQ(a.type, shm::kSetupHelloReply);
+          EXPECT_EQ(a.status, shm::kStatusInvalid) << a.text;
+          EXPECT_EQ(a.fds, 0u);
+          EXPECT_TRUE(raw.WaitClosed());
+          break;
+        case Want::kClosed:
+          EXPECT_EQ(a.got, RawClient::Got::kClosed)
+              << "answered with status " << a.status << " " << a.text;
+          break;
+        case Want::kAccepted:
+        case Want::kAcceptedThenClosed:
+          ASSERT_EQ(a.got, RawClient::Got::kMessage);
+          EXPECT_EQ(a.status, shm::kStatusOk) << a.text;
+          EXPECT_EQ(a.fds, 2u);
+          EXPECT_GE(raw.control_bell(), 0);
+          if (c.then) c.then(raw);
+          if (c.want == Want::kAcceptedThenClosed) {
+            EXPECT_TRUE(raw.WaitClosed());
+          } else {
+            // Serves requests like any session.
+            EXPECT_EQ(raw.Status(RawClient::Request(shm::kOpListen, "ok")),
+                      shm::kStatusOk);
+          }
+          break;
+      }
+    }
+    // Reclaimed, with nothing kept: not the region, not any extra
+    // descriptor.
+    EXPECT_TRUE(
+        WaitFor([&] { return Snap().sessions_reclaimed == reclaimed + 1; }));
+    EXPECT_TRUE(CountersReach(baseline_));
+    EXPECT_TRUE(NoRawMemfdsLeft());
+    if (c.pipe != nullptr) {
+      EXPECT_TRUE(c.pipe->WritersGone()) << "the daemon kept a descriptor";
+    }
+  }
+  cases.clear();  // the pipes
+  EXPECT_EQ(Snap().rejected_clients, before_.rejected_clients);
+  ExpectServing("after the hellos");
+  ExpectBaseline();
+}
+
+// --- 2. Ring headers scribbled on after the hello ----------------------------
+
+// The daemon attached every ring at hello: zeroing the magic (and garbling
+// the capacity and entry size) of the control rings and of every connection
+// slot's rings afterwards changes nothing. Listen, connect, a verified write
+// and read through a slot whose ring headers are gone, disconnect.
+TEST_F(MaliciousTest, RingHeadersZeroedAfterHelloAreNotReread) {
+  RawClient raw(path());
+  ASSERT_TRUE(raw.Open());
+  RawClient::Arena* arena = raw.AddArena(1u << 20);
+  ASSERT_NE(arena, nullptr);
+  auto garble = [](uint8_t* ring) {
+    shm::RingHeader* h = RawClient::RingHeaderOf(ring);
+    h->magic = 0;
+    h->version = 0xFFFF;
+    h->entry_size = 1;
+    h->capacity = 0xFFFFFFFFu;
+  };
+  garble(raw.request_ring());
+  garble(raw.response_ring());
+  for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
+    garble(raw.send_ring(i));
+    garble(raw.completion_ring(i));
+  }
+  // The header's own magic and ring table too.
+  raw.header()->magic = 0;
+  raw.header()->version = 0;
+  raw.header()->control_requests.offset = ~uint64_t{0};
+  raw.header()->connections[0].send.offset = ~uint64_t{0};
+
+  EXPECT_EQ(raw.Status(RawClient::Request(shm::kOpListen, "raw-svc")),
+            shm::kStatusOk);
+  const auto lkey = raw.RegisterLocal(arena->base, 8192, shm::kAccessReadWrite);
+  ASSERT_TRUE(lkey.has_value());
+  const auto slot = raw.ConnectTo("target");
+  ASSERT_TRUE(slot.has_value());
+  Client& server = good_->server();
+  auto sconn = server.Accept("target", absl::Seconds(5));
+  ASSERT_TRUE(sconn.ok()) << sconn.status();
+  auto* sbuf = static_cast<uint8_t*>(server.Alloc(4096));
+  ASSERT_NE(sbuf, nullptr);
+  Desc desc;
+  ASSERT_EQ(server.RegisterRdmaMemory(*sconn, sbuf, 4096, RDP_MEM_READWRITE,
+                                      desc.bytes, &desc.len),
+            RDP_OK);
+
+  for (uint32_t i = 0; i < 4096; ++i) {
+    arena->base[i] = static_cast<uint8_t>(i * 13 + 5);
+  }
+  SendEntry w{};
+  w.wr_id = 1;
+  w.op = shm::kSendWrite;
+  w.num_sge = 1;
+  w.sge[0] = {Addr(arena->base), 4096, *lkey};
+  w.remote_address = desc.d()->address;
+  w.rkey = desc.d()->rkey;
+  ASSERT_TRUE(raw.send(*slot).TryPush(w));
+  raw.KickEngine(*slot);
+  auto done = raw.AwaitCompletion(*slot);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->wr_id, 1u);
+  EXPECT_EQ(done->status, shm::kStatusOk);
+  EXPECT_EQ(std::memcmp(sbuf, arena->base, 4096), 0);
+
+  SendEntry r = w;
+  r.wr_id = 2;
+  r.op = shm::kSendRead;
+  r.sge[0].address = Addr(arena->base + 4096);
+  ASSERT_TRUE(raw.send(*slot).TryPush(r));
+  raw.KickEngine(*slot);
+  done = raw.AwaitCompletion(*slot);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->wr_id, 2u);
+  EXPECT_EQ(done->status, shm::kStatusOk);
+  EXPECT_EQ(std::memcmp(sbuf, arena->base + 4096, 4096), 0);
+
+  EXPECT_EQ(raw.Disconnect(*slot), shm::kStatusOk);
+  EXPECT_EQ(raw.Status(RawClient::Request(shm::kOpUnlisten, "raw-svc")),
+            shm::kStatusOk);
+  EXPECT_TRUE(server.Disconnect(*sconn).ok());
+  EXPECT_TRUE(server.Free(sbuf).ok());
+  raw.Close();
+  ExpectServing("after the scribbled ring headers");
+  ExpectBaseline();
+}
+
+// --- 3. Ring indices ---------------------------------------------------------
+
+// A control request ring whose producer index is more than a ring ahead of
+// the consumer (or behind it) is corrupt: the daemon drops the session, with
+// its connection (the peer sees a reset) and its arena and registrations.
+TEST_F(MaliciousTest, CorruptRequestRingDropsTheSession) {
+  Client& server = good_->server();
+  for (const int64_t delta : {int64_t{1000}, int64_t{-1}, int64_t{65}}) {
+    SCOPED_TRACE("producer = consumer + " + std::to_string(delta));
+    const uint64_t reclaimed = Snap().sessions_reclaimed;
+    RawClient raw(path());
+    ASSERT_TRUE(raw.Open());
+    RawClient::Arena* arena = raw.AddArena(1u << 20);
+    ASSERT_NE(arena, nullptr);
+    ASSERT_TRUE(raw.RegisterLocal(arena->base, 4096, shm::kAccessReadWrite));
+    const auto slot = raw.ConnectTo("target");
+    ASSERT_TRUE(slot.has_value());
+    auto sconn = server.Accept("target", absl::Seconds(5));
+    ASSERT_TRUE(sconn.ok()) << sconn.status();
+
+    const uint32_t cons =
+        RawClient::Consumer(raw.request_ring()).load(std::memory_order_acquire);
+    RawClient::Producer(raw.request_ring())
+        .store(cons + static_cast<uint32_t>(delta), std::memory_order_release);
+    raw.KickControl();
+    EXPECT_TRUE(raw.WaitClosed());
+    EXPECT_TRUE(
+        WaitFor([&] { return Snap().sessions_reclaimed == reclaimed + 1; }));
+    EXPECT_TRUE(
+        WaitFor([&] { return server.Flush(*sconn) == RDP_ERR_CONN_RESET; }));
+    EXPECT_TRUE(server.Disconnect(*sconn).ok());
+    raw.Close();
+    ExpectServing("after the corrupt request ring");
+    ExpectBaseline();
+  }
+}
+
+// Consumer indices a client owns, moved to nonsense: the response ring's
+// (ahead of the producer, or far behind) makes the daemon take no more of
+// that session's requests; the completion ring's makes the engine take no
+// more of that connection's work. Nothing else is held up, and putting the
+// index back lets the session go on where it stopped.
+TEST_F(MaliciousTest, MovedConsumerIndicesStallOnlyTheirOwner) {
+  RawClient raw(path());
+  ASSERT_TRUE(raw.Open());
+  RawClient::Arena* arena = raw.AddArena(1u << 20);
+  ASSERT_NE(arena, nullptr);
+  const auto lkey = raw.RegisterLocal(arena->base, 4096, shm::kAccessReadWrite);
+  ASSERT_TRUE(lkey.has_value());
+  const auto slot = raw.ConnectTo("target");
+  ASSERT_TRUE(slot.has_value());
+  Client& server = good_->server();
+  auto sconn = server.Accept("target", absl::Seconds(5));
+  ASSERT_TRUE(sconn.ok()) << sconn.status();
+  auto* sbuf = static_cast<uint8_t*>(server.Alloc(4096));
+  ASSERT_NE(sbuf, nullptr);
+  Desc desc;
+  ASSERT_EQ(server.RegisterRdmaMemory(*sconn, sbuf, 4096, RDP_MEM_READWRITE,
+                                      desc.bytes, &desc.len),
+            RDP_OK);
+  uint64_t wr_id = 0;
+  auto write_entry = [&] {
+    SendEntry e{};
+    e.wr_id = ++wr_id;
+    e.op = shm::kSendWrite;
+    e.num_sge = 1;
+    e.sge[0] = {Addr(arena->base), 4096, *lkey};
+    e.remote_address = desc.d()->address;
+    e.rkey = desc.d()->rkey;
+    return e;
+  };
+
+  good_->Start();
+  // Response ring.
+  for (const int64_t delta : {int64_t{5}, int64_t{1}, int64_t{-1000}}) {
+    SCOPED_TRACE("response consumer = producer + " + std::to_string(delta));
+    std::atomic<uint32_t>& cons = RawClient::Consumer(raw.response_ring());
+    const uint32_t saved = cons.load();
+    cons.store(saved + static_cast<uint32_t>(delta));
+    const uint64_t id = raw.Push(
+        RawClient::Request(shm::kOpListen, "moved-" + std::to_string(delta)));
+    ASSERT_NE(id, 0u);
+    raw.KickControl();
+    absl::SleepFor(absl::Milliseconds(150));  // more than a control loop turn
+    EXPECT_EQ(raw.requests().Size(), 1u) << "the daemon took the request";
+    cons.store(saved);
+    raw.KickControl();
+    const auto resp = raw.Await(id);
+    ASSERT_TRUE(resp.has_value());
+    EXPECT_EQ(resp->status, shm::kStatusOk);
+  }
+  // Completion ring.
+  for (const int64_t delta : {int64_t{7}, int64_t{1}, int64_t{-100000}}) {
+    SCOPED_TRACE("completion consumer = producer + " + std::to_string(delta));
+    std::atomic<uint32_t>& cons =
+        RawClient::Consumer(raw.completion_ring(*slot));
+    const uint32_t saved = cons.load();
+    cons.store(saved + static_cast<uint32_t>(delta));
+    std::memset(sbuf, 0, 4096);
+    std::memset(arena->base, 0x5A + static_cast<int>(wr_id), 4096);
+    ASSERT_TRUE(raw.send(*slot).TryPush(write_entry()));
+    raw.KickEngine(*slot);
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_EQ(raw.send(*slot).Size(), 1u) << "the engine took the request";
+    cons.store(saved);
+    raw.KickEngine(*slot);
+    const auto done = raw.AwaitCompletion(*slot);
+    ASSERT_TRUE(done.has_value());
+    EXPECT_EQ(done->wr_id, wr_id);
+    EXPECT_EQ(done->status, shm::kStatusOk);
+    EXPECT_EQ(std::memcmp(sbuf, arena->base, 4096), 0);
+  }
+  good_->Stop();
+  EXPECT_EQ(good_->error(), "");
+  EXPECT_GT(good_->rounds(), 0u);
+  EXPECT_LT(good_->slowest(), kRoundLimit);
+
+  EXPECT_EQ(raw.Disconnect(*slot), shm::kStatusOk);
+  EXPECT_TRUE(server.Disconnect(*sconn).ok());
+  EXPECT_TRUE(server.Free(sbuf).ok());
+  raw.Close();
+  ExpectServing("after the moved consumer indices");
+  ExpectBaseline();
+}
+
+// A thread keeps every send ring of the raw session "full of work"
+// (producer = consumer + 200, over whatever the slots hold) and keeps its
+// completion rings drained, while the raw client connects to the good
+// server, is accepted (or not), and disconnects. The engine and the control
+// thread bound what they take from a client-controlled ring, so the good
+// pair keeps completing verified transfers within 2 s throughout.
+TEST_F(MaliciousTest, ScribbledSendRingIndicesDoNotStallTheDaemon) {
+  RawClient raw(path());
+  ASSERT_TRUE(raw.Open());
+  Client& server = good_->server();
+  std::atomic<bool> stop{false};
+  std::atomic<uint32_t> gap{200};
+  // No pause between sweeps: a daemon that drained a send ring until it
+  // found it empty would never find it so.
+  std::thread scribbler([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
+        uint8_t* s = raw.send_ring(i);
+        RawClient::Producer(s).store(
+            RawClient::Consumer(s).load(std::memory_order_relaxed) + gap.load(),
+            std::memory_order_release);
+        uint8_t* c = raw.completion_ring(i);
+        RawClient::Consumer(c).store(
+            RawClient::Producer(c).load(std::memory_order_acquire),
+            std::memory_order_release);
+      }
+    }
+  });
+  StopAndJoin join_scribbler(stop, scribbler);
+  // The scribbler runs only when scheduled; before each request that makes
+  // the daemon drain a slot, the rings are filled here as well.
+  auto fill = [&] {
+    for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
+      uint8_t* s = raw.send_ring(i);
+      RawClient::Producer(s).store(
+          RawClient::Consumer(s).load(std::memory_order_relaxed) + gap.load(),
+          std::memory_order_release);
+    }
+  };
+  good_->Start();
+  const uint64_t rounds_before = good_->rounds();
+  struct Cycle {
+    const char* name;
+    uint32_t gap;
+    bool accept;
+  };
+  const Cycle cycles[] = {{"accepted", 200, true},
+                          {"never accepted", 200, false},
+                          {"accepted, indices corrupt", 100000, true}};
+  for (int repeat = 0; repeat < 4; ++repeat) {
+    for (const Cycle& cycle : cycles) {
+      SCOPED_TRACE(std::string(cycle.name) + ", repeat " +
+                   std::to_string(repeat));
+      gap.store(cycle.gap);
+      fill();
+      const auto slot = raw.ConnectTo("target");
+      ASSERT_TRUE(slot.has_value()) << "the control thread did not answer";
+      std::optional<rdp_conn> sconn;
+      if (cycle.accept) {
+        auto a = server.Accept("target", absl::Seconds(5));
+        ASSERT_TRUE(a.ok()) << a.status();
+        sconn = *a;
+      }
+      raw.KickEngine(*slot);
+      absl::SleepFor(absl::Milliseconds(40));
+      if (cycle.gap > shm::kSendRingEntries && cycle.accept) {
+        // The engine gave up on the connection it could not read.
+        EXPECT_TRUE(
+            WaitFor([&] { return raw.state(*slot) == shm::kConnAborted; }));
+      }
+      fill();
+      EXPECT_EQ(raw.Disconnect(*slot), shm::kStatusOk);
+      if (sconn) {
+        EXPECT_TRUE(server.Disconnect(*sconn).ok());
+      }
+      ASSERT_EQ(good_->error(), "");
+    }
+  }
+  EXPECT_TRUE(WaitFor([&] { return good_->rounds() > rounds_before + 3; }))
+      << good_->error();
+  stop.store(true);
+  scribbler.join();
+  good_->Stop();
+  EXPECT_EQ(good_->error(), "");
+  EXPECT_LT(good_->slowest(), kRoundLimit);
+  raw.Close();
+  ExpectServing("after the send ring scribbler");
+  ExpectBaseline();
+}
+
+// --- 4. Fuzzed control requests ----------------------------------------------
+
+uint64_t FuzzSeed(uint64_t fallback) {
+  const char* env = std::getenv("RDP_FUZZ_SEED");
+  return env != nullptr ? std::strtoull(env, nullptr, 0) : fallback;
+}
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : rng_(seed) {}
+  uint64_t u64() { return rng_(); }
+  uint32_t u32() { return static_cast<uint32_t>(rng_()); }
+  uint64_t below(uint64_t n) { return n == 0 ? 0 : rng_() % n; }
+  bool percent(uint32_t p) { return below(100) < p; }
+  template <typename T>
+  const T& pick(const std::vector<T>& v) {
+    return v[below(v.size())];
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+bool ValidServiceName(const char (&s)[shm::kServiceNameBytes]) {
+  return std::memchr(s, '\0', sizeof(s)) != nullptr && s[0] != '\0';
+}
+
+// 10,000 random control requests through the raw client's control ring,
+// in batches that ring its doorbell. Operations valid and not (unknown
+// values included), connection numbers up to 2^32, huge lengths and
+// addresses, unterminated service names, bogus and foreign keys and
+// descriptors (the good pair's among them). Every request is answered, in
+// order and under its own id; the ones that cannot be valid are answered
+// with an error; unknown operations are counted as bad requests. Afterwards
+// the session still serves a valid request, and once the raw client is gone
+// nothing of it is left.
+TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
+  const uint64_t seed = FuzzSeed(0xC0117201);
+  SCOPED_TRACE("RDP_FUZZ_SEED=" + std::to_string(seed));
+  Rng rng(seed);
+  RawClient raw(path());
+  ASSERT_TRUE(raw.Open());
+  constexpr uint64_t kArenaBytes = 1u << 20;
+  RawClient::Arena* arena = raw.AddArena(kArenaBytes);
+  ASSERT_NE(arena, nullptr);
+  const uint64_t base = Addr(arena->base);
+  auto in_arena = [&](uint64_t address, uint64_t length) {
+    return address >= base && address - base <= kArenaBytes &&
+           length <= kArenaBytes - (address - base);
+  };
+
+  // What the raw client was given, to be used (and misused) again.
+  std::vector<uint32_t> own_keys;
+  std::vector<std::vector<uint8_t>> own_descriptors;
+  std::set<uint32_t> open_slots;
+  const uint32_t foreign_keys[] = {good_->lsrc(), good_->ldst(),
+                                   good_->desc().d()->rkey};
+  const std::vector<std::string> services = {"fz-a", "fz-b", "fz-c", "good",
+                                             "target"};
+  const std::set<std::string> foreign_services = {"good", "target"};
+
+  auto random_request = [&]() {
+    ControlRequest r{};
+    // Operation.
+    const uint64_t op = rng.below(100);
+    if (op < 86) {
+      r.op = static_cast<uint32_t>(1 + rng.below(9));
+    } else if (op < 92) {
+      r.op = rng.percent(50) ? 0 : static_cast<uint32_t>(10 + rng.below(6));
+    } else {
+      r.op = rng.u32();
+    }
+    // Connection.
+    const uint64_t c = rng.below(100);
+    if (c < 40 && !open_slots.empty()) {
+      r.connection = *std::next(
+          open_slots.begin(), static_cast<long>(rng.below(open_slots.size())));
+    } else if (c < 70) {
+      r.connection = static_cast<uint32_t>(rng.below(shm::kMaxConnections));
+    } else if (c < 90) {
+      r.connection =
+          shm::kMaxConnections + static_cast<uint32_t>(rng.below(16));
+    } else {
+      r.connection = rng.u32();
+    }
+    // Address and length.
+    const uint64_t a = rng.below(100);
+    if (a < 50) {
+      r.address = base + rng.below(kArenaBytes);
+    } else if (a < 60) {
+      r.address = base + kArenaBytes - rng.below(64);
+    } else if (a < 70) {
+      r.address = Addr(good_->target());  // someone else's memory
+    } else if (a < 80) {
+      r.address = 0;
+    } else {
+      r.address = rng.u64();
+    }
+    const uint64_t l = rng.below(100);
+    if (l < 50) {
+      r.length = 1 + rng.below(8192);
+    } else if (l < 60) {
+      r.length = 0;
+    } else if (l < 70) {
+      r.length = kArenaBytes;
+    } else if (l < 80) {
+      r.length = ~uint64_t{0} - rng.below(4096);
+    } else {
+      r.length = rng.u64() >> rng.below(64);
+    }
+    // Flags and key.
+    r.flags = rng.percent(70) ? static_cast<uint32_t>(1 + rng.below(3))
+                              : (rng.percent(30) ? 0 : rng.u32());
+    const uint64_t k = rng.below(100);
+    if (k < 40 && !own_keys.empty()) {
+      r.key = rng.pick(own_keys);
+    } else if (k < 60) {
+      r.key = foreign_keys[rng.below(3)];
+    } else {
+      r.key = rng.u32();
+    }
+    // Descriptor.
+    const uint64_t d = rng.below(100);
+    if (d < 35 && !own_descriptors.empty()) {
+      const auto& own = rng.pick(own_descriptors);
+      std::memcpy(r.descriptor, own.data(), sizeof(r.descriptor));
+    } else if (d < 50) {
+      std::memcpy(r.descriptor, good_->desc().bytes, sizeof(r.descriptor));
+    } else if (d < 65 && !own_descriptors.empty()) {
+      const auto& own = rng.pick(own_descriptors);
+      std::memcpy(r.descriptor, own.data(), sizeof(r.descriptor));
+      shm::RdmaDescriptor forged;
+      std::memcpy(&forged, r.descriptor, sizeof(forged));
+      forged.rkey ^= static_cast<uint32_t>(1 + rng.below(0xFFFF));
+      forged.length = rng.u64();
+      std::memcpy(r.descriptor, &forged, sizeof(forged));
+    } else {
+      for (uint8_t& b : r.descriptor) b = static_cast<uint8_t>(rng.u32());
+    }
+    const uint64_t dl = rng.below(100);
+    r.descriptor_length =
+        dl < 60 ? shm::kDescriptorBytes
+                : (dl < 80 ? static_cast<uint32_t>(rng.below(64)) : rng.u32());
+    r.reserved = rng.u32();
+    // Service name.
+    const uint64_t s = rng.below(100);
+    if (s < 55) {
+      const std::string& name = rng.pick(services);
+      std::memcpy(r.service, name.data(), name.size());
+    } else if (s < 70) {
+      std::memset(r.service, 'x', sizeof(r.service));  // unterminated
+    } else if (s < 80) {
+      // empty
+    } else {
+      for (char& ch : r.service) ch = static_cast<char>(rng.u32());
+    }
+    return r;
+  };
+
+  // The status a request must get when it cannot be valid, or nullopt when
+  // it may be; `any_error` when only "not ok" can be said.
+  constexpr int32_t kAnyError = INT32_MIN + 1;
+  auto expected = [&](const ControlRequest& r) -> std::optional<int32_t> {
+    const bool valid_service = ValidServiceName(r.service);
+    const bool foreign_service =
+        valid_service && foreign_services.count(r.service) > 0;
+    const bool slot_open =
+        r.connection < shm::kMaxConnections && open_slots.count(r.connection);
+    const bool foreign_key =
+        std::find(std::begin(foreign_keys), std::end(foreign_keys), r.key) !=
+        std::end(foreign_keys);
+    switch (r.op) {
+      case shm::kOpRegisterLocal:
+        if (r.flags == 0 || (r.flags & ~shm::kAccessReadWrite) != 0) {
+          return shm::kStatusInvalid;
+        }
+        if (r.length == 0 || !in_arena(r.address, r.length)) {
+          return shm::kStatusFault;
+        }
+        return std::nullopt;
+      case shm::kOpDeregisterLocal:
+        if (foreign_key || std::find(own_keys.begin(), own_keys.end(), r.key) ==
+                               own_keys.end()) {
+          return shm::kStatusInvalid;
+        }
+        return std::nullopt;
+      case shm::kOpRegisterRdma:
+        if (r.flags != shm::kAccessRead && r.flags != shm::kAccessWrite &&
+            r.flags != shm::kAccessReadWrite) {
+          return shm::kStatusInvalid;
+        }
+        if (!slot_open) return shm::kStatusNotConnected;
+        if (r.length == 0 || !in_arena(r.address, r.length)) {
+          return kAnyError;  // fault, or not connected any more
+        }
+        return std::nullopt;
+      case shm::kOpDeregisterRdma: {
+        shm::RdmaDescriptor d;
+        std::memcpy(&d, r.descriptor, sizeof(d));
+        if (r.descriptor_length != shm::kDescriptorBytes ||
+            d.magic != shm::kDescriptorMagic || !slot_open ||
+            d.rkey == good_->desc().d()->rkey) {
+          return shm::kStatusInvalid;
+        }
+        return std::nullopt;
+      }
+      case shm::kOpListen:
+      case shm::kOpUnlisten:
+      case shm::kOpAccept:
+        if (!valid_service || foreign_service) return shm::kStatusInvalid;
+        return std::nullopt;
+      case shm::kOpConnect:
+        if (!valid_service) return shm::kStatusInvalid;
+        return std::nullopt;
+      case shm::kOpDisconnect:
+        if (!slot_open) return shm::kStatusNotConnected;
+        return std::nullopt;
+      default:
+        return shm::kStatusInvalid;
+    }
+  };
+
+  constexpr int kRequests = 10000;
+  int sent = 0, unknown_ops = 0, ok = 0, mismatches = 0;
+  std::map<int32_t, int> statuses;
+  while (sent < kRequests) {
+    const int batch = static_cast<int>(
+        std::min<uint64_t>(1 + rng.below(32), kRequests - sent));
+    // Expectations are computed against the state before the batch; a
+    // request whose validity depends on an earlier one in the same batch
+    // (a slot, a key) is judged leniently below.
+    std::vector<std::pair<uint64_t, ControlRequest>> pushed;
+    std::vector<std::optional<int32_t>> want;
+    for (int i = 0; i < batch; ++i) {
+      ControlRequest r = random_request();
+      want.push_back(expected(r));
+      const uint64_t id = raw.Push(r);
+      ASSERT_NE(id, 0u) << "control ring full";
+      r.request_id = id;
+      pushed.push_back({id, r});
+    }
+    raw.KickControl();
+    for (int i = 0; i < batch; ++i) {
+      const ControlRequest& r = pushed[i].second;
+      ControlResponse resp;
+      ASSERT_TRUE(WaitFor(
+          [&] { return raw.responses().TryPop(&resp) == shm::PopResult::kOk; },
+          absl::Seconds(2)))
+          << "request " << sent + i << " (op " << r.op << ") got no answer";
+      ASSERT_EQ(resp.request_id, pushed[i].first)
+          << "answers out of order at request " << sent + i;
+      ASSERT_NE(std::memchr(resp.message, '\0', sizeof(resp.message)), nullptr);
+      ASSERT_GE(resp.status, shm::kStatusAgain);
+      ASSERT_LE(resp.status, shm::kStatusOk);
+      ++statuses[resp.status];
+      if (r.op < shm::kOpRegisterLocal || r.op > shm::kOpUnlisten) {
+        ++unknown_ops;
+      }
+      // Whether a slot or key is valid can depend on an earlier request of
+      // the same batch (expectations are computed before it is sent); such
+      // requests are not judged.
+      const bool stateful =
+          r.op == shm::kOpDisconnect || r.op == shm::kOpRegisterRdma ||
+          r.op == shm::kOpDeregisterRdma || r.op == shm::kOpDeregisterLocal;
+      bool depends_on_batch = false;
+      for (int j = 0; j < i; ++j) {
+        const uint32_t op = pushed[j].second.op;
+        depends_on_batch |=
+            op == shm::kOpConnect || op == shm::kOpAccept ||
+            op == shm::kOpDisconnect || op == shm::kOpRegisterLocal ||
+            op == shm::kOpRegisterRdma || op == shm::kOpUnlisten;
+      }
+      if (want[i] && !(stateful && depends_on_batch)) {
+        if (*want[i] == kAnyError) {
+          EXPECT_NE(resp.status, shm::kStatusOk)
+              << "request " << sent + i << " op " << r.op;
+        } else if (resp.status != *want[i]) {
+          ++mismatches;
+          EXPECT_EQ(resp.status, *want[i])
+              << "request " << sent + i << " op " << r.op << " connection "
+              << r.connection << ": " << resp.message;
+        }
+      }
+      // Learn what the daemon handed out.
+      if (resp.status == shm::kStatusOk) {
+        ++ok;
+        switch (r.op) {
+          case shm::kOpRegisterLocal:
+            own_keys.push_back(resp.key);
+            break;
+          case shm::kOpRegisterRdma:
+            ASSERT_EQ(resp.descriptor_length, shm::kDescriptorBytes);
+            own_descriptors.emplace_back(
+                resp.descriptor, resp.descriptor + sizeof(resp.descriptor));
+            break;
+          case shm::kOpConnect:
+          case shm::kOpAccept:
+            ASSERT_LT(resp.connection, shm::kMaxConnections);
+            open_slots.insert(resp.connection);
+            break;
+          case shm::kOpDisconnect:
+            open_slots.erase(r.connection);
+            break;
+          default:
+            break;
+        }
+      }
+    }
+    sent += batch;
+    if (mismatches > 20) break;  // enough said
+  }
+  EXPECT_EQ(sent, kRequests);
+  EXPECT_GT(ok, 100) << "the fuzz rarely hit a valid request";
+  EXPECT_EQ(Snap().bad_requests - before_.bad_requests,
+            static_cast<uint64_t>(unknown_ops));
+  std::string histogram;
+  for (const auto& [status, n] : statuses) {
+    histogram +=
+        std::string(rdp_status_name(status)) + "=" + std::to_string(n) + " ";
+  }
+  std::printf("fuzzed control requests: %d, statuses: %s\n", sent,
+              histogram.c_str());
+
+  // The session still serves a valid request.
+  const auto key = raw.RegisterLocal(arena->base, 4096, shm::kAccessRead);
+  ASSERT_TRUE(key.has_value());
+  ControlRequest dereg = RawClient::Request(shm::kOpDeregisterLocal);
+  dereg.key = *key;
+  EXPECT_EQ(raw.Status(dereg), shm::kStatusOk);
+  EXPECT_EQ(raw.Status(RawClient::Request(shm::kOpListen, "fz-final")),
+            shm::kStatusOk);
+
+  raw.Close();
+  ExpectServing("after the fuzzed control requests");
+  ExpectBaseline();
+  // The good server still owns "target".
+  std::unique_ptr<Client> probe = NewClient();
+  ASSERT_NE(probe, nullptr);
+  auto pc = probe->Connect("target");
+  ASSERT_TRUE(pc.ok()) << pc.status();
+  auto sc = good_->server().Accept("target", absl::Seconds(5));
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  EXPECT_TRUE(probe->Disconnect(*pc).ok());
+  EXPECT_TRUE(good_->server().Disconnect(*sc).ok());
+}
+
+// --- 5. Fuzzed work requests -------------------------------------------------
+
+// Random send entries on a real connection to the good server: random
+// operations, flags, up to 255 SGEs, random and valid local keys and
+// addresses, the connection's rkey, the good pair's and random ones. Each
+// entry completes exactly once (a silent success may not complete), entries
+// that cannot be valid complete with an error, the daemon survives, and the
+// good pair keeps moving verified bytes throughout. A connection broken by
+// a remote access error is replaced.
+TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
+  const uint64_t seed = FuzzSeed(0x5E4D);
+  SCOPED_TRACE("RDP_FUZZ_SEED=" + std::to_string(seed));
+  Rng rng(seed);
+  RawClient raw(path());
+  ASSERT_TRUE(raw.Open());
+  constexpr uint64_t kLocalBytes = 256u << 10;
+  constexpr uint32_t kRemoteBytes = 64u << 10;
+  RawClient::Arena* arena = raw.AddArena(1u << 20);
+  ASSERT_NE(arena, nullptr);
+  Client& server = good_->server();
+  auto* sbuf = static_cast<uint8_t*>(server.Alloc(kRemoteBytes));
+  ASSERT_NE(sbuf, nullptr);
+
+  uint32_t slot = 0;
+  rdp_conn sconn = 0;
+  Desc desc;
+  auto connect = [&]() -> bool {
+    const auto s = raw.ConnectTo("target");
+    if (!s) return false;
+    auto a = server.Accept("target", absl::Seconds(5));
+    if (!a.ok()) return false;
+    slot = *s;
+    sconn = *a;
+    desc = Desc();
+    return server.RegisterRdmaMemory(sconn, sbuf, kRemoteBytes,
+                                     RDP_MEM_READWRITE, desc.bytes,
+                                     &desc.len) == RDP_OK;
+  };
+
+  struct Posted {
+    bool silent = false;
+    bool must_fail = false;
+    int completions = 0;
+    int32_t status = 0;
+  };
+  std::map<uint64_t, Posted> posted;
+  uint64_t unknown_completions = 0;
+  auto reap = [&] {
+    CompletionEntry c;
+    while (raw.completion(slot).TryPop(&c) == shm::PopResult::kOk) {
+      auto it = posted.find(c.wr_id);
+      if (it == posted.end()) {
+        ++unknown_completions;
+        continue;
+      }
+      ++it->second.completions;
+      it->second.status = c.status;
+    }
+  };
+  auto outstanding = [&](uint64_t from_id) {
+    int n = 0;
+    for (auto it = posted.lower_bound(from_id); it != posted.end(); ++it) {
+      n += !it->second.silent && it->second.completions == 0;
+    }
+    return n;
+  };
+  uint64_t connection_first_id = 1;
+  auto disconnect = [&]() {
+    EXPECT_EQ(raw.Disconnect(slot), shm::kStatusOk);
+    // Everything this connection still had completes, aborted at worst.
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          reap();
+          return outstanding(connection_first_id) == 0;
+        },
+        absl::Seconds(2)))
+        << outstanding(connection_first_id) << " entries never completed";
+    EXPECT_TRUE(server.Disconnect(sconn).ok());
+  };
+
+  good_->Start();
+  ASSERT_TRUE(connect());
+  constexpr int kEntries = 3000;
+  uint64_t next_id = 1;
+  int reconnects = 0;
+  while (next_id <= kEntries) {
+    if (raw.state(slot) != shm::kConnUp) {
+      disconnect();
+      connection_first_id = next_id;
+      ASSERT_TRUE(connect());
+      ++reconnects;
+    }
+    // The local key, again: a successful read with local invalidate retires
+    // it, and registering the same buffer again gives a live one.
+    const auto lkey =
+        raw.RegisterLocal(arena->base, kLocalBytes, shm::kAccessReadWrite);
+    ASSERT_TRUE(lkey.has_value());
+    const uint64_t batch_first = next_id;
+    const int batch = static_cast<int>(1 + rng.below(32));
+    for (int i = 0; i < batch && next_id <= kEntries; ++i) {
+      SendEntry e{};
+      e.wr_id = next_id++;
+      const uint64_t op = rng.below(100);
+      e.op = op < 42   ? shm::kSendWrite
+             : op < 84 ? shm::kSendRead
+             : op < 90 ? shm::kSendFlush
+             : op < 94 ? 0
+                       : static_cast<uint8_t>(rng.u32());
+      e.flags =
+          rng.percent(80)
+              ? static_cast<uint32_t>(
+                    rng.u32() & shm::kKnownSendFlags &
+                    (rng.percent(80) ? ~shm::kFlagReadLocalInvalidate : ~0u))
+              : rng.u32();
+      e.num_sge = static_cast<uint8_t>(
+          rng.percent(85) ? rng.below(shm::kMaxSge + 1) : rng.below(256));
+      for (shm::SgeEntry& s : e.sge) {
+        const uint64_t kind = rng.below(100);
+        if (kind < 55) {
+          const uint64_t off = rng.below(kLocalBytes);
+          s.address = Addr(arena->base) + off;
+          s.length = static_cast<uint32_t>(
+              rng.below(std::min<uint64_t>(kLocalBytes - off + 1, 8192)));
+          s.lkey = *lkey;
+        } else if (kind < 70) {
+          s.address = Addr(arena->base) + kLocalBytes - rng.below(64);
+          s.length = static_cast<uint32_t>(64 + rng.below(4096));
+          s.lkey = *lkey;
+        } else if (kind < 80) {
+          s.address = Addr(good_->target());
+          s.length = 4096;
+          s.lkey = rng.percent(50) ? good_->lsrc() : *lkey;
+        } else {
+          s.address = rng.u64();
+          s.length = rng.u32();
+          s.lkey = rng.u32();
+        }
+      }
+      uint64_t total = 0;
+      for (uint32_t i2 = 0; i2 < std::min<uint32_t>(e.num_sge, shm::kMaxSge);
+           ++i2) {
+        total += e.sge[i2].length;
+      }
+      const uint64_t remote = rng.below(100);
+      if (remote < 65) {
+        e.rkey = desc.d()->rkey;
+        e.remote_address =
+            desc.d()->address +
+            rng.below(kRemoteBytes - std::min<uint64_t>(total, kRemoteBytes) +
+                      1);
+      } else if (remote < 80) {
+        e.rkey = good_->desc().d()->rkey;
+        e.remote_address = good_->desc().d()->address;
+      } else {
+        e.rkey = rng.u32();
+        e.remote_address = rng.u64();
+      }
+      e.reserved0 = static_cast<uint16_t>(rng.u32());
+      e.reserved1 = rng.u32();
+      Posted p;
+      p.silent = (e.flags & shm::kFlagSilentSuccess) != 0;
+      p.must_fail = (e.op != shm::kSendWrite && e.op != shm::kSendRead) ||
+                    e.num_sge > shm::kMaxSge ||
+                    (e.flags & ~shm::kKnownSendFlags) != 0;
+      posted[e.wr_id] = p;
+      ASSERT_TRUE(raw.send(slot).TryPush(e)) << "send ring full";
+    }
+    raw.KickEngine(slot);
+    // The batch completes, unless the connection broke: then its leftovers
+    // complete when it is disconnected.
+    const bool settled = WaitFor(
+        [&] {
+          reap();
+          return outstanding(batch_first) == 0 ||
+                 raw.state(slot) != shm::kConnUp;
+        },
+        absl::Seconds(2));
+    ASSERT_TRUE(settled) << outstanding(batch_first)
+                         << " entries of a batch got no completion";
+    ASSERT_EQ(good_->error(), "");
+  }
+  disconnect();
+
+  int failed = 0, succeeded = 0, silent_missing = 0;
+  for (const auto& [id, p] : posted) {
+    SCOPED_TRACE("wr_id " + std::to_string(id));
+    ASSERT_LE(p.completions, 1) << "completed twice";
+    if (p.completions == 0) {
+      ASSERT_TRUE(p.silent) << "never completed";
+      ++silent_missing;
+      continue;
+    }
+    if (p.status == shm::kStatusOk) {
+      ++succeeded;
+      EXPECT_FALSE(p.must_fail) << "an invalid entry succeeded";
+    } else {
+      ++failed;
+    }
+  }
+  EXPECT_EQ(unknown_completions, 0u);
+  std::printf(
+      "fuzzed send entries: %d, failed %d, succeeded %d, silent %d, "
+      "connections %d\n",
+      kEntries, failed, succeeded, silent_missing, reconnects + 1);
+
+  good_->Stop();
+  EXPECT_EQ(good_->error(), "");
+  EXPECT_GT(good_->rounds(), 0u);
+  EXPECT_LT(good_->slowest(), kRoundLimit);
+  EXPECT_TRUE(server.Free(sbuf).ok());
+  raw.Close();
+  ExpectServing("after the fuzzed send entries");
+  ExpectBaseline();
+}
+
+// --- 6. Arenas ---------------------------------------------------------------
+
+// Arena messages the daemon must refuse, each answered with an error while
+// the session goes on: an address range overlapping an arena already
+// given (inside, equal, enclosing, straddling either end), zero length, a
+// length beyond the memfd, an unsealed memfd or one sealed only against
+// growing, a write-sealed memfd, no descriptor, a pipe, an address range
+// that wraps. No refused memfd stays open or mapped in the daemon.
+// Registrations cannot straddle two adjacent arenas.
+TEST_F(MaliciousTest, BadArenasAreRefused) {
+  RawClient raw(path());
+  ASSERT_TRUE(raw.Open());
+  constexpr uint64_t kArena = 1u << 20;
+  RawClient::Arena* first = raw.AddArena(kArena);
+  ASSERT_NE(first, nullptr);
+  const uint64_t x = Addr(first->base);
+  const Held with_one = WithRawSession(1);
+  EXPECT_TRUE(CountersReach(with_one));
+
+  struct Case {
+    std::string name;
+    uint64_t address;
+    uint64_t length;
+    uint64_t file_bytes;  // 0: no memfd
+    int seals;
+    bool pipe = false;
+  };
+  const std::vector<Case> cases = {
+      {"same range", x, kArena, kArena, kSeals},
+      {"inside", x + 4096, 4096, 4096, kSeals},
+      {"straddling the start", x - 4096, 8192, 8192, kSeals},
+      {"straddling the end", x + kArena - 4096, 8192, 8192, kSeals},
+      {"enclosing", x - kArena, 3 * kArena, 3 * kArena, kSeals},
+      {"zero length", x + 4 * kArena, 0, 4096, kSeals},
+      {"length beyond the memfd", x + 4 * kArena, kArena, 64u << 10, kSeals},
+      {"length 2^64-1", x + 4 * kArena, ~uint64_t{0}, 4096, kSeals},
+      {"unsealed", x + 4 * kArena, 4096, 4096, 0},
+      {"sealed against growing only", x + 4 * kArena, 4096, 4096, F_SEAL_GROW},
+      {"write-sealed", x + 4 * kArena, 4096, 4096, kSeals | F_SEAL_WRITE},
+      {"address range wraps", ~uint64_t{0} - 4095, 8192, 8192, kSeals},
+      {"no descriptor", x + 4 * kArena, 4096, 0, kSeals},
+      {"a pipe", x + 4 * kArena, 4096, 0, kSeals, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    RawClient::Arena a;
+    std::vector<int> fds;
+    Pipe pipe;
+    if (c.file_bytes > 0) {
+      a = RawClient::MakeArena(c.file_bytes, c.seals, kRefusedMemfd);
+      ASSERT_GE(a.fd, 0);
+      fds.push_back(a.fd);
+    }
+    if (c.pipe) fds.push_back(pipe.w);
+    const RawClient::Answer ans = raw.SendArena(c.address, c.length, fds);
+    ASSERT_EQ(ans.got, RawClient::Got::kMessage);
+    EXPECT_EQ(ans.type, shm::kSetupArenaReply);
+    EXPECT_EQ(ans.status, shm::kStatusInvalid) << ans.text;
+    RawClient::FreeArena(&a);
+    pipe.CloseWriteEnd();
+    EXPECT_TRUE(NoRawMemfdsLeft(absl::Seconds(2), {kRefusedMemfd}));
+    if (c.pipe) {
+      EXPECT_TRUE(pipe.WritersGone());
+    }
+    EXPECT_EQ(Counters(), with_one);
+    // The session goes on.
+    EXPECT_EQ(raw.Status(RawClient::Request(shm::kOpListen, "arena-ok")),
+              shm::kStatusOk);
+  }
+
+  // A second arena right after the first is fine; a registration that
+  // straddles the two is not (they are different mappings in the daemon).
+  RawClient::Arena second = RawClient::MakeArena(kArena);
+  ASSERT_NE(second.base, nullptr);
+  const RawClient::Answer ans = raw.SendArena(x + kArena, kArena, {second.fd});
+  ASSERT_EQ(ans.got, RawClient::Got::kMessage);
+  EXPECT_EQ(ans.status, shm::kStatusOk) << ans.text;
+  EXPECT_TRUE(CountersReach(WithRawSession(2)));
+  ControlRequest straddle = RawClient::Request(shm::kOpRegisterLocal);
+  straddle.address = x + kArena - 4096;
+  straddle.length = 8192;
+  straddle.flags = shm::kAccessReadWrite;
+  EXPECT_EQ(raw.Status(straddle), shm::kStatusFault);
+  straddle.address = x + kArena;  // wholly inside the second: fine
+  EXPECT_EQ(raw.Status(straddle), shm::kStatusOk);
+  RawClient::FreeArena(&second);
+
+  raw.Close();
+  ExpectServing("after the bad arenas");
+  ExpectBaseline();
+}
+
+// Arena messages without a memfd, each answered, none of the answers read,
+// until the daemon stops reading them or closes the socket. Returns how many
+// went out.
+int SendUnreadArenaMessages(RawClient& raw) {
+  shm::SetupMessage m = RawClient::Msg(shm::kSetupArena);
+  m.address = 1u << 30;
+  m.length = 4096;
+  int sent = 0;
+  while (sent < 100000) {
+    if (raw.Send(&m, sizeof(m), {}, MSG_DONTWAIT)) {
+      ++sent;
+      continue;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK) break;  // closed
+    pollfd p{raw.sock(), POLLOUT, 0};
+    if (poll(&p, 1, 300) == 0) break;  // the daemon stopped reading
+  }
+  return sent;
+}
+
+// --- Control thread and doorbells --------------------------------------------
+
+// Half a setup message stalls nobody (fixed in d1c7902; the daemon used to
+// read setup messages with a blocking recvmsg(MSG_WAITALL) bounded by a 1 s
+// SO_RCVTIMEO, so three such sockets stalled every client for 3 s). Control
+// requests of other sessions and new hellos are served at once, and a hello
+// that arrives in pieces, its memfd with the first piece, is still accepted.
+TEST_F(MaliciousTest, PartialSetupMessagesDoNotStallTheControlPlane) {
+  std::vector<std::unique_ptr<RawClient>> partial;
+  const size_t kFirst = 10;
+  for (int i = 0; i < 3; ++i) {
+    auto r = std::make_unique<RawClient>(path());
+    ASSERT_TRUE(r->Format());
+    ASSERT_TRUE(r->ConnectSocket());
+    const shm::SetupMessage m = RawClient::HelloMsg(r->region_bytes());
+    ASSERT_TRUE(r->Send(&m, kFirst, {r->session_fd()}));
+    partial.push_back(std::move(r));
+  }
+  absl::SleepFor(absl::Milliseconds(20));  // the daemon has the pieces
+  absl::Time start = absl::Now();
+  EXPECT_TRUE(good_->server().Listen("prompt").ok());
+  const absl::Duration existing = absl::Now() - start;
+  start = absl::Now();
+  std::unique_ptr<Client> fresh = NewClient();
+  EXPECT_NE(fresh, nullptr);
+  const absl::Duration opening = absl::Now() - start;
+  EXPECT_LT(existing, absl::Milliseconds(500))
+      << "a control request of an existing session took " << existing;
+  EXPECT_LT(opening, absl::Milliseconds(500))
+      << "opening a session took " << opening;
+  // The rest of each hello.
+  for (auto& r : partial) {
+    const shm::SetupMessage m = RawClient::HelloMsg(r->region_bytes());
+    ASSERT_TRUE(r->Send(reinterpret_cast<const uint8_t*>(&m) + kFirst,
+                        sizeof(m) - kFirst));
+    const RawClient::Answer a = r->ReadAnswer();
+    ASSERT_EQ(a.got, RawClient::Got::kMessage);
+    EXPECT_EQ(a.status, shm::kStatusOk) << a.text;
+    EXPECT_EQ(r->Status(RawClient::Request(shm::kOpListen, "pieces")),
+              partial.front() == r ? shm::kStatusOk : shm::kStatusInvalid);
+  }
+  partial.clear();
+  fresh.reset();
+  ExpectServing("after the partial messages");
+  ExpectBaseline();
+}
+
+// A client that never reads its setup answers holds nobody up (fixed in
+// 68203ea; Daemon::HandleArena used to answer with a blocking sendmsg, and
+// ~280 unread answers left the control thread blocked for good). Arena
+// messages without a memfd are refused, each with an answer, until the
+// daemon stops reading them or drops the session; other clients open
+// sessions meanwhile.
+TEST_F(MaliciousTest, UnreadSetupAnswersDoNotBlockTheControlThread) {
+  RawClient raw(path());
+  ASSERT_TRUE(raw.Open());
+  const int sent = SendUnreadArenaMessages(raw);
+  int unread = 0;
+  ioctl(raw.sock(), FIONREAD, &unread);
+  const absl::Time start = absl::Now();
+  std::unique_ptr<Client> fresh = NewClient(absl::Seconds(1));
+  EXPECT_NE(fresh, nullptr)
+      << "no session after " << sent << " arena messages, "
+      << unread / static_cast<int>(sizeof(shm::SetupMessage))
+      << " answers unread (" << absl::Now() - start << ")";
+  if (fresh != nullptr) {
+    EXPECT_TRUE(fresh->Listen("unblocked").ok());
+  }
+  raw.Close();
+  fresh.reset();
+  ExpectServing("after the unread answers");
+  ExpectBaseline();
+}
+
+// Each session has doorbells of its own (fixed in d312ec2; every client used
+// to receive the daemon's own control and engine eventfds, so one client
+// could saturate them, making every other client's control calls fail with
+// RDP_ERR_NET_DOWN, drain them, or clear O_NONBLOCK for the daemon and
+// everyone). Clearing O_NONBLOCK on one client's doorbells leaves another's
+// alone, and a client that floods its doorbells does not fail another
+// client's control requests.
+TEST_F(MaliciousTest, DoorbellsAreNotSharedBetweenClients) {
+  RawClient raw(path());
+  ASSERT_TRUE(raw.Open());
+  RawClient other(path());
+  ASSERT_TRUE(other.Open());
+  for (const auto& [mine, theirs] :
+       {std::pair{raw.control_bell(), other.control_bell()},
+        std::pair{raw.engine_bell(), other.engine_bell()}}) {
+    const int flags = fcntl(theirs, F_GETFL);
+    ASSERT_NE(flags & O_NONBLOCK, 0);
+    ASSERT_EQ(fcntl(mine, F_SETFL, flags & ~O_NONBLOCK), 0);
+    EXPECT_NE(fcntl(theirs, F_GETFL) & O_NONBLOCK, 0)
+        << "one client made another client's doorbell blocking";
+    fcntl(mine, F_SETFL, flags);
+  }
+
+  std::unique_ptr<Client> victim = NewClient(absl::Milliseconds(300));
+  ASSERT_NE(victim, nullptr);
+  void* mem = victim->Alloc(4096);
+  ASSERT_NE(mem, nullptr);
+  std::atomic<bool> stop{false};
+  std::thread flooder([&] {
+    const uint64_t most = 0xFFFFFFFFFFFFFFFEull;
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (int bell : {raw.control_bell(), raw.engine_bell()}) {
+        [[maybe_unused]] ssize_t n =
+            ::send(bell, &most, sizeof(most), MSG_DONTWAIT | MSG_NOSIGNAL);
+      }
+      std::this_thread::yield();
+    }
+  });
+  StopAndJoin join_flooder(stop, flooder);
+  int failures = 0;
+  std::string first;
+  for (int i = 0; i < 20; ++i) {
+    auto key = victim->RegisterMemory(mem, 4096, RDP_MEM_READWRITE);
+    absl::Status s = key.ok() ? victim->DeregisterMemory(*key) : key.status();
+    if (!s.ok() && failures++ == 0) first = s.ToString();
+  }
+  stop.store(true);
+  flooder.join();
+  EXPECT_EQ(failures, 0) << "of 20 register/deregister pairs of another "
+                            "client; first: "
+                         << first;
+  victim.reset();
+  raw.Close();
+  other.Close();
+  ExpectServing("after the flooded doorbells");
+  ExpectBaseline();
+}
+
+// --- Daemon bugs -------------------------------------------------------------
+
+// The engine serves DaemonOptions::max_connections connections at once;
+// beyond that, Accept says "no buffers" instead of reporting a connection
+// that would never be served.
+TEST_F(MaliciousTest,
+       ConnectionsBeyondTheEngineCapacityAreRefusedNotIgnored) {
+  std::vector<std::unique_ptr<Client>> hogs;
+  int connections = 0;
+  for (int i = 0; i < 64; ++i) {
+    std::unique_ptr<Client> hog = NewClient();
+    ASSERT_NE(hog, nullptr);
+    const std::string svc = "hog-" + std::to_string(i);
+    ASSERT_TRUE(hog->Listen(svc).ok());
+    for (int j = 0; j < 8; ++j) {
+      auto c = hog->Connect(svc);
+      if (!c.ok()) break;
+      auto a = hog->Accept(svc, absl::Seconds(5));
+      if (!a.ok()) break;
+      ++connections;
+    }
+    hogs.push_back(std::move(hog));
+  }
+  EXPECT_GE(connections, 500);
+  EXPECT_LT(connections, 512);  // the good pair holds one of the 512
+  // A new pair: either refused, or served.
+  std::unique_ptr<Client> server = NewClient();
+  std::unique_ptr<Client> client = NewClient();
+  ASSERT_TRUE(server != nullptr && client != nullptr);
+  ASSERT_TRUE(server->Listen("late").ok());
+  auto cc = client->Connect("late");
+  auto sc = cc.ok() ? server->Accept("late", absl::Seconds(5))
+                    : absl::StatusOr<rdp_conn>(cc.status());
+  if (cc.ok() && sc.ok()) {
+    auto* target = static_cast<uint8_t*>(server->Alloc(4096));
+    auto* src = static_cast<uint8_t*>(client->Alloc(4096));
+    ASSERT_TRUE(target != nullptr && src != nullptr);
+    Desc desc;
+    ASSERT_EQ(server->RegisterRdmaMemory(*sc, target, 4096, RDP_MEM_WRITE,
+                                         desc.bytes, &desc.len),
+              RDP_OK);
+    auto lkey = client->RegisterMemory(src, 4096, RDP_MEM_READ);
+    ASSERT_TRUE(lkey.ok());
+    std::memset(src, 0x77, 4096);
+    rdp_sge sge{src, 4096, *lkey};
+    static rdp_overlapped ov;  // may stay pending in the ring: keep it alive
+    ov = rdp_overlapped{};
+    int r = client->Write(*cc, &sge, 1, desc.bytes, desc.len, 0, 0, &ov);
+    const absl::Time end = absl::Now() + kRoundLimit;
+    while (r == RDP_PENDING && absl::Now() < end) {
+      absl::SleepFor(absl::Milliseconds(1));
+      r = client->GetOverlappedResult(*cc, &ov, false, nullptr);
+    }
+    EXPECT_EQ(r, RDP_OK) << "a connection the daemon reported established "
+                            "was never served ("
+                         << rdp_status_name(r) << ")";
+  }
+  client.reset();
+  server.reset();
+  hogs.clear();
+  ExpectServing("after the connection hogs");
+  ExpectBaseline();
+}
+
+// One session may hold DaemonOptions::max_registrations_per_session
+// distinct registrations, so it cannot take the whole table from the
+// others.
+TEST_F(MaliciousTest, OneSessionCannotExhaustTheRegistrationTable) {
+  RawClient raw(path());
+  ASSERT_TRUE(raw.Open());
+  RawClient::Arena* arena = raw.AddArena(1u << 20);
+  ASSERT_NE(arena, nullptr);
+  // Distinct (address, length) pairs, so that none is a cached duplicate.
+  uint64_t n = 0;
+  bool full = false;
+  while (!full && n < (1u << 17)) {
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < 60; ++i, ++n) {
+      ControlRequest r = RawClient::Request(shm::kOpRegisterLocal);
+      r.address = Addr(arena->base) + (n % (1u << 19));
+      r.length = 1 + n / (1u << 19);
+      r.flags = shm::kAccessRead;
+      ids.push_back(raw.Push(r));
+    }
+    raw.KickControl();
+    for (uint64_t id : ids) {
+      const auto resp = raw.Await(id);
+      ASSERT_TRUE(resp.has_value());
+      full |= resp->status == shm::kStatusNoBuffers;
+    }
+  }
+  ASSERT_TRUE(full) << "the session's share never filled";
+  std::unique_ptr<Client> victim = NewClient();
+  ASSERT_NE(victim, nullptr);
+  void* mem = victim->Alloc(4096);
+  ASSERT_NE(mem, nullptr);
+  auto key = victim->RegisterMemory(mem, 4096, RDP_MEM_READWRITE);
+  EXPECT_TRUE(key.ok()) << "after one session registered " << n
+                        << " buffers: " << key.status();
+  victim.reset();
+  raw.Close();
+  ExpectServing("after the registration hog");
+  ExpectBaseline();
+}
+
+}  // namespace
+}  // namespace rdmaplane
