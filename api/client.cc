@@ -537,7 +537,9 @@ int Client::RegisterRdmaMemory(rdp_conn conn, void* buffer, uint32_t length,
 
 int Client::DeregisterRdmaMemory(rdp_conn conn, const void* descriptor,
                                  uint32_t descriptor_length) {
-  if (conn >= shm::kMaxConnections) return RDP_ERR_NOT_CONNECTED;
+  // The seed's only error here is WSAEINVAL: an unknown connection holds no
+  // registration to release.
+  if (conn >= shm::kMaxConnections) return RDP_ERR_INVALID;
   if (descriptor == nullptr ||
       descriptor_length > shm::kDescriptorBytes ||
       descriptor_length < sizeof(shm::RdmaDescriptor)) {

@@ -910,6 +910,7 @@ TEST_F(SeedTest, DeregisterWithWrongDescriptorLength) {
   std::memcpy(longer, d.bytes, d.len);
   EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), longer, sizeof(longer)),
             RDP_ERR_INVALID);
+  EXPECT_EQ(server().DeregisterRdmaMemory(99, d.bytes, d.len), RDP_ERR_INVALID);
   EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len), RDP_OK);
 }
 
