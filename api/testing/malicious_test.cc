@@ -53,6 +53,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/testing/counters.h"
 #include "api/client.h"
 #include "api/rdmaplane.h"
 #include "api/shm/layout.h"
@@ -63,6 +64,13 @@
 
 namespace rdmaplane {
 namespace {
+
+using testing::CountersReach;
+using testing::Held;
+using testing::HeldOf;
+using testing::Plus;
+using testing::Settled;
+using testing::WaitFor;
 
 using shm::CompletionEntry;
 using shm::ControlRequest;
@@ -87,17 +95,6 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 std::string SocketPath(const std::string& name) {
   return "/tmp/rdp-mal-" + name.substr(0, 48) + "-" + std::to_string(getpid()) +
          ".sock";
-}
-
-// Polls `done` every millisecond until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& done,
-             absl::Duration timeout = absl::Seconds(5)) {
-  const absl::Time end = absl::Now() + timeout;
-  while (!done()) {
-    if (absl::Now() > end) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
 }
 
 // Sets `stop` and joins `thread` on every way out of a scope (a failed
@@ -182,24 +179,6 @@ int CountMemfdMaps(const std::string& name) {
 }
 
 // --- Daemon counters ---------------------------------------------------------
-
-struct Held {
-  uint32_t sessions = 0;
-  uint32_t registrations = 0;
-  uint32_t connections = 0;
-  uint32_t arenas = 0;
-  bool operator==(const Held&) const = default;
-};
-
-Held HeldOf(const control::DaemonSnapshot& s) {
-  return {s.sessions, s.registrations, s.connections, s.arenas};
-}
-
-std::ostream& operator<<(std::ostream& os, const Held& h) {
-  return os << "{sessions " << h.sessions << ", registrations "
-            << h.registrations << ", connections " << h.connections
-            << ", arenas " << h.arenas << "}";
-}
 
 struct Desc {
   uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
@@ -910,24 +889,11 @@ class MaliciousTest : public ::testing::Test {
   control::DaemonSnapshot Snap() const { return daemon_->Snapshot(); }
   Held Counters() const { return HeldOf(Snap()); }
 
-  Held Settled() const {
-    Held last = Counters();
-    for (int i = 0; i < 200; ++i) {
-      absl::SleepFor(absl::Milliseconds(5));
-      const Held now = Counters();
-      if (now == last) break;
-      last = now;
-    }
-    return last;
-  }
+  Held Settled() const { return testing::Settled(*daemon_); }
 
   ::testing::AssertionResult CountersReach(
       const Held& want, absl::Duration timeout = absl::Seconds(5)) {
-    if (WaitFor([&] { return Counters() == want; }, timeout)) {
-      return ::testing::AssertionSuccess();
-    }
-    return ::testing::AssertionFailure()
-           << "daemon holds " << Counters() << ", expected " << want;
+    return testing::CountersReach(*daemon_, want, timeout);
   }
 
   // The daemon still serves: the good pair completes a verified transfer in

@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/testing/counters.h"
 #include "api/client.h"
 #include "api/rdmaplane.h"
 #include "api/shm/layout.h"
@@ -48,50 +49,18 @@ extern char** environ;
 namespace rdmaplane {
 namespace {
 
+using testing::CountersReach;
+using testing::Held;
+using testing::HeldOf;
+using testing::Plus;
+using testing::Settled;
+using testing::WaitFor;
+
 // --- Daemon and clients ------------------------------------------------------
 
 // Unix socket paths are limited to 108 bytes, which TEST_TMPDIR can exceed.
 std::string SocketPath(const std::string& name) {
   return "/tmp/rdp-proc-" + name + "-" + std::to_string(getpid()) + ".sock";
-}
-
-// The four resource counters a reclaimed client must give back.
-struct Held {
-  uint32_t sessions = 0;
-  uint32_t registrations = 0;
-  uint32_t connections = 0;
-  uint32_t arenas = 0;
-  bool operator==(const Held&) const = default;
-};
-
-Held HeldOf(const control::DaemonSnapshot& s) {
-  return {s.sessions, s.registrations, s.connections, s.arenas};
-}
-
-std::ostream& operator<<(std::ostream& os, const Held& h) {
-  return os << "{sessions " << h.sessions << ", registrations "
-            << h.registrations << ", connections " << h.connections
-            << ", arenas " << h.arenas << "}";
-}
-
-Held Plus(Held h, int sessions, int registrations, int connections,
-          int arenas) {
-  h.sessions += sessions;
-  h.registrations += registrations;
-  h.connections += connections;
-  h.arenas += arenas;
-  return h;
-}
-
-// Polls `done` every millisecond until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& done,
-             absl::Duration timeout = absl::Seconds(5)) {
-  const absl::Time end = absl::Now() + timeout;
-  while (!done()) {
-    if (absl::Now() > end) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
 }
 
 struct Desc {
@@ -298,28 +267,10 @@ class ProcessTest : public ::testing::Test {
   control::DaemonSnapshot Snap() const { return daemon_->Snapshot(); }
   Held Counters() const { return HeldOf(Snap()); }
 
-  // The counters once they stopped moving. The daemon refreshes its snapshot
-  // just after it answers a batch of control requests, so a client can see
-  // an answer a moment before the snapshot counts it.
-  Held Settled() const {
-    Held last = Counters();
-    for (int i = 0; i < 200; ++i) {
-      absl::SleepFor(absl::Milliseconds(5));
-      const Held now = Counters();
-      if (now == last) break;
-      last = now;
-    }
-    return last;
-  }
-
-  // Waits until the counters read `want`; reports what they read otherwise.
+  Held Settled() const { return testing::Settled(*daemon_); }
   ::testing::AssertionResult CountersReach(
       const Held& want, absl::Duration timeout = absl::Seconds(5)) {
-    if (WaitFor([&] { return Counters() == want; }, timeout)) {
-      return ::testing::AssertionSuccess();
-    }
-    return ::testing::AssertionFailure()
-           << "daemon holds " << Counters() << ", expected " << want;
+    return testing::CountersReach(*daemon_, want, timeout);
   }
 
   std::unique_ptr<control::Daemon> daemon_;
