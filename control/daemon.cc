@@ -808,24 +808,7 @@ ControlResponse Daemon::Accept(Session* s, const ControlRequest& r) {
 }
 
 void Daemon::AbortQueued(Connection* c, int side, int32_t status) {
-  engine::Endpoint* e = c->endpoint[side].get();
-  if (e == nullptr) return;
-  engine::EndpointInfo info = e->info();
-  shm::SendEntry entry;
-  bool any = false;
-  for (uint32_t i = 0;
-       i < info.send.capacity() &&
-       info.completion.Size() < info.completion.capacity() &&
-       info.send.TryPop(&entry) == shm::PopResult::kOk;
-       ++i) {
-    shm::CompletionEntry done{};
-    done.wr_id = entry.wr_id;
-    done.status = status;
-    done.op = entry.op;
-    info.completion.TryPush(done);
-    any = true;
-  }
-  if (any) shm::RingDoorbell(&info.header->completion_bell[info.slot]);
+  if (engine::Endpoint* e = c->endpoint[side].get()) e->AbortQueued(status);
 }
 
 void Daemon::RefusePending(Connection* c) {

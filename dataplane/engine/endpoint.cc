@@ -263,8 +263,12 @@ void Endpoint::Close(int32_t status, shm::ConnectionState state) {
   PublishState(state);
   qp_->Flush();
   // Requests still in the send ring were never started: they are aborted
-  // too, as far as the completion ring has room (the control plane finishes
-  // the rest as the client reaps). Bounded: the client moves the indices.
+  // too (the control plane finishes what does not fit yet).
+  AbortQueued(status);
+}
+
+void Endpoint::AbortQueued(int32_t status) {
+  // Bounded: the client moves the indices.
   shm::SendEntry e;
   for (uint32_t i = 0; i < info_.send.capacity(); ++i) {
     if (info_.completion.Size() >= info_.completion.capacity() ||

@@ -94,6 +94,10 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // Engine thread: the connection is closing. Outstanding work completes
   // with `status` and the client sees `state`.
   void Close(int32_t status, shm::ConnectionState state);
+  // Completes requests still waiting in the send ring with `status`, as far
+  // as the completion ring has room. The engine thread while it serves the
+  // endpoint; the control thread once it no longer does.
+  void AbortQueued(int32_t status);
   bool HasWork() const;
   uint64_t next_timer_ns() const { return qp_->timer_deadline_ns(); }
   void SetIdle(bool idle);
