@@ -150,7 +150,9 @@ void Engine::Run() {
       work += endpoints_[i]->Poll(options_.budget);
     }
     table_->Quiescent(options_.reader_index);
-    counters_.loops.fetch_add(1, std::memory_order_relaxed);
+    // Only this thread writes it: a plain store, no locked instruction.
+    counters_.loops.store(counters_.loops.load(std::memory_order_relaxed) + 1,
+                          std::memory_order_relaxed);
     if (work > 0) {
       idle = 0;
     } else if (++idle >= options_.idle_spins &&

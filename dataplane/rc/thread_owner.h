@@ -17,11 +17,14 @@ class ThreadOwner {
   void Check() {
 #ifndef NDEBUG
     const size_t self = std::hash<std::thread::id>()(std::this_thread::get_id());
-    size_t expected = 0;
-    if (!owner_.compare_exchange_strong(expected, self,
-                                        std::memory_order_relaxed)) {
-      assert(expected == self && "engine-thread-only object used elsewhere");
+    // The usual case is a plain load; only the first call claims ownership.
+    size_t owner = owner_.load(std::memory_order_relaxed);
+    if (owner == self) return;
+    if (owner == 0 && owner_.compare_exchange_strong(
+                          owner, self, std::memory_order_relaxed)) {
+      return;
     }
+    assert(owner == self && "engine-thread-only object used elsewhere");
 #endif
   }
   // Hands the object to another thread (e.g. after setup on the control
