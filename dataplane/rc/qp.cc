@@ -107,7 +107,6 @@ PostResult RcQp::Post(const WorkRequest& wr) {
   w = Wqe{};
   w.wr = wr;
   w.length = static_cast<uint32_t>(length);
-  w.npkts = npkts;
   w.first_psn = alloc_psn_;
   w.last_psn = alloc_psn_ + (npkts - 1);
   w.read_next_psn = alloc_psn_;

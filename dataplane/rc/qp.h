@@ -66,7 +66,6 @@ class RcQp {
   struct Wqe {
     WorkRequest wr;
     uint32_t length = 0;
-    uint32_t npkts = 0;
     wire::Psn first_psn;
     wire::Psn last_psn;
     bool started = false;    // sent at least once (fence and read counting)
@@ -88,9 +87,8 @@ class RcQp {
     // was queued for only: a reused slot starts a new stream_seq.
     bool active = false;
     uint32_t stream_seq = 0;
-    wire::Psn start_psn;  // PSN the current response stream started at
     wire::Psn next_psn;
-    uint8_t* addr = nullptr;  // memory at start_psn
+    uint8_t* addr = nullptr;  // memory at the stream's first byte
     bool pinned = false;      // rkey is pinned for this stream
     uint32_t stream_length = 0;
     uint32_t stream_offset = 0;

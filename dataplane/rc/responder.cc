@@ -136,7 +136,6 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
   res.length = len;
   res.msn = msn;
   res.active = true;
-  res.start_psn = psn;
   res.next_psn = psn;
   res.addr = addr;
   res.pinned = addr != nullptr;
@@ -191,8 +190,7 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
     const bool was_active = res.active;
     if (!was_active) ++res.stream_seq;
     res.active = true;
-    res.start_psn = psn;
-    res.next_psn = psn;
+      res.next_psn = psn;
     res.addr = addr;
     res.pinned = addr != nullptr;
     res.stream_length = pkt.reth.dma_length;
