@@ -51,6 +51,24 @@ struct FaultCounters {
   uint64_t reordered = 0;
 };
 
+// When a delayed frame is due. Jitter varies the delay but, as on a real
+// link, never the order: frames not marked reordered leave no earlier than
+// the one before them.
+class DeliveryOrder {
+ public:
+  uint64_t Due(uint64_t sent_ns, uint64_t delay_ns, bool reordered) {
+    uint64_t due = sent_ns + delay_ns;
+    if (!reordered) {
+      if (due < last_due_ns_) due = last_due_ns_;
+      last_due_ns_ = due;
+    }
+    return due;
+  }
+
+ private:
+  uint64_t last_due_ns_ = 0;
+};
+
 class FaultModel {
  public:
   explicit FaultModel(const FaultSpec& spec);

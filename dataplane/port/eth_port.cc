@@ -123,12 +123,7 @@ void EthPort::Delay(rte_mbuf* m, uint64_t delay_ns, bool reordered) {
     return;
   }
   ++counters_.fault_delayed;
-  uint64_t due = NowNs() + delay_ns;
-  if (!reordered) {
-    // Jitter changes the delay, never the order, as on a real link.
-    due = std::max(due, last_due_ns_);
-    last_due_ns_ = due;
-  }
+  const uint64_t due = order_.Due(NowNs(), delay_ns, reordered);
   delayed_[delayed_count_++] = {due, delayed_seq_++, m};
   std::push_heap(delayed_.get(), delayed_.get() + delayed_count_,
                  [](const Delayed& a, const Delayed& b) { return Later(a, b); });

@@ -118,7 +118,7 @@ class EthPort : public rc::FrameSink {
   std::unique_ptr<Delayed[]> delayed_;  // min-heap on (due_ns, seq)
   uint32_t delayed_count_ = 0;
   uint64_t delayed_seq_ = 0;
-  uint64_t last_due_ns_ = 0;
+  fault::DeliveryOrder order_;
 };
 
 }  // namespace rdmaplane::port

@@ -44,12 +44,7 @@ void SimWire::Enqueue(uint64_t delay_ns, bool reordered, size_t len) {
            static_cast<uint64_t>(static_cast<double>(len) * ns_per_byte_);
     tx_free_ns_ = sent;
   }
-  uint64_t due = sent + delay_ns;
-  if (!reordered) {
-    // Jitter varies the delay but, as on a real link, never the order.
-    due = std::max(due, last_due_ns_);
-    last_due_ns_ = due;
-  }
+  const uint64_t due = order_.Due(sent, delay_ns, reordered);
   queue_.push({due, seq_++,
                std::vector<uint8_t>(scratch_.begin(), scratch_.begin() + len)});
 }

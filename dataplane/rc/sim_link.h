@@ -73,7 +73,7 @@ class SimWire : public FrameSink {
   void Enqueue(uint64_t delay_ns, bool reordered, size_t len);
 
   uint64_t seq_ = 0;
-  uint64_t last_due_ns_ = 0;  // frames not reordered leave in order
+  fault::DeliveryOrder order_;
   double ns_per_byte_ = 0;    // 0: infinitely fast
   uint64_t backlog_ns_ = 0;
   uint64_t tx_free_ns_ = 0;   // when the wire has sent all it was given
