@@ -62,22 +62,35 @@ rc::QpConfig WithDepth(rc::QpConfig c) {
 }  // namespace
 
 Endpoint::Endpoint(const EndpointInfo& info, mr::RegistrationTable* table,
-                   const rc::Clock* clock, const fault::FaultSpec& faults)
+                   const rc::Clock* clock, const fault::FaultSpec& faults,
+                   rc::FrameSink* port_tx)
     : info_(info),
       table_(table),
+      rx_(port_tx == nullptr ? std::make_unique<FrameQueue>() : nullptr),
       tx_(faults),
       pins_(new Pins[kMaxOutstanding]),
       pins_mask_(kMaxOutstanding - 1),
       flush_status_(shm::kStatusConnAborted) {
   qp_ = std::make_unique<rc::RcQp>(
-      WithDepth(info.qp), rc::RcQp::Env{clock, &tx_, this, this});
+      WithDepth(info.qp),
+      rc::RcQp::Env{clock, port_tx != nullptr ? port_tx : &tx_, this, this});
 }
 
 Endpoint::~Endpoint() = default;
 
 void Endpoint::Wire(Endpoint* peer) {
   peer_ = peer;
-  tx_.Connect(&peer->rx_);
+  tx_.Connect(peer->rx_.get());
+}
+
+void Endpoint::HandleFrame(const wire::ParsedPacket& pkt) {
+  if (!closed_) qp_->HandleFrame(pkt);
+}
+
+bool Endpoint::TakeTransportError() {
+  const bool e = transport_error_;
+  transport_error_ = false;
+  return e;
 }
 
 void Endpoint::PublishState(shm::ConnectionState state) {
@@ -91,7 +104,7 @@ void Endpoint::SetIdle(bool idle) {
 }
 
 bool Endpoint::HasWork() const {
-  return !rx_.empty() || (!closed_ && info_.send.Size() > 0) ||
+  return (rx_ != nullptr && !rx_->empty()) || (!closed_ && info_.send.Size() > 0) ||
          qp_->responder_busy();
 }
 
@@ -286,14 +299,14 @@ void Endpoint::AbortQueued(int32_t status) {
 uint32_t Endpoint::Poll(uint32_t budget) {
   uint32_t work = 0;
   // Frames from the peer first: they complete and free work.
-  while (work < budget && !rx_.empty()) {
+  while (rx_ != nullptr && work < budget && !rx_->empty()) {
     wire::ParsedPacket pkt;
-    if (wire::ParseFrame(rx_.Front(), &pkt) == wire::ParseError::kOk) {
+    if (wire::ParseFrame(rx_->Front(), &pkt) == wire::ParseError::kOk) {
       qp_->HandleFrame(pkt);
     } else {
       ++stats_.rx_rejected;
     }
-    rx_.Pop();
+    rx_->Pop();
     ++work;
   }
   if (!closed_) {
@@ -303,6 +316,7 @@ uint32_t Endpoint::Poll(uint32_t budget) {
       // A transport error breaks the connection for both ends.
       Close(shm::kStatusConnAborted, shm::kConnAborted);
       if (peer_ != nullptr) peer_->Close(shm::kStatusConnReset, shm::kConnReset);
+      if (remote()) transport_error_ = true;
     }
   }
   if (ring_bell_) {

@@ -1,7 +1,9 @@
 // One end of a connection as an engine serves it: the client's send and
 // completion rings, the RC queue pair, the adapters that connect the QP to
-// the registration table and to the completion ring, and the frame queue the
-// peer's transmissions land in (in-process loopback link).
+// the registration table and to the completion ring, and its link: either
+// the in-process loopback link to a peer endpoint of the same daemon (the
+// frame queue the peer's transmissions land in), or the engine's DPDK port
+// towards a peer in another daemon (the engine hands it received frames).
 //
 // Created and destroyed by the control plane; between Engine::AddPair and
 // the acknowledgement of Engine::RemovePair it is used by the engine thread
@@ -84,8 +86,12 @@ struct EndpointStats {
 
 class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
  public:
+  // `port_tx` null: an in-process link to a peer endpoint (see Wire), with
+  // `faults` on its transmit side. Otherwise frames go out through
+  // `port_tx` and come in through HandleFrame.
   Endpoint(const EndpointInfo& info, mr::RegistrationTable* table,
-           const rc::Clock* clock, const fault::FaultSpec& faults);
+           const rc::Clock* clock, const fault::FaultSpec& faults,
+           rc::FrameSink* port_tx = nullptr);
   ~Endpoint() override;
 
   // Engine thread. Moves work: client requests in, frames in, frames and
@@ -105,6 +111,12 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   void PublishState(shm::ConnectionState state);
 
   void Wire(Endpoint* peer);
+  // A frame for this endpoint's QP arrived on the port (engine thread).
+  void HandleFrame(const wire::ParsedPacket& pkt);
+  // True once, after a transport error closed a port endpoint: the engine
+  // tells the control plane, which tells the peer daemon.
+  bool TakeTransportError();
+  bool remote() const { return rx_ == nullptr; }
   const EndpointInfo& info() const { return info_; }
   const EndpointStats& stats() const { return stats_; }
   const rc::QpStats& qp_stats() const { return qp_->stats(); }
@@ -134,7 +146,7 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
 
   EndpointInfo info_;
   mr::RegistrationTable* table_;
-  FrameQueue rx_;
+  std::unique_ptr<FrameQueue> rx_;  // loopback endpoints only
   LoopbackTx tx_;
   std::unique_ptr<rc::RcQp> qp_;
   Endpoint* peer_ = nullptr;
@@ -145,6 +157,7 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   int32_t flush_status_;  // status of flushed requests (Close sets it)
   bool ring_bell_ = false;
   bool closed_ = false;
+  bool transport_error_ = false;  // not yet taken by the engine
   EndpointStats stats_;
 };
 

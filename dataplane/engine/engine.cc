@@ -1,16 +1,33 @@
 #include "dataplane/engine/engine.h"
 
+#include <rte_launch.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <new>
+
+#include "dataplane/wire/roce.h"
 
 namespace rdmaplane::engine {
 namespace {
 constexpr uint32_t kCommandSlots = 64;
+constexpr uint32_t kControlSlots = 256;
+
+// The destination QP of a RoCEv2 frame, or 0 for anything that is not an
+// RC frame for one of our connections' QPs (ARP, QP 1, other traffic).
+uint32_t DestinationQpn(std::span<const uint8_t> f) {
+  constexpr size_t kBth = 14 + 20 + 8;
+  if (f.size() < kBth + 12 || f[12] != 0x08 || f[13] != 0x00 ||
+      (f[14] >> 4) != 4 || f[23] != 17 || f[36] != 0x12 || f[37] != 0xB7) {
+    return 0;
+  }
+  return (uint32_t{f[kBth + 5]} << 16) | (uint32_t{f[kBth + 6]} << 8) |
+         f[kBth + 7];
+}
 }  // namespace
 
 Engine::Engine(mr::RegistrationTable* table, const EngineOptions& options)
@@ -25,25 +42,129 @@ Engine::Engine(mr::RegistrationTable* table, const EngineOptions& options)
       ::operator new[](bytes, std::align_val_t(shm::kCacheLine))));
   commands_ = *shm::SpscRing<Command>::Create(command_memory_.get(), bytes,
                                               kCommandSlots);
+  const size_t cbytes = shm::SpscRing<ControlFrame>::BytesFor(kControlSlots);
+  control_memory_.reset(static_cast<uint8_t*>(
+      ::operator new[](2 * cbytes, std::align_val_t(shm::kCacheLine))));
+  to_control_ = *shm::SpscRing<ControlFrame>::Create(control_memory_.get(),
+                                                     cbytes, kControlSlots);
+  from_control_ = *shm::SpscRing<ControlFrame>::Create(
+      control_memory_.get() + cbytes, cbytes, kControlSlots);
+  notify_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  by_qpn_.reserve(options.max_endpoints);
 }
 
 Engine::~Engine() {
   Stop();
   if (eventfd_ >= 0) close(eventfd_);
   if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (notify_fd_ >= 0) close(notify_fd_);
+}
+
+void Engine::AttachPort(port::EthPort* port) {
+  port_ = port;
+  if (port_->rx_interrupt_fd() >= 0) AddWakeFd(port_->rx_interrupt_fd());
+}
+
+int Engine::LaunchOnLcore(void* engine) {
+  static_cast<Engine*>(engine)->Run();
+  return 0;
 }
 
 void Engine::Start() {
   stop_.store(false);
+  running_.store(true, std::memory_order_release);
+  if (options_.lcore >= 0 &&
+      rte_eal_remote_launch(&Engine::LaunchOnLcore, this,
+                            static_cast<unsigned>(options_.lcore)) == 0) {
+    launched_on_lcore_ = true;
+    return;
+  }
   thread_ = std::thread([this] { Run(); });
 }
 
 void Engine::Stop() {
-  if (!thread_.joinable()) return;
+  if (!running_.load(std::memory_order_acquire)) return;
   stop_.store(true, std::memory_order_release);
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(eventfd_, &one, sizeof(one));
-  thread_.join();
+  if (launched_on_lcore_) {
+    rte_eal_wait_lcore(static_cast<unsigned>(options_.lcore));
+    launched_on_lcore_ = false;
+  } else {
+    thread_.join();
+  }
+  running_.store(false, std::memory_order_release);
+}
+
+bool Engine::SendControlFrame(std::span<const uint8_t> frame) {
+  if (frame.size() > ControlFrame::kMaxBytes) return false;
+  ControlFrame f;
+  f.kind = ControlFrame::kFrame;
+  f.length = static_cast<uint16_t>(frame.size());
+  std::memcpy(f.bytes, frame.data(), frame.size());
+  if (!from_control_.TryPush(f)) return false;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(eventfd_, &one, sizeof(one));
+  return true;
+}
+
+bool Engine::TakeControlFrame(ControlFrame* out) {
+  return to_control_.TryPop(out) == shm::PopResult::kOk;
+}
+
+void Engine::PassUp(const ControlFrame& f) {
+  if (!to_control_.TryPush(f)) {
+    counters_.control_frames_dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  counters_.control_frames_in.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(notify_fd_, &one, sizeof(one));
+}
+
+void Engine::Dispatch(std::span<const uint8_t> frame) {
+  const uint32_t qpn = DestinationQpn(frame);
+  if (qpn > 1) {
+    auto it = by_qpn_.find(qpn);
+    if (it == by_qpn_.end()) {
+      counters_.rx_unknown_qpn.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    wire::ParsedPacket pkt;
+    if (wire::ParseFrame(frame, &pkt) != wire::ParseError::kOk) {
+      counters_.rx_rejected.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    it->second->HandleFrame(pkt);
+    return;
+  }
+  // ARP, connection management and anything else: the control plane
+  // decides (it validates; frames too large for a control message are not
+  // control traffic).
+  if (frame.size() > ControlFrame::kMaxBytes) return;
+  ControlFrame f;
+  f.kind = ControlFrame::kFrame;
+  f.length = static_cast<uint16_t>(frame.size());
+  std::memcpy(f.bytes, frame.data(), frame.size());
+  PassUp(f);
+}
+
+uint32_t Engine::PollPort() {
+  uint32_t work = port_->Receive([this](std::span<const uint8_t> f) {
+    Dispatch(f);
+  });
+  ControlFrame f;
+  for (uint32_t i = 0; i < options_.budget &&
+                       from_control_.TryPop(&f) == shm::PopResult::kOk;
+       ++i) {
+    if (port_->Send({f.bytes, f.length})) {
+      counters_.control_frames_out.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      counters_.control_frames_dropped.fetch_add(1, std::memory_order_relaxed);
+    }
+    ++work;
+  }
+  return work;
 }
 
 void Engine::AddWakeFd(int read_fd) {
@@ -64,11 +185,16 @@ void Engine::Submit(const Command& c) {
   while (!commands_.TryPush(cmd)) usleep(10);
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(eventfd_, &one, sizeof(one));
-  if (!thread_.joinable()) {
+  if (!running_.load(std::memory_order_acquire)) {
     ApplyCommands();  // not started: apply on the caller's thread
   }
   // Pairs with the engine's release store once the command is applied.
   while (!done.load(std::memory_order_acquire)) usleep(5);
+}
+
+void Engine::AddRemote(Endpoint* e) {
+  Submit({CommandType::kAddRemote, e, nullptr, 0, shm::kConnUp, 0,
+          shm::kConnUp, nullptr});
 }
 
 void Engine::AddPair(Endpoint* a, Endpoint* b) {
@@ -93,15 +219,28 @@ void Engine::ApplyCommands() {
         e->PublishState(shm::kConnUp);
         if (count_ < options_.max_endpoints) endpoints_[count_++] = e;
       }
+    } else if (c.type == CommandType::kAddRemote) {
+      c.a->PublishState(shm::kConnUp);
+      if (count_ < options_.max_endpoints) {
+        endpoints_[count_++] = c.a;
+        by_qpn_[c.a->info().qp.local_qpn.value()] = c.a;
+      }
     } else {
       c.a->Close(c.status, c.state);
       if (c.b != nullptr) c.b->Close(c.peer_status, c.peer_state);
-      auto* end = std::remove_if(
-          endpoints_.get(), endpoints_.get() + count_,
-          [&](Endpoint* e) { return e == c.a || e == c.b; });
-      count_ = static_cast<uint32_t>(end - endpoints_.get());
+      Remove(c.a);
+      if (c.b != nullptr) Remove(c.b);
     }
     c.done->store(true, std::memory_order_release);
+  }
+}
+
+void Engine::Remove(Endpoint* e) {
+  auto* end = std::remove(endpoints_.get(), endpoints_.get() + count_, e);
+  count_ = static_cast<uint32_t>(end - endpoints_.get());
+  if (e->remote()) {
+    auto it = by_qpn_.find(e->info().qp.local_qpn.value());
+    if (it != by_qpn_.end() && it->second == e) by_qpn_.erase(it);
   }
 }
 
@@ -112,7 +251,8 @@ void Engine::Sleep() {
   // Pairs with the fence in Client::KickEngine (store-buffer pattern): either
   // we see the client's new entry below, or it sees our idle flag.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  bool work = commands_.Size() > 0;
+  if (port_ != nullptr) port_->ArmRxInterrupt();
+  bool work = commands_.Size() > 0 || from_control_.Size() > 0;
   uint64_t next_timer = 0;
   for (uint32_t i = 0; i < count_ && !work; ++i) {
     work = endpoints_[i]->HasWork();
@@ -125,11 +265,18 @@ void Engine::Sleep() {
       const uint64_t now = clock_.NowNs();
       wait_ns = next_timer > now ? std::min(wait_ns, next_timer - now) : 0;
     }
+    if (port_ != nullptr && port_->rx_interrupt_fd() < 0) {
+      wait_ns = std::min(wait_ns, options_.port_nap_ns);
+    }
+    if (port_ != nullptr && port_->delayed() > 0) {
+      wait_ns = std::min(wait_ns, options_.port_nap_ns);  // fault-delayed frames
+    }
     table_->Offline(options_.reader_index);
     counters_.sleeps.fetch_add(1, std::memory_order_relaxed);
-    const int timeout_ms = static_cast<int>((wait_ns + 999'999) / 1'000'000);
+    const timespec timeout{static_cast<time_t>(wait_ns / 1'000'000'000),
+                           static_cast<long>(wait_ns % 1'000'000'000)};
     epoll_event events[16];
-    const int n = epoll_wait(epoll_fd_, events, 16, timeout_ms);
+    const int n = epoll_pwait2(epoll_fd_, events, 16, &timeout, nullptr);
     for (int i = 0; i < n; ++i) {
       // Drain: an eventfd yields its counter, a pipe its bytes.
       uint8_t sink[64];
@@ -138,6 +285,7 @@ void Engine::Sleep() {
     }
     if (n > 0) counters_.wakeups.fetch_add(1, std::memory_order_relaxed);
   }
+  if (port_ != nullptr) port_->DisarmRxInterrupt();
   for (uint32_t i = 0; i < count_; ++i) endpoints_[i]->SetIdle(false);
 }
 
@@ -145,10 +293,18 @@ void Engine::Run() {
   uint32_t idle = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     ApplyCommands();
-    uint32_t work = 0;
+    uint32_t work = port_ != nullptr ? PollPort() : 0;
     for (uint32_t i = 0; i < count_; ++i) {
-      work += endpoints_[i]->Poll(options_.budget);
+      Endpoint* e = endpoints_[i];
+      work += e->Poll(options_.budget);
+      if (e->remote() && e->TakeTransportError()) {
+        ControlFrame f;
+        f.kind = ControlFrame::kTransportError;
+        f.connection_id = e->info().connection_id;
+        PassUp(f);
+      }
     }
+    if (port_ != nullptr) port_->Flush();
     table_->Quiescent(options_.reader_index);
     // Only this thread writes it: a plain store, no locked instruction.
     counters_.loops.store(counters_.loops.load(std::memory_order_relaxed) + 1,

@@ -1,14 +1,21 @@
 // An engine: one thread that runs every connection endpoint it was given in
-// a run-to-completion loop (frames in, client requests in, frames out,
-// completions out, timers), with no locks and no allocation on the loop.
-// Changes arrive as commands from the control plane, applied at the top of
-// the loop. When idle, the engine spins for a while, then (adaptive mode)
-// sleeps until a client rings its session's wake-up socket after posting to
-// a sleeping engine, waking at least for the next retransmit timer.
+// a run-to-completion loop (port rx_burst -> RC responder and completer,
+// client send rings -> RC requester -> tx_burst, timers, completion rings),
+// with no locks and no allocation on the loop. Changes arrive as commands
+// from the control plane, applied at the top of the loop. When idle, the
+// engine spins for a while, then (adaptive mode) sleeps until a client rings
+// its session's wake-up socket after posting to a sleeping engine, or the
+// port's receive interrupt fires (or, for a port without one, after a short
+// nap), waking at least for the next retransmit timer.
 //
-// Thread-safety: AddPair/RemovePair/Stop are called from one control thread
-// and block until the engine applied them; everything else is internal to
-// the engine thread.
+// With a port, frames that are not for a connection's QP (ARP, connection
+// management to QP 1) go to the control plane through a ring, and frames
+// the control plane sends come back through another; the control plane
+// also learns there of connections a transport error broke.
+//
+// Thread-safety: AddPair/AddRemote/RemovePair/Stop and the control-frame
+// calls are made from one control thread (the former block until the
+// engine applied them); everything else is internal to the engine thread.
 #ifndef RDMAPLANE_DATAPLANE_ENGINE_ENGINE_H_
 #define RDMAPLANE_DATAPLANE_ENGINE_ENGINE_H_
 
@@ -18,9 +25,11 @@
 #include <new>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "api/shm/ring.h"
 #include "dataplane/engine/endpoint.h"
 #include "dataplane/mr/registration_table.h"
+#include "dataplane/port/eth_port.h"
 
 namespace rdmaplane::engine {
 
@@ -33,18 +42,43 @@ struct EngineOptions {
   uint32_t budget = 32;            // frames or requests per endpoint per turn
   uint32_t idle_spins = 20000;     // empty turns before sleeping
   uint64_t max_sleep_ns = 10'000'000;
+  // Longest sleep while a port without a receive interrupt is attached.
+  uint64_t port_nap_ns = 50'000;
+  // EAL lcore to run on (rte_eal_remote_launch; the caller must be the EAL
+  // main thread), or -1 for a plain thread.
+  int lcore = -1;
 };
+
+// A frame between the engine and the control plane, or an event.
+struct ControlFrame {
+  static constexpr uint32_t kMaxBytes = 376;
+  enum Kind : uint16_t { kFrame = 1, kTransportError = 2 };
+  uint16_t kind = kFrame;
+  uint16_t length = 0;
+  uint32_t connection_id = 0;  // kTransportError: the endpoint's
+  uint8_t bytes[kMaxBytes];
+};
+static_assert(sizeof(ControlFrame) == 384);
 
 struct EngineCounters {
   std::atomic<uint64_t> loops{0};
   std::atomic<uint64_t> sleeps{0};
   std::atomic<uint64_t> wakeups{0};
+  std::atomic<uint64_t> rx_unknown_qpn{0};    // no endpoint has the QPN
+  std::atomic<uint64_t> rx_rejected{0};       // malformed RoCE frames
+  std::atomic<uint64_t> control_frames_in{0};   // to the control plane
+  std::atomic<uint64_t> control_frames_out{0};  // from the control plane
+  std::atomic<uint64_t> control_frames_dropped{0};  // a ring was full
 };
 
 class Engine {
  public:
   Engine(mr::RegistrationTable* table, const EngineOptions& options);
   ~Engine();  // stops the thread
+
+  // Before Start: the engine owns the port's queues from then on.
+  void AttachPort(port::EthPort* port);
+  port::EthPort* port() const { return port_; }
 
   void Start();
   void Stop();
@@ -56,6 +90,17 @@ class Engine {
   // caller may delete both once this returns.
   void RemovePair(Endpoint* e, int32_t status, shm::ConnectionState state,
                   int32_t peer_status, shm::ConnectionState peer_state);
+  // Starts serving `e`, whose peer is in another daemon: frames for its
+  // local QPN are handed to it. Remove it with RemovePair (no peer).
+  void AddRemote(Endpoint* e);
+
+  // Control plane: queue a frame for transmission on the port (false when
+  // the ring is full), and take frames and events the engine passed up.
+  bool SendControlFrame(std::span<const uint8_t> frame);
+  bool TakeControlFrame(ControlFrame* out);
+  // Readable when the engine passed something up (an eventfd the control
+  // plane drains).
+  int control_notify_fd() const { return notify_fd_; }
 
   // The engine's end of one client session's wake-up socket pair (the
   // client sends on the other end). Per session, so that no client can
@@ -66,7 +111,7 @@ class Engine {
   const rc::Clock* clock() const { return &clock_; }
 
  private:
-  enum class CommandType : uint8_t { kAddPair, kRemovePair };
+  enum class CommandType : uint8_t { kAddPair, kAddRemote, kRemovePair };
   struct Command {
     CommandType type;
     Endpoint* a;
@@ -78,8 +123,13 @@ class Engine {
     std::atomic<bool>* done;
   };
 
+  static int LaunchOnLcore(void* engine);
   void Run();
   void ApplyCommands();
+  uint32_t PollPort();
+  void Dispatch(std::span<const uint8_t> frame);
+  void PassUp(const ControlFrame& f);
+  void Remove(Endpoint* e);
   void Submit(const Command& c);
   void Sleep();
 
@@ -95,10 +145,20 @@ class Engine {
   };
   std::unique_ptr<uint8_t[], AlignedDelete> command_memory_;
   shm::SpscRing<Command> commands_;
+  std::unique_ptr<uint8_t[], AlignedDelete> control_memory_;
+  shm::SpscRing<ControlFrame> to_control_;    // engine -> control
+  shm::SpscRing<ControlFrame> from_control_;  // control -> engine
+  int notify_fd_ = -1;
+  port::EthPort* port_ = nullptr;
+  // Remote endpoints by local QPN; capacity reserved up front, so the loop
+  // never allocates.
+  absl::flat_hash_map<uint32_t, Endpoint*> by_qpn_;
   std::unique_ptr<Endpoint*[]> endpoints_;
   uint32_t count_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  bool launched_on_lcore_ = false;
+  std::atomic<bool> running_{false};
   EngineCounters counters_;
 };
 

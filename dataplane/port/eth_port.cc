@@ -23,6 +23,18 @@ bool Later(const auto& a, const auto& b) {
 }
 }  // namespace
 
+absl::StatusOr<uint16_t> FindPort(const std::string& device) {
+  const std::string name = device.substr(0, device.find(','));
+  uint16_t id = 0;
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &id) != 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "no DPDK port named ", name,
+        " (a vdev needs its driver, e.g. net_memif0,..., and a PCI device "
+        "must be allowed)"));
+  }
+  return id;
+}
+
 absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   if (!rte_eth_dev_is_valid_port(c.port_id)) {
     return absl::NotFoundError(absl::StrCat("no DPDK port ", c.port_id));
@@ -39,10 +51,35 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   if (int r = rte_eth_dev_info_get(c.port_id, &info); r != 0) {
     return absl::UnavailableError(absl::StrCat("dev_info: ", rte_strerror(-r)));
   }
+  const uint32_t room = c.mbuf_data_room - RTE_PKTMBUF_HEADROOM;
+  if (c.max_frame > room) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frames of ", c.max_frame, " bytes do not fit mbufs of ", room));
+  }
+  if (c.max_frame > info.max_rx_pktlen) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frames of ", c.max_frame, " bytes exceed the port's limit of ",
+        info.max_rx_pktlen, " (choose a smaller path MTU)"));
+  }
   rte_eth_conf conf;
   std::memset(&conf, 0, sizeof(conf));
-  if (int r = rte_eth_dev_configure(c.port_id, 1, 1, &conf); r != 0) {
+  conf.intr_conf.rxq = c.rx_interrupts ? 1 : 0;
+  int r = rte_eth_dev_configure(c.port_id, 1, 1, &conf);
+  if (r != 0 && c.rx_interrupts) {
+    conf.intr_conf.rxq = 0;  // not supported here: nap instead
+    r = rte_eth_dev_configure(c.port_id, 1, 1, &conf);
+  }
+  if (r != 0) {
     return absl::UnavailableError(absl::StrCat("configure: ", rte_strerror(-r)));
+  }
+  if (c.max_frame > RTE_ETHER_MAX_LEN) {
+    const uint32_t mtu = c.max_frame - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN;
+    if (int m = rte_eth_dev_set_mtu(c.port_id, static_cast<uint16_t>(mtu));
+        m != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the port refuses an MTU of ", mtu, " for ", c.max_frame,
+          "-byte frames: ", rte_strerror(-m), " (choose a smaller path MTU)"));
+    }
   }
   uint16_t rxd = c.rx_descriptors, txd = c.tx_descriptors;
   rte_eth_dev_adjust_nb_rx_tx_desc(c.port_id, &rxd, &txd);
@@ -66,9 +103,14 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   rte_ether_addr addr;
   rte_eth_macaddr_get(c.port_id, &addr);
   std::memcpy(port->mac_.bytes.data(), addr.addr_bytes, 6);
-  const uint32_t room = c.mbuf_data_room - RTE_PKTMBUF_HEADROOM;
   port->max_frame_ = std::min<uint32_t>(room, info.max_rx_pktlen);
   port->scratch_.reset(new uint8_t[kScratchBytes]);
+  if (conf.intr_conf.rxq != 0) {
+    const int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(c.port_id, 0);
+    if (fd >= 0 && rte_eth_dev_rx_intr_disable(c.port_id, 0) != -ENOTSUP) {
+      port->rx_intr_fd_ = fd;
+    }
+  }
   return port;
 }
 
@@ -101,6 +143,22 @@ std::span<uint8_t> EthPort::Reserve(size_t max_len) {
     return {};
   }
   return {rte_pktmbuf_mtod(pending_, uint8_t*), max_len};
+}
+
+bool EthPort::Send(std::span<const uint8_t> frame) {
+  std::span<uint8_t> buf = Reserve(frame.size());
+  if (buf.empty()) return false;
+  std::memcpy(buf.data(), frame.data(), frame.size());
+  Commit(frame.size());
+  return true;
+}
+
+void EthPort::ArmRxInterrupt() {
+  if (rx_intr_fd_ >= 0) rte_eth_dev_rx_intr_enable(config_.port_id, 0);
+}
+
+void EthPort::DisarmRxInterrupt() {
+  if (rx_intr_fd_ >= 0) rte_eth_dev_rx_intr_disable(config_.port_id, 0);
 }
 
 void EthPort::SetFaults(const fault::FaultSpec& spec) {

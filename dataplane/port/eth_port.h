@@ -30,7 +30,17 @@ struct PortConfig {
   uint32_t mbufs = 8191;
   uint16_t mbuf_data_room = RTE_MBUF_DEFAULT_BUF_SIZE;
   bool promiscuous = false;
+  // Ask for a receive interrupt (an fd to sleep on) where the PMD has one
+  // (memif, tap, most NICs); without it an idle engine naps briefly instead.
+  bool rx_interrupts = true;
+  // Largest frame the engine will send; the port's MTU is raised to fit
+  // where the device allows, else Open fails with the limit it found.
+  uint32_t max_frame = 0;
 };
+
+// The port id of a device the EAL probed, by name: a vdev name ("net_memif0",
+// the part of its --vdev argument before the first comma) or a PCI address.
+absl::StatusOr<uint16_t> FindPort(const std::string& device);
 
 struct PortCounters {
   uint64_t rx_frames = 0;
@@ -78,6 +88,16 @@ class EthPort : public rc::FrameSink {
   // per engine loop turn.
   void Flush();
 
+  // Sends a prebuilt frame (ARP, connection management): one copy.
+  bool Send(std::span<const uint8_t> frame);
+
+  // Receive interrupt: an fd that becomes readable when a frame arrives
+  // while armed, or -1 when the PMD has none. Arm before sleeping, Disarm
+  // after; the engine drains the fd.
+  int rx_interrupt_fd() const { return rx_intr_fd_; }
+  void ArmRxInterrupt();
+  void DisarmRxInterrupt();
+
   // Fault injection on transmit (this kernel has no netem): loss,
   // duplication, reordering and delay from a seeded model. Control thread,
   // before the engine uses the port.
@@ -108,6 +128,7 @@ class EthPort : public rc::FrameSink {
   rte_mempool* pool_ = nullptr;
   wire::MacAddr mac_;
   uint32_t max_frame_ = 0;
+  int rx_intr_fd_ = -1;
   rte_mbuf* pending_ = nullptr;  // reserved, not yet committed
   rte_mbuf* tx_[kBurst];
   uint16_t tx_count_ = 0;
