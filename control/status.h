@@ -1,0 +1,103 @@
+// What an operator can see of a running daemon, and its two renderings:
+// JSON for scripts and aligned tables for people. The daemon fills a
+// DaemonStatus; rdmaplanectl (over the control socket) and DPDK telemetry
+// show it.
+//
+// Topics: "status" (the scalar header fields and the number of clients,
+// connections and registrations), "clients", "connections",
+// "registrations", "counters".
+//
+// Plain data and pure functions: thread-compatible.
+#ifndef RDMAPLANE_CONTROL_STATUS_H_
+#define RDMAPLANE_CONTROL_STATUS_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace rdmaplane::control {
+
+struct ClientStatus {
+  uint32_t session_id = 0;
+  int pid = 0;
+  uint32_t uid = 0;
+  uint32_t connections = 0;
+  uint32_t registrations = 0;
+  uint32_t arenas = 0;
+  uint64_t arena_bytes = 0;
+};
+
+struct ConnectionStatus {
+  uint32_t id = 0;
+  uint32_t session_id = 0;
+  uint32_t slot = 0;
+  std::string service;
+  std::string peer;   // "local" or the peer's IP address, e.g. "10.0.0.2"
+  std::string state;  // "pending", "connecting", "up", "closing"
+  uint32_t local_qpn = 0;
+  uint32_t remote_qpn = 0;
+  uint64_t posted = 0;
+  uint64_t completed = 0;
+  uint64_t tx_packets = 0;
+  uint64_t rx_packets = 0;
+  uint64_t retransmitted_packets = 0;
+  uint64_t timeouts = 0;
+  uint64_t naks_sent = 0;
+  uint64_t naks_received = 0;
+};
+
+struct RegistrationStatus {
+  uint32_t key = 0;
+  uint32_t session_id = 0;
+  uint32_t connection = 0;  // 0: a local key
+  uint64_t address = 0;
+  uint64_t length = 0;
+  uint32_t access = 0;  // shm::kAccessRead | shm::kAccessWrite
+  uint32_t refs = 0;
+};
+
+struct DaemonStatus {
+  std::string version;
+  int pid = 0;
+  uint64_t uptime_s = 0;
+  std::string socket;
+  std::string data_port;
+  std::string ip;
+  std::string mac;
+  uint32_t mtu = 0;
+  std::string poll_mode;
+  std::vector<ClientStatus> clients;
+  std::vector<ConnectionStatus> connections;
+  std::vector<RegistrationStatus> registrations;
+  // Name and value, shown in this order; e.g. port_rx_frames,
+  // engine_sleeps, sessions_reclaimed.
+  std::vector<std::pair<std::string, uint64_t>> counters;
+};
+
+inline constexpr std::array<std::string_view, 5> kStatusTopics = {
+    "status", "clients", "connections", "registrations", "counters"};
+
+// True for one of kStatusTopics (exact, lower case).
+bool ValidTopic(std::string_view topic);
+
+// JSON text (UTF-8, no trailing newline). "status" and "counters" are
+// objects (counters: {"name": value, ...}); the three lists are arrays of
+// objects whose keys are the struct's field names. Strings are escaped;
+// bytes that are not UTF-8 become U+FFFD. An invalid topic gives "".
+std::string RenderJson(const DaemonStatus& status, std::string_view topic);
+
+// Aligned tables (or "name  value" lines for "status" and "counters"),
+// ending in a newline. Control characters in strings are shown escaped, so
+// one row is always one line. An invalid topic gives "".
+std::string RenderText(const DaemonStatus& status, std::string_view topic);
+
+// `text` as the body of a JSON string (without the quotes): '"', '\\' and
+// control characters escaped, invalid UTF-8 replaced with U+FFFD.
+std::string JsonEscape(std::string_view text);
+
+}  // namespace rdmaplane::control
+
+#endif  // RDMAPLANE_CONTROL_STATUS_H_

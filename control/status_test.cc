@@ -1,0 +1,538 @@
+#include "control/status.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "control/status_sample.h"
+
+namespace rdmaplane::control {
+namespace {
+
+// --- A strict JSON reader (RFC 8259), enough to read the renderings back ----
+
+struct Json;
+using JsonArray = std::vector<Json>;
+using JsonObject = std::vector<std::pair<std::string, Json>>;  // in order
+
+struct Json {
+  // null, bool, number (kept as text), string, array, object
+  std::variant<std::monostate, bool, std::string, std::shared_ptr<JsonArray>,
+               std::shared_ptr<JsonObject>>
+      value;
+  bool is_number = false;
+
+  bool IsString() const {
+    return !is_number && std::holds_alternative<std::string>(value);
+  }
+  const std::string& Str() const { return std::get<std::string>(value); }
+  uint64_t U64() const {
+    EXPECT_TRUE(is_number);
+    return std::strtoull(std::get<std::string>(value).c_str(), nullptr, 10);
+  }
+  const JsonArray& Array() const {
+    return *std::get<std::shared_ptr<JsonArray>>(value);
+  }
+  const JsonObject& Object() const {
+    return *std::get<std::shared_ptr<JsonObject>>(value);
+  }
+  const Json& operator[](const std::string& key) const {
+    static const Json missing;
+    for (const auto& [k, v] : Object()) {
+      if (k == key) return v;
+    }
+    ADD_FAILURE() << "no key " << key;
+    return missing;
+  }
+};
+
+class JsonReader {
+ public:
+  explicit JsonReader(std::string_view text) : text_(text) {}
+
+  // False (with error()) unless `text` is exactly one JSON value.
+  bool Parse(Json* out) {
+    SkipSpace();
+    if (!Value(out, 0)) return false;
+    SkipSpace();
+    if (pos_ != text_.size()) return Fail("trailing characters");
+    return true;
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  bool Fail(const std::string& why) {
+    if (error_.empty()) error_ = why + " at offset " + std::to_string(pos_);
+    return false;
+  }
+  void SkipSpace() {
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' ||
+            text_[pos_] == '\r')) {
+      ++pos_;
+    }
+  }
+  bool Literal(std::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return Fail("bad literal");
+    pos_ += word.size();
+    return true;
+  }
+  bool Value(Json* out, int depth) {
+    if (depth > 64) return Fail("too deep");
+    if (pos_ >= text_.size()) return Fail("unexpected end");
+    const char c = text_[pos_];
+    if (c == '{') return ObjectValue(out, depth);
+    if (c == '[') return ArrayValue(out, depth);
+    if (c == '"') {
+      std::string s;
+      if (!String(&s)) return false;
+      out->value = std::move(s);
+      return true;
+    }
+    if (c == 't') {
+      out->value = true;
+      return Literal("true");
+    }
+    if (c == 'f') {
+      out->value = false;
+      return Literal("false");
+    }
+    if (c == 'n') return Literal("null");
+    return Number(out);
+  }
+  bool Number(Json* out) {
+    const size_t start = pos_;
+    if (pos_ < text_.size() && text_[pos_] == '-') ++pos_;
+    if (pos_ >= text_.size() || !isdigit(text_[pos_])) return Fail("number");
+    if (text_[pos_] == '0' && pos_ + 1 < text_.size() &&
+        isdigit(text_[pos_ + 1])) {
+      return Fail("leading zero");
+    }
+    while (pos_ < text_.size() && isdigit(text_[pos_])) ++pos_;
+    if (pos_ < text_.size() && text_[pos_] == '.') {
+      ++pos_;
+      if (pos_ >= text_.size() || !isdigit(text_[pos_]))
+        return Fail("fraction");
+      while (pos_ < text_.size() && isdigit(text_[pos_])) ++pos_;
+    }
+    out->value = std::string(text_.substr(start, pos_ - start));
+    out->is_number = true;
+    return true;
+  }
+  static void AppendUtf8(std::string* s, uint32_t cp) {
+    if (cp < 0x80) {
+      s->push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+      s->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      s->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+      s->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+      s->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      s->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+      s->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+      s->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+      s->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      s->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+  }
+  bool Hex4(uint32_t* v) {
+    if (pos_ + 4 > text_.size()) return Fail("short \\u");
+    *v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char h = text_[pos_++];
+      *v <<= 4;
+      if (h >= '0' && h <= '9') {
+        *v |= h - '0';
+      } else if (h >= 'a' && h <= 'f') {
+        *v |= h - 'a' + 10;
+      } else if (h >= 'A' && h <= 'F') {
+        *v |= h - 'A' + 10;
+      } else {
+        return Fail("bad \\u digit");
+      }
+    }
+    return true;
+  }
+  bool String(std::string* s) {
+    ++pos_;  // the opening quote
+    while (true) {
+      if (pos_ >= text_.size()) return Fail("unterminated string");
+      const auto c = static_cast<uint8_t>(text_[pos_++]);
+      if (c == '"') return true;
+      if (c < 0x20) return Fail("raw control character in string");
+      if (c >= 0x80) {
+        // Must be well-formed UTF-8 (no surrogates, no overlongs).
+        int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC2 ? 1 : -1;
+        if (n < 0 || c > 0xF4) return Fail("bad UTF-8 lead byte");
+        uint32_t cp = c & (0x3F >> n);
+        for (int i = 0; i < n; ++i) {
+          if (pos_ >= text_.size()) return Fail("short UTF-8");
+          const auto k = static_cast<uint8_t>(text_[pos_++]);
+          if ((k & 0xC0) != 0x80) return Fail("bad UTF-8 continuation");
+          cp = cp << 6 | (k & 0x3F);
+        }
+        if ((n == 2 && cp < 0x800) ||
+            (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF)) {
+          return Fail("bad UTF-8 sequence");
+        }
+        AppendUtf8(s, cp);
+        continue;
+      }
+      if (c != '\\') {
+        s->push_back(static_cast<char>(c));
+        continue;
+      }
+      if (pos_ >= text_.size()) return Fail("short escape");
+      const char e = text_[pos_++];
+      switch (e) {
+        case '"':
+          s->push_back('"');
+          break;
+        case '\\':
+          s->push_back('\\');
+          break;
+        case '/':
+          s->push_back('/');
+          break;
+        case 'b':
+          s->push_back('\b');
+          break;
+        case 'f':
+          s->push_back('\f');
+          break;
+        case 'n':
+          s->push_back('\n');
+          break;
+        case 'r':
+          s->push_back('\r');
+          break;
+        case 't':
+          s->push_back('\t');
+          break;
+        case 'u': {
+          uint32_t cp = 0;
+          if (!Hex4(&cp)) return false;
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            uint32_t low = 0;
+            if (text_.substr(pos_, 2) != "\\u") return Fail("lone surrogate");
+            pos_ += 2;
+            if (!Hex4(&low) || low < 0xDC00 || low > 0xDFFF) {
+              return Fail("bad low surrogate");
+            }
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            return Fail("lone low surrogate");
+          }
+          AppendUtf8(s, cp);
+          break;
+        }
+        default:
+          return Fail("bad escape");
+      }
+    }
+  }
+  bool ArrayValue(Json* out, int depth) {
+    ++pos_;
+    auto array = std::make_shared<JsonArray>();
+    SkipSpace();
+    if (pos_ < text_.size() && text_[pos_] == ']') {
+      ++pos_;
+      out->value = array;
+      return true;
+    }
+    while (true) {
+      SkipSpace();
+      Json item;
+      if (!Value(&item, depth + 1)) return false;
+      array->push_back(std::move(item));
+      SkipSpace();
+      if (pos_ >= text_.size()) return Fail("unterminated array");
+      const char c = text_[pos_++];
+      if (c == ']') break;
+      if (c != ',') return Fail("expected , or ]");
+    }
+    out->value = array;
+    return true;
+  }
+  bool ObjectValue(Json* out, int depth) {
+    ++pos_;
+    auto object = std::make_shared<JsonObject>();
+    SkipSpace();
+    if (pos_ < text_.size() && text_[pos_] == '}') {
+      ++pos_;
+      out->value = object;
+      return true;
+    }
+    while (true) {
+      SkipSpace();
+      if (pos_ >= text_.size() || text_[pos_] != '"') return Fail("key");
+      std::string key;
+      if (!String(&key)) return false;
+      SkipSpace();
+      if (pos_ >= text_.size() || text_[pos_++] != ':')
+        return Fail("expected :");
+      SkipSpace();
+      Json value;
+      if (!Value(&value, depth + 1)) return false;
+      object->emplace_back(std::move(key), std::move(value));
+      SkipSpace();
+      if (pos_ >= text_.size()) return Fail("unterminated object");
+      const char c = text_[pos_++];
+      if (c == '}') break;
+      if (c != ',') return Fail("expected , or }");
+    }
+    out->value = object;
+    return true;
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+  std::string error_;
+};
+
+Json ParseOrDie(const std::string& text) {
+  Json j;
+  JsonReader reader(text);
+  EXPECT_TRUE(reader.Parse(&j)) << reader.error() << "\n" << text;
+  return j;
+}
+
+TEST(JsonReaderTest, RejectsWhatIsNotJson) {
+  for (const char* bad :
+       {"", "{", "{\"a\":1,}", "[1,]", "\"a\nb\"", "\"\\x41\"", "01", "{a:1}",
+        "\"\xff\"", "\"\\ud800\"", "[1] 2", "\"\xc0\x80\""}) {
+    Json j;
+    EXPECT_FALSE(JsonReader(bad).Parse(&j)) << bad;
+  }
+  Json j;
+  EXPECT_TRUE(
+      JsonReader("{\"a\":[1,{\"b\":\"\\u00e9\\ud83d\\ude00\"}]}").Parse(&j));
+  EXPECT_EQ(j["a"].Array()[1]["b"].Str(), "\xc3\xa9\xf0\x9f\x98\x80");
+}
+
+// --- The renderings ----------------------------------------------------------
+
+const std::vector<std::string>& OddNames() { return OddServiceNames(); }
+DaemonStatus Sample() { return SampleStatus(); }
+
+TEST(StatusTest, ValidTopics) {
+  for (std::string_view t : kStatusTopics) EXPECT_TRUE(ValidTopic(t)) << t;
+  EXPECT_FALSE(ValidTopic(""));
+  EXPECT_FALSE(ValidTopic("Status"));
+  EXPECT_FALSE(ValidTopic("status "));
+  EXPECT_FALSE(ValidTopic("stats"));
+  EXPECT_EQ(RenderJson(Sample(), "nope"), "");
+  EXPECT_EQ(RenderText(Sample(), "nope"), "");
+}
+
+TEST(StatusTest, JsonStatusHasTheHeaderAndCounts) {
+  const DaemonStatus s = Sample();
+  const Json j = ParseOrDie(RenderJson(s, "status"));
+  EXPECT_EQ(j["version"].Str(), s.version);
+  EXPECT_EQ(j["pid"].U64(), 4242u);
+  EXPECT_EQ(j["uptime_s"].U64(), 93784u);
+  EXPECT_EQ(j["socket"].Str(), s.socket);
+  EXPECT_EQ(j["data_port"].Str(), "net_ring0");
+  EXPECT_EQ(j["ip"].Str(), "10.0.0.1");
+  EXPECT_EQ(j["mac"].Str(), "02:00:00:00:00:01");
+  EXPECT_EQ(j["mtu"].U64(), 4096u);
+  EXPECT_EQ(j["poll_mode"].Str(), "adaptive");
+  EXPECT_EQ(j["clients"].U64(), 2u);
+  EXPECT_EQ(j["connections"].U64(), OddNames().size());
+  EXPECT_EQ(j["registrations"].U64(), 2u);
+  EXPECT_EQ(j.Object().size(), 12u);
+}
+
+TEST(StatusTest, JsonNegativePid) {
+  DaemonStatus s;
+  s.pid = -1;
+  const Json j = ParseOrDie(RenderJson(s, "status"));
+  EXPECT_EQ(std::get<std::string>(j["pid"].value), "-1");
+}
+
+TEST(StatusTest, JsonConnectionsKeepOddServiceNames) {
+  const DaemonStatus s = Sample();
+  const std::string text = RenderJson(s, "connections");
+  const Json j = ParseOrDie(text);
+  const JsonArray& list = j.Array();
+  ASSERT_EQ(list.size(), s.connections.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const ConnectionStatus& c = s.connections[i];
+    const Json& o = list[i];
+    EXPECT_EQ(o["service"].Str(), c.service) << i;
+    EXPECT_EQ(o["id"].U64(), c.id);
+    EXPECT_EQ(o["session_id"].U64(), c.session_id);
+    EXPECT_EQ(o["slot"].U64(), c.slot);
+    EXPECT_EQ(o["peer"].Str(), c.peer);
+    EXPECT_EQ(o["state"].Str(), "up");
+    EXPECT_EQ(o["local_qpn"].U64(), c.local_qpn);
+    EXPECT_EQ(o["remote_qpn"].U64(), c.remote_qpn);
+    EXPECT_EQ(o["posted"].U64(), c.posted);
+    EXPECT_EQ(o["completed"].U64(), c.completed);
+    EXPECT_EQ(o["tx_packets"].U64(), 18446744073709551615ull);
+    EXPECT_EQ(o["rx_packets"].U64(), 7u);
+    EXPECT_EQ(o["retransmitted_packets"].U64(), 3u);
+    EXPECT_EQ(o["timeouts"].U64(), 1u);
+    EXPECT_EQ(o["naks_sent"].U64(), 2u);
+    EXPECT_EQ(o["naks_received"].U64(), 4u);
+    EXPECT_EQ(o.Object().size(), 16u);
+  }
+}
+
+TEST(StatusTest, JsonReplacesInvalidUtf8) {
+  DaemonStatus s;
+  ConnectionStatus c;
+  c.service =
+      "a\xff"
+      "b\xc3"
+      "c\xed\xa0\x80"
+      "d\xe0\x80\x80";         // stray, cut,
+  s.connections.push_back(c);  // surrogate, overlong
+  const Json j = ParseOrDie(RenderJson(s, "connections"));
+  const std::string fffd = "\xef\xbf\xbd";
+  EXPECT_EQ(j.Array()[0]["service"].Str(), "a" + fffd + "b" + fffd + "c" +
+                                               fffd + fffd + fffd + "d" + fffd +
+                                               fffd + fffd);
+}
+
+TEST(StatusTest, JsonClientsRegistrationsCounters) {
+  const DaemonStatus s = Sample();
+  const Json clients = ParseOrDie(RenderJson(s, "clients"));
+  ASSERT_EQ(clients.Array().size(), 2u);
+  const Json& c0 = clients.Array()[0];
+  EXPECT_EQ(c0["session_id"].U64(), 1u);
+  EXPECT_EQ(c0["pid"].U64(), 100u);
+  EXPECT_EQ(c0["uid"].U64(), 1000u);
+  EXPECT_EQ(c0["connections"].U64(), 2u);
+  EXPECT_EQ(c0["registrations"].U64(), 3u);
+  EXPECT_EQ(c0["arenas"].U64(), 1u);
+  EXPECT_EQ(c0["arena_bytes"].U64(), 64ull << 20);
+
+  const Json regs = ParseOrDie(RenderJson(s, "registrations"));
+  ASSERT_EQ(regs.Array().size(), 2u);
+  const Json& r1 = regs.Array()[1];
+  EXPECT_EQ(r1["key"].U64(), 0x5678cdu);
+  EXPECT_EQ(r1["session_id"].U64(), 1u);
+  EXPECT_EQ(r1["connection"].U64(), 2u);
+  EXPECT_EQ(r1["address"].U64(), 0x7f0000002000u);
+  EXPECT_EQ(r1["length"].U64(), 1u << 20);
+  EXPECT_EQ(r1["access"].U64(), 3u);
+  EXPECT_EQ(r1["refs"].U64(), 2u);
+
+  const Json counters = ParseOrDie(RenderJson(s, "counters"));
+  ASSERT_EQ(counters.Object().size(), 3u);
+  EXPECT_EQ(counters.Object()[0].first, "port_rx_frames");
+  EXPECT_EQ(counters["port_rx_frames"].U64(), 12345u);
+  EXPECT_EQ(counters["engine_sleeps"].U64(), 0u);
+  EXPECT_EQ(counters["sessions_reclaimed"].U64(), 18446744073709551615ull);
+}
+
+TEST(StatusTest, JsonOfAnEmptyDaemon) {
+  const DaemonStatus empty;
+  for (std::string_view topic : kStatusTopics) {
+    ParseOrDie(RenderJson(empty, topic));
+  }
+  EXPECT_EQ(RenderJson(empty, "clients"), "[]");
+  EXPECT_EQ(RenderJson(empty, "counters"), "{}");
+}
+
+TEST(StatusTest, JsonEscape) {
+  EXPECT_EQ(JsonEscape("a\"b\\c/d"), "a\\\"b\\\\c/d");
+  EXPECT_EQ(JsonEscape("\b\f\n\r\t"), "\\b\\f\\n\\r\\t");
+  EXPECT_EQ(JsonEscape(std::string("\0\x01\x1f\x7f", 4)),
+            "\\u0000\\u0001\\u001f\\u007f");
+  EXPECT_EQ(JsonEscape("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(JsonEscape("\xff"), "\\ufffd");
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(StatusTest, TextStatus) {
+  const std::string text = RenderText(Sample(), "status");
+  EXPECT_EQ(text,
+            "version        0.3.1 \"dev\"\n"
+            "pid            4242\n"
+            "uptime         1d 2h 3m 4s\n"
+            "socket         /run/rdmaplane/rdmaplane.sock\n"
+            "data port      net_ring0\n"
+            "ip             10.0.0.1\n"
+            "mac            02:00:00:00:00:01\n"
+            "mtu            4096\n"
+            "poll mode      adaptive\n"
+            "clients        2\n"
+            "connections    8\n"
+            "registrations  2\n");
+}
+
+TEST(StatusTest, TextClientsAreAligned) {
+  EXPECT_EQ(
+      RenderText(Sample(), "clients"),
+      "SESSION  PID   UID  CONNECTIONS  REGISTRATIONS  ARENAS  ARENA_SIZE\n"
+      "      1  100  1000            2              3       1      64 MiB\n"
+      "      2  200     0            0              0       4     1.5 KiB\n");
+}
+
+TEST(StatusTest, TextRegistrationsAndCounters) {
+  EXPECT_EQ(
+      RenderText(Sample(), "registrations"),
+      "       KEY  SESSION  CONNECTION         ADDRESS   LENGTH  ACCESS  REFS\n"
+      "0x001234ab        1       local  0x7f0000001000     4096  r-         1\n"
+      "0x005678cd        1           2  0x7f0000002000  1048576  rw         "
+      "2\n");
+  EXPECT_EQ(RenderText(Sample(), "counters"),
+            "COUNTER                            VALUE\n"
+            "port_rx_frames                     12345\n"
+            "engine_sleeps                          0\n"
+            "sessions_reclaimed  18446744073709551615\n");
+}
+
+TEST(StatusTest, TextConnectionsOneLineEachWithEscapedNames) {
+  const DaemonStatus s = Sample();
+  const std::vector<std::string> lines = Lines(RenderText(s, "connections"));
+  ASSERT_EQ(lines.size(), s.connections.size() + 1);
+  EXPECT_EQ(lines[0].find("ID  SESSION  SLOT  SERVICE"), 0u) << lines[0];
+  // Every row has the header's width in code points up to the last column
+  // (right-aligned, so all rows end at the same column).
+  auto width = [](const std::string& line) {
+    size_t w = 0;
+    for (char c : line) w += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+    return w;
+  };
+  for (const std::string& line : lines) {
+    EXPECT_EQ(width(line), width(lines[0])) << line;
+  }
+  EXPECT_NE(lines[2].find("quote\"back\\\\slash"), std::string::npos);
+  EXPECT_NE(lines[3].find("new\\nline\\ttab\\rcr"), std::string::npos);
+  EXPECT_NE(lines[4].find("nul\\x00byte"), std::string::npos);
+  EXPECT_NE(lines[5].find("\\x01\\x1f\\x7f control"), std::string::npos);
+  EXPECT_NE(lines[6].find("caf\xc3\xa9"), std::string::npos);
+  EXPECT_NE(lines[1].find("0x12"), std::string::npos);  // QPNs in hex
+  EXPECT_NE(lines[1].find("local"), std::string::npos);
+  EXPECT_NE(lines[2].find("10.0.0.2"), std::string::npos);
+}
+
+TEST(StatusTest, TextOfAnEmptyDaemonHasHeaders) {
+  const DaemonStatus empty;
+  EXPECT_EQ(
+      RenderText(empty, "clients"),
+      "SESSION  PID  UID  CONNECTIONS  REGISTRATIONS  ARENAS  ARENA_SIZE\n");
+  EXPECT_EQ(RenderText(empty, "counters"), "COUNTER  VALUE\n");
+  EXPECT_NE(RenderText(empty, "status").find("version        -\n"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace rdmaplane::control
