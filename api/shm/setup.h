@@ -24,6 +24,12 @@ enum SetupType : uint16_t {
   kSetupArenaReply = 4,  // daemon -> client
   kSetupArenaFree = 5,   // client -> daemon
   kSetupArenaFreeReply = 6,
+  // An operator's query instead of a hello (rdmaplanectl, control/admin.h):
+  // text = topic, id = format (0 text, 1 JSON).
+  kSetupAdmin = 7,
+  // status, text = reason, length = bytes of the answer that follow on the
+  // stream; then the daemon closes the socket.
+  kSetupAdminReply = 8,
 };
 
 struct SetupMessage {

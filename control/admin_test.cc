@@ -1,0 +1,474 @@
+#include "control/admin.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/capability.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "api/shm/layout.h"
+#include "control/admin_test_server.h"
+#include "control/status_sample.h"
+
+namespace rdmaplane::control {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Reads exactly n bytes (blocking); false on end of stream or error.
+bool ReadFully(int fd, void* data, size_t n, size_t chunk = 1 << 20,
+               int pause_us = 0) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t got = read(fd, p, std::min(n, chunk));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<size_t>(got);
+    if (pause_us > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+  }
+  return true;
+}
+
+std::string Pattern(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7) % 26);
+  return s;
+}
+
+class SocketPair : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv_), 0);
+  }
+  void TearDown() override {
+    for (int fd : sv_) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  void CloseReader() {
+    close(sv_[1]);
+    sv_[1] = -1;
+  }
+  // Reads one answer: the reply header and its body.
+  void ReadAnswer(shm::SetupMessage* reply, std::string* body,
+                  size_t chunk = 1 << 20, int pause_us = 0) {
+    ASSERT_TRUE(ReadFully(sv_[1], reply, sizeof(*reply)));
+    ASSERT_EQ(reply->magic, shm::kSetupMagic);
+    ASSERT_EQ(reply->version, shm::kSetupVersion);
+    ASSERT_EQ(reply->type, shm::kSetupAdminReply);
+    body->assign(reply->length, '\0');
+    ASSERT_TRUE(ReadFully(sv_[1], body->data(), body->size(), chunk, pause_us));
+  }
+  int sv_[2] = {-1, -1};
+};
+
+// --- SendAdminAnswer ---------------------------------------------------------
+
+TEST_F(SocketPair, AnswerOfSeveralMiBReachesASteadyReader) {
+  const std::string big = Pattern(4 << 20);
+  std::atomic<int> sent{-1};
+  std::thread server(
+      [&] { sent = SendAdminAnswer(sv_[0], 0, "", big) ? 1 : 0; });
+  shm::SetupMessage reply;
+  std::string body;
+  // 64 KiB at a time with a pause: slower than the kernel, still steady.
+  ReadAnswer(&reply, &body, 64 << 10, 500);
+  server.join();
+  EXPECT_EQ(sent, 1);
+  EXPECT_EQ(reply.status, 0);
+  EXPECT_EQ(reply.length, big.size());
+  EXPECT_TRUE(body == big);
+  // Nothing after the body.
+  const int flags = fcntl(sv_[1], F_GETFL);
+  fcntl(sv_[1], F_SETFL, flags | O_NONBLOCK);
+  char extra;
+  EXPECT_EQ(read(sv_[1], &extra, 1), -1);
+}
+
+TEST_F(SocketPair, WorksOnANonBlockingSocket) {
+  fcntl(sv_[0], F_SETFL, fcntl(sv_[0], F_GETFL) | O_NONBLOCK);
+  const std::string big = Pattern(2 << 20);
+  std::atomic<int> sent{-1};
+  std::thread server(
+      [&] { sent = SendAdminAnswer(sv_[0], 0, "", big) ? 1 : 0; });
+  shm::SetupMessage reply;
+  std::string body;
+  ReadAnswer(&reply, &body);
+  server.join();
+  EXPECT_EQ(sent, 1);
+  EXPECT_TRUE(body == big);
+}
+
+TEST_F(SocketPair, ErrorStatusAndReasonCutToFit) {
+  const std::string reason(100, 'r');
+  ASSERT_TRUE(SendAdminAnswer(sv_[0], shm::kStatusInvalid, reason, ""));
+  shm::SetupMessage reply;
+  std::string body;
+  ReadAnswer(&reply, &body);
+  EXPECT_EQ(reply.status, shm::kStatusInvalid);
+  EXPECT_EQ(reply.length, 0u);
+  EXPECT_EQ(std::string(reply.text), std::string(63, 'r'));
+}
+
+TEST_F(SocketPair, GivesUpOnAPeerThatDoesNotRead) {
+  const std::string big = Pattern(8 << 20);
+  const auto start = Clock::now();
+  EXPECT_FALSE(SendAdminAnswer(sv_[0], 0, "", big));
+  const double took = SecondsSince(start);
+  EXPECT_GE(took, 0.09);  // it did wait for the peer a little
+  EXPECT_LT(took, 1.5);
+}
+
+TEST_F(SocketPair, GivesUpOnAPeerThatReadsTooSlowly) {
+  // A small send buffer makes the reader's pace the answer's pace.
+  const int sndbuf = 64 << 10;
+  ASSERT_EQ(setsockopt(sv_[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)),
+            0);
+  const std::string big = Pattern(16 << 20);
+  std::atomic<bool> done{false};
+  // Drains the socket every 20 ms: never a 100 ms stall, but at most a few
+  // MiB per second, so 16 MiB cannot go out in 1 s.
+  std::thread reader([&] {
+    std::string buf(256 << 10, '\0');
+    while (!done) {
+      if (read(sv_[1], buf.data(), buf.size()) <= 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  const auto start = Clock::now();
+  EXPECT_FALSE(SendAdminAnswer(sv_[0], 0, "", big));
+  const double took = SecondsSince(start);
+  done = true;
+  shutdown(sv_[0], SHUT_RDWR);
+  reader.join();
+  EXPECT_GE(took, 0.95);
+  EXPECT_LT(took, 1.6);
+}
+
+TEST_F(SocketPair, GivesUpOnAGonePeerWithoutSigpipe) {
+  CloseReader();
+  EXPECT_FALSE(SendAdminAnswer(sv_[0], 0, "", Pattern(1 << 20)));
+  EXPECT_FALSE(SendAdminAnswer(sv_[0], 0, "", ""));
+}
+
+// --- AnswerAdminRequest ------------------------------------------------------
+
+shm::SetupMessage Request(const char* topic, uint32_t format) {
+  shm::SetupMessage m = shm::MakeSetup(shm::kSetupAdmin);
+  std::snprintf(m.text, sizeof(m.text), "%s", topic);
+  m.id = format;
+  return m;
+}
+
+TEST_F(SocketPair, AnswersEachTopicInEachFormat) {
+  const DaemonStatus sample = SampleStatus();
+  for (std::string_view topic : kStatusTopics) {
+    for (uint32_t format : {kAdminFormatText, kAdminFormatJson}) {
+      int calls = 0;
+      ASSERT_TRUE(AnswerAdminRequest(
+          sv_[0], Request(std::string(topic).c_str(), format), [&] {
+            ++calls;
+            return sample;
+          }));
+      shm::SetupMessage reply;
+      std::string body;
+      ReadAnswer(&reply, &body);
+      EXPECT_EQ(calls, 1);
+      EXPECT_EQ(reply.status, 0);
+      EXPECT_EQ(body, format == kAdminFormatJson ? RenderJson(sample, topic)
+                                                 : RenderText(sample, topic));
+      EXPECT_FALSE(body.empty());
+    }
+  }
+}
+
+TEST_F(SocketPair, RejectsBadRequestsWithoutAskingForStatus) {
+  int calls = 0;
+  auto source = [&] {
+    ++calls;
+    return SampleStatus();
+  };
+  struct Case {
+    shm::SetupMessage request;
+    std::string reason;
+  };
+  shm::SetupMessage hello = Request("status", 0);
+  hello.type = shm::kSetupHello;
+  const Case cases[] = {
+      {Request("bogus", kAdminFormatText), "unknown topic 'bogus'"},
+      {Request("Status", kAdminFormatJson), "unknown topic 'Status'"},
+      {Request("", kAdminFormatJson), "unknown topic ''"},
+      {Request("status", 7), "unknown format 7"},
+      {hello, "not an admin request"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_TRUE(AnswerAdminRequest(sv_[0], c.request, source));
+    shm::SetupMessage reply;
+    std::string body;
+    ReadAnswer(&reply, &body);
+    EXPECT_EQ(reply.status, shm::kStatusInvalid);
+    EXPECT_EQ(std::string(reply.text), c.reason);
+    EXPECT_EQ(body, "");
+  }
+  EXPECT_EQ(calls, 0);
+}
+
+TEST_F(SocketPair, TopicWithoutTerminatorIsReadWithinItsField) {
+  shm::SetupMessage m = Request("", kAdminFormatText);
+  std::memset(m.text, 'x', sizeof(m.text));  // no NUL at all
+  ASSERT_TRUE(AnswerAdminRequest(sv_[0], m, [] { return DaemonStatus(); }));
+  shm::SetupMessage reply;
+  std::string body;
+  ReadAnswer(&reply, &body);
+  EXPECT_EQ(reply.status, shm::kStatusInvalid);
+  EXPECT_EQ(std::string(reply.text),
+            "unknown topic '" + std::string(24, 'x') + "'");
+}
+
+// --- QueryDaemon against a fake daemon socket --------------------------------
+
+constexpr absl::Duration kTimeout = absl::Seconds(5);
+
+TEST(QueryDaemonTest, EveryTopicInBothFormats) {
+  const DaemonStatus sample = SampleStatus();
+  auto server = FakeAdminServer::Answering(ShortSocketPath("all"), sample);
+  ASSERT_NE(server, nullptr);
+  int n = 0;
+  for (std::string_view topic : kStatusTopics) {
+    for (bool json : {false, true}) {
+      absl::StatusOr<std::string> answer =
+          QueryDaemon(server->path(), topic, json, kTimeout);
+      ASSERT_TRUE(answer.ok()) << answer.status();
+      EXPECT_EQ(*answer,
+                json ? RenderJson(sample, topic) : RenderText(sample, topic));
+      const std::vector<shm::SetupMessage> requests = server->requests();
+      ASSERT_EQ(requests.size(), static_cast<size_t>(++n));
+      EXPECT_EQ(requests.back().type, shm::kSetupAdmin);
+      EXPECT_EQ(std::string(requests.back().text), topic);
+      EXPECT_EQ(requests.back().id, json ? kAdminFormatJson : kAdminFormatText);
+    }
+  }
+}
+
+TEST(QueryDaemonTest, UnknownTopicIsTheDaemonsInvalidArgument) {
+  auto server = FakeAdminServer::Answering(ShortSocketPath("bad"), {});
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<std::string> answer =
+      QueryDaemon(server->path(), "stats", false, kTimeout);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(answer.status().message(), "unknown topic 'stats'");
+}
+
+TEST(QueryDaemonTest, NoSocketFile) {
+  const std::string path = ShortSocketPath("none");
+  unlink(path.c_str());
+  absl::StatusOr<std::string> answer =
+      QueryDaemon(path, "status", false, kTimeout);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(answer.status().message(),
+            "no daemon at " + path + ": no such socket");
+}
+
+// A socket file nobody listens on: what a crashed daemon leaves behind.
+TEST(QueryDaemonTest, StaleSocketIsConnectionRefused) {
+  const std::string path = ShortSocketPath("stale");
+  unlink(path.c_str());
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  absl::StatusOr<std::string> answer =
+      QueryDaemon(path, "status", false, kTimeout);
+  close(fd);
+  unlink(path.c_str());
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(answer.status().message(),
+            "no daemon at " + path + ": connection refused");
+}
+
+// The daemon refuses a user it does not allow as soon as it accepts: a hello
+// reply with kStatusPermission, then close, without reading anything.
+TEST(QueryDaemonTest, RefusedByTheDaemonsPolicy) {
+  auto server = FakeAdminServer::Start(ShortSocketPath("policy"), [](int sock) {
+    shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
+    reply.status = shm::kStatusPermission;
+    std::snprintf(reply.text, sizeof(reply.text),
+                  "uid 1234 is not allowed by this daemon's policy");
+    shm::SendSetup(sock, reply);
+  });
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<std::string> answer =
+      QueryDaemon(server->path(), "status", false, kTimeout);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(answer.status().message(),
+            "uid 1234 is not allowed by this daemon's policy");
+}
+
+// Clears CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from this process's
+// effective set, so that file modes apply even to root.
+bool DropFileModeOverride() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  data[0].effective &=
+      ~((1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH));
+  return syscall(SYS_capset, &header, data) == 0;
+}
+
+// A socket file the caller may not write to.
+TEST(QueryDaemonTest, SocketPermissionDenied) {
+  auto server = FakeAdminServer::Answering(ShortSocketPath("perm"), {});
+  ASSERT_NE(server, nullptr);
+  ASSERT_EQ(chmod(server->path().c_str(), 0), 0);
+  // Root ignores file modes: ask from a child that gave up that power.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (!DropFileModeOverride()) _exit(100);
+    absl::StatusOr<std::string> answer =
+        QueryDaemon(server->path(), "status", false, absl::Seconds(2));
+    if (answer.status().code() != absl::StatusCode::kPermissionDenied) {
+      _exit(101);
+    }
+    if (answer.status().message() !=
+        "cannot connect to " + server->path() + ": permission denied") {
+      _exit(102);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(server->connections(), 0);
+}
+
+TEST(QueryDaemonTest, SilentDaemonTimesOut) {
+  auto server = FakeAdminServer::Start(ShortSocketPath("silent"), [](int sock) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  });
+  ASSERT_NE(server, nullptr);
+  const auto start = Clock::now();
+  absl::StatusOr<std::string> answer =
+      QueryDaemon(server->path(), "status", false, absl::Milliseconds(200));
+  const double took = SecondsSince(start);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(took, 0.19);
+  EXPECT_LT(took, 1.0);
+}
+
+TEST(QueryDaemonTest, DaemonClosesWithoutAnswering) {
+  FakeAdminServer* self = nullptr;
+  auto server = FakeAdminServer::Start(ShortSocketPath("close"), [&](int sock) {
+    shm::SetupMessage request;
+    self->ReadRequest(sock, &request);
+  });
+  ASSERT_NE(server, nullptr);
+  self = server.get();
+  absl::StatusOr<std::string> answer =
+      QueryDaemon(server->path(), "status", false, kTimeout);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(
+      answer.status().message().find("closed the connection without answering"),
+      absl::string_view::npos)
+      << answer.status();
+}
+
+// Sends a reply header with `length`, then `body`, then closes.
+FakeAdminServer::Handler RawAnswer(uint32_t magic, uint16_t type,
+                                   uint64_t length, std::string body) {
+  return [=](int sock) {
+    shm::SetupMessage reply = shm::MakeSetup(static_cast<shm::SetupType>(type));
+    reply.magic = magic;
+    reply.length = length;
+    std::string bytes(reinterpret_cast<const char*>(&reply), sizeof(reply));
+    bytes += body;
+    (void)!write(sock, bytes.data(), bytes.size());
+  };
+}
+
+TEST(QueryDaemonTest, MalformedAnswers) {
+  struct Case {
+    const char* name;
+    FakeAdminServer::Handler handler;
+    absl::StatusCode code;
+    const char* message_part;
+  };
+  const Case cases[] = {
+      {"short",
+       RawAnswer(shm::kSetupMagic, shm::kSetupAdminReply, 1000, "0123456789"),
+       absl::StatusCode::kUnavailable, "in the middle of its answer"},
+      {"huge",
+       RawAnswer(shm::kSetupMagic, shm::kSetupAdminReply,
+                 kMaxAdminAnswerBytes + 1, ""),
+       absl::StatusCode::kDataLoss, "is larger than"},
+      {"magic", RawAnswer(0x12345678, shm::kSetupAdminReply, 0, ""),
+       absl::StatusCode::kDataLoss, "malformed answer"},
+      {"type", RawAnswer(shm::kSetupMagic, shm::kSetupArenaReply, 0, ""),
+       absl::StatusCode::kDataLoss, "unexpected answer type 4"},
+  };
+  for (const Case& c : cases) {
+    auto server = FakeAdminServer::Start(ShortSocketPath(c.name), c.handler);
+    ASSERT_NE(server, nullptr);
+    absl::StatusOr<std::string> answer =
+        QueryDaemon(server->path(), "status", false, kTimeout);
+    EXPECT_EQ(answer.status().code(), c.code)
+        << c.name << ": " << answer.status();
+    EXPECT_NE(answer.status().message().find(c.message_part),
+              absl::string_view::npos)
+        << c.name << ": " << answer.status();
+  }
+}
+
+TEST(QueryDaemonTest, LargeAnswer) {
+  const std::string big = Pattern(3 << 20);
+  FakeAdminServer* self = nullptr;
+  std::atomic<int> sent{-1};
+  auto server = FakeAdminServer::Start(ShortSocketPath("large"), [&](int sock) {
+    shm::SetupMessage request;
+    if (!self->ReadRequest(sock, &request)) return;
+    sent = SendAdminAnswer(sock, 0, "", big) ? 1 : 0;
+  });
+  ASSERT_NE(server, nullptr);
+  self = server.get();
+  absl::StatusOr<std::string> answer =
+      QueryDaemon(server->path(), "connections", true, kTimeout);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_TRUE(*answer == big);
+  server.reset();  // joins the handler
+  EXPECT_EQ(sent, 1);
+}
+
+TEST(QueryDaemonTest, ArgumentsThatDoNotFitTheProtocol) {
+  EXPECT_EQ(
+      QueryDaemon("/tmp/" + std::string(120, 'p'), "status", false, kTimeout)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(QueryDaemon("", "status", false, kTimeout).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(QueryDaemon("/tmp/x.sock", std::string(64, 't'), false, kTimeout)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace rdmaplane::control
