@@ -38,7 +38,8 @@ uint64_t Get64(const uint8_t* p) {
 }
 
 size_t TransportHeaderLen(Opcode op) {
-  return kBthLen + (HasReth(op) ? kRethLen : 0) + (HasAeth(op) ? kAethLen : 0);
+  return kBthLen + (HasDeth(op) ? kDethLen : 0) + (HasReth(op) ? kRethLen : 0) +
+         (HasAeth(op) ? kAethLen : 0);
 }
 
 size_t PadFor(size_t payload_len) { return (4 - (payload_len & 3)) & 3; }
@@ -71,6 +72,8 @@ bool IsKnownOpcode(uint8_t op) {
     case Opcode::kReadResponseOnly:
     case Opcode::kAcknowledge:
       return true;
+    case Opcode::kUdSendOnly:
+      return false;
   }
   return false;
 }
@@ -84,6 +87,8 @@ bool HasAeth(Opcode op) {
   return op == Opcode::kReadResponseFirst || op == Opcode::kReadResponseLast ||
          op == Opcode::kReadResponseOnly || op == Opcode::kAcknowledge;
 }
+
+bool HasDeth(Opcode op) { return op == Opcode::kUdSendOnly; }
 
 bool IsRequest(Opcode op) {
   return op == Opcode::kWriteFirst || op == Opcode::kWriteMiddle ||
@@ -107,6 +112,7 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kReadResponseLast: return "RDMA_READ_RESPONSE_LAST";
     case Opcode::kReadResponseOnly: return "RDMA_READ_RESPONSE_ONLY";
     case Opcode::kAcknowledge: return "ACKNOWLEDGE";
+    case Opcode::kUdSendOnly: return "UD_SEND_ONLY";
   }
   return "UNKNOWN";
 }
@@ -203,6 +209,12 @@ size_t EncodeHeaders(const PacketHeaders& h, size_t payload_len,
   Put24(bth + 9, h.bth.psn.value());
 
   uint8_t* ext = bth + kBthLen;
+  if (HasDeth(op)) {
+    Put32(ext, h.deth.qkey);
+    ext[4] = 0;
+    Put24(ext + 5, h.deth.src_qp.value());
+    ext += kDethLen;
+  }
   if (HasReth(op)) {
     Put64(ext, h.reth.va);
     Put32(ext + 8, h.reth.rkey.value());
@@ -238,8 +250,13 @@ size_t EncodeFrame(const PacketHeaders& headers,
   return FinishFrame(out);
 }
 
-ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
-                      ParseCounters* counters) {
+namespace {
+
+// The checks shared by ParseFrame and ParseDatagramFrame; only the accepted
+// opcodes differ. A template so that the RC path keeps its single opcode test.
+template <bool kDatagram>
+ParseError Parse(std::span<const uint8_t> frame, ParsedPacket* out,
+                 ParseCounters* counters) {
   auto reject = [counters](ParseError e) {
     if (counters != nullptr) ++(*counters)[e];
     return e;
@@ -272,7 +289,10 @@ ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
 
   const uint8_t* bth = udp + kUdpHeaderLen;
   if ((bth[1] & 0x0F) != 0) return reject(ParseError::kBthVersion);
-  if (!IsKnownOpcode(bth[0])) return reject(ParseError::kUnknownOpcode);
+  const bool known = kDatagram
+                         ? bth[0] == static_cast<uint8_t>(Opcode::kUdSendOnly)
+                         : IsKnownOpcode(bth[0]);
+  if (!known) return reject(ParseError::kUnknownOpcode);
   const Opcode op = static_cast<Opcode>(bth[0]);
   const size_t transport_len = TransportHeaderLen(op);
   const size_t after_udp = udp_len - kUdpHeaderLen;
@@ -311,6 +331,13 @@ ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
   pkt.bth.ack_req = (bth[8] & 0x80) != 0;
   pkt.bth.psn = Psn(Get24(bth + 9));
   const uint8_t* ext = bth + kBthLen;
+  if constexpr (kDatagram) {
+    pkt.deth.qkey = Get32(ext);
+    pkt.deth.src_qp = Qpn(Get24(ext + 5));
+    ext += kDethLen;
+  } else {
+    pkt.deth = Deth{};
+  }
   if (HasReth(op)) {
     pkt.reth.va = Get64(ext);
     pkt.reth.rkey = Rkey(Get32(ext + 8));
@@ -329,6 +356,18 @@ ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
   pkt.payload = {ext, data_len - pad};
   if (counters != nullptr) ++(*counters)[ParseError::kOk];
   return ParseError::kOk;
+}
+
+}  // namespace
+
+ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
+                      ParseCounters* counters) {
+  return Parse</*kDatagram=*/false>(frame, out, counters);
+}
+
+ParseError ParseDatagramFrame(std::span<const uint8_t> frame, ParsedPacket* out,
+                              ParseCounters* counters) {
+  return Parse</*kDatagram=*/true>(frame, out, counters);
 }
 
 }  // namespace rdmaplane::wire

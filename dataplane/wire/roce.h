@@ -1,5 +1,7 @@
 // RoCEv2 frame layout and codec: Ethernet / IPv4 / UDP / BTH / RETH / AETH,
-// payload padding and the invariant CRC (ICRC).
+// payload padding and the invariant CRC (ICRC). Also the one datagram opcode
+// rdmaplane sends, UD SEND ONLY with its DETH, which carries connection
+// management MADs (cm.h).
 //
 // Encoding writes a whole frame into a caller-provided buffer; decoding
 // validates every field it relies on and returns a reason on rejection. Neither
@@ -25,6 +27,7 @@ inline constexpr size_t kUdpHeaderLen = 8;
 inline constexpr size_t kBthLen = 12;
 inline constexpr size_t kRethLen = 16;
 inline constexpr size_t kAethLen = 4;
+inline constexpr size_t kDethLen = 8;
 inline constexpr size_t kIcrcLen = 4;
 // Everything before the IB transport headers.
 inline constexpr size_t kOuterHeadersLen =
@@ -44,11 +47,16 @@ enum class Opcode : uint8_t {
   kReadResponseLast = 0x0f,
   kReadResponseOnly = 0x10,
   kAcknowledge = 0x11,
+  // Unreliable datagram; never part of an RC connection (see
+  // ParseDatagramFrame).
+  kUdSendOnly = 0x64,
 };
 
+// True for the RC opcodes above: the ones ParseFrame accepts.
 bool IsKnownOpcode(uint8_t op);
 bool HasReth(Opcode op);
 bool HasAeth(Opcode op);
+bool HasDeth(Opcode op);
 // True for opcodes a requester sends (handled by the peer's responder).
 bool IsRequest(Opcode op);
 // True when the opcode may carry payload bytes.
@@ -105,12 +113,19 @@ struct Aeth {
   uint32_t msn = 0;  // 24 bits
 };
 
+// Datagram extended transport header (IBTA 9.3.3).
+struct Deth {
+  uint32_t qkey = 0;
+  Qpn src_qp;  // 24 bits
+};
+
 // What the encoder needs besides the payload.
 struct PacketHeaders {
   Path path;
   Bth bth;
   Reth reth;  // used when HasReth(bth.opcode)
   Aeth aeth;  // used when HasAeth(bth.opcode)
+  Deth deth;  // used when HasDeth(bth.opcode)
 };
 
 // UDP source port for a QP: a hash of the QPN folded into 0xC000..0xFFFF, so
@@ -164,6 +179,7 @@ struct ParsedPacket {
   Bth bth;
   Reth reth;
   Aeth aeth;
+  Deth deth;
   std::span<const uint8_t> payload;  // without pad and ICRC
 };
 
@@ -176,9 +192,16 @@ struct ParseCounters {
 };
 
 // Decodes and validates `frame`. On kOk fills `out`. `counters`, if given, is
-// incremented at the returned reason (kOk counts accepted frames).
+// incremented at the returned reason (kOk counts accepted frames). Accepts RC
+// opcodes only: a datagram is kUnknownOpcode here, so it never reaches an RC
+// queue pair.
 ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
                       ParseCounters* counters = nullptr);
+
+// The same checks for a UD SEND ONLY frame, the only opcode it accepts; fills
+// out->deth as well.
+ParseError ParseDatagramFrame(std::span<const uint8_t> frame, ParsedPacket* out,
+                              ParseCounters* counters = nullptr);
 
 // RFC 1071 checksum of an IPv4 header.
 uint16_t Ipv4HeaderChecksum(std::span<const uint8_t> header);

@@ -196,6 +196,37 @@ TEST(RoceTest, LengthMismatchesAreRejected) {
   EXPECT_EQ(ParseFrame(frame3, &pkt), ParseError::kIpLength);
 }
 
+TEST(RoceTest, DatagramRoundTripAndSeparation) {
+  PacketHeaders h = SampleHeaders(Opcode::kUdSendOnly);
+  h.deth = {0x80010000, Qpn(0x000001)};
+  const std::vector<uint8_t> payload(256, 0x3C);
+  auto frame = Encode(h, payload);
+  EXPECT_EQ(frame.size(), kOuterHeadersLen + kBthLen + kDethLen + 256 + 4);
+  // DETH right after the BTH: Q_Key, a reserved byte, source QP.
+  EXPECT_EQ(std::vector<uint8_t>(
+                frame.begin() + kOuterHeadersLen + kBthLen,
+                frame.begin() + kOuterHeadersLen + kBthLen + kDethLen),
+            (std::vector<uint8_t>{0x80, 0x01, 0x00, 0x00, 0, 0, 0, 1}));
+  ParsedPacket pkt;
+  ParseCounters counters;
+  ASSERT_EQ(ParseDatagramFrame(frame, &pkt, &counters), ParseError::kOk);
+  EXPECT_EQ(counters[ParseError::kOk], 1u);
+  EXPECT_EQ(pkt.bth.opcode, Opcode::kUdSendOnly);
+  EXPECT_EQ(pkt.deth.qkey, 0x80010000u);
+  EXPECT_EQ(pkt.deth.src_qp, Qpn(1));
+  EXPECT_EQ(std::vector<uint8_t>(pkt.payload.begin(), pkt.payload.end()),
+            payload);
+  // The RC parser refuses datagrams, and the datagram parser RC frames.
+  EXPECT_EQ(ParseFrame(frame, &pkt), ParseError::kUnknownOpcode);
+  EXPECT_FALSE(IsKnownOpcode(static_cast<uint8_t>(Opcode::kUdSendOnly)));
+  EXPECT_EQ(
+      ParseDatagramFrame(Encode(SampleHeaders(Opcode::kWriteOnly), {1}), &pkt),
+      ParseError::kUnknownOpcode);
+  // A corrupted DETH fails the ICRC.
+  frame[kOuterHeadersLen + kBthLen + 7] ^= 1;
+  EXPECT_EQ(ParseDatagramFrame(frame, &pkt), ParseError::kBadIcrc);
+}
+
 TEST(RoceTest, UdpSourcePortStaysInRoceRange) {
   for (uint32_t q = 0; q < 100000; q += 7) {
     uint16_t port = UdpSourcePortForQpn(Qpn(q));
