@@ -1,0 +1,427 @@
+#!/usr/bin/env bash
+# Checks the deployment files without installing anything on this machine:
+#
+# - the systemd unit: installed by install.sh into a scratch folder with fake
+#   binaries, then `systemd-analyze verify` (when it exists; otherwise the
+#   required keys, by grep) and the settings it must and must not have;
+# - install.sh: --dry-run changes nothing, a real run into a scratch prefix
+#   installs every file with the right mode, keeps an existing config, and
+#   bad options fail;
+# - reserve-hugepages.sh: raises a count, never lowers it, and exits 0 when
+#   the file cannot be read or written (sysfs path overridden);
+# - the container entry point: --port and --ip from the environment;
+# - the Kubernetes manifest: parsed with PyYAML when Debian's python3-yaml is
+#   there (else a structural check), and the settings it must have;
+# - the flagfiles (the two examples and the ConfigMap's): Abseil syntax, and,
+#   once rdmaplaned has its data-port flags, every flag name known to it,
+#   every flag it has documented in docs/operations.md, and the memif example
+#   accepted by --check_config.
+#
+#   deploy_files_test.sh INSTALL_SH OPERATIONS_MD RDMAPLANED
+#
+# Prints one line per check and "deploy_files_test: ok" at the end; exits 1
+# when any check failed.
+
+# pass() always succeeds, so "CONDITION && pass ... || fail ..." is an if/else.
+# shellcheck disable=SC2015
+set -uo pipefail
+
+install_sh="$1"
+operations_md="$2"
+daemon="$3"
+deploy="$(dirname "$install_sh")"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+PYTHON=/usr/bin/python3
+
+failures=0
+fail() {
+  printf 'FAIL: %s\n' "$*"
+  failures=$((failures + 1))
+}
+pass() { printf 'ok: %s\n' "$*"; }
+note() { printf 'note: %s\n' "$*"; }
+# expect_grep FILE REGEX WHAT: FILE has a line matching REGEX.
+expect_grep() {
+  if grep -Eq -- "$2" "$1"; then pass "$3"; else fail "$3 ($(basename "$1") has no line matching /$2/)"; fi
+}
+expect_no_grep() {
+  if grep -Eq -- "$2" "$1"; then fail "$3 ($(basename "$1"): $(grep -Em1 -- "$2" "$1"))"; else pass "$3"; fi
+}
+
+unit="$deploy/rdmaplaned.service"
+conf="$deploy/rdmaplaned.conf"
+memif_conf="$deploy/rdmaplaned-memif.conf"
+hugepages="$deploy/reserve-hugepages.sh"
+entrypoint="$deploy/rdmaplaned-container.sh"
+manifest="$deploy/kubernetes/rdmaplaned-daemonset.yaml"
+containerfile="$deploy/Containerfile"
+for f in "$unit" "$conf" "$memif_conf" "$hugepages" "$entrypoint" "$manifest" \
+  "$containerfile" "$operations_md"; do
+  [[ -f $f ]] || fail "missing $f"
+done
+
+# Fake binaries for installs: they only print their arguments.
+fakebin="$tmp/fakebin"
+mkdir -p "$fakebin"
+for b in rdmaplaned rdmaplanectl; do
+  printf '#!/bin/sh\necho %s "$@"\n' "$b" >"$fakebin/$b"
+  chmod 0755 "$fakebin/$b"
+done
+
+# --- install.sh -----------------------------------------------------------------
+echo "== install.sh"
+etc_existed=false
+[[ -e /etc/rdmaplane ]] && etc_existed=true
+dry="$tmp/dry"
+if out="$("$install_sh" --dry-run --prefix="$dry" 2>&1)"; then
+  pass "install.sh --dry-run --prefix exits 0"
+else
+  fail "install.sh --dry-run --prefix failed: $out"
+fi
+[[ ! -e $dry ]] && pass "--dry-run created nothing under the prefix" \
+  || fail "--dry-run created $(find "$dry" | head -n 3 | tr '\n' ' ')"
+if ! $etc_existed && [[ -e /etc/rdmaplane ]]; then
+  fail "--dry-run created /etc/rdmaplane"
+fi
+grep -q 'would run: bazel build -c opt //control:rdmaplaned //control:rdmaplanectl' <<<"$out" \
+  && pass "--dry-run shows the Bazel build" || fail "--dry-run does not show the Bazel build: $out"
+grep -q "would run: install -m 0755 .*/rdmaplaned $dry/sbin/rdmaplaned" <<<"$out" \
+  && pass "--dry-run shows rdmaplaned going to PREFIX/sbin" || fail "--dry-run: no rdmaplaned install to $dry/sbin"
+
+root="$tmp/root"
+args=(--prefix="$root/usr" --sysconfdir="$root/etc" --binaries="$fakebin")
+if out="$("$install_sh" "${args[@]}" 2>&1)"; then
+  pass "install.sh into a scratch prefix exits 0"
+else
+  fail "install.sh into a scratch prefix failed: $out"
+fi
+check_mode() { # FILE MODE
+  local got
+  got="$(stat -c '%a' "$1" 2>/dev/null)" || {
+    fail "not installed: $1"
+    return
+  }
+  [[ $got == "$2" ]] && pass "installed $(basename "$1") mode $2" || fail "$1 has mode $got, not $2"
+}
+check_mode "$root/usr/sbin/rdmaplaned" 755
+check_mode "$root/usr/bin/rdmaplanectl" 755
+check_mode "$root/usr/libexec/rdmaplane/reserve-hugepages.sh" 755
+check_mode "$root/etc/systemd/system/rdmaplaned.service" 644
+check_mode "$root/etc/rdmaplane/rdmaplaned.conf" 644
+installed_unit="$root/etc/systemd/system/rdmaplaned.service"
+expect_grep "$installed_unit" "^ExecStart=$root/usr/sbin/rdmaplaned --flagfile=$root/etc/rdmaplane/rdmaplaned.conf\$" \
+  "the installed unit names the installed daemon and config"
+expect_grep "$installed_unit" "^ExecStartPre=-\\+$root/usr/libexec/rdmaplane/reserve-hugepages.sh " \
+  "the installed unit names the installed hugepage script"
+expect_no_grep "$installed_unit" '^Exec.*[-+= ]/(usr/local|etc/rdmaplane)/' "no default path is left in the relocated unit"
+
+echo "--local-change" >>"$root/etc/rdmaplane/rdmaplaned.conf"
+if "$install_sh" "${args[@]}" >/dev/null 2>&1 \
+  && grep -q -- '--local-change' "$root/etc/rdmaplane/rdmaplaned.conf" \
+  && cmp -s "$conf" "$root/etc/rdmaplane/rdmaplaned.conf.new"; then
+  pass "a second install keeps the edited config and leaves the example as .new"
+else
+  fail "a second install overwrote the config or left no .new"
+fi
+
+for bad in --bogus "--prefix=relative/dir" "--prefix=/a b" "--prefix"; do
+  if "$install_sh" --dry-run "$bad" >/dev/null 2>&1; then
+    fail "install.sh accepted $bad"
+  else
+    pass "install.sh refuses $bad"
+  fi
+done
+if "$install_sh" --prefix="$tmp/nobin" --sysconfdir="$tmp/nobin/etc" --binaries="$tmp/missing" >/dev/null 2>&1; then
+  fail "install.sh succeeded without binaries"
+else
+  pass "install.sh fails when the binaries are missing"
+fi
+
+# --- The systemd unit -------------------------------------------------------------
+echo "== rdmaplaned.service"
+expect_grep "$unit" '^Type=simple$' "Type=simple"
+expect_grep "$unit" '^ExecStartPre=-\+/usr/local/libexec/rdmaplane/reserve-hugepages\.sh \$\{RDMAPLANE_RESERVE_HUGEPAGES\}$' \
+  "hugepages reserved before the start, never failing it"
+expect_grep "$unit" '^Environment=RDMAPLANE_RESERVE_HUGEPAGES=[0-9]+$' "the hugepage count has a default"
+expect_grep "$unit" '^ExecStart=/usr/local/sbin/rdmaplaned --flagfile=/etc/rdmaplane/rdmaplaned\.conf$' "ExecStart with the flagfile"
+expect_grep "$unit" '^RuntimeDirectory=rdmaplane$' "RuntimeDirectory=rdmaplane"
+expect_grep "$unit" '^RuntimeDirectoryMode=0750$' "RuntimeDirectoryMode=0750"
+expect_grep "$unit" '^Group=rdmaplane$' "group rdmaplane owns the runtime directory"
+expect_grep "$unit" '^Restart=on-failure$' "Restart=on-failure"
+expect_grep "$unit" '^RestartSec=[0-9]+' "RestartSec"
+expect_grep "$unit" '^KillSignal=SIGTERM$' "KillSignal=SIGTERM"
+expect_grep "$unit" '^TimeoutStopSec=[0-9]+' "TimeoutStopSec"
+expect_grep "$unit" '^LimitMEMLOCK=infinity$' "LimitMEMLOCK=infinity"
+expect_grep "$unit" '^WantedBy=multi-user\.target$' "WantedBy=multi-user.target"
+expect_grep "$unit" '^CapabilityBoundingSet=.*CAP_NET_RAW.*CAP_IPC_LOCK' "a capability bounding set with what DPDK needs"
+expect_grep "$unit" '^RestrictAddressFamilies=.*AF_PACKET.*AF_XDP' "af_packet and af_xdp sockets allowed"
+for breaks in '^PrivateDevices=yes' '^ProtectKernelTunables=yes' '^SystemCallFilter=' \
+  '^PrivateNetwork=yes' '^DevicePolicy=' '^ProtectClock=yes' '^Type=notify' '^MemoryDenyWriteExecute=no'; do
+  expect_no_grep "$unit" "$breaks" "no ${breaks#^} (it would break DPDK or is not supported)"
+done
+if command -v systemd-analyze >/dev/null 2>&1; then
+  # The installed copy: every path it names exists, as verify requires.
+  : >"$root/etc/rdmaplane/rdmaplaned.conf"
+  verify_out="$(systemd-analyze verify "$installed_unit" 2>&1)"
+  verify_rc=$?
+  if [[ $verify_rc -eq 0 && -z $verify_out ]]; then
+    pass "systemd-analyze verify: no complaint"
+  else
+    fail "systemd-analyze verify (exit $verify_rc): $verify_out"
+  fi
+else
+  note "systemd-analyze is not installed (Debian package systemd): the unit was checked by grep only"
+fi
+
+# --- reserve-hugepages.sh -----------------------------------------------------------
+echo "== reserve-hugepages.sh"
+sysfs="$tmp/nr_hugepages"
+run_hp() { RDMAPLANE_HUGEPAGES_SYSFS="$1" "$hugepages" "${@:2}" 2>&1; }
+echo 0 >"$sysfs"
+out="$(run_hp "$sysfs" 64)" && [[ $(<"$sysfs") == 64 ]] && grep -q 'reserved 64 pages' <<<"$out" \
+  && pass "raises 0 to 64 and says so" || fail "raising 0 to 64: $out; file has $(<"$sysfs")"
+out="$(run_hp "$sysfs" 8)" && [[ $(<"$sysfs") == 64 ]] && grep -q 'left as they are' <<<"$out" \
+  && pass "never lowers the count" || fail "asking for fewer: $out; file has $(<"$sysfs")"
+out="$(run_hp "$tmp/no/such/dir/nr_hugepages" 8)" && grep -q 'cannot read' <<<"$out" \
+  && pass "a missing sysfs file: exit 0 with a reason" || fail "a missing sysfs file: $out"
+out="$(run_hp "$tmp" 8)" && pass "a folder as the sysfs path: exit 0 ($out)" || fail "a folder as the sysfs path: $out"
+# A file the kernel refuses to write even to root, if this machine has one;
+# otherwise (not root) a read-only copy.
+ro=/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages
+if [[ -r $ro ]] && ! { : >>"$ro"; } 2>/dev/null; then
+  before="$(<"$ro")"
+  if out="$(run_hp "$ro" "$((before + 1))")" && grep -q 'cannot write' <<<"$out"; then
+    pass "a read-only sysfs file: exit 0 with a reason"
+  else
+    fail "a read-only sysfs file: $out"
+  fi
+elif [[ $EUID -ne 0 ]]; then
+  echo 0 >"$tmp/ro_nr"
+  chmod 0444 "$tmp/ro_nr"
+  out="$(run_hp "$tmp/ro_nr" 8)" && grep -q 'cannot write' <<<"$out" \
+    && pass "a read-only file: exit 0 with a reason" || fail "a read-only file: $out"
+else
+  note "no read-only sysfs file here to try a refused write with"
+fi
+for bad in "" x -1 1234567890 "1 2"; do
+  # Unquoted on purpose: "" is no argument at all, "1 2" two of them.
+  # shellcheck disable=SC2086
+  if run_hp "$sysfs" $bad >/dev/null; then
+    fail "reserve-hugepages.sh accepted '$bad'"
+  elif [[ $? -eq 2 ]]; then
+    pass "reserve-hugepages.sh '$bad': usage error"
+  else
+    fail "reserve-hugepages.sh '$bad': exit code other than 2"
+  fi
+done
+
+# --- Container entry point ------------------------------------------------------------
+echo "== rdmaplaned-container.sh"
+fakeip="$tmp/fakeip"
+mkdir -p "$fakeip"
+cat >"$fakeip/ip" <<'EOF'
+#!/bin/sh
+[ "$6" = eth9 ] || exit 1  # ip -4 -o addr show dev IFACE scope global
+echo "3: eth9    inet 198.51.100.9/24 brd 198.51.100.255 scope global eth9\       valid_lft forever preferred_lft forever"
+EOF
+chmod 0755 "$fakeip/ip"
+printf -- '--mtu=1024\n' >"$tmp/container.conf"
+entry() { PATH="$fakeip:$PATH" RDMAPLANED="$fakebin/rdmaplaned" RDMAPLANE_CONF="$tmp/container.conf" "$entrypoint" "$@" 2>/dev/null; }
+out="$(RDMAPLANE_IFACE=eth9 entry --log_level=debug)"
+[[ $out == "rdmaplaned --flagfile=$tmp/container.conf --port=net_af_packet0,iface=eth9 --ip=198.51.100.9 --log_level=debug" ]] \
+  && pass "entry point: af_packet port and the interface's address" || fail "entry point gave: $out"
+out="$(RDMAPLANE_IFACE=eth9 RDMAPLANE_DRIVER=af_xdp RDMAPLANE_IP=203.0.113.5 entry)"
+[[ $out == *"--port=net_af_xdp0,iface=eth9 --ip=203.0.113.5" ]] \
+  && pass "entry point: af_xdp and an explicit address" || fail "entry point gave: $out"
+for env in "RDMAPLANE_IFACE=" "RDMAPLANE_IFACE=eth8" "RDMAPLANE_IFACE=eth9 RDMAPLANE_DRIVER=pcap" "RDMAPLANE_IFACE=a;b"; do
+  # shellcheck disable=SC2086 # $env is a list of assignments
+  if env $env PATH="$fakeip:$PATH" RDMAPLANED="$fakebin/rdmaplaned" "$entrypoint" >/dev/null 2>&1; then
+    fail "entry point accepted $env"
+  else
+    pass "entry point refuses $env"
+  fi
+done
+
+# --- Kubernetes manifest ---------------------------------------------------------------
+echo "== rdmaplaned-daemonset.yaml"
+if "$PYTHON" -c 'import yaml' 2>/dev/null; then
+  if out="$("$PYTHON" - "$manifest" "$tmp/configmap.conf" 2>&1 <<'PY'
+import sys
+import yaml
+
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1], encoding="utf-8")) if d]
+problems = []
+def need(cond, what):
+    if not cond:
+        problems.append(what)
+
+kinds = {d["kind"]: d for d in docs}
+need(set(kinds) == {"Namespace", "ConfigMap", "DaemonSet"},
+     f"kinds are {sorted(kinds)}")
+ns = kinds["Namespace"]["metadata"]["name"]
+cm = kinds["ConfigMap"]
+ds = kinds["DaemonSet"]
+for d in (cm, ds):
+    need(d["metadata"].get("namespace") == ns, f"{d['kind']} not in namespace {ns}")
+spec = ds["spec"]
+pod = spec["template"]["spec"]
+labels = spec["template"]["metadata"]["labels"]
+need(all(labels.get(k) == v for k, v in spec["selector"]["matchLabels"].items()),
+     "selector does not match the pod labels")
+need(pod.get("hostNetwork") is True, "hostNetwork is not true")
+(c,) = pod["containers"]
+sc = c["securityContext"]
+need(sc.get("privileged") is False, "container is privileged")
+caps = set(sc["capabilities"]["add"])
+need({"NET_RAW", "NET_ADMIN", "IPC_LOCK"} <= caps, f"capabilities {sorted(caps)}")
+need(sc["capabilities"].get("drop") == ["ALL"], "capabilities are not dropped first")
+res = c["resources"]
+need(res["requests"].get("hugepages-2Mi") == res["limits"].get("hugepages-2Mi") is not None,
+     "hugepages-2Mi requests and limits must be set and equal")
+need("memory" in res["limits"] and "memory" in res["requests"], "memory requests/limits")
+cmd = c["livenessProbe"]["exec"]["command"]
+need(any("rdmaplanectl" in x for x in cmd) and cmd[-1] == "status",
+     f"liveness probe runs {cmd}")
+vols = {v["name"]: v for v in pod["volumes"]}
+for m in c["volumeMounts"]:
+    need(m["name"] in vols, f"mount {m['name']} has no volume")
+need(any(v.get("emptyDir", {}).get("medium") == "HugePages" for v in vols.values()),
+     "no emptyDir of medium HugePages")
+need(any(v.get("hostPath", {}).get("path") == "/run/rdmaplane"
+         and v["hostPath"].get("type") == "DirectoryOrCreate" for v in vols.values()),
+     "no hostPath /run/rdmaplane (DirectoryOrCreate)")
+mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+need(mounts.get("/run/rdmaplane") and vols[mounts["/run/rdmaplane"]].get("hostPath"),
+     "/run/rdmaplane is not the host path")
+need(mounts.get("/dev/hugepages") and "emptyDir" in vols[mounts["/dev/hugepages"]],
+     "/dev/hugepages is not the hugepage volume")
+data = cm["data"]
+for v in vols.values():
+    if "configMap" in v:
+        need(v["configMap"]["name"] == cm["metadata"]["name"], "configMap volume names another map")
+        for item in v["configMap"].get("items", []):
+            need(item["key"] in data, f"configMap key {item['key']} missing")
+env = {e["name"]: e for e in c["env"]}
+need("RDMAPLANE_IFACE" in env, "no RDMAPLANE_IFACE in the environment")
+for e in env.values():
+    ref = e.get("valueFrom", {}).get("configMapKeyRef")
+    if ref:
+        need(ref["name"] == cm["metadata"]["name"] and ref["key"] in data,
+             f"env {e['name']} refers to a missing ConfigMap key")
+with open(sys.argv[2], "w", encoding="utf-8") as f:
+    f.write(data.get("rdmaplaned.conf", ""))
+for p in problems:
+    print(p)
+sys.exit(1 if problems else 0)
+PY
+)"; then
+    pass "the manifest parses (PyYAML) and has what the daemon needs"
+  else
+    fail "the manifest: $out"
+  fi
+else
+  note "python3-yaml is not installed (Debian package python3-yaml): structural check only"
+  if grep -q $'\t' "$manifest"; then fail "the manifest contains tabs"; fi
+  [[ $(grep -c '^---$' "$manifest") -eq 2 ]] && pass "three YAML documents" || fail "expected three YAML documents"
+  for key in '^kind: Namespace$' '^kind: ConfigMap$' '^kind: DaemonSet$' 'hostNetwork: true$' \
+    'medium: HugePages$' 'path: /run/rdmaplane$' 'type: DirectoryOrCreate$' 'hugepages-2Mi:' \
+    '- status$' '"NET_RAW"' '"IPC_LOCK"' 'privileged: false$'; do
+    expect_grep "$manifest" "$key" "manifest has $key"
+  done
+  # The ConfigMap's flagfile: the block under "rdmaplaned.conf: |".
+  awk '/^  rdmaplaned.conf: \|$/ { on = 1; next } on && /^    / { sub(/^    /, ""); print; next } on { exit }' \
+    "$manifest" >"$tmp/configmap.conf"
+fi
+
+# --- Flagfiles -------------------------------------------------------------------------
+echo "== flagfiles"
+# check_flagfile FILE: Abseil's syntax (blank lines, whole-line '#' comments,
+# --flag or --flag=value) without the traps: quotes and trailing blanks
+# become part of values.
+# shellcheck disable=SC2094 # $file is only named in messages, never written
+check_flagfile() {
+  local file="$1" n=0 line bad=0
+  while IFS= read -r line || [[ -n $line ]]; do
+    n=$((n + 1))
+    [[ $line =~ ^[[:space:]]*(#.*)?$ ]] && continue
+    if [[ ! $line =~ ^--[a-z][a-z0-9_]*(=[^[:space:]\"\']([^\"\']*[^[:space:]\"\'])?)?$ ]]; then
+      fail "$(basename "$file"):$n is not a plain --flag=value line: '$line'"
+      bad=1
+    fi
+  done <"$file"
+  [[ $bad -eq 0 ]] && pass "$(basename "$file"): flagfile syntax"
+}
+flag_names() { # the flags set in a flagfile
+  sed -n 's/^--\([a-z][a-z0-9_]*\).*/\1/p' "$1" | sort -u
+}
+check_flagfile "$conf"
+check_flagfile "$memif_conf"
+check_flagfile "$tmp/configmap.conf"
+[[ -n $(flag_names "$tmp/configmap.conf") ]] || fail "the ConfigMap's flagfile sets no flag"
+# Flags the entry point passes itself must not be in the ConfigMap.
+if grep -Eq '^--(port|ip)=' "$tmp/configmap.conf"; then
+  fail "the ConfigMap's flagfile sets --port or --ip (the entry point does)"
+fi
+
+# The daemon's own flags, from --helpfull (Abseil exits 1 after help).
+helpfull="$("$daemon" --helpfull 2>&1)"
+daemon_flags="$(sed -n '/^  Flags from .*rdmaplaned\.cc:$/,/^$/p' <<<"$helpfull" \
+  | sed -n 's/^    --\([a-z][a-z0-9_]*\) .*/\1/p; s/^    --\([a-z][a-z0-9_]*\)$/\1/p' | sort -u)"
+all_flags="$(sed -n 's/^    --\([a-z][a-z0-9_]*\)\( .*\)\{0,1\}$/\1/p' <<<"$helpfull" | sort -u)"
+# The flag tables: rows starting with "| `--name" in the section "### Every flag".
+documented="$(sed -n '/^### Every flag$/,/^### /p' "$operations_md" \
+  | grep -o '^| `--[a-z][a-z0-9_]*' | sed 's/^| `--//' | sort -u)"
+[[ -n $documented ]] || fail "docs/operations.md has no flag table rows ('| \`--flag...') under '### Every flag'"
+if grep -qx port <<<"$daemon_flags" && grep -qx check_config <<<"$daemon_flags"; then
+  for f in "$conf" "$memif_conf" "$tmp/configmap.conf"; do
+    unknown="$(comm -23 <(flag_names "$f") <(printf '%s\n' "$all_flags"))"
+    [[ -z $unknown ]] && pass "$(basename "$f"): every flag is rdmaplaned's" \
+      || fail "$(basename "$f") sets flags rdmaplaned does not have: $unknown"
+  done
+  undocumented="$(comm -23 <(printf '%s\n' "$daemon_flags") <(printf '%s\n' "$documented"))"
+  [[ -z $undocumented ]] && pass "docs/operations.md documents every rdmaplaned flag" \
+    || fail "docs/operations.md does not document: $(tr '\n' ' ' <<<"$undocumented")"
+  stale="$(comm -13 <(printf '%s\n' "$all_flags") <(printf '%s\n' "$documented"))"
+  [[ -z $stale ]] && pass "docs/operations.md documents no flag rdmaplaned lacks" \
+    || fail "docs/operations.md documents flags rdmaplaned does not have: $(tr '\n' ' ' <<<"$stale")"
+  d="$tmp/memif"
+  mkdir -p "$d"
+  if out="$("$daemon" --flagfile="$memif_conf" --socket="$d/a.sock" --file_prefix=rdmaplane-test-a \
+    --ip=198.51.100.1 --port="net_memif0,role=server,socket=$d/memif.sock,socket-abstract=no" \
+    --check_config 2>&1)"; then
+    pass "rdmaplaned --check_config accepts the memif example"
+  else
+    fail "rdmaplaned --check_config refuses the memif example: $out"
+  fi
+else
+  note "this rdmaplaned has no --port/--check_config yet: flag names not checked against it"
+fi
+
+# --- Containerfile ------------------------------------------------------------------------
+echo "== Containerfile"
+expect_grep "$containerfile" '^FROM \$\{DEBIAN\} AS build$' "a build stage"
+expect_grep "$containerfile" '^ARG DEBIAN=debian:12$' "based on debian:12"
+expect_grep "$containerfile" '^RUN bazel build -c opt ' "builds with Bazel"
+expect_grep "$containerfile" '^ +//control:rdmaplaned //control:rdmaplanectl' "builds both binaries"
+expect_grep "$containerfile" 'librte-net-af-packet23' "installs the af_packet driver"
+expect_grep "$containerfile" '^ENTRYPOINT \["/usr/local/sbin/rdmaplaned-container"\]$' "the entry point"
+while read -r src; do
+  [[ -e $deploy/${src#deploy/} ]] || fail "Containerfile copies $src, which does not exist"
+done < <(grep -o '^COPY deploy/[^ ]*' "$containerfile" | cut -d' ' -f2)
+
+# --- Scripts ------------------------------------------------------------------------------
+if command -v shellcheck >/dev/null 2>&1; then
+  if out="$(shellcheck "$install_sh" "$hugepages" "$entrypoint" "$0" 2>&1)"; then
+    pass "shellcheck: no findings"
+  else
+    fail "shellcheck: $out"
+  fi
+else
+  note "shellcheck is not installed: scripts not linted"
+fi
+
+if [[ $failures -ne 0 ]]; then
+  echo "deploy_files_test: $failures check(s) failed"
+  exit 1
+fi
+echo "deploy_files_test: ok"
