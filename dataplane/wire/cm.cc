@@ -1,0 +1,445 @@
+#include "dataplane/wire/cm.h"
+
+#include <cstring>
+
+namespace rdmaplane::wire {
+namespace {
+
+constexpr uint64_t kServiceIdPrefix = 0x0200000000000000;
+// Wireshark decodes every connection whose service id has bit 16 set as SDP
+// (Sockets Direct Protocol), RC data frames included.
+constexpr uint64_t kServiceIdHashMask = 0x00FFFFFFFFFEFFFF;
+constexpr uint8_t kTransportRc = 0;
+constexpr uint16_t kPermissiveLid = 0xFFFF;
+constexpr uint8_t kMaxAriLen = 72;
+constexpr uint8_t kMax5Bits = 31;
+
+// Offsets in the MAD's 232 data bytes (IBA tables 106-113); bit fields are
+// named by the bits they take in their byte, most significant first.
+namespace req {
+constexpr size_t kLocalCommId = 0;
+constexpr size_t kServiceId = 8;
+constexpr size_t kLocalCaGuid = 16;
+constexpr size_t kLocalQkey = 28;
+constexpr size_t kLocalQpn = 32;  // 24 bits
+constexpr size_t kResponderResources = 35;
+constexpr size_t kInitiatorDepth = 39;
+// Remote CM response timeout [7:3], transport service type [2:1],
+// end-to-end flow control [0].
+constexpr size_t kRemoteTimeoutTransport = 43;
+constexpr size_t kStartingPsn = 44;  // 24 bits
+// Local CM response timeout [7:3], retry count [2:0].
+constexpr size_t kLocalTimeoutRetry = 47;
+constexpr size_t kPkey = 48;
+// Path MTU [7:4], RDC exists [3], RNR retry count [2:0].
+constexpr size_t kMtuRnrRetry = 50;
+// Max CM retries [7:4], SRQ [3], extended transport type [2:0].
+constexpr size_t kCmRetriesSrqXrc = 51;
+constexpr size_t kPrimaryLocalLid = 52;
+constexpr size_t kPrimaryRemoteLid = 54;
+constexpr size_t kPrimaryLocalGid = 56;
+constexpr size_t kPrimaryRemoteGid = 72;
+constexpr size_t kPrimaryTrafficClass = 92;
+constexpr size_t kPrimaryHopLimit = 93;
+// Local ACK timeout [7:3].
+constexpr size_t kPrimaryAckTimeout = 95;
+constexpr size_t kPrivateData = 140;
+}  // namespace req
+
+namespace mra {
+constexpr size_t kMessageMraed = 8;    // [7:6]
+constexpr size_t kServiceTimeout = 9;  // [7:3]
+constexpr size_t kPrivateData = 10;
+}  // namespace mra
+
+namespace rej {
+constexpr size_t kMessageRejected = 8;  // [7:6]
+constexpr size_t kAriLength = 9;        // [7:1]
+constexpr size_t kReason = 10;
+constexpr size_t kPrivateData = 84;
+}  // namespace rej
+
+namespace rep {
+constexpr size_t kLocalQkey = 8;
+constexpr size_t kLocalQpn = 12;     // 24 bits
+constexpr size_t kStartingPsn = 20;  // 24 bits
+constexpr size_t kResponderResources = 24;
+constexpr size_t kInitiatorDepth = 25;
+// Target ACK delay [7:3], failover accepted [2:1], end-to-end flow control
+// [0].
+constexpr size_t kAckDelayFailover = 26;
+// RNR retry count [7:5], SRQ [4].
+constexpr size_t kRnrRetrySrq = 27;
+constexpr size_t kLocalCaGuid = 28;
+constexpr size_t kPrivateData = 36;
+}  // namespace rep
+
+// Every message starts with both comm ids but REQ, which has no remote one.
+constexpr size_t kLocalCommId = 0;
+constexpr size_t kRemoteCommId = 4;
+constexpr size_t kDreqRemoteQpn = 8;  // 24 bits
+constexpr size_t kDreqPrivateData = 12;
+constexpr size_t kCommIdsPrivateData = 8;  // RTU and DREP
+
+void Put16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+void Put24(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v >> 16);
+  p[1] = static_cast<uint8_t>(v >> 8);
+  p[2] = static_cast<uint8_t>(v);
+}
+void Put32(uint8_t* p, uint32_t v) {
+  Put16(p, static_cast<uint16_t>(v >> 16));
+  Put16(p + 2, static_cast<uint16_t>(v));
+}
+void Put64(uint8_t* p, uint64_t v) {
+  Put32(p, static_cast<uint32_t>(v >> 32));
+  Put32(p + 4, static_cast<uint32_t>(v));
+}
+uint16_t Get16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] << 8 | p[1]);
+}
+uint32_t Get24(const uint8_t* p) {
+  return uint32_t{p[0]} << 16 | uint32_t{p[1]} << 8 | p[2];
+}
+uint32_t Get32(const uint8_t* p) {
+  return uint32_t{Get16(p)} << 16 | Get16(p + 2);
+}
+uint64_t Get64(const uint8_t* p) {
+  return uint64_t{Get32(p)} << 32 | Get32(p + 4);
+}
+
+// ::ffff:a.b.c.d
+void PutIpv4MappedGid(uint8_t* p, uint32_t ip) {
+  std::memset(p, 0, 10);
+  p[10] = p[11] = 0xFF;
+  Put32(p + 12, ip);
+}
+bool GetIpv4MappedGid(const uint8_t* p, uint32_t* ip) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0,    0,
+                                          0, 0, 0, 0, 0xFF, 0xFF};
+  if (std::memcmp(p, kPrefix, sizeof(kPrefix)) != 0) return false;
+  *ip = Get32(p + 12);
+  return true;
+}
+
+// The node GUID RoCE devices derive from their MAC address (EUI-64).
+uint64_t CaGuidForMac(const MacAddr& mac) {
+  const auto& b = mac.bytes;
+  return uint64_t{static_cast<uint8_t>(b[0] ^ 0x02)} << 56 |
+         uint64_t{b[1]} << 48 | uint64_t{b[2]} << 40 | uint64_t{0xFF} << 32 |
+         uint64_t{0xFE} << 24 | uint64_t{b[3]} << 16 | uint64_t{b[4]} << 8 |
+         b[5];
+}
+
+size_t PrivateDataOffset(CmType type) {
+  switch (type) {
+    case CmType::kReq:
+      return req::kPrivateData;
+    case CmType::kMra:
+      return mra::kPrivateData;
+    case CmType::kRej:
+      return rej::kPrivateData;
+    case CmType::kRep:
+      return rep::kPrivateData;
+    case CmType::kRtu:
+      return kCommIdsPrivateData;
+    case CmType::kDreq:
+      return kDreqPrivateData;
+    case CmType::kDrep:
+      return kCommIdsPrivateData;
+  }
+  return 0;
+}
+
+bool ValidRefersTo(CmRefersTo r) { return static_cast<uint8_t>(r) <= 2; }
+
+// Checks the fields EncodeMad cannot represent.
+bool Encodable(const CmMessage& m) {
+  if (!IsKnownCmType(static_cast<uint16_t>(m.type))) return false;
+  if (m.private_data_len > CmPrivateDataCapacity(m.type)) return false;
+  switch (m.type) {
+    case CmType::kReq:
+      return m.qpn.value() <= Psn::kMask && IbMtuBytes(m.path_mtu) != 0 &&
+             m.local_ack_timeout <= kMax5Bits;
+    case CmType::kRep:
+      return m.qpn.value() <= Psn::kMask && m.target_ack_delay <= kMax5Bits;
+    case CmType::kDreq:
+      return m.qpn.value() <= Psn::kMask;
+    case CmType::kMra:
+      return ValidRefersTo(m.refers_to) && m.service_timeout <= kMax5Bits;
+    case CmType::kRej:
+      return ValidRefersTo(m.refers_to);
+    case CmType::kRtu:
+    case CmType::kDrep:
+      return true;
+  }
+  return false;
+}
+
+// Writes the 256-byte MAD for an Encodable message.
+void EncodeMad(const Path& path, const CmMessage& m, uint8_t* mad) {
+  std::memset(mad, 0, kMadLen);
+  mad[0] = kMadBaseVersion;
+  mad[1] = kMgmtClassCm;
+  mad[2] = kCmClassVersion;
+  mad[3] = kMadMethodSend;
+  Put64(mad + 8, m.transaction_id);
+  Put16(mad + 16, static_cast<uint16_t>(m.type));
+
+  uint8_t* d = mad + kMadHeaderLen;
+  Put32(d + kLocalCommId, m.local_comm_id);
+  switch (m.type) {
+    case CmType::kReq:
+      Put64(d + req::kServiceId, m.service_id);
+      Put64(d + req::kLocalCaGuid, CaGuidForMac(path.src_mac));
+      Put32(d + req::kLocalQkey, 0);  // unused by RC
+      Put24(d + req::kLocalQpn, m.qpn.value());
+      d[req::kResponderResources] = m.responder_resources;
+      d[req::kInitiatorDepth] = m.initiator_depth;
+      // No end-to-end flow control: the AETH credit field is always invalid.
+      d[req::kRemoteTimeoutTransport] =
+          static_cast<uint8_t>(kCmResponseTimeout << 3 | kTransportRc << 1);
+      Put24(d + req::kStartingPsn, m.start_psn.value());
+      d[req::kLocalTimeoutRetry] =
+          static_cast<uint8_t>(kCmResponseTimeout << 3 | kRcRetryCount);
+      Put16(d + req::kPkey, kDefaultPkey);
+      d[req::kMtuRnrRetry] =
+          static_cast<uint8_t>(m.path_mtu << 4 | kRnrRetryCount);
+      d[req::kCmRetriesSrqXrc] = static_cast<uint8_t>(kMaxCmRetries << 4);
+      // RoCE has no LIDs; Linux's CM sends the permissive LID for routed
+      // paths, which all RoCEv2 paths are.
+      Put16(d + req::kPrimaryLocalLid, kPermissiveLid);
+      Put16(d + req::kPrimaryRemoteLid, kPermissiveLid);
+      PutIpv4MappedGid(d + req::kPrimaryLocalGid, m.local_ip);
+      PutIpv4MappedGid(d + req::kPrimaryRemoteGid, m.remote_ip);
+      // Flow label, packet rate, SL and subnet-local stay 0.
+      d[req::kPrimaryTrafficClass] = path.dscp_ecn & 0xFC;
+      d[req::kPrimaryHopLimit] = path.ttl;
+      d[req::kPrimaryAckTimeout] =
+          static_cast<uint8_t>(m.local_ack_timeout << 3);
+      break;
+    case CmType::kMra:
+      Put32(d + kRemoteCommId, m.remote_comm_id);
+      d[mra::kMessageMraed] =
+          static_cast<uint8_t>(static_cast<uint8_t>(m.refers_to) << 6);
+      d[mra::kServiceTimeout] = static_cast<uint8_t>(m.service_timeout << 3);
+      break;
+    case CmType::kRej:
+      Put32(d + kRemoteCommId, m.remote_comm_id);
+      d[rej::kMessageRejected] =
+          static_cast<uint8_t>(static_cast<uint8_t>(m.refers_to) << 6);
+      d[rej::kAriLength] = 0;  // no additional reject information
+      Put16(d + rej::kReason, m.reject_reason);
+      break;
+    case CmType::kRep:
+      Put32(d + kRemoteCommId, m.remote_comm_id);
+      Put32(d + rep::kLocalQkey, 0);
+      Put24(d + rep::kLocalQpn, m.qpn.value());
+      Put24(d + rep::kStartingPsn, m.start_psn.value());
+      d[rep::kResponderResources] = m.responder_resources;
+      d[rep::kInitiatorDepth] = m.initiator_depth;
+      // Failover accepted 0 and no end-to-end flow control: the REQ has no
+      // alternate path (Linux's CM sends 0 as well).
+      d[rep::kAckDelayFailover] = static_cast<uint8_t>(m.target_ack_delay << 3);
+      d[rep::kRnrRetrySrq] = static_cast<uint8_t>(kRnrRetryCount << 5);
+      Put64(d + rep::kLocalCaGuid, CaGuidForMac(path.src_mac));
+      break;
+    case CmType::kDreq:
+      Put32(d + kRemoteCommId, m.remote_comm_id);
+      Put24(d + kDreqRemoteQpn, m.qpn.value());
+      break;
+    case CmType::kRtu:
+    case CmType::kDrep:
+      Put32(d + kRemoteCommId, m.remote_comm_id);
+      break;
+  }
+  std::memcpy(d + PrivateDataOffset(m.type), m.private_data.data(),
+              m.private_data_len);
+}
+
+// Decodes the MAD of a frame whose transport headers are already checked.
+bool ParseMad(std::span<const uint8_t> mad, CmMessage* out) {
+  if (mad.size() != kMadLen) return false;
+  const uint8_t* h = mad.data();
+  if (h[0] != kMadBaseVersion || h[1] != kMgmtClassCm ||
+      h[2] != kCmClassVersion || h[3] != kMadMethodSend) {
+    return false;
+  }
+  const uint16_t attribute = Get16(h + 16);
+  if (!IsKnownCmType(attribute)) return false;
+
+  CmMessage m;
+  m.type = static_cast<CmType>(attribute);
+  m.transaction_id = Get64(h + 8);
+  const uint8_t* d = h + kMadHeaderLen;
+  m.local_comm_id = Get32(d + kLocalCommId);
+  switch (m.type) {
+    case CmType::kReq: {
+      const uint8_t transport = (d[req::kRemoteTimeoutTransport] >> 1) & 3;
+      const uint8_t extended_transport = d[req::kCmRetriesSrqXrc] & 7;
+      if (transport != kTransportRc || extended_transport != 0) return false;
+      m.path_mtu = d[req::kMtuRnrRetry] >> 4;
+      if (IbMtuBytes(m.path_mtu) == 0) return false;
+      if (!GetIpv4MappedGid(d + req::kPrimaryLocalGid, &m.local_ip) ||
+          !GetIpv4MappedGid(d + req::kPrimaryRemoteGid, &m.remote_ip)) {
+        return false;
+      }
+      m.service_id = Get64(d + req::kServiceId);
+      m.qpn = Qpn(Get24(d + req::kLocalQpn));
+      m.responder_resources = d[req::kResponderResources];
+      m.initiator_depth = d[req::kInitiatorDepth];
+      m.start_psn = Psn(Get24(d + req::kStartingPsn));
+      m.local_ack_timeout = d[req::kPrimaryAckTimeout] >> 3;
+      break;
+    }
+    case CmType::kMra:
+      m.remote_comm_id = Get32(d + kRemoteCommId);
+      m.refers_to = static_cast<CmRefersTo>(d[mra::kMessageMraed] >> 6);
+      if (!ValidRefersTo(m.refers_to)) return false;
+      m.service_timeout = d[mra::kServiceTimeout] >> 3;
+      break;
+    case CmType::kRej:
+      m.remote_comm_id = Get32(d + kRemoteCommId);
+      m.refers_to = static_cast<CmRefersTo>(d[rej::kMessageRejected] >> 6);
+      if (!ValidRefersTo(m.refers_to)) return false;
+      if ((d[rej::kAriLength] >> 1) > kMaxAriLen) return false;
+      m.reject_reason = Get16(d + rej::kReason);
+      break;
+    case CmType::kRep:
+      m.remote_comm_id = Get32(d + kRemoteCommId);
+      m.qpn = Qpn(Get24(d + rep::kLocalQpn));
+      m.start_psn = Psn(Get24(d + rep::kStartingPsn));
+      m.responder_resources = d[rep::kResponderResources];
+      m.initiator_depth = d[rep::kInitiatorDepth];
+      m.target_ack_delay = d[rep::kAckDelayFailover] >> 3;
+      break;
+    case CmType::kDreq:
+      m.remote_comm_id = Get32(d + kRemoteCommId);
+      m.qpn = Qpn(Get24(d + kDreqRemoteQpn));
+      break;
+    case CmType::kRtu:
+    case CmType::kDrep:
+      m.remote_comm_id = Get32(d + kRemoteCommId);
+      break;
+  }
+  const size_t capacity = CmPrivateDataCapacity(m.type);
+  m.private_data_len = static_cast<uint8_t>(capacity);
+  std::memcpy(m.private_data.data(), d + PrivateDataOffset(m.type), capacity);
+  *out = m;
+  return true;
+}
+
+}  // namespace
+
+bool IsKnownCmType(uint16_t attribute_id) {
+  return attribute_id >= static_cast<uint16_t>(CmType::kReq) &&
+         attribute_id <= static_cast<uint16_t>(CmType::kDrep);
+}
+
+const char* CmTypeName(CmType type) {
+  switch (type) {
+    case CmType::kReq:
+      return "REQ";
+    case CmType::kMra:
+      return "MRA";
+    case CmType::kRej:
+      return "REJ";
+    case CmType::kRep:
+      return "REP";
+    case CmType::kRtu:
+      return "RTU";
+    case CmType::kDreq:
+      return "DREQ";
+    case CmType::kDrep:
+      return "DREP";
+  }
+  return "UNKNOWN";
+}
+
+size_t CmPrivateDataCapacity(CmType type) {
+  if (!IsKnownCmType(static_cast<uint16_t>(type))) return 0;
+  return kMadLen - kMadHeaderLen - PrivateDataOffset(type);
+}
+
+uint64_t ServiceIdForName(std::string_view name) {
+  uint64_t h = 0xCBF29CE484222325;  // FNV-1a offset basis
+  for (char c : name) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x00000100000001B3;  // FNV prime
+  }
+  return kServiceIdPrefix | (h & kServiceIdHashMask);
+}
+
+bool SetServiceName(std::string_view name, CmMessage* req) {
+  if (name.empty() || name.size() > kMaxServiceNameLen) return false;
+  req->service_id = ServiceIdForName(name);
+  req->private_data.fill(0);
+  req->private_data[0] = static_cast<uint8_t>(name.size());
+  std::memcpy(req->private_data.data() + 1, name.data(), name.size());
+  req->private_data_len = static_cast<uint8_t>(1 + name.size());
+  return true;
+}
+
+std::string_view ServiceNameFromPrivateData(const CmMessage& m) {
+  if (m.type != CmType::kReq || m.private_data_len < 1) return {};
+  const size_t len = m.private_data[0];
+  if (len == 0 || len > kMaxServiceNameLen || 1 + len > m.private_data_len) {
+    return {};
+  }
+  const std::string_view name(
+      reinterpret_cast<const char*>(m.private_data.data() + 1), len);
+  if (ServiceIdForName(name) != m.service_id) return {};
+  return name;
+}
+
+size_t EncodeCmFrame(const Path& path, const CmMessage& m,
+                     std::span<uint8_t> out) {
+  if (out.size() < kCmFrameLen || !Encodable(m)) return 0;
+  PacketHeaders h;
+  h.path = path;
+  h.bth.opcode = Opcode::kUdSendOnly;
+  h.bth.dest_qp = kGsiQpn;
+  h.deth.qkey = kGsiQkey;
+  h.deth.src_qp = kGsiQpn;
+  const size_t mad_at = EncodeHeaders(h, kMadLen, out);
+  if (mad_at == 0) return 0;
+  EncodeMad(path, m, out.data() + mad_at);
+  return FinishFrame(out);
+}
+
+bool ParseCmFrame(std::span<const uint8_t> frame, CmMessage* out, Path* from) {
+  ParsedPacket pkt;
+  if (ParseDatagramFrame(frame, &pkt) != ParseError::kOk) return false;
+  // Full or limited member of the default partition.
+  if (pkt.bth.dest_qp != kGsiQpn || (pkt.bth.pkey & 0x7FFF) != 0x7FFF ||
+      pkt.deth.qkey != kGsiQkey || pkt.deth.src_qp != kGsiQpn) {
+    return false;
+  }
+  if (!ParseMad(pkt.payload, out)) return false;
+  if (from != nullptr) {
+    from->src_mac = pkt.src_mac;
+    from->dst_mac = pkt.dst_mac;
+    from->src_ip = pkt.src_ip;
+    from->dst_ip = pkt.dst_ip;
+    from->udp_src_port = pkt.udp_src_port;
+    from->dscp_ecn = frame[kEthHeaderLen + 1];
+    from->ttl = frame[kEthHeaderLen + 8];
+  }
+  return true;
+}
+
+Path ReplyPath(const Path& from) {
+  Path p;
+  p.src_mac = from.dst_mac;
+  p.dst_mac = from.src_mac;
+  p.src_ip = from.dst_ip;
+  p.dst_ip = from.src_ip;
+  p.udp_src_port = from.udp_src_port;
+  p.dscp_ecn = from.dscp_ecn & 0xFC;
+  return p;
+}
+
+}  // namespace rdmaplane::wire

@@ -1,0 +1,205 @@
+// InfiniBand Communication Management (IBA vol. 1, ch. 12) over RoCEv2, as
+// hardware RoCE devices and Linux's CM carry it: a 256-byte CM MAD in a
+// UD SEND ONLY datagram from QP1 to QP1 with the GSI Q_Key, so that a capture
+// decodes as "CM ConnectRequest" and friends and a hardware peer could, in
+// principle, answer.
+//
+//   Ethernet 14 | IPv4 20 | UDP 8 (dst 4791) | BTH 12 (opcode 0x64, dest QP 1)
+//   | DETH 8 (Q_Key 0x80010000, source QP 1) | MAD 256 | ICRC 4
+//
+// The MAD is a common MAD header (base version 1, class 0x07 CM, class
+// version 2, method SEND, transaction id, attribute id) and 232 bytes of
+// message laid out at the byte/bit offsets of IBA tables 106-113. Only RC
+// connections over IPv4 are expressed: REQ always asks for transport RC with
+// an IPv4-mapped primary path and no alternate path.
+//
+// Also ClassifyFrame, the cheap first look the engine takes at every frame.
+// Thread-safe (pure functions).
+#ifndef RDMAPLANE_DATAPLANE_WIRE_CM_H_
+#define RDMAPLANE_DATAPLANE_WIRE_CM_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "dataplane/wire/arp.h"
+#include "dataplane/wire/psn.h"
+#include "dataplane/wire/roce.h"
+
+namespace rdmaplane::wire {
+
+// The general services interface: CM MADs go from QP1 to QP1 with this Q_Key.
+inline constexpr Qpn kGsiQpn(1);
+inline constexpr uint32_t kGsiQkey = 0x80010000;
+
+inline constexpr size_t kMadLen = 256;
+inline constexpr size_t kMadHeaderLen = 24;
+inline constexpr uint8_t kMadBaseVersion = 1;
+inline constexpr uint8_t kMgmtClassCm = 0x07;
+inline constexpr uint8_t kCmClassVersion = 2;
+inline constexpr uint8_t kMadMethodSend = 0x03;
+inline constexpr size_t kCmFrameLen =
+    kOuterHeadersLen + kBthLen + kDethLen + kMadLen + kIcrcLen;
+
+// Values REQ/REP carry that rdmaplane does not vary. Timeouts are IBA
+// exponents: 4.096 us * 2^value.
+inline constexpr uint8_t kCmResponseTimeout = 18;  // about 1.07 s
+inline constexpr uint8_t kMaxCmRetries = 15;
+inline constexpr uint8_t kRcRetryCount = 7;
+inline constexpr uint8_t kRnrRetryCount = 7;  // 7: retry without limit
+// About 1.05 ms, the RC requester's default retransmit timeout.
+inline constexpr uint8_t kDefaultLocalAckTimeout = 8;
+
+// Path MTU codes of IBA 9.6.2 (1..5 = 256..4096 bytes).
+inline constexpr uint8_t kIbMtu256 = 1;
+inline constexpr uint8_t kIbMtu1024 = 3;
+inline constexpr uint8_t kIbMtu4096 = 5;
+// Bytes for an MTU code; 0 for anything but 1..5.
+constexpr uint32_t IbMtuBytes(uint8_t code) {
+  return code >= kIbMtu256 && code <= kIbMtu4096 ? 128u << code : 0;
+}
+// The largest MTU code whose size fits in `bytes`; 0 below 256.
+constexpr uint8_t IbMtuCode(uint32_t bytes) {
+  uint8_t code = 0;
+  while (code < kIbMtu4096 &&
+         IbMtuBytes(static_cast<uint8_t>(code + 1)) <= bytes) {
+    ++code;
+  }
+  return code;
+}
+
+// MAD attribute ids of the CM messages rdmaplane speaks.
+enum class CmType : uint16_t {
+  kReq = 0x0010,
+  kMra = 0x0011,
+  kRej = 0x0012,
+  kRep = 0x0013,
+  kRtu = 0x0014,
+  kDreq = 0x0015,
+  kDrep = 0x0016,
+};
+bool IsKnownCmType(uint16_t attribute_id);
+const char* CmTypeName(CmType type);
+
+// The message an MRA acknowledges or a REJ rejects (2: LAP for an MRA, any
+// other message for a REJ).
+enum class CmRefersTo : uint8_t { kReq = 0, kRep = 1, kOther = 2 };
+
+// REJ reasons (IBA table 109) rdmaplane sends.
+inline constexpr uint16_t kRejNoResources = 3;
+inline constexpr uint16_t kRejTimeout = 4;
+inline constexpr uint16_t kRejInvalidServiceId = 8;
+inline constexpr uint16_t kRejStaleConnection = 10;
+inline constexpr uint16_t kRejConsumer = 28;
+
+// Private data bytes each message carries on the wire: REQ 92, MRA 222,
+// REJ 148, REP 196, RTU 224, DREQ 220, DREP 224; 0 for an unknown type.
+size_t CmPrivateDataCapacity(CmType type);
+inline constexpr size_t kCmMaxPrivateData = 224;
+
+// One CM message. Each type uses only some fields; the encoder ignores the
+// others and the parser leaves them at their defaults.
+struct CmMessage {
+  CmType type = CmType::kReq;
+  uint64_t transaction_id = 0;  // all; a reply repeats the request's
+  uint32_t local_comm_id = 0;   // all: the sender's connection id
+  uint32_t remote_comm_id = 0;  // all but REQ: the receiver's connection id
+  uint64_t service_id = 0;      // REQ
+  // REQ, REP: the sender's QP. DREQ: the receiver's QP.
+  Qpn qpn;
+  Psn start_psn;                    // REQ, REP: the sender's first PSN
+  uint8_t path_mtu = kIbMtu1024;    // REQ: code 1..5
+  uint8_t responder_resources = 0;  // REQ, REP: READs the sender will serve
+  uint8_t initiator_depth = 0;      // REQ, REP: READs it keeps in flight
+  uint8_t local_ack_timeout = kDefaultLocalAckTimeout;  // REQ: 5 bits
+  uint8_t target_ack_delay = 0;                         // REP: 5 bits
+  // REQ: primary path GIDs as IPv4-mapped IPv6 addresses (::ffff:a.b.c.d);
+  // local is the sender's. Host order.
+  uint32_t local_ip = 0;
+  uint32_t remote_ip = 0;
+  uint16_t reject_reason = 0;               // REJ
+  CmRefersTo refers_to = CmRefersTo::kReq;  // MRA, REJ
+  uint8_t service_timeout = 0;              // MRA: 5 bits
+  // Up to CmPrivateDataCapacity(type) bytes; the rest of the field goes out
+  // as zeros. A parsed message always has the full capacity.
+  uint8_t private_data_len = 0;
+  std::array<uint8_t, kCmMaxPrivateData> private_data{};
+
+  friend bool operator==(const CmMessage&, const CmMessage&) = default;
+};
+
+// A stable service id for a service name: 64-bit FNV-1a with the top byte
+// set to 0x02, the range Linux's CM uses for ids it assigns locally, and bit
+// 16 cleared. That keeps ids clear of the RDMA IP CM range
+// (0x0000000001xxxxxx), whose private data decoders read as an IP CM header,
+// and of Wireshark's test for SDP (any id with bit 16 set), which would
+// otherwise decode the whole connection as SDP.
+uint64_t ServiceIdForName(std::string_view name);
+
+inline constexpr size_t kMaxServiceNameLen = 63;
+// Sets a REQ's service id and replaces its private data with a length byte
+// and the name, so that the passive side matches the name, not the hash.
+// False, leaving `req` unchanged, for an empty or too long name.
+bool SetServiceName(std::string_view name, CmMessage* req);
+// The name SetServiceName stored, or empty when `m` is not a REQ, holds no
+// well-formed name, or the name does not hash to m.service_id (for example
+// private data from another CM). Points into m.private_data.
+std::string_view ServiceNameFromPrivateData(const CmMessage& m);
+
+// Writes the whole frame for `m` along `path` (UDP source port, DSCP and TTL
+// as given). Returns kCmFrameLen, or 0 when `out` is too small or `m` does
+// not fit its fields (private data longer than its type's capacity, QPN over
+// 24 bits, MTU code outside 1..5, a 5-bit field over 31, unknown type or
+// CmRefersTo value).
+size_t EncodeCmFrame(const Path& path, const CmMessage& m,
+                     std::span<uint8_t> out);
+
+// Decodes a CM frame, checking everything EncodeCmFrame writes that a peer
+// must get right: IPv4/UDP/BTH as ParseDatagramFrame (lengths, checksums,
+// ICRC), destination and source QP 1, the GSI Q_Key, a default P_Key, a
+// 256-byte MAD with base version 1, class CM, class version 2, method SEND
+// and a known attribute; for a REQ, transport RC and IPv4-mapped GIDs with an
+// MTU code 1..5; for a REJ, an ARI length of at most 72; for an MRA or REJ a
+// known CmRefersTo. On success fills `out` and, if not null, `from`: src_* is
+// the sender, dst_* is us, with the sender's UDP source port, DSCP/ECN and
+// TTL (see ReplyPath).
+bool ParseCmFrame(std::span<const uint8_t> frame, CmMessage* out, Path* from);
+
+// The path for answering a frame that arrived along `from`: addresses
+// swapped, the same UDP source port and DSCP without ECN bits, default TTL.
+Path ReplyPath(const Path& from);
+
+enum class FrameKind : uint8_t { kRoce, kCm, kArp, kOther };
+
+// Where a received frame goes: ARP by ethertype; IPv4 (20-byte header) UDP
+// to port 4791 is CM when its BTH is UD SEND ONLY to QP 1 and RoCE otherwise
+// (including frames too short for a BTH, which ParseFrame then rejects with a
+// reason); anything else is kOther. Only looks: no lengths, checksums or ICRC
+// are verified here.
+inline FrameKind ClassifyFrame(std::span<const uint8_t> frame) {
+  if (frame.size() < kEthHeaderLen) return FrameKind::kOther;
+  const uint8_t* p = frame.data();
+  const uint16_t ethertype = static_cast<uint16_t>(p[12] << 8 | p[13]);
+  if (ethertype == kEtherTypeArp) return FrameKind::kArp;
+  if (ethertype != kEtherTypeIpv4 || frame.size() < kOuterHeadersLen) {
+    return FrameKind::kOther;
+  }
+  const uint8_t* ip = p + kEthHeaderLen;
+  const uint8_t* udp = ip + kIpv4HeaderLen;
+  if (ip[0] != 0x45 || ip[9] != 17 || (udp[2] << 8 | udp[3]) != kRoceUdpPort) {
+    return FrameKind::kOther;
+  }
+  const uint8_t* bth = udp + kUdpHeaderLen;
+  if (frame.size() >= kOuterHeadersLen + kBthLen &&
+      bth[0] == static_cast<uint8_t>(Opcode::kUdSendOnly) && bth[5] == 0 &&
+      bth[6] == 0 && bth[7] == kGsiQpn.value()) {
+    return FrameKind::kCm;
+  }
+  return FrameKind::kRoce;
+}
+
+}  // namespace rdmaplane::wire
+
+#endif  // RDMAPLANE_DATAPLANE_WIRE_CM_H_

@@ -1,0 +1,564 @@
+#include "dataplane/wire/cm.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "dataplane/wire/arp.h"
+#include "dataplane/wire/icrc.h"
+#include "dataplane/wire/roce.h"
+
+namespace rdmaplane::wire {
+namespace {
+
+constexpr size_t kBthAt = kOuterHeadersLen;
+constexpr size_t kDethAt = kBthAt + kBthLen;
+constexpr size_t kMadAt = kDethAt + kDethLen;
+constexpr size_t kDataAt = kMadAt + kMadHeaderLen;  // CM message fields
+
+Path ActiveToPassive() {
+  Path p;
+  p.src_mac = {{0x02, 0x00, 0x00, 0x00, 0x00, 0x01}};
+  p.dst_mac = {{0x02, 0x00, 0x00, 0x00, 0x00, 0x02}};
+  p.src_ip = 0x0A000001;
+  p.dst_ip = 0x0A000002;
+  p.udp_src_port = 0xC123;
+  p.dscp_ecn = 26 << 2;
+  return p;
+}
+
+void FillPrivateData(CmMessage* m, uint8_t seed) {
+  m->private_data_len = static_cast<uint8_t>(CmPrivateDataCapacity(m->type));
+  for (size_t i = 0; i < m->private_data_len; ++i) {
+    m->private_data[i] = static_cast<uint8_t>(i * 7 + seed);
+  }
+}
+
+// A message of each type with every field its type carries set to a value
+// that is not the default, and full private data.
+CmMessage Sample(CmType type) {
+  CmMessage m;
+  m.type = type;
+  m.transaction_id = 0x1122334455667788;
+  m.local_comm_id = 0xA1B2C3D4;
+  if (type != CmType::kReq) m.remote_comm_id = 0x01020304;
+  switch (type) {
+    case CmType::kReq:
+      m.service_id = 0x02ABCDEF01234567;
+      m.qpn = Qpn(0xABCDEF);
+      m.start_psn = Psn(0xFEDCBA);
+      m.path_mtu = kIbMtu4096;
+      m.responder_resources = 16;
+      m.initiator_depth = 8;
+      m.local_ack_timeout = 14;
+      m.local_ip = 0x0A000001;
+      m.remote_ip = 0x0A000002;
+      break;
+    case CmType::kRep:
+      m.qpn = Qpn(0x000123);
+      m.start_psn = Psn(0x800001);
+      m.responder_resources = 4;
+      m.initiator_depth = 2;
+      m.target_ack_delay = 21;
+      break;
+    case CmType::kMra:
+      m.refers_to = CmRefersTo::kRep;
+      m.service_timeout = 31;
+      break;
+    case CmType::kRej:
+      m.refers_to = CmRefersTo::kOther;
+      m.reject_reason = kRejConsumer;
+      break;
+    case CmType::kDreq:
+      m.qpn = Qpn(0x000011);
+      break;
+    case CmType::kRtu:
+    case CmType::kDrep:
+      break;
+  }
+  FillPrivateData(&m, static_cast<uint8_t>(type));
+  return m;
+}
+
+constexpr CmType kAllTypes[] = {CmType::kReq, CmType::kMra, CmType::kRej,
+                                CmType::kRep, CmType::kRtu, CmType::kDreq,
+                                CmType::kDrep};
+
+std::vector<uint8_t> Encode(const CmMessage& m,
+                            const Path& path = ActiveToPassive()) {
+  std::vector<uint8_t> frame(kCmFrameLen);
+  EXPECT_EQ(EncodeCmFrame(path, m, frame), kCmFrameLen);
+  return frame;
+}
+
+// Recomputes the ICRC so that a frame fails only for what a test changed.
+void FixIcrc(std::vector<uint8_t>& frame) {
+  const size_t ip_len = frame.size() - kEthHeaderLen - kIcrcLen;
+  const uint32_t icrc = ComputeIcrc({frame.data() + kEthHeaderLen, ip_len});
+  for (int i = 0; i < 4; ++i) {
+    frame[frame.size() - 4 + i] = static_cast<uint8_t>(icrc >> (8 * i));
+  }
+}
+
+uint32_t Get24At(const std::vector<uint8_t>& f, size_t at) {
+  return uint32_t{f[at]} << 16 | uint32_t{f[at + 1]} << 8 | f[at + 2];
+}
+uint32_t Get32At(const std::vector<uint8_t>& f, size_t at) {
+  return Get24At(f, at) << 8 | f[at + 3];
+}
+
+TEST(CmTest, RoundTripEveryType) {
+  for (CmType type : kAllTypes) {
+    SCOPED_TRACE(CmTypeName(type));
+    const CmMessage sent = Sample(type);
+    const std::vector<uint8_t> frame = Encode(sent);
+    EXPECT_EQ(ClassifyFrame(frame), FrameKind::kCm);
+    CmMessage got;
+    Path from;
+    ASSERT_TRUE(ParseCmFrame(frame, &got, &from));
+    EXPECT_EQ(got, sent);
+    EXPECT_EQ(from.src_mac, ActiveToPassive().src_mac);
+    EXPECT_EQ(from.dst_mac, ActiveToPassive().dst_mac);
+    EXPECT_EQ(from.src_ip, 0x0A000001u);
+    EXPECT_EQ(from.dst_ip, 0x0A000002u);
+    EXPECT_EQ(from.udp_src_port, 0xC123);
+    EXPECT_EQ(from.ttl, 64);
+  }
+}
+
+TEST(CmTest, ShortPrivateDataIsZeroFilled) {
+  CmMessage m = Sample(CmType::kRtu);
+  m.private_data_len = 3;
+  m.private_data.fill(0xEE);
+  CmMessage got;
+  ASSERT_TRUE(ParseCmFrame(Encode(m), &got, nullptr));
+  EXPECT_EQ(got.private_data_len, 224);
+  EXPECT_EQ(got.private_data[2], 0xEE);
+  EXPECT_EQ(got.private_data[3], 0);
+  EXPECT_EQ(got.private_data[223], 0);
+}
+
+TEST(CmTest, PrivateDataCapacities) {
+  EXPECT_EQ(CmPrivateDataCapacity(CmType::kReq), 92u);
+  EXPECT_EQ(CmPrivateDataCapacity(CmType::kMra), 222u);
+  EXPECT_EQ(CmPrivateDataCapacity(CmType::kRej), 148u);
+  EXPECT_EQ(CmPrivateDataCapacity(CmType::kRep), 196u);
+  EXPECT_EQ(CmPrivateDataCapacity(CmType::kRtu), 224u);
+  EXPECT_EQ(CmPrivateDataCapacity(CmType::kDreq), 220u);
+  EXPECT_EQ(CmPrivateDataCapacity(CmType::kDrep), 224u);
+  EXPECT_EQ(CmPrivateDataCapacity(static_cast<CmType>(0x17)), 0u);
+}
+
+// Spot checks of the layout against IBA vol. 1 ch. 12, independent of the
+// parser (golden_test checks every field with tshark).
+TEST(CmTest, TransportAndMadHeaderBytes) {
+  const std::vector<uint8_t> frame = Encode(Sample(CmType::kRep));
+  ASSERT_EQ(frame.size(), 322u);
+  EXPECT_EQ(frame[kBthAt], 0x64);                   // UD SEND ONLY
+  EXPECT_EQ(Get24At(frame, kBthAt + 5), 1u);        // dest QP
+  EXPECT_EQ(Get32At(frame, kDethAt), 0x80010000u);  // Q_Key
+  EXPECT_EQ(Get24At(frame, kDethAt + 5), 1u);       // source QP
+  EXPECT_EQ(frame[kMadAt + 0], 1);                  // base version
+  EXPECT_EQ(frame[kMadAt + 1], 0x07);               // CM
+  EXPECT_EQ(frame[kMadAt + 2], 2);                  // class version
+  EXPECT_EQ(frame[kMadAt + 3], 0x03);               // SEND
+  EXPECT_EQ(Get32At(frame, kMadAt + 8), 0x11223344u);
+  EXPECT_EQ(Get32At(frame, kMadAt + 12), 0x55667788u);
+  EXPECT_EQ(frame[kMadAt + 16], 0x00);
+  EXPECT_EQ(frame[kMadAt + 17], 0x13);  // REP
+}
+
+TEST(CmTest, ReqLayout) {
+  const std::vector<uint8_t> f = Encode(Sample(CmType::kReq));
+  const size_t d = kDataAt;
+  EXPECT_EQ(Get32At(f, d + 0), 0xA1B2C3D4u);  // local comm id
+  EXPECT_EQ(Get32At(f, d + 8), 0x02ABCDEFu);  // service id
+  EXPECT_EQ(Get32At(f, d + 12), 0x01234567u);
+  // Local CA GUID: EUI-64 of 02:00:00:00:00:01.
+  EXPECT_EQ(Get32At(f, d + 16), 0x000000FFu);
+  EXPECT_EQ(Get32At(f, d + 20), 0xFE000001u);
+  EXPECT_EQ(Get24At(f, d + 32), 0xABCDEFu);           // local QPN
+  EXPECT_EQ(f[d + 35], 16);                           // responder resources
+  EXPECT_EQ(f[d + 39], 8);                            // initiator depth
+  EXPECT_EQ(f[d + 43], kCmResponseTimeout << 3);      // RC, no flow control
+  EXPECT_EQ(Get24At(f, d + 44), 0xFEDCBAu);           // starting PSN
+  EXPECT_EQ(f[d + 47], kCmResponseTimeout << 3 | 7);  // retry count 7
+  EXPECT_EQ(f[d + 48], 0xFF);                         // P_Key
+  EXPECT_EQ(f[d + 49], 0xFF);
+  EXPECT_EQ(f[d + 50], 5 << 4 | 7);  // MTU 4096, RNR retry 7
+  EXPECT_EQ(f[d + 51], 15 << 4);     // max CM retries
+  EXPECT_EQ(f[d + 52], 0xFF);        // permissive LIDs
+  EXPECT_EQ(f[d + 55], 0xFF);
+  const std::vector<uint8_t> local_gid(f.begin() + d + 56, f.begin() + d + 72);
+  EXPECT_EQ(local_gid, (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF,
+                                             0xFF, 10, 0, 0, 1}));
+  EXPECT_EQ(Get32At(f, d + 84), 0x0A000002u);  // remote GID, IPv4 part
+  EXPECT_EQ(f[d + 92], 26 << 2);               // traffic class
+  EXPECT_EQ(f[d + 93], 64);                    // hop limit
+  EXPECT_EQ(f[d + 95], 14 << 3);               // local ACK timeout
+  for (size_t i = 96; i < 140; ++i) EXPECT_EQ(f[d + i], 0) << i;  // no alt
+  EXPECT_EQ(f[d + 140], Sample(CmType::kReq).private_data[0]);
+}
+
+TEST(CmTest, OtherLayouts) {
+  const size_t d = kDataAt;
+  const auto rep = Encode(Sample(CmType::kRep));
+  EXPECT_EQ(Get32At(rep, d + 4), 0x01020304u);   // remote comm id
+  EXPECT_EQ(Get24At(rep, d + 12), 0x000123u);    // local QPN
+  EXPECT_EQ(Get24At(rep, d + 20), 0x800001u);    // starting PSN
+  EXPECT_EQ(rep[d + 24], 4);                     // responder resources
+  EXPECT_EQ(rep[d + 25], 2);                     // initiator depth
+  EXPECT_EQ(rep[d + 26], 21 << 3);               // target ACK delay
+  EXPECT_EQ(rep[d + 27], 7 << 5);                // RNR retry count
+  EXPECT_EQ(Get32At(rep, d + 32), 0xFE000001u);  // CA GUID, low half
+  EXPECT_EQ(rep[d + 36], Sample(CmType::kRep).private_data[0]);
+
+  const auto mra = Encode(Sample(CmType::kMra));
+  EXPECT_EQ(mra[d + 8], 1 << 6);   // REP being acknowledged
+  EXPECT_EQ(mra[d + 9], 31 << 3);  // service timeout
+  EXPECT_EQ(mra[d + 10], Sample(CmType::kMra).private_data[0]);
+
+  const auto rej = Encode(Sample(CmType::kRej));
+  EXPECT_EQ(rej[d + 8], 2 << 6);  // rejecting "other"
+  EXPECT_EQ(rej[d + 9], 0);       // no ARI
+  EXPECT_EQ(rej[d + 10], 0);
+  EXPECT_EQ(rej[d + 11], 28);  // consumer reject
+  EXPECT_EQ(rej[d + 84], Sample(CmType::kRej).private_data[0]);
+
+  const auto dreq = Encode(Sample(CmType::kDreq));
+  EXPECT_EQ(Get24At(dreq, d + 8), 0x000011u);  // remote QPN
+  EXPECT_EQ(dreq[d + 12], Sample(CmType::kDreq).private_data[0]);
+
+  for (CmType type : {CmType::kRtu, CmType::kDrep}) {
+    const auto f = Encode(Sample(type));
+    EXPECT_EQ(Get32At(f, d + 4), 0x01020304u);
+    EXPECT_EQ(f[d + 8], Sample(type).private_data[0]);
+  }
+}
+
+TEST(CmTest, EncodeRejectsWhatDoesNotFit) {
+  std::vector<uint8_t> out(kCmFrameLen);
+  EXPECT_EQ(EncodeCmFrame(ActiveToPassive(), Sample(CmType::kReq),
+                          std::span<uint8_t>(out).first(kCmFrameLen - 1)),
+            0u);
+  struct Case {
+    const char* name;
+    CmMessage m;
+  };
+  std::vector<Case> cases;
+  for (CmType type : kAllTypes) {
+    CmMessage m = Sample(type);
+    m.private_data_len = static_cast<uint8_t>(CmPrivateDataCapacity(type) + 1);
+    cases.push_back({CmTypeName(type), m});
+  }
+  CmMessage m = Sample(CmType::kReq);
+  m.qpn = Qpn(0x1000000);
+  cases.push_back({"REQ QPN over 24 bits", m});
+  m = Sample(CmType::kReq);
+  m.path_mtu = 0;
+  cases.push_back({"REQ MTU 0", m});
+  m.path_mtu = 6;
+  cases.push_back({"REQ MTU 6", m});
+  m = Sample(CmType::kReq);
+  m.local_ack_timeout = 32;
+  cases.push_back({"REQ ACK timeout", m});
+  m = Sample(CmType::kRep);
+  m.target_ack_delay = 32;
+  cases.push_back({"REP ACK delay", m});
+  m = Sample(CmType::kDreq);
+  m.qpn = Qpn(0xFFFFFFFF);
+  cases.push_back({"DREQ QPN", m});
+  m = Sample(CmType::kMra);
+  m.refers_to = static_cast<CmRefersTo>(3);
+  cases.push_back({"MRA refers to 3", m});
+  m = Sample(CmType::kMra);
+  m.service_timeout = 32;
+  cases.push_back({"MRA service timeout", m});
+  m = Sample(CmType::kRej);
+  m.refers_to = static_cast<CmRefersTo>(3);
+  cases.push_back({"REJ refers to 3", m});
+  m = Sample(CmType::kRtu);
+  m.type = static_cast<CmType>(0x0017);  // SIDR_REQ
+  cases.push_back({"unknown type", m});
+  for (const Case& c : cases) {
+    EXPECT_EQ(EncodeCmFrame(ActiveToPassive(), c.m, out), 0u) << c.name;
+  }
+}
+
+TEST(CmTest, TruncationAtEveryLengthIsRejected) {
+  const std::vector<uint8_t> good = Encode(Sample(CmType::kReq));
+  for (size_t len = 0; len < good.size(); ++len) {
+    // Exactly sized, so a sanitizer sees any overread.
+    std::vector<uint8_t> cut(good.begin(), good.begin() + len);
+    CmMessage m;
+    EXPECT_FALSE(ParseCmFrame(cut, &m, nullptr)) << len;
+  }
+}
+
+TEST(CmTest, CorruptionIsRejected) {
+  const std::vector<uint8_t> good = Encode(Sample(CmType::kReq));
+  struct Case {
+    const char* name;
+    size_t offset;
+    uint8_t xor_mask;
+    bool fix_icrc;
+  };
+  const Case cases[] = {
+      {"MAD byte (ICRC)", kDataAt + 100, 0x01, false},
+      {"ICRC", good.size() - 1, 0x80, false},
+      {"base version", kMadAt + 0, 0x03, true},
+      {"class (SA)", kMadAt + 1, 0x04, true},
+      {"class version", kMadAt + 2, 0x01, true},
+      {"method (GetResp)", kMadAt + 3, 0x80, true},
+      {"attribute 0x0017", kMadAt + 17, 0x07, true},
+      {"attribute 0x0110", kMadAt + 16, 0x01, true},
+      {"attribute 0x000f", kMadAt + 17, 0x1F, true},
+      {"destination QP 3", kBthAt + 7, 0x02, true},
+      {"destination QP 0x010001", kBthAt + 5, 0x01, true},
+      {"opcode UD SEND ONLY IMM", kBthAt, 0x01, true},
+      {"P_Key 0xFF7F", kBthAt + 3, 0x80, true},
+      {"Q_Key", kDethAt + 3, 0x01, true},
+      {"source QP 0", kDethAt + 7, 0x01, true},
+      {"REQ transport UC", kDataAt + 43, 0x02, true},
+      {"REQ extended transport XRC", kDataAt + 51, 0x01, true},
+      {"REQ MTU 0", kDataAt + 50, 0x50, true},
+      {"REQ MTU 6", kDataAt + 50, 0x30, true},
+      {"REQ local GID not IPv4-mapped", kDataAt + 56, 0xFE, true},
+      {"REQ remote GID not IPv4-mapped", kDataAt + 82, 0x01, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<uint8_t> frame = good;
+    frame[c.offset] ^= c.xor_mask;
+    if (c.fix_icrc) FixIcrc(frame);
+    CmMessage m;
+    m.local_comm_id = 42;
+    EXPECT_FALSE(ParseCmFrame(frame, &m, nullptr));
+    EXPECT_EQ(m.local_comm_id, 42u);  // untouched
+  }
+}
+
+TEST(CmTest, RejAndMraFieldChecks) {
+  auto rej = Encode(Sample(CmType::kRej));
+  CmMessage m;
+  rej[kDataAt + 9] = 72 << 1;  // the most ARI there is room for
+  FixIcrc(rej);
+  EXPECT_TRUE(ParseCmFrame(rej, &m, nullptr));
+  rej[kDataAt + 9] = 73 << 1;
+  FixIcrc(rej);
+  EXPECT_FALSE(ParseCmFrame(rej, &m, nullptr));
+  rej = Encode(Sample(CmType::kRej));
+  rej[kDataAt + 8] = 3 << 6;
+  FixIcrc(rej);
+  EXPECT_FALSE(ParseCmFrame(rej, &m, nullptr));
+
+  auto mra = Encode(Sample(CmType::kMra));
+  mra[kDataAt + 8] = 3 << 6;
+  FixIcrc(mra);
+  EXPECT_FALSE(ParseCmFrame(mra, &m, nullptr));
+}
+
+TEST(CmTest, LimitedPartitionMemberIsAccepted) {
+  auto frame = Encode(Sample(CmType::kRtu));
+  frame[kBthAt + 2] = 0x7F;
+  FixIcrc(frame);
+  CmMessage m;
+  EXPECT_TRUE(ParseCmFrame(frame, &m, nullptr));
+}
+
+TEST(CmTest, NotACmFrame) {
+  CmMessage m;
+  // An RC frame.
+  PacketHeaders h;
+  h.path = ActiveToPassive();
+  h.bth.opcode = Opcode::kAcknowledge;
+  h.bth.dest_qp = kGsiQpn;
+  std::vector<uint8_t> ack(FrameLength(Opcode::kAcknowledge, 0));
+  ASSERT_EQ(EncodeFrame(h, {}, ack), ack.size());
+  EXPECT_FALSE(ParseCmFrame(ack, &m, nullptr));
+
+  // A UD datagram to QP1 whose payload is not 256 bytes.
+  h.bth.opcode = Opcode::kUdSendOnly;
+  h.deth = {kGsiQkey, kGsiQpn};
+  const std::vector<uint8_t> mad(kMadLen, 0);
+  for (size_t len : {size_t{0}, size_t{252}, size_t{260}}) {
+    std::vector<uint8_t> frame(FrameLength(Opcode::kUdSendOnly, len));
+    ASSERT_EQ(EncodeFrame(h, std::span<const uint8_t>(mad.data(), len), frame),
+              frame.size());
+    EXPECT_FALSE(ParseCmFrame(frame, &m, nullptr)) << len;
+  }
+
+  // ARP.
+  ArpMessage arp;
+  arp.sender_mac = ActiveToPassive().src_mac;
+  std::vector<uint8_t> arp_frame(kArpFrameLen);
+  ASSERT_EQ(EncodeArp(arp, arp_frame), kArpFrameLen);
+  EXPECT_FALSE(ParseCmFrame(arp_frame, &m, nullptr));
+}
+
+TEST(CmTest, RcParserNeverSeesCmFrames) {
+  ParsedPacket pkt;
+  EXPECT_EQ(ParseFrame(Encode(Sample(CmType::kReq)), &pkt),
+            ParseError::kUnknownOpcode);
+}
+
+TEST(CmTest, EthernetTrailerIsIgnored) {
+  std::vector<uint8_t> frame = Encode(Sample(CmType::kDrep));
+  frame.resize(frame.size() + 4, 0xCC);
+  CmMessage m;
+  EXPECT_TRUE(ParseCmFrame(frame, &m, nullptr));
+}
+
+TEST(CmTest, ClassifyFrame) {
+  EXPECT_EQ(ClassifyFrame({}), FrameKind::kOther);
+
+  ArpMessage arp;
+  std::vector<uint8_t> arp_frame(kArpFrameLen);
+  ASSERT_EQ(EncodeArp(arp, arp_frame), kArpFrameLen);
+  EXPECT_EQ(ClassifyFrame(arp_frame), FrameKind::kArp);
+  EXPECT_EQ(ClassifyFrame(std::span<const uint8_t>(arp_frame).first(14)),
+            FrameKind::kArp);
+
+  const std::vector<uint8_t> cm = Encode(Sample(CmType::kReq));
+  EXPECT_EQ(ClassifyFrame(cm), FrameKind::kCm);
+
+  PacketHeaders h;
+  h.path = ActiveToPassive();
+  h.bth.opcode = Opcode::kWriteOnly;
+  h.bth.dest_qp = Qpn(0x123);
+  std::vector<uint8_t> write(FrameLength(Opcode::kWriteOnly, 0));
+  ASSERT_EQ(EncodeFrame(h, {}, write), write.size());
+  EXPECT_EQ(ClassifyFrame(write), FrameKind::kRoce);
+
+  struct Case {
+    const char* name;
+    size_t offset;
+    uint8_t value;
+    FrameKind want;
+  };
+  const Case cases[] = {
+      {"UD to QP 2", kBthAt + 7, 2, FrameKind::kRoce},
+      {"UD to QP 0x000101", kBthAt + 6, 1, FrameKind::kRoce},
+      {"UD to QP 0x010001", kBthAt + 5, 1, FrameKind::kRoce},
+      {"RC SEND ONLY to QP 1", kBthAt, 0x04, FrameKind::kRoce},
+      {"UD SEND ONLY IMM to QP 1", kBthAt, 0x65, FrameKind::kRoce},
+      {"IPv6 ethertype", 12, 0x86, FrameKind::kOther},
+      {"VLAN tag", 12, 0x81, FrameKind::kOther},
+      {"IPv4 options", kEthHeaderLen, 0x46, FrameKind::kOther},
+      {"IP version 6", kEthHeaderLen, 0x65, FrameKind::kOther},
+      {"TCP", kEthHeaderLen + 9, 6, FrameKind::kOther},
+      {"UDP port 4792", kEthHeaderLen + kIpv4HeaderLen + 3, 0xB8,
+       FrameKind::kOther},
+  };
+  for (const Case& c : cases) {
+    std::vector<uint8_t> frame = cm;
+    frame[c.offset] = c.value;
+    EXPECT_EQ(ClassifyFrame(frame), c.want) << c.name;
+  }
+  // Too short for a BTH: RoCE, for ParseFrame to count as truncated.
+  EXPECT_EQ(ClassifyFrame(std::span<const uint8_t>(cm).first(kBthAt + 4)),
+            FrameKind::kRoce);
+  EXPECT_EQ(ClassifyFrame(std::span<const uint8_t>(cm).first(kBthAt - 1)),
+            FrameKind::kOther);
+  EXPECT_EQ(ClassifyFrame(std::span<const uint8_t>(cm).first(13)),
+            FrameKind::kOther);
+}
+
+TEST(CmTest, ServiceIdIsStableAndOutsideTheIpCmRange) {
+  // 64-bit FNV-1a of "rdmaplane/echo" is 0x5bb20a001db057bb.
+  EXPECT_EQ(ServiceIdForName("rdmaplane/echo"), 0x02B20A001DB057BBu);
+  EXPECT_EQ(ServiceIdForName(""), 0x02F29CE484222325u);
+  EXPECT_NE(ServiceIdForName("a"), ServiceIdForName("b"));
+  // Bit 16 of the hash is set for this name; the id has it cleared.
+  EXPECT_EQ(ServiceIdForName("rdmaplane/golden"), 0x028391D262625E4Bu);
+  for (int i = 0; i < 1000; ++i) {
+    const std::string name = "service/" + std::to_string(i);
+    const uint64_t id = ServiceIdForName(name);
+    EXPECT_EQ(id >> 56, 0x02u) << name;
+    EXPECT_EQ(id & 0x10000, 0u) << name;
+  }
+}
+
+TEST(CmTest, ServiceNameTravelsInReqPrivateData) {
+  CmMessage req = Sample(CmType::kReq);
+  ASSERT_TRUE(SetServiceName("storage/7", &req));
+  EXPECT_EQ(req.service_id, ServiceIdForName("storage/7"));
+  EXPECT_EQ(req.private_data_len, 10);
+  CmMessage got;
+  ASSERT_TRUE(ParseCmFrame(Encode(req), &got, nullptr));
+  EXPECT_EQ(got.service_id, ServiceIdForName("storage/7"));
+  EXPECT_EQ(ServiceNameFromPrivateData(got), "storage/7");
+
+  // A name that does not match the service id is not a name.
+  got.service_id ^= 1;
+  EXPECT_EQ(ServiceNameFromPrivateData(got), "");
+  // Only a REQ carries one.
+  CmMessage rep = got;
+  rep.type = CmType::kRep;
+  rep.service_id = req.service_id;
+  EXPECT_EQ(ServiceNameFromPrivateData(rep), "");
+  // Private data of another CM (here: an IP CM header, version 0).
+  CmMessage foreign = Sample(CmType::kReq);
+  foreign.private_data.fill(0);
+  EXPECT_EQ(ServiceNameFromPrivateData(foreign), "");
+  // A length byte that runs past the private data.
+  CmMessage cut = req;
+  cut.private_data_len = 5;
+  EXPECT_EQ(ServiceNameFromPrivateData(cut), "");
+}
+
+TEST(CmTest, ServiceNameLengthLimits) {
+  CmMessage req = Sample(CmType::kReq);
+  const CmMessage before = req;
+  EXPECT_FALSE(SetServiceName("", &req));
+  EXPECT_FALSE(SetServiceName(std::string(64, 'x'), &req));
+  EXPECT_EQ(req, before);
+  const std::string longest(63, 'y');
+  ASSERT_TRUE(SetServiceName(longest, &req));
+  CmMessage got;
+  ASSERT_TRUE(ParseCmFrame(Encode(req), &got, nullptr));
+  EXPECT_EQ(ServiceNameFromPrivateData(got), longest);
+}
+
+TEST(CmTest, ReplyPathAnswersTheSender) {
+  Path from;
+  CmMessage req;
+  const std::vector<uint8_t> frame = Encode(Sample(CmType::kReq));
+  ASSERT_TRUE(ParseCmFrame(frame, &req, &from));
+  from.dscp_ecn = 26 << 2 | 3;  // CE-marked on the way
+  from.ttl = 61;
+  const Path reply = ReplyPath(from);
+  EXPECT_EQ(reply.src_mac, ActiveToPassive().dst_mac);
+  EXPECT_EQ(reply.dst_mac, ActiveToPassive().src_mac);
+  EXPECT_EQ(reply.src_ip, 0x0A000002u);
+  EXPECT_EQ(reply.dst_ip, 0x0A000001u);
+  EXPECT_EQ(reply.udp_src_port, 0xC123);
+  EXPECT_EQ(reply.dscp_ecn, 26 << 2);
+  EXPECT_EQ(reply.ttl, 64);
+
+  CmMessage rep = Sample(CmType::kRep);
+  rep.transaction_id = req.transaction_id;
+  rep.remote_comm_id = req.local_comm_id;
+  Path back;
+  CmMessage got;
+  ASSERT_TRUE(ParseCmFrame(Encode(rep, reply), &got, &back));
+  EXPECT_EQ(back.src_ip, 0x0A000002u);
+  EXPECT_EQ(got.remote_comm_id, req.local_comm_id);
+}
+
+TEST(CmTest, MtuCodes) {
+  EXPECT_EQ(IbMtuBytes(0), 0u);
+  EXPECT_EQ(IbMtuBytes(1), 256u);
+  EXPECT_EQ(IbMtuBytes(3), 1024u);
+  EXPECT_EQ(IbMtuBytes(5), 4096u);
+  EXPECT_EQ(IbMtuBytes(6), 0u);
+  EXPECT_EQ(IbMtuCode(255), 0);
+  EXPECT_EQ(IbMtuCode(256), 1);
+  EXPECT_EQ(IbMtuCode(1500 - 20 - 8 - 12 - 16 - 4), 3);  // Ethernet 1500
+  EXPECT_EQ(IbMtuCode(4096), 5);
+  EXPECT_EQ(IbMtuCode(9000), 5);
+}
+
+}  // namespace
+}  // namespace rdmaplane::wire
