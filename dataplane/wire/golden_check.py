@@ -1,27 +1,34 @@
 #!/usr/bin/python3
 """Checks rdmaplane's golden RoCEv2 frames with decoders written by others.
 
-The frames come from the C++ codec (golden_frames writes a pcap file and a
-JSON file with the field values each frame was built from). Two modes:
+The frames come from the C++ codecs (golden_frames writes a pcap file and a
+JSON file with the field values each frame was built from): RC frames, CM
+MADs in UD datagrams to QP1 ("kind": "cm") and ARP ("kind": "arp"). Two
+modes:
 
   golden_check.py scapy  FRAMES.pcap FRAMES.json
-      Decodes every frame with scapy.contrib.roce and compares the fields;
-      recomputes the ICRC with scapy, and once more the way Linux rxe does
-      (raw CRC register, seed 0xdebb20e3), and compares both with the frame's
-      last four bytes; rebuilds each frame from the expected fields with
-      scapy (which computes the IPv4 checksum and the ICRC itself) and
-      requires the result to equal our frame byte for byte.
+      Decodes every frame with scapy (scapy.contrib.roce for RoCE, with a
+      DETH layer defined here) and compares the fields; recomputes the ICRC
+      with scapy, and once more the way Linux rxe does (raw CRC register,
+      seed 0xdebb20e3), and compares both with the frame's last four bytes;
+      rebuilds each frame from the expected fields with scapy (which computes
+      the IPv4 checksum and the ICRC itself) and requires the result to equal
+      our frame byte for byte. The MAD of a CM frame is rebuilt here from the
+      expected fields at the offsets of IBA vol. 1 tables 106-113.
 
   golden_check.py tshark FRAMES.pcap FRAMES.json
-      Decodes the pcap with tshark, requires every frame to be dissected as
-      InfiniBand with the expected BTH/RETH/AETH fields and no malformed-packet
-      or expert-info warning, and checks that the expert-info check does flag
+      Decodes the pcap with tshark, requires every RoCE frame to be dissected
+      as InfiniBand with the expected BTH/RETH/AETH fields, every CM frame
+      with the expected DETH, MAD header and CM message fields, every ARP
+      frame with the expected ARP fields, no frame to be malformed or to have
+      an expert-info warning, and checks that the expert-info check does flag
       a deliberately truncated frame.
 
 Exits non-zero with a message on the first kind of failure found; prints
 every mismatch. Run with Debian's /usr/bin/python3 (python3-scapy).
 """
 
+import ipaddress
 import json
 import os
 import re
@@ -39,6 +46,31 @@ OUTER_LEN = ETH_LEN + IP_LEN + UDP_LEN
 # RC opcodes whose packets carry a RETH or an AETH (IBTA vol. 1, 9.3).
 RETH_OPCODES = (0x06, 0x0A, 0x0C)
 AETH_OPCODES = (0x0D, 0x0F, 0x10, 0x11)
+
+# CM over RoCEv2: UD SEND ONLY from QP1 to QP1 with the GSI Q_Key, carrying
+# a 256-byte MAD (IBA vol. 1, chapters 12 and 13).
+UD_SEND_ONLY = 0x64
+GSI_QPN = 1
+GSI_QKEY = 0x80010000
+DETH_LEN, MAD_LEN, MAD_HDR_LEN = 8, 256, 24
+CM_FRAME_LEN = OUTER_LEN + BTH_LEN + DETH_LEN + MAD_LEN + ICRC_LEN
+CM_REQ, CM_MRA, CM_REJ, CM_REP, CM_RTU, CM_DREQ, CM_DREP = range(0x10, 0x17)
+# Where each message's private data starts in the MAD data (tables 106-113).
+CM_PRIVATE_DATA_AT = {CM_REQ: 140, CM_MRA: 10, CM_REJ: 84, CM_REP: 36,
+                      CM_RTU: 8, CM_DREQ: 12, CM_DREP: 8}
+# Values rdmaplane always sends (cm.h).
+CM_RESPONSE_TIMEOUT, MAX_CM_RETRIES, RETRY_COUNT, RNR_RETRY_COUNT = 18, 15, 7, 7
+PERMISSIVE_LID = 0xFFFF
+DEFAULT_PKEY = 0xFFFF
+# How tshark 4.0 labels each CM message.
+CM_LABELS = {CM_REQ: "ConnectRequest",
+             CM_MRA: "MsgRcptAck (Dissector Not Implemented)",
+             CM_REJ: "ConnectReject", CM_REP: "ConnectReply",
+             CM_RTU: "ReadyToUse", CM_DREQ: "DisconnectRequest",
+             CM_DREP: "DisconnectReply"}
+
+ARP_FRAME_LEN = 60
+ARP_END = ETH_LEN + 28
 
 
 class Mismatches:
@@ -94,19 +126,123 @@ def load(pcap_path, json_path):
                  f"{json_path} describes {len(expected)}")
     for i, e in enumerate(expected):
         e["index"] = i + 1  # pcap frame numbers start at 1
-        e["payload"] = bytes.fromhex(e["payload_hex"])
-        if len(e["payload"]) != e["payload_len"]:
-            sys.exit(f"{json_path}: frame {i + 1}: payload_hex has "
-                     f"{len(e['payload'])} bytes, payload_len says "
-                     f"{e['payload_len']}")
         if len(frames[i]) != e["frame_len"]:
             sys.exit(f"frame {i + 1}: {len(frames[i])} bytes in the pcap, "
                      f"{e['frame_len']} in the JSON")
-    opcodes = {e["opcode"] for e in expected}
+        kind = e.get("kind")
+        if kind == "roce":
+            e["payload"] = bytes.fromhex(e["payload_hex"])
+            if len(e["payload"]) != e["payload_len"]:
+                sys.exit(f"{json_path}: frame {i + 1}: payload_hex has "
+                         f"{len(e['payload'])} bytes, payload_len says "
+                         f"{e['payload_len']}")
+        elif kind == "cm":
+            e["private_data"] = bytes.fromhex(e["private_data_hex"])
+            capacity = (MAD_LEN - MAD_HDR_LEN -
+                        CM_PRIVATE_DATA_AT.get(e["type"], MAD_LEN))
+            if len(e["private_data"]) != capacity:
+                sys.exit(f"{json_path}: frame {i + 1}: private data of "
+                         f"{len(e['private_data'])} bytes for CM attribute "
+                         f"{e['type']:#x}")
+            if e["frame_len"] != CM_FRAME_LEN:
+                sys.exit(f"frame {i + 1}: a CM frame of {e['frame_len']} "
+                         f"bytes, not {CM_FRAME_LEN}")
+        elif kind == "arp":
+            if e["frame_len"] != ARP_FRAME_LEN:
+                sys.exit(f"frame {i + 1}: an ARP frame of {e['frame_len']} "
+                         f"bytes, not {ARP_FRAME_LEN}")
+        else:
+            sys.exit(f"{json_path}: frame {i + 1}: unknown kind {kind!r}")
+    opcodes = {e["opcode"] for e in expected if e["kind"] == "roce"}
     missing = set(RETH_OPCODES + AETH_OPCODES + (0x07, 0x08, 0x0E)) - opcodes
     if missing:
         sys.exit(f"no golden frame for opcodes {sorted(missing)}")
+    missing = set(CM_LABELS) - {e["type"] for e in expected
+                                if e["kind"] == "cm"}
+    if missing:
+        sys.exit(f"no golden frame for CM attributes "
+                 f"{[hex(t) for t in sorted(missing)]}")
+    if {e["op"] for e in expected if e["kind"] == "arp"} != {1, 2}:
+        sys.exit("the golden frames need an ARP request and an ARP reply")
     return frames, expected
+
+
+def of_kind(frames, expected, kind):
+    return [(f, e) for f, e in zip(frames, expected) if e["kind"] == kind]
+
+
+# --- CM MADs, written independently of the C++ encoder -------------------------
+
+def eui64(mac):
+    """The node GUID a RoCE device derives from its MAC address."""
+    b = bytes.fromhex(mac.replace(":", ""))
+    return int.from_bytes(bytes([b[0] ^ 0x02]) + b[1:3] + b"\xff\xfe" + b[3:],
+                          "big")
+
+
+def ipv4_mapped_gid(ip):
+    return ipaddress.IPv6Address("::ffff:" + ip).packed
+
+
+def cm_mad(e):
+    """The 256-byte MAD for a golden CM frame: the common MAD header, then the
+    message at the byte and bit positions of IBA vol. 1 tables 106-113 (bit
+    fields counted from the most significant bit of their byte)."""
+    mad = bytearray(MAD_LEN)
+    struct.pack_into(">BBBBHHQHHI", mad, 0, 1, 0x07, 2, 0x03, 0, 0,
+                     e["transaction_id"], e["type"], 0, 0)
+    d = MAD_HDR_LEN
+    t = e["type"]
+    struct.pack_into(">I", mad, d + 0, e["local_comm_id"])
+    if t != CM_REQ:
+        struct.pack_into(">I", mad, d + 4, e["remote_comm_id"])
+    if t == CM_REQ:
+        struct.pack_into(">QQ", mad, d + 8, e["service_id"],
+                         eui64(e["src_mac"]))
+        # Local Q_Key at 28 stays 0; QPN and responder resources at 32.
+        struct.pack_into(">I", mad, d + 32,
+                         e["qpn"] << 8 | e["responder_resources"])
+        struct.pack_into(">I", mad, d + 36, e["initiator_depth"])
+        # Remote EECN 0; remote CM response timeout, transport RC (0), no
+        # end-to-end flow control.
+        struct.pack_into(">I", mad, d + 40, CM_RESPONSE_TIMEOUT << 3)
+        struct.pack_into(">I", mad, d + 44, e["start_psn"] << 8 |
+                         CM_RESPONSE_TIMEOUT << 3 | RETRY_COUNT)
+        struct.pack_into(">HBB", mad, d + 48, DEFAULT_PKEY,
+                         e["path_mtu"] << 4 | RNR_RETRY_COUNT,
+                         MAX_CM_RETRIES << 4)
+        struct.pack_into(">HH", mad, d + 52, PERMISSIVE_LID, PERMISSIVE_LID)
+        mad[d + 56:d + 72] = ipv4_mapped_gid(e["local_ip"])
+        mad[d + 72:d + 88] = ipv4_mapped_gid(e["remote_ip"])
+        mad[d + 92] = e["dscp_ecn"] & 0xFC  # traffic class
+        mad[d + 93] = e["ttl"]  # hop limit
+        mad[d + 95] = e["local_ack_timeout"] << 3
+    elif t == CM_MRA:
+        mad[d + 8] = e["refers_to"] << 6
+        mad[d + 9] = e["service_timeout"] << 3
+    elif t == CM_REJ:
+        mad[d + 8] = e["refers_to"] << 6
+        struct.pack_into(">H", mad, d + 10, e["reject_reason"])
+    elif t == CM_REP:
+        struct.pack_into(">I", mad, d + 12, e["qpn"] << 8)
+        struct.pack_into(">I", mad, d + 20, e["start_psn"] << 8)
+        mad[d + 24] = e["responder_resources"]
+        mad[d + 25] = e["initiator_depth"]
+        mad[d + 26] = e["target_ack_delay"] << 3
+        mad[d + 27] = RNR_RETRY_COUNT << 5
+        struct.pack_into(">Q", mad, d + 28, eui64(e["src_mac"]))
+    elif t == CM_DREQ:
+        struct.pack_into(">I", mad, d + 8, e["qpn"] << 8)
+    at = d + CM_PRIVATE_DATA_AT[t]
+    mad[at:] = e["private_data"]
+    if len(mad) != MAD_LEN:
+        sys.exit(f"frame {e['index']}: private data overruns the MAD")
+    if t == CM_REQ and e["service_name"]:
+        name = e["service_name"].encode()
+        if e["private_data"][:1 + len(name)] != bytes([len(name)]) + name:
+            sys.exit(f"frame {e['index']}: the REQ's private data does not "
+                     f"start with the service name")
+    return bytes(mad)
 
 
 # --- ICRC as Linux rxe computes it --------------------------------------------
@@ -146,10 +282,11 @@ def rxe_icrc(frame):
 def check_scapy(frames, expected):
     try:
         from scapy.contrib.roce import AETH, BTH
-        from scapy.fields import IntField, XIntField, XLongField
+        from scapy.fields import (IntField, X3BytesField, XByteField,
+                                  XIntField, XLongField)
         from scapy.layers.inet import IP, UDP
-        from scapy.layers.l2 import Ether
-        from scapy.packet import Packet, Raw, bind_layers
+        from scapy.layers.l2 import ARP, Ether
+        from scapy.packet import Packet, Padding, Raw, bind_layers
     except ImportError as e:
         sys.exit(f"scapy with scapy.contrib.roce is required "
                  f"(Debian python3-scapy, see deploy/setup.sh): {e}")
@@ -163,15 +300,26 @@ def check_scapy(frames, expected):
             IntField("dmalen", 0),
         ]
 
+    class DETH(Packet):
+        # scapy.contrib.roce has no DETH layer either; IBTA vol. 1, 9.3.3.
+        name = "DETH"
+        fields_desc = [
+            XIntField("qkey", 0),
+            XByteField("reserved", 0),
+            X3BytesField("srcqp", 0),
+        ]
+
     # scapy binds AETH to ACKNOWLEDGE only; READ responses carry one too.
     for op in RETH_OPCODES:
         bind_layers(BTH, RETH, opcode=op)
     for op in AETH_OPCODES:
         if op != 0x11:
             bind_layers(BTH, AETH, opcode=op)
+    bind_layers(BTH, DETH, opcode=UD_SEND_ONLY)
 
     m = Mismatches()
-    for raw_frame, e in zip(frames, expected):
+    roce = of_kind(frames, expected, "roce")
+    for raw_frame, e in roce:
         pkt = Ether(raw_frame)
         for layer in (IP, UDP, BTH):
             if not pkt.haslayer(layer):
@@ -268,10 +416,99 @@ def check_scapy(frames, expected):
             m.fail(e, f"scapy's rebuild differs: {len(rebuilt)} vs "
                       f"{len(raw_frame)} bytes, first differing offsets "
                       f"{diff[:8]}")
+    cm = of_kind(frames, expected, "cm")
+    for raw_frame, e in cm:
+        pkt = Ether(raw_frame)
+        for layer in (IP, UDP, BTH, DETH, Raw):
+            if not pkt.haslayer(layer):
+                m.fail(e, f"scapy found no {layer.__name__} layer")
+        if not pkt.haslayer(DETH) or not pkt.haslayer(Raw):
+            continue
+        ip, udp, bth, deth = pkt[IP], pkt[UDP], pkt[BTH], pkt[DETH]
+        m.expect(e, "eth src", pkt.src, e["src_mac"])
+        m.expect(e, "eth dst", pkt.dst, e["dst_mac"])
+        m.expect(e, "ip src", ip.src, e["src_ip"])
+        m.expect(e, "ip dst", ip.dst, e["dst_ip"])
+        m.expect(e, "ip tos", ip.tos, e["dscp_ecn"])
+        m.expect(e, "ip ttl", ip.ttl, e["ttl"])
+        m.expect(e, "udp sport", udp.sport, e["udp_src_port"])
+        m.expect(e, "udp dport", udp.dport, ROCE_UDP_PORT)
+        m.expect(e, "bth opcode", bth.opcode, UD_SEND_ONLY)
+        m.expect(e, "bth padcount", bth.padcount, 0)
+        m.expect(e, "bth version", bth.version, 0)
+        m.expect(e, "bth pkey", bth.pkey, DEFAULT_PKEY)
+        m.expect(e, "bth dqpn", bth.dqpn, GSI_QPN)
+        m.expect(e, "deth qkey", deth.qkey, GSI_QKEY)
+        m.expect(e, "deth reserved", deth.reserved, 0)
+        m.expect(e, "deth srcqp", deth.srcqp, GSI_QPN)
+        mad = cm_mad(e)
+        got = pkt[Raw].load
+        if got != mad:
+            diff = [i for i in range(min(len(got), len(mad)))
+                    if got[i] != mad[i]]
+            m.fail(e, f"MAD differs from IBA layout: {len(got)} bytes, "
+                      f"first differing MAD offsets {diff[:8]}")
+
+        ours = raw_frame[-ICRC_LEN:]
+        theirs = bytes(bth.compute_icrc(None))
+        if theirs != ours:
+            m.fail(e, f"ICRC: frame has {ours.hex()}, scapy computes "
+                      f"{theirs.hex()}")
+        if rxe_icrc(raw_frame) != ours:
+            m.fail(e, f"ICRC: frame has {ours.hex()}, the rxe-style "
+                      f"computation gives {rxe_icrc(raw_frame).hex()}")
+
+        rebuilt = bytes(
+            Ether(src=e["src_mac"], dst=e["dst_mac"]) /
+            IP(tos=e["dscp_ecn"], id=0, flags="DF", ttl=e["ttl"],
+               src=e["src_ip"], dst=e["dst_ip"]) /
+            UDP(sport=e["udp_src_port"], dport=ROCE_UDP_PORT, chksum=0) /
+            BTH(opcode=UD_SEND_ONLY, migreq=1, pkey=DEFAULT_PKEY,
+                dqpn=GSI_QPN, psn=0) /
+            DETH(qkey=GSI_QKEY, srcqp=GSI_QPN) / Raw(mad))
+        if rebuilt != raw_frame:
+            diff = [i for i in range(min(len(rebuilt), len(raw_frame)))
+                    if rebuilt[i] != raw_frame[i]]
+            m.fail(e, f"scapy's rebuild differs: {len(rebuilt)} vs "
+                      f"{len(raw_frame)} bytes, first differing offsets "
+                      f"{diff[:8]}")
+
+    arp = of_kind(frames, expected, "arp")
+    for raw_frame, e in arp:
+        pkt = Ether(raw_frame)
+        if not pkt.haslayer(ARP):
+            m.fail(e, "scapy found no ARP layer")
+            continue
+        a = pkt[ARP]
+        m.expect(e, "eth src", pkt.src, e["sender_mac"])
+        m.expect(e, "eth dst", pkt.dst,
+                 "ff:ff:ff:ff:ff:ff" if e["op"] == 1 else e["target_mac"])
+        m.expect(e, "arp hwtype", a.hwtype, 1)
+        m.expect(e, "arp ptype", a.ptype, 0x0800)
+        m.expect(e, "arp hwlen", a.hwlen, 6)
+        m.expect(e, "arp plen", a.plen, 4)
+        m.expect(e, "arp op", a.op, e["op"])
+        m.expect(e, "arp hwsrc", a.hwsrc, e["sender_mac"])
+        m.expect(e, "arp psrc", a.psrc, e["sender_ip"])
+        m.expect(e, "arp hwdst", a.hwdst, e["target_mac"])
+        m.expect(e, "arp pdst", a.pdst, e["target_ip"])
+        m.expect(e, "padding", raw_frame[ARP_END:],
+                 bytes(ARP_FRAME_LEN - ARP_END))
+        rebuilt = bytes(
+            Ether(src=e["sender_mac"], dst=pkt.dst) /
+            ARP(op=e["op"], hwsrc=e["sender_mac"], psrc=e["sender_ip"],
+                hwdst=e["target_mac"], pdst=e["target_ip"]) /
+            Padding(bytes(ARP_FRAME_LEN - ARP_END)))
+        if rebuilt != raw_frame:
+            m.fail(e, f"scapy's rebuild differs: {rebuilt.hex()} vs "
+                      f"{raw_frame.hex()}")
+
     status = m.exit_status("scapy")
     if status == 0:
-        print(f"scapy: {len(frames)} frames decoded and ICRCs recomputed "
-              f"(scapy and rxe-style), all match")
+        print(f"scapy: {len(roce)} RC and {len(cm)} CM frames decoded and "
+              f"ICRCs recomputed (scapy and rxe-style), CM MADs match the "
+              f"IBA layout, {len(arp)} ARP frames decoded, all rebuilt "
+              f"byte for byte")
     return status
 
 
@@ -300,6 +537,137 @@ TSHARK_FIELDS = [
     "infiniband.aeth.msn",
     "infiniband.invariant.crc",
     "data.len",
+]
+
+# Fields of CM frames: transport, MAD header, then per message type.
+TSHARK_CM_FIELDS = [
+    "infiniband.deth.q_key",
+    "infiniband.deth.srcqp",
+    "infiniband.mad.baseversion",
+    "infiniband.mad.mgmtclass",
+    "infiniband.mad.classversion",
+    "infiniband.mad.method",
+    "infiniband.mad.status",
+    "infiniband.mad.transactionid",
+    "infiniband.mad.attributeid",
+    "infiniband.mad.attributemodifier",
+    "infiniband.mad.data",
+]
+
+
+def cm_expected_fields(e):
+    """tshark field -> expected value for the message fields of a CM frame.
+    Wireshark 4.0 does not dissect MRA; its body is checked through
+    infiniband.mad.data like every other message's."""
+    t = e["type"]
+    pd = e["private_data"].hex()
+    if t == CM_REQ:
+        return {
+            "infiniband.cm.req": e["local_comm_id"],
+            "infiniband.cm.req.serviceid": e["service_id"],
+            "infiniband.cm.req.localcaguid": eui64(e["src_mac"]),
+            "infiniband.cm.req.localqkey": 0,
+            "infiniband.cm.req.localqpn": e["qpn"],
+            "infiniband.cm.req.responderres": e["responder_resources"],
+            "infiniband.cm.req.initdepth": e["initiator_depth"],
+            "infiniband.cm.req.remoteresptout": CM_RESPONSE_TIMEOUT,
+            "infiniband.cm.req.transpsvctype": 0,  # RC
+            "infiniband.cm.req.e2eflowctrl": 0,
+            "infiniband.cm.req.startpsn": e["start_psn"],
+            "infiniband.cm.req.localresptout": CM_RESPONSE_TIMEOUT,
+            "infiniband.cm.req.retrcount": RETRY_COUNT,
+            "infiniband.cm.req.pkey": DEFAULT_PKEY,
+            "infiniband.cm.req.pppmtu": e["path_mtu"],
+            "infiniband.cm.req.rdcexist": 0,
+            "infiniband.cm.req.rnrretrcount": RNR_RETRY_COUNT,
+            "infiniband.cm.req.maxcmretr": MAX_CM_RETRIES,
+            "infiniband.cm.req.srq": 0,
+            "infiniband.cm.req.ext_transport": 0,
+            "infiniband.cm.req.prim_locallid": PERMISSIVE_LID,
+            "infiniband.cm.req.prim_remotelid": PERMISSIVE_LID,
+            "infiniband.cm.req.prim_localgid_ipv4": e["local_ip"],
+            "infiniband.cm.req.prim_remotegid_ipv4": e["remote_ip"],
+            "infiniband.cm.req.prim_tfcclass": e["dscp_ecn"] & 0xFC,
+            "infiniband.cm.req.prim_hoplim": e["ttl"],
+            "infiniband.cm.req.prim_localacktout": e["local_ack_timeout"],
+            "infiniband.cm.req.alt_locallid": 0,
+            "infiniband.cm.req.private": pd,
+        }
+    if t == CM_REP:
+        return {
+            "infiniband.cm.rep": e["local_comm_id"],
+            "infiniband.cm.rep.remotecommid": e["remote_comm_id"],
+            "infiniband.cm.rep.localqkey": 0,
+            "infiniband.cm.rep.localqpn": e["qpn"],
+            "infiniband.cm.rep.localeecn": 0,
+            "infiniband.cm.rep.startpsn": e["start_psn"],
+            "infiniband.cm.rep.respres": e["responder_resources"],
+            "infiniband.cm.rep.initdepth": e["initiator_depth"],
+            "infiniband.cm.rep.tgtackdelay": e["target_ack_delay"],
+            "infiniband.cm.rep.failoveracc": 0,
+            "infiniband.cm.rep.e2eflowctrl": 0,
+            "infiniband.cm.rep.rnrretrcount": RNR_RETRY_COUNT,
+            "infiniband.cm.rep.srq": 0,
+            "infiniband.cm.rep.localcaguid": eui64(e["src_mac"]),
+            "infiniband.cm.rep.private": pd,
+        }
+    if t == CM_REJ:
+        return {
+            "infiniband.cm.rej.localcommid": e["local_comm_id"],
+            "infiniband.cm.rej.remotecommid": e["remote_comm_id"],
+            "infiniband.cm.rej.msgrej": e["refers_to"],
+            "infiniband.cm.rej.rejinfolen": 0,
+            "infiniband.cm.rej.reason": e["reject_reason"],
+            "infiniband.cm.rej.private": pd,
+        }
+    if t == CM_RTU:
+        return {
+            "infiniband.cm.rtu.localcommid": e["local_comm_id"],
+            "infiniband.cm.rtu.remotecommid": e["remote_comm_id"],
+            "infiniband.cm.rtu.private": pd,
+        }
+    if t == CM_DREQ:
+        return {
+            "infiniband.cm.dreq.localcommid": e["local_comm_id"],
+            "infiniband.cm.dreq.remotecommid": e["remote_comm_id"],
+            # Wireshark files DREQ's remote QPN under this name.
+            "infiniband.cm.req.remoteqpneecn": e["qpn"],
+            "infiniband.cm.dreq.private": pd,
+        }
+    if t == CM_DREP:
+        return {
+            "infiniband.cm.drsp.localcommid": e["local_comm_id"],
+            "infiniband.cm.drsp.remotecommid": e["remote_comm_id"],
+            "infiniband.cm.drsp.private": pd,
+        }
+    return {}
+
+
+# Every per-message field above, so that one tshark run extracts them all.
+TSHARK_CM_MESSAGE_FIELDS = sorted({
+    f for t in CM_LABELS
+    for f in cm_expected_fields({
+        "type": t, "private_data": b"", "src_mac": "00:00:00:00:00:00",
+        **{k: 0 for k in (
+            "local_comm_id", "remote_comm_id", "service_id", "qpn",
+            "responder_resources", "initiator_depth", "start_psn",
+            "path_mtu", "local_ip", "remote_ip", "dscp_ecn", "ttl",
+            "local_ack_timeout", "target_ack_delay", "refers_to",
+            "reject_reason")}})})
+
+TSHARK_ARP_FIELDS = [
+    "eth.src",
+    "eth.dst",
+    "eth.padding",
+    "arp.hw.type",
+    "arp.proto.type",
+    "arp.hw.size",
+    "arp.proto.size",
+    "arp.opcode",
+    "arp.src.hw_mac",
+    "arp.src.proto_ipv4",
+    "arp.dst.hw_mac",
+    "arp.dst.proto_ipv4",
 ]
 
 
@@ -340,7 +708,8 @@ def check_tshark(pcap_path, frames, expected):
                  f"deploy/setup.sh)")
     m = Mismatches()
     status_fields = icrc_status_fields()
-    fields = TSHARK_FIELDS + status_fields
+    fields = (TSHARK_FIELDS + TSHARK_CM_FIELDS + TSHARK_CM_MESSAGE_FIELDS +
+              TSHARK_ARP_FIELDS + status_fields)
     out = tshark("-r", pcap_path, "-T", "fields", "-E", "separator=\t",
                  "-E", "occurrence=a", "-E", "aggregator=|",
                  *[a for f in fields for a in ("-e", f)])
@@ -356,9 +725,80 @@ def check_tshark(pcap_path, frames, expected):
         # Wireshark 4.0 prints booleans as 0/1, later versions as False/True.
         return {"0": False, "1": True, "False": False, "True": True}.get(s, s)
 
+    def expect_field(e, got, field, want):
+        """Compares a tshark field with an int, a dotted IPv4 address or
+        hex bytes."""
+        value = got[field]
+        if isinstance(want, int) and value:
+            try:
+                value = int(value, 0)
+            except ValueError:
+                pass
+        m.expect(e, field, value, want)
+
     for row, raw_frame, e in zip(rows, frames, expected):
         got = dict(zip(fields, row))
         m.expect(e, "frame.number", int(got["frame.number"]), e["index"])
+        if e["kind"] == "cm":
+            m.expect(e, "protocols", got["frame.protocols"],
+                     "eth:ethertype:ip:udp:infiniband")
+            m.expect(e, "ip.src", got["ip.src"], e["src_ip"])
+            m.expect(e, "ip.dst", got["ip.dst"], e["dst_ip"])
+            m.expect(e, "udp.srcport", opt_int(got["udp.srcport"]),
+                     e["udp_src_port"])
+            m.expect(e, "udp.dstport", opt_int(got["udp.dstport"]),
+                     ROCE_UDP_PORT)
+            transport = {
+                "infiniband.bth.opcode": UD_SEND_ONLY,
+                "infiniband.bth.padcnt": 0,
+                "infiniband.bth.tver": 0,
+                "infiniband.bth.p_key": DEFAULT_PKEY,
+                "infiniband.bth.destqp": GSI_QPN,
+                "infiniband.bth.psn": 0,
+                "infiniband.deth.q_key": GSI_QKEY,
+                "infiniband.deth.srcqp": GSI_QPN,
+                "infiniband.mad.baseversion": 1,
+                "infiniband.mad.mgmtclass": 0x07,
+                "infiniband.mad.classversion": 2,
+                "infiniband.mad.method": 0x03,
+                "infiniband.mad.status": 0,
+                "infiniband.mad.transactionid": e["transaction_id"],
+                "infiniband.mad.attributeid": e["type"],
+                "infiniband.mad.attributemodifier": 0,
+                "infiniband.mad.data": cm_mad(e)[MAD_HDR_LEN:].hex(),
+                "infiniband.invariant.crc":
+                    int.from_bytes(raw_frame[-ICRC_LEN:], "big"),
+            }
+            for field, want in transport.items():
+                expect_field(e, got, field, want)
+            message = cm_expected_fields(e)
+            for field in TSHARK_CM_MESSAGE_FIELDS:
+                expect_field(e, got, field, message.get(field, ""))
+            for field in ("infiniband.reth.va", "infiniband.aeth.syndrome",
+                          "data.len"):
+                m.expect(e, field, got[field], "")
+            continue
+        if e["kind"] == "arp":
+            m.expect(e, "protocols", got["frame.protocols"],
+                     "eth:ethertype:arp")
+            want = {
+                "eth.src": e["sender_mac"],
+                "eth.dst": ("ff:ff:ff:ff:ff:ff" if e["op"] == 1
+                            else e["target_mac"]),
+                "eth.padding": bytes(ARP_FRAME_LEN - ARP_END).hex(),
+                "arp.hw.type": 1,
+                "arp.proto.type": 0x0800,
+                "arp.hw.size": 6,
+                "arp.proto.size": 4,
+                "arp.opcode": e["op"],
+                "arp.src.hw_mac": e["sender_mac"],
+                "arp.src.proto_ipv4": e["sender_ip"],
+                "arp.dst.hw_mac": e["target_mac"],
+                "arp.dst.proto_ipv4": e["target_ip"],
+            }
+            for field, value in want.items():
+                expect_field(e, got, field, value)
+            continue
         m.expect(e, "protocols", got["frame.protocols"].split(":")[:5],
                  ["eth", "ethertype", "ip", "udp", "infiniband"])
         m.expect(e, "ip.src", got["ip.src"], e["src_ip"])
@@ -410,17 +850,44 @@ def check_tshark(pcap_path, frames, expected):
     if len(per_frame) != len(expected):
         sys.exit(f"tshark -V printed {len(per_frame)} frames")
     for text, e in zip(per_frame, expected):
-        for line in (
+        if e["kind"] == "roce":
+            lines = [
                 "InfiniBand",
                 "    Base Transport Header",
                 f"        Destination Queue Pair: 0x{e['dest_qp']:06x}",
-                f"        Packet Sequence Number: {e['psn']}"):
+                f"        Packet Sequence Number: {e['psn']}"]
+            if not re.search(r"^        Opcode: Reliable Connection \(RC\) "
+                             rf"- .* \({e['opcode']}\)$", text, re.MULTILINE):
+                m.fail(e, "tshark -V lacks an RC opcode line for opcode "
+                          f"{e['opcode']}")
+        elif e["kind"] == "cm":
+            lines = [
+                "InfiniBand",
+                "    Base Transport Header",
+                "        Opcode: Unreliable Datagram (UD) - SEND only (100)",
+                "        Destination Queue Pair: 0x000001",
+                "    DETH - Datagram Extended Transport Header",
+                f"        Queue Key: 0x{GSI_QKEY:016x}",
+                "        Source Queue Pair: 0x00000001",
+                "    MAD Header - Common Management Datagram",
+                f"        Transaction ID: 0x{e['transaction_id']:016x}",
+                f"    CM {CM_LABELS[e['type']]}",
+                "    Invariant CRC: 0x" + raw_frame_icrc_hex(frames, e)]
+            if e["type"] == CM_REQ:
+                lines += [
+                    f"        ServiceID: 0x{e['service_id']:016x}",
+                    f"        Primary Local Port GID: {e['local_ip']}",
+                    f"        Primary Remote Port GID: {e['remote_ip']}"]
+        else:
+            op = {1: "request", 2: "reply"}[e["op"]]
+            lines = [
+                f"Address Resolution Protocol ({op})",
+                f"    Opcode: {op} ({e['op']})",
+                f"    Sender IP address: {e['sender_ip']}",
+                f"    Target IP address: {e['target_ip']}"]
+        for line in lines:
             if not re.search("^" + re.escape(line) + "$", text, re.MULTILINE):
                 m.fail(e, f"tshark -V lacks line {line.strip()!r}")
-        if not re.search(r"^        Opcode: Reliable Connection \(RC\) - .* "
-                         rf"\({e['opcode']}\)$", text, re.MULTILINE):
-            m.fail(e, "tshark -V lacks an RC opcode line for opcode "
-                      f"{e['opcode']}")
         for bad in ("Malformed", "Expert Info"):
             if bad in text:
                 m.fail(e, f"tshark -V says {bad!r}")
@@ -437,7 +904,7 @@ def check_tshark(pcap_path, frames, expected):
         bad_path = os.path.join(tmp, "truncated.pcap")
         with open(pcap_path, "rb") as f:
             header = f.read(24)
-        cut = frames[-1][:-6]
+        cut = [f for f, e in of_kind(frames, expected, "roce")][-1][:-6]
         with open(bad_path, "wb") as f:
             f.write(header + struct.pack("<IIII", 0, 0, len(cut), len(cut)) +
                     cut)
@@ -450,9 +917,17 @@ def check_tshark(pcap_path, frames, expected):
     if status == 0:
         checked = ("ICRC status checked" if status_fields else
                    "this tshark shows but does not verify the ICRC")
-        print(f"tshark: {len(frames)} frames dissected as InfiniBand, "
+        counts = {k: len(of_kind(frames, expected, k))
+                  for k in ("roce", "cm", "arp")}
+        print(f"tshark: {counts['roce']} RC frames and {counts['cm']} CM "
+              f"frames dissected as InfiniBand, {counts['arp']} ARP frames, "
               f"fields match, no expert warnings ({checked})")
     return status
+
+
+def raw_frame_icrc_hex(frames, e):
+    """The ICRC of expected frame `e` as tshark prints it (big-endian)."""
+    return frames[e["index"] - 1][-ICRC_LEN:].hex()
 
 
 def main(argv):

@@ -139,4 +139,124 @@ std::vector<GoldenFrame> MakeGoldenFrames() {
   return frames;
 }
 
+std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
+  constexpr uint32_t kActiveCommId = 0x5EC0FFEE;
+  constexpr uint32_t kPassiveCommId = 0x0B0E0F01;
+  constexpr uint64_t kConnectTid = 0x0000000100000001;
+  constexpr uint64_t kCloseTid = 0x0000000100000002;
+  constexpr uint64_t kRefusedTid = 0x0000000100000003;
+
+  Path active;  // the requester's side opens and closes the connection
+  active.src_mac = kRequesterMac;
+  active.dst_mac = kResponderMac;
+  active.src_ip = kRequesterIp;
+  active.dst_ip = kResponderIp;
+  active.udp_src_port = UdpSourcePortForQpn(kGsiQpn);
+  active.dscp_ecn = kDscpEct0 & 0xFC;
+  const Path passive = ReplyPath(active);
+
+  std::vector<GoldenCmFrame> frames;
+  auto add = [&frames](std::string name, const Path& path, CmMessage m) {
+    GoldenCmFrame g;
+    g.name = std::move(name);
+    g.path = path;
+    g.message = m;
+    g.frame.resize(kCmFrameLen);
+    g.frame.resize(EncodeCmFrame(path, m, g.frame));
+    frames.push_back(std::move(g));
+  };
+
+  CmMessage req;
+  req.type = CmType::kReq;
+  req.transaction_id = kConnectTid;
+  req.local_comm_id = kActiveCommId;
+  SetServiceName("rdmaplane/golden", &req);
+  req.qpn = kRequesterQpn;
+  req.start_psn = Psn(0xFFFFFE);  // the first WRITE of MakeGoldenFrames
+  req.path_mtu = kIbMtu1024;
+  req.responder_resources = 4;
+  req.initiator_depth = 4;
+  req.local_ip = kRequesterIp;
+  req.remote_ip = kResponderIp;
+  add("cm_req", active, req);
+
+  CmMessage mra;
+  mra.type = CmType::kMra;
+  mra.transaction_id = kConnectTid;
+  mra.local_comm_id = kPassiveCommId;
+  mra.remote_comm_id = kActiveCommId;
+  mra.refers_to = CmRefersTo::kReq;
+  mra.service_timeout = 20;
+  add("cm_mra", passive, mra);
+
+  CmMessage rep;
+  rep.type = CmType::kRep;
+  rep.transaction_id = kConnectTid;
+  rep.local_comm_id = kPassiveCommId;
+  rep.remote_comm_id = kActiveCommId;
+  rep.qpn = kResponderQpn;
+  rep.start_psn = Psn(0x000456);
+  rep.responder_resources = 4;
+  rep.initiator_depth = 4;
+  rep.target_ack_delay = 15;
+  add("cm_rep", passive, rep);
+
+  CmMessage rtu;
+  rtu.type = CmType::kRtu;
+  rtu.transaction_id = kConnectTid;
+  rtu.local_comm_id = kActiveCommId;
+  rtu.remote_comm_id = kPassiveCommId;
+  add("cm_rtu", active, rtu);
+
+  CmMessage dreq;
+  dreq.type = CmType::kDreq;
+  dreq.transaction_id = kCloseTid;
+  dreq.local_comm_id = kActiveCommId;
+  dreq.remote_comm_id = kPassiveCommId;
+  dreq.qpn = kResponderQpn;
+  add("cm_dreq", active, dreq);
+
+  CmMessage drep;
+  drep.type = CmType::kDrep;
+  drep.transaction_id = kCloseTid;
+  drep.local_comm_id = kPassiveCommId;
+  drep.remote_comm_id = kActiveCommId;
+  add("cm_drep", passive, drep);
+
+  CmMessage refused = req;
+  refused.transaction_id = kRefusedTid;
+  refused.local_comm_id = kActiveCommId + 1;
+  SetServiceName("rdmaplane/nobody", &refused);
+  add("cm_req_unknown_service", active, refused);
+  CmMessage rej;
+  rej.type = CmType::kRej;
+  rej.transaction_id = kRefusedTid;
+  rej.local_comm_id = 0;  // the passive side never allocated one
+  rej.remote_comm_id = kActiveCommId + 1;
+  rej.refers_to = CmRefersTo::kReq;
+  rej.reject_reason = kRejInvalidServiceId;
+  add("cm_rej_invalid_service", passive, rej);
+  return frames;
+}
+
+std::vector<GoldenArpFrame> MakeGoldenArpFrames() {
+  std::vector<GoldenArpFrame> frames;
+  auto add = [&frames](std::string name, const ArpMessage& m) {
+    GoldenArpFrame g;
+    g.name = std::move(name);
+    g.message = m;
+    g.frame.resize(kArpFrameLen);
+    g.frame.resize(EncodeArp(m, g.frame));
+    frames.push_back(std::move(g));
+  };
+  ArpMessage request;
+  request.op = kArpOpRequest;
+  request.sender_mac = kRequesterMac;
+  request.sender_ip = kRequesterIp;
+  request.target_ip = kResponderIp;
+  add("arp_request", request);
+  add("arp_reply", MakeArpReply(request, kResponderMac));
+  return frames;
+}
+
 }  // namespace rdmaplane::wire

@@ -1,6 +1,8 @@
 // A fixed set of RoCEv2 frames, one or more per RC opcode, built with the
-// codec in roce.h. The golden-packet test feeds them to independent decoders
-// (scapy, tshark); the fuzz test and benchmarks use them as seeds and inputs.
+// codec in roce.h, plus one frame of each CM message (cm.h) and an ARP
+// request and reply (arp.h). The golden-packet test feeds them to independent
+// decoders (scapy, tshark); the fuzz test and benchmarks use the RC frames as
+// seeds and inputs.
 //
 // Test-only. Thread-safe (pure functions).
 #ifndef RDMAPLANE_DATAPLANE_WIRE_GOLDEN_FRAMES_H_
@@ -10,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "dataplane/wire/arp.h"
+#include "dataplane/wire/cm.h"
 #include "dataplane/wire/roce.h"
 
 namespace rdmaplane::wire {
@@ -28,6 +32,27 @@ struct GoldenFrame {
 // and the NAKs for a PSN sequence error and a remote access error. Payload
 // sizes give every pad count (0..3). Deterministic.
 std::vector<GoldenFrame> MakeGoldenFrames();
+
+struct GoldenCmFrame {
+  std::string name;
+  Path path;
+  CmMessage message;           // what was encoded
+  std::vector<uint8_t> frame;  // kCmFrameLen bytes
+};
+
+// The CM exchange that would set up and tear down the connection of
+// MakeGoldenFrames (REQ with a service name, MRA, REP, RTU, DREQ, DREP) and a
+// REJ of a second REQ for an unknown service. Deterministic.
+std::vector<GoldenCmFrame> MakeGoldenCmFrames();
+
+struct GoldenArpFrame {
+  std::string name;
+  ArpMessage message;
+  std::vector<uint8_t> frame;  // kArpFrameLen bytes
+};
+
+// The requester asking for the responder's MAC address, and the answer.
+std::vector<GoldenArpFrame> MakeGoldenArpFrames();
 
 }  // namespace rdmaplane::wire
 

@@ -1,7 +1,9 @@
 #!/bin/bash
-# Golden-packet test: frames encoded by the RoCEv2 codec must be decoded
-# identically by scapy.contrib.roce (which also recomputes every ICRC) and by
-# tshark's InfiniBand dissector. See golden_check.py for what each checks.
+# Golden-packet test: frames encoded by the RoCEv2 codec (RC frames and CM
+# MADs) must be decoded identically by scapy.contrib.roce (which also
+# recomputes every ICRC) and by tshark's InfiniBand dissector, and the ARP
+# frames by scapy and tshark's ARP dissectors. See golden_check.py for what
+# each checks.
 #
 # Usage: golden_test.sh GOLDEN_FRAMES_TOOL GOLDEN_CHECK_PY
 # Needs Debian's /usr/bin/python3 with python3-scapy and /usr/bin/tshark
