@@ -111,6 +111,7 @@ class RcQp {
   void GoBack(bool count_retry);
   void RequestRetransmit();
   void ArmTimer();
+  uint64_t RetransmitTimeoutNs() const;
   void CheckTimer();
   // Completer.
   void HandleResponse(const wire::ParsedPacket& pkt);
@@ -163,6 +164,9 @@ class RcQp {
   uint32_t outstanding_reads_ = 0;
   uint32_t pkts_since_ack_req_ = 0;
   uint64_t timer_deadline_ns_ = 0;  // 0: disarmed
+  // Timeouts in a row without progress: the timeout is doubled that often.
+  static constexpr uint32_t kMaxBackoffShift = 6;
+  uint32_t backoff_shift_ = 0;
   uint32_t retries_left_;
   bool went_back_at_una_ = false;  // a NAK or gap already sent us back
                                    // to the current una_

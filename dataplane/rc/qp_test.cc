@@ -375,6 +375,27 @@ TEST(QpTest, ExhaustedRetriesFailTheRequestAndFlushTheRest) {
   EXPECT_EQ(f.pair.a.qp->outstanding(), 0u);
 }
 
+TEST(QpTest, EachTimeoutWithoutProgressDoublesTheNext) {
+  QpConfig c = SmallConfig();
+  c.retry_count = 3;
+  fault::FaultSpec blackhole;
+  blackhole.loss = 1.0;
+  Fixture f(c, blackhole);
+  auto src = Pattern(100, 1);
+  const uint64_t start = f.pair.clock.NowNs();
+  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(1, src.data(), 100, 0)),
+            PostResult::kOk);
+  ASSERT_TRUE(f.pair.RunUntil(
+      [&] { return f.pair.a.cq.completions.size() == 1; }, kSecond));
+  // Timeouts after T, 2T, 4T and 8T: the error comes 15T after posting,
+  // not 4T as with a fixed timeout.
+  const uint64_t t = c.retransmit_timeout_ns;
+  const uint64_t took = f.pair.clock.NowNs() - start;
+  EXPECT_GE(took, 15 * t);
+  EXPECT_LT(took, 16 * t);
+  EXPECT_EQ(f.pair.a.qp->stats().timeouts, 4u);
+}
+
 TEST(QpTest, FlushAbortsOutstandingWork) {
   Fixture f;
   auto src = Pattern(1000, 1);

@@ -120,15 +120,23 @@ void RcQp::GoBack(bool count_retry) {
 
 // A NAK, an out-of-order response or an ACK past an unanswered read says
 // packets from una_ on were lost: go back once per una_, not once per hint.
+// Such a hint proves the peer alive, so it does not use up the retry count:
+// only timeouts do (each one twice as long as the last), so that a path
+// that loses packets, or a peer whose stale responses are still in flight,
+// is not mistaken for a dead peer.
 void RcQp::RequestRetransmit() {
   if (went_back_at_una_) return;
   went_back_at_una_ = true;
-  GoBack(/*count_retry=*/true);
+  GoBack(/*count_retry=*/false);
+}
+
+uint64_t RcQp::RetransmitTimeoutNs() const {
+  return config_.retransmit_timeout_ns << backoff_shift_;
 }
 
 void RcQp::ArmTimer() {
   if (timer_deadline_ns_ == 0) {
-    timer_deadline_ns_ = env_.clock->NowNs() + config_.retransmit_timeout_ns;
+    timer_deadline_ns_ = env_.clock->NowNs() + RetransmitTimeoutNs();
   }
 }
 
@@ -142,17 +150,19 @@ void RcQp::CheckTimer() {
   }
   ++stats_.timeouts;
   went_back_at_una_ = false;
-  timer_deadline_ns_ = env_.clock->NowNs() + config_.retransmit_timeout_ns;
+  // Each timeout without progress doubles the next one: a peer that is
+  // slow (descheduled, its queue overflowing) is not taken for a dead one.
+  if (backoff_shift_ < kMaxBackoffShift) ++backoff_shift_;
+  timer_deadline_ns_ = env_.clock->NowNs() + RetransmitTimeoutNs();
   GoBack(/*count_retry=*/true);
 }
 
 void RcQp::OnProgress() {
   retries_left_ = config_.retry_count;
   went_back_at_una_ = false;
+  backoff_shift_ = 0;
   timer_deadline_ns_ =
-      una_ < sent_limit_
-          ? env_.clock->NowNs() + config_.retransmit_timeout_ns
-          : 0;
+      una_ < sent_limit_ ? env_.clock->NowNs() + RetransmitTimeoutNs() : 0;
 }
 
 void RcQp::RecomputeUna() {

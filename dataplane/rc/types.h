@@ -81,6 +81,7 @@ struct QpConfig {
   uint32_t ack_req_every = 16;       // AckReq at least every N packets
   uint32_t max_rd_atomic = 16;       // reads we keep outstanding
   uint32_t max_dest_rd_atomic = 16;  // read responder resources (power of 2)
+  // Doubled after each timeout without progress (up to 64x).
   uint64_t retransmit_timeout_ns = 1'000'000;
   uint32_t retry_count = 7;          // retransmissions without progress
 };
