@@ -66,6 +66,8 @@ Endpoint::Endpoint(const EndpointInfo& info, mr::RegistrationTable* table,
                    rc::FrameSink* port_tx)
     : info_(info),
       table_(table),
+      clock_(clock),
+      port_tx_(port_tx),
       rx_(port_tx == nullptr ? std::make_unique<FrameQueue>() : nullptr),
       tx_(faults),
       pins_(new Pins[kMaxOutstanding]),
@@ -81,6 +83,15 @@ Endpoint::~Endpoint() = default;
 void Endpoint::Wire(Endpoint* peer) {
   peer_ = peer;
   tx_.Connect(peer->rx_.get());
+}
+
+void Endpoint::SetPeer(wire::Qpn remote_qpn, wire::Psn recv_psn,
+                       const wire::MacAddr& mac) {
+  info_.qp.remote_qpn = remote_qpn;
+  info_.qp.recv_psn = recv_psn;
+  info_.qp.path.dst_mac = mac;
+  qp_ = std::make_unique<rc::RcQp>(
+      WithDepth(info_.qp), rc::RcQp::Env{clock_, port_tx_, this, this});
 }
 
 void Endpoint::HandleFrame(const wire::ParsedPacket& pkt) {

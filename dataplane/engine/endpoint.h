@@ -111,6 +111,10 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   void PublishState(shm::ConnectionState state);
 
   void Wire(Endpoint* peer);
+  // A port endpoint learns its peer's QP, first PSN and MAC from the
+  // connection manager; before the engine serves it (control thread).
+  void SetPeer(wire::Qpn remote_qpn, wire::Psn recv_psn,
+               const wire::MacAddr& mac);
   // A frame for this endpoint's QP arrived on the port (engine thread).
   void HandleFrame(const wire::ParsedPacket& pkt);
   // True once, after a transport error closed a port endpoint: the engine
@@ -146,6 +150,8 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
 
   EndpointInfo info_;
   mr::RegistrationTable* table_;
+  const rc::Clock* clock_;
+  rc::FrameSink* port_tx_;
   std::unique_ptr<FrameQueue> rx_;  // loopback endpoints only
   LoopbackTx tx_;
   std::unique_ptr<rc::RcQp> qp_;

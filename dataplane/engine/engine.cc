@@ -10,6 +10,8 @@
 #include <cstring>
 #include <new>
 
+#include "dataplane/port/eth_port.h"
+#include "dataplane/wire/cm.h"
 #include "dataplane/wire/roce.h"
 
 namespace rdmaplane::engine {
@@ -17,17 +19,6 @@ namespace {
 constexpr uint32_t kCommandSlots = 64;
 constexpr uint32_t kControlSlots = 256;
 
-// The destination QP of a RoCEv2 frame, or 0 for anything that is not an
-// RC frame for one of our connections' QPs (ARP, QP 1, other traffic).
-uint32_t DestinationQpn(std::span<const uint8_t> f) {
-  constexpr size_t kBth = 14 + 20 + 8;
-  if (f.size() < kBth + 12 || f[12] != 0x08 || f[13] != 0x00 ||
-      (f[14] >> 4) != 4 || f[23] != 17 || f[36] != 0x12 || f[37] != 0xB7) {
-    return 0;
-  }
-  return (uint32_t{f[kBth + 5]} << 16) | (uint32_t{f[kBth + 6]} << 8) |
-         f[kBth + 7];
-}
 }  // namespace
 
 Engine::Engine(mr::RegistrationTable* table, const EngineOptions& options)
@@ -123,21 +114,22 @@ void Engine::PassUp(const ControlFrame& f) {
 }
 
 void Engine::Dispatch(std::span<const uint8_t> frame) {
-  const uint32_t qpn = DestinationQpn(frame);
-  if (qpn > 1) {
-    auto it = by_qpn_.find(qpn);
-    if (it == by_qpn_.end()) {
-      counters_.rx_unknown_qpn.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
+  const wire::FrameKind kind = wire::ClassifyFrame(frame);
+  if (kind == wire::FrameKind::kRoce) {
     wire::ParsedPacket pkt;
     if (wire::ParseFrame(frame, &pkt) != wire::ParseError::kOk) {
       counters_.rx_rejected.fetch_add(1, std::memory_order_relaxed);
       return;
     }
+    auto it = by_qpn_.find(pkt.bth.dest_qp.value());
+    if (it == by_qpn_.end()) {
+      counters_.rx_unknown_qpn.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     it->second->HandleFrame(pkt);
     return;
   }
+  if (kind == wire::FrameKind::kOther) return;  // not ours to answer
   // ARP, connection management and anything else: the control plane
   // decides (it validates; frames too large for a control message are not
   // control traffic).
@@ -252,7 +244,8 @@ void Engine::Sleep() {
   // we see the client's new entry below, or it sees our idle flag.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (port_ != nullptr) port_->ArmRxInterrupt();
-  bool work = commands_.Size() > 0 || from_control_.Size() > 0;
+  bool work = commands_.Size() > 0 || from_control_.Size() > 0 ||
+              (port_ != nullptr && port_->tx_pending() > 0);
   uint64_t next_timer = 0;
   for (uint32_t i = 0; i < count_ && !work; ++i) {
     work = endpoints_[i]->HasWork();

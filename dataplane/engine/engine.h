@@ -23,13 +23,17 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <span>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "api/shm/ring.h"
 #include "dataplane/engine/endpoint.h"
 #include "dataplane/mr/registration_table.h"
-#include "dataplane/port/eth_port.h"
+
+namespace rdmaplane::port {
+class EthPort;
+}  // namespace rdmaplane::port
 
 namespace rdmaplane::engine {
 
@@ -98,6 +102,8 @@ class Engine {
   // the ring is full), and take frames and events the engine passed up.
   bool SendControlFrame(std::span<const uint8_t> frame);
   bool TakeControlFrame(ControlFrame* out);
+  // Frames the control plane queued that the engine has not sent yet.
+  uint32_t control_backlog() const { return from_control_.Size(); }
   // Readable when the engine passed something up (an eventfd the control
   // plane drains).
   int control_notify_fd() const { return notify_fd_; }

@@ -172,6 +172,11 @@ void EthPort::SetFaults(const fault::FaultSpec& spec) {
 
 void EthPort::Queue(rte_mbuf* m) {
   if (tx_count_ == kBurst) Flush();
+  if (tx_count_ == kBurst) {  // still full: a frame the model delayed
+    ++counters_.tx_dropped;
+    rte_pktmbuf_free(m);
+    return;
+  }
   tx_[tx_count_++] = m;
 }
 
@@ -225,16 +230,18 @@ void EthPort::Commit(size_t len) {
 
 void EthPort::Flush() {
   ReleaseDue();
-  uint16_t sent = 0;
-  // A few tries; what the device still refuses is dropped (as a switch
-  // would) and recovered by retransmission.
-  for (int attempt = 0; attempt < 4 && sent < tx_count_; ++attempt) {
-    sent += rte_eth_tx_burst(config_.port_id, 0, tx_ + sent, tx_count_ - sent);
-  }
-  for (uint16_t i = sent; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
+  if (tx_count_ == 0) return;
+  const uint16_t sent = rte_eth_tx_burst(config_.port_id, 0, tx_, tx_count_);
   counters_.tx_frames += sent;
-  counters_.tx_dropped += tx_count_ - sent;
-  tx_count_ = 0;
+  if (sent < tx_count_) {
+    // The device (or, for memif, the peer's ring) is full: keep the rest
+    // for the next turn. Reserve refuses new frames while the burst is
+    // full, so the transport waits instead of losing frames and paying a
+    // retransmission timeout.
+    ++counters_.tx_backpressure;
+    std::memmove(tx_, tx_ + sent, (tx_count_ - sent) * sizeof(tx_[0]));
+  }
+  tx_count_ = static_cast<uint16_t>(tx_count_ - sent);
 }
 
 }  // namespace rdmaplane::port

@@ -45,7 +45,8 @@ absl::StatusOr<uint16_t> FindPort(const std::string& device);
 struct PortCounters {
   uint64_t rx_frames = 0;
   uint64_t tx_frames = 0;
-  uint64_t tx_dropped = 0;    // the device refused them after retries
+  uint64_t tx_dropped = 0;       // no room even after waiting
+  uint64_t tx_backpressure = 0;  // turns the device took less than offered
   uint64_t rx_segmented = 0;  // multi-segment frames, copied to linearize
   uint64_t tx_no_mbuf = 0;
   uint64_t fault_dropped = 0;     // lost on purpose (fault injection)
@@ -104,6 +105,8 @@ class EthPort : public rc::FrameSink {
   void SetFaults(const fault::FaultSpec& spec);
   // Frames held back by the delay model.
   uint32_t delayed() const { return delayed_count_; }
+  // Frames queued that the device has not taken yet.
+  uint16_t tx_pending() const { return tx_count_; }
 
   const wire::MacAddr& mac() const { return mac_; }
   const PortCounters& counters() const { return counters_; }
