@@ -77,6 +77,18 @@ int rdp_connect(rdp_client* client, const char* service, rdp_conn* conn) {
   return RDP_OK;
 }
 
+int rdp_connect_to(rdp_client* client, const char* peer, const char* service,
+                   rdp_conn* conn) {
+  if (client == nullptr || peer == nullptr || service == nullptr ||
+      conn == nullptr) {
+    return RDP_ERR_FAULT;
+  }
+  auto c = client->impl->Connect(service, peer);
+  if (!c.ok()) return RdpCode(c.status());
+  *conn = *c;
+  return RDP_OK;
+}
+
 int rdp_disconnect(rdp_client* client, rdp_conn conn) {
   if (client == nullptr) return RDP_ERR_FAULT;
   return RdpCode(client->impl->Disconnect(conn));

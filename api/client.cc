@@ -1,5 +1,7 @@
 #include "api/client.h"
 
+#include <arpa/inet.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -472,11 +474,21 @@ absl::StatusOr<rdp_conn> Client::Accept(absl::string_view service,
   }
 }
 
-absl::StatusOr<rdp_conn> Client::Connect(absl::string_view service) {
+absl::StatusOr<rdp_conn> Client::Connect(absl::string_view service,
+                                         absl::string_view peer) {
   ControlRequest req{};
   req.op = shm::kOpConnect;
   if (!FillService(&req, service)) {
     return MakeStatus(RDP_ERR_INVALID, "service names are 1..63 bytes");
+  }
+  if (!peer.empty()) {
+    in_addr a{};
+    const std::string text(peer);
+    if (inet_pton(AF_INET, text.c_str(), &a) != 1 || a.s_addr == 0) {
+      return MakeStatus(RDP_ERR_INVALID,
+                        "the peer must be an IPv4 address like 10.0.0.2");
+    }
+    req.address = ntohl(a.s_addr);
   }
   ControlResponse resp;
   absl::Status s = CallStatus(req, &resp);

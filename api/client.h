@@ -55,7 +55,10 @@ class Client {
   absl::Status Listen(absl::string_view service);
   absl::StatusOr<rdp_conn> Accept(absl::string_view service,
                                   absl::Duration timeout);
-  absl::StatusOr<rdp_conn> Connect(absl::string_view service);
+  // Connects to `service` at the daemon of this host, or, with `peer` (an
+  // IPv4 address of another daemon's data port), at that daemon.
+  absl::StatusOr<rdp_conn> Connect(absl::string_view service,
+                                   absl::string_view peer = "");
   absl::Status Disconnect(rdp_conn conn);
 
   int RegisterRdmaMemory(rdp_conn conn, void* buffer, uint32_t length,

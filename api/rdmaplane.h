@@ -93,6 +93,11 @@ int rdp_listen(rdp_client* client, const char* service);
 int rdp_accept(rdp_client* client, const char* service, int timeout_ms,
                rdp_conn* conn);
 int rdp_connect(rdp_client* client, const char* service, rdp_conn* conn);
+/* Connects to `service` at the daemon whose data port has IPv4 address
+ * `peer` (dotted quad). RDP_ERR_REFUSED: nobody listens there on `service`;
+ * RDP_ERR_TIMEOUT: no daemon answered at `peer`. */
+int rdp_connect_to(rdp_client* client, const char* peer, const char* service,
+                   rdp_conn* conn);
 int rdp_disconnect(rdp_client* client, rdp_conn conn);
 
 /* [WSPRegisterRdmaMemory] Registers [buffer, buffer + length) for access by
