@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "api/shm/doorbell.h"
 #include "api/shm/setup.h"
+#include "dataplane/port/eth_port.h"
 
 namespace rdmaplane::control {
 namespace {
@@ -75,9 +76,16 @@ Daemon::Daemon(const DaemonOptions& options)
   if (options_.socket_path.empty()) {
     options_.socket_path = shm::DefaultSocketPath();
   }
+  // Communication ids and first PSNs differ from one daemon run to the
+  // next, so that a restarted daemon's messages are not taken for stale ones.
+  const uint64_t seed = static_cast<uint64_t>(absl::GetCurrentTimeNanos()) ^
+                        (static_cast<uint64_t>(getpid()) << 32);
+  psn_seed_ ^= seed;
+  next_comm_id_ = static_cast<uint32_t>(seed * 0x9E3779B97F4A7C15ull >> 33);
   engine::EngineOptions eo;
   eo.mode = options_.poll_mode;
   eo.max_endpoints = 2 * options_.max_connections;
+  if (!options_.port.device.empty()) eo.lcore = options_.port.engine_lcore;
   engine_ = std::make_unique<engine::Engine>(&table_, eo);
 }
 
@@ -134,6 +142,14 @@ absl::Status Daemon::Start() {
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
   ev.data.fd = control_eventfd_;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, control_eventfd_, &ev);
+  if (absl::Status st = StartPort(); !st.ok()) {
+    close(listen_fd_);
+    listen_fd_ = -1;
+    unlink(path.c_str());
+    return st;
+  }
+  ev.data.fd = engine_->control_notify_fd();
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, ev.data.fd, &ev);
   engine_->Start();
   control_thread_ = std::thread([this] { ControlLoop(); });
   return absl::OkStatus();
@@ -145,7 +161,12 @@ void Daemon::Stop() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(control_eventfd_, &one, sizeof(one));
   control_thread_.join();
+  // Farewells to peer daemons leave before the engine stops.
+  for (int i = 0; i < 100 && engine_->control_backlog() > 0; ++i) {
+    usleep(1000);
+  }
   engine_->Stop();
+  StopPort();
   for (int fd : {listen_fd_, epoll_fd_, control_eventfd_}) {
     if (fd >= 0) close(fd);
   }
@@ -170,6 +191,8 @@ void Daemon::ControlLoop() {
       const int fd = events[i].data.fd;
       if (fd == listen_fd_) {
         AcceptClient();
+      } else if (fd == engine_->control_notify_fd()) {
+        DrainControlFrames();
       } else if (fd == control_eventfd_) {
         uint64_t v;
         [[maybe_unused]] ssize_t r = read(control_eventfd_, &v, sizeof(v));
@@ -190,6 +213,7 @@ void Daemon::ControlLoop() {
         if (c->open[side]) AbortQueued(c.get(), side, c->abort_status[side]);
       }
     }
+    CmTick();
     table_.Reclaim();
     UpdateSnapshot();
   }
@@ -495,10 +519,15 @@ bool Daemon::ServeControlRings() {
         broken.push_back(s);
         break;
       }
+      current_request_id_ = req.request_id;
       ControlResponse resp = Handle(s, req);
+      ++taken;
+      if (defer_answer_) {  // answered when a peer daemon answers
+        defer_answer_ = false;
+        continue;
+      }
       resp.request_id = req.request_id;
       answers.push_back({s, resp});
-      ++taken;
     }
   }
   for (Session* s : broken) {
@@ -695,7 +724,8 @@ ControlResponse Daemon::Unlisten(Session* s, const ControlRequest& r) {
 
 std::unique_ptr<engine::Endpoint> Daemon::MakeEndpoint(
     Session* s, uint32_t slot, uint32_t connection_id, uint32_t local_qpn,
-    uint32_t remote_qpn, uint32_t send_psn, uint32_t recv_psn) {
+    uint32_t remote_qpn, uint32_t send_psn, uint32_t recv_psn,
+    const Connection* remote) {
   engine::EndpointInfo info;
   info.connection_id = connection_id;
   info.session_id = s->id;
@@ -703,27 +733,35 @@ std::unique_ptr<engine::Endpoint> Daemon::MakeEndpoint(
   info.slot = slot;
   info.send = s->send[slot];
   info.completion = s->completion[slot];
-  // Clear anything a previous user of the slot left behind (bounded: the
-  // client controls the indices).
-  shm::SendEntry stale;
-  for (uint32_t i = 0; i < info.send.capacity() &&
-                       info.send.TryPop(&stale) == shm::PopResult::kOk;
-       ++i) {
-  }
+  // An active connection to a peer daemon got its slot at connect time,
+  // and the client may have posted since.
+  if (remote == nullptr || remote->passive) ClearSendRing(s, slot);
   rc::QpConfig qp;
   qp.local_qpn = wire::Qpn(local_qpn);
   qp.remote_qpn = wire::Qpn(remote_qpn);
   qp.send_psn = wire::Psn(send_psn);
   qp.recv_psn = wire::Psn(recv_psn);
-  qp.path.src_ip = 0x7F000001;  // in-process link: both ends are this host
-  qp.path.dst_ip = 0x7F000001;
+  if (remote != nullptr) {
+    qp.path.src_mac = port_mac_;
+    qp.path.dst_mac = remote->peer_mac;
+    qp.path.src_ip = options_.port.ip;
+    qp.path.dst_ip = remote->peer_ip;
+    qp.pmtu = remote->pmtu;
+  } else {
+    qp.path.src_ip = 0x7F000001;  // in-process link: both ends are this host
+    qp.path.dst_ip = 0x7F000001;
+    qp.pmtu = options_.path_mtu;
+  }
   qp.path.udp_src_port = wire::UdpSourcePortForQpn(qp.local_qpn);
-  qp.pmtu = options_.path_mtu;
-  qp.max_inflight_packets = 256;
+  qp.max_inflight_packets = remote != nullptr ? 64 : 256;
   qp.ack_req_every = 32;
   qp.retransmit_timeout_ns = options_.retransmit_timeout_ns;
   qp.retry_count = 7;
   info.qp = qp;
+  if (remote != nullptr) {
+    return std::make_unique<engine::Endpoint>(
+        info, &table_, engine_->clock(), fault::FaultSpec{}, port_.get());
+  }
   return std::make_unique<engine::Endpoint>(info, &table_, engine_->clock(),
                                             options_.link_faults);
 }
@@ -731,6 +769,16 @@ std::unique_ptr<engine::Endpoint> Daemon::MakeEndpoint(
 namespace {
 constexpr size_t kAcceptBacklog = 16;
 }  // namespace
+
+void Daemon::ClearSendRing(Session* s, uint32_t slot) {
+  // Anything a previous user of the slot left behind (bounded: the client
+  // controls the indices).
+  shm::SendEntry stale;
+  for (uint32_t i = 0; i < s->send[slot].capacity() &&
+                       s->send[slot].TryPop(&stale) == shm::PopResult::kOk;
+       ++i) {
+  }
+}
 
 int Daemon::FreeSlot(const Session* s) {
   for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
@@ -741,6 +789,7 @@ int Daemon::FreeSlot(const Session* s) {
 
 ControlResponse Daemon::Connect(Session* s, const ControlRequest& r) {
   if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
+  if (r.address != 0) return ConnectRemote(s, r);
   auto it = listeners_.find(r.service);
   if (it == listeners_.end()) {
     return Reply(shm::kStatusRefused, "no listener for this service");
@@ -793,6 +842,12 @@ ControlResponse Daemon::Accept(Session* s, const ControlRequest& r) {
   }
   Connection* c = queue.front().first;
   queue.pop_front();
+  if (c->remote) {
+    AcceptRemote(c, s, sslot);
+    ControlResponse resp = Reply(shm::kStatusOk);
+    resp.connection = sslot;
+    return resp;
+  }
   c->slot[1] = sslot;
   c->endpoint[1] = MakeEndpoint(s, sslot, ScopeOf(c, 1), c->qpn[1], c->qpn[0],
                                 c->psn[1], c->psn[0]);
@@ -812,6 +867,12 @@ void Daemon::AbortQueued(Connection* c, int side, int32_t status) {
 }
 
 void Daemon::RefusePending(Connection* c) {
+  if (c->remote) {  // a peer daemon's request our listener never accepted
+    SendReject(c->peer_comm_id, c->peer_ip, c->peer_mac, wire::kRejConsumer,
+               "the listener closed before accepting");
+    connections_.erase(c->id);
+    return;
+  }
   Session* connector = c->side[0];
   // State first, so that nothing is posted after the queue is drained.
   if (c->open[0]) {
@@ -836,6 +897,7 @@ void Daemon::CloseConnection(Connection* c, int side, int32_t status,
       c->pending = false;
       cache_.DropConnection(ScopeOf(c, 0));
     }
+    if (c->remote) SayFarewell(c);
     return;
   }
   const bool stopping = stop_.load();
@@ -853,6 +915,7 @@ void Daemon::CloseConnection(Connection* c, int side, int32_t status,
   // Memory registered for the connection is unreachable from now on.
   cache_.DropConnection(ScopeOf(c, 0));
   cache_.DropConnection(ScopeOf(c, 1));
+  if (c->remote) SayFarewell(c);
 }
 
 void Daemon::MaybeDeleteConnection(Connection* c) {

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
+#include <span>
 #include <memory>
 #include <set>
 #include <string>
@@ -29,8 +31,33 @@
 #include "dataplane/engine/engine.h"
 #include "dataplane/fault/fault_model.h"
 #include "dataplane/mr/registration_table.h"
+#include "dataplane/wire/cm.h"
+#include "dataplane/wire/roce.h"
+
+namespace rdmaplane::port {
+class EthPort;
+}  // namespace rdmaplane::port
 
 namespace rdmaplane::control {
+
+// The data port towards other daemons (DPDK). Without a device, connections
+// join clients of this daemon only.
+struct DataPortOptions {
+  // A DPDK vdev ("net_memif0,role=server,socket=/run/rdmaplane/memif.sock",
+  // "net_af_packet0,iface=eth1", ...) or a PCI address (the only case in
+  // which PCI probing is enabled, for that device only).
+  std::string device;
+  uint32_t ip = 0;                // host order; required with a device
+  std::optional<wire::MacAddr> mac;  // default: the port's own
+  bool hugepages = false;         // false: EAL --no-huge
+  size_t memory_mb = 256;         // EAL memory without hugepages
+  std::string file_prefix = "rdmaplane";
+  std::vector<std::string> eal_args;
+  uint32_t mbufs = 8191;
+  int control_lcore = 0;          // with engine_lcore: EAL -l control,engine
+  int engine_lcore = -1;          // -1: the engine is a plain thread
+  fault::FaultSpec faults;        // injected on transmit
+};
 
 struct DaemonOptions {
   std::string socket_path;          // empty: shm::DefaultSocketPath()
@@ -46,6 +73,7 @@ struct DaemonOptions {
   uint32_t max_connections = 512;
   uint32_t path_mtu = 4096;
   uint64_t retransmit_timeout_ns = 2'000'000;
+  DataPortOptions port;
 };
 
 // Counters for tests and operators.
@@ -58,6 +86,13 @@ struct DaemonSnapshot {
   uint64_t control_requests = 0;
   uint64_t rejected_clients = 0;
   uint64_t bad_requests = 0;
+  uint64_t remote_connects = 0;   // connection requests sent to peers
+  uint64_t remote_accepts = 0;    // connections peers made to us
+  uint64_t remote_refused = 0;    // REJ sent
+  uint64_t peer_disconnects = 0;  // DREQ received
+  uint64_t cm_retransmits = 0;
+  uint64_t arp_replies_sent = 0;
+  uint64_t bad_control_frames = 0;
 };
 
 class Daemon {
@@ -81,6 +116,15 @@ class Daemon {
     int fd = -1;
   };
   struct Session;
+  enum class CmState : uint8_t {
+    kNone,           // local connection
+    kResolving,      // active: waiting for the peer's ARP reply
+    kReqSent,        // active: REQ sent, no answer yet
+    kWaitingAccept,  // active: MRA received, the peer has not accepted
+    kPassivePending, // passive: REQ queued for the listener's accept
+    kRepSent,        // passive: accepted, REP sent, no RTU yet
+    kEstablished,
+  };
   struct Connection {
     uint32_t id = 0;
     Session* side[2] = {nullptr, nullptr};
@@ -96,6 +140,32 @@ class Daemon {
     int32_t abort_status[2] = {0, 0};
     uint32_t qpn[2] = {0, 0};
     uint32_t psn[2] = {0, 0};
+    // A connection to another daemon: side 0 is ours, side 1 unused; the
+    // peer's QPN and PSN are in qpn[1] and psn[1].
+    bool remote = false;
+    bool passive = false;  // the peer connected to us
+    uint32_t peer_ip = 0;
+    wire::MacAddr peer_mac;
+    std::string service;
+    uint32_t pmtu = 0;
+    uint32_t comm_id = 0;       // our communication id
+    uint32_t peer_comm_id = 0;  // the peer's
+    CmState cm = CmState::kNone;
+    uint64_t cm_deadline_ns = 0;
+    uint32_t cm_tries = 0;
+    // A Connect the client waits for (answered when the peer answers).
+    Session* waiting = nullptr;
+    uint64_t waiting_request = 0;
+  };
+  // A DREQ we keep repeating until the peer's DREP (the connection itself
+  // may be gone).
+  struct Farewell {
+    uint32_t peer_comm_id = 0;
+    uint32_t peer_ip = 0;
+    wire::MacAddr peer_mac;
+    uint32_t peer_qpn = 0;
+    uint64_t deadline_ns = 0;
+    uint32_t tries = 0;
   };
   struct Session {
     uint32_t id = 0;
@@ -158,8 +228,54 @@ class Daemon {
                                                  uint32_t local_qpn,
                                                  uint32_t remote_qpn,
                                                  uint32_t send_psn,
-                                                 uint32_t recv_psn);
+                                                 uint32_t recv_psn,
+                                                 const Connection* remote =
+                                                     nullptr);
   bool Allowed(uid_t uid, gid_t gid) const;
+  static void ClearSendRing(Session* s, uint32_t slot);
+
+  // --- Connections to other daemons (daemon_remote.cc) -------------------
+  absl::Status StartPort();
+  void StopPort();
+  shm::ControlResponse ConnectRemote(Session* s, const shm::ControlRequest& r);
+  void AcceptRemote(Connection* c, Session* s, uint32_t slot);
+  // Everything the engine passed up: ARP, connection management, broken
+  // connections.
+  void DrainControlFrames();
+  void HandleArp(std::span<const uint8_t> frame);
+  void HandleCm(std::span<const uint8_t> frame);
+  void OnRequest(const wire::CmMessage& m, const wire::Path& from);
+  void OnMra(Connection* c, const wire::CmMessage& m);
+  void OnReply(Connection* c, const wire::CmMessage& m,
+               const wire::Path& from);
+  void OnReject(Connection* c, const wire::CmMessage& m);
+  void OnDisconnectRequest(const wire::CmMessage& m, const wire::Path& from);
+  // Retransmissions and timeouts of the connection manager.
+  void CmTick();
+  void SendArpRequest(uint32_t ip);
+  void SendCm(const wire::CmMessage& m, uint32_t peer_ip,
+              const wire::MacAddr& peer_mac);
+  void SendReq(Connection* c);
+  void SendRep(Connection* c);
+  void SendSimple(Connection* c, wire::CmType type);  // MRA, RTU
+  void SendReject(uint32_t peer_comm_id, uint32_t peer_ip,
+                  const wire::MacAddr& mac, uint16_t reason,
+                  const std::string& text);
+  void SayFarewell(Connection* c);
+  // The peer closed or vanished: our side's work completes as reset.
+  void PeerClosed(Connection* c, int32_t status, shm::ConnectionState state);
+  // Answers a Connect the client still waits for; on failure the slot is
+  // released and the connection forgotten (c is then gone).
+  void AnswerConnect(Connection* c, int32_t status, const std::string& text);
+  Connection* FindByCommId(uint32_t comm_id);
+  std::unique_ptr<engine::Endpoint> MakeRemoteEndpoint(Session* s,
+                                                       uint32_t slot,
+                                                       Connection* c);
+  uint64_t NowNs() const { return engine_->clock()->NowNs(); }
+  uint32_t NextCommId() {
+    if (next_comm_id_ == 0) ++next_comm_id_;  // 0 means "none"
+    return next_comm_id_++;
+  }
   // Registration scope of one end of a connection: requests arriving at that
   // end may use memory registered with this scope, and nothing else may.
   static uint32_t ScopeOf(const Connection* c, int side);
@@ -171,6 +287,15 @@ class Daemon {
   mr::RegistrationTable table_;
   RegistrationCache cache_;
   std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<port::EthPort> port_;
+  wire::MacAddr port_mac_;
+  bool dpdk_ = false;
+  // Connection manager state (control thread).
+  std::map<uint32_t, wire::MacAddr> neighbors_;  // ARP cache, by IPv4
+  std::map<uint32_t, Farewell> farewells_;      // by our comm id
+  uint32_t next_comm_id_ = 1;
+  uint64_t current_request_id_ = 0;  // of the request Handle serves
+  bool defer_answer_ = false;        // Handle's answer comes later
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int control_eventfd_ = -1;

@@ -1,8 +1,16 @@
 // rdmaplaned: the rdmaplane daemon. Serves client sessions on a Unix socket
-// and runs their RDMA traffic on its engine.
+// and runs their RDMA traffic on its engine, between its own clients and,
+// through a DPDK data port, with clients of other daemons.
 //
 //   rdmaplaned --socket=/run/rdmaplane/rdmaplane.sock --poll_mode=adaptive
+//       --port=net_af_packet0,iface=eth1 --ip=10.0.0.1 --mtu=1024
+//
+// Options may also come from a file: --flagfile=/etc/rdmaplane/rdmaplaned.conf
+// (one --flag=value per line).
+#include <arpa/inet.h>
 #include <signal.h>
+
+#include <algorithm>
 
 #include <cstdio>
 #include <string>
@@ -14,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "control/daemon.h"
+#include "control/log.h"
 
 ABSL_FLAG(std::string, socket, "",
           "Unix socket clients connect to (default: /run/rdmaplane/"
@@ -30,7 +39,35 @@ ABSL_FLAG(uint32_t, max_registrations_per_session, 4096,
           "distinct registrations one client session may hold");
 ABSL_FLAG(uint32_t, max_connections, 512,
           "connections the engine serves at once");
-ABSL_FLAG(uint32_t, mtu, 4096, "path MTU: 256, 512, 1024, 2048 or 4096");
+ABSL_FLAG(uint32_t, mtu, 4096,
+          "RoCE path MTU: 256, 512, 1024, 2048 or 4096 (frames must fit the "
+          "data port: memif and af_packet take 1024)");
+ABSL_FLAG(std::string, port, "",
+          "data port: a DPDK vdev (net_memif0,role=server,socket=PATH; "
+          "net_af_packet0,iface=IF; net_af_xdp0,iface=IF; net_tap0,iface=IF) "
+          "or a PCI address; empty: connections between this daemon's "
+          "clients only");
+ABSL_FLAG(std::string, ip, "", "IPv4 address of the data port");
+ABSL_FLAG(std::string, mac, "", "MAC of the data port (default: its own)");
+ABSL_FLAG(bool, hugepages, false,
+          "give DPDK hugepages (default: --no-huge, plain memory)");
+ABSL_FLAG(uint32_t, memory_mb, 256, "DPDK memory without hugepages, MiB");
+ABSL_FLAG(uint32_t, mbufs, 8191, "packet buffers of the data port");
+ABSL_FLAG(int32_t, engine_lcore, -1,
+          "CPU the engine runs on (an EAL lcore); -1: not pinned");
+ABSL_FLAG(int32_t, control_lcore, 0,
+          "CPU of the control thread when the engine is pinned");
+ABSL_FLAG(std::string, eal_args, "",
+          "extra DPDK EAL arguments, separated by spaces");
+ABSL_FLAG(std::string, file_prefix, "rdmaplane",
+          "DPDK runtime folder name (two daemons on a host need two); the "
+          "telemetry socket lives there");
+ABSL_FLAG(std::string, port_faults, "",
+          "faults injected on the data port's transmit side, e.g. "
+          "loss=0.05,seed=7");
+ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+ABSL_FLAG(bool, check_config, false,
+          "validate the options, print the configuration and exit");
 
 namespace {
 
@@ -85,6 +122,88 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdmaplaned: --mtu must be 256..4096, a power of 2\n");
     return 2;
   }
+  rdmaplane::control::LogLevel level;
+  if (!rdmaplane::control::ParseLogLevel(absl::GetFlag(FLAGS_log_level),
+                                         &level)) {
+    std::fprintf(stderr,
+                 "rdmaplaned: --log_level is debug, info, warning or error\n");
+    return 2;
+  }
+  rdmaplane::control::SetLogLevel(level);
+  rdmaplane::control::DataPortOptions& port = options.port;
+  port.device = absl::GetFlag(FLAGS_port);
+  const std::string ip = absl::GetFlag(FLAGS_ip);
+  if (!ip.empty()) {
+    in_addr a{};
+    if (inet_pton(AF_INET, ip.c_str(), &a) != 1 || a.s_addr == 0) {
+      std::fprintf(stderr, "rdmaplaned: --ip is an IPv4 address, got '%s'\n",
+                   ip.c_str());
+      return 2;
+    }
+    port.ip = ntohl(a.s_addr);
+  }
+  if (!port.device.empty() && port.ip == 0) {
+    std::fprintf(stderr, "rdmaplaned: --port needs --ip\n");
+    return 2;
+  }
+  if (const std::string mac = absl::GetFlag(FLAGS_mac); !mac.empty()) {
+    rdmaplane::wire::MacAddr addr;
+    unsigned b[6];
+    char tail;
+    if (std::sscanf(mac.c_str(), "%x:%x:%x:%x:%x:%x%c", &b[0], &b[1], &b[2],
+                    &b[3], &b[4], &b[5], &tail) != 6 ||
+        std::any_of(b, b + 6, [](unsigned v) { return v > 255; }) ||
+        (b[0] & 1) != 0) {
+      std::fprintf(stderr,
+                   "rdmaplaned: --mac is a unicast MAC like 02:00:00:00:00:01\n");
+      return 2;
+    }
+    for (int i = 0; i < 6; ++i) addr.bytes[i] = static_cast<uint8_t>(b[i]);
+    port.mac = addr;
+  }
+  port.hugepages = absl::GetFlag(FLAGS_hugepages);
+  port.memory_mb = absl::GetFlag(FLAGS_memory_mb);
+  port.mbufs = absl::GetFlag(FLAGS_mbufs);
+  if (port.mbufs < 1023) {
+    std::fprintf(stderr, "rdmaplaned: --mbufs must be at least 1023\n");
+    return 2;
+  }
+  port.engine_lcore = absl::GetFlag(FLAGS_engine_lcore);
+  port.control_lcore = absl::GetFlag(FLAGS_control_lcore);
+  if (port.engine_lcore >= 0 && port.engine_lcore == port.control_lcore) {
+    std::fprintf(stderr,
+                 "rdmaplaned: --engine_lcore and --control_lcore differ\n");
+    return 2;
+  }
+  port.file_prefix = absl::GetFlag(FLAGS_file_prefix);
+  if (port.file_prefix.empty() ||
+      port.file_prefix.find('/') != std::string::npos) {
+    std::fprintf(stderr, "rdmaplaned: --file_prefix is a plain name\n");
+    return 2;
+  }
+  for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_eal_args), ' ',
+                                            absl::SkipEmpty())) {
+    port.eal_args.emplace_back(a);
+  }
+  if (std::string err = rdmaplane::fault::ParseFaultSpec(
+          absl::GetFlag(FLAGS_port_faults), &port.faults);
+      !err.empty()) {
+    std::fprintf(stderr, "rdmaplaned: --port_faults: %s\n", err.c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_check_config)) {
+    std::printf("socket=%s\npoll_mode=%s\nmtu=%u\nport=%s\nip=%s\n"
+                "hugepages=%d\nengine_lcore=%d\nfile_prefix=%s\n"
+                "max_connections=%u\nmax_registrations=%u\nconfig: ok\n",
+                options.socket_path.empty() ? "(default)"
+                                            : options.socket_path.c_str(),
+                mode.c_str(), options.path_mtu,
+                port.device.empty() ? "(none)" : port.device.c_str(),
+                ip.empty() ? "(none)" : ip.c_str(), port.hugepages ? 1 : 0,
+                port.engine_lcore, port.file_prefix.c_str(),
+                options.max_connections, options.max_registrations);
+    return 0;
+  }
 
   // SIGTERM and SIGINT end the daemon cleanly; they are taken synchronously.
   sigset_t stop_signals;
@@ -99,10 +218,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdmaplaned: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  std::fprintf(stderr, "rdmaplaned: serving %s\n", daemon.socket_path().c_str());
+  RDP_LOG(kInfo, "serving %s%s%s",
+          daemon.socket_path().c_str(),
+          port.device.empty() ? "" : ", data port ",
+          port.device.empty() ? "" : (port.device + " " + ip).c_str());
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  std::fprintf(stderr, "rdmaplaned: signal %d, shutting down\n", sig);
+  RDP_LOG(kInfo, "signal %d, shutting down",
+          sig);
   daemon.Stop();
   return 0;
 }
