@@ -18,6 +18,8 @@
 #include "absl/time/clock.h"
 #include "api/shm/doorbell.h"
 #include "api/shm/setup.h"
+#include "control/admin.h"
+#include "control/telemetry.h"
 #include "dataplane/port/eth_port.h"
 
 namespace rdmaplane::control {
@@ -150,6 +152,12 @@ absl::Status Daemon::Start() {
   }
   ev.data.fd = engine_->control_notify_fd();
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, ev.data.fd, &ev);
+  started_ = absl::Now();
+  if (dpdk_) {  // DPDK telemetry exists only with the EAL
+    PublishStatus(/*force=*/true);
+    RegisterTelemetry([this] { return Status(); });
+    telemetry_ = true;
+  }
   engine_->Start();
   control_thread_ = std::thread([this] { ControlLoop(); });
   return absl::OkStatus();
@@ -161,6 +169,10 @@ void Daemon::Stop() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(control_eventfd_, &one, sizeof(one));
   control_thread_.join();
+  if (telemetry_) {
+    UnregisterTelemetrySource();
+    telemetry_ = false;
+  }
   // Farewells to peer daemons leave before the engine stops.
   for (int i = 0; i < 100 && engine_->control_backlog() > 0; ++i) {
     usleep(1000);
@@ -216,6 +228,7 @@ void Daemon::ControlLoop() {
     CmTick();
     table_.Reclaim();
     UpdateSnapshot();
+    if (telemetry_) PublishStatus(/*force=*/false);
   }
   // Shutting down: every session goes, as if its client had exited, except
   // that clients see their connections aborted.
@@ -291,6 +304,17 @@ void Daemon::HandleSocket(Session* s) {
     case shm::kSetupArena:
       if (s->ready) {
         HandleArena(s, msg, fd0);
+        return;
+      }
+      break;
+    case shm::kSetupAdmin:
+      // rdmaplanectl: one question, one answer, then the socket closes. The
+      // uid policy already admitted the asker at accept.
+      if (!s->ready) {
+        if (fd0 >= 0) close(fd0);
+        s->admin = true;
+        AnswerAdminRequest(s->sock, msg, [this] { return BuildStatus(); });
+        CloseSession(s);
         return;
       }
       break;
@@ -495,7 +519,7 @@ void Daemon::CloseSession(Session* s) {
   if (s->region_fd >= 0) close(s->region_fd);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->sock, nullptr);
   close(s->sock);
-  {
+  if (!s->admin) {
     absl::MutexLock lock(&snapshot_mu_);
     ++snapshot_.sessions_reclaimed;
   }
@@ -753,9 +777,11 @@ std::unique_ptr<engine::Endpoint> Daemon::MakeEndpoint(
     qp.pmtu = options_.path_mtu;
   }
   qp.path.udp_src_port = wire::UdpSourcePortForQpn(qp.local_qpn);
-  qp.max_inflight_packets = remote != nullptr ? 64 : 256;
+  qp.max_inflight_packets = 256;
   qp.ack_req_every = 32;
-  qp.retransmit_timeout_ns = options_.retransmit_timeout_ns;
+  qp.retransmit_timeout_ns = remote != nullptr
+                                 ? options_.remote_retransmit_timeout_ns
+                                 : options_.retransmit_timeout_ns;
   qp.retry_count = 7;
   info.qp = qp;
   if (remote != nullptr) {

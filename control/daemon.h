@@ -24,10 +24,12 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "api/shm/layout.h"
 #include "api/shm/ring.h"
 #include "api/shm/setup.h"
 #include "control/registration_cache.h"
+#include "control/status.h"
 #include "dataplane/engine/engine.h"
 #include "dataplane/fault/fault_model.h"
 #include "dataplane/mr/registration_table.h"
@@ -72,7 +74,11 @@ struct DaemonOptions {
   // Connections the engine serves at once (two endpoints each).
   uint32_t max_connections = 512;
   uint32_t path_mtu = 4096;
+  // First retransmission timeout of a connection inside this daemon, and of
+  // one to another daemon (whose engine may be descheduled for a while on a
+  // busy host); doubled after each timeout without progress.
   uint64_t retransmit_timeout_ns = 2'000'000;
+  uint64_t remote_retransmit_timeout_ns = 10'000'000;
   DataPortOptions port;
 };
 
@@ -106,6 +112,10 @@ class Daemon {
   void Stop();
 
   DaemonSnapshot Snapshot() const;
+  // What rdmaplanectl and DPDK telemetry show; thread-safe (a copy the
+  // control thread refreshes at most every 200 ms, or at once when asked
+  // over the control socket).
+  DaemonStatus Status() const;
   const std::string& socket_path() const { return options_.socket_path; }
 
  private:
@@ -173,6 +183,7 @@ class Daemon {
     pid_t pid = 0;
     uid_t uid = 0;
     bool ready = false;  // hello done
+    bool admin = false;  // an rdmaplanectl query, not a client
     std::unique_ptr<shm::SetupReader> setup;  // non-blocking reads
     int control_wake = -1;  // read ends of the session's doorbell pipes
     int engine_wake = -1;
@@ -201,6 +212,9 @@ class Daemon {
   // Serves every session's control ring; true if anything was answered.
   bool ServeControlRings();
   void UpdateSnapshot();
+  // Control thread: the status as of now (daemon_status.cc).
+  DaemonStatus BuildStatus() const;
+  void PublishStatus(bool force);
   shm::ControlResponse Handle(Session* s, const shm::ControlRequest& req);
   // Host address of [address, address + length) inside one of s's arenas.
   uint8_t* Translate(const Session* s, uint64_t address, uint64_t length) const;
@@ -314,8 +328,13 @@ class Daemon {
   uint32_t running_connections_ = 0;
   uint64_t psn_seed_ = 0x9E3779B97F4A7C15ull;
 
+  absl::Time started_ = absl::Now();
+  absl::Time status_published_ = absl::InfinitePast();
+  bool telemetry_ = false;
+
   mutable absl::Mutex snapshot_mu_;
   DaemonSnapshot snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+  DaemonStatus published_status_ ABSL_GUARDED_BY(snapshot_mu_);
 };
 
 }  // namespace rdmaplane::control

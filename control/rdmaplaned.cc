@@ -65,6 +65,9 @@ ABSL_FLAG(std::string, file_prefix, "rdmaplane",
 ABSL_FLAG(std::string, port_faults, "",
           "faults injected on the data port's transmit side, e.g. "
           "loss=0.05,seed=7");
+ABSL_FLAG(uint32_t, retransmit_timeout_us, 10000,
+          "first retransmission timeout towards another daemon, doubled "
+          "after each timeout without progress (7 retries)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 ABSL_FLAG(bool, check_config, false,
           "validate the options, print the configuration and exit");
@@ -122,6 +125,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdmaplaned: --mtu must be 256..4096, a power of 2\n");
     return 2;
   }
+  const uint32_t rto_us = absl::GetFlag(FLAGS_retransmit_timeout_us);
+  if (rto_us < 100 || rto_us > 10'000'000) {
+    std::fprintf(stderr,
+                 "rdmaplaned: --retransmit_timeout_us must be 100..10000000\n");
+    return 2;
+  }
+  options.remote_retransmit_timeout_ns = uint64_t{rto_us} * 1000;
   rdmaplane::control::LogLevel level;
   if (!rdmaplane::control::ParseLogLevel(absl::GetFlag(FLAGS_log_level),
                                          &level)) {

@@ -40,6 +40,11 @@ class RegistrationCache {
   const mr::Registration* Find(uint32_t key) const;
   uint32_t references(uint32_t key) const;
   size_t size() const { return by_key_.size(); }
+  // Calls fn(key, registration, references) for every registration.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const auto& [key, e] : by_key_) fn(key, e.reg, e.refs);
+  }
   size_t CountOwner(uint32_t owner) const;
 
  private:

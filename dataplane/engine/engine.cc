@@ -236,13 +236,14 @@ void Engine::Remove(Endpoint* e) {
   }
 }
 
-void Engine::Sleep() {
+bool Engine::Sleep() {
   // Tell clients we sleep, then look once more so that nothing posted in
   // between is missed (the client checks the flag after posting).
   for (uint32_t i = 0; i < count_; ++i) endpoints_[i]->SetIdle(true);
   // Pairs with the fence in Client::KickEngine (store-buffer pattern): either
   // we see the client's new entry below, or it sees our idle flag.
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  bool woken = false;
   if (port_ != nullptr) port_->ArmRxInterrupt();
   bool work = commands_.Size() > 0 || from_control_.Size() > 0 ||
               (port_ != nullptr && port_->tx_pending() > 0);
@@ -258,11 +259,13 @@ void Engine::Sleep() {
       const uint64_t now = clock_.NowNs();
       wait_ns = next_timer > now ? std::min(wait_ns, next_timer - now) : 0;
     }
-    if (port_ != nullptr && port_->rx_interrupt_fd() < 0) {
-      wait_ns = std::min(wait_ns, options_.port_nap_ns);
-    }
-    if (port_ != nullptr && port_->delayed() > 0) {
-      wait_ns = std::min(wait_ns, options_.port_nap_ns);  // fault-delayed frames
+    if (port_ != nullptr &&
+        (port_->rx_interrupt_fd() < 0 || port_->delayed() > 0)) {
+      // No interrupt (or frames the fault model holds back): nap, longer
+      // each time nothing arrived.
+      const uint64_t nap = std::min(options_.port_nap_ns << std::min(naps_, 16u),
+                                    options_.port_max_nap_ns);
+      wait_ns = std::min(wait_ns, nap);
     }
     table_->Offline(options_.reader_index);
     counters_.sleeps.fetch_add(1, std::memory_order_relaxed);
@@ -277,9 +280,13 @@ void Engine::Sleep() {
       }
     }
     if (n > 0) counters_.wakeups.fetch_add(1, std::memory_order_relaxed);
+    woken = n > 0;
+  } else {
+    woken = true;  // work turned up while going to sleep
   }
   if (port_ != nullptr) port_->DisarmRxInterrupt();
   for (uint32_t i = 0; i < count_; ++i) endpoints_[i]->SetIdle(false);
+  return woken;
 }
 
 void Engine::Run() {
@@ -304,12 +311,22 @@ void Engine::Run() {
                           std::memory_order_relaxed);
     if (work > 0) {
       idle = 0;
+      naps_ = 0;
     } else if (++idle >= options_.idle_spins &&
                options_.mode == PollMode::kAdaptive) {
-      Sleep();
+      const bool woken = Sleep();
       // Back online before the next lookup (Sleep went offline).
       table_->Quiescent(options_.reader_index);
-      idle = 0;
+      // After a nap that nothing interrupted, a few empty turns are enough
+      // to go back to sleep: spinning the full idle_spins after every nap
+      // would keep an idle engine busy.
+      if (woken) {
+        idle = 0;
+        naps_ = 0;
+      } else {
+        idle = options_.idle_spins - std::min(options_.idle_spins, 64u);
+        ++naps_;
+      }
     }
   }
   table_->Offline(options_.reader_index);

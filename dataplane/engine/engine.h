@@ -46,8 +46,11 @@ struct EngineOptions {
   uint32_t budget = 32;            // frames or requests per endpoint per turn
   uint32_t idle_spins = 20000;     // empty turns before sleeping
   uint64_t max_sleep_ns = 10'000'000;
-  // Longest sleep while a port without a receive interrupt is attached.
-  uint64_t port_nap_ns = 50'000;
+  // While a port without a receive interrupt is attached, the engine naps
+  // instead of sleeping: first this long, doubling while nothing arrives,
+  // up to port_max_nap_ns (bounding how late it sees a frame).
+  uint64_t port_nap_ns = 20'000;
+  uint64_t port_max_nap_ns = 200'000;
   // EAL lcore to run on (rte_eal_remote_launch; the caller must be the EAL
   // main thread), or -1 for a plain thread.
   int lcore = -1;
@@ -137,7 +140,9 @@ class Engine {
   void PassUp(const ControlFrame& f);
   void Remove(Endpoint* e);
   void Submit(const Command& c);
-  void Sleep();
+  // Returns true when something woke the engine (a doorbell, a command, a
+  // receive interrupt) rather than the time running out.
+  bool Sleep();
 
   mr::RegistrationTable* table_;
   EngineOptions options_;
@@ -164,6 +169,7 @@ class Engine {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   bool launched_on_lcore_ = false;
+  uint32_t naps_ = 0;  // naps in a row that found nothing
   std::atomic<bool> running_{false};
   EngineCounters counters_;
 };

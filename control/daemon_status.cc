@@ -1,0 +1,181 @@
+// What the daemon shows operators (rdmaplanectl, DPDK telemetry): sessions,
+// connections with their transport counters, registrations, and counters of
+// the control plane, the engine and the data port.
+//
+// Engine-side counters (per connection, engine, port) are plain 64-bit
+// values the engine thread increments; the control thread reads them
+// without synchronization, so a reading may lag by a few events. They only
+// ever grow, and they are 8-byte aligned, so a reading is never torn.
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "control/daemon.h"
+#include "dataplane/port/eth_port.h"
+
+namespace rdmaplane::control {
+namespace {
+
+constexpr char kVersion[] = "0.4.0";
+
+std::string IpText(uint32_t ip) {
+  in_addr a{htonl(ip)};
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a, buf, sizeof(buf));
+  return buf;
+}
+
+std::string MacText(const wire::MacAddr& m) {
+  char buf[18];
+  std::snprintf(buf, sizeof(buf), "%02x:%02x:%02x:%02x:%02x:%02x",
+                m.bytes[0], m.bytes[1], m.bytes[2], m.bytes[3], m.bytes[4],
+                m.bytes[5]);
+  return buf;
+}
+
+}  // namespace
+
+DaemonStatus Daemon::BuildStatus() const {
+  DaemonStatus st;
+  st.version = kVersion;
+  st.pid = getpid();
+  st.uptime_s = static_cast<uint64_t>(
+      absl::ToInt64Seconds(absl::Now() - started_));
+  st.socket = options_.socket_path;
+  st.poll_mode =
+      options_.poll_mode == engine::PollMode::kBusy ? "busy" : "adaptive";
+  st.mtu = options_.path_mtu;
+  if (port_ != nullptr) {
+    st.data_port = options_.port.device;
+    st.ip = IpText(options_.port.ip);
+    st.mac = MacText(port_mac_);
+  }
+  std::map<uint32_t, ClientStatus*> by_id;
+  st.clients.reserve(sessions_.size());
+  for (const auto& [fd, s] : sessions_) {
+    if (!s->ready) continue;
+    ClientStatus c;
+    c.session_id = s->id;
+    c.pid = s->pid;
+    c.uid = s->uid;
+    for (const Connection* conn : s->connections) c.connections += conn != nullptr;
+    c.registrations = static_cast<uint32_t>(cache_.CountOwner(s->id));
+    c.arenas = static_cast<uint32_t>(s->arenas.size());
+    for (const auto& [id, a] : s->arenas) c.arena_bytes += a.bytes;
+    st.clients.push_back(c);
+  }
+  for (const auto& [id, c] : connections_) {
+    const int sides = c->remote ? 1 : 2;
+    for (int side = 0; side < sides; ++side) {
+      if (c->side[side] == nullptr) continue;
+      ConnectionStatus cs;
+      cs.id = c->id;
+      cs.session_id = c->side[side]->id;
+      cs.slot = c->slot[side];
+      cs.service = c->service;
+      cs.peer = c->remote ? IpText(c->peer_ip) : "local";
+      cs.local_qpn = c->qpn[side];
+      cs.remote_qpn = c->qpn[c->remote ? 1 : 1 - side];
+      if (c->running) {
+        cs.state = "up";
+      } else if (c->pending || c->cm == CmState::kResolving ||
+                 c->cm == CmState::kReqSent) {
+        cs.state = c->remote && !c->passive ? "connecting" : "pending";
+      } else {
+        cs.state = "closing";
+      }
+      if (const engine::Endpoint* e = c->endpoint[side].get()) {
+        cs.posted = e->stats().posted;
+        cs.completed = e->stats().completed;
+        const rc::QpStats& q = e->qp_stats();
+        cs.tx_packets = q.tx_packets;
+        cs.rx_packets = q.rx_packets;
+        cs.retransmitted_packets = q.retransmitted_packets;
+        cs.timeouts = q.timeouts;
+        cs.naks_sent = q.naks_sent;
+        cs.naks_received = q.naks_received;
+      }
+      st.connections.push_back(std::move(cs));
+    }
+  }
+  cache_.ForEach([&](uint32_t key, const mr::Registration& r, uint32_t refs) {
+    RegistrationStatus rs;
+    rs.key = key;
+    rs.session_id = r.owner;
+    rs.connection = r.connection == mr::kAnyConnection ? 0 : r.connection;
+    rs.address = r.address;
+    rs.length = r.length;
+    rs.access = ((r.access & mr::kAccessRemoteRead) ? shm::kAccessRead : 0) |
+                ((r.access & mr::kAccessRemoteWrite) ? shm::kAccessWrite : 0);
+    rs.refs = refs;
+    st.registrations.push_back(rs);
+  });
+  DaemonSnapshot snap;
+  {
+    absl::MutexLock lock(&snapshot_mu_);
+    snap = snapshot_;
+  }
+  auto add = [&st](const char* name, uint64_t v) {
+    st.counters.emplace_back(name, v);
+  };
+  // Live values: the snapshot may predate this very query.
+  uint64_t arenas = 0;
+  for (const ClientStatus& c : st.clients) arenas += c.arenas;
+  add("sessions", st.clients.size());
+  add("connections", connections_.size());
+  add("registrations", cache_.size());
+  add("arenas", arenas);
+  add("sessions_reclaimed", snap.sessions_reclaimed);
+  add("control_requests", snap.control_requests);
+  add("rejected_clients", snap.rejected_clients);
+  add("bad_requests", snap.bad_requests);
+  add("remote_connects", snap.remote_connects);
+  add("remote_accepts", snap.remote_accepts);
+  add("remote_refused", snap.remote_refused);
+  add("peer_disconnects", snap.peer_disconnects);
+  add("cm_retransmits", snap.cm_retransmits);
+  add("arp_replies_sent", snap.arp_replies_sent);
+  add("bad_control_frames", snap.bad_control_frames);
+  const engine::EngineCounters& ec = engine_->counters();
+  add("engine_loops", ec.loops.load(std::memory_order_relaxed));
+  add("engine_sleeps", ec.sleeps.load(std::memory_order_relaxed));
+  add("engine_wakeups", ec.wakeups.load(std::memory_order_relaxed));
+  add("engine_rx_unknown_qpn", ec.rx_unknown_qpn.load(std::memory_order_relaxed));
+  add("engine_rx_rejected", ec.rx_rejected.load(std::memory_order_relaxed));
+  add("engine_control_frames_in",
+      ec.control_frames_in.load(std::memory_order_relaxed));
+  add("engine_control_frames_out",
+      ec.control_frames_out.load(std::memory_order_relaxed));
+  add("engine_control_frames_dropped",
+      ec.control_frames_dropped.load(std::memory_order_relaxed));
+  if (port_ != nullptr) {
+    const port::PortCounters& pc = port_->counters();
+    add("port_rx_frames", pc.rx_frames);
+    add("port_tx_frames", pc.tx_frames);
+    add("port_tx_dropped", pc.tx_dropped);
+    add("port_tx_backpressure", pc.tx_backpressure);
+    add("port_rx_segmented", pc.rx_segmented);
+    add("port_tx_no_mbuf", pc.tx_no_mbuf);
+    add("port_fault_dropped", pc.fault_dropped);
+    add("port_fault_duplicated", pc.fault_duplicated);
+    add("port_fault_delayed", pc.fault_delayed);
+  }
+  return st;
+}
+
+void Daemon::PublishStatus(bool force) {
+  const absl::Time now = absl::Now();
+  if (!force && now - status_published_ < absl::Milliseconds(200)) return;
+  status_published_ = now;
+  DaemonStatus st = BuildStatus();
+  absl::MutexLock lock(&snapshot_mu_);
+  published_status_ = std::move(st);
+}
+
+DaemonStatus Daemon::Status() const {
+  absl::MutexLock lock(&snapshot_mu_);
+  return published_status_;
+}
+
+}  // namespace rdmaplane::control
