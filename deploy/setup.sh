@@ -33,6 +33,11 @@ PACKAGES=(
   python3
   python3-scapy
   tshark
+  # deploy_files_test: the Kubernetes manifest (PyYAML), the unit file
+  # (systemd-analyze) and the shell scripts (shellcheck).
+  python3-yaml
+  systemd
+  shellcheck
   # Running and measuring: network namespaces/veth for multi-host tests, plots
   # for the benchmark report.
   iproute2
