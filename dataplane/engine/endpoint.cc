@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "api/shm/doorbell.h"
+#include "dataplane/rc/sgl.h"
 #include "dataplane/wire/roce.h"
 
 namespace rdmaplane::engine {
@@ -72,7 +73,8 @@ Endpoint::Endpoint(const EndpointInfo& info, mr::RegistrationTable* table,
       tx_(faults),
       pins_(new Pins[kMaxOutstanding]),
       pins_mask_(kMaxOutstanding - 1),
-      flush_status_(shm::kStatusConnAborted) {
+      flush_status_(shm::kStatusConnAborted),
+      direct_(port_tx == nullptr && !faults.active()) {
   qp_ = std::make_unique<rc::RcQp>(
       WithDepth(info.qp),
       rc::RcQp::Env{clock, port_tx != nullptr ? port_tx : &tx_, this, this});
@@ -225,6 +227,11 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
       PushCompletion(e.wr_id, status, e.op, 0);
       continue;
     }
+    if (direct_) {
+      ExecuteDirect(wr, pins, e.op);
+      ++stats_.posted;
+      continue;
+    }
     const rc::PostResult r = qp_->Post(wr);
     if (r != rc::PostResult::kOk) {
       for (uint32_t j = 0; j < pins.count; ++j) table_->EndUse(pins.lkeys[j]);
@@ -239,6 +246,53 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
     ++stats_.posted;
   }
   return n;
+}
+
+void Endpoint::ReleasePins(Pins& pins) {
+  for (uint32_t j = 0; j < pins.count; ++j) table_->EndUse(pins.lkeys[j]);
+  pins.count = 0;
+}
+
+void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, Pins& pins,
+                             uint8_t op) {
+  ++stats_.direct;
+  uint32_t len = 0;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) len += wr.sge[i].length;
+  const bool write = wr.opcode == rc::WrOpcode::kWrite;
+  rc::ResolvedMemory mem{rc::AccessCheck::kOk, nullptr};
+  if (len > 0) {
+    // The checks the peer's responder makes (key, connection, access,
+    // range), and its pin while the memory is used.
+    mem = peer_->Resolve(peer_->info_.qp.local_qpn, wr.rkey, wr.remote_va,
+                         len,
+                         write ? rc::RemoteAccess::kWrite
+                               : rc::RemoteAccess::kRead);
+  }
+  if (mem.check != rc::AccessCheck::kOk) {
+    // As over the wire: NAK "remote access error", the requester fails the
+    // request and the connection breaks for both ends.
+    ReleasePins(pins);
+    PublishState(shm::kConnAborted);
+    peer_->PublishState(shm::kConnReset);
+    PushCompletion(wr.wr_id,
+                   write ? shm::kStatusFault : shm::kStatusRemoteResources, op,
+                   0);
+    Close(shm::kStatusConnAborted, shm::kConnAborted);
+    peer_->Close(shm::kStatusConnReset, shm::kConnReset);
+    return;
+  }
+  if (len > 0) {
+    if (write) {
+      rc::CopyFromSgl(wr, 0, mem.addr, len);
+    } else {
+      rc::CopyToSgl(wr, 0, mem.addr, len);
+    }
+    peer_->Release(wr.rkey);
+  }
+  ReleasePins(pins);
+  if (pins.invalidate != 0) table_->Invalidate(pins.invalidate);
+  if ((wr.flags & rc::kWrSilentSuccess) != 0) return;
+  PushCompletion(wr.wr_id, shm::kStatusOk, op, len);
 }
 
 void Endpoint::Complete(const rc::Completion& c) {

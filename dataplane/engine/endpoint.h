@@ -82,6 +82,7 @@ struct EndpointStats {
   uint64_t local_key_errors = 0;
   uint64_t bad_entries = 0;
   uint64_t rx_rejected = 0;
+  uint64_t direct = 0;  // requests carried out directly (same engine)
 };
 
 class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
@@ -143,6 +144,10 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   };
 
   uint32_t PullRequests(uint32_t budget);
+  // Carries out a request at once against the peer endpoint's memory
+  // (direct_ connections only): the responder's checks, one copy.
+  void ExecuteDirect(const rc::WorkRequest& wr, Pins& pins, uint8_t op);
+  void ReleasePins(Pins& pins);
   // Turns a client entry into a work request; returns an rdp_status.
   int Translate(const shm::SendEntry& e, rc::WorkRequest* wr, Pins* pins);
   void PushCompletion(uint64_t wr_id, int32_t status, uint8_t op,
@@ -163,6 +168,9 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   int32_t flush_status_;  // status of flushed requests (Close sets it)
   bool ring_bell_ = false;
   bool closed_ = false;
+  // Both ends in this engine and a clean link: requests are carried out
+  // directly instead of as RoCEv2 frames through the loopback link.
+  bool direct_ = false;
   bool transport_error_ = false;  // not yet taken by the engine
   EndpointStats stats_;
 };
