@@ -5,11 +5,24 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
 
 namespace rdmaplane::port {
+namespace {
+
+bool HugetlbfsMounted() {
+  std::ifstream mounts("/proc/mounts");
+  std::string line;
+  while (std::getline(mounts, line)) {
+    if (line.find(" hugetlbfs ") != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 std::vector<std::string> EalArguments(const EalOptions& options) {
   std::vector<std::string> args = {"rdmaplane"};
@@ -18,6 +31,10 @@ std::vector<std::string> EalArguments(const EalOptions& options) {
     args.push_back("--no-huge");
     args.push_back("-m");
     args.push_back(std::to_string(options.memory_mb));
+  } else {
+    // The hugepage files are unlinked once mapped: nothing is left in the
+    // hugetlbfs mount when the process ends, however it ends.
+    args.push_back("--huge-unlink");
   }
   args.push_back("--file-prefix=" +
                  (options.file_prefix.empty()
@@ -37,9 +54,17 @@ absl::Status InitDpdk(const EalOptions& options) {
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    if (options.hugepages && !HugetlbfsMounted()) {
+      result = absl::FailedPreconditionError(
+          "hugepages were asked for, but no hugetlbfs is mounted (mount -t "
+          "hugetlbfs nodev /dev/hugepages, and reserve pages in "
+          "/proc/sys/vm/nr_hugepages), or run without hugepages");
+      return;
+    }
     if (rte_eal_init(static_cast<int>(args.size()), argv.data()) < 0) {
       result = absl::UnavailableError(absl::StrCat(
-          "DPDK EAL initialization failed: ", rte_strerror(rte_errno)));
+          "DPDK EAL initialization failed: ", rte_strerror(rte_errno),
+          options.hugepages ? " (are 2 MiB hugepages reserved?)" : ""));
     }
   });
   return result;

@@ -69,6 +69,8 @@ TEST(DpdkEnvTest, ArgumentsNeverTouchPciUnlessAsked) {
   args = EalArguments(o);
   EXPECT_EQ(std::find(args.begin(), args.end(), "--no-pci"), args.end());
   EXPECT_EQ(std::find(args.begin(), args.end(), "--no-huge"), args.end());
+  // Hugepage files never outlive the process.
+  EXPECT_NE(std::find(args.begin(), args.end(), "--huge-unlink"), args.end());
 }
 
 void Transfer(const fault::FaultSpec& faults, const std::string& name) {
