@@ -14,7 +14,13 @@
 // Without --peer (and with one socket for both) the connection stays inside
 // one daemon. Progress goes to stderr; the last line on stdout is
 // "transfer: ok ..." or "transfer: FAILED ...", and the exit status says the
-// same.
+// same (2: a usage error).
+//
+// Split mode (--listen on one host, --connect on another, one session each;
+// see rdmaplane_transfer_split.cc) reaches across hosts:
+//
+//   rdmaplane_transfer --listen=transfer
+//   rdmaplane_transfer --connect=transfer --peer=10.0.0.1 --sizes=4096,65536
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -35,25 +41,28 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "api/client.h"
+#include "api/example/rdmaplane_transfer_split.h"
 #include "api/shm/layout.h"
 
 ABSL_FLAG(std::string, listen_socket, "", "socket of the listening daemon");
 ABSL_FLAG(std::string, connect_socket, "",
           "socket of the connecting daemon (default: the listening one)");
 ABSL_FLAG(std::string, peer, "",
-          "data-port IPv4 address of the listening daemon; empty: a "
-          "connection inside one daemon");
+          "data-port IPv4 address of the listening daemon (split mode: of "
+          "the server's daemon); empty: a connection inside one daemon");
 ABSL_FLAG(std::string, service, "transfer", "service name");
 ABSL_FLAG(std::string, sizes, "1,4096,65536,1048576,4194304",
           "message sizes in bytes, comma-separated (up to 4 MiB)");
 ABSL_FLAG(uint32_t, depth, 4, "requests outstanding per connection");
 ABSL_FLAG(uint32_t, connections, 1, "connections per pair of sessions");
 ABSL_FLAG(uint32_t, clients, 1, "pairs of sessions, each in its own thread");
-ABSL_FLAG(int32_t, timeout_s, 60, "give up on a request after this long");
+ABSL_FLAG(int32_t, timeout_s, 60,
+          "give up on a request (split mode: or a message) after this long");
 
 namespace {
 
 using rdmaplane::Client;
+using rdmaplane_transfer::Pattern;
 
 constexpr uint32_t kMaxSize = 4u << 20;
 
@@ -74,11 +83,6 @@ struct End {
   uint8_t descriptor[RDP_DESCRIPTOR_BYTES];
   uint32_t descriptor_length = sizeof(descriptor);
 };
-
-uint8_t Pattern(uint64_t seed, uint64_t i) {
-  uint64_t x = (seed + i) * 0x9E3779B97F4A7C15ull;
-  return static_cast<uint8_t>(x >> 56);
-}
 
 std::string Describe(int status) { return rdp_status_name(status); }
 
@@ -270,6 +274,19 @@ void RunPair(const Options& o, uint32_t index, Failure* failure) {
   }
 }
 
+bool ParseSizes(std::vector<uint32_t>* sizes) {
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
+    uint32_t v;
+    if (!absl::SimpleAtoi(part, &v) || v == 0 || v > kMaxSize) {
+      std::fprintf(stderr, "transfer: sizes are 1..%u bytes\n", kMaxSize);
+      return false;
+    }
+    sizes->push_back(v);
+  }
+  return true;
+}
+
 bool ParseOptions(Options* o) {
   o->listen_socket = absl::GetFlag(FLAGS_listen_socket);
   o->connect_socket = absl::GetFlag(FLAGS_connect_socket);
@@ -280,15 +297,7 @@ bool ParseOptions(Options* o) {
   o->connections = absl::GetFlag(FLAGS_connections);
   o->clients = absl::GetFlag(FLAGS_clients);
   o->timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  for (absl::string_view part :
-       absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
-    uint32_t v;
-    if (!absl::SimpleAtoi(part, &v) || v == 0 || v > kMaxSize) {
-      std::fprintf(stderr, "transfer: sizes are 1..%u bytes\n", kMaxSize);
-      return false;
-    }
-    o->sizes.push_back(v);
-  }
+  if (!ParseSizes(&o->sizes)) return false;
   if (o->sizes.empty() || o->depth == 0 || o->depth > 64 ||
       o->connections == 0 || o->connections > 16 || o->clients == 0 ||
       o->clients > 16) {
@@ -304,13 +313,54 @@ bool ParseOptions(Options* o) {
   return true;
 }
 
+// Split mode: checks the flags it shares with this mode and rejects this
+// mode's own; returns the exit status.
+int RunSplitMode() {
+  const char* own =
+      !absl::GetFlag(FLAGS_listen_socket).empty()    ? "listen_socket"
+      : !absl::GetFlag(FLAGS_connect_socket).empty() ? "connect_socket"
+      : absl::GetFlag(FLAGS_service) != "transfer"   ? "service"
+      : absl::GetFlag(FLAGS_connections) != 1        ? "connections"
+      : absl::GetFlag(FLAGS_clients) != 1            ? "clients"
+                                                     : nullptr;
+  if (own != nullptr) {
+    std::fprintf(stderr,
+                 "transfer: --%s is not for split mode (--listen, --connect)\n",
+                 own);
+    return 2;
+  }
+  rdmaplane_transfer::SharedOptions s;
+  s.peer = absl::GetFlag(FLAGS_peer);
+  s.depth = absl::GetFlag(FLAGS_depth);
+  s.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  if (!ParseSizes(&s.sizes)) return 2;
+  if (s.sizes.empty() || s.depth == 0 || s.depth > 64 ||
+      absl::GetFlag(FLAGS_timeout_s) <= 0) {
+    std::fprintf(stderr,
+                 "transfer: need sizes, depth 1..64 and a positive "
+                 "timeout_s\n");
+    return 2;
+  }
+  return rdmaplane_transfer::RunSplit(s);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "RDMA WRITE and READ between clients of two daemons, every byte "
-      "checked");
+      "checked: in one process (--listen_socket, --connect_socket, --peer), "
+      "or split across hosts (server: --listen=SERVICE; client: "
+      "--connect=SERVICE --peer=IP)");
   absl::ParseCommandLine(argc, argv);
+  if (rdmaplane_transfer::SplitModeRequested()) return RunSplitMode();
+  if (const std::string flag = rdmaplane_transfer::SplitOnlyFlagInUse();
+      !flag.empty()) {
+    std::fprintf(stderr,
+                 "transfer: --%s is for split mode (--listen or --connect)\n",
+                 flag.c_str());
+    return 2;
+  }
   Options o;
   if (!ParseOptions(&o)) return 2;
   Failure failure;
