@@ -1,0 +1,325 @@
+# shellcheck shell=bash
+# Shared helpers of the end-to-end tests, sourced by memif_test.sh and
+# netns_test.sh: starting and stopping rdmaplaned processes, running the
+# transfer tool and the connect probe with bounded waits, and printing the
+# daemons' logs when something fails.
+#
+# The sourcing script sets E2E_NAME (the prefix of every message) and
+# E2E_TMP (a private folder, short enough for Unix socket paths; see
+# e2e_make_tmp), calls e2e_install_traps, and may append commands to
+# E2E_CLEANUP_HOOKS (run after the daemons are stopped, e.g. to delete
+# network namespaces).
+
+E2E_NAME="${E2E_NAME:-e2e}"
+E2E_TMP="${E2E_TMP:-}"
+E2E_CLEANUP_HOOKS=()
+# Daemons that this test started and that still run: name -> pid, and what
+# the checks need to know about them.
+declare -A E2E_PID=() E2E_LOG=() E2E_SOCK=() E2E_PREFIX=()
+E2E_DAEMONS=() # names, in start order (also those already stopped)
+E2E_STOP_STATUS=0
+E2E_STOP_SECONDS=0
+
+e2e_log() {
+  echo "$E2E_NAME: $*"
+}
+
+# Prints every daemon log of this test on stderr.
+e2e_dump_logs() {
+  local name
+  for name in "${E2E_DAEMONS[@]}"; do
+    local log="${E2E_LOG[$name]}"
+    [[ -f $log ]] || continue
+    echo "----- log of daemon $name ($log, $(wc -l <"$log") lines) -----" >&2
+    cat "$log" >&2
+  done
+  echo "----- end of daemon logs -----" >&2
+}
+
+e2e_fail() {
+  echo "FAIL: $E2E_NAME: $*" >&2
+  e2e_dump_logs
+  exit 1
+}
+
+# The folder in which DPDK keeps the runtime folder of each --file_prefix,
+# chosen the way DPDK 22.11's EAL chooses it.
+e2e_dpdk_runtime_base() {
+  if [[ -n ${RUNTIME_DIRECTORY:-} ]]; then
+    echo "$RUNTIME_DIRECTORY/dpdk"
+  elif [[ $(id -u) -eq 0 ]]; then
+    echo "/var/run/dpdk"
+  else
+    echo "${XDG_RUNTIME_DIR:-/tmp}/dpdk"
+  fi
+}
+
+e2e_now() {
+  date +%s.%N
+}
+
+# Seconds since $1 (a value of e2e_now), with two decimals.
+e2e_since() {
+  awk -v a="$1" -v b="$(e2e_now)" 'BEGIN { printf "%.2f", b - a }'
+}
+
+# e2e_start_daemon NAME SOCKET FILE_PREFIX COMMAND...
+# Starts COMMAND (an rdmaplaned command line, possibly behind `ip netns
+# exec`, which execs it: the pid is the daemon's) with its output in
+# E2E_TMP/NAME.log, and waits at most 15 s for SOCKET to appear. Returns 0
+# when the daemon serves, 1 when it exited (or never served; it is then
+# stopped) with the reason printed.
+e2e_start_daemon() {
+  local name="$1" sock="$2" prefix="$3"
+  shift 3
+  local log="$E2E_TMP/$name.log"
+  local runtime
+  runtime="$(e2e_dpdk_runtime_base)/$prefix"
+  if [[ -e $sock ]]; then
+    e2e_fail "socket $sock of daemon $name exists before its start"
+  fi
+  if [[ -e $runtime ]]; then
+    e2e_fail "DPDK runtime folder $runtime exists before daemon $name starts"
+  fi
+  e2e_log "start daemon $name: $*"
+  "$@" >"$log" 2>&1 &
+  local pid=$!
+  E2E_PID[$name]=$pid
+  E2E_LOG[$name]=$log
+  E2E_SOCK[$name]=$sock
+  E2E_PREFIX[$name]=$prefix
+  E2E_DAEMONS+=("$name")
+  local i
+  for ((i = 0; i < 150; i++)); do
+    if [[ -S $sock ]]; then
+      e2e_log "daemon $name (pid $pid) serves $sock"
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      local status=0
+      wait "$pid" || status=$?
+      unset 'E2E_PID[$name]'
+      e2e_log "daemon $name exited during start-up with status $status; its log:"
+      sed 's/^/    /' "$log"
+      return 1
+    fi
+    sleep 0.1
+  done
+  e2e_log "daemon $name did not create $sock within 15 s; stopping it"
+  e2e_stop_daemon "$name" || true
+  sed 's/^/    /' "$log"
+  return 1
+}
+
+# e2e_stop_daemon NAME: SIGTERM, at most 5 s, then SIGKILL. Sets
+# E2E_STOP_STATUS (137 when it had to be killed) and E2E_STOP_SECONDS.
+# Returns 0 when the daemon ended by itself within 5 s, 1 otherwise.
+e2e_stop_daemon() {
+  local name="$1"
+  local pid="${E2E_PID[$name]:-}"
+  E2E_STOP_STATUS=0
+  E2E_STOP_SECONDS=0
+  [[ -n $pid ]] || return 0
+  unset 'E2E_PID[$name]'
+  local start i ended=1
+  start="$(e2e_now)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 50; i++)); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      ended=0
+      break
+    fi
+    sleep 0.1
+  done
+  if [[ $ended -ne 0 ]]; then
+    echo "$E2E_NAME: daemon $name (pid $pid) still runs 5 s after SIGTERM; SIGKILL" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" || E2E_STOP_STATUS=$?
+  E2E_STOP_SECONDS="$(e2e_since "$start")"
+  return "$ended"
+}
+
+# e2e_check_clean_stop NAME: stops the daemon with SIGTERM and checks that it
+# exited with status 0 within 5 s and left neither its socket nor its DPDK
+# runtime folder behind.
+e2e_check_clean_stop() {
+  local name="$1"
+  local sock="${E2E_SOCK[$name]}"
+  local runtime
+  runtime="$(e2e_dpdk_runtime_base)/${E2E_PREFIX[$name]}"
+  e2e_log "SIGTERM to daemon $name; expecting exit status 0 within 5 s"
+  if ! e2e_stop_daemon "$name"; then
+    e2e_fail "daemon $name did not stop within 5 s of SIGTERM (killed; status $E2E_STOP_STATUS)"
+  fi
+  if [[ $E2E_STOP_STATUS -ne 0 ]]; then
+    e2e_fail "daemon $name exited with status $E2E_STOP_STATUS after SIGTERM"
+  fi
+  e2e_log "daemon $name exited with status 0 in ${E2E_STOP_SECONDS} s"
+  if [[ -e $sock ]]; then
+    e2e_fail "daemon $name left its socket $sock behind"
+  fi
+  if [[ -e $runtime ]]; then
+    e2e_fail "daemon $name left its DPDK runtime folder $runtime behind"
+  fi
+  e2e_log "daemon $name removed $sock and $runtime"
+}
+
+# e2e_try_transfer LABEL TIMEOUT_S TRANSFER_ARGS...: runs the transfer tool,
+# bounded by TIMEOUT_S, and prints its output. Returns 0 when it exited with
+# status 0 and its last line starts with "transfer: ok:", 1 otherwise, with
+# the reason in E2E_TRANSFER_ERROR.
+E2E_TRANSFER_ERROR=""
+e2e_try_transfer() {
+  local label="$1" limit="$2"
+  shift 2
+  local out="$E2E_TMP/transfer-$label.out" err="$E2E_TMP/transfer-$label.err"
+  local status=0 start took last
+  E2E_TRANSFER_ERROR=""
+  e2e_log "transfer $label: $*"
+  start="$(e2e_now)"
+  timeout --kill-after=5 "$limit" "$@" >"$out" 2>"$err" || status=$?
+  took="$(e2e_since "$start")"
+  sed 's/^/    /' "$err"
+  sed 's/^/    /' "$out"
+  last="$(tail -n 1 "$out")"
+  if [[ $status -eq 124 || $status -eq 137 ]]; then
+    E2E_TRANSFER_ERROR="transfer $label did not finish within $limit s"
+  elif [[ $status -ne 0 ]]; then
+    E2E_TRANSFER_ERROR="transfer $label exited with status $status after $took s: $last"
+  elif [[ $last != "transfer: ok:"* ]]; then
+    E2E_TRANSFER_ERROR="transfer $label: last line was: $last"
+  else
+    e2e_log "transfer $label ok in $took s"
+    return 0
+  fi
+  e2e_log "$E2E_TRANSFER_ERROR"
+  return 1
+}
+
+# e2e_transfer LABEL TIMEOUT_S TRANSFER_ARGS...: e2e_try_transfer, and the
+# test fails when the transfer did.
+e2e_transfer() {
+  if ! e2e_try_transfer "$@"; then
+    e2e_fail "$E2E_TRANSFER_ERROR"
+  fi
+}
+
+# e2e_probe LABEL EXPECTED_STATUS MAX_SECONDS TEXT PROBE_ARGS...: runs the
+# connect probe (bounded by 30 s) and checks that the connect failed with
+# EXPECTED_STATUS within MAX_SECONDS and that its message contains TEXT.
+e2e_probe() {
+  local label="$1" expected="$2" max_s="$3" text="$4"
+  shift 4
+  local out="$E2E_TMP/probe-$label.out" status=0
+  e2e_log "probe $label: $* (expecting $expected within $max_s s, naming '$text')"
+  timeout --kill-after=5 30 "$@" >"$out" 2>&1 || status=$?
+  sed 's/^/    /' "$out"
+  if [[ $status -eq 124 || $status -eq 137 ]]; then
+    e2e_fail "probe $label: the connect did not return within 30 s"
+  fi
+  if [[ $status -ne 1 ]]; then
+    e2e_fail "probe $label: exit status $status (1 expected: a failed connect)"
+  fi
+  local line
+  line="$(grep '^connect_probe: status=' "$out" | tail -n 1)"
+  local got="${line#connect_probe: status=}"
+  got="${got%% *}"
+  local seconds="${line#* seconds=}"
+  seconds="${seconds%% *}"
+  local message="${line#* message=}"
+  if [[ $got != "$expected" ]]; then
+    e2e_fail "probe $label: got $got, expected $expected"
+  fi
+  if [[ $message != *"$text"* ]]; then
+    e2e_fail "probe $label: the message '$message' does not name '$text'"
+  fi
+  if ! awk -v s="$seconds" -v m="$max_s" 'BEGIN { exit !(s + 0 <= m + 0) }'; then
+    e2e_fail "probe $label: the connect took $seconds s (at most $max_s s expected)"
+  fi
+  e2e_log "probe $label ok: $got after $seconds s: $message"
+}
+
+# e2e_counters NAME: prints the daemon's counters (rdmaplanectl at E2E_CTL,
+# bounded) into E2E_TMP/counters-NAME.txt and on stdout.
+e2e_counters() {
+  local name="$1"
+  local file="$E2E_TMP/counters-$name.txt" status=0
+  timeout --kill-after=5 15 "$E2E_CTL" --socket="${E2E_SOCK[$name]}" \
+    --timeout=5s counters >"$file" 2>&1 || status=$?
+  if [[ $status -ne 0 ]]; then
+    sed 's/^/    /' "$file"
+    e2e_fail "rdmaplanectl counters of daemon $name: exit status $status"
+  fi
+  e2e_log "counters of daemon $name (non-zero):"
+  awk 'NR > 1 && $2 != 0 { print "    " $0 }' "$file"
+}
+
+# e2e_counter NAME COUNTER: sets E2E_VALUE to the value of COUNTER in the
+# last e2e_counters NAME; fails when the daemon did not report it. (Not for
+# $(...): e2e_fail must end the test, not a subshell.)
+E2E_VALUE=0
+# shellcheck disable=SC2034  # E2E_VALUE is read by the sourcing scripts.
+e2e_counter() {
+  local name="$1" counter="$2" value
+  value="$(awk -v c="$counter" '$1 == c { print $2 }' "$E2E_TMP/counters-$name.txt")"
+  if [[ ! $value =~ ^[0-9]+$ ]]; then
+    e2e_fail "daemon $name reports no counter $counter"
+  fi
+  E2E_VALUE="$value"
+}
+
+# Stops every daemon still running (SIGTERM, then SIGKILL after 5 s), removes
+# the DPDK runtime folders they may have left, runs the hooks and removes
+# E2E_TMP. The EXIT trap (e2e_install_traps); keeps the script's exit
+# status.
+e2e_cleanup() {
+  local status=$?
+  set +e
+  local name
+  for name in "${E2E_DAEMONS[@]}"; do
+    if [[ -n ${E2E_PID[$name]:-} ]]; then
+      echo "$E2E_NAME: cleanup: stopping daemon $name (pid ${E2E_PID[$name]})" >&2
+      e2e_stop_daemon "$name"
+    fi
+  done
+  local base
+  base="$(e2e_dpdk_runtime_base)"
+  for name in "${E2E_DAEMONS[@]}"; do
+    # Only the folders named after this test's own prefixes.
+    if [[ -n ${E2E_PREFIX[$name]:-} && -d $base/${E2E_PREFIX[$name]} ]]; then
+      echo "$E2E_NAME: cleanup: removing $base/${E2E_PREFIX[$name]}" >&2
+      rm -rf -- "${base:?}/${E2E_PREFIX[$name]}"
+    fi
+  done
+  # Under Bazel the logs stay with the test's outputs.
+  if [[ -n ${TEST_UNDECLARED_OUTPUTS_DIR:-} && -n $E2E_TMP && -d $E2E_TMP ]]; then
+    cp -- "$E2E_TMP"/*.log "$TEST_UNDECLARED_OUTPUTS_DIR"/ 2>/dev/null
+  fi
+  local hook
+  for hook in "${E2E_CLEANUP_HOOKS[@]}"; do
+    eval "$hook"
+  done
+  if [[ -n $E2E_TMP && -d $E2E_TMP ]]; then
+    rm -rf -- "$E2E_TMP"
+  fi
+  exit "$status"
+}
+
+# Cleans up at every exit: a normal one, a failure, or a signal (Bazel's
+# timeout sends SIGTERM).
+e2e_install_traps() {
+  trap e2e_cleanup EXIT
+  trap 'echo "$E2E_NAME: interrupted by a signal" >&2; exit 143' TERM INT HUP
+}
+
+# A private folder for sockets and logs. TEST_TMPDIR is used when its paths
+# stay well below the 108 bytes of a Unix socket path, a short folder under
+# /tmp otherwise.
+e2e_make_tmp() {
+  local base="${TEST_TMPDIR:-/tmp}"
+  if ((${#base} > 60)); then
+    base=/tmp
+  fi
+  E2E_TMP="$(mktemp -d "$base/rdp-e2e.XXXXXX")"
+}

@@ -1,0 +1,325 @@
+#!/usr/bin/env bash
+# Two rdmaplaned daemons in two network namespaces joined by a veth pair,
+# each using its end of the pair as its DPDK data port (root only):
+#   1. af_packet: RDMA WRITE and READ of 1 B .. 4 MiB each way (depth 4,
+#      2 clients with 3 connections each), every byte checked; a connect to
+#      a service nobody listens on is refused, one to an address nobody has
+#      times out within 5 s; SIGTERM stops both with status 0 within 5 s,
+#      leaving no socket and no DPDK runtime folder;
+#   2. the same transfer up to 1 MiB with 5 % loss on both daemons' transmit
+#      side (standing in for netem, which this kernel lacks);
+#   3. af_xdp on the same veths, when the daemons can open it (optional: if
+#      a daemon cannot start with af_xdp here, the reason is printed and the
+#      test goes on; a known loss of transmitted frames is reported, see
+#      round 3 below), and no XDP program may stay attached after the stop.
+# The daemons' counters (rdmaplanectl) show that frames crossed the ports
+# and, in the lossy round, that frames were dropped on purpose.
+# The namespaces and the veth pair are this test's own (named after its pid)
+# and are deleted at exit, also on failure; no other interface is touched.
+# The transfer tool and the probe run in the initial namespace: the daemons'
+# Unix sockets are file system paths, reachable from every namespace.
+#
+#   netns_test.sh E2E_LIB RDMAPLANED RDMAPLANECTL RDMAPLANE_TRANSFER CONNECT_PROBE
+#
+# Without root, or where `ip netns` cannot create namespaces, it prints
+# "SKIPPED: <reason>" and exits 0. Daemons run with --log_level=debug; their
+# logs are printed on failure.
+set -euo pipefail
+
+if [[ $# -ne 5 ]]; then
+  echo "usage: $0 E2E_LIB RDMAPLANED RDMAPLANECTL RDMAPLANE_TRANSFER CONNECT_PROBE" >&2
+  exit 2
+fi
+E2E_NAME=netns_test
+# shellcheck source=tests/e2e/e2e_lib.sh
+source "$1"
+daemon_bin="$2"
+E2E_CTL="$3"
+transfer_bin="$4"
+probe_bin="$5"
+# Bazel's strict action environment leaves /usr/sbin out of PATH.
+export PATH="$PATH:/usr/sbin:/sbin"
+
+skip() {
+  echo "SKIPPED: $*"
+  exit 0
+}
+
+if [[ $(id -u) -ne 0 ]]; then
+  skip "needs root (network namespaces, veth, af_packet)"
+fi
+if ! command -v ip >/dev/null; then
+  skip "no ip command (iproute2)"
+fi
+if ! ip netns list >/dev/null 2>&1; then
+  skip "ip netns is unavailable: $(ip netns list 2>&1 | head -n 1)"
+fi
+for bin in "$daemon_bin" "$E2E_CTL" "$transfer_bin" "$probe_bin"; do
+  [[ -x $bin ]] || e2e_fail "no executable at $bin"
+done
+
+ns_a="rdp-a-$$"
+ns_b="rdp-b-$$"
+# Interface names have at most 15 characters; pids at most 7 digits.
+veth_a="rdpa$$"
+veth_b="rdpb$$"
+ip_a=198.51.100.1
+ip_b=198.51.100.2
+ip_nobody=198.51.100.99
+created_ns=()
+created_veth=false
+
+# Cleanup hook: deletes what this test created, and only that. Deleting a
+# namespace deletes the veth end in it, and with it the pair.
+delete_network() {
+  local ns
+  for ns in "${created_ns[@]}"; do
+    if [[ -e /var/run/netns/$ns ]]; then
+      ip netns del "$ns" || echo "$E2E_NAME: cleanup: could not delete namespace $ns" >&2
+    fi
+  done
+  created_ns=()
+  # Should an end ever have been left in the initial namespace.
+  if [[ $created_veth == true ]]; then
+    local v
+    for v in "$veth_a" "$veth_b"; do
+      if ip link show dev "$v" >/dev/null 2>&1; then
+        ip link del dev "$v" || echo "$E2E_NAME: cleanup: could not delete $v" >&2
+      fi
+    done
+  fi
+}
+
+E2E_CLEANUP_HOOKS+=(delete_network)
+e2e_install_traps
+e2e_make_tmp
+e2e_log "working in $E2E_TMP"
+test_start="$(e2e_now)"
+
+# --- the network: two namespaces, one veth pair ----------------------------
+for ns in "$ns_a" "$ns_b"; do
+  [[ ! -e /var/run/netns/$ns ]] || e2e_fail "namespace $ns exists already"
+done
+for v in "$veth_a" "$veth_b"; do
+  if ip link show dev "$v" >/dev/null 2>&1; then
+    e2e_fail "interface $v exists already"
+  fi
+done
+for ns in "$ns_a" "$ns_b"; do
+  e2e_log "ip netns add $ns"
+  if ! err="$(ip netns add "$ns" 2>&1)"; then
+    if [[ ${#created_ns[@]} -eq 0 ]]; then
+      skip "ip netns add fails here: $err"
+    fi
+    e2e_fail "ip netns add $ns: $err"
+  fi
+  created_ns+=("$ns")
+done
+# Both ends are created directly in their namespaces: the initial namespace
+# never sees them.
+e2e_log "ip link add $veth_a netns $ns_a type veth peer name $veth_b netns $ns_b"
+created_veth=true
+if ! err="$(ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b" 2>&1)"; then
+  if [[ $err == *"Unknown device type"* || $err == *"not supported"* ]]; then
+    skip "no veth support in this kernel: $err"
+  fi
+  e2e_fail "creating the veth pair: $err"
+fi
+for pair in "$ns_a:$veth_a" "$ns_b:$veth_b"; do
+  ns="${pair%%:*}"
+  v="${pair#*:}"
+  e2e_log "ip -n $ns link set lo up; ip -n $ns link set $v up"
+  ip -n "$ns" link set lo up || e2e_fail "cannot bring lo up in $ns"
+  ip -n "$ns" link set "$v" up || e2e_fail "cannot bring $v up in $ns"
+done
+# The kernel has no address on the veths: the daemons answer ARP for their
+# --ip themselves, and the kernel neither answers RoCEv2 frames with ICMP
+# nor claims the addresses.
+for pair in "$ns_a:$veth_a" "$ns_b:$veth_b"; do
+  ns="${pair%%:*}"
+  v="${pair#*:}"
+  state=""
+  for ((i = 0; i < 50; i++)); do
+    state="$(ip -n "$ns" -o link show dev "$v" 2>/dev/null || true)"
+    if [[ $state == *"state UP"* ]]; then
+      break
+    fi
+    sleep 0.1
+  done
+  [[ $state == *"state UP"* ]] || e2e_fail "$v in $ns is not up after 5 s: $state"
+  e2e_log "$v in $ns is up"
+done
+
+# start_pair ROUND DRIVER [DAEMON_FLAGS...]: starts daemon A in ns_a and B in
+# ns_b on their veth ends with DPDK driver DRIVER (af_packet or af_xdp).
+# Returns 1 (with the reason printed, and nothing left running) when either
+# could not start.
+start_pair() {
+  local round="$1" driver="$2"
+  shift 2
+  local common=(--mtu=1024 --log_level=debug "$@")
+  if ! e2e_start_daemon "a$round" "$E2E_TMP/a$round.sock" "rdp-e2e-$$-a$round" \
+    ip netns exec "$ns_a" "$daemon_bin" --socket="$E2E_TMP/a$round.sock" \
+    --file_prefix="rdp-e2e-$$-a$round" --port="net_${driver}0,iface=$veth_a" \
+    --ip="$ip_a" "${common[@]}"; then
+    return 1
+  fi
+  if ! e2e_start_daemon "b$round" "$E2E_TMP/b$round.sock" "rdp-e2e-$$-b$round" \
+    ip netns exec "$ns_b" "$daemon_bin" --socket="$E2E_TMP/b$round.sock" \
+    --file_prefix="rdp-e2e-$$-b$round" --port="net_${driver}0,iface=$veth_b" \
+    --ip="$ip_b" "${common[@]}"; then
+    e2e_stop_daemon "a$round" || true
+    return 1
+  fi
+  return 0
+}
+
+# transfer ROUND SIZES CONNECTIONS: the transfer between clients of A and B
+# (listening on A, connecting from B); 0 when every byte arrived.
+transfer() {
+  local round="$1" sizes="$2" connections="$3"
+  e2e_try_transfer "round$round" 240 "$transfer_bin" \
+    --listen_socket="$E2E_TMP/a$round.sock" --connect_socket="$E2E_TMP/b$round.sock" \
+    --peer="$ip_a" --sizes="$sizes" --depth=4 --connections="$connections" \
+    --clients=2 --timeout_s=30
+}
+
+# check_counters ROUND FAULTY: both daemons sent frames on their ports, and
+# dropped some on purpose exactly when FAULTY is yes (--port_faults on).
+check_counters() {
+  local round="$1" faulty="$2" name
+  for name in "a$round" "b$round"; do
+    e2e_counters "$name"
+    e2e_counter "$name" port_tx_frames
+    ((E2E_VALUE > 0)) || e2e_fail "daemon $name sent no frames on its port"
+    e2e_counter "$name" port_fault_dropped
+    if [[ $faulty == yes ]]; then
+      ((E2E_VALUE > 0)) || e2e_fail "daemon $name dropped no frame despite --port_faults"
+    else
+      ((E2E_VALUE == 0)) || e2e_fail "daemon $name dropped $E2E_VALUE frames without --port_faults"
+    fi
+  done
+}
+
+# probe ROUND: a connect to a service nobody listens on is refused, and one
+# to an address nobody has times out, both within 5 s.
+probe() {
+  local round="$1"
+  e2e_probe "refused$round" RDP_ERR_REFUSED 5 "nosuchservice" \
+    "$probe_bin" --socket="$E2E_TMP/b$round.sock" --service=nosuchservice --peer="$ip_a"
+  e2e_probe "nobody$round" RDP_ERR_TIMEOUT 5 "$ip_nobody" \
+    "$probe_bin" --socket="$E2E_TMP/b$round.sock" --service=transfer-0 --peer="$ip_nobody"
+}
+
+# stop_pair ROUND: SIGTERM to both; each must exit 0 within 5 s and leave no
+# socket, no DPDK runtime folder and no XDP program on its veth.
+stop_pair() {
+  local round="$1" pair ns v
+  e2e_check_clean_stop "b$round"
+  e2e_check_clean_stop "a$round"
+  for pair in "$ns_a:$veth_a" "$ns_b:$veth_b"; do
+    ns="${pair%%:*}"
+    v="${pair#*:}"
+    if ip -n "$ns" link show dev "$v" | grep -q "prog/xdp"; then
+      e2e_fail "an XDP program is still attached to $v after its daemon stopped: $(ip -n "$ns" link show dev "$v")"
+    fi
+  done
+}
+
+# kernel_tx NS IFACE: sets E2E_VALUE to the frames the kernel sent on IFACE.
+kernel_tx() {
+  local value
+  value="$(ip netns exec "$1" cat "/sys/class/net/$2/statistics/tx_packets")" ||
+    e2e_fail "cannot read the transmit counter of $2 in $1"
+  E2E_VALUE="$value"
+}
+
+# af_xdp_known_loss ROUND TX_A TX_B: whether a failed af_xdp transfer shows
+# the known loss (see the comment at round 3): frames the daemons' af_xdp
+# ports took for transmission (port_tx_frames) that the kernel never sent
+# on the veths. TX_A and TX_B are the veths' transmit counters from before
+# the daemons started; the kernel's own frames count too, so a shortfall is
+# certain loss. Prints the numbers either way.
+af_xdp_known_loss() {
+  local round="$1" tx_a="$2" tx_b="$3" lost=0
+  local name ns v before sent kernel entry
+  for entry in "a$round:$ns_a:$veth_a:$tx_a" "b$round:$ns_b:$veth_b:$tx_b"; do
+    IFS=: read -r name ns v before <<<"$entry"
+    e2e_counters "$name"
+    e2e_counter "$name" port_tx_frames
+    sent="$E2E_VALUE"
+    kernel_tx "$ns" "$v"
+    kernel=$((E2E_VALUE - before))
+    e2e_log "daemon $name: its af_xdp port took $sent frames to send; the kernel sent $kernel on $v"
+    if ((sent > kernel)); then
+      lost=1
+    fi
+  done
+  [[ $lost -eq 1 ]]
+}
+
+e2e_log "round 1: af_packet on the veth pair"
+start_pair 1 af_packet || e2e_fail "the daemons did not start with af_packet"
+transfer 1 1,4096,65536,1048576,4194304 3 || e2e_fail "$E2E_TRANSFER_ERROR"
+check_counters 1 no
+probe 1
+stop_pair 1
+e2e_log "round 1 done after $(e2e_since "$test_start") s"
+
+# The kernel here has no netem (sch_netem) to make the veth lossy, so the
+# daemons' own fault-injecting port drops 5 % of the frames they send.
+# Sizes up to 1 MiB: go-back-N over af_packet at this loss takes about a
+# minute for the 4 MiB round alone.
+e2e_log "round 2: af_packet with 5 % loss on both transmit sides (in place of netem)"
+start_pair 2 af_packet --port_faults=loss=0.05,seed=11 ||
+  e2e_fail "the daemons did not start with af_packet and --port_faults"
+transfer 2 1,4096,65536,1048576 2 || e2e_fail "$E2E_TRANSFER_ERROR"
+check_counters 2 yes
+stop_pair 2
+e2e_log "round 2 done after $(e2e_since "$test_start") s"
+
+# af_xdp is optional: where a daemon cannot open it, the reason is printed
+# and the test goes on. Known problem (DPDK 22.11's af_xdp PMD with the
+# daemon's default --no-huge memory): the PMD registers as its UMEM
+# populated_size * object_size bytes from the mbuf pool's start, but on
+# 4 KiB pages the pool holds one 2.4 KB mbuf per page, so about 40 % of the
+# mbufs lie outside the UMEM; the kernel rejects transmit descriptors that
+# point there (XDP_STATISTICS tx_invalid_descs) and the frames vanish without
+# an error, so larger transfers lose their connections. Until that is fixed,
+# a failed transfer that shows this loss is reported as KNOWN PROBLEM and
+# does not fail the test, unless E2E_STRICT_AF_XDP=1
+# (bazel test --test_env=E2E_STRICT_AF_XDP=1). Any other failure fails it.
+e2e_log "round 3: af_xdp on the veth pair (optional)"
+kernel_tx "$ns_a" "$veth_a"
+tx_a="$E2E_VALUE"
+kernel_tx "$ns_b" "$veth_b"
+tx_b="$E2E_VALUE"
+if start_pair 3 af_xdp; then
+  if transfer 3 1,4096,65536,1048576,4194304 3; then
+    check_counters 3 no
+  elif af_xdp_known_loss 3 "$tx_a" "$tx_b"; then
+    if [[ ${E2E_STRICT_AF_XDP:-0} == 1 ]]; then
+      e2e_fail "af_xdp lost frames on transmit (E2E_STRICT_AF_XDP=1): $E2E_TRANSFER_ERROR"
+    fi
+    e2e_log "KNOWN PROBLEM: af_xdp lost transmitted frames (mbufs outside the UMEM); $E2E_TRANSFER_ERROR"
+  else
+    e2e_fail "af_xdp: $E2E_TRANSFER_ERROR"
+  fi
+  stop_pair 3
+  e2e_log "round 3 done after $(e2e_since "$test_start") s"
+else
+  e2e_log "af_xdp is not usable here (see the daemon's log above); going on without it"
+fi
+
+# The network goes away with the namespaces; check that it did.
+e2e_log "deleting namespaces $ns_a and $ns_b"
+delete_network
+for ns in "$ns_a" "$ns_b"; do
+  [[ ! -e /var/run/netns/$ns ]] || e2e_fail "namespace $ns is still there"
+done
+for v in "$veth_a" "$veth_b"; do
+  if ip link show dev "$v" >/dev/null 2>&1; then
+    e2e_fail "interface $v is still there"
+  fi
+done
+e2e_log "ok in $(e2e_since "$test_start") s"
