@@ -42,6 +42,16 @@ uint32_t ComputeIcrc(std::span<const uint8_t> ip_udp_bth,
   return crc32_gzip_refl(crc, rest.data(), rest.size());
 }
 
+uint32_t StartIcrc(std::span<const uint8_t> ip_udp_bth) {
+  const uint32_t crc = MaskedHeaderCrc(ip_udp_bth.data());
+  return crc32_gzip_refl(crc, ip_udp_bth.data() + kMaskedLen,
+                         ip_udp_bth.size() - kMaskedLen);
+}
+
+uint32_t ExtendIcrc(uint32_t icrc, std::span<const uint8_t> bytes) {
+  return crc32_gzip_refl(icrc, bytes.data(), bytes.size());
+}
+
 uint32_t Crc32(std::span<const uint8_t> data) {
   return crc32_gzip_refl(0, data.data(), data.size());
 }

@@ -21,6 +21,13 @@ uint32_t ComputeIcrc(std::span<const uint8_t> ip_to_end);
 uint32_t ComputeIcrc(std::span<const uint8_t> ip_udp_bth,
                      std::span<const uint8_t> rest);
 
+// The same, built up piece by piece (for a frame whose payload lies in
+// several buffers): StartIcrc over IPv4 header, UDP header, BTH and whatever
+// follows them in the same buffer (at least 40 bytes), then ExtendIcrc over
+// each further piece in order. The result of the last call is the ICRC.
+uint32_t StartIcrc(std::span<const uint8_t> ip_udp_bth);
+uint32_t ExtendIcrc(uint32_t icrc, std::span<const uint8_t> bytes);
+
 // Plain CRC-32 (zlib), exposed for benchmarks and cross-checks.
 uint32_t Crc32(std::span<const uint8_t> data);
 

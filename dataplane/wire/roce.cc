@@ -240,6 +240,20 @@ size_t FinishFrame(std::span<uint8_t> frame) {
   return frame_len;
 }
 
+uint32_t HeadersIcrc(std::span<const uint8_t> headers) {
+  return StartIcrc(headers.subspan(kEthHeaderLen));
+}
+
+size_t EncodeTrailer(std::span<const uint8_t> headers, uint32_t icrc,
+                     std::span<uint8_t> out) {
+  const size_t pad = (headers[kOuterHeadersLen + 1] >> 4) & 3;
+  if (out.size() < pad + kIcrcLen) return 0;
+  std::memset(out.data(), 0, pad);
+  icrc = ExtendIcrc(icrc, out.first(pad));
+  StoreIcrc(out.data() + pad, icrc);
+  return pad + kIcrcLen;
+}
+
 size_t EncodeFrame(const PacketHeaders& headers,
                    std::span<const uint8_t> payload, std::span<uint8_t> out) {
   const size_t hdr_len = EncodeHeaders(headers, payload.size(), out);

@@ -147,6 +147,17 @@ size_t EncodeHeaders(const PacketHeaders& headers, size_t payload_len,
 // Adds pad and ICRC after a payload already in place; returns the frame length.
 size_t FinishFrame(std::span<uint8_t> frame_without_trailer);
 
+// For a frame whose payload stays in other buffers (zero-copy transmit):
+// the ICRC over the headers (EncodeHeaders's output, `header_len` bytes),
+// to be extended over each payload piece in order with ExtendIcrc (icrc.h);
+// then EncodeTrailer writes the pad and ICRC that follow the payload to
+// `out` and returns their length (0 when `out` is too small). Headers,
+// payload and trailer together are the bytes EncodeFrame writes.
+inline constexpr size_t kMaxTrailerLen = 3 + kIcrcLen;
+uint32_t HeadersIcrc(std::span<const uint8_t> headers);
+size_t EncodeTrailer(std::span<const uint8_t> headers, uint32_t icrc,
+                     std::span<uint8_t> out);
+
 // Why a frame was rejected. Every value has a counter in ParseCounters.
 enum class ParseError : uint8_t {
   kOk = 0,

@@ -73,6 +73,40 @@ TEST(RoceTest, RoundTripEveryOpcode) {
   }
 }
 
+// Headers, payload pieces wherever they lie and EncodeTrailer's pad and
+// ICRC make the frame EncodeFrame writes, for every pad and every split.
+TEST(RoceTest, TrailerOfAScatteredPayloadMatchesEncodeFrame) {
+  for (Opcode op : {Opcode::kWriteFirst, Opcode::kWriteOnly,
+                    Opcode::kWriteMiddle, Opcode::kReadResponseMiddle,
+                    Opcode::kReadResponseLast}) {
+    for (size_t len : {1, 2, 3, 4, 5, 7, 255, 256, 257, 1023, 4096}) {
+      SCOPED_TRACE(::testing::Message() << OpcodeName(op) << " " << len);
+      std::vector<uint8_t> payload(len);
+      for (size_t i = 0; i < len; ++i) payload[i] = static_cast<uint8_t>(i * 7 + 1);
+      const PacketHeaders h = SampleHeaders(op);
+      const std::vector<uint8_t> expected = Encode(h, payload);
+      std::vector<uint8_t> headers(FrameLength(op, len));
+      const size_t header_len = EncodeHeaders(h, len, headers);
+      ASSERT_GT(header_len, 0u);
+      headers.resize(header_len);
+      for (size_t split : {size_t{0}, size_t{1}, len / 3, len - 1, len}) {
+        uint32_t icrc = HeadersIcrc(headers);
+        icrc = ExtendIcrc(icrc, std::span<const uint8_t>(payload).first(split));
+        icrc = ExtendIcrc(icrc, std::span<const uint8_t>(payload).subspan(split));
+        uint8_t trailer[kMaxTrailerLen];
+        const size_t n = EncodeTrailer(headers, icrc, trailer);
+        ASSERT_EQ(n, (4 - len % 4) % 4 + kIcrcLen);
+        std::vector<uint8_t> frame = headers;
+        frame.insert(frame.end(), payload.begin(), payload.end());
+        frame.insert(frame.end(), trailer, trailer + n);
+        EXPECT_EQ(frame, expected);
+      }
+      uint8_t small[kIcrcLen];
+      EXPECT_EQ(EncodeTrailer(headers, 0, std::span<uint8_t>(small, len % 4 == 0 ? 3 : 4)), 0u);
+    }
+  }
+}
+
 TEST(RoceTest, PayloadIsPaddedToFourBytes) {
   for (size_t len = 0; len < 9; ++len) {
     auto frame = Encode(SampleHeaders(Opcode::kWriteOnly),
