@@ -9,8 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
+#include "dataplane/rc/memory_owner.h"
 #include "dataplane/rc/types.h"
 #include "dataplane/wire/psn.h"
 
@@ -22,8 +24,23 @@ class Clock {
   virtual uint64_t NowNs() const = 0;
 };
 
+// Payload bytes of a frame left where they are (zero-copy transmit):
+// registered memory and the owner that keeps it mapped (null: nobody does,
+// so the bytes can only be copied).
+struct PayloadPiece {
+  const uint8_t* data = nullptr;
+  uint32_t len = 0;
+  MemoryOwner* owner = nullptr;
+};
+
 // Transmit side of a port. Frames are built in place: Reserve hands out a
 // buffer for one frame, Commit sends the first `len` bytes of it.
+//
+// A sink may also send a frame's payload from where it lies (gather): the QP
+// reserves a buffer for the whole frame as usual, writes the headers, and
+// hands the payload as pieces of registered memory together with the
+// trailer (pad and ICRC, which the QP computes over headers and pieces).
+// The bytes on the wire are the same either way.
 class FrameSink {
  public:
   virtual ~FrameSink() = default;
@@ -31,6 +48,31 @@ class FrameSink {
   // queue is full (the QP tries again on a later poll).
   virtual std::span<uint8_t> Reserve(size_t max_len) = 0;
   virtual void Commit(size_t len) = 0;
+
+  // Smallest payload worth sending in place, or 0 (the default) when the
+  // sink never does: smaller payloads are cheaper to copy.
+  virtual uint32_t min_gather_payload() const { return 0; }
+  // True when the sink can send these pieces in place; otherwise the QP
+  // copies them into the frame and calls Commit.
+  virtual bool CanGather(std::span<const PayloadPiece> payload) const {
+    return false;
+  }
+  // Sends the frame made of the first `header_len` bytes of `frame` (the
+  // buffer of the last Reserve), the pieces in order and `trailer`. The
+  // sink references the pieces' memory until it is done with them (see
+  // MemoryOwner). This default copies everything into `frame`, which
+  // Reserve made large enough for the whole frame.
+  virtual void CommitGather(std::span<uint8_t> frame, size_t header_len,
+                            std::span<const PayloadPiece> payload,
+                            std::span<const uint8_t> trailer) {
+    size_t at = header_len;
+    for (const PayloadPiece& p : payload) {
+      std::memcpy(frame.data() + at, p.data, p.len);
+      at += p.len;
+    }
+    std::memcpy(frame.data() + at, trailer.data(), trailer.size());
+    Commit(at + trailer.size());
+  }
 };
 
 // Why the responder refused a remote access. Every value but kOk becomes a
@@ -46,6 +88,7 @@ enum class AccessCheck : uint8_t {
 struct ResolvedMemory {
   AccessCheck check = AccessCheck::kUnknownKey;
   uint8_t* addr = nullptr;  // valid when check == kOk
+  MemoryOwner* owner = nullptr;  // keeps it mapped for zero-copy transmit
 };
 
 // Remote-key lookup for the responder side of a QP.

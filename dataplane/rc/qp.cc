@@ -3,6 +3,7 @@
 #include "dataplane/rc/qp.h"
 
 #include "dataplane/rc/sgl.h"
+#include "dataplane/wire/icrc.h"
 
 namespace rdmaplane::rc {
 namespace {
@@ -178,6 +179,21 @@ void RcQp::EnterError(WcStatus status, wire::Psn at) {
   resp_q_head_ = resp_q_tail_;
   resp_tail_ack_open_ = false;
   ReleaseAll();
+}
+
+bool RcQp::CommitGathered(std::span<uint8_t> frame, size_t header_len,
+                          std::span<const PayloadPiece> payload) {
+  if (!env_.tx->CanGather(payload)) return false;
+  // The ICRC covers the payload: read it in place, once.
+  const std::span<const uint8_t> headers = frame.first(header_len);
+  uint32_t icrc = wire::HeadersIcrc(headers);
+  for (const PayloadPiece& p : payload) {
+    icrc = wire::ExtendIcrc(icrc, {p.data, p.len});
+  }
+  uint8_t trailer[wire::kMaxTrailerLen];
+  const size_t trailer_len = wire::EncodeTrailer(headers, icrc, trailer);
+  env_.tx->CommitGather(frame, header_len, payload, {trailer, trailer_len});
+  return true;
 }
 
 wire::PacketHeaders RcQp::BaseHeaders() const {

@@ -89,6 +89,7 @@ class RcQp {
     uint32_t stream_seq = 0;
     wire::Psn next_psn;
     uint8_t* addr = nullptr;  // memory at the stream's first byte
+    MemoryOwner* owner = nullptr;  // of that memory (zero-copy transmit)
     bool pinned = false;      // rkey is pinned for this stream
     uint32_t stream_length = 0;
     uint32_t stream_offset = 0;
@@ -138,6 +139,16 @@ class RcQp {
   void ReleaseRead(ReadResource& res);
   void ReleaseAll();
 
+  // Zero-copy transmit: true when `payload` bytes are worth sending in place.
+  bool WantsGather(uint32_t payload) const {
+    const uint32_t min = env_.tx->min_gather_payload();
+    return min != 0 && payload >= min;
+  }
+  // Sends the frame whose headers (`header_len` bytes) are in `frame` (from
+  // Reserve, large enough for the whole frame) with `payload` in place, and
+  // returns true; false (nothing sent) when the sink cannot take them.
+  bool CommitGathered(std::span<uint8_t> frame, size_t header_len,
+                      std::span<const PayloadPiece> payload);
   wire::PacketHeaders BaseHeaders() const;
   Wqe& wqe_at(uint32_t index) { return sq_[index & sq_mask_]; }
   uint32_t PacketsFor(uint32_t length) const;

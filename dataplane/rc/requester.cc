@@ -71,8 +71,18 @@ bool RcQp::SendOnePacket(Wqe& w) {
       env_.tx->Reserve(wire::FrameLength(h.bth.opcode, payload));
   if (buf.empty()) return false;
   const size_t hdr_len = wire::EncodeHeaders(h, payload, buf);
-  if (payload > 0) CopyFromSgl(w.wr, send_offset_, buf.data() + hdr_len, payload);
-  env_.tx->Commit(wire::FinishFrame(buf));
+  bool in_place = false;
+  if (WantsGather(payload)) {
+    PayloadPiece pieces[kMaxSge];
+    const uint32_t n = GatherFromSgl(w.wr, send_offset_, payload, pieces);
+    in_place = CommitGathered(buf, hdr_len, {pieces, n});
+  }
+  if (!in_place) {
+    if (payload > 0) {
+      CopyFromSgl(w.wr, send_offset_, buf.data() + hdr_len, payload);
+    }
+    env_.tx->Commit(wire::FinishFrame(buf));
+  }
 
   if (psn < sent_limit_) ++stats_.retransmitted_packets;
   pkts_since_ack_req_ = h.bth.ack_req ? 0 : pkts_since_ack_req_ + 1;

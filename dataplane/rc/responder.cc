@@ -106,6 +106,7 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
     return false;
   }
   uint8_t* addr = nullptr;
+  MemoryOwner* owner = nullptr;
   if (len > 0) {
     const ResolvedMemory mem =
         env_.memory->Resolve(config_.local_qpn, pkt.reth.rkey, pkt.reth.va,
@@ -116,6 +117,7 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
       return false;
     }
     addr = mem.addr;
+    owner = mem.owner;
   }
   // The slot's previous read is at least max_dest_rd_atomic reads old, so
   // the requester has finished with it; a replay of it still queued (after a
@@ -138,6 +140,7 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
   res.active = true;
   res.next_psn = psn;
   res.addr = addr;
+  res.owner = owner;
   res.pinned = addr != nullptr;
   res.stream_length = len;
   if (!PushResp({RespKind::kRead, 0, psn, msn, slot, stream})) {
@@ -171,6 +174,7 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
     }
     if (res.active && psn >= res.next_psn) return;  // not sent yet anyway
     uint8_t* addr = nullptr;
+    MemoryOwner* owner = nullptr;
     if (pkt.reth.dma_length > 0) {
       // The memory may have been deregistered since: check again, and only
       // then let go of the pin the earlier stream held.
@@ -185,6 +189,7 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
         return;
       }
       addr = mem.addr;
+      owner = mem.owner;
     }
     ReleaseRead(res);  // the replay holds the pin just taken
     const bool was_active = res.active;
@@ -192,6 +197,7 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
     res.active = true;
       res.next_psn = psn;
     res.addr = addr;
+    res.owner = owner;
     res.pinned = addr != nullptr;
     res.stream_length = pkt.reth.dma_length;
     res.stream_offset = 0;
@@ -287,8 +293,11 @@ bool RcQp::SendReadResponse(ReadResource& res) {
   std::span<uint8_t> buf = env_.tx->Reserve(wire::FrameLength(h.bth.opcode, len));
   if (buf.empty()) return false;
   const size_t hdr_len = wire::EncodeHeaders(h, len, buf);
-  if (len > 0) std::memcpy(buf.data() + hdr_len, res.addr + res.stream_offset, len);
-  env_.tx->Commit(wire::FinishFrame(buf));
+  const PayloadPiece piece{res.addr + res.stream_offset, len, res.owner};
+  if (!WantsGather(len) || !CommitGathered(buf, hdr_len, {&piece, 1})) {
+    if (len > 0) std::memcpy(buf.data() + hdr_len, piece.data, len);
+    env_.tx->Commit(wire::FinishFrame(buf));
+  }
   res.stream_offset += len;
   ++res.next_psn;
   if (last) {

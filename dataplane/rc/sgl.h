@@ -1,5 +1,6 @@
 // Copying between a work request's scatter/gather list and a contiguous
-// buffer, starting at a byte offset into the list.
+// buffer, starting at a byte offset into the list, and describing a range of
+// the list in place (zero-copy transmit).
 //
 // Thread-compatible helpers; no allocation.
 #ifndef RDMAPLANE_DATAPLANE_RC_SGL_H_
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "dataplane/rc/interfaces.h"
 #include "dataplane/rc/types.h"
 
 namespace rdmaplane::rc {
@@ -53,6 +55,26 @@ inline void CopyToSgl(const WorkRequest& wr, uint32_t offset,
   ForEachSglPiece(wr, offset, len, [src](uint8_t* at, uint32_t done, uint32_t n) {
     std::memcpy(at, src + done, n);
   });
+}
+
+// Describes the `len` bytes that start `offset` bytes into the SGL as
+// pieces in place, one per SGE they touch (at most kMaxSge, the size of
+// `out`); returns how many.
+inline uint32_t GatherFromSgl(const WorkRequest& wr, uint32_t offset,
+                              uint32_t len, PayloadPiece* out) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < wr.num_sge && len > 0; ++i) {
+    const Sge& sge = wr.sge[i];
+    if (offset >= sge.length) {
+      offset -= sge.length;
+      continue;
+    }
+    const uint32_t take = sge.length - offset < len ? sge.length - offset : len;
+    out[n++] = {sge.addr + offset, take, sge.owner};
+    len -= take;
+    offset = 0;
+  }
+  return n;
 }
 
 }  // namespace rdmaplane::rc

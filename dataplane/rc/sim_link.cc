@@ -37,6 +37,21 @@ void SimWire::Commit(size_t len) {
   if (d.copies >= 2) Enqueue(d.delay2_ns, d.reordered2, len);
 }
 
+bool SimWire::CanGather(std::span<const PayloadPiece> payload) const {
+  for (const PayloadPiece& p : payload) {
+    if (p.owner == nullptr) return false;
+  }
+  return true;
+}
+
+void SimWire::CommitGather(std::span<uint8_t> frame, size_t header_len,
+                           std::span<const PayloadPiece> payload,
+                           std::span<const uint8_t> trailer) {
+  ++gathered_frames_;
+  if (on_gather) on_gather(payload);
+  FrameSink::CommitGather(frame, header_len, payload, trailer);
+}
+
 void SimWire::Enqueue(uint64_t delay_ns, bool reordered, size_t len) {
   uint64_t sent = clock_->NowNs();
   if (ns_per_byte_ > 0) {
@@ -82,7 +97,7 @@ ResolvedMemory TestMemory::Resolve(wire::Qpn local_qpn, wire::Rkey rkey,
       return {AccessCheck::kOutOfRange, nullptr};
     }
     if (len > 0) ++pins_;
-    return {AccessCheck::kOk, r.base + (va - r.va)};
+    return {AccessCheck::kOk, r.base + (va - r.va), r.owner};
   }
   return {AccessCheck::kUnknownKey, nullptr};
 }

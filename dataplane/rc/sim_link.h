@@ -43,6 +43,17 @@ class SimWire : public FrameSink {
   std::span<uint8_t> Reserve(size_t max_len) override;
   void Commit(size_t len) override;
 
+  // Zero-copy transmit as a port offers it: payloads of at least
+  // `min_payload` bytes (0: never) whose pieces all have an owner are handed
+  // over in place; the wire assembles the frame from them.
+  void EnableGather(uint32_t min_payload) { gather_from_ = min_payload; }
+  uint32_t min_gather_payload() const override { return gather_from_; }
+  bool CanGather(std::span<const PayloadPiece> payload) const override;
+  void CommitGather(std::span<uint8_t> frame, size_t header_len,
+                    std::span<const PayloadPiece> payload,
+                    std::span<const uint8_t> trailer) override;
+  uint64_t gathered_frames() const { return gathered_frames_; }
+
   // Hands every frame due by now to `rx`; returns how many.
   size_t Deliver(const std::function<void(std::span<const uint8_t>)>& rx);
   // Time the next frame is due, or UINT64_MAX when the wire is empty.
@@ -56,6 +67,8 @@ class SimWire : public FrameSink {
   // returns true is lost (before the fault model runs).
   std::function<void(std::span<const uint8_t>)> tap;
   std::function<bool(std::span<const uint8_t>)> drop;
+  // Sees the pieces of every frame sent in place.
+  std::function<void(std::span<const PayloadPiece>)> on_gather;
 
  private:
   struct InFlight {
@@ -78,6 +91,8 @@ class SimWire : public FrameSink {
   uint64_t backlog_ns_ = 0;
   uint64_t tx_free_ns_ = 0;   // when the wire has sent all it was given
   uint64_t bytes_sent_ = 0;
+  uint32_t gather_from_ = 0;
+  uint64_t gathered_frames_ = 0;
 };
 
 // Remote memory for tests: a list of registrations.
@@ -91,6 +106,7 @@ class TestMemory : public RemoteMemory {
     uint32_t length = 0;
     bool readable = false;
     bool writable = false;
+    MemoryOwner* owner = nullptr;
   };
   void Add(const Region& r) { regions_.push_back(r); }
   ResolvedMemory Resolve(wire::Qpn local_qpn, wire::Rkey rkey, uint64_t va,

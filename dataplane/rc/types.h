@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "dataplane/rc/memory_owner.h"
 #include "dataplane/wire/psn.h"
 #include "dataplane/wire/roce.h"
 
@@ -27,6 +28,9 @@ inline constexpr uint32_t kWrKnownFlags = kWrSilentSuccess | kWrReadFence;
 struct Sge {
   uint8_t* addr = nullptr;
   uint32_t length = 0;
+  // Keeps the memory mapped while frames point into it (zero-copy
+  // transmit of a write); null: its bytes are always copied.
+  MemoryOwner* owner = nullptr;
 };
 
 struct WorkRequest {
