@@ -133,7 +133,7 @@ rc::ResolvedMemory Endpoint::Resolve(wire::Qpn, wire::Rkey rkey, uint64_t va,
   if (r.check == mr::AccessCheck::kOk && !table_->BeginUse(rkey.value())) {
     return {rc::AccessCheck::kUnknownKey, nullptr};
   }
-  return {static_cast<rc::AccessCheck>(r.check), r.host};
+  return {static_cast<rc::AccessCheck>(r.check), r.host, r.memory_owner};
 }
 
 void Endpoint::Release(wire::Rkey rkey) { table_->EndUse(rkey.value()); }
@@ -173,7 +173,7 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
       return shm::kStatusFault;
     }
     pins->lkeys[pins->count++] = s.lkey;
-    wr->sge[i] = {r.host, s.length};
+    wr->sge[i] = {r.host, s.length, r.memory_owner};
   }
   if ((e.flags & shm::kFlagReadLocalInvalidate) != 0 &&
       e.op == shm::kSendRead && e.num_sge > 0) {

@@ -18,7 +18,7 @@ AccessResult CheckBitsAndRange(const Registration& r, uint8_t access,
   if (offset > r.length || length > r.length - offset) {
     return {AccessCheck::kOutOfRange, nullptr};
   }
-  return {AccessCheck::kOk, r.host + offset};
+  return {AccessCheck::kOk, r.host + offset, r.memory_owner};
 }
 
 }  // namespace

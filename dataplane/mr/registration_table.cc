@@ -10,11 +10,12 @@ RegistrationTable::RegistrationTable(uint32_t capacity, uint32_t readers)
     : capacity_(std::min(capacity, kMaxCapacity)),
       num_readers_(readers),
       slots_(new Slot[capacity_]),
-      readers_(new ReaderEpoch[readers]) {
+      readers_(new ReaderEpoch[readers]),
+      control_(new SlotControl[capacity_]) {
   assert(capacity <= kMaxCapacity && "capacity over 2^24");
   // Free list in index order, so a fresh table hands out slot 0 first.
   for (uint32_t i = 0; i < capacity_; ++i) {
-    slots_[i].next = i + 1 < capacity_ ? i + 1 : kNoSlot;
+    control_[i].next = i + 1 < capacity_ ? i + 1 : kNoSlot;
   }
   free_head_ = capacity_ > 0 ? 0 : kNoSlot;
 }
@@ -31,20 +32,21 @@ std::optional<uint32_t> RegistrationTable::Insert(const Registration& r) {
 
   const uint32_t index = free_head_;
   Slot& slot = slots_[index];
-  free_head_ = slot.next;
-  slot.next = kNoSlot;
+  SlotControl& control = control_[index];
+  free_head_ = control.next;
+  control.next = kNoSlot;
 
   // A random non-zero tag, different from the previous occupant's so that
   // its (stale) key cannot name the new registration.
   uint32_t tag;
-  if (slot.last_tag == 0) {
+  if (control.last_tag == 0) {
     tag = absl::Uniform<uint32_t>(absl::IntervalClosed, bitgen_, 1, kTagMask);
   } else {
     tag =
         absl::Uniform<uint32_t>(absl::IntervalClosed, bitgen_, 1, kTagMask - 1);
-    if (tag >= slot.last_tag) ++tag;
+    if (tag >= control.last_tag) ++tag;
   }
-  slot.last_tag = static_cast<uint8_t>(tag);
+  control.last_tag = static_cast<uint8_t>(tag);
   const uint32_t key = index << kTagBits | tag;
 
   // The slot is free: no reader can reach `registration` (its last readers
@@ -74,7 +76,7 @@ RegistrationTable::RemoveResult RegistrationTable::Remove(uint32_t key) {
 
   // Readers that announce an epoch above `removed` will not see the key.
   const uint64_t removed = global_epoch_.load(std::memory_order_relaxed);
-  slot.removed_epoch = removed;
+  control_[index].removed_epoch = removed;
   // Release pairs with the acquire load in Quiescent.
   global_epoch_.store(removed + 1, std::memory_order_release);
 
@@ -82,7 +84,7 @@ RegistrationTable::RemoveResult RegistrationTable::Remove(uint32_t key) {
   if (pending_tail_ == kNoSlot) {
     pending_head_ = index;
   } else {
-    slots_[pending_tail_].next = index;
+    control_[pending_tail_].next = index;
   }
   pending_tail_ = index;
   --live_;
@@ -104,12 +106,12 @@ uint32_t RegistrationTable::Reclaim() {
   }
   uint32_t freed = 0;
   while (pending_head_ != kNoSlot &&
-         slots_[pending_head_].removed_epoch < oldest) {
+         control_[pending_head_].removed_epoch < oldest) {
     const uint32_t index = pending_head_;
-    Slot& slot = slots_[index];
-    pending_head_ = slot.next;
+    SlotControl& control = control_[index];
+    pending_head_ = control.next;
     if (pending_head_ == kNoSlot) pending_tail_ = kNoSlot;
-    slot.next = free_head_;
+    control.next = free_head_;
     free_head_ = index;
     ++freed;
   }

@@ -34,9 +34,10 @@
 // unreachable.
 //
 // Layout: one cache line per slot: the 64-bit state word (key << 32 |
-// in-flight count) that readers load, followed by the Registration and a few
-// control-only fields. Each reader's published epoch has its own cache line;
-// the global epoch has its own line too.
+// in-flight count) that readers load, followed by the Registration; the
+// control-only fields of the slots are in an array of their own. Each
+// reader's published epoch has its own cache line; the global epoch has its
+// own line too.
 #ifndef RDMAPLANE_DATAPLANE_MR_REGISTRATION_TABLE_H_
 #define RDMAPLANE_DATAPLANE_MR_REGISTRATION_TABLE_H_
 
@@ -48,6 +49,7 @@
 
 #include "absl/base/optimization.h"
 #include "absl/random/random.h"
+#include "dataplane/rc/memory_owner.h"
 #include "dataplane/rc/thread_owner.h"
 
 namespace rdmaplane::mr {
@@ -71,6 +73,9 @@ struct Registration {
   uint64_t address = 0;                  // client virtual address of byte 0
   uint64_t length = 0;
   uint8_t* host = nullptr;  // where byte 0 is mapped in the daemon
+  // Keeps that mapping alive while transmitted frames point into it
+  // (zero-copy transmit); null: frames always carry a copy.
+  rc::MemoryOwner* memory_owner = nullptr;
   uint8_t access = 0;       // kAccess* bits
 };
 
@@ -88,6 +93,7 @@ enum class AccessCheck : uint8_t {
 struct AccessResult {
   AccessCheck check = AccessCheck::kUnknownKey;
   uint8_t* host = nullptr;  // daemon address of `address`; set only when kOk
+  rc::MemoryOwner* memory_owner = nullptr;  // the registration's, when kOk
 };
 
 class RegistrationTable {
@@ -265,12 +271,15 @@ class RegistrationTable {
     std::atomic<uint64_t> state{0};
     // Written only while the slot is free (no reader can reach it).
     Registration registration;
-    // Control thread only.
+  };
+  static_assert(sizeof(Slot) <= ABSL_CACHELINE_SIZE);
+
+  // Control thread only, one per slot.
+  struct SlotControl {
     uint64_t removed_epoch = 0;  // global epoch when it was removed
     uint32_t next = kNoSlot;     // free list or pending FIFO
     uint8_t last_tag = 0;        // tag of the previous occupant
   };
-  static_assert(sizeof(Slot) <= ABSL_CACHELINE_SIZE);
 
   struct alignas(ABSL_CACHELINE_SIZE) ReaderEpoch {
     // Last global epoch this reader announced at a quiescent point, or
@@ -284,6 +293,7 @@ class RegistrationTable {
   const uint32_t num_readers_;
   const std::unique_ptr<Slot[]> slots_;
   const std::unique_ptr<ReaderEpoch[]> readers_;
+  const std::unique_ptr<SlotControl[]> control_;  // control thread only
 
   // Bumped (release) by every successful Remove; read by Quiescent. On its
   // own line so that its writes do not evict the fields above.
