@@ -1,11 +1,16 @@
 #include "dataplane/port/eth_port.h"
 
+#include <rte_bus.h>
+#include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_errno.h>
+#include <rte_memory.h>
 #include <time.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 
 namespace rdmaplane::port {
@@ -21,6 +26,50 @@ uint64_t NowNs() {
 bool Later(const auto& a, const auto& b) {
   return a.due_ns != b.due_ns ? a.due_ns > b.due_ns : a.seq > b.seq;
 }
+
+// Zero copy: room for a frame's trailer (pad and ICRC) in a plain mbuf of
+// the piece pool, and the private area that holds a piece's shared info.
+constexpr uint16_t kTrailerRoom = 64;
+static_assert(kTrailerRoom >= wire::kMaxTrailerLen);
+constexpr uint16_t kPiecePrivSize =
+    RTE_ALIGN(sizeof(rte_mbuf_ext_shared_info), RTE_MBUF_PRIV_ALIGN);
+
+// How a device reads the frames it sends.
+enum class DeviceReads {
+  kByCpu,  // a software device copying them out by virtual address
+  kByDma,  // hardware: the memory must be mapped for it
+  kUnknown,
+};
+
+DeviceReads HowDeviceReads(const rte_eth_dev_info& info) {
+  if (info.device == nullptr) return DeviceReads::kUnknown;
+  const std::string bus = rte_bus_name(rte_dev_bus(info.device));
+  if (bus != "vdev") return DeviceReads::kByDma;
+  const std::string driver = info.driver_name;
+  if (driver == "net_ring" || driver == "net_af_packet" ||
+      driver == "net_tap") {
+    return DeviceReads::kByCpu;
+  }
+  if (driver == "net_memif") {
+    // memif's own zero-copy mode hands the peer offsets into DPDK's memory,
+    // which client memory is not part of.
+    const rte_devargs* args = rte_dev_devargs(info.device);
+    const bool memif_zero_copy = args != nullptr && args->args != nullptr &&
+                                 std::strstr(args->args, "zero-copy=yes");
+    return memif_zero_copy ? DeviceReads::kUnknown : DeviceReads::kByCpu;
+  }
+  // Other virtual devices (vhost, virtio-user, ...) may pass addresses to
+  // another process: copy.
+  return DeviceReads::kUnknown;
+}
+
+// Free callback of a payload piece's external buffer: whoever held the
+// frame last let go of it. Runs where the mbuf is freed (usually the engine
+// thread, inside tx_burst or a receiver's free): one atomic decrement.
+void ReleasePiece(void* /*addr*/, void* owner) {
+  static_cast<rc::MemoryOwner*>(owner)->Unref();
+}
+
 }  // namespace
 
 absl::StatusOr<uint16_t> FindPort(const std::string& device) {
@@ -64,6 +113,9 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   rte_eth_conf conf;
   std::memset(&conf, 0, sizeof(conf));
   conf.intr_conf.rxq = c.rx_interrupts ? 1 : 0;
+  const bool gather = c.zero_copy_min_payload != 0 &&
+                      (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
+  if (gather) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   int r = rte_eth_dev_configure(c.port_id, 1, 1, &conf);
   if (r != 0 && c.rx_interrupts) {
     conf.intr_conf.rxq = 0;  // not supported here: nap instead
@@ -105,6 +157,7 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   std::memcpy(port->mac_.bytes.data(), addr.addr_bytes, 6);
   port->max_frame_ = std::min<uint32_t>(room, info.max_rx_pktlen);
   port->scratch_.reset(new uint8_t[kScratchBytes]);
+  if (gather) port->SetUpZeroCopy(info);
   if (conf.intr_conf.rxq != 0) {
     const int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(c.port_id, 0);
     if (fd >= 0 && rte_eth_dev_rx_intr_disable(c.port_id, 0) != -ENOTSUP) {
@@ -114,6 +167,66 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   return port;
 }
 
+void EthPort::SetUpZeroCopy(const rte_eth_dev_info& info) {
+  const DeviceReads reads = HowDeviceReads(info);
+  iova_is_va_ = rte_eal_iova_mode() == RTE_IOVA_VA;
+  // A device that reads by DMA gets client memory mapped at IOVA == VA; the
+  // physical addresses of client pages are not known (nor fixed, unless
+  // they are hugepages).
+  if (reads == DeviceReads::kUnknown ||
+      (reads == DeviceReads::kByDma && !iova_is_va_)) {
+    return;
+  }
+  maps_memory_ = reads == DeviceReads::kByDma || config_.map_external_memory;
+  const uint16_t seg_limit = std::min<uint16_t>(
+      info.tx_desc_lim.nb_seg_max == 0 ? UINT16_MAX
+                                       : info.tx_desc_lim.nb_seg_max,
+      info.tx_desc_lim.nb_mtu_seg_max == 0 ? UINT16_MAX
+                                           : info.tx_desc_lim.nb_mtu_seg_max);
+  if (seg_limit < 3) return;  // headers, a piece, the trailer
+  const uint32_t n = config_.zero_copy_mbufs != 0 ? config_.zero_copy_mbufs
+                                                  : 2 * config_.mbufs;
+  const std::string name = absl::StrCat("rdp_zc_", config_.port_id);
+  ext_pool_ = rte_pktmbuf_pool_create(name.c_str(), n, 256, kPiecePrivSize,
+                                      kTrailerRoom, rte_socket_id());
+  if (ext_pool_ == nullptr) return;  // copy instead
+  max_pieces_ = std::min<uint16_t>(seg_limit - 2, rc::kMaxSge);
+  gather_from_ = config_.zero_copy_min_payload;
+}
+
+bool EthPort::RegisterExternalMemory(void* addr, size_t len,
+                                     size_t page_size) {
+  if (gather_from_ == 0 || len == 0) return false;
+  if (!maps_memory_) return true;  // the device reads it by address
+  const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
+  if (page_size == 0 || start % page_size != 0) return false;
+  const size_t bytes = (len + page_size - 1) / page_size * page_size;
+  if (rte_extmem_register(addr, bytes, nullptr, 0, page_size) != 0) {
+    return false;
+  }
+  rte_eth_dev_info info;
+  if (rte_eth_dev_info_get(config_.port_id, &info) != 0 ||
+      rte_dev_dma_map(info.device, addr, start, bytes) != 0) {
+    rte_extmem_unregister(addr, bytes);
+    return false;
+  }
+  mapped_.push_back({addr, bytes});
+  return true;
+}
+
+void EthPort::UnregisterExternalMemory(void* addr) {
+  auto it = std::find_if(mapped_.begin(), mapped_.end(),
+                         [addr](const Mapped& m) { return m.addr == addr; });
+  if (it == mapped_.end()) return;
+  rte_eth_dev_info info;
+  if (rte_eth_dev_info_get(config_.port_id, &info) == 0) {
+    rte_dev_dma_unmap(info.device, it->addr,
+                      reinterpret_cast<uintptr_t>(it->addr), it->len);
+  }
+  rte_extmem_unregister(it->addr, it->len);
+  mapped_.erase(it);
+}
+
 EthPort::~EthPort() {
   if (pending_ != nullptr) rte_pktmbuf_free(pending_);
   for (uint32_t i = 0; i < delayed_count_; ++i) {
@@ -121,9 +234,14 @@ EthPort::~EthPort() {
   }
   for (uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
   if (started_) {
+    // Frames the device has sent but not yet given back (their pieces
+    // still reference client memory).
+    rte_eth_tx_done_cleanup(config_.port_id, 0, 0);
     rte_eth_dev_stop(config_.port_id);
   }
+  while (!mapped_.empty()) UnregisterExternalMemory(mapped_.back().addr);
   if (pool_ != nullptr) rte_mempool_free(pool_);
+  if (ext_pool_ != nullptr) rte_mempool_free(ext_pool_);
 }
 
 std::span<const uint8_t> EthPort::Linearize(const rte_mbuf* m) {
@@ -209,6 +327,74 @@ void EthPort::Commit(size_t len) {
   pending_ = nullptr;
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = static_cast<uint32_t>(len);
+  Transmit(m);
+}
+
+bool EthPort::CanGather(std::span<const rc::PayloadPiece> payload) const {
+  if (gather_from_ == 0 || payload.empty() || payload.size() > max_pieces_) {
+    return false;
+  }
+  for (const rc::PayloadPiece& p : payload) {
+    if (p.owner == nullptr || !p.owner->zero_copy() || p.len == 0 ||
+        p.len > UINT16_MAX) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void EthPort::CommitGather(std::span<uint8_t> frame, size_t header_len,
+                           std::span<const rc::PayloadPiece> payload,
+                           std::span<const uint8_t> trailer) {
+  const size_t n = payload.size();
+  rte_mbuf* segs[rc::kMaxSge + 1];
+  if (ABSL_PREDICT_FALSE(n > rc::kMaxSge || trailer.size() > kTrailerRoom ||
+                         rte_pktmbuf_alloc_bulk(ext_pool_, segs, n + 1) !=
+                             0)) {
+    ++counters_.tx_zero_copy_fallback;
+    rc::FrameSink::CommitGather(frame, header_len, payload, trailer);
+    return;
+  }
+  rte_mbuf* head = pending_;
+  pending_ = nullptr;
+  head->data_len = static_cast<uint16_t>(header_len);
+  uint32_t total = static_cast<uint32_t>(header_len);
+  rte_mbuf* last = head;
+  for (size_t i = 0; i < n; ++i) {
+    const rc::PayloadPiece& p = payload[i];
+    rte_mbuf* m = segs[i];
+    // The shared info lives in the piece's own mbuf: it is read when that
+    // mbuf is freed, before the mbuf goes back to its pool.
+    auto* shinfo = static_cast<rte_mbuf_ext_shared_info*>(rte_mbuf_to_priv(m));
+    shinfo->free_cb = &ReleasePiece;
+    shinfo->fcb_opaque = p.owner;
+    rte_mbuf_ext_refcnt_set(shinfo, 1);
+    p.owner->Ref();
+    void* addr = const_cast<uint8_t*>(p.data);
+    rte_pktmbuf_attach_extbuf(
+        m, addr,
+        iova_is_va_ ? static_cast<rte_iova_t>(reinterpret_cast<uintptr_t>(addr))
+                    : RTE_BAD_IOVA,
+        static_cast<uint16_t>(p.len), shinfo);
+    m->data_len = static_cast<uint16_t>(p.len);
+    last->next = m;
+    last = m;
+    total += p.len;
+  }
+  rte_mbuf* tail = segs[n];
+  tail->data_off = 0;
+  std::memcpy(rte_pktmbuf_mtod(tail, uint8_t*), trailer.data(),
+              trailer.size());
+  tail->data_len = static_cast<uint16_t>(trailer.size());
+  last->next = tail;
+  total += static_cast<uint32_t>(trailer.size());
+  head->nb_segs = static_cast<uint16_t>(n + 2);
+  head->pkt_len = total;
+  ++counters_.tx_zero_copy;
+  Transmit(head);
+}
+
+void EthPort::Transmit(rte_mbuf* m) {
   if (!faults_) {
     tx_[tx_count_++] = m;
     return;

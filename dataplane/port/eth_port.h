@@ -3,8 +3,19 @@
 // as byte spans, and a transmit side that implements rc::FrameSink so the RC
 // code builds frames directly in mbufs.
 //
+// Zero-copy transmit (the sink's gather path), where the device takes
+// multi-segment frames: a frame goes out as a chain [headers] -> [one mbuf
+// per payload piece, attached as an external buffer to the registered
+// memory it lies in] -> [pad and ICRC]. Each attached mbuf holds a reference
+// on the memory's rc::MemoryOwner, dropped by the mbuf's free callback when
+// whoever holds the frame last (this port's queues and fault delay, the
+// device, a receiver) frees it; the owner of the memory keeps it mapped
+// until then. Memory is eligible once RegisterExternalMemory accepted it.
+//
 // Open/close on the control thread; Receive and the TxQueue on the engine
 // thread that owns the port (no locks, no allocation besides mbufs).
+// RegisterExternalMemory/UnregisterExternalMemory: control thread, also
+// while the engine uses the port.
 #ifndef RDMAPLANE_DATAPLANE_PORT_ETH_PORT_H_
 #define RDMAPLANE_DATAPLANE_PORT_ETH_PORT_H_
 
@@ -15,6 +26,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "dataplane/fault/fault_model.h"
@@ -36,6 +48,15 @@ struct PortConfig {
   // Largest frame the engine will send; the port's MTU is raised to fit
   // where the device allows, else Open fails with the limit it found.
   uint32_t max_frame = 0;
+  // Zero-copy transmit: payloads of at least this many bytes are sent from
+  // the memory they lie in where the device and the memory allow it
+  // (smaller ones are cheaper to copy); 0 turns zero copy off.
+  uint32_t zero_copy_min_payload = 256;
+  // Buffers for payload pieces and frame trailers; 0: twice `mbufs`.
+  uint32_t zero_copy_mbufs = 0;
+  // Register and DMA-map memory for zero copy even where the device reads
+  // frames with the CPU (tests use it to exercise the path NICs take).
+  bool map_external_memory = false;
 };
 
 // The port id of a device the EAL probed, by name: a vdev name ("net_memif0",
@@ -52,6 +73,9 @@ struct PortCounters {
   uint64_t fault_dropped = 0;     // lost on purpose (fault injection)
   uint64_t fault_duplicated = 0;
   uint64_t fault_delayed = 0;
+  uint64_t tx_zero_copy = 0;  // frames whose payload went out in place
+  // Frames offered in place that were copied after all (no buffer free).
+  uint64_t tx_zero_copy_fallback = 0;
 };
 
 class EthPort : public rc::FrameSink {
@@ -85,6 +109,26 @@ class EthPort : public rc::FrameSink {
   // rc::FrameSink: the frame is built in a fresh mbuf.
   std::span<uint8_t> Reserve(size_t max_len) override;
   void Commit(size_t len) override;
+  uint32_t min_gather_payload() const override { return gather_from_; }
+  bool CanGather(std::span<const rc::PayloadPiece> payload) const override;
+  void CommitGather(std::span<uint8_t> frame, size_t header_len,
+                    std::span<const rc::PayloadPiece> payload,
+                    std::span<const uint8_t> trailer) override;
+
+  // Whether frames may carry payload in place (the device takes
+  // multi-segment frames and zero copy was not turned off).
+  bool zero_copy() const { return gather_from_ != 0; }
+  // Makes [addr, addr + len) eligible for zero-copy transmit: where the
+  // device reaches memory by DMA, registers it with DPDK and maps it for
+  // the device (rte_extmem_register, rte_dev_dma_map), `page_size` being
+  // the size of the pages behind it. Returns false when the memory can only
+  // be copied (zero copy off, or the device cannot reach it: physical
+  // addresses as IOVAs, a failed mapping); that is not an error.
+  bool RegisterExternalMemory(void* addr, size_t len, size_t page_size);
+  // Undoes RegisterExternalMemory, once no frame references the memory any
+  // more (see rc::MemoryOwner). Memory still registered when the port
+  // closes is unregistered then.
+  void UnregisterExternalMemory(void* addr);
   // Hands queued frames (and delayed ones now due) to the device; call once
   // per engine loop turn.
   void Flush();
@@ -115,7 +159,11 @@ class EthPort : public rc::FrameSink {
 
  private:
   explicit EthPort(const PortConfig& config) : config_(config) {}
+  // Zero-copy setup at Open, given what the device offers.
+  void SetUpZeroCopy(const rte_eth_dev_info& info);
   std::span<const uint8_t> Linearize(const rte_mbuf* m);
+  // A committed frame: through the fault model, to the transmit burst.
+  void Transmit(rte_mbuf* m);
   void Queue(rte_mbuf* m);
   void Delay(rte_mbuf* m, uint64_t delay_ns, bool reordered);
   void ReleaseDue();
@@ -143,6 +191,21 @@ class EthPort : public rc::FrameSink {
   uint32_t delayed_count_ = 0;
   uint64_t delayed_seq_ = 0;
   fault::DeliveryOrder order_;
+
+  // Zero copy. `ext_pool_` holds mbufs that carry a payload piece (their
+  // private area holds the piece's rte_mbuf_ext_shared_info) or, used as
+  // plain mbufs, a frame's trailer.
+  rte_mempool* ext_pool_ = nullptr;
+  uint32_t gather_from_ = 0;     // 0: zero copy off
+  uint16_t max_pieces_ = 0;      // payload segments a frame may have
+  bool iova_is_va_ = false;
+  bool maps_memory_ = false;     // memory must be DMA-mapped for the device
+  // Memory RegisterExternalMemory mapped; control thread only.
+  struct Mapped {
+    void* addr;
+    size_t len;
+  };
+  std::vector<Mapped> mapped_;
 };
 
 }  // namespace rdmaplane::port

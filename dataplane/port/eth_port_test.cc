@@ -5,15 +5,21 @@
 
 #include <gtest/gtest.h>
 #include <rte_eth_ring.h>
+#include <rte_memory.h>
 #include <rte_ring.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dataplane/port/dpdk_env.h"
+#include "dataplane/rc/memory_owner.h"
 #include "dataplane/rc/qp.h"
+#include "dataplane/wire/icrc.h"
 
 namespace rdmaplane::port {
 namespace {
@@ -29,18 +35,77 @@ class Clock : public rc::Clock {
 
 class Memory : public rc::RemoteMemory {
  public:
-  explicit Memory(std::vector<uint8_t>* region) : region_(region) {}
+  explicit Memory(std::vector<uint8_t>* region,
+                  rc::MemoryOwner* owner = nullptr)
+      : region_(region), owner_(owner) {}
   rc::ResolvedMemory Resolve(wire::Qpn, wire::Rkey rkey, uint64_t va,
                              uint32_t len, rc::RemoteAccess) override {
     if (rkey != wire::Rkey(7) || va + len > region_->size()) {
       return {rc::AccessCheck::kOutOfRange, nullptr};
     }
-    return {rc::AccessCheck::kOk, region_->data() + va};
+    return {rc::AccessCheck::kOk, region_->data() + va, owner_};
   }
   void Release(wire::Rkey) override {}
 
  private:
   std::vector<uint8_t>* region_;
+  rc::MemoryOwner* owner_;
+};
+
+// Two ports joined back to back by a pair of rings.
+struct RingPair {
+  RingPair(const std::string& name, const PortConfig& base,
+           bool zero_copy = false) {
+    const std::string n_ab = name + "_ab", n_ba = name + "_ba";
+    ab = rte_ring_create(n_ab.c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    ba = rte_ring_create(n_ba.c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    EXPECT_TRUE(ab && ba);
+    pa = rte_eth_from_rings((name + "_a").c_str(), &ba, 1, &ab, 1, 0);
+    pb = rte_eth_from_rings((name + "_b").c_str(), &ab, 1, &ba, 1, 0);
+    EXPECT_GE(pa, 0);
+    EXPECT_GE(pb, 0);
+    PortConfig ca = base, cb = base;
+    ca.port_id = static_cast<uint16_t>(pa);
+    cb.port_id = static_cast<uint16_t>(pb);
+    if (!zero_copy) ca.zero_copy_min_payload = cb.zero_copy_min_payload = 0;
+    auto oa = EthPort::Open(ca);
+    auto ob = EthPort::Open(cb);
+    EXPECT_TRUE(oa.ok()) << oa.status();
+    EXPECT_TRUE(ob.ok()) << ob.status();
+    if (oa.ok()) a = std::move(*oa);
+    if (ob.ok()) b = std::move(*ob);
+  }
+  ~RingPair() {
+    a.reset();
+    b.reset();
+    rte_eth_dev_close(static_cast<uint16_t>(pa));
+    rte_eth_dev_close(static_cast<uint16_t>(pb));
+    rte_ring_free(ab);
+    rte_ring_free(ba);
+  }
+  // Moves everything still on its way (delayed, queued, in the rings) to
+  // the receiving port, which frees it; `on_frame` sees each frame.
+  template <typename Fn>
+  void Drain(Fn on_frame, uint64_t timeout_ns = 2'000'000'000) {
+    const Clock clock;
+    const uint64_t end = clock.NowNs() + timeout_ns;
+    uint32_t quiet = 0;
+    while (quiet < 100 && clock.NowNs() < end) {
+      a->Flush();
+      b->Flush();
+      const uint16_t n = a->Receive(on_frame) + b->Receive(on_frame);
+      const bool idle = n == 0 && a->delayed() == 0 && b->delayed() == 0 &&
+                        a->tx_pending() == 0 && b->tx_pending() == 0;
+      quiet = idle ? quiet + 1 : 0;
+    }
+  }
+
+  rte_ring* ab = nullptr;
+  rte_ring* ba = nullptr;
+  int pa = -1;
+  int pb = -1;
+  std::unique_ptr<EthPort> a;
+  std::unique_ptr<EthPort> b;
 };
 
 class Sink : public rc::CompletionSink {
@@ -73,34 +138,36 @@ TEST(DpdkEnvTest, ArgumentsNeverTouchPciUnlessAsked) {
   EXPECT_NE(std::find(args.begin(), args.end(), "--huge-unlink"), args.end());
 }
 
-void Transfer(const fault::FaultSpec& faults, const std::string& name) {
-  const std::string n_ab = name + "_ab", n_ba = name + "_ba";
-  rte_ring* ab =
-      rte_ring_create(n_ab.c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
-  rte_ring* ba =
-      rte_ring_create(n_ba.c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
-  ASSERT_TRUE(ab && ba);
-  const int pa = rte_eth_from_rings((name + "_a").c_str(), &ba, 1, &ab, 1, 0);
-  const int pb = rte_eth_from_rings((name + "_b").c_str(), &ab, 1, &ba, 1, 0);
-  ASSERT_GE(pa, 0);
-  ASSERT_GE(pb, 0);
-  PortConfig ca, cb;
-  ca.port_id = static_cast<uint16_t>(pa);
-  cb.port_id = static_cast<uint16_t>(pb);
-  ca.mbufs = cb.mbufs = 4095;
-  auto a = EthPort::Open(ca);
-  auto b = EthPort::Open(cb);
-  ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(b.ok()) << b.status();
+// 1 MiB written from A into B's region, then read back, over two ports. With
+// `zero_copy`, WRITE payload leaves from `src` and READ responses from B's
+// region in place; every frame referencing them is freed by the end.
+void Transfer(const fault::FaultSpec& faults, const std::string& name,
+              bool zero_copy = false) {
+  // Frames may point into these until the ports are gone: they go last.
+  std::vector<uint8_t> src(1 << 20), back(1 << 20);
+  std::vector<uint8_t> region_a(1 << 20), region_b(1 << 20);
+  std::unique_ptr<rc::MemoryOwner> src_owner, region_b_owner;
+  PortConfig base;
+  base.mbufs = 4095;
+  RingPair ports(name, base, zero_copy);
+  ASSERT_TRUE(ports.a && ports.b);
+  std::unique_ptr<EthPort>* a = &ports.a;
+  std::unique_ptr<EthPort>* b = &ports.b;
   EXPECT_GE((*a)->max_frame(), 1500u);
+  EXPECT_EQ((*a)->zero_copy(), zero_copy);
   (*a)->SetFaults(faults);
   fault::FaultSpec reverse = faults;
   reverse.seed += 1;
   (*b)->SetFaults(reverse);
 
   Clock clock;
-  std::vector<uint8_t> region_a(1 << 20), region_b(1 << 20);
-  Memory mem_a(&region_a), mem_b(&region_b);
+  // What the daemon does for each arena it maps.
+  src_owner = std::make_unique<rc::MemoryOwner>(
+      (*a)->RegisterExternalMemory(src.data(), src.size(), 4096));
+  region_b_owner = std::make_unique<rc::MemoryOwner>(
+      (*b)->RegisterExternalMemory(region_b.data(), region_b.size(), 4096));
+  EXPECT_EQ(src_owner->zero_copy(), zero_copy);
+  Memory mem_a(&region_a), mem_b(&region_b, region_b_owner.get());
   Sink sink_a, sink_b;
   rc::QpConfig qa;
   qa.pmtu = 1024;
@@ -123,18 +190,21 @@ void Transfer(const fault::FaultSpec& faults, const std::string& name) {
   rc::RcQp qp_a(qa, {&clock, a->get(), &mem_a, &sink_a});
   rc::RcQp qp_b(qb, {&clock, b->get(), &mem_b, &sink_b});
 
-  std::vector<uint8_t> src(1 << 20), back(1 << 20);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 13);
   rc::WorkRequest w;
   w.wr_id = 1;
   w.opcode = rc::WrOpcode::kWrite;
-  w.num_sge = 1;
-  w.sge[0] = {src.data(), static_cast<uint32_t>(src.size())};
+  // Two SGEs, split off a packet boundary: some packets have two pieces.
+  w.num_sge = 2;
+  w.sge[0] = {src.data(), 5000, src_owner.get()};
+  w.sge[1] = {src.data() + 5000, static_cast<uint32_t>(src.size()) - 5000,
+              src_owner.get()};
   w.rkey = wire::Rkey(7);
   ASSERT_EQ(qp_a.Post(w), rc::PostResult::kOk);
   rc::WorkRequest r = w;
   r.wr_id = 2;
   r.opcode = rc::WrOpcode::kRead;
+  r.num_sge = 1;
   r.sge[0] = {back.data(), static_cast<uint32_t>(back.size())};
   ASSERT_EQ(qp_a.Post(r), rc::PostResult::kOk);
 
@@ -171,12 +241,20 @@ void Transfer(const fault::FaultSpec& faults, const std::string& name) {
   if (faults.duplicate > 0) {
     EXPECT_GT((*a)->counters().fault_duplicated, 0u);
   }
-  a->reset();
-  b->reset();
-  rte_eth_dev_close(static_cast<uint16_t>(pa));
-  rte_eth_dev_close(static_cast<uint16_t>(pb));
-  rte_ring_free(ab);
-  rte_ring_free(ba);
+  if (zero_copy) {
+    // WRITE packets from A and READ responses from B went out in place.
+    EXPECT_GT((*a)->counters().tx_zero_copy, 1000u);
+    EXPECT_GT((*b)->counters().tx_zero_copy, 1000u);
+    EXPECT_GT((*b)->counters().rx_segmented, 1000u);
+  } else {
+    EXPECT_EQ((*a)->counters().tx_zero_copy + (*b)->counters().tx_zero_copy,
+              0u);
+  }
+  // Stale copies may still be on their way; once they arrived, nothing
+  // references the memory any more.
+  ports.Drain([](std::span<const uint8_t>) {});
+  EXPECT_EQ(src_owner->references(), 0u);
+  EXPECT_EQ(region_b_owner->references(), 0u);
 }
 
 TEST_F(EthPortTest, RcWriteAndReadAcrossTwoPorts) {
@@ -191,6 +269,157 @@ TEST_F(EthPortTest, LossDuplicationReorderingAndDelayAreRecovered) {
                 &f),
             "");
   Transfer(f, "faulty");
+}
+
+TEST_F(EthPortTest, ZeroCopyWriteAndRead) {
+  Transfer(fault::FaultSpec{}, "zc_clean", /*zero_copy=*/true);
+}
+
+TEST_F(EthPortTest, ZeroCopyRecoversFromLossDuplicationReorderingAndDelay) {
+  fault::FaultSpec f;
+  ASSERT_EQ(fault::ParseFaultSpec(
+                "loss=0.05,dup=0.05,reorder=0.05,delay_us=20,jitter_us=10,"
+                "reorder_us=100,seed=17",
+                &f),
+            "");
+  Transfer(f, "zc_faulty", /*zero_copy=*/true);
+}
+
+// A frame built by hand through the gather path: headers of a WRITE ONLY,
+// the payload in two pieces of `memory`, the trailer computed over both.
+void SendInPlace(EthPort& port, const uint8_t* memory, uint32_t len,
+                 rc::MemoryOwner* owner, std::vector<uint8_t>* expected) {
+  wire::PacketHeaders h;
+  h.path.src_ip = 0x0A000001;
+  h.path.dst_ip = 0x0A000002;
+  h.bth.opcode = wire::Opcode::kWriteOnly;
+  h.bth.dest_qp = wire::Qpn(5);
+  h.reth.dma_length = len;
+  const size_t frame_len = wire::FrameLength(h.bth.opcode, len);
+  expected->resize(frame_len);
+  ASSERT_EQ(wire::EncodeFrame(h, {memory, len}, *expected), frame_len);
+  std::span<uint8_t> buf = port.Reserve(frame_len);
+  ASSERT_FALSE(buf.empty());
+  const size_t header_len = wire::EncodeHeaders(h, len, buf);
+  const rc::PayloadPiece pieces[] = {{memory, len / 2, owner},
+                                     {memory + len / 2, len - len / 2, owner}};
+  ASSERT_TRUE(port.CanGather(pieces));
+  uint32_t icrc = wire::HeadersIcrc(buf.first(header_len));
+  for (const auto& p : pieces) icrc = wire::ExtendIcrc(icrc, {p.data, p.len});
+  uint8_t trailer[wire::kMaxTrailerLen];
+  const size_t trailer_len =
+      wire::EncodeTrailer(buf.first(header_len), icrc, trailer);
+  port.CommitGather(buf, header_len, pieces, {trailer, trailer_len});
+}
+
+// Frames the fault model holds back, and frames sitting in the rings, keep
+// their memory referenced until the receiver frees them.
+TEST_F(EthPortTest, FramesInFlightHoldTheirMemory) {
+  std::vector<uint8_t> memory(8192);
+  std::unique_ptr<rc::MemoryOwner> owner_storage;
+  PortConfig base;
+  RingPair ports("held", base, /*zero_copy=*/true);
+  ASSERT_TRUE(ports.a && ports.b);
+  fault::FaultSpec f;
+  ASSERT_EQ(fault::ParseFaultSpec("delay_us=200000,seed=3", &f), "");
+  ports.a->SetFaults(f);
+  for (size_t i = 0; i < memory.size(); ++i) memory[i] = static_cast<uint8_t>(i * 7);
+  owner_storage = std::make_unique<rc::MemoryOwner>(
+      ports.a->RegisterExternalMemory(memory.data(), memory.size(), 4096));
+  rc::MemoryOwner& owner = *owner_storage;
+  ASSERT_TRUE(owner.zero_copy());
+  std::vector<uint8_t> expected[3];
+  SendInPlace(*ports.a, memory.data(), 1000, &owner, &expected[0]);
+  SendInPlace(*ports.a, memory.data() + 1000, 1901, &owner, &expected[1]);
+  SendInPlace(*ports.a, memory.data() + 2901, 257, &owner, &expected[2]);
+  EXPECT_EQ(ports.a->counters().tx_zero_copy, 3u);
+  EXPECT_EQ(ports.a->delayed(), 3u);
+  EXPECT_EQ(owner.references(), 6u);  // two pieces each
+  ports.a->Flush();  // not due yet
+  EXPECT_EQ(owner.references(), 6u);
+
+  const Clock clock;
+  const uint64_t due = clock.NowNs() + 250'000'000;
+  while (ports.a->delayed() > 0 && clock.NowNs() < due) ports.a->Flush();
+  ASSERT_EQ(ports.a->delayed(), 0u);
+  // In the ring now: still referenced.
+  EXPECT_EQ(owner.references(), 6u);
+  std::vector<std::vector<uint8_t>> got;
+  ports.b->Receive([&got](std::span<const uint8_t> frame) {
+    got.emplace_back(frame.begin(), frame.end());
+  });
+  EXPECT_EQ(owner.references(), 0u);
+  ASSERT_EQ(got.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i], expected[i]) << i;
+}
+
+// Frames still queued or delayed when a port closes are freed with it.
+TEST_F(EthPortTest, ClosingThePortReleasesHeldFrames) {
+  std::vector<uint8_t> memory(4096, 0x5A);
+  std::unique_ptr<rc::MemoryOwner> owner_storage;
+  PortConfig base;
+  RingPair ports("closing", base, /*zero_copy=*/true);
+  ASSERT_TRUE(ports.a && ports.b);
+  fault::FaultSpec f;
+  ASSERT_EQ(fault::ParseFaultSpec("delay_us=1000000,seed=3", &f), "");
+  ports.a->SetFaults(f);
+  owner_storage = std::make_unique<rc::MemoryOwner>(
+      ports.a->RegisterExternalMemory(memory.data(), memory.size(), 4096));
+  rc::MemoryOwner& owner = *owner_storage;
+  std::vector<uint8_t> expected;
+  SendInPlace(*ports.a, memory.data(), 1900, &owner, &expected);
+  EXPECT_EQ(owner.references(), 2u);
+  ports.a.reset();
+  EXPECT_EQ(owner.references(), 0u);
+}
+
+// Memory for a device that reads by DMA is registered with DPDK and mapped
+// for it; the ring device does not need that, so the test asks for it.
+TEST_F(EthPortTest, ExternalMemoryIsRegisteredAndMappedWhereNeeded) {
+  const size_t len = 1 << 21;
+  void* mem = mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  // Unmapped only after the ports are gone, whatever happens.
+  std::unique_ptr<void, std::function<void(void*)>> unmap(
+      mem, [len](void* p) { munmap(p, len); });
+  PortConfig base;
+  base.map_external_memory = true;
+  RingPair ports("mapped", base, /*zero_copy=*/true);
+  ASSERT_TRUE(ports.a && ports.b);
+  auto* bytes = static_cast<uint8_t*>(mem);
+  EXPECT_FALSE(ports.a->RegisterExternalMemory(bytes + 8, 4096, 4096));
+  ASSERT_TRUE(ports.a->RegisterExternalMemory(mem, len - 100, 4096));
+  EXPECT_NE(rte_mem_virt2memseg_list(bytes + len - 1), nullptr);
+  // Frames from registered memory go out and arrive intact.
+  for (size_t i = 0; i < 8192; ++i) bytes[i] = static_cast<uint8_t>(i);
+  rc::MemoryOwner owner(true);
+  std::vector<uint8_t> expected;
+  SendInPlace(*ports.a, bytes, 1900, &owner, &expected);
+  ports.a->Flush();
+  std::vector<uint8_t> got;
+  ports.b->Receive([&got](std::span<const uint8_t> frame) {
+    got.assign(frame.begin(), frame.end());
+  });
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(owner.references(), 0u);
+  ports.a->UnregisterExternalMemory(mem);
+  EXPECT_EQ(rte_mem_virt2memseg_list(mem), nullptr);
+  // Registered again and left so: the port unregisters it when it closes.
+  ASSERT_TRUE(ports.a->RegisterExternalMemory(mem, len, 4096));
+  ports.a.reset();
+  EXPECT_EQ(rte_mem_virt2memseg_list(mem), nullptr);
+}
+
+TEST_F(EthPortTest, ZeroCopyOffMeansCopyOnly) {
+  PortConfig base;
+  RingPair ports("off", base, /*zero_copy=*/false);
+  ASSERT_TRUE(ports.a && ports.b);
+  EXPECT_FALSE(ports.a->zero_copy());
+  EXPECT_EQ(ports.a->min_gather_payload(), 0u);
+  std::vector<uint8_t> memory(4096);
+  EXPECT_FALSE(
+      ports.a->RegisterExternalMemory(memory.data(), memory.size(), 4096));
 }
 
 }  // namespace
