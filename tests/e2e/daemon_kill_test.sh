@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# A daemon killed in the middle of a transfer, end to end: two rdmaplaned
+# joined by memif (A the memif server, B the client), clients on both with
+# a connection between them that streams 1 MiB RDMA WRITEs and READs (8
+# outstanding each way), and an idle connection beside it.
+#   1. SIGKILL daemon B. Its client's requests (or posts) fail with
+#      RDP_ERR_CONN_ABORTED or RDP_ERR_NET_DOWN within 5 s; the client on A
+#      sees RDP_ERR_CONN_ABORTED (retries exhausted) or RDP_ERR_CONN_RESET
+#      within 10 s; every outstanding request completes; nobody hangs.
+#   2. Once A's streaming client has gone, A holds nothing of it: only the
+#      idle connection (which nothing told A about) is left.
+#   3. B restarts on the same socket and file prefix; new connections both
+#      ways work (rdmaplane_transfer, every byte checked) although A still
+#      holds the idle connection to B's previous life.
+#   4. The idle clients let go; both daemons are back to no sessions,
+#      connections, registrations or arenas, and stop cleanly on SIGTERM.
+#
+#   daemon_kill_test.sh FAULT_LIB RDMAPLANED RDMAPLANECTL RDMAPLANE_TRANSFER
+#       KILL_CLIENT
+#
+# Daemons run with --log_level=debug; their logs end up in the test's
+# undeclared outputs and are printed on failure.
+set -euo pipefail
+
+if [[ $# -ne 5 ]]; then
+  echo "usage: $0 FAULT_LIB RDMAPLANED RDMAPLANECTL RDMAPLANE_TRANSFER KILL_CLIENT" >&2
+  exit 2
+fi
+# shellcheck source=tests/e2e/fault_lib.sh
+source "$1"
+daemon_bin="$2"
+FL_CTL="$3"
+transfer_bin="$4"
+client_bin="$5"
+fl_init daemon_kill_test
+for bin in "$daemon_bin" "$transfer_bin" "$client_bin"; do
+  [[ -x $bin ]] || fl_fail "no executable at $bin"
+done
+test_start="$(fl_now)"
+
+ip_a=10.0.0.1
+ip_b=10.0.0.2
+sock_a="$FL_TMP/a.sock"
+sock_b="$FL_TMP/b.sock"
+memif="$FL_TMP/memif.sock" # an abstract name, unique to this run
+prefix_a="" prefix_b=""
+fl_prefix prefix_a a
+fl_prefix prefix_b b
+common=(--mtu=1024 --log_level=debug)
+daemon_a=("$daemon_bin" --socket="$sock_a" --file_prefix="$prefix_a"
+  --port="net_memif0,role=server,socket=$memif" --ip="$ip_a" "${common[@]}")
+daemon_b=("$daemon_bin" --socket="$sock_b" --file_prefix="$prefix_b"
+  --port="net_memif0,role=client,socket=$memif" --ip="$ip_b" "${common[@]}")
+
+fl_start_daemon a "$sock_a" "${daemon_a[@]}"
+fl_start_daemon b "$sock_b" "${daemon_b[@]}"
+fl_wait_baseline "at start" a 5
+fl_wait_baseline "at start" b 5
+
+# kill_client NAME SOCKET PEER_NAME SERVICE [FLAGS...]
+kill_client() {
+  local name="$1" sock="$2" peer_name="$3" service="$4"
+  shift 4
+  fl_start_proc "$name" "$client_bin" --socket="$sock" --service="$service" \
+    --dir="$FL_TMP" --name="$name" --peer_name="$peer_name" \
+    --size=1048576 --depth=8 "$@"
+}
+
+# first_error NAME LIMIT_S: waits for NAME's first failure and sets
+# FE_STATUS, FE_T (Unix time) and FE_OK (requests that succeeded before).
+first_error() {
+  local line
+  line="$(fl_wait_line "$1" '^kill_client: (first_error|FAILED|stalled)' "$2")"
+  [[ $line =~ first_error\ stage=([a-z]+)\ op=([a-z]+)\ status=([A-Z_]+)\ t=([0-9.]+)\ ok=([0-9]+) ]] ||
+    fl_fail "$1: $line"
+  FE_STAGE="${BASH_REMATCH[1]}"
+  FE_STATUS="${BASH_REMATCH[3]}"
+  FE_T="${BASH_REMATCH[4]}"
+  FE_OK="${BASH_REMATCH[5]}"
+}
+
+# --- 1. A connection that idles, then one that streams ------------------------
+kill_client ia "$sock_a" ib idle --mode=idle
+fl_wait_line ia '^kill_client: listening' 15 >/dev/null
+kill_client ib "$sock_b" ia idle --mode=idle --peer="$ip_a"
+fl_wait_line ia '^kill_client: holding' 30 >/dev/null
+fl_wait_line ib '^kill_client: holding' 30 >/dev/null
+
+kill_client sa "$sock_a" sb stream
+fl_wait_line sa '^kill_client: listening' 15 >/dev/null
+kill_client sb "$sock_b" sa stream --peer="$ip_a"
+fl_wait_line sa '^kill_client: ready' 30 >/dev/null
+fl_wait_line sb '^kill_client: ready' 30 >/dev/null
+# Both ends have completed requests, and have more in flight.
+fl_wait_line sa '^c 31 ' 30 >/dev/null
+fl_wait_line sb '^c 31 ' 30 >/dev/null
+fl_wait_counters "streaming" a 5 "d['connections'] == 2 and d['sessions'] == 2"
+fl_wait_counters "streaming" b 5 "d['connections'] == 2 and d['sessions'] == 2"
+fl_log "both ends stream: $(fl_count_lines sa '^c .* RDP_OK') completions on A's side, $(fl_count_lines sb '^c .* RDP_OK') on B's"
+
+kill_time="$(fl_now)"
+fl_signal_daemon b KILL || true
+[[ $FL_STATUS -eq 137 ]] || fl_fail "daemon b ended with status $FL_STATUS after SIGKILL (137 expected)"
+fl_log "SIGKILL to daemon b"
+
+first_error sb 5
+sb_after="$(fl_since "$kill_time" "$FE_T")"
+fl_log "B's client: first failure $FE_STATUS ($FE_STAGE) $sb_after s after the kill, after $FE_OK requests"
+case "$FE_STATUS" in
+  RDP_ERR_CONN_ABORTED | RDP_ERR_NET_DOWN) ;;
+  *) fl_fail "B's client failed with $FE_STATUS (RDP_ERR_CONN_ABORTED or RDP_ERR_NET_DOWN expected)" ;;
+esac
+awk -v s="$sb_after" 'BEGIN { exit !(s <= 5) }' || fl_fail "B's client noticed only after $sb_after s"
+
+first_error sa 10
+sa_after="$(fl_since "$kill_time" "$FE_T")"
+fl_log "A's client: first failure $FE_STATUS ($FE_STAGE) $sa_after s after the kill, after $FE_OK requests"
+case "$FE_STATUS" in
+  RDP_ERR_CONN_ABORTED | RDP_ERR_CONN_RESET) ;;
+  *) fl_fail "A's client failed with $FE_STATUS (RDP_ERR_CONN_ABORTED or RDP_ERR_CONN_RESET expected)" ;;
+esac
+awk -v s="$sa_after" 'BEGIN { exit !(s <= 10) }' || fl_fail "A's client noticed only after $sa_after s"
+
+# Every request still outstanding completes too (the clients give up with
+# "stalled" after 30 s without progress), and both exit normally.
+for c in sb sa; do
+  fl_wait_exit "$c" 40
+  [[ $FL_STATUS -eq 0 ]] || fl_fail "$c exited with status $FL_STATUS"
+  grep -q '^kill_client: exit' "${FL_PROC_OUT[$c]}" || fl_fail "$c did not finish"
+  fl_log "$c: $(fl_count_lines "$c" '^kill_client: drained') outstanding requests drained ($(grep -o 'drained status=[A-Z_]*' "${FL_PROC_OUT[$c]}" | sort | uniq -c | tr -s ' ' | tr '\n' ';')), $(grep '^kill_client: disconnect' "${FL_PROC_OUT[$c]}")"
+done
+if [[ $(fl_count_lines sb '^kill_client: drained status=RDP_ERR_CONN_ABORTED|^kill_client: drained status=RDP_ERR_NET_DOWN|^kill_client: drained status=RDP_OK') -ne $(fl_count_lines sb '^kill_client: drained') ]]; then
+  fl_fail "B's client drained requests with unexpected statuses"
+fi
+
+# --- 2. A holds nothing of the streaming client --------------------------------
+fl_wait_counters "streaming client gone" a 5 \
+  "d['sessions'] == 1 and d['connections'] == 1 and d['arenas'] == 1 and d['registrations'] == 2"
+if grep -q 'broke: retries exhausted' "${FL_LOG[a]}"; then
+  fl_log "daemon a logged: $(grep -o 'connection [0-9]* to [0-9.]* broke: retries exhausted.*' "${FL_LOG[a]}" | head -n 1)"
+fi
+
+# The idle client of the dead daemon: its daemon is gone.
+touch "$FL_TMP/ib.release"
+fl_wait_exit ib 10
+[[ $FL_STATUS -eq 0 ]] || fl_fail "ib exited with status $FL_STATUS"
+fl_log "ib: $(grep '^kill_client: disconnect' "${FL_PROC_OUT[ib]}")"
+
+# --- 3. B again; new connections both ways -------------------------------------
+fl_start_daemon b "$sock_b" "${daemon_b[@]}"
+fl_wait_baseline "after the restart" b 5
+fl_transfer "b-to-a" 120 "$transfer_bin" \
+  --listen_socket="$sock_a" --connect_socket="$sock_b" --peer="$ip_a" \
+  --sizes=4096,1048576 --depth=4 --connections=2 --clients=2 --timeout_s=30
+fl_transfer "a-to-b" 120 "$transfer_bin" \
+  --listen_socket="$sock_b" --connect_socket="$sock_a" --peer="$ip_b" \
+  --sizes=4096,1048576 --depth=4 --connections=2 --clients=2 --timeout_s=30
+
+# --- 4. Everything lets go ---------------------------------------------------
+touch "$FL_TMP/ia.release"
+fl_wait_exit ia 10
+[[ $FL_STATUS -eq 0 ]] || fl_fail "ia exited with status $FL_STATUS"
+fl_log "ia: $(grep '^kill_client: disconnect' "${FL_PROC_OUT[ia]}")"
+fl_wait_baseline "at the end" a 5
+fl_wait_baseline "at the end" b 5
+fl_clean_stop b "$prefix_b"
+fl_clean_stop a "$prefix_a"
+
+fl_log "PASS in $(fl_since "$test_start") s (B's client noticed after $sb_after s, A's after $sa_after s)"
