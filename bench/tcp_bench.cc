@@ -1,0 +1,292 @@
+// tcp_bench: kernel TCP over loopback (127.0.0.1), the baseline users pick
+// when they have no RDMA: stream throughput with 64 KiB sends, and the
+// round-trip time of an 8-byte ping-pong.
+//
+//   tcp_bench --seconds=3 --pingpong_seconds=2 --samples=/tmp/tcp.txt
+//
+// Two threads of one process: a receiver (or echoer) and a sender. Both
+// sockets have TCP_NODELAY.
+//
+//  * throughput: the sender sends --send_bytes per send() for --seconds; the
+//    receiver counts what arrives with recv() of up to 256 KiB. GB/s is the
+//    receiver's bytes over the time from its first to its last byte
+//    (1e9 bytes per second).
+//  * ping-pong: the client sends 8 bytes and waits for the 8-byte echo; each
+//    sample is one round trip (send to echo received), the same span as an
+//    rdmaplane WRITE from post to completion (request and acknowledgment).
+//    With blocking sockets (what applications use), and again with both
+//    sides spinning on non-blocking recv() (--busy_pingpong_seconds; 0 skips
+//    it), which costs both cores.
+//
+// Progress on stderr, a table on stdout, --json FILE with every figure,
+// --samples FILE with one blocking ping-pong round trip (microseconds) per
+// line, in the order taken.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+
+ABSL_FLAG(double, seconds, 3.0, "how long to stream for the throughput");
+ABSL_FLAG(uint32_t, send_bytes, 64 << 10, "bytes per send() when streaming");
+ABSL_FLAG(double, pingpong_seconds, 2.0,
+          "how long to ping-pong with blocking sockets");
+ABSL_FLAG(double, busy_pingpong_seconds, 1.0,
+          "how long to ping-pong with both sides spinning (0: skip)");
+ABSL_FLAG(uint32_t, message_bytes, 8, "ping-pong message size");
+ABSL_FLAG(std::string, json, "", "also write the figures as JSON here");
+ABSL_FLAG(std::string, samples, "",
+          "write every blocking ping-pong round trip (us) here");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+[[noreturn]] void Die(const char* what) {
+  std::fprintf(stderr, "tcp_bench: %s: %s\n", what, std::strerror(errno));
+  std::exit(1);
+}
+
+void NoDelay(int fd) {
+  const int one = 1;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+    Die("TCP_NODELAY");
+  }
+}
+
+// A connected pair of TCP sockets over 127.0.0.1: {accepted, connected}.
+std::pair<int, int> ConnectedPair() {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  if (listener < 0) Die("socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;  // any free port
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    Die("bind");
+  }
+  if (listen(listener, 1) != 0) Die("listen");
+  socklen_t len = sizeof(addr);
+  if (getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    Die("getsockname");
+  }
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  if (client < 0) Die("socket");
+  if (connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    Die("connect");
+  }
+  const int server = accept(listener, nullptr, nullptr);
+  if (server < 0) Die("accept");
+  close(listener);
+  NoDelay(client);
+  NoDelay(server);
+  return {server, client};
+}
+
+// Sends or receives exactly n bytes; spins on EAGAIN when busy.
+bool SendAll(int fd, const uint8_t* p, size_t n, int flags) {
+  while (n > 0) {
+    const ssize_t r = send(fd, p, n, flags | MSG_NOSIGNAL);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool RecvAll(int fd, uint8_t* p, size_t n, int flags) {
+  while (n > 0) {
+    const ssize_t r = recv(fd, p, n, flags);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+struct Throughput {
+  uint64_t bytes = 0;
+  double seconds = 0;
+  double gbps = 0;
+};
+
+Throughput Stream(double seconds, uint32_t send_bytes) {
+  auto [server, client] = ConnectedPair();
+  Throughput t;
+  std::thread receiver([&, fd = server] {
+    std::vector<uint8_t> buf(256 << 10);
+    Clock::time_point first{}, last{};
+    while (true) {
+      const ssize_t r = recv(fd, buf.data(), buf.size(), 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      last = Clock::now();
+      if (t.bytes == 0) first = last;
+      t.bytes += static_cast<uint64_t>(r);
+    }
+    t.seconds = Seconds(last - first);
+  });
+  std::vector<uint8_t> buf(send_bytes, 0x5A);
+  const Clock::time_point end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(seconds));
+  while (Clock::now() < end) {
+    if (!SendAll(client, buf.data(), buf.size(), 0)) Die("send");
+  }
+  shutdown(client, SHUT_WR);
+  receiver.join();
+  close(client);
+  close(server);
+  t.gbps = t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0;
+  return t;
+}
+
+struct Latency {
+  std::vector<double> us;  // round trips in the order taken
+  double p50 = 0, p90 = 0, p99 = 0, max = 0, mean = 0;
+};
+
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const size_t i = static_cast<size_t>(q * static_cast<double>(sorted.size()));
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+Latency PingPong(double seconds, uint32_t message, bool busy) {
+  auto [server, client] = ConnectedPair();
+  const int flags = busy ? MSG_DONTWAIT : 0;
+  std::atomic<bool> stop{false};
+  std::thread echoer([&, fd = server] {
+    std::vector<uint8_t> buf(message);
+    while (RecvAll(fd, buf.data(), buf.size(), flags)) {
+      if (!SendAll(fd, buf.data(), buf.size(), 0)) break;
+    }
+  });
+  std::vector<uint8_t> buf(message, 0x5A);
+  Latency l;
+  l.us.reserve(1 << 20);
+  auto one = [&]() {
+    const Clock::time_point t0 = Clock::now();
+    if (!SendAll(client, buf.data(), buf.size(), 0) ||
+        !RecvAll(client, buf.data(), buf.size(), flags)) {
+      Die("ping-pong");
+    }
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  };
+  for (int i = 0; i < 1000; ++i) one();  // warm-up
+  const Clock::time_point end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(seconds));
+  while (Clock::now() < end) l.us.push_back(one());
+  shutdown(client, SHUT_WR);
+  echoer.join();
+  close(client);
+  close(server);
+  std::vector<double> sorted = l.us;
+  std::sort(sorted.begin(), sorted.end());
+  l.p50 = Percentile(sorted, 0.50);
+  l.p90 = Percentile(sorted, 0.90);
+  l.p99 = Percentile(sorted, 0.99);
+  l.max = sorted.empty() ? 0 : sorted.back();
+  double sum = 0;
+  for (double v : sorted) sum += v;
+  l.mean = sorted.empty() ? 0 : sum / static_cast<double>(sorted.size());
+  return l;
+}
+
+void PrintLatency(FILE* f, const char* name, const Latency& l) {
+  std::fprintf(f,
+               "\"%s\": {\"samples\": %zu, \"p50_us\": %.3f, \"p90_us\": "
+               "%.3f, \"p99_us\": %.3f, \"max_us\": %.3f, \"mean_us\": %.3f}",
+               name, l.us.size(), l.p50, l.p90, l.p99, l.max, l.mean);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "kernel TCP over loopback: stream throughput and ping-pong round trips");
+  absl::ParseCommandLine(argc, argv);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const uint32_t send_bytes = absl::GetFlag(FLAGS_send_bytes);
+  const double pp_seconds = absl::GetFlag(FLAGS_pingpong_seconds);
+  const double busy_seconds = absl::GetFlag(FLAGS_busy_pingpong_seconds);
+  const uint32_t message = absl::GetFlag(FLAGS_message_bytes);
+  if (seconds <= 0 || pp_seconds <= 0 || busy_seconds < 0 || send_bytes == 0 ||
+      send_bytes > (64u << 20) || message == 0 || message > (1u << 20)) {
+    std::fprintf(stderr,
+                 "tcp_bench: need positive seconds, send_bytes 1..64 MiB, "
+                 "message_bytes 1..1 MiB\n");
+    return 2;
+  }
+  std::fprintf(stderr, "tcp_bench: streaming %u-byte sends for %.1f s\n",
+               send_bytes, seconds);
+  const Throughput t = Stream(seconds, send_bytes);
+  std::fprintf(stderr,
+               "tcp_bench: %u-byte ping-pong, blocking sockets, %.1f s\n",
+               message, pp_seconds);
+  const Latency blocking = PingPong(pp_seconds, message, /*busy=*/false);
+  Latency busy;
+  if (busy_seconds > 0) {
+    std::fprintf(stderr,
+                 "tcp_bench: %u-byte ping-pong, both sides spinning, %.1f s\n",
+                 message, busy_seconds);
+    busy = PingPong(busy_seconds, message, /*busy=*/true);
+  }
+  std::printf("%-36s %12s\n", "tcp loopback", "value");
+  std::printf("%-36s %9.3f GB/s\n", "stream, 64 KiB sends", t.gbps);
+  std::printf("%-36s %9.2f us (p90 %.2f, p99 %.2f, %zu samples)\n",
+              "ping-pong round trip p50, blocking", blocking.p50, blocking.p90,
+              blocking.p99, blocking.us.size());
+  if (busy_seconds > 0) {
+    std::printf("%-36s %9.2f us (p90 %.2f, p99 %.2f, %zu samples)\n",
+                "ping-pong round trip p50, spinning", busy.p50, busy.p90,
+                busy.p99, busy.us.size());
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_samples); !path.empty()) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) Die(path.c_str());
+    for (double v : blocking.us) std::fprintf(f, "%.3f\n", v);
+    if (std::fclose(f) != 0) Die(path.c_str());
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) Die(path.c_str());
+    std::fprintf(f,
+                 "{\"tool\": \"tcp_bench\", \"units\": {\"gbps\": \"GB/s (1e9 "
+                 "bytes per second)\", \"us\": \"microseconds, round trip\"}, "
+                 "\"stream\": {\"send_bytes\": %u, \"bytes\": %llu, "
+                 "\"seconds\": %.4f, \"gbps\": %.4f}, \"message_bytes\": %u, ",
+                 send_bytes, static_cast<unsigned long long>(t.bytes),
+                 t.seconds, t.gbps, message);
+    PrintLatency(f, "pingpong", blocking);
+    if (busy_seconds > 0) {
+      std::fprintf(f, ", ");
+      PrintLatency(f, "pingpong_busy", busy);
+    }
+    std::fprintf(f, "}\n");
+    if (std::fclose(f) != 0) Die(path.c_str());
+  }
+  return 0;
+}
