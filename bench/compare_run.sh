@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# The measurements behind bench/compare, on binaries already built:
+#
+#   compare_run.sh --bin_dir=DIR [--out=DIR] [--rounds=N] [--quick] [--keep]
+#
+# DIR holds rdmaplaned, rdmaplane_perf, memcpy_bw, tcp_bench, pin_cost,
+# memif_rate and control_benchmark (bench/compare builds them with
+# `bazel build -c opt`; //bench:compare_smoke_test passes its own). They are
+# copied first, so a rebuild during the run cannot mix versions.
+#
+# In each round, one after another (nothing else of ours runs meanwhile):
+#   1. baselines: memcpy_bw (one core), pin_cost (mlock+munlock), tcp_bench
+#      (loopback stream and ping-pong), memif_rate (raw memif frame rate at
+#      1098- and 64-byte frames, server and client pinned to CPUs 0 and 1);
+#   2. control_benchmark: the registration cache hit and a registration
+#      round trip through an in-process daemon;
+#   3. rdmaplane inside one daemon (no --port; two client sessions, one
+#      engine), with --poll_mode=adaptive and then busy;
+#   4. rdmaplane between two daemons over memif (--mtu=1024, 10.0.0.1 is
+#      the memif server, 10.0.0.2 the client), adaptive and then busy.
+# Each rdmaplane setup runs rdmaplane_perf for WRITE and READ of 64 KiB
+# (depth 16, requests spread over 64 MiB per side), 64-byte WRITEs (depth
+# 32), the same 64 KiB runs cache-hot (16 messages), and WRITE and READ
+# latency of 8 bytes (one outstanding).
+# Round 1 also sweeps message sizes 8 B .. 4 MiB for the bandwidth plot and
+# keeps every latency sample for the CDF. bench/report.py then takes the
+# median of the rounds and writes OUT/latest.json, OUT/latest.md,
+# OUT/bw_vs_size.png and OUT/latency_cdf.png, and prints the table.
+#
+# --quick: one round of very short runs, for the smoke test (the figures are
+# not meant to be read). Progress goes to stderr. Exit status: 0 when every
+# measurement worked (met targets or not), 1 when one failed (the report
+# still shows the rest), 2 usage. No process is left behind.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+bin_src=""
+out="$here/results"
+rounds=""
+quick=0
+keep=0
+for arg in "$@"; do
+  case "$arg" in
+    --bin_dir=*) bin_src="${arg#--bin_dir=}" ;;
+    --out=*) out="${arg#--out=}" ;;
+    --rounds=*) rounds="${arg#--rounds=}" ;;
+    --quick) quick=1 ;;
+    --keep) keep=1 ;;
+    *)
+      echo "compare: unknown argument '$arg' (--bin_dir=DIR --out=DIR --rounds=N --quick --keep)" >&2
+      exit 2
+      ;;
+  esac
+done
+if [[ -z $bin_src ]]; then
+  echo "compare: --bin_dir is required" >&2
+  exit 2
+fi
+if [[ -z $rounds ]]; then rounds=$((quick ? 1 : 3)); fi
+if ! [[ $rounds =~ ^[1-9]$ ]]; then
+  echo "compare: --rounds must be 1..9" >&2
+  exit 2
+fi
+
+# Durations, seconds.
+if ((quick)); then
+  t_run=0.2 t_sweep=0.05 t_memif=1 t_bench=0.02
+  sweep_sizes="8,4096,65536,1048576"
+else
+  t_run=1 t_sweep=0.25 t_memif=2 t_bench=0.3
+  sweep_sizes="8:4194304"
+fi
+# Poll modes: both are measured in each setup and reported; the headline
+# figures use the first, the daemon's default. A busy engine needs a core of
+# its own, which a shared 2-core machine cannot promise: a busy engine, the
+# busy-polling client and anything else running share two CPUs, and the
+# figures then swing with the neighbours' load (see docs/performance.md).
+local_modes=(adaptive busy)
+# Bandwidth runs spread their requests over 64 MiB per side, the size of
+# memcpy_bw's buffers, so both move memory rather than cache lines; the
+# "hot" runs keep 16 messages in the caches as perftest does.
+region_mib=64
+memif_modes=(adaptive busy)
+
+# Short paths: Unix socket names are limited to 108 bytes.
+work="$(mktemp -d /tmp/rdmaplane-bench.XXXXXX)"
+raw="$work/raw"
+bin="$work/bin"
+mkdir -p "$raw" "$bin"
+pids=()
+failures=()
+start_seconds=$SECONDS
+
+log() { printf 'compare: [%3ds] %s\n' $((SECONDS - start_seconds)) "$*" >&2; }
+
+stop_pids() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  pids=()
+}
+
+# shellcheck disable=SC2317  # called by the EXIT trap
+cleanup() {
+  stop_pids
+  if ((keep)); then
+    echo "compare: raw results kept in $work" >&2
+  else
+    rm -rf "$work"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+failed() {
+  failures+=("$*")
+  log "FAILED: $*"
+}
+
+for tool in rdmaplaned rdmaplane_perf memcpy_bw tcp_bench pin_cost memif_rate control_benchmark; do
+  if [[ ! -x $bin_src/$tool ]]; then
+    echo "compare: $bin_src/$tool is missing" >&2
+    exit 2
+  fi
+  cp "$bin_src/$tool" "$bin/$tool"
+done
+
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+printf 'start %s\n' "$(loadavg)" >"$work/load.txt"
+
+# Runs a tool bounded in time; its stdout goes to FILE, stderr to the log.
+run() {  # run SECONDS FILE CMD...
+  local limit="$1" file="$2"
+  shift 2
+  timeout --kill-after=5 "$limit" "$@" >"$file" 2>>"$work/tools.log"
+}
+
+wait_for_socket() {  # wait_for_socket PATH PID
+  local path="$1" pid="$2"
+  for _ in $(seq 150); do
+    [[ -S $path ]] && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# --- Baselines -------------------------------------------------------------
+
+baselines() {  # baselines ROUND
+  local r="$1" samples=()
+  log "round $r: memcpy, one core, 64 MiB buffers (and 1 MiB, cache-hot)"
+  run 60 "$raw/r${r}_memcpy.txt" "$bin/memcpy_bw" --seconds="$t_run" \
+    --passes=5 --json="$raw/r${r}_memcpy.json" || failed "memcpy_bw (round $r)"
+  run 60 "$raw/r${r}_memcpy_hot.txt" "$bin/memcpy_bw" --buffer_mib=1 \
+    --seconds="$t_run" --passes=5 --json="$raw/r${r}_memcpy_hot.json" ||
+    failed "memcpy_bw, 1 MiB (round $r)"
+  log "round $r: mlock+munlock of 4 KiB"
+  run 60 "$raw/r${r}_pin.txt" "$bin/pin_cost" --seconds="$t_run" \
+    --json="$raw/r${r}_pin.json" || failed "pin_cost (round $r)"
+  log "round $r: kernel TCP over loopback: 64 KiB stream, 8-byte ping-pong"
+  if ((r == 1)); then samples=(--samples="$raw/tcp_lat.samples"); fi
+  run 60 "$raw/r${r}_tcp.txt" "$bin/tcp_bench" --seconds="$t_run" \
+    --pingpong_seconds="$t_run" --busy_pingpong_seconds="$t_run" \
+    --json="$raw/r${r}_tcp.json" "${samples[@]}" || failed "tcp_bench (round $r)"
+  local frame
+  for frame in 1098 64; do
+    log "round $r: raw memif frame rate, $frame-byte frames"
+    # DPDK's start-up fails now and then on a busy machine: one more try.
+    memif_rate "$r" "$frame" || memif_rate "$r" "$frame" ||
+      failed "memif_rate, $frame-byte frames (round $r)"
+  done
+}
+
+# One memif_rate pair: the server (receiver) on CPU 0, the client (sender)
+# on CPU 1; the server's line is the result.
+memif_rate() {  # memif_rate ROUND FRAME
+  local r="$1" frame="$2" sock="$work/rate.sock" status=0
+  "$bin/memif_rate" --role=server --socket="$sock" --seconds="$t_memif" \
+    --frame="$frame" --lcore=0 >"$raw/r${r}_memif_$frame.txt" \
+    2>>"$work/tools.log" &
+  pids+=($!)
+  sleep 1
+  run 60 "$work/memif_client.txt" "$bin/memif_rate" --role=client \
+    --socket="$sock" --seconds="$t_memif" --frame="$frame" --lcore=1 ||
+    status=1
+  wait "${pids[0]}" || status=1
+  pids=()
+  if ((status != 0)); then
+    log "round $r: memif_rate with $frame-byte frames failed"
+    return 1
+  fi
+}
+
+control_bench() {  # control_bench ROUND
+  local r="$1"
+  log "round $r: control_benchmark (registration cache hit, round trip)"
+  run 120 "$raw/r${r}_control.json" "$bin/control_benchmark" \
+    --benchmark_filter='^BM_CacheRegisterHit$|^BM_ReRegisterMemoryHit/|^BM_RegisterDeregisterMemory/' \
+    --benchmark_format=json --benchmark_min_time="$t_bench" ||
+    failed "control_benchmark (round $r)"
+}
+
+# --- rdmaplane -------------------------------------------------------------
+
+# perf TAG ARGS...: one rdmaplane_perf run; JSON in raw/TAG.json.
+perf() {
+  local tag="$1"
+  shift
+  run 180 "$raw/$tag.txt" "$bin/rdmaplane_perf" --json="$raw/$tag.json" \
+    --timeout_s=20 "$@" || failed "rdmaplane_perf $tag"
+}
+
+# The headline runs of one setup and poll mode (and, in round 1 for the
+# first mode, the size sweep and latency samples).
+headline() {  # headline ROUND SETUP MODE FIRST ENDPOINT_ARGS...
+  local r="$1" setup="$2" mode="$3" first="$4"
+  shift 4
+  local tag="r${r}_${setup}_${mode}" samples=()
+  if ((r == 1 && first)); then
+    samples=(--samples="$raw/${setup}_lat.samples")
+  fi
+  perf "${tag}_bw" "$@" --mode=write_bw,read_bw --sizes=65536 --depth=16 \
+    --region_mib="$region_mib" --duration_s="$t_run"
+  perf "${tag}_mops" "$@" --mode=write_bw --sizes=64 --depth=32 \
+    --region_mib="$region_mib" --duration_s="$t_run"
+  perf "${tag}_hot" "$@" --mode=write_bw,read_bw --sizes=65536 --depth=16 \
+    --duration_s="$t_run"
+  perf "${tag}_lat" "$@" --mode=write_lat,read_lat --sizes=8 \
+    --duration_s="$t_run" "${samples[@]}"
+  if ((r == 1 && first)); then
+    log "round $r: $setup ($mode): sizes $sweep_sizes"
+    perf "${setup}_sweep" "$@" --mode=write_bw,read_bw --sizes="$sweep_sizes" \
+      --depth=16 --region_mib="$region_mib" --warmup=16 \
+      --duration_s="$t_sweep"
+  fi
+}
+
+local_daemon() {  # local_daemon ROUND MODE FIRST
+  local r="$1" mode="$2" first="$3" sock="$work/l.sock"
+  log "round $r: rdmaplane inside one daemon, --poll_mode=$mode"
+  "$bin/rdmaplaned" --socket="$sock" --poll_mode="$mode" --log_level=warning \
+    >>"$work/daemon_local.log" 2>&1 &
+  pids+=($!)
+  if wait_for_socket "$sock" "${pids[0]}"; then
+    headline "$r" local "$mode" "$first" --listen_socket="$sock"
+  else
+    failed "the local daemon did not start (--poll_mode=$mode, round $r)"
+  fi
+  stop_pids
+}
+
+memif_daemons() {  # memif_daemons ROUND MODE FIRST
+  local r="$1" mode="$2" first="$3"
+  local a="$work/a.sock" b="$work/b.sock" link="$work/memif.sock"
+  local common=(--mtu=1024 --poll_mode="$mode" --log_level=warning)
+  log "round $r: rdmaplane between two daemons over memif, --poll_mode=$mode"
+  "$bin/rdmaplaned" --socket="$a" --file_prefix="rdp-bench-$$-a" \
+    --ip=10.0.0.1 --port="net_memif0,role=server,socket=$link" "${common[@]}" \
+    >>"$work/daemon_a.log" 2>&1 &
+  pids+=($!)
+  if ! wait_for_socket "$a" "${pids[0]}"; then
+    failed "daemon A (memif server) did not start (round $r)"
+    stop_pids
+    return
+  fi
+  "$bin/rdmaplaned" --socket="$b" --file_prefix="rdp-bench-$$-b" \
+    --ip=10.0.0.2 --port="net_memif0,role=client,socket=$link" "${common[@]}" \
+    >>"$work/daemon_b.log" 2>&1 &
+  pids+=($!)
+  if wait_for_socket "$b" "${pids[1]}"; then
+    headline "$r" memif "$mode" "$first" --listen_socket="$a" \
+      --connect_socket="$b" --peer=10.0.0.1
+  else
+    failed "daemon B (memif client) did not start (round $r)"
+  fi
+  stop_pids
+}
+
+log "$rounds round(s)$( ((quick)) && echo ', quick'), load average $(loadavg); work in $work"
+for ((r = 1; r <= rounds; r++)); do
+  printf 'round%d %s\n' "$r" "$(loadavg)" >>"$work/load.txt"
+  baselines "$r"
+  control_bench "$r"
+  first=1
+  for mode in "${local_modes[@]}"; do
+    local_daemon "$r" "$mode" "$first"
+    first=0
+  done
+  first=1
+  for mode in "${memif_modes[@]}"; do
+    memif_daemons "$r" "$mode" "$first"
+    first=0
+  done
+done
+printf 'end %s\n' "$(loadavg)" >>"$work/load.txt"
+
+# --- Report ----------------------------------------------------------------
+
+repo="$(cd "$here/.." && pwd)"
+commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+dirty=false
+if [[ $commit != unknown && -n "$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
+  dirty=true
+fi
+cpu_model="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+hugepages_free="$(sed -n 's/^HugePages_Free: *//p' /proc/meminfo)"
+log "report (run took $((SECONDS - start_seconds)) s)"
+mkdir -p "$out"
+status=0
+python3 "$here/report.py" --raw="$raw" --out="$out" --load="$work/load.txt" \
+  --rounds="$rounds" --quick="$quick" --seconds=$((SECONDS - start_seconds)) \
+  --commit="$commit" --dirty="$dirty" --cpus="$(nproc)" --cpu_model="$cpu_model" \
+  --kernel="$(uname -r)" --hugepages_free="${hugepages_free:-0}" \
+  --local_modes="${local_modes[*]}" --memif_modes="${memif_modes[*]}" \
+  --region_mib="$region_mib" \
+  --failures="$(printf '%s\n' "${failures[@]+"${failures[@]}"}")" || status=1
+if ((${#failures[@]} > 0)); then
+  log "${#failures[@]} measurement(s) failed; tool output:"
+  tail -n 20 "$work/tools.log" >&2 || true
+  status=1
+fi
+log "done in $((SECONDS - start_seconds)) s: $out/latest.json, latest.md, bw_vs_size.png, latency_cdf.png"
+exit "$status"

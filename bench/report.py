@@ -1,0 +1,712 @@
+#!/usr/bin/env python3
+"""Turns bench/compare's raw measurements into the comparison report.
+
+Reads the files bench/compare_run.sh leaves in --raw (JSON from
+rdmaplane_perf, memcpy_bw, pin_cost, tcp_bench and control_benchmark, the
+text lines of memif_rate, latency samples), takes the median of the rounds
+for every figure, computes each rdmaplane figure's ratio to its baseline and
+checks the targets, then writes into --out:
+
+  latest.json      every figure, ratio, target, curve and round
+  latest.md        the tables
+  bw_vs_size.png   bandwidth against message size (gnuplot)
+  latency_cdf.png  8-byte latency CDFs (gnuplot)
+
+and prints latest.md. Standard library only. Exit status 1 when a figure
+is missing (a measurement failed) or gnuplot failed.
+"""
+
+import argparse
+import datetime
+import glob
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+UNITS = {
+    "gbps": "GB/s: 1e9 bytes per second (payload bytes for rdmaplane and "
+            "TCP, frame bytes for memif_gbps_*)",
+    "mops": "1e6 requests per second",
+    "mfps": "1e6 frames per second",
+    "us": "microseconds; latencies are round trips: an RDMA request from "
+          "post to completion (request and acknowledgment or response), a "
+          "TCP ping-pong from send to echo received",
+    "ns": "nanoseconds",
+    "ratio": "rdmaplane figure divided by its baseline (for latencies and "
+             "times, lower is better)",
+}
+
+# key -> (description, unit)
+FIGURES = {
+    "memcpy_gbps": ("memcpy, one core, 64 MiB buffers", "GB/s"),
+    "memcpy_hot_gbps": ("memcpy, one core, 1 MiB buffers (in the caches)",
+                        "GB/s"),
+    "pin_4k_ns": ("mlock+munlock of 4 KiB (the least a pinning registration "
+                  "costs)", "ns"),
+    "tcp_gbps": ("kernel TCP loopback, 64 KiB sends", "GB/s"),
+    "tcp_pingpong_p50_us": ("kernel TCP loopback, 8 B ping-pong p50, "
+                            "blocking sockets", "us"),
+    "tcp_pingpong_p99_us": ("kernel TCP loopback, 8 B ping-pong p99, "
+                            "blocking sockets", "us"),
+    "tcp_pingpong_busy_p50_us": ("kernel TCP loopback, 8 B ping-pong p50, "
+                                 "both sides spinning", "us"),
+    "memif_mfps_1098": ("raw memif frame rate, 1098-byte frames", "Mfps"),
+    "memif_gbps_1098": ("raw memif, 1098-byte frames", "GB/s"),
+    "memif_payload_gbps_1024": ("raw memif, the 1024-byte payload of "
+                                "1098-byte frames (path MTU 1024)", "GB/s"),
+    "memif_mfps_64": ("raw memif frame rate, 64-byte frames", "Mfps"),
+    "reg_hit_ns": ("registration cache hit in the daemon "
+                   "(RegistrationCache::Register)", "ns"),
+    "reg_roundtrip_us": ("registration round trip from a client (a cache "
+                         "hit: one request and its answer)", "us"),
+    "reg_dereg_pair_us": ("register + deregister from a client (two round "
+                          "trips)", "us"),
+}
+
+# Headline figures of one setup and poll mode, with the perf run they come
+# from: (suffix of the raw file, mode, bytes, field).
+SETUP_FIGURES = {
+    "write_gbps_64k": ("bw", "write_bw", 65536, "gbps"),
+    "read_gbps_64k": ("bw", "read_bw", 65536, "gbps"),
+    "write_gbps_64k_hot": ("hot", "write_bw", 65536, "gbps"),
+    "read_gbps_64k_hot": ("hot", "read_bw", 65536, "gbps"),
+    "write_mops_64b": ("mops", "write_bw", 64, "mops"),
+    "write_lat_p50_us_8b": ("lat", "write_lat", 8, "p50_us"),
+    "read_lat_p50_us_8b": ("lat", "read_lat", 8, "p50_us"),
+    "write_lat_p99_us_8b": ("lat", "write_lat", 8, "p99_us"),
+    "read_lat_p99_us_8b": ("lat", "read_lat", 8, "p99_us"),
+}
+SETUP_UNITS = {"gbps": "GB/s", "mops": "Mops", "p50_us": "us",
+               "p99_us": "us"}
+SETUP_NAMES = {"local": "inside one daemon (two clients, one engine)",
+               "memif": "between two daemons over memif"}
+
+# (figure, baseline) pairs: the ratio key is FIGURE_vs_NAME.
+RATIOS = [
+    ("write_gbps_64k", "tcp", "tcp_gbps"),
+    ("write_gbps_64k", "memcpy", "memcpy_gbps"),
+    ("read_gbps_64k", "tcp", "tcp_gbps"),
+    ("read_gbps_64k", "memcpy", "memcpy_gbps"),
+    ("write_gbps_64k_hot", "memcpy_hot", "memcpy_hot_gbps"),
+    ("read_gbps_64k_hot", "memcpy_hot", "memcpy_hot_gbps"),
+    ("write_lat_p50_us_8b", "tcp", "tcp_pingpong_p50_us"),
+    ("read_lat_p50_us_8b", "tcp", "tcp_pingpong_p50_us"),
+    ("write_mops_64b", "memif", "memif_mfps_64"),
+    ("reg_hit_ns", "pin", "pin_4k_ns"),
+    ("reg_roundtrip_us", "tcp", "tcp_pingpong_p50_us"),
+    ("write_gbps_64k_memif", "memif", "memif_payload_gbps_1024"),
+    ("write_gbps_64k_memif", "tcp", "tcp_gbps"),
+    ("read_gbps_64k_memif", "memif", "memif_payload_gbps_1024"),
+    ("read_gbps_64k_memif", "tcp", "tcp_gbps"),
+    ("write_lat_p50_us_8b_memif", "tcp", "tcp_pingpong_p50_us"),
+    ("read_lat_p50_us_8b_memif", "tcp", "tcp_pingpong_p50_us"),
+    ("write_mops_64b_memif", "memif", "memif_mfps_64"),
+]
+
+# Targets on this machine (issue 5): key, ">=" or "<=", bound.
+TARGETS = [
+    ("write_gbps_64k_vs_tcp", ">=", 3.0),
+    ("write_gbps_64k_vs_memcpy", ">=", 0.4),
+    ("write_lat_p50_us_8b_vs_tcp", "<=", 0.1),
+    ("write_mops_64b", ">=", 2.0),
+    ("reg_hit_ns", "<=", 100.0),
+    ("reg_roundtrip_us", "<=", 10.0),
+]
+
+# Keys the report must have (the smoke test checks them too).
+REQUIRED = (
+    ["memcpy_gbps", "tcp_gbps", "tcp_pingpong_p50_us", "write_gbps_64k",
+     "read_gbps_64k", "write_lat_p50_us_8b", "read_lat_p50_us_8b",
+     "write_mops_64b", "reg_hit_ns", "reg_roundtrip_us", "pin_4k_ns",
+     "memif_mfps_1098", "memif_payload_gbps_1024", "memif_mfps_64",
+     "write_gbps_64k_memif", "read_gbps_64k_memif",
+     "write_lat_p50_us_8b_memif", "read_lat_p50_us_8b_memif",
+     "write_mops_64b_memif"]
+    + ["%s_vs_%s" % (f, b) for f, b, _ in RATIOS])
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def round_files(raw, pattern):
+    """{round: path} for files named r<N>_<pattern>."""
+    out = {}
+    for path in glob.glob(os.path.join(raw, "r*_" + pattern)):
+        m = re.match(r"r(\d+)_", os.path.basename(path))
+        if m:
+            out[int(m.group(1))] = path
+    return out
+
+
+def perf_result(doc, mode, size):
+    if not doc or not doc.get("ok"):
+        return None
+    for r in doc.get("results", []):
+        if r.get("mode") == mode and r.get("bytes") == size:
+            return r
+    return None
+
+
+def control_times(doc):
+    """{benchmark name: real time in ns}."""
+    scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+    out = {}
+    for b in (doc or {}).get("benchmarks", []):
+        if b.get("error_occurred"):
+            continue
+        out[b["name"]] = b["real_time"] * scale.get(b.get("time_unit"), 1.0)
+    return out
+
+
+MEMIF_LINE = re.compile(
+    r"memif_rate: server ([0-9.]+) frames/s .*\((\d+) frames of (\d+) bytes")
+
+
+def memif_rate(path):
+    """(frames per second, frame bytes) from memif_rate's server line."""
+    try:
+        with open(path) as f:
+            for line in f:
+                m = MEMIF_LINE.search(line)
+                if m and int(m.group(2)) > 0:
+                    return float(m.group(1)), int(m.group(3))
+    except OSError:
+        pass
+    return None
+
+
+def collect_rounds(raw, local_modes, memif_modes):
+    """{key: {round: value}} for every figure measured per round."""
+    values = {}
+
+    def put(key, r, v):
+        if v is not None:
+            values.setdefault(key, {})[r] = float(v)
+
+    for r, p in round_files(raw, "memcpy.json").items():
+        put("memcpy_gbps", r, (load_json(p) or {}).get("median_gbps"))
+    for r, p in round_files(raw, "memcpy_hot.json").items():
+        put("memcpy_hot_gbps", r, (load_json(p) or {}).get("median_gbps"))
+    for r, p in round_files(raw, "pin.json").items():
+        put("pin_4k_ns", r, (load_json(p) or {}).get("median_ns"))
+    for r, p in round_files(raw, "tcp.json").items():
+        doc = load_json(p) or {}
+        put("tcp_gbps", r, doc.get("stream", {}).get("gbps"))
+        put("tcp_pingpong_p50_us", r, doc.get("pingpong", {}).get("p50_us"))
+        put("tcp_pingpong_p99_us", r, doc.get("pingpong", {}).get("p99_us"))
+        put("tcp_pingpong_busy_p50_us", r,
+            doc.get("pingpong_busy", {}).get("p50_us"))
+    for r, p in round_files(raw, "memif_1098.txt").items():
+        got = memif_rate(p)
+        if got:
+            fps, frame = got
+            put("memif_mfps_1098", r, fps / 1e6)
+            put("memif_gbps_1098", r, fps * frame / 1e9)
+            put("memif_payload_gbps_1024", r, fps * 1024 / 1e9)
+    for r, p in round_files(raw, "memif_64.txt").items():
+        got = memif_rate(p)
+        if got:
+            put("memif_mfps_64", r, got[0] / 1e6)
+    for r, p in round_files(raw, "control.json").items():
+        t = control_times(load_json(p))
+        put("reg_hit_ns", r, t.get("BM_CacheRegisterHit"))
+        rt = t.get("BM_ReRegisterMemoryHit/real_time")
+        put("reg_roundtrip_us", r, rt / 1e3 if rt is not None else None)
+        pair = t.get("BM_RegisterDeregisterMemory/real_time")
+        put("reg_dereg_pair_us", r, pair / 1e3 if pair is not None else None)
+    for setup, modes in (("local", local_modes), ("memif", memif_modes)):
+        for mode in modes:
+            for key, (kind, pmode, size, field) in SETUP_FIGURES.items():
+                name = "%s@%s_%s" % (key, setup, mode)
+                for r, p in round_files(
+                        raw, "%s_%s_%s.json" % (setup, mode, kind)).items():
+                    res = perf_result(load_json(p), pmode, size)
+                    put(name, r, res.get(field) if res else None)
+    return values
+
+
+def median(by_round):
+    return statistics.median(by_round.values()) if by_round else None
+
+
+def sweep(raw, setup):
+    doc = load_json(os.path.join(raw, "%s_sweep.json" % setup))
+    curves = {}
+    if doc:
+        for r in doc.get("results", []):
+            curves.setdefault(r["mode"], []).append(
+                {"bytes": r["bytes"], "gbps": r["gbps"], "mops": r["mops"]})
+    return curves
+
+
+def read_samples(path, mode=None):
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if not parts:
+                    continue
+                if mode is None:
+                    out.append(float(parts[0]))
+                elif parts[0] == mode:
+                    out.append(float(parts[2]))
+    except (OSError, ValueError):
+        pass
+    out.sort()
+    return out
+
+
+def quantile(sorted_values, q):
+    if not sorted_values:
+        return None
+    i = min(int(q * len(sorted_values)), len(sorted_values) - 1)
+    return sorted_values[i]
+
+
+def fmt(v, unit=""):
+    if v is None:
+        return "failed"
+    a = abs(v)
+    if a >= 100:
+        s = "%.0f" % v
+    elif a >= 10:
+        s = "%.1f" % v
+    elif a >= 1:
+        s = "%.2f" % v
+    else:
+        s = "%.3g" % v
+    return s + (" " + unit if unit else "")
+
+
+def fmt_ratio(v):
+    if v is None:
+        return "-"
+    return ("%.3gx" % v) if v < 10 else ("%.0fx" % v)
+
+
+def size_name(b):
+    if b >= 1 << 20:
+        return "%d MiB" % (b >> 20)
+    if b >= 1 << 10:
+        return "%d KiB" % (b >> 10)
+    return "%d B" % b
+
+
+def gnuplot(script, workdir):
+    path = os.path.join(workdir, "plot.gp")
+    with open(path, "w") as f:
+        f.write(script)
+    try:
+        subprocess.run(["gnuplot", path], check=True, capture_output=True,
+                       timeout=60)
+        return None
+    except FileNotFoundError:
+        return "gnuplot is not installed (deploy/setup.sh installs gnuplot-nox)"
+    except subprocess.CalledProcessError as e:
+        return "gnuplot failed: " + e.stderr.decode(errors="replace")[-500:]
+    except subprocess.TimeoutExpired:
+        return "gnuplot timed out"
+
+
+def write_atomically(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def plots(out, work, report, raw):
+    """Writes the two PNGs; returns an error message or None."""
+    terminal = "set terminal pngcairo size 960,600 font 'sans,10'\n"
+    # Bandwidth against message size.
+    series = []
+    for setup in ("local", "memif"):
+        for mode in ("write_bw", "read_bw"):
+            pts = report["curves"].get(setup, {}).get(mode, [])
+            if not pts:
+                continue
+            dat = os.path.join(work, "%s_%s.dat" % (setup, mode))
+            with open(dat, "w") as f:
+                for p in pts:
+                    f.write("%d %.6g\n" % (p["bytes"], max(p["gbps"], 1e-6)))
+            title = "%s %s" % (mode.split("_")[0].upper(),
+                               "one daemon" if setup == "local" else
+                               "two daemons, memif")
+            series.append("'%s' using 1:2 with linespoints lw 2 title '%s'" %
+                          (dat, title))
+    for key, title in (("memcpy_gbps", "memcpy, one core"),
+                       ("tcp_gbps", "TCP loopback, 64 KiB sends"),
+                       ("memif_payload_gbps_1024",
+                        "raw memif, 1 KiB payloads")):
+        v = report["figures"].get(key)
+        if v:
+            series.append("%.6g with lines dt 2 lw 2 title '%s (%.2f GB/s)'" %
+                          (v, title, v))
+    if not series:
+        return "no bandwidth data to plot"
+    script = terminal + (
+        "set output '%s'\n"
+        "set title 'rdmaplane bandwidth against message size (depth 16, one "
+        "connection)'\n"
+        "set logscale x 2\nset logscale y 10\n"
+        "set format x '%%.0b%%B'\n"
+        "set xlabel 'message size (bytes)'\nset ylabel 'GB/s (1e9 B/s)'\n"
+        "set key left top\nset grid\n"
+        "plot %s\n") % (os.path.join(out, "bw_vs_size.png.tmp"),
+                        ", \\\n     ".join(series))
+    err = gnuplot(script, work)
+    if err:
+        return err
+    os.replace(os.path.join(out, "bw_vs_size.png.tmp"),
+               os.path.join(out, "bw_vs_size.png"))
+    # Latency CDFs.
+    series = []
+    cdfs = [("local_lat.samples", "write_lat", "WRITE 8 B, one daemon"),
+            ("local_lat.samples", "read_lat", "READ 8 B, one daemon"),
+            ("memif_lat.samples", "write_lat", "WRITE 8 B, two daemons, memif"),
+            ("memif_lat.samples", "read_lat", "READ 8 B, two daemons, memif"),
+            ("tcp_lat.samples", None, "TCP 8 B ping-pong, blocking")]
+    for i, (name, mode, title) in enumerate(cdfs):
+        values = read_samples(os.path.join(raw, name), mode)
+        if not values:
+            continue
+        dat = os.path.join(work, "cdf%d.dat" % i)
+        n = len(values)
+        step = max(1, n // 1000)
+        with open(dat, "w") as f:
+            for j in list(range(0, n, step)) + [n - 1]:
+                f.write("%.4f %.6f\n" % (values[j], (j + 1) / n))
+        series.append("'%s' using 1:2 with lines lw 2 title '%s'" %
+                      (dat, title))
+    if not series:
+        return "no latency samples to plot"
+    script = terminal + (
+        "set output '%s'\n"
+        "set title 'Round-trip latency CDF, 8-byte messages, one request "
+        "outstanding'\n"
+        "set logscale x 10\nset xlabel 'microseconds'\n"
+        "set ylabel 'fraction of requests'\nset yrange [0:1]\n"
+        "set key right bottom\nset grid\n"
+        "plot %s\n") % (os.path.join(out, "latency_cdf.png.tmp"),
+                        ", \\\n     ".join(series))
+    err = gnuplot(script, work)
+    if err:
+        return err
+    os.replace(os.path.join(out, "latency_cdf.png.tmp"),
+               os.path.join(out, "latency_cdf.png"))
+    return None
+
+
+def markdown(report):
+    f = report["figures"]
+    r = report["ratios"]
+    run = report["run"]
+    m = report["machine"]
+    lines = []
+    lines.append("# rdmaplane comparison, %s" % run["date"])
+    lines.append("")
+    lines.append(
+        "%d CPUs (%s), kernel %s; load average %s at the start, %s at the end; "
+        "%d round(s), medians shown%s; %d s; commit %s%s." %
+        (m["cpus"], m["cpu_model"], m["kernel"], m["load_start"],
+         m["load_end"], run["rounds"],
+         ", quick mode (not for reading)" if run["quick"] else "",
+         run["seconds"], run["commit"],
+         " with uncommitted changes" if run["dirty"] else ""))
+    lines.append(
+        "rdmaplane figures: inside one daemon with --poll_mode=%s; over memif "
+        "with --poll_mode=%s, --mtu=1024. Bandwidth runs spread their "
+        "requests over %d MiB per side, like memcpy's buffers (cache-hot "
+        "runs: over 16 messages). GB/s is 1e9 bytes per second; latencies "
+        "are round trips." %
+        (run["poll_mode_used"]["local"], run["poll_mode_used"]["memif"],
+         run["region_mib"]))
+    lines.append("")
+    lines.append("| figure | rdmaplane | baseline | baseline value | ratio "
+                 "| target | met |")
+    lines.append("|---|---|---|---|---|---|---|")
+    targets = {t["key"]: t for t in report["targets"]}
+    rows = [
+        ("WRITE 64 KiB bandwidth, one daemon", "write_gbps_64k", "GB/s"),
+        ("READ 64 KiB bandwidth, one daemon", "read_gbps_64k", "GB/s"),
+        ("WRITE 8 B latency p50, one daemon", "write_lat_p50_us_8b", "us"),
+        ("READ 8 B latency p50, one daemon", "read_lat_p50_us_8b", "us"),
+        ("64 B WRITEs per engine core, one daemon", "write_mops_64b", "Mops"),
+        ("WRITE 64 KiB bandwidth, one daemon, cache-hot",
+         "write_gbps_64k_hot", "GB/s"),
+        ("READ 64 KiB bandwidth, one daemon, cache-hot", "read_gbps_64k_hot",
+         "GB/s"),
+        ("registration cache hit", "reg_hit_ns", "ns"),
+        ("registration round trip", "reg_roundtrip_us", "us"),
+        ("WRITE 64 KiB bandwidth, memif", "write_gbps_64k_memif", "GB/s"),
+        ("READ 64 KiB bandwidth, memif", "read_gbps_64k_memif", "GB/s"),
+        ("WRITE 8 B latency p50, memif", "write_lat_p50_us_8b_memif", "us"),
+        ("READ 8 B latency p50, memif", "read_lat_p50_us_8b_memif", "us"),
+        ("64 B WRITEs per engine core, memif", "write_mops_64b_memif",
+         "Mops"),
+    ]
+    baseline_names = {
+        "tcp_gbps": "TCP loopback, 64 KiB sends",
+        "memcpy_gbps": "memcpy, one core",
+        "memcpy_hot_gbps": "memcpy, one core, 1 MiB",
+        "tcp_pingpong_p50_us": "TCP 8 B ping-pong p50",
+        "memif_mfps_64": "raw memif, 64 B frames",
+        "pin_4k_ns": "mlock+munlock 4 KiB",
+        "memif_payload_gbps_1024": "raw memif, 1 KiB payloads",
+    }
+    baseline_units = {"tcp_gbps": "GB/s", "memcpy_gbps": "GB/s",
+                      "memcpy_hot_gbps": "GB/s",
+                      "tcp_pingpong_p50_us": "us", "memif_mfps_64": "Mfps",
+                      "pin_4k_ns": "ns", "memif_payload_gbps_1024": "GB/s"}
+
+    def target_text(key):
+        t = targets.get(key)
+        if not t:
+            return "", ""
+        bound = ("%gx" % t["bound"]) if key.endswith(tuple(
+            "_vs_" + b for b in ("tcp", "memcpy", "memif", "pin"))) else (
+                "%g" % t["bound"])
+        met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        return "%s %s" % ("≥" if t["op"] == ">=" else "≤", bound), met
+
+    for title, key, unit in rows:
+        pairs = [(b, base) for fig, b, base in RATIOS if fig == key]
+        own_target, own_met = target_text(key)
+        if not pairs:
+            lines.append("| %s | %s | - | - | - | %s | %s |" %
+                         (title, fmt(f.get(key), unit), own_target, own_met))
+        for i, (b, base) in enumerate(pairs):
+            rkey = "%s_vs_%s" % (key, b)
+            tt, met = target_text(rkey)
+            if i == 0 and own_target:
+                tt, met = (own_target + (", " + tt if tt else ""),
+                           own_met if not tt else
+                           ("yes" if own_met == "yes" and met == "yes"
+                            else "**no**"))
+            lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                title if i == 0 else "", fmt(f.get(key), unit) if i == 0
+                else "", baseline_names[base], fmt(f.get(base),
+                                                   baseline_units[base]),
+                fmt_ratio(r.get(rkey)), tt, met))
+    lines.append("")
+    lines.append("Baselines measured in the same run:")
+    lines.append("")
+    lines.append("| baseline | value |")
+    lines.append("|---|---|")
+    for key in ("memcpy_gbps", "memcpy_hot_gbps", "tcp_gbps", "tcp_pingpong_p50_us",
+                "tcp_pingpong_p99_us", "tcp_pingpong_busy_p50_us",
+                "memif_mfps_1098", "memif_gbps_1098",
+                "memif_payload_gbps_1024", "memif_mfps_64", "pin_4k_ns"):
+        desc, unit = FIGURES[key]
+        lines.append("| %s | %s |" % (desc, fmt(f.get(key), unit)))
+    lines.append("")
+    lines.append("Poll modes (both measured in this run; the first of each "
+                 "setup is the one used above):")
+    lines.append("")
+    lines.append("| setup | poll mode | WRITE 64 KiB | READ 64 KiB | 64 B "
+                 "WRITEs | WRITE 8 B p50 | READ 8 B p50 | WRITE 8 B p99 |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for setup, modes in report["poll_modes"].items():
+        for mode, v in modes.items():
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                setup, mode, fmt(v.get("write_gbps_64k"), "GB/s"),
+                fmt(v.get("read_gbps_64k"), "GB/s"),
+                fmt(v.get("write_mops_64b"), "Mops"),
+                fmt(v.get("write_lat_p50_us_8b"), "us"),
+                fmt(v.get("read_lat_p50_us_8b"), "us"),
+                fmt(v.get("write_lat_p99_us_8b"), "us")))
+    lines.append("")
+    sizes = sorted({p["bytes"] for c in report["curves"].values()
+                    for pts in c.values() for p in pts})
+    if sizes:
+        lines.append("Bandwidth against message size, GB/s (round 1, depth "
+                     "16, one connection):")
+        lines.append("")
+        lines.append("| size | WRITE, one daemon | READ, one daemon | WRITE, "
+                     "memif | READ, memif |")
+        lines.append("|---|---|---|---|---|")
+        for s in sizes:
+            cells = []
+            for setup in ("local", "memif"):
+                for mode in ("write_bw", "read_bw"):
+                    pts = [p for p in report["curves"].get(setup, {}).get(
+                        mode, []) if p["bytes"] == s]
+                    cells.append(fmt(pts[0]["gbps"]) if pts else "-")
+            lines.append("| %s | %s |" % (size_name(s), " | ".join(cells)))
+        lines.append("")
+    missed = [t["key"] for t in report["targets"] if t["met"] is False]
+    lines.append("Targets met: %d of %d%s." % (
+        sum(1 for t in report["targets"] if t["met"]), len(report["targets"]),
+        (" (missed: " + ", ".join(missed) + ")") if missed else ""))
+    if report["failures"]:
+        lines.append("")
+        lines.append("Failed measurements: " + "; ".join(report["failures"]))
+    lines.append("")
+    lines.append("![bandwidth against message size](bw_vs_size.png)")
+    lines.append("![latency CDF](latency_cdf.png)")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--raw", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--load", required=True)
+    ap.add_argument("--rounds", type=int, required=True)
+    ap.add_argument("--quick", type=int, default=0)
+    ap.add_argument("--seconds", type=int, default=0)
+    ap.add_argument("--commit", default="unknown")
+    ap.add_argument("--dirty", default="false")
+    ap.add_argument("--cpus", type=int, default=os.cpu_count())
+    ap.add_argument("--cpu_model", default="")
+    ap.add_argument("--kernel", default="")
+    ap.add_argument("--hugepages_free", type=int, default=0)
+    ap.add_argument("--local_modes", default="busy adaptive")
+    ap.add_argument("--memif_modes", default="adaptive busy")
+    ap.add_argument("--failures", default="")
+    ap.add_argument("--region_mib", type=int, default=64)
+    a = ap.parse_args()
+
+    local_modes = a.local_modes.split()
+    memif_modes = a.memif_modes.split()
+    by_round = collect_rounds(a.raw, local_modes, memif_modes)
+    figures = {}
+    rounds = {}
+    for key, vals in sorted(by_round.items()):
+        if "@" in key:
+            continue
+        figures[key] = median(vals)
+        rounds[key] = [vals.get(r) for r in range(1, a.rounds + 1)]
+    poll_modes = {"local": {}, "memif": {}}
+    for setup, modes in (("local", local_modes), ("memif", memif_modes)):
+        for i, mode in enumerate(modes):
+            v = {}
+            for key in SETUP_FIGURES:
+                vals = by_round.get("%s@%s_%s" % (key, setup, mode), {})
+                v[key] = median(vals)
+                flat = key if setup == "local" else key + "_memif"
+                rounds["%s@%s" % (flat, mode)] = [
+                    vals.get(r) for r in range(1, a.rounds + 1)]
+                if i == 0:
+                    figures[flat] = v[key]
+            poll_modes[setup][mode] = v
+    ratios = {}
+    for key, name, base in RATIOS:
+        fv, bv = figures.get(key), figures.get(base)
+        ratios["%s_vs_%s" % (key, name)] = (
+            fv / bv if fv is not None and bv else None)
+    targets = []
+    for key, op, bound in TARGETS:
+        v = ratios.get(key, figures.get(key))
+        met = None if v is None else (v >= bound if op == ">=" else
+                                      v <= bound)
+        targets.append({"key": key, "op": op, "bound": bound, "value": v,
+                        "met": met})
+    curves = {"local": sweep(a.raw, "local"), "memif": sweep(a.raw, "memif")}
+    latency = {}
+    for setup in ("local", "memif"):
+        for mode in ("write_lat", "read_lat"):
+            s = read_samples(os.path.join(a.raw, "%s_lat.samples" % setup),
+                             mode)
+            if s:
+                latency["%s_%s_8b" % (setup, mode)] = {
+                    "samples": len(s), **{
+                        "p%g_us" % (q * 100): quantile(s, q)
+                        for q in (0.01, 0.1, 0.5, 0.9, 0.99, 0.999)},
+                    "max_us": s[-1]}
+    s = read_samples(os.path.join(a.raw, "tcp_lat.samples"))
+    if s:
+        latency["tcp_pingpong_8b"] = {
+            "samples": len(s), **{"p%g_us" % (q * 100): quantile(s, q)
+                                  for q in (0.01, 0.1, 0.5, 0.9, 0.99,
+                                            0.999)},
+            "max_us": s[-1]}
+    load = {}
+    with open(a.load) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 4:
+                load[parts[0]] = [float(x) for x in parts[1:]]
+    failures = [x for x in a.failures.splitlines() if x.strip()]
+    report = {
+        "schema": 1,
+        "units": UNITS,
+        "run": {
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"),
+            "seconds": a.seconds,
+            "rounds": a.rounds,
+            "quick": bool(a.quick),
+            "commit": a.commit,
+            "dirty": a.dirty == "true",
+            "statistic": "median of the rounds",
+            "poll_mode_used": {"local": local_modes[0],
+                               "memif": memif_modes[0]},
+            "mtu": 1024,
+            "region_mib": a.region_mib,
+            "depth": {"bandwidth_64k": 16, "write_mops_64b": 32,
+                      "sweep": 16, "latency": 1},
+        },
+        "machine": {
+            "cpus": a.cpus,
+            "cpu_model": a.cpu_model,
+            "kernel": a.kernel,
+            "hugepages_free": a.hugepages_free,
+            "load_start": " ".join("%.2f" % x for x in load.get("start", [])),
+            "load_end": " ".join("%.2f" % x for x in load.get("end", [])),
+            "loadavg": load,
+        },
+        "figures": figures,
+        "ratios": ratios,
+        "targets": targets,
+        "poll_modes": poll_modes,
+        "curves": curves,
+        "latency": latency,
+        "rounds": rounds,
+        "failures": failures,
+    }
+    # The flat keys first, as the issue names them.
+    flat = {}
+    for k in REQUIRED + sorted(figures):
+        if k in figures:
+            flat[k] = figures[k]
+        elif k in ratios:
+            flat[k] = ratios[k]
+    for k in sorted(ratios):
+        flat.setdefault(k, ratios[k])
+    doc = dict(flat)
+    doc.update(report)
+    missing = [k for k in REQUIRED if doc.get(k) is None]
+    doc["missing"] = missing
+
+    os.makedirs(a.out, exist_ok=True)
+    with tempfile.TemporaryDirectory() as work:
+        plot_error = plots(a.out, work, report, a.raw)
+    if plot_error:
+        doc["failures"].append("plots: " + plot_error)
+    write_atomically(os.path.join(a.out, "latest.json"),
+                     json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    md = markdown(doc)
+    write_atomically(os.path.join(a.out, "latest.md"), md)
+    sys.stdout.write(md)
+    if missing:
+        print("report: missing figures: " + ", ".join(missing),
+              file=sys.stderr)
+    if plot_error:
+        print("report: " + plot_error, file=sys.stderr)
+    return 1 if missing or plot_error else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
