@@ -151,6 +151,7 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
     return absl::UnavailableError(absl::StrCat("start: ", rte_strerror(-r)));
   }
   port->started_ = true;
+  InstallBurstGuard();
   if (c.promiscuous) rte_eth_promiscuous_enable(c.port_id);
   rte_ether_addr addr;
   rte_eth_macaddr_get(c.port_id, &addr);
@@ -414,10 +415,39 @@ void EthPort::Transmit(rte_mbuf* m) {
   Delay(m, d.delay_ns, d.reordered);
 }
 
+bool EthPort::CheckLink() {
+  rte_eth_link link{};
+  rte_eth_link_get_nowait(config_.port_id, &link);
+  const bool up = link.link_status == RTE_ETH_LINK_UP;
+  if (!up && !link_down_) {
+    ++counters_.link_down;
+    // Frames for a peer that is gone: dropped, like a switch would.
+    for (uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
+    counters_.tx_dropped += tx_count_;
+    tx_count_ = 0;
+  }
+  link_down_ = !up;
+  return up;
+}
+
+void EthPort::OnBurstFault() {
+  ++counters_.burst_faults;
+  link_down_ = true;
+  link_check_ = kLinkCheckEvery;
+  // The interrupted burst may have taken some of tx_ already: leaked
+  // rather than risking a double free.
+  tx_count_ = 0;
+}
+
 void EthPort::Flush() {
   ReleaseDue();
-  if (tx_count_ == 0) return;
-  const uint16_t sent = rte_eth_tx_burst(config_.port_id, 0, tx_, tx_count_);
+  if (tx_count_ == 0 || !LinkUsable()) return;
+  uint16_t sent = 0;
+  RDP_GUARDED_BURST(sent = rte_eth_tx_burst(config_.port_id, 0, tx_, tx_count_),
+                    {
+                      OnBurstFault();
+                      return;
+                    });
   counters_.tx_frames += sent;
   if (sent < tx_count_) {
     // The device (or, for memif, the peer's ring) is full: keep the rest

@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "dataplane/fault/fault_model.h"
+#include "dataplane/port/burst_guard.h"
 #include "dataplane/rc/interfaces.h"
 #include "dataplane/wire/roce.h"
 
@@ -73,6 +74,8 @@ struct PortCounters {
   uint64_t fault_dropped = 0;     // lost on purpose (fault injection)
   uint64_t fault_duplicated = 0;
   uint64_t fault_delayed = 0;
+  uint64_t link_down = 0;     // times the link was seen going down
+  uint64_t burst_faults = 0;  // bursts cut short by a departed memif peer
   uint64_t tx_zero_copy = 0;  // frames whose payload went out in place
   // Frames offered in place that were copied after all (no buffer free).
   uint64_t tx_zero_copy_fallback = 0;
@@ -88,10 +91,18 @@ class EthPort : public rc::FrameSink {
   EthPort& operator=(const EthPort&) = delete;
 
   // Receives up to one burst; calls fn(std::span<const uint8_t>) per frame.
+  // Nothing while the link is down (see burst_guard.h).
   template <typename Fn>
   uint16_t Receive(Fn&& fn) {
+    if (!LinkUsable()) return 0;
     rte_mbuf* burst[kBurst];
-    const uint16_t n = rte_eth_rx_burst(config_.port_id, 0, burst, kBurst);
+    uint16_t n = 0;
+    RDP_GUARDED_BURST(n = rte_eth_rx_burst(config_.port_id, 0, burst, kBurst),
+                      {
+                        // What the burst had taken is lost with the peer.
+                        n = 0;
+                        OnBurstFault();
+                      });
     for (uint16_t i = 0; i < n; ++i) {
       rte_mbuf* m = burst[i];
       if (m->nb_segs == 1) {
@@ -136,6 +147,14 @@ class EthPort : public rc::FrameSink {
   // Sends a prebuilt frame (ARP, connection management): one copy.
   bool Send(std::span<const uint8_t> frame);
 
+  // False while the link is down (the peer left); checked every few dozen
+  // calls while up, so that bursts stop soon after the peer goes.
+  bool LinkUsable() {
+    if (!link_down_ && --link_check_ != 0) return true;
+    link_check_ = kLinkCheckEvery;
+    return CheckLink();
+  }
+
   // Receive interrupt: an fd that becomes readable when a frame arrives
   // while armed, or -1 when the PMD has none. Arm before sleeping, Disarm
   // after; the engine drains the fd.
@@ -158,6 +177,10 @@ class EthPort : public rc::FrameSink {
   uint32_t max_frame() const { return max_frame_; }
 
  private:
+  // Reads the link state; false (and the queued frames dropped) while down.
+  bool CheckLink();
+  // A guarded burst faulted: the peer's memory went away under it.
+  void OnBurstFault();
   explicit EthPort(const PortConfig& config) : config_(config) {}
   // Zero-copy setup at Open, given what the device offers.
   void SetUpZeroCopy(const rte_eth_dev_info& info);
@@ -180,6 +203,9 @@ class EthPort : public rc::FrameSink {
   wire::MacAddr mac_;
   uint32_t max_frame_ = 0;
   int rx_intr_fd_ = -1;
+  static constexpr uint32_t kLinkCheckEvery = 64;
+  uint32_t link_check_ = kLinkCheckEvery;
+  bool link_down_ = false;
   rte_mbuf* pending_ = nullptr;  // reserved, not yet committed
   rte_mbuf* tx_[kBurst];
   uint16_t tx_count_ = 0;
