@@ -150,6 +150,7 @@ absl::Status Daemon::Start() {
     unlink(path.c_str());
     return st;
   }
+  arena_memory_.AttachPort(port_.get());
   ev.data.fd = engine_->control_notify_fd();
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, ev.data.fd, &ev);
   started_ = absl::Now();
@@ -178,7 +179,11 @@ void Daemon::Stop() {
     usleep(1000);
   }
   engine_->Stop();
+  // Closing the port frees the frames it still held; then the arenas they
+  // pointed into can go.
+  arena_memory_.AttachPort(nullptr);
   StopPort();
+  arena_memory_.Reap();
   for (int fd : {listen_fd_, epoll_fd_, control_eventfd_}) {
     if (fd >= 0) close(fd);
   }
@@ -227,6 +232,7 @@ void Daemon::ControlLoop() {
     }
     CmTick();
     table_.Reclaim();
+    arena_memory_.Reap();
     UpdateSnapshot();
     if (telemetry_) PublishStatus(/*force=*/false);
   }
@@ -468,8 +474,9 @@ void Daemon::HandleArena(Session* s, const shm::SetupMessage& msg, int fd) {
   a.bytes = msg.length;
   a.host = static_cast<uint8_t*>(mem);
   a.fd = fd;
+  a.owner = arena_memory_.Adopt(a.host, a.bytes, fd);
   const uint32_t id = next_arena_id_++;
-  s->arenas[id] = a;
+  s->arenas[id] = std::move(a);
   reply.status = shm::kStatusOk;
   reply.id = id;
   if (!shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true)) {
@@ -502,9 +509,10 @@ void Daemon::CloseSession(Session* s) {
     for (auto& [c, side] : queue) RefusePending(c);
   }
   cache_.DropOwner(s->id);
+  // The engine no longer serves the session's connections, but frames they
+  // sent may still point into its arenas: those stay mapped until freed.
   for (auto& [id, a] : s->arenas) {
-    munmap(a.host, a.bytes);
-    close(a.fd);
+    arena_memory_.Release(a.host, a.bytes, a.fd, std::move(a.owner));
   }
   if (s->control_wake >= 0) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->control_wake, nullptr);
@@ -604,10 +612,11 @@ ControlResponse Daemon::Handle(Session* s, const ControlRequest& req) {
 }
 
 uint8_t* Daemon::Translate(const Session* s, uint64_t address,
-                           uint64_t length) const {
+                           uint64_t length, rc::MemoryOwner** owner) const {
   for (const auto& [id, a] : s->arenas) {
     if (address >= a.client_address && address - a.client_address <= a.bytes &&
         length <= a.bytes - (address - a.client_address)) {
+      if (owner != nullptr) *owner = a.owner.get();
       return a.host + (address - a.client_address);
     }
   }
@@ -618,11 +627,13 @@ ControlResponse Daemon::RegisterLocal(Session* s, const ControlRequest& r) {
   if (r.flags == 0 || (r.flags & ~shm::kAccessReadWrite) != 0) {
     return Reply(shm::kStatusInvalid, "flags must be read, write or both");
   }
-  uint8_t* host = Translate(s, r.address, r.length);
+  rc::MemoryOwner* owner = nullptr;
+  uint8_t* host = Translate(s, r.address, r.length, &owner);
   if (host == nullptr || r.length == 0) {
     return Reply(shm::kStatusFault, "buffer is not inside the caller's arenas");
   }
   mr::Registration reg;
+  reg.memory_owner = owner;
   reg.owner = s->id;
   reg.connection = mr::kAnyConnection;
   reg.address = r.address;
@@ -660,7 +671,8 @@ ControlResponse Daemon::RegisterRdma(Session* s, const ControlRequest& r) {
         s->connections[r.connection]->pending)) {
     return Reply(shm::kStatusNotConnected, "connection is not established");
   }
-  uint8_t* host = Translate(s, r.address, r.length);
+  rc::MemoryOwner* owner = nullptr;
+  uint8_t* host = Translate(s, r.address, r.length, &owner);
   if (host == nullptr || r.length == 0) {
     // descriptor_length 0: the caller's length stays as it was.
     return Reply(shm::kStatusFault, "buffer is not inside the caller's arenas");
@@ -677,6 +689,7 @@ ControlResponse Daemon::RegisterRdma(Session* s, const ControlRequest& r) {
   reg.address = r.address;
   reg.length = r.length;
   reg.host = host;
+  reg.memory_owner = owner;
   reg.access = RemoteAccessBits(r.flags);
   const std::optional<uint32_t> key =
       cache_.Register(reg, options_.max_registrations_per_session);

@@ -28,6 +28,7 @@
 #include "api/shm/layout.h"
 #include "api/shm/ring.h"
 #include "api/shm/setup.h"
+#include "control/arena_memory.h"
 #include "control/registration_cache.h"
 #include "control/status.h"
 #include "dataplane/engine/engine.h"
@@ -59,6 +60,9 @@ struct DataPortOptions {
   int control_lcore = 0;          // with engine_lcore: EAL -l control,engine
   int engine_lcore = -1;          // -1: the engine is a plain thread
   fault::FaultSpec faults;        // injected on transmit
+  // Send payload from client arenas in place where the port allows it
+  // (false: always copy into packet buffers).
+  bool zero_copy = true;
 };
 
 struct DaemonOptions {
@@ -124,6 +128,8 @@ class Daemon {
     uint64_t bytes = 0;
     uint8_t* host = nullptr;
     int fd = -1;
+    // Counts frames still pointing into the arena (zero-copy transmit).
+    std::unique_ptr<rc::MemoryOwner> owner;
   };
   struct Session;
   enum class CmState : uint8_t {
@@ -216,8 +222,10 @@ class Daemon {
   DaemonStatus BuildStatus() const;
   void PublishStatus(bool force);
   shm::ControlResponse Handle(Session* s, const shm::ControlRequest& req);
-  // Host address of [address, address + length) inside one of s's arenas.
-  uint8_t* Translate(const Session* s, uint64_t address, uint64_t length) const;
+  // Host address of [address, address + length) inside one of s's arenas,
+  // and that arena's owner in `owner` if given.
+  uint8_t* Translate(const Session* s, uint64_t address, uint64_t length,
+                     rc::MemoryOwner** owner = nullptr) const;
   shm::ControlResponse RegisterLocal(Session* s, const shm::ControlRequest& r);
   shm::ControlResponse DeregisterLocal(Session* s, const shm::ControlRequest& r);
   shm::ControlResponse RegisterRdma(Session* s, const shm::ControlRequest& r);
@@ -300,6 +308,8 @@ class Daemon {
   DaemonOptions options_;
   mr::RegistrationTable table_;
   RegistrationCache cache_;
+  // Before the engine and the port: frames they hold may point into arenas.
+  ArenaMemory arena_memory_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<port::EthPort> port_;
   wire::MacAddr port_mac_;

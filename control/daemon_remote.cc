@@ -117,6 +117,7 @@ absl::Status Daemon::StartPort() {
                          pc.max_frame + RTE_PKTMBUF_HEADROOM));
   // Frames to an overriding MAC must be received too.
   pc.promiscuous = p.mac.has_value();
+  if (!p.zero_copy) pc.zero_copy_min_payload = 0;
   auto opened = port::EthPort::Open(pc);
   if (!opened.ok()) {
     return absl::Status(opened.status().code(),

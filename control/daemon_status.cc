@@ -160,7 +160,10 @@ DaemonStatus Daemon::BuildStatus() const {
     add("port_fault_dropped", pc.fault_dropped);
     add("port_fault_duplicated", pc.fault_duplicated);
     add("port_fault_delayed", pc.fault_delayed);
+    add("port_tx_zero_copy", pc.tx_zero_copy);
+    add("port_tx_zero_copy_fallback", pc.tx_zero_copy_fallback);
   }
+  add("arenas_held_by_frames", arena_memory_.waiting());
   return st;
 }
 

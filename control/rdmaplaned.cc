@@ -62,6 +62,9 @@ ABSL_FLAG(std::string, eal_args, "",
 ABSL_FLAG(std::string, file_prefix, "rdmaplane",
           "DPDK runtime folder name (two daemons on a host need two); the "
           "telemetry socket lives there");
+ABSL_FLAG(std::string, zero_copy, "auto",
+          "auto: send payload from client memory in place where the data "
+          "port allows it; off: always copy it into packet buffers");
 ABSL_FLAG(std::string, port_faults, "",
           "faults injected on the data port's transmit side, e.g. "
           "loss=0.05,seed=7");
@@ -195,6 +198,12 @@ int main(int argc, char** argv) {
                                             absl::SkipEmpty())) {
     port.eal_args.emplace_back(a);
   }
+  const std::string zero_copy = absl::GetFlag(FLAGS_zero_copy);
+  if (zero_copy != "auto" && zero_copy != "off") {
+    std::fprintf(stderr, "rdmaplaned: --zero_copy is auto or off\n");
+    return 2;
+  }
+  port.zero_copy = zero_copy == "auto";
   if (std::string err = rdmaplane::fault::ParseFaultSpec(
           absl::GetFlag(FLAGS_port_faults), &port.faults);
       !err.empty()) {
