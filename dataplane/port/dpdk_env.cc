@@ -26,7 +26,14 @@ bool HugetlbfsMounted() {
 
 std::vector<std::string> EalArguments(const EalOptions& options) {
   std::vector<std::string> args = {"rdmaplane"};
-  if (!options.allow_pci) args.push_back("--no-pci");
+  if (!options.allow_pci) {
+    args.push_back("--no-pci");
+    // Virtual devices only: I/O addresses are virtual addresses. (As root
+    // the EAL would otherwise pick physical addresses, and with 4 KiB pages
+    // lay mbufs out one per page, which af_xdp's packet memory, registered
+    // as one contiguous range, does not expect.)
+    args.push_back("--iova-mode=va");
+  }
   if (!options.hugepages) {
     args.push_back("--no-huge");
     args.push_back("-m");
