@@ -50,9 +50,11 @@ struct PortConfig {
   // where the device allows, else Open fails with the limit it found.
   uint32_t max_frame = 0;
   // Zero-copy transmit: payloads of at least this many bytes are sent from
-  // the memory they lie in where the device and the memory allow it
-  // (smaller ones are cheaper to copy); 0 turns zero copy off.
-  uint32_t zero_copy_min_payload = 256;
+  // the memory they lie in where the device and the memory allow it; 0
+  // turns zero copy off. Smaller ones are cheaper to copy: a frame in place
+  // costs two more mbufs and two atomic operations, which at 1 KiB of
+  // payload outweigh the copy (eth_port_benchmark, BM_SendOnly).
+  uint32_t zero_copy_min_payload = 2048;
   // Buffers for payload pieces and frame trailers; 0: twice `mbufs`.
   uint32_t zero_copy_mbufs = 0;
   // Register and DMA-map memory for zero copy even where the device reads
