@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "dataplane/wire/bytes.h"
+
 namespace rdmaplane::wire {
 namespace {
 
@@ -9,20 +11,6 @@ constexpr uint16_t kArpHardwareEthernet = 1;
 constexpr uint8_t kEthernetAddrLen = 6;
 constexpr uint8_t kIpv4AddrLen = 4;
 
-void Put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
-}
-void Put32(uint8_t* p, uint32_t v) {
-  Put16(p, static_cast<uint16_t>(v >> 16));
-  Put16(p + 2, static_cast<uint16_t>(v));
-}
-uint16_t Get16(const uint8_t* p) {
-  return static_cast<uint16_t>(p[0] << 8 | p[1]);
-}
-uint32_t Get32(const uint8_t* p) {
-  return uint32_t{Get16(p)} << 16 | Get16(p + 2);
-}
 
 void PutMac(uint8_t* p, const MacAddr& mac) {
   std::memcpy(p, mac.bytes.data(), mac.bytes.size());
