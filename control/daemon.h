@@ -284,6 +284,8 @@ class Daemon {
                   const wire::MacAddr& mac, uint16_t reason,
                   const std::string& text);
   void SayFarewell(Connection* c);
+  // Sends (or repeats) the DREQ of `f` and schedules the next try.
+  void SendDreq(uint32_t comm_id, Farewell* f, uint64_t now);
   // The peer closed or vanished: our side's work completes as reset.
   void PeerClosed(Connection* c, int32_t status, shm::ConnectionState state);
   // Answers a Connect the client still waits for; on failure the slot is

@@ -608,19 +608,22 @@ void Daemon::SayFarewell(Connection* c) {
   f.peer_ip = c->peer_ip;
   f.peer_mac = c->peer_mac;
   f.peer_qpn = c->qpn[1];
-  farewells_[c->comm_id] = f;
   c->peer_comm_id = 0;  // once
   c->cm = CmState::kNone;
+  SendDreq(c->comm_id, &(farewells_[c->comm_id] = f), NowNs());
+}
+
+void Daemon::SendDreq(uint32_t comm_id, Farewell* f, uint64_t now) {
   wire::CmMessage m{};
   m.type = wire::CmType::kDreq;
-  m.local_comm_id = c->comm_id;
-  m.remote_comm_id = f.peer_comm_id;
-  m.qpn = wire::Qpn(f.peer_qpn);
+  m.local_comm_id = comm_id;
+  m.remote_comm_id = f->peer_comm_id;
+  m.qpn = wire::Qpn(f->peer_qpn);
   m.local_ip = options_.port.ip;
-  m.remote_ip = f.peer_ip;
-  SendCm(m, f.peer_ip, f.peer_mac);
-  farewells_[c->comm_id].tries = 1;
-  farewells_[c->comm_id].deadline_ns = NowNs() + kDreqIntervalNs;
+  m.remote_ip = f->peer_ip;
+  SendCm(m, f->peer_ip, f->peer_mac);
+  ++f->tries;
+  f->deadline_ns = now + kDreqIntervalNs;
 }
 
 void Daemon::PeerClosed(Connection* c, int32_t status,
@@ -741,16 +744,7 @@ void Daemon::CmTick() {
       it = farewells_.erase(it);
       continue;
     }
-    wire::CmMessage m{};
-    m.type = wire::CmType::kDreq;
-    m.local_comm_id = it->first;
-    m.remote_comm_id = f.peer_comm_id;
-    m.qpn = wire::Qpn(f.peer_qpn);
-    m.local_ip = options_.port.ip;
-    m.remote_ip = f.peer_ip;
-    SendCm(m, f.peer_ip, f.peer_mac);
-    ++f.tries;
-    f.deadline_ns = now + kDreqIntervalNs;
+    SendDreq(it->first, &f, now);
     ++it;
   }
 }
