@@ -2,6 +2,7 @@
 # The measurements behind bench/compare, on binaries already built:
 #
 #   compare_run.sh --bin_dir=DIR [--out=DIR] [--rounds=N] [--quick] [--keep]
+#       [--poll_mode=adaptive|busy]
 #
 # DIR holds rdmaplaned, rdmaplane_perf, memcpy_bw, tcp_bench, pin_cost,
 # memif_rate and control_benchmark (bench/compare builds them with
@@ -22,10 +23,13 @@
 # (depth 16, requests spread over 64 MiB per side), 64-byte WRITEs (depth
 # 32), the same 64 KiB runs cache-hot (16 messages), and WRITE and READ
 # latency of 8 bytes (one outstanding).
-# Round 1 also sweeps message sizes 8 B .. 4 MiB for the bandwidth plot and
-# keeps every latency sample for the CDF. bench/report.py then takes the
-# median of the rounds and writes OUT/latest.json, OUT/latest.md,
-# OUT/bw_vs_size.png and OUT/latency_cdf.png, and prints the table.
+# For the first poll mode of each setup, every round also sweeps message
+# sizes 8 B .. 4 MiB for the bandwidth plot and keeps every latency sample
+# for the CDF. After the rounds, perf (when installed) samples the local
+# daemon during 64 KiB WRITEs. bench/report.py then takes the median of the
+# rounds (per size for the sweep) and writes OUT/latest.json, OUT/latest.md,
+# OUT/bw_vs_size.png, OUT/latency_cdf.png and OUT/profile.txt, and prints
+# the table.
 #
 # --quick: one round of very short runs, for the smoke test (the figures are
 # not meant to be read). Progress goes to stderr. Exit status: 0 when every
@@ -39,6 +43,7 @@ out="$here/results"
 rounds=""
 quick=0
 keep=0
+primary=adaptive
 for arg in "$@"; do
   case "$arg" in
     --bin_dir=*) bin_src="${arg#--bin_dir=}" ;;
@@ -46,8 +51,10 @@ for arg in "$@"; do
     --rounds=*) rounds="${arg#--rounds=}" ;;
     --quick) quick=1 ;;
     --keep) keep=1 ;;
+    --poll_mode=adaptive) primary=adaptive ;;
+    --poll_mode=busy) primary=busy ;;
     *)
-      echo "compare: unknown argument '$arg' (--bin_dir=DIR --out=DIR --rounds=N --quick --keep)" >&2
+      echo "compare: unknown argument '$arg' (--bin_dir=DIR --out=DIR --rounds=N --quick --keep --poll_mode=adaptive|busy)" >&2
       exit 2
       ;;
   esac
@@ -56,7 +63,7 @@ if [[ -z $bin_src ]]; then
   echo "compare: --bin_dir is required" >&2
   exit 2
 fi
-if [[ -z $rounds ]]; then rounds=$((quick ? 1 : 3)); fi
+if [[ -z $rounds ]]; then rounds=$((quick ? 1 : 5)); fi
 if ! [[ $rounds =~ ^[1-9]$ ]]; then
   echo "compare: --rounds must be 1..9" >&2
   exit 2
@@ -67,20 +74,37 @@ if ((quick)); then
   t_run=0.2 t_sweep=0.05 t_memif=1 t_bench=0.02
   sweep_sizes="8,4096,65536,1048576"
 else
-  t_run=1 t_sweep=0.25 t_memif=2 t_bench=0.3
+  t_run=0.5 t_sweep=0.15 t_memif=1 t_bench=0.2
   sweep_sizes="8:4194304"
 fi
 # Poll modes: both are measured in each setup and reported; the headline
-# figures use the first, the daemon's default. A busy engine needs a core of
-# its own, which a shared 2-core machine cannot promise: a busy engine, the
-# busy-polling client and anything else running share two CPUs, and the
-# figures then swing with the neighbours' load (see docs/performance.md).
-local_modes=(adaptive busy)
+# figures use --poll_mode (default adaptive, the daemon's default). A busy
+# engine needs a core of its own, which a shared 2-core machine cannot
+# promise: a busy engine, the busy-polling client and anything else running
+# share two CPUs, and the figures then swing with the neighbours' load (see
+# docs/performance.md).
+if [[ $primary == adaptive ]]; then
+  local_modes=(adaptive busy)
+else
+  local_modes=(busy adaptive)
+fi
 # Bandwidth runs spread their requests over 64 MiB per side, the size of
 # memcpy_bw's buffers, so both move memory rather than cache lines; the
 # "hot" runs keep 16 messages in the caches as perftest does.
 region_mib=64
-memif_modes=(adaptive busy)
+memif_modes=("${local_modes[@]}")
+
+# CPU placement: with two CPUs or more, the daemon inside which clients
+# connect runs on CPU 1 and rdmaplane_perf on CPU 0; over memif, daemon A
+# (the target) runs on CPU 1 and daemon B (the requester) on CPU 0, as on
+# two hosts, with rdmaplane_perf where the scheduler puts it. An engine that
+# shares its CPU with the client that feeds it, while a neighbour holds the
+# other CPU, starves one or the other for whole time slices (milliseconds
+# per request); unpinned, memif_rate and the two daemons all start on CPU 0.
+cpu0=() cpu1=() tool_cpu=()
+if (($(nproc) >= 2)) && command -v taskset >/dev/null 2>&1; then
+  cpu0=(taskset -c 0) cpu1=(taskset -c 1)
+fi
 
 # Short paths: Unix socket names are limited to 108 bytes.
 work="$(mktemp -d /tmp/rdmaplane-bench.XXXXXX)"
@@ -155,7 +179,7 @@ wait_for_socket() {  # wait_for_socket PATH PID
 # --- Baselines -------------------------------------------------------------
 
 baselines() {  # baselines ROUND
-  local r="$1" samples=()
+  local r="$1"
   log "round $r: memcpy, one core, 64 MiB buffers (and 1 MiB, cache-hot)"
   run 60 "$raw/r${r}_memcpy.txt" "$bin/memcpy_bw" --seconds="$t_run" \
     --passes=5 --json="$raw/r${r}_memcpy.json" || failed "memcpy_bw (round $r)"
@@ -166,10 +190,10 @@ baselines() {  # baselines ROUND
   run 60 "$raw/r${r}_pin.txt" "$bin/pin_cost" --seconds="$t_run" \
     --json="$raw/r${r}_pin.json" || failed "pin_cost (round $r)"
   log "round $r: kernel TCP over loopback: 64 KiB stream, 8-byte ping-pong"
-  if ((r == 1)); then samples=(--samples="$raw/tcp_lat.samples"); fi
   run 60 "$raw/r${r}_tcp.txt" "$bin/tcp_bench" --seconds="$t_run" \
     --pingpong_seconds="$t_run" --busy_pingpong_seconds="$t_run" \
-    --json="$raw/r${r}_tcp.json" "${samples[@]}" || failed "tcp_bench (round $r)"
+    --json="$raw/r${r}_tcp.json" --samples="$raw/r${r}_tcp_lat.samples" ||
+    failed "tcp_bench (round $r)"
   local frame
   for frame in 1098 64; do
     log "round $r: raw memif frame rate, $frame-byte frames"
@@ -210,34 +234,33 @@ control_bench() {  # control_bench ROUND
 
 # --- rdmaplane -------------------------------------------------------------
 
-# perf TAG ARGS...: one rdmaplane_perf run; JSON in raw/TAG.json.
-perf() {
+# perf_run TAG ARGS...: one rdmaplane_perf run; JSON in raw/TAG.json.
+perf_run() {
   local tag="$1"
   shift
-  run 180 "$raw/$tag.txt" "$bin/rdmaplane_perf" --json="$raw/$tag.json" \
+  run 180 "$raw/$tag.txt" "${tool_cpu[@]}" "$bin/rdmaplane_perf" \
+    --json="$raw/$tag.json" \
     --timeout_s=20 "$@" || failed "rdmaplane_perf $tag"
 }
 
-# The headline runs of one setup and poll mode (and, in round 1 for the
-# first mode, the size sweep and latency samples).
+# The headline runs of one setup and poll mode (and, for the first mode,
+# the size sweep and the latency samples).
 headline() {  # headline ROUND SETUP MODE FIRST ENDPOINT_ARGS...
   local r="$1" setup="$2" mode="$3" first="$4"
   shift 4
   local tag="r${r}_${setup}_${mode}" samples=()
-  if ((r == 1 && first)); then
-    samples=(--samples="$raw/${setup}_lat.samples")
-  fi
-  perf "${tag}_bw" "$@" --mode=write_bw,read_bw --sizes=65536 --depth=16 \
+  if ((first)); then samples=(--samples="$raw/r${r}_${setup}_lat.samples"); fi
+  perf_run "${tag}_bw" "$@" --mode=write_bw,read_bw --sizes=65536 --depth=16 \
     --region_mib="$region_mib" --duration_s="$t_run"
-  perf "${tag}_mops" "$@" --mode=write_bw --sizes=64 --depth=32 \
+  perf_run "${tag}_mops" "$@" --mode=write_bw --sizes=64 --depth=32 \
     --region_mib="$region_mib" --duration_s="$t_run"
-  perf "${tag}_hot" "$@" --mode=write_bw,read_bw --sizes=65536 --depth=16 \
+  perf_run "${tag}_hot" "$@" --mode=write_bw,read_bw --sizes=65536 --depth=16 \
     --duration_s="$t_run"
-  perf "${tag}_lat" "$@" --mode=write_lat,read_lat --sizes=8 \
+  perf_run "${tag}_lat" "$@" --mode=write_lat,read_lat --sizes=8 \
     --duration_s="$t_run" "${samples[@]}"
-  if ((r == 1 && first)); then
+  if ((first)); then
     log "round $r: $setup ($mode): sizes $sweep_sizes"
-    perf "${setup}_sweep" "$@" --mode=write_bw,read_bw --sizes="$sweep_sizes" \
+    perf_run "r${r}_${setup}_sweep" "$@" --mode=write_bw,read_bw --sizes="$sweep_sizes" \
       --depth=16 --region_mib="$region_mib" --warmup=16 \
       --duration_s="$t_sweep"
   fi
@@ -246,14 +269,55 @@ headline() {  # headline ROUND SETUP MODE FIRST ENDPOINT_ARGS...
 local_daemon() {  # local_daemon ROUND MODE FIRST
   local r="$1" mode="$2" first="$3" sock="$work/l.sock"
   log "round $r: rdmaplane inside one daemon, --poll_mode=$mode"
-  "$bin/rdmaplaned" --socket="$sock" --poll_mode="$mode" --log_level=warning \
+  "${cpu1[@]}" "$bin/rdmaplaned" --socket="$sock" --poll_mode="$mode" \
+    --log_level=warning \
     >>"$work/daemon_local.log" 2>&1 &
   pids+=($!)
   if wait_for_socket "$sock" "${pids[0]}"; then
+    tool_cpu=("${cpu0[@]}")
     headline "$r" local "$mode" "$first" --listen_socket="$sock"
+    tool_cpu=()
   else
     failed "the local daemon did not start (--poll_mode=$mode, round $r)"
   fi
+  stop_pids
+}
+
+# Where the engine's time goes: perf samples the local daemon (first poll
+# mode) for 2 s while rdmaplane_perf streams 64 KiB WRITEs over 64 MiB.
+# Skipped when perf is not installed (Debian: linux-perf) or in quick mode.
+profile() {
+  local sock="$work/l.sock" mode="${local_modes[0]}"
+  if ((quick)) || ! command -v perf >/dev/null 2>&1; then
+    log "no profile (perf not installed, or --quick)"
+    return
+  fi
+  log "profile: perf on the daemon during 64 KiB WRITEs (--poll_mode=$mode)"
+  "${cpu1[@]}" "$bin/rdmaplaned" --socket="$sock" --poll_mode="$mode" \
+    --log_level=warning \
+    >>"$work/daemon_local.log" 2>&1 &
+  pids+=($!)
+  if ! wait_for_socket "$sock" "${pids[0]}"; then
+    failed "the local daemon did not start for the profile"
+    stop_pids
+    return
+  fi
+  "${cpu0[@]}" "$bin/rdmaplane_perf" --listen_socket="$sock" \
+    --mode=write_bw --sizes=65536 \
+    --depth=16 --region_mib="$region_mib" --duration_s=4 --noverify \
+    --json="$raw/profile_perf.json" >/dev/null 2>>"$work/tools.log" &
+  local load=$!
+  sleep 1.5
+  if timeout 30 perf record -F 999 -p "${pids[0]}" -o "$work/perf.data" \
+    -- sleep 2 >>"$work/tools.log" 2>&1 &&
+    perf report -i "$work/perf.data" --no-children --sort dso,symbol \
+      --percent-limit 0.5 --stdio >"$raw/profile.txt" 2>>"$work/tools.log"; then
+    :
+  else
+    log "perf could not sample the daemon (see --keep's tools.log)"
+    rm -f "$raw/profile.txt"
+  fi
+  wait "$load" || failed "rdmaplane_perf during the profile"
   stop_pids
 }
 
@@ -262,7 +326,7 @@ memif_daemons() {  # memif_daemons ROUND MODE FIRST
   local a="$work/a.sock" b="$work/b.sock" link="$work/memif.sock"
   local common=(--mtu=1024 --poll_mode="$mode" --log_level=warning)
   log "round $r: rdmaplane between two daemons over memif, --poll_mode=$mode"
-  "$bin/rdmaplaned" --socket="$a" --file_prefix="rdp-bench-$$-a" \
+  "${cpu1[@]}" "$bin/rdmaplaned" --socket="$a" --file_prefix="rdp-bench-$$-a" \
     --ip=10.0.0.1 --port="net_memif0,role=server,socket=$link" "${common[@]}" \
     >>"$work/daemon_a.log" 2>&1 &
   pids+=($!)
@@ -271,7 +335,7 @@ memif_daemons() {  # memif_daemons ROUND MODE FIRST
     stop_pids
     return
   fi
-  "$bin/rdmaplaned" --socket="$b" --file_prefix="rdp-bench-$$-b" \
+  "${cpu0[@]}" "$bin/rdmaplaned" --socket="$b" --file_prefix="rdp-bench-$$-b" \
     --ip=10.0.0.2 --port="net_memif0,role=client,socket=$link" "${common[@]}" \
     >>"$work/daemon_b.log" 2>&1 &
   pids+=($!)
@@ -300,6 +364,7 @@ for ((r = 1; r <= rounds; r++)); do
     first=0
   done
 done
+profile
 printf 'end %s\n' "$(loadavg)" >>"$work/load.txt"
 
 # --- Report ----------------------------------------------------------------
@@ -321,6 +386,7 @@ python3 "$here/report.py" --raw="$raw" --out="$out" --load="$work/load.txt" \
   --kernel="$(uname -r)" --hugepages_free="${hugepages_free:-0}" \
   --local_modes="${local_modes[*]}" --memif_modes="${memif_modes[*]}" \
   --region_mib="$region_mib" \
+  --pinned=$((${#cpu0[@]} > 0)) \
   --failures="$(printf '%s\n' "${failures[@]+"${failures[@]}"}")" || status=1
 if ((${#failures[@]} > 0)); then
   log "${#failures[@]} measurement(s) failed; tool output:"

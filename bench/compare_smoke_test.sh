@@ -85,7 +85,7 @@ for setup in ("local", "memif"):
 print("latest.json: %d keys checked" % len(set(keys + report.REQUIRED)))
 EOF
 
-grep -q '^| figure | rdmaplane | baseline | baseline value | ratio | target | met |$' \
+grep -q '^| figure | rdmaplane | rounds | baseline | baseline value | ratio | target | met |$' \
   "$out/latest.md" || fail "latest.md has no comparison table"
 grep -q 'WRITE 64 KiB bandwidth, one daemon' "$out/latest.md" ||
   fail "latest.md lacks the WRITE bandwidth row"

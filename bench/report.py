@@ -235,34 +235,66 @@ def collect_rounds(raw, local_modes, memif_modes):
     return values
 
 
+PROFILE_LINE = re.compile(
+    r"^\s+([0-9.]+)%\s+(\S+)\s+\[[.k]\]\s+(.+?)(?:\s+-\s+-)?\s*$")
+
+
+def profile(raw):
+    """[{percent, dso, symbol}] from perf report --sort dso,symbol."""
+    out = []
+    try:
+        with open(os.path.join(raw, "profile.txt")) as f:
+            for line in f:
+                m = PROFILE_LINE.match(line)
+                if m:
+                    out.append({"percent": float(m.group(1)),
+                                "dso": m.group(2), "symbol": m.group(3)})
+    except OSError:
+        pass
+    return out
+
+
 def median(by_round):
     return statistics.median(by_round.values()) if by_round else None
 
 
 def sweep(raw, setup):
-    doc = load_json(os.path.join(raw, "%s_sweep.json" % setup))
-    curves = {}
-    if doc:
+    """{mode: [{bytes, gbps, mops, rounds}]}: per size, the median of the
+    rounds' sweeps."""
+    by = {}
+    for _, path in sorted(round_files(raw, "%s_sweep.json" % setup).items()):
+        doc = load_json(path)
+        if not doc:
+            continue
         for r in doc.get("results", []):
-            curves.setdefault(r["mode"], []).append(
-                {"bytes": r["bytes"], "gbps": r["gbps"], "mops": r["mops"]})
+            by.setdefault(r["mode"], {}).setdefault(r["bytes"], []).append(r)
+    curves = {}
+    for mode, sizes in by.items():
+        curves[mode] = [{
+            "bytes": b,
+            "gbps": statistics.median(x["gbps"] for x in runs),
+            "mops": statistics.median(x["mops"] for x in runs),
+            "rounds": len(runs),
+        } for b, runs in sorted(sizes.items())]
     return curves
 
 
-def read_samples(path, mode=None):
+def read_samples(raw, name, mode=None):
+    """Every sample of every round in r<N>_<name>, sorted."""
     out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                parts = line.split()
-                if not parts:
-                    continue
-                if mode is None:
-                    out.append(float(parts[0]))
-                elif parts[0] == mode:
-                    out.append(float(parts[2]))
-    except (OSError, ValueError):
-        pass
+    for _, path in sorted(round_files(raw, name).items()):
+        try:
+            with open(path) as f:
+                for line in f:
+                    parts = line.split()
+                    if not parts:
+                        continue
+                    if mode is None:
+                        out.append(float(parts[0]))
+                    elif parts[0] == mode:
+                        out.append(float(parts[2]))
+        except (OSError, ValueError):
+            pass
     out.sort()
     return out
 
@@ -358,8 +390,8 @@ def plots(out, work, report, raw):
     script = terminal + (
         "set output '%s'\n"
         "set title 'rdmaplane bandwidth against message size (depth 16, one "
-        "connection)'\n"
-        "set logscale x 2\nset logscale y 10\n"
+        "connection, 64 MiB per side; median of the rounds)'\n"
+        "set logscale x 2\nset logscale y 10\nset format y '%%g'\n"
         "set format x '%%.0b%%B'\n"
         "set xlabel 'message size (bytes)'\nset ylabel 'GB/s (1e9 B/s)'\n"
         "set key left top\nset grid\n"
@@ -378,7 +410,7 @@ def plots(out, work, report, raw):
             ("memif_lat.samples", "read_lat", "READ 8 B, two daemons, memif"),
             ("tcp_lat.samples", None, "TCP 8 B ping-pong, blocking")]
     for i, (name, mode, title) in enumerate(cdfs):
-        values = read_samples(os.path.join(raw, name), mode)
+        values = read_samples(raw, name, mode)
         if not values:
             continue
         dat = os.path.join(work, "cdf%d.dat" % i)
@@ -394,7 +426,7 @@ def plots(out, work, report, raw):
     script = terminal + (
         "set output '%s'\n"
         "set title 'Round-trip latency CDF, 8-byte messages, one request "
-        "outstanding'\n"
+        "outstanding (all rounds)'\n"
         "set logscale x 10\nset xlabel 'microseconds'\n"
         "set ylabel 'fraction of requests'\nset yrange [0:1]\n"
         "set key right bottom\nset grid\n"
@@ -418,7 +450,8 @@ def markdown(report):
     lines.append("")
     lines.append(
         "%d CPUs (%s), kernel %s; load average %s at the start, %s at the end; "
-        "%d round(s), medians shown%s; %d s; commit %s%s." %
+        "%d round(s): medians shown, \"rounds\" is the lowest and highest "
+        "round%s; %d s; commit %s%s." %
         (m["cpus"], m["cpu_model"], m["kernel"], m["load_start"],
          m["load_end"], run["rounds"],
          ", quick mode (not for reading)" if run["quick"] else "",
@@ -426,16 +459,16 @@ def markdown(report):
          " with uncommitted changes" if run["dirty"] else ""))
     lines.append(
         "rdmaplane figures: inside one daemon with --poll_mode=%s; over memif "
-        "with --poll_mode=%s, --mtu=1024. Bandwidth runs spread their "
+        "with --poll_mode=%s, --mtu=1024. CPUs: %s. Bandwidth runs spread their "
         "requests over %d MiB per side, like memcpy's buffers (cache-hot "
         "runs: over 16 messages). GB/s is 1e9 bytes per second; latencies "
         "are round trips." %
         (run["poll_mode_used"]["local"], run["poll_mode_used"]["memif"],
-         run["region_mib"]))
+         run["cpu_placement"], run["region_mib"]))
     lines.append("")
-    lines.append("| figure | rdmaplane | baseline | baseline value | ratio "
-                 "| target | met |")
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("| figure | rdmaplane | rounds | baseline | baseline value "
+                 "| ratio | target | met |")
+    lines.append("|---|---|---|---|---|---|---|---|")
     targets = {t["key"]: t for t in report["targets"]}
     rows = [
         ("WRITE 64 KiB bandwidth, one daemon", "write_gbps_64k", "GB/s"),
@@ -480,12 +513,22 @@ def markdown(report):
         met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**no**")
         return "%s %s" % ("≥" if t["op"] == ">=" else "≤", bound), met
 
+    def spread(key):
+        vals = [v for v in report["rounds"].get(
+            key, report["rounds"].get(key + "@" + run["poll_mode_used"][
+                "memif" if key.endswith("_memif") else "local"], []))
+            if v is not None]
+        if len(vals) < 2:
+            return ""
+        return "%s - %s" % (fmt(min(vals)), fmt(max(vals)))
+
     for title, key, unit in rows:
         pairs = [(b, base) for fig, b, base in RATIOS if fig == key]
         own_target, own_met = target_text(key)
         if not pairs:
-            lines.append("| %s | %s | - | - | - | %s | %s |" %
-                         (title, fmt(f.get(key), unit), own_target, own_met))
+            lines.append("| %s | %s | %s | - | - | - | %s | %s |" %
+                         (title, fmt(f.get(key), unit), spread(key),
+                          own_target, own_met))
         for i, (b, base) in enumerate(pairs):
             rkey = "%s_vs_%s" % (key, b)
             tt, met = target_text(rkey)
@@ -494,10 +537,10 @@ def markdown(report):
                            own_met if not tt else
                            ("yes" if own_met == "yes" and met == "yes"
                             else "**no**"))
-            lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 title if i == 0 else "", fmt(f.get(key), unit) if i == 0
-                else "", baseline_names[base], fmt(f.get(base),
-                                                   baseline_units[base]),
+                else "", spread(key) if i == 0 else "",
+                baseline_names[base], fmt(f.get(base), baseline_units[base]),
                 fmt_ratio(r.get(rkey)), tt, met))
     lines.append("")
     lines.append("Baselines measured in the same run:")
@@ -530,8 +573,8 @@ def markdown(report):
     sizes = sorted({p["bytes"] for c in report["curves"].values()
                     for pts in c.values() for p in pts})
     if sizes:
-        lines.append("Bandwidth against message size, GB/s (round 1, depth "
-                     "16, one connection):")
+        lines.append("Bandwidth against message size, GB/s (median of the "
+                     "rounds; depth 16, one connection, 64 MiB per side):")
         lines.append("")
         lines.append("| size | WRITE, one daemon | READ, one daemon | WRITE, "
                      "memif | READ, memif |")
@@ -544,6 +587,17 @@ def markdown(report):
                         mode, []) if p["bytes"] == s]
                     cells.append(fmt(pts[0]["gbps"]) if pts else "-")
             lines.append("| %s | %s |" % (size_name(s), " | ".join(cells)))
+        lines.append("")
+    if report["profile"]:
+        lines.append("Where the engine's time goes (perf, the daemon during "
+                     "64 KiB WRITEs inside one daemon; profile.txt has the "
+                     "rest):")
+        lines.append("")
+        lines.append("| share | object | symbol |")
+        lines.append("|---|---|---|")
+        for p in report["profile"][:8]:
+            lines.append("| %.1f %% | %s | `%s` |" % (p["percent"], p["dso"],
+                                                    p["symbol"]))
         lines.append("")
     missed = [t["key"] for t in report["targets"] if t["met"] is False]
     lines.append("Targets met: %d of %d%s." % (
@@ -576,6 +630,7 @@ def main():
     ap.add_argument("--memif_modes", default="adaptive busy")
     ap.add_argument("--failures", default="")
     ap.add_argument("--region_mib", type=int, default=64)
+    ap.add_argument("--pinned", type=int, default=0)
     a = ap.parse_args()
 
     local_modes = a.local_modes.split()
@@ -617,15 +672,14 @@ def main():
     latency = {}
     for setup in ("local", "memif"):
         for mode in ("write_lat", "read_lat"):
-            s = read_samples(os.path.join(a.raw, "%s_lat.samples" % setup),
-                             mode)
+            s = read_samples(a.raw, "%s_lat.samples" % setup, mode)
             if s:
                 latency["%s_%s_8b" % (setup, mode)] = {
                     "samples": len(s), **{
                         "p%g_us" % (q * 100): quantile(s, q)
                         for q in (0.01, 0.1, 0.5, 0.9, 0.99, 0.999)},
                     "max_us": s[-1]}
-    s = read_samples(os.path.join(a.raw, "tcp_lat.samples"))
+    s = read_samples(a.raw, "tcp_lat.samples")
     if s:
         latency["tcp_pingpong_8b"] = {
             "samples": len(s), **{"p%g_us" % (q * 100): quantile(s, q)
@@ -655,6 +709,11 @@ def main():
                                "memif": memif_modes[0]},
             "mtu": 1024,
             "region_mib": a.region_mib,
+            "cpu_placement": (
+                "one daemon on CPU 1 and rdmaplane_perf on CPU 0; memif "
+                "daemon A (target) on CPU 1, daemon B (requester) on CPU 0; "
+                "memif_rate receiver on CPU 0, sender on CPU 1"
+                if a.pinned else "unpinned"),
             "depth": {"bandwidth_64k": 16, "write_mops_64b": 32,
                       "sweep": 16, "latency": 1},
         },
@@ -673,6 +732,7 @@ def main():
         "poll_modes": poll_modes,
         "curves": curves,
         "latency": latency,
+        "profile": profile(a.raw),
         "rounds": rounds,
         "failures": failures,
     }
@@ -693,6 +753,9 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         plot_error = plots(a.out, work, report, a.raw)
+    if os.path.exists(os.path.join(a.raw, "profile.txt")):
+        with open(os.path.join(a.raw, "profile.txt")) as f:
+            write_atomically(os.path.join(a.out, "profile.txt"), f.read())
     if plot_error:
         doc["failures"].append("plots: " + plot_error)
     write_atomically(os.path.join(a.out, "latest.json"),
