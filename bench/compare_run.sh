@@ -371,9 +371,11 @@ printf 'end %s\n' "$(loadavg)" >>"$work/load.txt"
 
 repo="$(cd "$here/.." && pwd)"
 commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-dirty=false
-if [[ $commit != unknown && -n "$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
-  dirty=true
+# Tracked files that differ from the commit (what was built besides it).
+dirty_files=""
+if [[ $commit != unknown ]]; then
+  dirty_files="$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null |
+    awk '{ print $NF }' | paste -sd, -)"
 fi
 cpu_model="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 hugepages_free="$(sed -n 's/^HugePages_Free: *//p' /proc/meminfo)"
@@ -382,7 +384,7 @@ mkdir -p "$out"
 status=0
 python3 "$here/report.py" --raw="$raw" --out="$out" --load="$work/load.txt" \
   --rounds="$rounds" --quick="$quick" --seconds=$((SECONDS - start_seconds)) \
-  --commit="$commit" --dirty="$dirty" --cpus="$(nproc)" --cpu_model="$cpu_model" \
+  --commit="$commit" --dirty_files="$dirty_files" --cpus="$(nproc)" --cpu_model="$cpu_model" \
   --kernel="$(uname -r)" --hugepages_free="${hugepages_free:-0}" \
   --local_modes="${local_modes[*]}" --memif_modes="${memif_modes[*]}" \
   --region_mib="$region_mib" \

@@ -51,6 +51,7 @@ import importlib.util
 import json
 import sys
 
+sys.dont_write_bytecode = True
 spec = importlib.util.spec_from_file_location("report", sys.argv[2])
 report = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(report)

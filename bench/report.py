@@ -394,7 +394,7 @@ def plots(out, work, report, raw):
         "set logscale x 2\nset logscale y 10\nset format y '%%g'\n"
         "set format x '%%.0b%%B'\n"
         "set xlabel 'message size (bytes)'\nset ylabel 'GB/s (1e9 B/s)'\n"
-        "set key left top\nset grid\n"
+        "set key right bottom\nset grid\n"
         "plot %s\n") % (os.path.join(out, "bw_vs_size.png.tmp"),
                         ", \\\n     ".join(series))
     err = gnuplot(script, work)
@@ -456,7 +456,8 @@ def markdown(report):
          m["load_end"], run["rounds"],
          ", quick mode (not for reading)" if run["quick"] else "",
          run["seconds"], run["commit"],
-         " with uncommitted changes" if run["dirty"] else ""))
+         (" with uncommitted changes to " + ", ".join(run["dirty_files"]))
+         if run["dirty"] else ""))
     lines.append(
         "rdmaplane figures: inside one daemon with --poll_mode=%s; over memif "
         "with --poll_mode=%s, --mtu=1024. CPUs: %s. Bandwidth runs spread their "
@@ -621,7 +622,9 @@ def main():
     ap.add_argument("--quick", type=int, default=0)
     ap.add_argument("--seconds", type=int, default=0)
     ap.add_argument("--commit", default="unknown")
-    ap.add_argument("--dirty", default="false")
+    ap.add_argument("--dirty_files", default="",
+                    help="comma-separated tracked files changed since the "
+                         "commit")
     ap.add_argument("--cpus", type=int, default=os.cpu_count())
     ap.add_argument("--cpu_model", default="")
     ap.add_argument("--kernel", default="")
@@ -703,7 +706,8 @@ def main():
             "rounds": a.rounds,
             "quick": bool(a.quick),
             "commit": a.commit,
-            "dirty": a.dirty == "true",
+            "dirty": bool(a.dirty_files),
+            "dirty_files": [x for x in a.dirty_files.split(",") if x],
             "statistic": "median of the rounds",
             "poll_mode_used": {"local": local_modes[0],
                                "memif": memif_modes[0]},
