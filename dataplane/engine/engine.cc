@@ -1,6 +1,7 @@
 #include "dataplane/engine/engine.h"
 
 #include <rte_launch.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -26,7 +27,8 @@ Engine::Engine(mr::RegistrationTable* table, const EngineOptions& options)
       options_(options),
       eventfd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
-      endpoints_(new Endpoint*[options.max_endpoints]) {
+      endpoints_(new Endpoint*[options.max_endpoints]),
+      idle_(options.mode, options.idle_spins, options.idle_ns) {
   AddWakeFd(eventfd_);
   const size_t bytes = shm::SpscRing<Command>::BytesFor(kCommandSlots);
   command_memory_.reset(static_cast<uint8_t*>(
@@ -263,8 +265,9 @@ bool Engine::Sleep() {
         (port_->rx_interrupt_fd() < 0 || port_->delayed() > 0)) {
       // No interrupt (or frames the fault model holds back): nap, longer
       // each time nothing arrived.
-      const uint64_t nap = std::min(options_.port_nap_ns << std::min(naps_, 16u),
-                                    options_.port_max_nap_ns);
+      const uint64_t nap =
+          std::min(options_.port_nap_ns << std::min(idle_.naps(), 16u),
+                   options_.port_max_nap_ns);
       wait_ns = std::min(wait_ns, nap);
     }
     table_->Offline(options_.reader_index);
@@ -290,7 +293,6 @@ bool Engine::Sleep() {
 }
 
 void Engine::Run() {
-  uint32_t idle = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     ApplyCommands();
     uint32_t work = port_ != nullptr ? PollPort() : 0;
@@ -309,24 +311,17 @@ void Engine::Run() {
     // Only this thread writes it: a plain store, no locked instruction.
     counters_.loops.store(counters_.loops.load(std::memory_order_relaxed) + 1,
                           std::memory_order_relaxed);
-    if (work > 0) {
-      idle = 0;
-      naps_ = 0;
-    } else if (++idle >= options_.idle_spins &&
-               options_.mode == PollMode::kAdaptive) {
-      const bool woken = Sleep();
-      // Back online before the next lookup (Sleep went offline).
-      table_->Quiescent(options_.reader_index);
-      // After a nap that nothing interrupted, a few empty turns are enough
-      // to go back to sleep: spinning the full idle_spins after every nap
-      // would keep an idle engine busy.
-      if (woken) {
-        idle = 0;
-        naps_ = 0;
-      } else {
-        idle = options_.idle_spins - std::min(options_.idle_spins, 64u);
-        ++naps_;
-      }
+    switch (idle_.AfterTurn(work > 0, [this] { return clock_.NowNs(); })) {
+      case IdlePolicy::Action::kPoll:
+        break;
+      case IdlePolicy::Action::kYield:
+        sched_yield();
+        break;
+      case IdlePolicy::Action::kSleep:
+        idle_.AfterSleep(Sleep());
+        // Back online before the next lookup (Sleep went offline).
+        table_->Quiescent(options_.reader_index);
+        break;
     }
   }
   table_->Offline(options_.reader_index);

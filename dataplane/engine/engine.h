@@ -2,11 +2,13 @@
 // a run-to-completion loop (port rx_burst -> RC responder and completer,
 // client send rings -> RC requester -> tx_burst, timers, completion rings),
 // with no locks and no allocation on the loop. Changes arrive as commands
-// from the control plane, applied at the top of the loop. When idle, the
-// engine spins for a while, then (adaptive mode) sleeps until a client rings
-// its session's wake-up socket after posting to a sleeping engine, or the
-// port's receive interrupt fires (or, for a port without one, after a short
-// nap), waking at least for the next retransmit timer.
+// from the control plane, applied at the top of the loop. When idle, an
+// adaptive engine spins briefly, then yields its CPU between turns (so that
+// clients and other engines sharing the CPU run at once), and after a while
+// without work sleeps until a client rings its session's wake-up socket
+// after posting to a sleeping engine, or the port's receive interrupt fires
+// (or, for a port without one, after a short nap), waking at least for the
+// next retransmit timer. A busy engine never yields or sleeps.
 //
 // With a port, frames that are not for a connection's QP (ARP, connection
 // management to QP 1) go to the control plane through a ring, and frames
@@ -29,6 +31,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "api/shm/ring.h"
 #include "dataplane/engine/endpoint.h"
+#include "dataplane/engine/idle_policy.h"
 #include "dataplane/mr/registration_table.h"
 
 namespace rdmaplane::port {
@@ -37,14 +40,15 @@ class EthPort;
 
 namespace rdmaplane::engine {
 
-enum class PollMode { kBusy, kAdaptive };
-
 struct EngineOptions {
   PollMode mode = PollMode::kAdaptive;
   uint32_t reader_index = 0;       // this engine's slot in the table
   uint32_t max_endpoints = 1024;
   uint32_t budget = 32;            // frames or requests per endpoint per turn
-  uint32_t idle_spins = 20000;     // empty turns before sleeping
+  // Adaptive idle (see idle_policy.h): empty turns spun back to back, then
+  // time without work, yielding the CPU between turns, before sleeping.
+  uint32_t idle_spins = 64;
+  uint64_t idle_ns = 500'000;
   uint64_t max_sleep_ns = 10'000'000;
   // While a port without a receive interrupt is attached, the engine naps
   // instead of sleeping: first this long, doubling while nothing arrives,
@@ -169,7 +173,7 @@ class Engine {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   bool launched_on_lcore_ = false;
-  uint32_t naps_ = 0;  // naps in a row that found nothing
+  IdlePolicy idle_;
   std::atomic<bool> running_{false};
   EngineCounters counters_;
 };
