@@ -73,7 +73,9 @@ bool MakeParentDir(const std::string& path) {
 
 Daemon::Daemon(const DaemonOptions& options)
     : options_(options),
-      table_(options.max_registrations, /*readers=*/1),
+      table_(options.max_registrations,
+             /*readers=*/std::clamp<uint32_t>(options.engines, 1,
+                                              engine::WakeRoute::kMaxEngines)),
       cache_(&table_) {
   if (options_.socket_path.empty()) {
     options_.socket_path = shm::DefaultSocketPath();
@@ -84,11 +86,34 @@ Daemon::Daemon(const DaemonOptions& options)
                         (static_cast<uint64_t>(getpid()) << 32);
   psn_seed_ ^= seed;
   next_comm_id_ = static_cast<uint32_t>(seed * 0x9E3779B97F4A7C15ull >> 33);
-  engine::EngineOptions eo;
-  eo.mode = options_.poll_mode;
-  eo.max_endpoints = 2 * options_.max_connections;
-  if (!options_.port.device.empty()) eo.lcore = options_.port.engine_lcore;
-  engine_ = std::make_unique<engine::Engine>(&table_, eo);
+  options_.engines = std::clamp<uint32_t>(options_.engines, 1,
+                                          engine::WakeRoute::kMaxEngines);
+  const bool pinned = options_.engine_cpus.size() == options_.engines;
+  // Pinned engines run on EAL lcores when there is an EAL (a data port),
+  // else on plain threads with that CPU affinity.
+  const bool eal = !options_.port.device.empty();
+  std::vector<int> wake_fds;
+  for (uint32_t i = 0; i < options_.engines; ++i) {
+    engine::EngineOptions eo;
+    eo.mode = options_.poll_mode;
+    eo.reader_index = i;
+    eo.max_endpoints = 2 * options_.max_connections;
+    eo.max_sleep_ns = options_.engine_max_sleep_ns;
+    if (pinned) (eal ? eo.lcore : eo.cpu) = options_.engine_cpus[i];
+    engines_.push_back(std::make_unique<engine::Engine>(&table_, eo));
+    wake_fds.push_back(engines_.back()->wake_fd());
+  }
+  for (auto& e : engines_) e->SetSiblings(wake_fds);
+}
+
+uint32_t Daemon::LeastLoadedEngine() const {
+  uint32_t best = 0;
+  for (uint32_t i = 1; i < engines_.size(); ++i) {
+    if (engines_[i]->endpoint_count() < engines_[best]->endpoint_count()) {
+      best = i;
+    }
+  }
+  return best;
 }
 
 Daemon::~Daemon() { Stop(); }
@@ -151,7 +176,7 @@ absl::Status Daemon::Start() {
     return st;
   }
   arena_memory_.AttachPort(port_.get());
-  ev.data.fd = engine_->control_notify_fd();
+  ev.data.fd = port_engine().control_notify_fd();
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, ev.data.fd, &ev);
   started_ = absl::Now();
   if (dpdk_) {  // DPDK telemetry exists only with the EAL
@@ -159,7 +184,7 @@ absl::Status Daemon::Start() {
     RegisterTelemetry([this] { return Status(); });
     telemetry_ = true;
   }
-  engine_->Start();
+  for (auto& e : engines_) e->Start();
   control_thread_ = std::thread([this] { ControlLoop(); });
   return absl::OkStatus();
 }
@@ -175,10 +200,10 @@ void Daemon::Stop() {
     telemetry_ = false;
   }
   // Farewells to peer daemons leave before the engine stops.
-  for (int i = 0; i < 100 && engine_->control_backlog() > 0; ++i) {
+  for (int i = 0; i < 100 && port_engine().control_backlog() > 0; ++i) {
     usleep(1000);
   }
-  engine_->Stop();
+  for (auto& e : engines_) e->Stop();
   // Closing the port frees the frames it still held; then the arenas they
   // pointed into can go.
   arena_memory_.AttachPort(nullptr);
@@ -208,7 +233,7 @@ void Daemon::ControlLoop() {
       const int fd = events[i].data.fd;
       if (fd == listen_fd_) {
         AcceptClient();
-      } else if (fd == engine_->control_notify_fd()) {
+      } else if (fd == port_engine().control_notify_fd()) {
         DrainControlFrames();
       } else if (fd == control_eventfd_) {
         uint64_t v;
@@ -423,13 +448,15 @@ void Daemon::HandleHello(Session* s, const shm::SetupMessage& msg, int fd) {
     return refuse("out of file descriptors");
   }
   s->control_wake = control_pipe[0];
-  s->engine_wake = engine_pipe[0];
+  s->engine_wake = std::make_unique<engine::WakeRoute>();
+  s->engine_wake->fd = engine_pipe[0];
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = s->control_wake;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->control_wake, &ev);
   control_wake_fds_.insert(s->control_wake);
-  engine_->AddWakeFd(s->engine_wake);
+  // Engines watch engine_pipe[0] while they serve one of the session's
+  // connections (Endpoint::info().wake).
   s->requests = *req;
   s->responses = *resp;
   s->ready = true;
@@ -519,10 +546,9 @@ void Daemon::CloseSession(Session* s) {
     control_wake_fds_.erase(s->control_wake);
     close(s->control_wake);
   }
-  if (s->engine_wake >= 0) {
-    engine_->RemoveWakeFd(s->engine_wake);
-    close(s->engine_wake);
-  }
+  // No engine serves a connection of the session any more, so none
+  // watches its doorbell socket.
+  if (s->engine_wake != nullptr) close(s->engine_wake->fd);
   if (s->region != nullptr) munmap(s->region, s->region_bytes);
   if (s->region_fd >= 0) close(s->region_fd);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->sock, nullptr);
@@ -768,6 +794,7 @@ std::unique_ptr<engine::Endpoint> Daemon::MakeEndpoint(
   info.session_id = s->id;
   info.header = s->header;
   info.slot = slot;
+  info.wake = s->engine_wake.get();
   info.send = s->send[slot];
   info.completion = s->completion[slot];
   // An active connection to a peer daemon got its slot at connect time,
@@ -799,9 +826,10 @@ std::unique_ptr<engine::Endpoint> Daemon::MakeEndpoint(
   info.qp = qp;
   if (remote != nullptr) {
     return std::make_unique<engine::Endpoint>(
-        info, &table_, engine_->clock(), fault::FaultSpec{}, port_.get());
+        info, &table_, port_engine().clock(), fault::FaultSpec{}, port_.get());
   }
-  return std::make_unique<engine::Endpoint>(info, &table_, engine_->clock(),
+  return std::make_unique<engine::Endpoint>(info, &table_,
+                                            port_engine().clock(),
                                             options_.link_faults);
 }
 
@@ -893,7 +921,8 @@ ControlResponse Daemon::Accept(Session* s, const ControlRequest& r) {
   c->open[1] = true;
   c->pending = false;
   s->connections[sslot] = c;
-  engine_->AddPair(c->endpoint[0].get(), c->endpoint[1].get());
+  c->engine = LeastLoadedEngine();
+  engines_[c->engine]->AddPair(c->endpoint[0].get(), c->endpoint[1].get());
   c->running = true;
   ++running_connections_;
   ControlResponse resp = Reply(shm::kStatusOk);
@@ -940,7 +969,7 @@ void Daemon::CloseConnection(Connection* c, int side, int32_t status,
     return;
   }
   const bool stopping = stop_.load();
-  engine_->RemovePair(c->endpoint[side].get(), status,
+  engines_[c->engine]->RemovePair(c->endpoint[side].get(), status,
                       stopping ? shm::kConnDaemonGone : shm::kConnFree,
                       peer_status,
                       stopping ? shm::kConnDaemonGone : shm::kConnReset);

@@ -57,8 +57,9 @@ struct DataPortOptions {
   std::string file_prefix = "rdmaplane";
   std::vector<std::string> eal_args;
   uint32_t mbufs = 8191;
-  int control_lcore = 0;          // with engine_lcore: EAL -l control,engine
-  int engine_lcore = -1;          // -1: the engine is a plain thread
+  // With pinned engines (DaemonOptions::engine_cpus): the EAL main lcore,
+  // where the control thread runs (EAL -l control,engines...).
+  int control_lcore = 0;
   fault::FaultSpec faults;        // injected on transmit
   // Send payload from client arenas in place where the port allows it
   // (false: always copy into packet buffers).
@@ -75,8 +76,19 @@ struct DaemonOptions {
   // Distinct registrations one session may hold, so that no client can
   // take the whole table.
   uint32_t max_registrations_per_session = 4096;
-  // Connections the engine serves at once (two endpoints each).
+  // Connections the daemon serves at once (two endpoints each).
   uint32_t max_connections = 512;
+  // Engines, each a thread of its own. Connections inside the daemon go to
+  // the engine serving the fewest endpoints; connections through the data
+  // port to engine 0, which owns the port.
+  uint32_t engines = 1;
+  // CPUs the engines run on, one each (size == engines), or empty: not
+  // pinned. With a data port they are EAL lcores.
+  std::vector<int> engine_cpus;
+  // The longest an idle adaptive engine sleeps when nothing wakes it and
+  // no timer is due. Tests raise it, so that a lost wake-up shows as a
+  // hang rather than as a short delay.
+  uint64_t engine_max_sleep_ns = 10'000'000;
   uint32_t path_mtu = 4096;
   // First retransmission timeout of a connection inside this daemon, and of
   // one to another daemon (whose engine may be descheduled for a while on a
@@ -148,6 +160,7 @@ class Daemon {
     std::unique_ptr<engine::Endpoint> endpoint[2];
     bool open[2] = {false, false};  // the side still holds its slot
     bool running = false;           // the engine serves it
+    uint32_t engine = 0;            // which engine (while running)
     // Connected, not yet accepted: the connector may register and post
     // (requests wait in its ring); the listener holds no slot yet.
     bool pending = false;
@@ -191,8 +204,9 @@ class Daemon {
     bool ready = false;  // hello done
     bool admin = false;  // an rdmaplanectl query, not a client
     std::unique_ptr<shm::SetupReader> setup;  // non-blocking reads
-    int control_wake = -1;  // read ends of the session's doorbell pipes
-    int engine_wake = -1;
+    int control_wake = -1;  // read end of the control doorbell socket
+    // The read end of the engine doorbell socket, as engines watch it.
+    std::unique_ptr<engine::WakeRoute> engine_wake;
     uint8_t* region = nullptr;
     uint64_t region_bytes = 0;
     int region_fd = -1;
@@ -295,7 +309,12 @@ class Daemon {
   std::unique_ptr<engine::Endpoint> MakeRemoteEndpoint(Session* s,
                                                        uint32_t slot,
                                                        Connection* c);
-  uint64_t NowNs() const { return engine_->clock()->NowNs(); }
+  uint64_t NowNs() const { return engines_[0]->clock()->NowNs(); }
+  // The engine that owns the data port and talks to the control plane
+  // about frames.
+  engine::Engine& port_engine() const { return *engines_[0]; }
+  // The engine a new connection inside the daemon goes to.
+  uint32_t LeastLoadedEngine() const;
   uint32_t NextCommId() {
     if (next_comm_id_ == 0) ++next_comm_id_;  // 0 means "none"
     return next_comm_id_++;
@@ -312,7 +331,7 @@ class Daemon {
   RegistrationCache cache_;
   // Before the engine and the port: frames they hold may point into arenas.
   ArenaMemory arena_memory_;
-  std::unique_ptr<engine::Engine> engine_;
+  std::vector<std::unique_ptr<engine::Engine>> engines_;
   std::unique_ptr<port::EthPort> port_;
   wire::MacAddr port_mac_;
   bool dpdk_ = false;

@@ -15,10 +15,13 @@
 //
 // Control thread only, like the rest of Daemon.
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "api/shm/doorbell.h"
 #include "control/daemon.h"
 #include "control/log.h"
@@ -97,14 +100,24 @@ absl::Status Daemon::StartPort() {
     eal.args.push_back("-a");
     eal.args.push_back(p.device);
   }
-  if (p.engine_lcore >= 0) {
+  const bool pinned = options_.engine_cpus.size() == options_.engines;
+  if (pinned) {
     eal.args.push_back("-l");
-    eal.args.push_back(absl::StrCat(p.control_lcore, ",", p.engine_lcore));
+    eal.args.push_back(absl::StrCat(p.control_lcore, ",",
+                                    absl::StrJoin(options_.engine_cpus, ",")));
     eal.args.push_back(absl::StrCat("--main-lcore=", p.control_lcore));
   }
+  // The EAL pins the calling thread to its main lcore, and every thread
+  // started later inherits that: unpinned engines and the control thread
+  // would all share one CPU. Without pinned engines, the process keeps the
+  // CPUs it was given.
+  cpu_set_t given;
+  const bool have_given =
+      !pinned && sched_getaffinity(0, sizeof(given), &given) == 0;
   eal.args.insert(eal.args.end(), p.eal_args.begin(), p.eal_args.end());
   if (absl::Status s = port::InitDpdk(eal); !s.ok()) return s;
   dpdk_ = true;
+  if (have_given) pthread_setaffinity_np(pthread_self(), sizeof(given), &given);
   absl::StatusOr<uint16_t> id = port::FindPort(p.device);
   if (!id.ok()) return id.status();
   port::PortConfig pc;
@@ -127,7 +140,7 @@ absl::Status Daemon::StartPort() {
   port_ = std::move(*opened);
   port_->SetFaults(p.faults);
   port_mac_ = p.mac.value_or(port_->mac());
-  engine_->AttachPort(port_.get());
+  port_engine().AttachPort(port_.get());
   return absl::OkStatus();
 }
 
@@ -144,10 +157,10 @@ void Daemon::StopPort() {
 void Daemon::DrainControlFrames() {
   uint64_t v;
   [[maybe_unused]] ssize_t r =
-      read(engine_->control_notify_fd(), &v, sizeof(v));
+      read(port_engine().control_notify_fd(), &v, sizeof(v));
   engine::ControlFrame f;
   // Bounded: the engine may keep passing frames up.
-  for (int i = 0; i < 256 && engine_->TakeControlFrame(&f); ++i) {
+  for (int i = 0; i < 256 && port_engine().TakeControlFrame(&f); ++i) {
     if (f.kind == engine::ControlFrame::kTransportError) {
       auto it = connections_.find(f.connection_id / 2);
       if (it != connections_.end() && it->second->remote &&
@@ -202,7 +215,7 @@ void Daemon::HandleArp(std::span<const uint8_t> frame) {
     uint8_t out[64];
     const size_t n =
         wire::EncodeArp(wire::MakeArpReply(m, port_mac_), std::span(out));
-    if (n > 0 && engine_->SendControlFrame({out, n})) {
+    if (n > 0 && port_engine().SendControlFrame({out, n})) {
       absl::MutexLock lock(&snapshot_mu_);
       ++snapshot_.arp_replies_sent;
     }
@@ -229,7 +242,7 @@ void Daemon::SendArpRequest(uint32_t ip) {
   m.target_ip = ip;
   uint8_t out[64];
   const size_t n = wire::EncodeArp(m, std::span(out));
-  if (n > 0) engine_->SendControlFrame({out, n});
+  if (n > 0) port_engine().SendControlFrame({out, n});
 }
 
 void Daemon::SendCm(const wire::CmMessage& m, uint32_t peer_ip,
@@ -244,7 +257,7 @@ void Daemon::SendCm(const wire::CmMessage& m, uint32_t peer_ip,
   const size_t n = wire::EncodeCmFrame(path, m, std::span(out));
   RDP_LOG(kDebug, "CM %s to %s, comm id %u -> %u", wire::CmTypeName(m.type),
           IpText(peer_ip).c_str(), m.local_comm_id, m.remote_comm_id);
-  if (n == 0 || !engine_->SendControlFrame({out, n})) {
+  if (n == 0 || !port_engine().SendControlFrame({out, n})) {
     RDP_LOG(kWarning, "cannot send CM %s to %s", wire::CmTypeName(m.type),
             IpText(peer_ip).c_str());
   }
@@ -422,7 +435,7 @@ void Daemon::OnReply(Connection* c, const wire::CmMessage& m,
   c->endpoint[0] = MakeRemoteEndpoint(s, c->slot[0], c);
   c->pending = false;
   c->cm = CmState::kEstablished;
-  engine_->AddRemote(c->endpoint[0].get());
+  port_engine().AddRemote(c->endpoint[0].get());
   c->running = true;
   ++running_connections_;
   SendSimple(c, wire::CmType::kRtu);
@@ -541,7 +554,7 @@ void Daemon::AcceptRemote(Connection* c, Session* s, uint32_t slot) {
   c->open[0] = true;
   c->pending = false;
   s->connections[slot] = c;
-  engine_->AddRemote(c->endpoint[0].get());
+  port_engine().AddRemote(c->endpoint[0].get());
   c->running = true;
   ++running_connections_;
   c->cm = CmState::kRepSent;
@@ -629,7 +642,7 @@ void Daemon::SendDreq(uint32_t comm_id, Farewell* f, uint64_t now) {
 void Daemon::PeerClosed(Connection* c, int32_t status,
                         shm::ConnectionState state) {
   if (!c->running) return;
-  engine_->RemovePair(c->endpoint[0].get(), status, state, 0, state);
+  port_engine().RemovePair(c->endpoint[0].get(), status, state, 0, state);
   c->running = false;
   --running_connections_;
   c->abort_status[0] = status;

@@ -46,6 +46,7 @@ DaemonStatus Daemon::BuildStatus() const {
   st.poll_mode =
       options_.poll_mode == engine::PollMode::kBusy ? "busy" : "adaptive";
   st.mtu = options_.path_mtu;
+  st.engines = static_cast<uint32_t>(engines_.size());
   if (port_ != nullptr) {
     st.data_port = options_.port.device;
     st.ip = IpText(options_.port.ip);
@@ -75,6 +76,7 @@ DaemonStatus Daemon::BuildStatus() const {
       cs.slot = c->slot[side];
       cs.service = c->service;
       cs.peer = c->remote ? IpText(c->peer_ip) : "local";
+      cs.engine = c->engine;
       cs.local_qpn = c->qpn[side];
       cs.remote_qpn = c->qpn[c->remote ? 1 : 1 - side];
       if (c->running) {
@@ -137,18 +139,25 @@ DaemonStatus Daemon::BuildStatus() const {
   add("cm_retransmits", snap.cm_retransmits);
   add("arp_replies_sent", snap.arp_replies_sent);
   add("bad_control_frames", snap.bad_control_frames);
-  const engine::EngineCounters& ec = engine_->counters();
-  add("engine_loops", ec.loops.load(std::memory_order_relaxed));
-  add("engine_sleeps", ec.sleeps.load(std::memory_order_relaxed));
-  add("engine_wakeups", ec.wakeups.load(std::memory_order_relaxed));
-  add("engine_rx_unknown_qpn", ec.rx_unknown_qpn.load(std::memory_order_relaxed));
-  add("engine_rx_rejected", ec.rx_rejected.load(std::memory_order_relaxed));
-  add("engine_control_frames_in",
-      ec.control_frames_in.load(std::memory_order_relaxed));
-  add("engine_control_frames_out",
-      ec.control_frames_out.load(std::memory_order_relaxed));
+  // Engine counters summed over the engines.
+  auto sum = [this](auto field) {
+    uint64_t total = 0;
+    for (const auto& e : engines_) {
+      total += (e->counters().*field).load(std::memory_order_relaxed);
+    }
+    return total;
+  };
+  using engine::EngineCounters;
+  add("engine_loops", sum(&EngineCounters::loops));
+  add("engine_sleeps", sum(&EngineCounters::sleeps));
+  add("engine_wakeups", sum(&EngineCounters::wakeups));
+  add("engine_kicks_passed_on", sum(&EngineCounters::kicks_passed_on));
+  add("engine_rx_unknown_qpn", sum(&EngineCounters::rx_unknown_qpn));
+  add("engine_rx_rejected", sum(&EngineCounters::rx_rejected));
+  add("engine_control_frames_in", sum(&EngineCounters::control_frames_in));
+  add("engine_control_frames_out", sum(&EngineCounters::control_frames_out));
   add("engine_control_frames_dropped",
-      ec.control_frames_dropped.load(std::memory_order_relaxed));
+      sum(&EngineCounters::control_frames_dropped));
   if (port_ != nullptr) {
     const port::PortCounters& pc = port_->counters();
     add("port_rx_frames", pc.rx_frames);

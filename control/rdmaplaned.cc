@@ -8,6 +8,7 @@
 // Options may also come from a file: --flagfile=/etc/rdmaplane/rdmaplaned.conf
 // (one --flag=value per line).
 #include <arpa/inet.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -20,6 +21,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "control/daemon.h"
 #include "control/log.h"
@@ -53,10 +56,15 @@ ABSL_FLAG(bool, hugepages, false,
           "give DPDK hugepages (default: --no-huge, plain memory)");
 ABSL_FLAG(uint32_t, memory_mb, 256, "DPDK memory without hugepages, MiB");
 ABSL_FLAG(uint32_t, mbufs, 8191, "packet buffers of the data port");
-ABSL_FLAG(int32_t, engine_lcore, -1,
-          "CPU the engine runs on (an EAL lcore); -1: not pinned");
+ABSL_FLAG(uint32_t, engines, 0,
+          "engine threads, 1..32 (default: one per CPU of --engine_lcores, "
+          "else 1)");
+ABSL_FLAG(std::string, engine_lcores, "",
+          "comma-separated CPUs the engines run on, one engine each (EAL "
+          "lcores with a data port); empty: not pinned");
 ABSL_FLAG(int32_t, control_lcore, 0,
-          "CPU of the control thread when the engine is pinned");
+          "CPU of the control thread when the engines are pinned and there "
+          "is a data port (the EAL main lcore)");
 ABSL_FLAG(std::string, eal_args, "",
           "extra DPDK EAL arguments, separated by spaces");
 ABSL_FLAG(std::string, file_prefix, "rdmaplane",
@@ -84,6 +92,55 @@ bool ParseIds(const std::string& text, std::vector<uint32_t>* out) {
     out->push_back(v);
   }
   return true;
+}
+
+// --engines (0: not given) and --engine_lcores into options->engines and
+// engine_cpus; an error message, or "" when they are valid. `control_cpu`
+// is the EAL main lcore (-1 without a data port), which no engine may
+// share.
+std::string ParseEngineCpus(const std::string& text, uint32_t engines,
+                            int control_cpu,
+                            rdmaplane::control::DaemonOptions* options) {
+  constexpr uint32_t kMaxEngines = rdmaplane::engine::WakeRoute::kMaxEngines;
+  std::vector<uint32_t> cpus;
+  if (!ParseIds(text, &cpus)) {
+    return "--engine_lcores takes CPU numbers separated by commas";
+  }
+  if (engines > kMaxEngines) {
+    return absl::StrCat("--engines must be 1..", kMaxEngines);
+  }
+  if (cpus.empty()) {
+    options->engines = engines == 0 ? 1 : engines;
+    return "";
+  }
+  if (cpus.size() > kMaxEngines) {
+    return absl::StrCat("--engine_lcores lists at most ", kMaxEngines,
+                        " CPUs");
+  }
+  if (engines != 0 && engines != cpus.size()) {
+    return absl::StrCat("--engines=", engines, " but --engine_lcores lists ",
+                        cpus.size(), " CPUs");
+  }
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  sched_getaffinity(0, sizeof(allowed), &allowed);
+  for (size_t i = 0; i < cpus.size(); ++i) {
+    const uint32_t cpu = cpus[i];
+    if (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed)) {
+      return absl::StrCat("--engine_lcores: CPU ", cpu,
+                          " is not one this process may run on");
+    }
+    if (std::count(cpus.begin(), cpus.begin() + i, cpu) > 0) {
+      return absl::StrCat("--engine_lcores lists CPU ", cpu, " twice");
+    }
+    if (static_cast<int>(cpu) == control_cpu) {
+      return absl::StrCat("--engine_lcores and --control_lcore share CPU ",
+                          cpu);
+    }
+  }
+  options->engines = static_cast<uint32_t>(cpus.size());
+  options->engine_cpus.assign(cpus.begin(), cpus.end());
+  return "";
 }
 
 }  // namespace
@@ -181,11 +238,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdmaplaned: --mbufs must be at least 1023\n");
     return 2;
   }
-  port.engine_lcore = absl::GetFlag(FLAGS_engine_lcore);
   port.control_lcore = absl::GetFlag(FLAGS_control_lcore);
-  if (port.engine_lcore >= 0 && port.engine_lcore == port.control_lcore) {
-    std::fprintf(stderr,
-                 "rdmaplaned: --engine_lcore and --control_lcore differ\n");
+  if (std::string err = ParseEngineCpus(absl::GetFlag(FLAGS_engine_lcores),
+                                        absl::GetFlag(FLAGS_engines),
+                                        port.device.empty()
+                                            ? -1
+                                            : port.control_lcore,
+                                        &options);
+      !err.empty()) {
+    std::fprintf(stderr, "rdmaplaned: %s\n", err.c_str());
     return 2;
   }
   port.file_prefix = absl::GetFlag(FLAGS_file_prefix);
@@ -212,14 +273,18 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_check_config)) {
     std::printf("socket=%s\npoll_mode=%s\nmtu=%u\nport=%s\nip=%s\n"
-                "hugepages=%d\nengine_lcore=%d\nfile_prefix=%s\n"
+                "hugepages=%d\nengines=%u\nengine_lcores=%s\nfile_prefix=%s\n"
                 "max_connections=%u\nmax_registrations=%u\nconfig: ok\n",
                 options.socket_path.empty() ? "(default)"
                                             : options.socket_path.c_str(),
                 mode.c_str(), options.path_mtu,
                 port.device.empty() ? "(none)" : port.device.c_str(),
                 ip.empty() ? "(none)" : ip.c_str(), port.hugepages ? 1 : 0,
-                port.engine_lcore, port.file_prefix.c_str(),
+                options.engines,
+                options.engine_cpus.empty()
+                    ? "(not pinned)"
+                    : absl::StrJoin(options.engine_cpus, ",").c_str(),
+                port.file_prefix.c_str(),
                 options.max_connections, options.max_registrations);
     return 0;
   }

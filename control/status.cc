@@ -116,6 +116,7 @@ void ConnectionFields(JsonObject& o, const ConnectionStatus& c) {
   o.Field("service", c.service);
   o.Field("peer", c.peer);
   o.Field("state", c.state);
+  o.Field("engine", c.engine);
   o.Field("local_qpn", c.local_qpn);
   o.Field("remote_qpn", c.remote_qpn);
   o.Field("posted", c.posted);
@@ -293,6 +294,7 @@ std::string StatusText(const DaemonStatus& s) {
       {"mac", Printable(s.mac)},
       {"mtu", absl::StrCat(s.mtu)},
       {"poll mode", Printable(s.poll_mode)},
+      {"engines", absl::StrCat(s.engines)},
       {"clients", absl::StrCat(s.clients.size())},
       {"connections", absl::StrCat(s.connections.size())},
       {"registrations", absl::StrCat(s.registrations.size())},
@@ -330,6 +332,7 @@ std::string ConnectionsText(const DaemonStatus& s) {
            {"SERVICE", false},
            {"PEER", false},
            {"STATE", false},
+           {"ENGINE", true},
            {"LOCAL_QPN", true},
            {"REMOTE_QPN", true},
            {"POSTED", true},
@@ -343,7 +346,7 @@ std::string ConnectionsText(const DaemonStatus& s) {
   for (const ConnectionStatus& c : s.connections) {
     t.Row({absl::StrCat(c.id), absl::StrCat(c.session_id), absl::StrCat(c.slot),
            Printable(c.service), Printable(c.peer), Printable(c.state),
-           Hex(c.local_qpn), Hex(c.remote_qpn), absl::StrCat(c.posted),
+           absl::StrCat(c.engine), Hex(c.local_qpn), Hex(c.remote_qpn), absl::StrCat(c.posted),
            absl::StrCat(c.completed), absl::StrCat(c.tx_packets),
            absl::StrCat(c.rx_packets), absl::StrCat(c.retransmitted_packets),
            absl::StrCat(c.timeouts), absl::StrCat(c.naks_sent),
@@ -446,6 +449,7 @@ std::string RenderJson(const DaemonStatus& s, std::string_view topic) {
     o.Field("mac", s.mac);
     o.Field("mtu", s.mtu);
     o.Field("poll_mode", s.poll_mode);
+    o.Field("engines", s.engines);
     o.Field("clients", static_cast<uint64_t>(s.clients.size()));
     o.Field("connections", static_cast<uint64_t>(s.connections.size()));
     o.Field("registrations", static_cast<uint64_t>(s.registrations.size()));

@@ -37,6 +37,7 @@ struct ConnectionStatus {
   std::string service;
   std::string peer;   // "local" or the peer's IP address, e.g. "10.0.0.2"
   std::string state;  // "pending", "connecting", "up", "closing"
+  uint32_t engine = 0;  // index of the engine serving it
   uint32_t local_qpn = 0;
   uint32_t remote_qpn = 0;
   uint64_t posted = 0;
@@ -69,6 +70,7 @@ struct DaemonStatus {
   std::string mac;
   uint32_t mtu = 0;
   std::string poll_mode;
+  uint32_t engines = 0;
   std::vector<ClientStatus> clients;
   std::vector<ConnectionStatus> connections;
   std::vector<RegistrationStatus> registrations;

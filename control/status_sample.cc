@@ -27,6 +27,7 @@ DaemonStatus SampleStatus() {
   s.mac = "02:00:00:00:00:01";
   s.mtu = 4096;
   s.poll_mode = "adaptive";
+  s.engines = 2;
   s.clients.push_back({1, 100, 1000, 2, 3, 1, 64ull << 20});
   s.clients.push_back({2, 200, 0, 0, 0, 4, 1536});
   uint32_t id = 1;
@@ -38,6 +39,7 @@ DaemonStatus SampleStatus() {
     c.service = name;
     c.peer = id % 2 ? "local" : "10.0.0.2";
     c.state = "up";
+    c.engine = id % 2;
     c.local_qpn = 0x11 + id;
     c.remote_qpn = 0x21 + id;
     c.posted = 1000 + id;

@@ -52,10 +52,11 @@ TEST(StatusTest, JsonStatusHasTheHeaderAndCounts) {
   EXPECT_EQ(j["mac"].Str(), "02:00:00:00:00:01");
   EXPECT_EQ(j["mtu"].U64(), 4096u);
   EXPECT_EQ(j["poll_mode"].Str(), "adaptive");
+  EXPECT_EQ(j["engines"].U64(), 2u);
   EXPECT_EQ(j["clients"].U64(), 2u);
   EXPECT_EQ(j["connections"].U64(), OddNames().size());
   EXPECT_EQ(j["registrations"].U64(), 2u);
-  EXPECT_EQ(j.Object().size(), 12u);
+  EXPECT_EQ(j.Object().size(), 13u);
 }
 
 TEST(StatusTest, JsonNegativePid) {
@@ -80,6 +81,7 @@ TEST(StatusTest, JsonConnectionsKeepOddServiceNames) {
     EXPECT_EQ(o["slot"].U64(), c.slot);
     EXPECT_EQ(o["peer"].Str(), c.peer);
     EXPECT_EQ(o["state"].Str(), "up");
+    EXPECT_EQ(o["engine"].U64(), c.engine);
     EXPECT_EQ(o["local_qpn"].U64(), c.local_qpn);
     EXPECT_EQ(o["remote_qpn"].U64(), c.remote_qpn);
     EXPECT_EQ(o["posted"].U64(), c.posted);
@@ -90,7 +92,7 @@ TEST(StatusTest, JsonConnectionsKeepOddServiceNames) {
     EXPECT_EQ(o["timeouts"].U64(), 1u);
     EXPECT_EQ(o["naks_sent"].U64(), 2u);
     EXPECT_EQ(o["naks_received"].U64(), 4u);
-    EXPECT_EQ(o.Object().size(), 16u);
+    EXPECT_EQ(o.Object().size(), 17u);
   }
 }
 
@@ -179,6 +181,7 @@ TEST(StatusTest, TextStatus) {
             "mac            02:00:00:00:00:01\n"
             "mtu            4096\n"
             "poll mode      adaptive\n"
+            "engines        2\n"
             "clients        2\n"
             "connections    8\n"
             "registrations  2\n");

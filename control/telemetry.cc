@@ -107,6 +107,7 @@ void ConnectionFields(Dict& d, const ConnectionStatus& c) {
   d.Str("service", c.service);
   d.Str("peer", c.peer);
   d.Str("state", c.state);
+  d.U64("engine", c.engine);
   d.U64("local_qpn", c.local_qpn);
   d.U64("remote_qpn", c.remote_qpn);
   d.U64("posted", c.posted);
@@ -162,6 +163,7 @@ void FillStatus(rte_tel_data* d, const DaemonStatus& s) {
   out.Str("mac", s.mac);
   out.U64("mtu", s.mtu);
   out.Str("poll_mode", s.poll_mode);
+  out.U64("engines", s.engines);
   out.U64("clients", s.clients.size());
   out.U64("connections", s.connections.size());
   out.U64("registrations", s.registrations.size());

@@ -141,6 +141,7 @@ TEST_F(TelemetryTest, Status) {
   EXPECT_EQ(s["mac"].Str(), "02:00:00:00:00:01");
   EXPECT_EQ(s["mtu"].U64(), 4096u);
   EXPECT_EQ(s["poll_mode"].Str(), "adaptive");
+  EXPECT_EQ(s["engines"].U64(), 2u);
   EXPECT_EQ(s["clients"].U64(), 2u);
   EXPECT_EQ(s["connections"].U64(), sample.connections.size());
   EXPECT_EQ(s["registrations"].U64(), 2u);
@@ -161,6 +162,7 @@ TEST_F(TelemetryTest, ConnectionsByIdWithOddServiceNames) {
     EXPECT_EQ(o["slot"].U64(), c.slot);
     EXPECT_EQ(o["peer"].Str(), c.peer);
     EXPECT_EQ(o["state"].Str(), "up");
+    EXPECT_EQ(o["engine"].U64(), c.engine);
     EXPECT_EQ(o["local_qpn"].U64(), c.local_qpn);
     EXPECT_EQ(o["remote_qpn"].U64(), c.remote_qpn);
     EXPECT_EQ(o["posted"].U64(), c.posted);
@@ -171,7 +173,7 @@ TEST_F(TelemetryTest, ConnectionsByIdWithOddServiceNames) {
     EXPECT_EQ(o["timeouts"].U64(), 1u);
     EXPECT_EQ(o["naks_sent"].U64(), 2u);
     EXPECT_EQ(o["naks_received"].U64(), 4u);
-    EXPECT_EQ(o.Object().size(), 16u);
+    EXPECT_EQ(o.Object().size(), 17u);
   }
 }
 
@@ -223,7 +225,7 @@ TEST_F(TelemetryTest, LongListsAreCutToOneReplyAndSaySo) {
   EXPECT_GE(reply.size(), 14000u);
   for (const auto& [key, entry] : list.Object()) {
     if (key == "omitted") continue;
-    EXPECT_EQ(entry.Object().size(), 16u) << key;
+    EXPECT_EQ(entry.Object().size(), 17u) << key;
     EXPECT_EQ(entry["service"].Str(), std::string(127, 's'));
     EXPECT_EQ(entry["tx_packets"].U64(), 18446744073709551615ull);
   }

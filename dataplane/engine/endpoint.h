@@ -11,6 +11,7 @@
 #ifndef RDMAPLANE_DATAPLANE_ENGINE_ENDPOINT_H_
 #define RDMAPLANE_DATAPLANE_ENGINE_ENDPOINT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -66,11 +67,29 @@ class LoopbackTx : public rc::FrameSink {
   bool reserved_in_peer_ = false;
 };
 
+// A client session's wake-up socket as the engines see it (the read end of
+// the socket pair whose other end the client rings after posting to a
+// sleeping engine). Each engine serving one of the session's connections
+// watches it; the one that drains a kick wakes the others that serve the
+// session, so a kick meant for one engine is never lost to another.
+// Owned by the control plane, which frees it only once no engine serves the
+// session (every endpoint naming it was removed).
+struct WakeRoute {
+  static constexpr uint32_t kMaxEngines = 32;
+  int fd = -1;
+  // Bit i: engine i watches the socket. Set and cleared by engine i;
+  // read by the others when they forward a kick.
+  std::atomic<uint32_t> engines{0};
+  // Endpoints of the session engine i serves; engine i only.
+  uint32_t endpoints[kMaxEngines] = {};
+};
+
 struct EndpointInfo {
   uint32_t connection_id = 0;  // registration scope
   uint32_t session_id = 0;     // owner, for local keys
   shm::SessionHeader* header = nullptr;
   uint32_t slot = 0;  // connection slot in the session
+  WakeRoute* wake = nullptr;  // the session's, or null (nothing to watch)
   shm::SpscRing<shm::SendEntry> send;
   shm::SpscRing<shm::CompletionEntry> completion;
   rc::QpConfig qp;

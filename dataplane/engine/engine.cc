@@ -1,5 +1,6 @@
 #include "dataplane/engine/engine.h"
 
+#include <pthread.h>
 #include <rte_launch.h>
 #include <sched.h>
 #include <sys/epoll.h>
@@ -29,7 +30,8 @@ Engine::Engine(mr::RegistrationTable* table, const EngineOptions& options)
       epoll_fd_(epoll_create1(EPOLL_CLOEXEC)),
       endpoints_(new Endpoint*[options.max_endpoints]),
       idle_(options.mode, options.idle_spins, options.idle_ns) {
-  AddWakeFd(eventfd_);
+  own_route_.fd = eventfd_;
+  AddToEpoll(&own_route_);
   const size_t bytes = shm::SpscRing<Command>::BytesFor(kCommandSlots);
   command_memory_.reset(static_cast<uint8_t*>(
       ::operator new[](bytes, std::align_val_t(shm::kCacheLine))));
@@ -55,7 +57,22 @@ Engine::~Engine() {
 
 void Engine::AttachPort(port::EthPort* port) {
   port_ = port;
-  if (port_->rx_interrupt_fd() >= 0) AddWakeFd(port_->rx_interrupt_fd());
+  if (port_->rx_interrupt_fd() >= 0) {
+    port_route_.fd = port_->rx_interrupt_fd();
+    AddToEpoll(&port_route_);
+  }
+}
+
+void Engine::SetSiblings(std::span<const int> wake_fds) {
+  siblings_ = static_cast<uint32_t>(
+      std::min<size_t>(wake_fds.size(), WakeRoute::kMaxEngines));
+  sibling_fds_.reset(new int[siblings_]);
+  std::copy_n(wake_fds.begin(), siblings_, sibling_fds_.get());
+}
+
+std::string Engine::ThreadName() const {
+  // At most 15 characters (the kernel's limit).
+  return "rdp-engine-" + std::to_string(options_.reader_index);
 }
 
 int Engine::LaunchOnLcore(void* engine) {
@@ -73,6 +90,14 @@ void Engine::Start() {
     return;
   }
   thread_ = std::thread([this] { Run(); });
+  // Named here as well as in Run, so that it is named once Start returns.
+  pthread_setname_np(thread_.native_handle(), ThreadName().c_str());
+  if (options_.cpu >= 0 && options_.cpu < CPU_SETSIZE) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(options_.cpu, &set);
+    pthread_setaffinity_np(thread_.native_handle(), sizeof(set), &set);
+  }
 }
 
 void Engine::Stop() {
@@ -161,15 +186,44 @@ uint32_t Engine::PollPort() {
   return work;
 }
 
-void Engine::AddWakeFd(int read_fd) {
+void Engine::AddToEpoll(WakeRoute* route) {
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = read_fd;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, read_fd, &ev);
+  ev.data.ptr = route;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, route->fd, &ev);
 }
 
-void Engine::RemoveWakeFd(int read_fd) {
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, read_fd, nullptr);
+void Engine::Watch(WakeRoute* route) {
+  if (route == nullptr || route->fd < 0) return;
+  const uint32_t self = options_.reader_index;
+  if (route->endpoints[self]++ > 0) return;
+  AddToEpoll(route);
+  // Pairs with the acquire load in PassOnKick.
+  route->engines.fetch_or(1u << self, std::memory_order_release);
+}
+
+void Engine::Unwatch(WakeRoute* route) {
+  if (route == nullptr || route->fd < 0) return;
+  const uint32_t self = options_.reader_index;
+  if (route->endpoints[self] == 0 || --route->endpoints[self] > 0) return;
+  route->engines.fetch_and(~(1u << self), std::memory_order_release);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, route->fd, nullptr);
+}
+
+void Engine::PassOnKick(const WakeRoute& route) {
+  // Pairs with the release in Watch/Unwatch. A sibling that stopped
+  // serving the session meanwhile is woken for nothing, which is harmless.
+  uint32_t others = route.engines.load(std::memory_order_acquire) &
+                    ~(1u << options_.reader_index);
+  const uint64_t one = 1;
+  while (others != 0) {
+    const uint32_t i = static_cast<uint32_t>(__builtin_ctz(others));
+    others &= others - 1;
+    if (i < siblings_) {
+      [[maybe_unused]] ssize_t n = write(sibling_fds_[i], &one, sizeof(one));
+      counters_.kicks_passed_on.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
 }
 
 void Engine::Submit(const Command& c) {
@@ -211,13 +265,17 @@ void Engine::ApplyCommands() {
       c.b->Wire(c.a);
       for (Endpoint* e : {c.a, c.b}) {
         e->PublishState(shm::kConnUp);
-        if (count_ < options_.max_endpoints) endpoints_[count_++] = e;
+        if (count_ < options_.max_endpoints) {
+          endpoints_[count_++] = e;
+          Watch(e->info().wake);
+        }
       }
     } else if (c.type == CommandType::kAddRemote) {
       c.a->PublishState(shm::kConnUp);
       if (count_ < options_.max_endpoints) {
         endpoints_[count_++] = c.a;
         by_qpn_[c.a->info().qp.local_qpn.value()] = c.a;
+        Watch(c.a->info().wake);
       }
     } else {
       c.a->Close(c.status, c.state);
@@ -225,13 +283,16 @@ void Engine::ApplyCommands() {
       Remove(c.a);
       if (c.b != nullptr) Remove(c.b);
     }
+    served_.store(count_, std::memory_order_relaxed);
     c.done->store(true, std::memory_order_release);
   }
 }
 
 void Engine::Remove(Endpoint* e) {
   auto* end = std::remove(endpoints_.get(), endpoints_.get() + count_, e);
-  count_ = static_cast<uint32_t>(end - endpoints_.get());
+  const uint32_t remaining = static_cast<uint32_t>(end - endpoints_.get());
+  if (remaining < count_) Unwatch(e->info().wake);
+  count_ = remaining;
   if (e->remote()) {
     auto it = by_qpn_.find(e->info().qp.local_qpn.value());
     if (it != by_qpn_.end() && it->second == e) by_qpn_.erase(it);
@@ -277,9 +338,15 @@ bool Engine::Sleep() {
     epoll_event events[16];
     const int n = epoll_pwait2(epoll_fd_, events, 16, &timeout, nullptr);
     for (int i = 0; i < n; ++i) {
-      // Drain: an eventfd yields its counter, a pipe its bytes.
+      // Drain: an eventfd yields its counter, a socket its datagrams.
+      const auto* route = static_cast<const WakeRoute*>(events[i].data.ptr);
       uint8_t sink[64];
-      while (read(events[i].data.fd, sink, sizeof(sink)) > 0) {
+      bool drained = false;
+      while (read(route->fd, sink, sizeof(sink)) > 0) drained = true;
+      // A session's kick may have been meant for another engine serving it
+      // (it drained nothing if a sibling got there first).
+      if (drained && route != &own_route_ && route != &port_route_) {
+        PassOnKick(*route);
       }
     }
     if (n > 0) counters_.wakeups.fetch_add(1, std::memory_order_relaxed);
@@ -293,6 +360,7 @@ bool Engine::Sleep() {
 }
 
 void Engine::Run() {
+  pthread_setname_np(pthread_self(), ThreadName().c_str());
   while (!stop_.load(std::memory_order_acquire)) {
     ApplyCommands();
     uint32_t work = port_ != nullptr ? PollPort() : 0;

@@ -15,6 +15,12 @@
 // the control plane sends come back through another; the control plane
 // also learns there of connections a transport error broke.
 //
+// A daemon runs one or more engines. Each owns the connections it was given
+// for their whole life; engine 0 also owns the data port, if any. Engines
+// know each other only by their wake-up eventfds (SetSiblings), through
+// which they pass on a client's kick that one of them drained for another
+// (see WakeRoute).
+//
 // Thread-safety: AddPair/AddRemote/RemovePair/Stop and the control-frame
 // calls are made from one control thread (the former block until the
 // engine applied them); everything else is internal to the engine thread.
@@ -26,6 +32,7 @@
 #include <memory>
 #include <new>
 #include <span>
+#include <string>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -42,7 +49,9 @@ namespace rdmaplane::engine {
 
 struct EngineOptions {
   PollMode mode = PollMode::kAdaptive;
-  uint32_t reader_index = 0;       // this engine's slot in the table
+  // This engine's index among the daemon's engines, and its reader slot
+  // in the registration table.
+  uint32_t reader_index = 0;
   uint32_t max_endpoints = 1024;
   uint32_t budget = 32;            // frames or requests per endpoint per turn
   // Adaptive idle (see idle_policy.h): empty turns spun back to back, then
@@ -56,8 +65,10 @@ struct EngineOptions {
   uint64_t port_nap_ns = 20'000;
   uint64_t port_max_nap_ns = 200'000;
   // EAL lcore to run on (rte_eal_remote_launch; the caller must be the EAL
-  // main thread), or -1 for a plain thread.
+  // main thread), or -1 for a plain thread, pinned to `cpu` unless that is
+  // -1 too.
   int lcore = -1;
+  int cpu = -1;
 };
 
 // A frame between the engine and the control plane, or an event.
@@ -75,6 +86,7 @@ struct EngineCounters {
   std::atomic<uint64_t> loops{0};
   std::atomic<uint64_t> sleeps{0};
   std::atomic<uint64_t> wakeups{0};
+  std::atomic<uint64_t> kicks_passed_on{0};  // to sibling engines
   std::atomic<uint64_t> rx_unknown_qpn{0};    // no endpoint has the QPN
   std::atomic<uint64_t> rx_rejected{0};       // malformed RoCE frames
   std::atomic<uint64_t> control_frames_in{0};   // to the control plane
@@ -115,11 +127,15 @@ class Engine {
   // plane drains).
   int control_notify_fd() const { return notify_fd_; }
 
-  // The engine's end of one client session's wake-up socket pair (the
-  // client sends on the other end). Per session, so that no client can
-  // drain or saturate another's wake-ups. Thread-safe (epoll_ctl).
-  void AddWakeFd(int read_fd);
-  void RemoveWakeFd(int read_fd);
+  // Before Start: the wake-up eventfds of all the daemon's engines, by
+  // index (this one's included), to pass kicks on to.
+  void SetSiblings(std::span<const int> wake_fds);
+  // Written to wake this engine (commands, kicks passed on).
+  int wake_fd() const { return eventfd_; }
+  // Endpoints the engine serves (control thread: a snapshot).
+  uint32_t endpoint_count() const {
+    return served_.load(std::memory_order_relaxed);
+  }
   const EngineCounters& counters() const { return counters_; }
   const rc::Clock* clock() const { return &clock_; }
 
@@ -137,6 +153,8 @@ class Engine {
   };
 
   static int LaunchOnLcore(void* engine);
+  // "rdp-engine-<index>", as ps and /proc/<pid>/task/*/comm show it.
+  std::string ThreadName() const;
   void Run();
   void ApplyCommands();
   uint32_t PollPort();
@@ -147,12 +165,27 @@ class Engine {
   // Returns true when something woke the engine (a doorbell, a command, a
   // receive interrupt) rather than the time running out.
   bool Sleep();
+  // Starts or stops watching a session's wake-up socket as endpoints of the
+  // session come and go (engine thread).
+  void Watch(WakeRoute* route);
+  void Unwatch(WakeRoute* route);
+  // epoll registration of an fd the engine watches.
+  void AddToEpoll(WakeRoute* route);
+  // Wakes the other engines serving a session whose kick this one drained.
+  void PassOnKick(const WakeRoute& route);
 
   mr::RegistrationTable* table_;
   EngineOptions options_;
   MonotonicClock clock_;
-  int eventfd_ = -1;  // commands and Stop
-  int epoll_fd_ = -1;  // eventfd_ and every session's wake-up socket
+  int eventfd_ = -1;  // commands, Stop, kicks passed on by siblings
+  // eventfd_, the port's receive interrupt and the wake-up sockets of the
+  // sessions whose connections the engine serves; epoll data points at the
+  // route (the engine's own have no engines to pass kicks on to).
+  int epoll_fd_ = -1;
+  WakeRoute own_route_;
+  WakeRoute port_route_;
+  std::unique_ptr<int[]> sibling_fds_;
+  uint32_t siblings_ = 0;
   struct AlignedDelete {
     void operator()(uint8_t* p) const {
       ::operator delete[](p, std::align_val_t(shm::kCacheLine));
@@ -170,6 +203,7 @@ class Engine {
   absl::flat_hash_map<uint32_t, Endpoint*> by_qpn_;
   std::unique_ptr<Endpoint*[]> endpoints_;
   uint32_t count_ = 0;
+  std::atomic<uint32_t> served_{0};  // count_, for the control thread
   std::atomic<bool> stop_{false};
   std::thread thread_;
   bool launched_on_lcore_ = false;
