@@ -99,6 +99,7 @@ Daemon::Daemon(const DaemonOptions& options)
     eo.reader_index = i;
     eo.max_endpoints = 2 * options_.max_connections;
     eo.max_sleep_ns = options_.engine_max_sleep_ns;
+    eo.budget = options_.burst;
     if (pinned) (eal ? eo.lcore : eo.cpu) = options_.engine_cpus[i];
     engines_.push_back(std::make_unique<engine::Engine>(&table_, eo));
     wake_fds.push_back(engines_.back()->wake_fd());

@@ -78,6 +78,9 @@ struct DaemonOptions {
   uint32_t max_registrations_per_session = 4096;
   // Connections the daemon serves at once (two endpoints each).
   uint32_t max_connections = 512;
+  // Frames or requests an engine moves per endpoint and turn, and frames
+  // per port burst (1..256).
+  uint32_t burst = 32;
   // Engines, each a thread of its own. Connections inside the daemon go to
   // the engine serving the fewest endpoints; connections through the data
   // port to engine 0, which owns the port.

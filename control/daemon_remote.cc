@@ -123,6 +123,7 @@ absl::Status Daemon::StartPort() {
   port::PortConfig pc;
   pc.port_id = *id;
   pc.mbufs = p.mbufs;
+  pc.burst = static_cast<uint16_t>(options_.burst);
   pc.max_frame = static_cast<uint32_t>(
       wire::FrameLength(wire::Opcode::kWriteFirst, options_.path_mtu));
   pc.mbuf_data_room = static_cast<uint16_t>(

@@ -56,6 +56,9 @@ ABSL_FLAG(bool, hugepages, false,
           "give DPDK hugepages (default: --no-huge, plain memory)");
 ABSL_FLAG(uint32_t, memory_mb, 256, "DPDK memory without hugepages, MiB");
 ABSL_FLAG(uint32_t, mbufs, 8191, "packet buffers of the data port");
+ABSL_FLAG(uint32_t, burst, 32,
+          "frames or requests an engine moves per connection and turn, and "
+          "frames per data-port burst (1..256)");
 ABSL_FLAG(uint32_t, engines, 0,
           "engine threads, 1..32 (default: one per CPU of --engine_lcores, "
           "else 1)");
@@ -179,6 +182,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdmaplaned: --max_connections must be 1..65536\n");
     return 2;
   }
+  options.burst = absl::GetFlag(FLAGS_burst);
+  if (options.burst == 0 || options.burst > 256) {
+    std::fprintf(stderr, "rdmaplaned: --burst must be 1..256\n");
+    return 2;
+  }
   options.path_mtu = absl::GetFlag(FLAGS_mtu);
   const uint32_t m = options.path_mtu;
   if (m != 256 && m != 512 && m != 1024 && m != 2048 && m != 4096) {
@@ -273,14 +281,14 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_check_config)) {
     std::printf("socket=%s\npoll_mode=%s\nmtu=%u\nport=%s\nip=%s\n"
-                "hugepages=%d\nengines=%u\nengine_lcores=%s\nfile_prefix=%s\n"
+                "hugepages=%d\nburst=%u\nengines=%u\nengine_lcores=%s\nfile_prefix=%s\n"
                 "max_connections=%u\nmax_registrations=%u\nconfig: ok\n",
                 options.socket_path.empty() ? "(default)"
                                             : options.socket_path.c_str(),
                 mode.c_str(), options.path_mtu,
                 port.device.empty() ? "(none)" : port.device.c_str(),
                 ip.empty() ? "(none)" : ip.c_str(), port.hugepages ? 1 : 0,
-                options.engines,
+                options.burst, options.engines,
                 options.engine_cpus.empty()
                     ? "(not pinned)"
                     : absl::StrJoin(options.engine_cpus, ",").c_str(),

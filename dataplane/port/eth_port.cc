@@ -88,6 +88,10 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   if (!rte_eth_dev_is_valid_port(c.port_id)) {
     return absl::NotFoundError(absl::StrCat("no DPDK port ", c.port_id));
   }
+  if (c.burst == 0 || c.burst > kMaxBurst) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a burst is 1..", kMaxBurst, " frames, not ", c.burst));
+  }
   std::unique_ptr<EthPort> port(new EthPort(c));
   const std::string pool_name = absl::StrCat("rdp_pool_", c.port_id);
   port->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), c.mbufs, 256, 0,
@@ -254,8 +258,8 @@ std::span<const uint8_t> EthPort::Linearize(const rte_mbuf* m) {
 
 std::span<uint8_t> EthPort::Reserve(size_t max_len) {
   if (max_len > max_frame_) return {};
-  if (tx_count_ == kBurst) Flush();
-  if (tx_count_ == kBurst) return {};  // the device is backed up
+  if (tx_count_ == config_.burst) Flush();
+  if (tx_count_ == config_.burst) return {};  // the device is backed up
   if (pending_ == nullptr) pending_ = rte_pktmbuf_alloc(pool_);
   if (pending_ == nullptr) {
     ++counters_.tx_no_mbuf;
@@ -290,8 +294,8 @@ void EthPort::SetFaults(const fault::FaultSpec& spec) {
 }
 
 void EthPort::Queue(rte_mbuf* m) {
-  if (tx_count_ == kBurst) Flush();
-  if (tx_count_ == kBurst) {  // still full: a frame the model delayed
+  if (tx_count_ == config_.burst) Flush();
+  if (tx_count_ == config_.burst) {  // still full: a frame the model delayed
     ++counters_.tx_dropped;
     rte_pktmbuf_free(m);
     return;
@@ -316,7 +320,7 @@ void EthPort::ReleaseDue() {
   const uint64_t now = NowNs();
   auto later = [](const Delayed& a, const Delayed& b) { return Later(a, b); };
   while (delayed_count_ > 0 && delayed_[0].due_ns <= now &&
-         tx_count_ < kBurst) {
+         tx_count_ < config_.burst) {
     std::pop_heap(delayed_.get(), delayed_.get() + delayed_count_, later);
     --delayed_count_;
     tx_[tx_count_++] = delayed_[delayed_count_].mbuf;

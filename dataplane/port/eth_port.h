@@ -40,6 +40,9 @@ struct PortConfig {
   uint16_t port_id = 0;
   uint16_t rx_descriptors = 1024;
   uint16_t tx_descriptors = 1024;
+  // Frames per receive burst, and frames queued before a transmit burst
+  // is forced (1..EthPort::kMaxBurst).
+  uint16_t burst = 32;
   uint32_t mbufs = 8191;
   uint16_t mbuf_data_room = RTE_MBUF_DEFAULT_BUF_SIZE;
   bool promiscuous = false;
@@ -85,7 +88,7 @@ struct PortCounters {
 
 class EthPort : public rc::FrameSink {
  public:
-  static constexpr uint16_t kBurst = 32;
+  static constexpr uint16_t kMaxBurst = 256;
 
   static absl::StatusOr<std::unique_ptr<EthPort>> Open(const PortConfig& c);
   ~EthPort() override;
@@ -97,9 +100,10 @@ class EthPort : public rc::FrameSink {
   template <typename Fn>
   uint16_t Receive(Fn&& fn) {
     if (!LinkUsable()) return 0;
-    rte_mbuf* burst[kBurst];
+    rte_mbuf* burst[kMaxBurst];
     uint16_t n = 0;
-    RDP_GUARDED_BURST(n = rte_eth_rx_burst(config_.port_id, 0, burst, kBurst),
+    RDP_GUARDED_BURST(n = rte_eth_rx_burst(config_.port_id, 0, burst,
+                                           config_.burst),
                       {
                         // What the burst had taken is lost with the peer.
                         n = 0;
@@ -209,7 +213,7 @@ class EthPort : public rc::FrameSink {
   uint32_t link_check_ = kLinkCheckEvery;
   bool link_down_ = false;
   rte_mbuf* pending_ = nullptr;  // reserved, not yet committed
-  rte_mbuf* tx_[kBurst];
+  rte_mbuf* tx_[kMaxBurst];
   uint16_t tx_count_ = 0;
   std::unique_ptr<uint8_t[]> scratch_;  // for Linearize
   PortCounters counters_;

@@ -143,14 +143,16 @@ TEST(DpdkEnvTest, ArgumentsNeverTouchPciUnlessAsked) {
 // 1 MiB written from A into B's region, then read back, over two ports. With
 // `zero_copy`, WRITE payload leaves from `src` and READ responses from B's
 // region in place; every frame referencing them is freed by the end.
+// `burst` is the ports' PortConfig::burst: no Receive returns more frames.
 void Transfer(const fault::FaultSpec& faults, const std::string& name,
-              bool zero_copy = false) {
+              bool zero_copy = false, uint16_t burst = 32) {
   // Frames may point into these until the ports are gone: they go last.
   std::vector<uint8_t> src(1 << 20), back(1 << 20);
   std::vector<uint8_t> region_a(1 << 20), region_b(1 << 20);
   std::unique_ptr<rc::MemoryOwner> src_owner, region_b_owner;
   PortConfig base;
   base.mbufs = 4095;
+  base.burst = burst;
   RingPair ports(name, base, zero_copy);
   ASSERT_TRUE(ports.a && ports.b);
   std::unique_ptr<EthPort>* a = &ports.a;
@@ -220,15 +222,18 @@ void Transfer(const fault::FaultSpec& faults, const std::string& name,
     };
   };
   const uint64_t end = clock.NowNs() + 10'000'000'000ull;
+  uint16_t largest_burst = 0;
   while (sink_a.done.size() < 2 && clock.NowNs() < end) {
-    (*a)->Receive(deliver(qp_a));
-    (*b)->Receive(deliver(qp_b));
+    largest_burst = std::max({largest_burst, (*a)->Receive(deliver(qp_a)),
+                              (*b)->Receive(deliver(qp_b))});
     qp_a.Poll(32);
     qp_b.Poll(32);
     (*a)->Flush();
     (*b)->Flush();
   }
   ASSERT_EQ(sink_a.done.size(), 2u);
+  EXPECT_LE(largest_burst, burst);
+  EXPECT_GT(largest_burst, 0);
   EXPECT_EQ(sink_a.done[0].status, rc::WcStatus::kSuccess);
   EXPECT_EQ(sink_a.done[1].status, rc::WcStatus::kSuccess);
   EXPECT_EQ(region_b, src);
@@ -271,6 +276,33 @@ TEST_F(EthPortTest, LossDuplicationReorderingAndDelayAreRecovered) {
                 &f),
             "");
   Transfer(f, "faulty");
+}
+
+TEST_F(EthPortTest, BurstsOfOneFrameAndOfTheMostAllowed) {
+  Transfer(fault::FaultSpec{}, "burst1", /*zero_copy=*/false, /*burst=*/1);
+  Transfer(fault::FaultSpec{}, "burst256", /*zero_copy=*/false,
+           EthPort::kMaxBurst);
+}
+
+TEST_F(EthPortTest, BurstOutOfRangeIsRefused) {
+  rte_ring* r = rte_ring_create("burst_bad", 64, 0,
+                                RING_F_SP_ENQ | RING_F_SC_DEQ);
+  ASSERT_NE(r, nullptr);
+  const int id = rte_eth_from_rings("burst_bad_port", &r, 1, &r, 1, 0);
+  ASSERT_GE(id, 0);
+  for (const uint16_t burst : {uint16_t{0}, uint16_t{EthPort::kMaxBurst + 1}}) {
+    PortConfig c;
+    c.port_id = static_cast<uint16_t>(id);
+    c.burst = burst;
+    c.max_frame = 1100;
+    auto port = EthPort::Open(c);
+    ASSERT_FALSE(port.ok()) << burst;
+    EXPECT_EQ(port.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(port.status().message().find("burst"), std::string::npos)
+        << port.status();
+  }
+  rte_eth_dev_close(static_cast<uint16_t>(id));
+  rte_ring_free(r);
 }
 
 TEST_F(EthPortTest, ZeroCopyWriteAndRead) {

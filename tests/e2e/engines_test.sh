@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Engines of daemons with a data port, end to end:
-#   1. --engines and --engine_lcores are checked: bad values exit with
-#      status 2 and say why; --check_config shows what would run;
+#   1. --engines, --engine_lcores and --burst are checked: bad values exit
+#      with status 2 and say why; --check_config shows what would run;
 #   2. two daemons joined by memif: A runs its engine pinned to CPU 1 (an
 #      EAL lcore, the control thread on CPU 0), B runs two unpinned engines,
 #      which keep every CPU the process may use (the EAL pins its main
 #      thread to one lcore, which threads started later would inherit);
 #      WRITE and READ of 1 B .. 1 MiB between their clients and, inside B
-#      (on both of its engines), every byte checked; both stop cleanly.
+#      (on both of its engines, with --burst=8), every byte checked; both
+#      stop cleanly.
 # The CPU checks read /proc/PID/task/*/{comm,status}: engine threads are
 # named rdp-engine-N. They need two CPUs; with one, part 2 runs unpinned.
 #
@@ -47,6 +48,8 @@ rejects() {
     e2e_fail "rdmaplaned $* said '$out', which does not mention '$text'"
   e2e_log "refused as expected: $* ($out)"
 }
+rejects "--burst must be 1..256" --burst=0
+rejects "--burst must be 1..256" --burst=257
 rejects "--engines must be 1..32" --engines=33
 rejects "CPU numbers" --engine_lcores=1,x
 rejects "twice" --engine_lcores=0,0
@@ -60,6 +63,7 @@ config="$("$daemon_bin" --check_config --engines=3)" ||
 grep -qx 'engines=3' <<<"$config" || e2e_fail "no engines=3 in: $config"
 grep -qx 'engine_lcores=(not pinned)' <<<"$config" ||
   e2e_fail "unpinned engines not shown in: $config"
+grep -qx 'burst=32' <<<"$config" || e2e_fail "no burst=32 in: $config"
 config="$("$daemon_bin" --check_config --engine_lcores=0)" ||
   e2e_fail "--check_config --engine_lcores=0 failed: $config"
 grep -qx 'engines=1' <<<"$config" || e2e_fail "no engines=1 in: $config"
@@ -114,7 +118,7 @@ e2e_start_daemon a "$sock_a" "$prefix_a" \
 e2e_start_daemon b "$sock_b" "$prefix_b" \
   "$daemon_bin" --socket="$sock_b" --file_prefix="$prefix_b" \
   --port="net_memif0,role=client,socket=$memif" --ip=10.0.0.2 \
-  --engines=2 "${common[@]}" || e2e_fail "daemon b did not start"
+  --engines=2 --burst=8 "${common[@]}" || e2e_fail "daemon b did not start"
 
 if ((${#pin_a[@]} > 0)); then
   expect_cpus a rdp-engine-0 1

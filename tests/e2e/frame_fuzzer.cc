@@ -63,6 +63,9 @@ ABSL_FLAG(int32_t, linger_ms, 0,
 
 namespace {
 
+// Frames the fuzzer queues before it makes the port send them.
+constexpr uint32_t kBurst = 32;
+
 namespace wire = rdmaplane::wire;
 using rdmaplane::port::EthPort;
 
@@ -202,7 +205,7 @@ bool Fuzzer::Send(std::span<const uint8_t> frame) {
     port_->Flush();
   }
   ++sent_;
-  if (port_->tx_pending() >= EthPort::kBurst / 2) port_->Flush();
+  if (port_->tx_pending() >= kBurst / 2) port_->Flush();
   return true;
 }
 
@@ -438,7 +441,7 @@ std::string Fuzzer::Fuzz(uint32_t frames, uint32_t rate) {
   std::vector<uint8_t> buf(port_->max_frame());
   const uint64_t start = NowNs();
   for (uint32_t i = 0; i < frames; ++i) {
-    if (rate != 0 && i % EthPort::kBurst == 0) {
+    if (rate != 0 && i % kBurst == 0) {
       const uint64_t due = start + uint64_t{i} * 1'000'000'000ull / rate;
       while (NowNs() < due) {
         Drain();
@@ -528,7 +531,7 @@ std::string Fuzzer::Fuzz(uint32_t frames, uint32_t rate) {
       return absl::StrCat("the daemon took no frame for 5 s after ", i,
                           " fuzzed frames");
     }
-    if (i % EthPort::kBurst == 0) Drain();
+    if (i % kBurst == 0) Drain();
   }
   port_->Flush();
   return "";
