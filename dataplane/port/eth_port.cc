@@ -4,6 +4,7 @@
 #include <rte_dev.h>
 #include <rte_devargs.h>
 #include <rte_errno.h>
+#include <rte_mbuf_pool_ops.h>
 #include <rte_memory.h>
 #include <time.h>
 
@@ -70,6 +71,48 @@ void ReleasePiece(void* /*addr*/, void* owner) {
   static_cast<rc::MemoryOwner*>(owner)->Unref();
 }
 
+// DPDK 22.11's af_xdp PMD hands the kernel its mbuf pool as the socket's
+// UMEM, registered as one region: populated_size objects from the page of
+// the first one. A pool on 4 KiB pages (EAL --no-huge) keeps each object
+// inside a page and so leaves gaps, which push the last objects out of that
+// region; the kernel then rejects the frames in them without a word
+// (XDP_STATISTICS tx_invalid_descs). Such a pool must be dense.
+bool NeedsDensePool(const rte_eth_dev_info& info) {
+  return info.driver_name != nullptr &&
+         std::strcmp(info.driver_name, "net_af_xdp") == 0;
+}
+
+// rte_pktmbuf_pool_create, optionally with objects that may cross page
+// boundaries (and so lie back to back): fine for devices that read frames
+// by virtual address or through an IOMMU, which is all a dense pool is for.
+rte_mempool* CreatePacketPool(const std::string& name, const PortConfig& c,
+                              bool dense) {
+  if (!dense) {
+    return rte_pktmbuf_pool_create(name.c_str(), c.mbufs, 256, 0,
+                                   c.mbuf_data_room, rte_socket_id());
+  }
+  rte_mempool* mp = rte_mempool_create_empty(
+      name.c_str(), c.mbufs, sizeof(rte_mbuf) + c.mbuf_data_room, 256,
+      sizeof(rte_pktmbuf_pool_private), rte_socket_id(),
+      RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+  if (mp == nullptr) return nullptr;
+  rte_pktmbuf_pool_private priv{};
+  priv.mbuf_data_room_size = c.mbuf_data_room;
+  priv.mbuf_priv_size = 0;
+  if (rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), nullptr) !=
+      0) {
+    rte_mempool_free(mp);
+    return nullptr;
+  }
+  rte_pktmbuf_pool_init(mp, &priv);
+  if (rte_mempool_populate_default(mp) < 0) {
+    rte_mempool_free(mp);
+    return nullptr;
+  }
+  rte_mempool_obj_iter(mp, rte_pktmbuf_init, nullptr);
+  return mp;
+}
+
 }  // namespace
 
 absl::StatusOr<uint16_t> FindPort(const std::string& device) {
@@ -93,16 +136,15 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
         absl::StrCat("a burst is 1..", kMaxBurst, " frames, not ", c.burst));
   }
   std::unique_ptr<EthPort> port(new EthPort(c));
-  const std::string pool_name = absl::StrCat("rdp_pool_", c.port_id);
-  port->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), c.mbufs, 256, 0,
-                                        c.mbuf_data_room, rte_socket_id());
-  if (port->pool_ == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot create the mbuf pool: ", rte_strerror(rte_errno)));
-  }
   rte_eth_dev_info info;
   if (int r = rte_eth_dev_info_get(c.port_id, &info); r != 0) {
     return absl::UnavailableError(absl::StrCat("dev_info: ", rte_strerror(-r)));
+  }
+  port->pool_ = CreatePacketPool(absl::StrCat("rdp_pool_", c.port_id), c,
+                                 NeedsDensePool(info));
+  if (port->pool_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot create the mbuf pool: ", rte_strerror(rte_errno)));
   }
   const uint32_t room = c.mbuf_data_room - RTE_PKTMBUF_HEADROOM;
   if (c.max_frame > room) {
