@@ -10,9 +10,13 @@
 # copied first, so a rebuild during the run cannot mix versions.
 #
 # In each round, one after another (nothing else of ours runs meanwhile):
-#   1. baselines: memcpy_bw (one core), pin_cost (mlock+munlock), tcp_bench
-#      (loopback stream and ping-pong), memif_rate (raw memif frame rate at
-#      1098- and 64-byte frames, server and client pinned to CPUs 0 and 1);
+#   1. baselines: memcpy_bw on CPU 1 (where the engine runs: 64 MiB
+#      buffers copied whole, and in 64 KiB copies rotating over them as
+#      rdmaplane's 64 KiB runs do; 1 MiB buffers, cache-hot), pin_cost
+#      (mlock+munlock), tcp_bench (loopback stream and ping-pong, client end
+#      on CPU 0 and server end on CPU 1, like rdmaplane_perf and the
+#      daemon), memif_rate (raw memif frame rate at 1098- and 64-byte
+#      frames, server and client pinned to CPUs 0 and 1);
 #   2. control_benchmark: the registration cache hit and a registration
 #      round trip through an in-process daemon;
 #   3. rdmaplane inside one daemon (no --port; two client sessions, one
@@ -26,10 +30,10 @@
 # For the first poll mode of each setup, every round also sweeps message
 # sizes 8 B .. 4 MiB for the bandwidth plot and keeps every latency sample
 # for the CDF. After the rounds, perf (when installed) samples the local
-# daemon during 64 KiB WRITEs. bench/report.py then takes the median of the
-# rounds (per size for the sweep) and writes OUT/latest.json, OUT/latest.md,
-# OUT/bw_vs_size.png, OUT/latency_cdf.png and OUT/profile.txt, and prints
-# the table.
+# daemon during 64 KiB WRITEs; without it the report says why. bench/
+# report.py then takes the median of the rounds (per size for the sweep)
+# and writes OUT/latest.json, OUT/latest.md, OUT/bw_vs_size.png,
+# OUT/latency_cdf.png and OUT/profile.txt, and prints the table.
 #
 # --quick: one round of very short runs, for the smoke test (the figures are
 # not meant to be read). Progress goes to stderr. Exit status: 0 when every
@@ -101,9 +105,13 @@ memif_modes=("${local_modes[@]}")
 # shares its CPU with the client that feeds it, while a neighbour holds the
 # other CPU, starves one or the other for whole time slices (milliseconds
 # per request); unpinned, memif_rate and the two daemons all start on CPU 0.
-cpu0=() cpu1=() tool_cpu=()
+# The baselines are placed the same way: memcpy_bw on CPU 1 with the engine
+# whose copies it stands for, tcp_bench's client end on CPU 0 and its
+# server end on CPU 1.
+cpu0=() cpu1=() tool_cpu=() tcp_cpus=()
 if (($(nproc) >= 2)) && command -v taskset >/dev/null 2>&1; then
   cpu0=(taskset -c 0) cpu1=(taskset -c 1)
+  tcp_cpus=(--client_cpu=0 --server_cpu=1)
 fi
 
 # Short paths: Unix socket names are limited to 108 bytes.
@@ -180,18 +188,24 @@ wait_for_socket() {  # wait_for_socket PATH PID
 
 baselines() {  # baselines ROUND
   local r="$1"
-  log "round $r: memcpy, one core, 64 MiB buffers (and 1 MiB, cache-hot)"
-  run 60 "$raw/r${r}_memcpy.txt" "$bin/memcpy_bw" --seconds="$t_run" \
-    --passes=5 --json="$raw/r${r}_memcpy.json" || failed "memcpy_bw (round $r)"
-  run 60 "$raw/r${r}_memcpy_hot.txt" "$bin/memcpy_bw" --buffer_mib=1 \
-    --seconds="$t_run" --passes=5 --json="$raw/r${r}_memcpy_hot.json" ||
-    failed "memcpy_bw, 1 MiB (round $r)"
+  log "round $r: memcpy, one core, $region_mib MiB buffers whole and in 64 KiB copies (and 1 MiB, cache-hot)"
+  run 60 "$raw/r${r}_memcpy.txt" "${cpu1[@]}" "$bin/memcpy_bw" \
+    --buffer_mib="$region_mib" --seconds="$t_run" --passes=5 \
+    --json="$raw/r${r}_memcpy.json" || failed "memcpy_bw (round $r)"
+  run 60 "$raw/r${r}_memcpy_64k.txt" "${cpu1[@]}" "$bin/memcpy_bw" \
+    --buffer_mib="$region_mib" --chunk=65536 --seconds="$t_run" --passes=5 \
+    --json="$raw/r${r}_memcpy_64k.json" ||
+    failed "memcpy_bw, 64 KiB copies (round $r)"
+  run 60 "$raw/r${r}_memcpy_hot.txt" "${cpu1[@]}" "$bin/memcpy_bw" \
+    --buffer_mib=1 --seconds="$t_run" --passes=5 \
+    --json="$raw/r${r}_memcpy_hot.json" || failed "memcpy_bw, 1 MiB (round $r)"
   log "round $r: mlock+munlock of 4 KiB"
   run 60 "$raw/r${r}_pin.txt" "$bin/pin_cost" --seconds="$t_run" \
     --json="$raw/r${r}_pin.json" || failed "pin_cost (round $r)"
   log "round $r: kernel TCP over loopback: 64 KiB stream, 8-byte ping-pong"
-  run 60 "$raw/r${r}_tcp.txt" "$bin/tcp_bench" --seconds="$t_run" \
-    --pingpong_seconds="$t_run" --busy_pingpong_seconds="$t_run" \
+  run 60 "$raw/r${r}_tcp.txt" "$bin/tcp_bench" "${tcp_cpus[@]}" \
+    --seconds="$t_run" --pingpong_seconds="$t_run" \
+    --busy_pingpong_seconds="$t_run" \
     --json="$raw/r${r}_tcp.json" --samples="$raw/r${r}_tcp_lat.samples" ||
     failed "tcp_bench (round $r)"
   local frame
@@ -285,11 +299,22 @@ local_daemon() {  # local_daemon ROUND MODE FIRST
 
 # Where the engine's time goes: perf samples the local daemon (first poll
 # mode) for 2 s while rdmaplane_perf streams 64 KiB WRITEs over 64 MiB.
-# Skipped when perf is not installed (Debian: linux-perf) or in quick mode.
+# Skipped in quick mode and when perf is not installed (Debian: linux-perf,
+# which deploy/setup.sh installs); whenever there is no profile,
+# profile_note says why and the report shows it.
+profile_note=""
+no_profile() {
+  profile_note="$*"
+  log "no profile: $profile_note"
+}
 profile() {
   local sock="$work/l.sock" mode="${local_modes[0]}"
-  if ((quick)) || ! command -v perf >/dev/null 2>&1; then
-    log "no profile (perf not installed, or --quick)"
+  if ((quick)); then
+    no_profile "--quick skips it"
+    return
+  fi
+  if ! command -v perf >/dev/null 2>&1; then
+    no_profile "perf is not installed (Debian: linux-perf; deploy/setup.sh installs it)"
     return
   fi
   log "profile: perf on the daemon during 64 KiB WRITEs (--poll_mode=$mode)"
@@ -299,6 +324,7 @@ profile() {
   pids+=($!)
   if ! wait_for_socket "$sock" "${pids[0]}"; then
     failed "the local daemon did not start for the profile"
+    no_profile "the daemon to profile did not start"
     stop_pids
     return
   fi
@@ -308,15 +334,20 @@ profile() {
     --json="$raw/profile_perf.json" >/dev/null 2>>"$work/tools.log" &
   local load=$!
   sleep 1.5
+  local perf_err="$work/perf.err" why
   if timeout 30 perf record -F 999 -p "${pids[0]}" -o "$work/perf.data" \
-    -- sleep 2 >>"$work/tools.log" 2>&1 &&
+    -- sleep 2 >"$perf_err" 2>&1 &&
     perf report -i "$work/perf.data" --no-children --sort dso,symbol \
-      --percent-limit 0.5 --stdio >"$raw/profile.txt" 2>>"$work/tools.log"; then
+      --percent-limit 0.5 --stdio >"$raw/profile.txt" 2>>"$perf_err"; then
     :
   else
-    log "perf could not sample the daemon (see --keep's tools.log)"
     rm -f "$raw/profile.txt"
+    # perf's own words (for instance perf_event_paranoid's refusal).
+    why="$({ grep -v '^[[:space:]]*$' "$perf_err" || true; } | tail -n 3 |
+      paste -sd ' ' - | cut -c 1-300)"
+    no_profile "perf could not sample the daemon: ${why:-no message}"
   fi
+  cat "$perf_err" >>"$work/tools.log"
   wait "$load" || failed "rdmaplane_perf during the profile"
   stop_pids
 }
@@ -388,7 +419,7 @@ python3 "$here/report.py" --raw="$raw" --out="$out" --load="$work/load.txt" \
   --kernel="$(uname -r)" --hugepages_free="${hugepages_free:-0}" \
   --local_modes="${local_modes[*]}" --memif_modes="${memif_modes[*]}" \
   --region_mib="$region_mib" \
-  --pinned=$((${#cpu0[@]} > 0)) \
+  --pinned=$((${#cpu0[@]} > 0)) --profile_note="$profile_note" \
   --failures="$(printf '%s\n' "${failures[@]+"${failures[@]}"}")" || status=1
 if ((${#failures[@]} > 0)); then
   log "${#failures[@]} measurement(s) failed; tool output:"

@@ -44,7 +44,8 @@
 // did not arrive fails the run.
 //
 // Progress goes to stderr, a table to stdout, every figure to --json FILE.
-// Exit status: 0 ok, 1 a run failed, 2 usage.
+// Exit status: 0 ok, 1 a run failed (or a daemon could not be reached), 2
+// usage.
 //
 // Single-threaded: one thread posts and polls every connection.
 #include <sched.h>
@@ -498,7 +499,8 @@ class Bench {
   uint32_t runs_ = 0;
 };
 
-bool ParseSizes(const std::string& text, std::vector<uint32_t>* sizes) {
+// Parses --sizes into *sizes; "" or what is wrong with it.
+std::string ParseSizes(const std::string& text, std::vector<uint32_t>* sizes) {
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     std::vector<absl::string_view> range = absl::StrSplit(part, ':');
     uint32_t lo, hi;
@@ -506,13 +508,18 @@ bool ParseSizes(const std::string& text, std::vector<uint32_t>* sizes) {
       hi = lo;
     } else if (range.size() != 2 || !absl::SimpleAtoi(range[0], &lo) ||
                !absl::SimpleAtoi(range[1], &hi) || lo > hi) {
-      return false;
+      return absl::StrCat("'", part,
+                          "' is neither a size nor a range LO:HI with LO <= "
+                          "HI");
     }
-    if (lo == 0 || hi > kMaxSize) return false;
+    if (lo == 0 || hi > kMaxSize) {
+      return absl::StrCat("'", part, "' is out of range: sizes are 1..",
+                          kMaxSize, " bytes");
+    }
     for (uint64_t s = lo; s <= hi; s *= 2)
       sizes->push_back(static_cast<uint32_t>(s));
   }
-  return !sizes->empty();
+  return sizes->empty() ? "no size given" : "";
 }
 
 bool ParseOptions(Options* o) {
@@ -552,11 +559,16 @@ bool ParseOptions(Options* o) {
       return false;
     }
   }
-  if (o->modes.empty() || !ParseSizes(absl::GetFlag(FLAGS_sizes), &o->sizes)) {
+  if (o->modes.empty()) {
+    std::fprintf(stderr, "rdmaplane_perf: --mode names no mode\n");
+    return false;
+  }
+  if (const std::string e = ParseSizes(absl::GetFlag(FLAGS_sizes), &o->sizes);
+      !e.empty()) {
     std::fprintf(stderr,
-                 "rdmaplane_perf: need a mode and sizes of 1..%u bytes "
-                 "(8,64 or 8:4194304)\n",
-                 kMaxSize);
+                 "rdmaplane_perf: --sizes: %s (a list such as 8,64 or a "
+                 "range of powers of two such as 8:%u)\n",
+                 e.c_str(), kMaxSize);
     return false;
   }
   if (o->depth == 0 || o->depth > kMaxDepth || o->connections == 0 ||

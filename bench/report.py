@@ -43,7 +43,11 @@ UNITS = {
 
 # key -> (description, unit)
 FIGURES = {
-    "memcpy_gbps": ("memcpy, one core, 64 MiB buffers", "GB/s"),
+    "memcpy_gbps": ("memcpy, one core, 64 MiB buffers copied whole (glibc "
+                    "uses non-temporal stores at that size)", "GB/s"),
+    "memcpy_64k_gbps": ("memcpy, one core, 64 KiB copies rotating over "
+                        "64 MiB buffers (as rdmaplane's 64 KiB runs copy)",
+                        "GB/s"),
     "memcpy_hot_gbps": ("memcpy, one core, 1 MiB buffers (in the caches)",
                         "GB/s"),
     "pin_4k_ns": ("mlock+munlock of 4 KiB (the least a pinning registration "
@@ -54,6 +58,8 @@ FIGURES = {
     "tcp_pingpong_p99_us": ("kernel TCP loopback, 8 B ping-pong p99, "
                             "blocking sockets", "us"),
     "tcp_pingpong_busy_p50_us": ("kernel TCP loopback, 8 B ping-pong p50, "
+                                 "both sides spinning", "us"),
+    "tcp_pingpong_busy_p99_us": ("kernel TCP loopback, 8 B ping-pong p99, "
                                  "both sides spinning", "us"),
     "memif_mfps_1098": ("raw memif frame rate, 1098-byte frames", "Mfps"),
     "memif_gbps_1098": ("raw memif, 1098-byte frames", "GB/s"),
@@ -86,29 +92,80 @@ SETUP_UNITS = {"gbps": "GB/s", "mops": "Mops", "p50_us": "us",
 SETUP_NAMES = {"local": "inside one daemon (two clients, one engine)",
                "memif": "between two daemons over memif"}
 
-# (figure, baseline) pairs: the ratio key is FIGURE_vs_NAME.
+
+
+def figure_unit(key):
+    """The unit of a figure key: FIGURES', or its setup field's."""
+    if key in FIGURES:
+        return FIGURES[key][1]
+    base = key[:-len("_memif")] if key.endswith("_memif") else key
+    return SETUP_UNITS[SETUP_FIGURES[base][3]]
+
+
+# Seconds per unit of the time units; rates and bandwidths divide as they
+# are (Mops by Mfps: both 1e6 per second).
+TIME_UNITS = {"ns": 1e-9, "us": 1e-6}
+
+
+def ratio(key, value, base, base_value):
+    """value / base_value, both times converted to seconds first."""
+    if value is None or not base_value:
+        return None
+    return (value * TIME_UNITS.get(figure_unit(key), 1.0) /
+            (base_value * TIME_UNITS.get(figure_unit(base), 1.0)))
+
+
+# (figure, name, baseline): the ratio key is FIGURE_vs_NAME. Every rdmaplane
+# figure has at least one (checked below).
 RATIOS = [
     ("write_gbps_64k", "tcp", "tcp_gbps"),
-    ("write_gbps_64k", "memcpy", "memcpy_gbps"),
+    ("write_gbps_64k", "memcpy", "memcpy_64k_gbps"),
     ("read_gbps_64k", "tcp", "tcp_gbps"),
-    ("read_gbps_64k", "memcpy", "memcpy_gbps"),
+    ("read_gbps_64k", "memcpy", "memcpy_64k_gbps"),
     ("write_gbps_64k_hot", "memcpy_hot", "memcpy_hot_gbps"),
     ("read_gbps_64k_hot", "memcpy_hot", "memcpy_hot_gbps"),
-    ("write_lat_p50_us_8b", "tcp", "tcp_pingpong_p50_us"),
-    ("read_lat_p50_us_8b", "tcp", "tcp_pingpong_p50_us"),
     ("write_mops_64b", "memif", "memif_mfps_64"),
     ("reg_hit_ns", "pin", "pin_4k_ns"),
     ("reg_roundtrip_us", "tcp", "tcp_pingpong_p50_us"),
+    ("reg_roundtrip_us", "tcp_busy", "tcp_pingpong_busy_p50_us"),
+    # A pinning registration and its deregistration are mlock and munlock.
+    ("reg_dereg_pair_us", "pin", "pin_4k_ns"),
     ("write_gbps_64k_memif", "memif", "memif_payload_gbps_1024"),
     ("write_gbps_64k_memif", "tcp", "tcp_gbps"),
     ("read_gbps_64k_memif", "memif", "memif_payload_gbps_1024"),
     ("read_gbps_64k_memif", "tcp", "tcp_gbps"),
-    ("write_lat_p50_us_8b_memif", "tcp", "tcp_pingpong_p50_us"),
-    ("read_lat_p50_us_8b_memif", "tcp", "tcp_pingpong_p50_us"),
+    ("write_gbps_64k_hot_memif", "memcpy_hot", "memcpy_hot_gbps"),
+    ("read_gbps_64k_hot_memif", "memcpy_hot", "memcpy_hot_gbps"),
     ("write_mops_64b_memif", "memif", "memif_mfps_64"),
+] + [
+    # Round trips against TCP's, blocking and spinning, percentile for
+    # percentile.
+    ("%s_lat_%s_us_8b%s" % (op, q, setup), name,
+     "tcp_pingpong%s_%s_us" % (kind, q))
+    for setup in ("", "_memif") for op in ("write", "read")
+    for q in ("p50", "p99") for name, kind in (("tcp", ""),
+                                                ("tcp_busy", "_busy"))
 ]
 
-# Targets on this machine (issue 5): key, ">=" or "<=", bound.
+
+def _check_ratios():
+    """Each ratio divides like by like, and every rdmaplane figure has one."""
+    kinds = {"GB/s": "bandwidth", "Mops": "rate", "Mfps": "rate",
+             "us": "time", "ns": "time"}
+    for key, _, base in RATIOS:
+        if kinds[figure_unit(key)] != kinds[figure_unit(base)]:
+            raise AssertionError("ratio of %s to %s" % (key, base))
+    rdmaplane = ([k + s for k in SETUP_FIGURES for s in ("", "_memif")] +
+                 [k for k in FIGURES if k.startswith("reg_")])
+    without = set(rdmaplane) - {key for key, _, _ in RATIOS}
+    if without:
+        raise AssertionError("no baseline for " + ", ".join(sorted(without)))
+
+
+_check_ratios()
+
+# The project's performance targets on this machine: key, ">=" or "<=",
+# bound (a ratio for _vs_ keys, else in the figure's unit).
 TARGETS = [
     ("write_gbps_64k_vs_tcp", ">=", 3.0),
     ("write_gbps_64k_vs_memcpy", ">=", 0.4),
@@ -120,7 +177,8 @@ TARGETS = [
 
 # Keys the report must have (the smoke test checks them too).
 REQUIRED = (
-    ["memcpy_gbps", "tcp_gbps", "tcp_pingpong_p50_us", "write_gbps_64k",
+    ["memcpy_gbps", "memcpy_64k_gbps", "tcp_gbps", "tcp_pingpong_p50_us",
+     "write_gbps_64k",
      "read_gbps_64k", "write_lat_p50_us_8b", "read_lat_p50_us_8b",
      "write_mops_64b", "reg_hit_ns", "reg_roundtrip_us", "pin_4k_ns",
      "memif_mfps_1098", "memif_payload_gbps_1024", "memif_mfps_64",
@@ -195,6 +253,8 @@ def collect_rounds(raw, local_modes, memif_modes):
 
     for r, p in round_files(raw, "memcpy.json").items():
         put("memcpy_gbps", r, (load_json(p) or {}).get("median_gbps"))
+    for r, p in round_files(raw, "memcpy_64k.json").items():
+        put("memcpy_64k_gbps", r, (load_json(p) or {}).get("median_gbps"))
     for r, p in round_files(raw, "memcpy_hot.json").items():
         put("memcpy_hot_gbps", r, (load_json(p) or {}).get("median_gbps"))
     for r, p in round_files(raw, "pin.json").items():
@@ -206,6 +266,8 @@ def collect_rounds(raw, local_modes, memif_modes):
         put("tcp_pingpong_p99_us", r, doc.get("pingpong", {}).get("p99_us"))
         put("tcp_pingpong_busy_p50_us", r,
             doc.get("pingpong_busy", {}).get("p50_us"))
+        put("tcp_pingpong_busy_p99_us", r,
+            doc.get("pingpong_busy", {}).get("p99_us"))
     for r, p in round_files(raw, "memif_1098.txt").items():
         got = memif_rate(p)
         if got:
@@ -377,7 +439,7 @@ def plots(out, work, report, raw):
                                "two daemons, memif")
             series.append("'%s' using 1:2 with linespoints lw 2 title '%s'" %
                           (dat, title))
-    for key, title in (("memcpy_gbps", "memcpy, one core"),
+    for key, title in (("memcpy_64k_gbps", "memcpy, one core, 64 KiB copies"),
                        ("tcp_gbps", "TCP loopback, 64 KiB sends"),
                        ("memif_payload_gbps_1024",
                         "raw memif, 1 KiB payloads")):
@@ -440,6 +502,54 @@ def plots(out, work, report, raw):
     return None
 
 
+# The comparison table of latest.md: (title, figure key), one row per
+# figure and a line under it per further baseline (RATIOS).
+TABLE_ROWS = [
+    ("WRITE 64 KiB bandwidth, one daemon", "write_gbps_64k"),
+    ("READ 64 KiB bandwidth, one daemon", "read_gbps_64k"),
+    ("WRITE 8 B latency p50, one daemon", "write_lat_p50_us_8b"),
+    ("READ 8 B latency p50, one daemon", "read_lat_p50_us_8b"),
+    ("WRITE 8 B latency p99, one daemon", "write_lat_p99_us_8b"),
+    ("READ 8 B latency p99, one daemon", "read_lat_p99_us_8b"),
+    ("64 B WRITEs per engine core, one daemon", "write_mops_64b"),
+    ("WRITE 64 KiB bandwidth, one daemon, cache-hot", "write_gbps_64k_hot"),
+    ("READ 64 KiB bandwidth, one daemon, cache-hot", "read_gbps_64k_hot"),
+    ("registration cache hit", "reg_hit_ns"),
+    ("registration round trip", "reg_roundtrip_us"),
+    ("register + deregister", "reg_dereg_pair_us"),
+    ("WRITE 64 KiB bandwidth, memif", "write_gbps_64k_memif"),
+    ("READ 64 KiB bandwidth, memif", "read_gbps_64k_memif"),
+    ("WRITE 8 B latency p50, memif", "write_lat_p50_us_8b_memif"),
+    ("READ 8 B latency p50, memif", "read_lat_p50_us_8b_memif"),
+    ("WRITE 8 B latency p99, memif", "write_lat_p99_us_8b_memif"),
+    ("READ 8 B latency p99, memif", "read_lat_p99_us_8b_memif"),
+    ("64 B WRITEs per engine core, memif", "write_mops_64b_memif"),
+    ("WRITE 64 KiB bandwidth, memif, cache-hot", "write_gbps_64k_hot_memif"),
+    ("READ 64 KiB bandwidth, memif, cache-hot", "read_gbps_64k_hot_memif"),
+]
+
+# Short names of the baselines in that table.
+BASELINE_NAMES = {
+    "tcp_gbps": "TCP loopback, 64 KiB sends",
+    "memcpy_64k_gbps": "memcpy, one core, 64 KiB copies",
+    "memcpy_hot_gbps": "memcpy, one core, 1 MiB",
+    "tcp_pingpong_p50_us": "TCP 8 B ping-pong p50",
+    "tcp_pingpong_p99_us": "TCP 8 B ping-pong p99",
+    "tcp_pingpong_busy_p50_us": "TCP 8 B ping-pong p50, spinning",
+    "tcp_pingpong_busy_p99_us": "TCP 8 B ping-pong p99, spinning",
+    "memif_mfps_64": "raw memif, 64 B frames",
+    "pin_4k_ns": "mlock+munlock 4 KiB",
+    "memif_payload_gbps_1024": "raw memif, 1 KiB payloads",
+}
+
+# The table of every baseline, in this order.
+BASELINES = ["memcpy_gbps", "memcpy_64k_gbps", "memcpy_hot_gbps", "tcp_gbps",
+             "tcp_pingpong_p50_us", "tcp_pingpong_p99_us",
+             "tcp_pingpong_busy_p50_us", "tcp_pingpong_busy_p99_us",
+             "memif_mfps_1098", "memif_gbps_1098", "memif_payload_gbps_1024",
+             "memif_mfps_64", "pin_4k_ns"]
+
+
 def markdown(report):
     f = report["figures"]
     r = report["ratios"]
@@ -471,46 +581,14 @@ def markdown(report):
                  "| ratio | target | met |")
     lines.append("|---|---|---|---|---|---|---|---|")
     targets = {t["key"]: t for t in report["targets"]}
-    rows = [
-        ("WRITE 64 KiB bandwidth, one daemon", "write_gbps_64k", "GB/s"),
-        ("READ 64 KiB bandwidth, one daemon", "read_gbps_64k", "GB/s"),
-        ("WRITE 8 B latency p50, one daemon", "write_lat_p50_us_8b", "us"),
-        ("READ 8 B latency p50, one daemon", "read_lat_p50_us_8b", "us"),
-        ("64 B WRITEs per engine core, one daemon", "write_mops_64b", "Mops"),
-        ("WRITE 64 KiB bandwidth, one daemon, cache-hot",
-         "write_gbps_64k_hot", "GB/s"),
-        ("READ 64 KiB bandwidth, one daemon, cache-hot", "read_gbps_64k_hot",
-         "GB/s"),
-        ("registration cache hit", "reg_hit_ns", "ns"),
-        ("registration round trip", "reg_roundtrip_us", "us"),
-        ("WRITE 64 KiB bandwidth, memif", "write_gbps_64k_memif", "GB/s"),
-        ("READ 64 KiB bandwidth, memif", "read_gbps_64k_memif", "GB/s"),
-        ("WRITE 8 B latency p50, memif", "write_lat_p50_us_8b_memif", "us"),
-        ("READ 8 B latency p50, memif", "read_lat_p50_us_8b_memif", "us"),
-        ("64 B WRITEs per engine core, memif", "write_mops_64b_memif",
-         "Mops"),
-    ]
-    baseline_names = {
-        "tcp_gbps": "TCP loopback, 64 KiB sends",
-        "memcpy_gbps": "memcpy, one core",
-        "memcpy_hot_gbps": "memcpy, one core, 1 MiB",
-        "tcp_pingpong_p50_us": "TCP 8 B ping-pong p50",
-        "memif_mfps_64": "raw memif, 64 B frames",
-        "pin_4k_ns": "mlock+munlock 4 KiB",
-        "memif_payload_gbps_1024": "raw memif, 1 KiB payloads",
-    }
-    baseline_units = {"tcp_gbps": "GB/s", "memcpy_gbps": "GB/s",
-                      "memcpy_hot_gbps": "GB/s",
-                      "tcp_pingpong_p50_us": "us", "memif_mfps_64": "Mfps",
-                      "pin_4k_ns": "ns", "memif_payload_gbps_1024": "GB/s"}
 
     def target_text(key):
         t = targets.get(key)
         if not t:
             return "", ""
-        bound = ("%gx" % t["bound"]) if key.endswith(tuple(
-            "_vs_" + b for b in ("tcp", "memcpy", "memif", "pin"))) else (
-                "%g" % t["bound"])
+        # A ratio reads "3x"; an absolute bound carries its unit.
+        bound = ("%gx" % t["bound"]) if "_vs_" in key else (
+            "%g %s" % (t["bound"], t["unit"]))
         met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**no**")
         return "%s %s" % ("≥" if t["op"] == ">=" else "≤", bound), met
 
@@ -523,7 +601,8 @@ def markdown(report):
             return ""
         return "%s - %s" % (fmt(min(vals)), fmt(max(vals)))
 
-    for title, key, unit in rows:
+    for title, key in TABLE_ROWS:
+        unit = figure_unit(key)
         pairs = [(b, base) for fig, b, base in RATIOS if fig == key]
         own_target, own_met = target_text(key)
         if not pairs:
@@ -541,17 +620,14 @@ def markdown(report):
             lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 title if i == 0 else "", fmt(f.get(key), unit) if i == 0
                 else "", spread(key) if i == 0 else "",
-                baseline_names[base], fmt(f.get(base), baseline_units[base]),
+                BASELINE_NAMES[base], fmt(f.get(base), figure_unit(base)),
                 fmt_ratio(r.get(rkey)), tt, met))
     lines.append("")
     lines.append("Baselines measured in the same run:")
     lines.append("")
     lines.append("| baseline | value |")
     lines.append("|---|---|")
-    for key in ("memcpy_gbps", "memcpy_hot_gbps", "tcp_gbps", "tcp_pingpong_p50_us",
-                "tcp_pingpong_p99_us", "tcp_pingpong_busy_p50_us",
-                "memif_mfps_1098", "memif_gbps_1098",
-                "memif_payload_gbps_1024", "memif_mfps_64", "pin_4k_ns"):
+    for key in BASELINES:
         desc, unit = FIGURES[key]
         lines.append("| %s | %s |" % (desc, fmt(f.get(key), unit)))
     lines.append("")
@@ -600,6 +676,10 @@ def markdown(report):
             lines.append("| %.1f %% | %s | `%s` |" % (p["percent"], p["dso"],
                                                     p["symbol"]))
         lines.append("")
+    else:
+        lines.append("No profile of the engine: %s." % (
+            report["profile_note"] or "none was taken").rstrip("."))
+        lines.append("")
     missed = [t["key"] for t in report["targets"] if t["met"] is False]
     lines.append("Targets met: %d of %d%s." % (
         sum(1 for t in report["targets"] if t["met"]), len(report["targets"]),
@@ -634,6 +714,8 @@ def main():
     ap.add_argument("--failures", default="")
     ap.add_argument("--region_mib", type=int, default=64)
     ap.add_argument("--pinned", type=int, default=0)
+    ap.add_argument("--profile_note", default="",
+                    help="why there is no profile, when there is none")
     a = ap.parse_args()
 
     local_modes = a.local_modes.split()
@@ -660,18 +742,26 @@ def main():
                     figures[flat] = v[key]
             poll_modes[setup][mode] = v
     ratios = {}
+    ratio_of = {}
     for key, name, base in RATIOS:
-        fv, bv = figures.get(key), figures.get(base)
-        ratios["%s_vs_%s" % (key, name)] = (
-            fv / bv if fv is not None and bv else None)
+        rkey = "%s_vs_%s" % (key, name)
+        ratios[rkey] = ratio(key, figures.get(key), base, figures.get(base))
+        ratio_of[rkey] = {"figure": key, "baseline": base}
     targets = []
     for key, op, bound in TARGETS:
         v = ratios.get(key, figures.get(key))
         met = None if v is None else (v >= bound if op == ">=" else
                                       v <= bound)
-        targets.append({"key": key, "op": op, "bound": bound, "value": v,
-                        "met": met})
+        targets.append({"key": key, "op": op, "bound": bound,
+                        "unit": "ratio" if "_vs_" in key else
+                        figure_unit(key), "value": v, "met": met})
     curves = {"local": sweep(a.raw, "local"), "memif": sweep(a.raw, "memif")}
+    profile_note = a.profile_note
+    has_profile_file = os.path.exists(os.path.join(a.raw, "profile.txt"))
+    if not profile_note and not has_profile_file:
+        profile_note = "no profile.txt among the measurements"
+    elif not profile_note and not profile(a.raw):
+        profile_note = "perf report listed no symbol above 0.5 %"
     latency = {}
     for setup in ("local", "memif"):
         for mode in ("write_lat", "read_lat"):
@@ -716,7 +806,9 @@ def main():
             "cpu_placement": (
                 "one daemon on CPU 1 and rdmaplane_perf on CPU 0; memif "
                 "daemon A (target) on CPU 1, daemon B (requester) on CPU 0; "
-                "memif_rate receiver on CPU 0, sender on CPU 1"
+                "memif_rate receiver on CPU 0, sender on CPU 1; memcpy_bw "
+                "on CPU 1; tcp_bench client end on CPU 0, server end on "
+                "CPU 1"
                 if a.pinned else "unpinned"),
             "depth": {"bandwidth_64k": 16, "write_mops_64b": 32,
                       "sweep": 16, "latency": 1},
@@ -732,15 +824,18 @@ def main():
         },
         "figures": figures,
         "ratios": ratios,
+        "ratio_of": ratio_of,
         "targets": targets,
         "poll_modes": poll_modes,
         "curves": curves,
         "latency": latency,
         "profile": profile(a.raw),
+        "profile_note": profile_note,
         "rounds": rounds,
         "failures": failures,
     }
-    # The flat keys first, as the issue names them.
+    # The flat keys first (the required figures and ratios, then every
+    # other figure and ratio), so a reader finds a figure by its key.
     flat = {}
     for k in REQUIRED + sorted(figures):
         if k in figures:
@@ -757,9 +852,12 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         plot_error = plots(a.out, work, report, a.raw)
-    if os.path.exists(os.path.join(a.raw, "profile.txt")):
+    if has_profile_file:
         with open(os.path.join(a.raw, "profile.txt")) as f:
             write_atomically(os.path.join(a.out, "profile.txt"), f.read())
+    elif os.path.exists(os.path.join(a.out, "profile.txt")):
+        # An earlier run's profile must not pass for this run's.
+        os.remove(os.path.join(a.out, "profile.txt"))
     if plot_error:
         doc["failures"].append("plots: " + plot_error)
     write_atomically(os.path.join(a.out, "latest.json"),

@@ -4,8 +4,11 @@
 //
 //   tcp_bench --seconds=3 --pingpong_seconds=2 --samples=/tmp/tcp.txt
 //
-// Two threads of one process: a receiver (or echoer) and a sender. Both
-// sockets have TCP_NODELAY.
+// Two threads of one process: the server end (receiver, echoer) and the
+// client end (sender, pinger). Both sockets have TCP_NODELAY. --client_cpu
+// and --server_cpu pin the two ends to CPUs of their own (by default the
+// scheduler places them), as bench/compare places rdmaplane_perf and the
+// daemon.
 //
 //  * throughput: the sender sends --send_bytes per send() for --seconds; the
 //    receiver counts what arrives with recv() of up to 256 KiB. GB/s is the
@@ -24,11 +27,12 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -52,6 +56,10 @@ ABSL_FLAG(uint32_t, message_bytes, 8, "ping-pong message size");
 ABSL_FLAG(std::string, json, "", "also write the figures as JSON here");
 ABSL_FLAG(std::string, samples, "",
           "write every blocking ping-pong round trip (us) here");
+ABSL_FLAG(int32_t, client_cpu, -1,
+          "CPU of the sending / pinging end (-1: not pinned)");
+ABSL_FLAG(int32_t, server_cpu, -1,
+          "CPU of the receiving / echoing end (-1: not pinned)");
 
 namespace {
 
@@ -64,6 +72,20 @@ double Seconds(Clock::duration d) {
 [[noreturn]] void Die(const char* what) {
   std::fprintf(stderr, "tcp_bench: %s: %s\n", what, std::strerror(errno));
   std::exit(1);
+}
+
+// Pins the calling thread to `cpu` (-1: leaves it where it is).
+void PinTo(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  const int e = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  if (e != 0) {
+    std::fprintf(stderr, "tcp_bench: cannot run on CPU %d: %s\n", cpu,
+                 std::strerror(e));
+    std::exit(1);
+  }
 }
 
 void NoDelay(int fd) {
@@ -131,10 +153,11 @@ struct Throughput {
   double gbps = 0;
 };
 
-Throughput Stream(double seconds, uint32_t send_bytes) {
+Throughput Stream(double seconds, uint32_t send_bytes, int server_cpu) {
   auto [server, client] = ConnectedPair();
   Throughput t;
   std::thread receiver([&, fd = server] {
+    PinTo(server_cpu);
     std::vector<uint8_t> buf(256 << 10);
     Clock::time_point first{}, last{};
     while (true) {
@@ -173,11 +196,11 @@ double Percentile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(i, sorted.size() - 1)];
 }
 
-Latency PingPong(double seconds, uint32_t message, bool busy) {
+Latency PingPong(double seconds, uint32_t message, bool busy, int server_cpu) {
   auto [server, client] = ConnectedPair();
   const int flags = busy ? MSG_DONTWAIT : 0;
-  std::atomic<bool> stop{false};
   std::thread echoer([&, fd = server] {
+    PinTo(server_cpu);
     std::vector<uint8_t> buf(message);
     while (RecvAll(fd, buf.data(), buf.size(), flags)) {
       if (!SendAll(fd, buf.data(), buf.size(), 0)) break;
@@ -233,26 +256,34 @@ int main(int argc, char** argv) {
   const double pp_seconds = absl::GetFlag(FLAGS_pingpong_seconds);
   const double busy_seconds = absl::GetFlag(FLAGS_busy_pingpong_seconds);
   const uint32_t message = absl::GetFlag(FLAGS_message_bytes);
+  const int client_cpu = absl::GetFlag(FLAGS_client_cpu);
+  const int server_cpu = absl::GetFlag(FLAGS_server_cpu);
   if (seconds <= 0 || pp_seconds <= 0 || busy_seconds < 0 || send_bytes == 0 ||
-      send_bytes > (64u << 20) || message == 0 || message > (1u << 20)) {
+      send_bytes > (64u << 20) || message == 0 || message > (1u << 20) ||
+      client_cpu < -1 || client_cpu >= CPU_SETSIZE || server_cpu < -1 ||
+      server_cpu >= CPU_SETSIZE) {
     std::fprintf(stderr,
                  "tcp_bench: need positive seconds, send_bytes 1..64 MiB, "
-                 "message_bytes 1..1 MiB\n");
+                 "message_bytes 1..1 MiB, CPUs -1..%d\n",
+                 CPU_SETSIZE - 1);
     return 2;
   }
+  // The main thread is the client end; each server end pins itself.
+  PinTo(client_cpu);
   std::fprintf(stderr, "tcp_bench: streaming %u-byte sends for %.1f s\n",
                send_bytes, seconds);
-  const Throughput t = Stream(seconds, send_bytes);
+  const Throughput t = Stream(seconds, send_bytes, server_cpu);
   std::fprintf(stderr,
                "tcp_bench: %u-byte ping-pong, blocking sockets, %.1f s\n",
                message, pp_seconds);
-  const Latency blocking = PingPong(pp_seconds, message, /*busy=*/false);
+  const Latency blocking =
+      PingPong(pp_seconds, message, /*busy=*/false, server_cpu);
   Latency busy;
   if (busy_seconds > 0) {
     std::fprintf(stderr,
                  "tcp_bench: %u-byte ping-pong, both sides spinning, %.1f s\n",
                  message, busy_seconds);
-    busy = PingPong(busy_seconds, message, /*busy=*/true);
+    busy = PingPong(busy_seconds, message, /*busy=*/true, server_cpu);
   }
   std::printf("%-36s %12s\n", "tcp loopback", "value");
   std::printf("%-36s %9.3f GB/s\n", "stream, 64 KiB sends", t.gbps);
@@ -277,9 +308,10 @@ int main(int argc, char** argv) {
                  "{\"tool\": \"tcp_bench\", \"units\": {\"gbps\": \"GB/s (1e9 "
                  "bytes per second)\", \"us\": \"microseconds, round trip\"}, "
                  "\"stream\": {\"send_bytes\": %u, \"bytes\": %llu, "
-                 "\"seconds\": %.4f, \"gbps\": %.4f}, \"message_bytes\": %u, ",
+                 "\"seconds\": %.4f, \"gbps\": %.4f}, \"message_bytes\": %u, "
+                 "\"client_cpu\": %d, \"server_cpu\": %d, ",
                  send_bytes, static_cast<unsigned long long>(t.bytes),
-                 t.seconds, t.gbps, message);
+                 t.seconds, t.gbps, message, client_cpu, server_cpu);
     PrintLatency(f, "pingpong", blocking);
     if (busy_seconds > 0) {
       std::fprintf(f, ", ");

@@ -39,9 +39,10 @@ PACKAGES=(
   systemd
   shellcheck
   # Running and measuring: network namespaces/veth for multi-host tests, plots
-  # for the benchmark report.
+  # for the benchmark report, perf for its profile of the engine.
   iproute2
   gnuplot-nox
+  linux-perf
 )
 
 log() { printf 'setup: %s\n' "$*"; }
