@@ -64,8 +64,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Open(
 absl::Status Client::Init(const ClientOptions& options) {
   options_ = options;
   if (options_.socket_path.empty()) options_.socket_path = shm::DefaultSocketPath();
+  // The environment overrides the program's choice: 0 never tries
+  // hugepages, 1 insists on them (arenas fail without).
   if (const char* env = std::getenv("RDMAPLANE_HUGEPAGES")) {
-    if (std::strcmp(env, "0") == 0) options_.hugepages = ClientOptions::Hugepages::kOff;
+    if (std::strcmp(env, "0") == 0) {
+      options_.hugepages = ClientOptions::Hugepages::kOff;
+    } else if (std::strcmp(env, "1") == 0) {
+      options_.hugepages = ClientOptions::Hugepages::kOn;
+    }
   }
 
   // Session region with every ring formatted.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -122,6 +124,56 @@ TEST(ClientTest, ListenerGoneBeforeAcceptResetsTheConnector) {
             RDP_ERR_CONN_RESET);
   EXPECT_TRUE(client->Disconnect(*cc).ok());
   EXPECT_EQ(d.daemon->Snapshot().connections, 0u);
+}
+
+// Free 2 MiB pages on this machine.
+long FreeHugepages() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  long free_pages = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "HugePages_Free: %ld", &free_pages) == 1) break;
+  }
+  std::fclose(f);
+  return free_pages;
+}
+
+TEST(ClientTest, TheEnvironmentTurnsHugepagesOffOrInsistsOnThem) {
+  TestDaemon d("hugeenv");
+  ASSERT_TRUE(d.start_status.ok());
+  ClientOptions o;
+  o.socket_path = d.daemon->socket_path();
+  o.arena_bytes = 4 << 20;
+  o.hugepages = ClientOptions::Hugepages::kAuto;
+
+  ASSERT_EQ(setenv("RDMAPLANE_HUGEPAGES", "0", 1), 0);
+  auto off = Client::Open(o);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_NE((*off)->Alloc(4096), nullptr);
+  EXPECT_FALSE((*off)->hugepages());
+
+  ASSERT_EQ(setenv("RDMAPLANE_HUGEPAGES", "1", 1), 0);
+  const bool enough = FreeHugepages() >= 8;
+  auto on = Client::Open(o);
+  unsetenv("RDMAPLANE_HUGEPAGES");
+  if (!on.ok()) {
+    // No arena without hugepages: the client says why instead of falling
+    // back to regular pages.
+    EXPECT_FALSE(enough) << on.status();
+    EXPECT_NE(std::string(on.status().message()).find("no hugepages"),
+              std::string::npos)
+        << on.status();
+    return;
+  }
+  void* p = (*on)->Alloc(4096);
+  if (enough) {
+    EXPECT_NE(p, nullptr);
+    EXPECT_TRUE((*on)->hugepages());
+  } else {
+    EXPECT_EQ(p, nullptr);
+    EXPECT_FALSE((*on)->hugepages());
+  }
 }
 
 }  // namespace

@@ -98,46 +98,26 @@ fi
 region_mib=64
 memif_modes=("${local_modes[@]}")
 
-# CPU placement: with two CPUs or more, the daemon inside which clients
-# connect runs on CPU 1 and rdmaplane_perf on CPU 0; over memif, daemon A
-# (the target) runs on CPU 1 and daemon B (the requester) on CPU 0, as on
-# two hosts, with rdmaplane_perf where the scheduler puts it. An engine that
-# shares its CPU with the client that feeds it, while a neighbour holds the
-# other CPU, starves one or the other for whole time slices (milliseconds
-# per request); unpinned, memif_rate and the two daemons all start on CPU 0.
-# The baselines are placed the same way: memcpy_bw on CPU 1 with the engine
-# whose copies it stands for, tcp_bench's client end on CPU 0 and its
-# server end on CPU 1.
-cpu0=() cpu1=() tool_cpu=() tcp_cpus=()
-if (($(nproc) >= 2)) && command -v taskset >/dev/null 2>&1; then
-  cpu0=(taskset -c 0) cpu1=(taskset -c 1)
-  tcp_cpus=(--client_cpu=0 --server_cpu=1)
-fi
-
 # Short paths: Unix socket names are limited to 108 bytes.
 work="$(mktemp -d /tmp/rdmaplane-bench.XXXXXX)"
 raw="$work/raw"
 bin="$work/bin"
 mkdir -p "$raw" "$bin"
-pids=()
-failures=()
-start_seconds=$SECONDS
+BENCH_NAME=compare
+BENCH_WORK="$work"
+# shellcheck source=bench/bench_lib.sh
+source "$here/bench_lib.sh"
+bench_init
 
-log() { printf 'compare: [%3ds] %s\n' $((SECONDS - start_seconds)) "$*" >&2; }
-
-stop_pids() {
-  local pid
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  pids=()
-}
+# CPU placement (bench_lib.sh: the daemon on CPU 1, rdmaplane_perf on CPU 0;
+# over memif daemon A on CPU 1 and B on CPU 0). memif_rate's two ends are
+# placed the same way, and the baselines too: memcpy_bw on CPU 1 with the
+# engine whose copies it stands for, tcp_bench's client end on CPU 0 and
+# its server end on CPU 1.
+tool_cpu=() tcp_cpus=()
+if ((${#cpu0[@]} > 0)); then
+  tcp_cpus=(--client_cpu=0 --server_cpu=1)
+fi
 
 # shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
@@ -151,11 +131,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-failed() {
-  failures+=("$*")
-  log "FAILED: $*"
-}
-
 for tool in rdmaplaned rdmaplane_perf memcpy_bw tcp_bench pin_cost memif_rate control_benchmark; do
   if [[ ! -x $bin_src/$tool ]]; then
     echo "compare: $bin_src/$tool is missing" >&2
@@ -164,25 +139,7 @@ for tool in rdmaplaned rdmaplane_perf memcpy_bw tcp_bench pin_cost memif_rate co
   cp "$bin_src/$tool" "$bin/$tool"
 done
 
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 printf 'start %s\n' "$(loadavg)" >"$work/load.txt"
-
-# Runs a tool bounded in time; its stdout goes to FILE, stderr to the log.
-run() {  # run SECONDS FILE CMD...
-  local limit="$1" file="$2"
-  shift 2
-  timeout --kill-after=5 "$limit" "$@" >"$file" 2>>"$work/tools.log"
-}
-
-wait_for_socket() {  # wait_for_socket PATH PID
-  local path="$1" pid="$2"
-  for _ in $(seq 150); do
-    [[ -S $path ]] && return 0
-    kill -0 "$pid" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
 
 # --- Baselines -------------------------------------------------------------
 
@@ -283,11 +240,9 @@ headline() {  # headline ROUND SETUP MODE FIRST ENDPOINT_ARGS...
 local_daemon() {  # local_daemon ROUND MODE FIRST
   local r="$1" mode="$2" first="$3" sock="$work/l.sock"
   log "round $r: rdmaplane inside one daemon, --poll_mode=$mode"
-  "${cpu1[@]}" "$bin/rdmaplaned" --socket="$sock" --poll_mode="$mode" \
-    --log_level=warning \
-    >>"$work/daemon_local.log" 2>&1 &
-  pids+=($!)
-  if wait_for_socket "$sock" "${pids[0]}"; then
+  if start_daemon "$work/daemon_local.log" "$sock" "${cpu1[@]}" \
+    "$bin/rdmaplaned" --socket="$sock" --poll_mode="$mode" \
+    --log_level=warning; then
     tool_cpu=("${cpu0[@]}")
     headline "$r" local "$mode" "$first" --listen_socket="$sock"
     tool_cpu=()
@@ -318,11 +273,9 @@ profile() {
     return
   fi
   log "profile: perf on the daemon during 64 KiB WRITEs (--poll_mode=$mode)"
-  "${cpu1[@]}" "$bin/rdmaplaned" --socket="$sock" --poll_mode="$mode" \
-    --log_level=warning \
-    >>"$work/daemon_local.log" 2>&1 &
-  pids+=($!)
-  if ! wait_for_socket "$sock" "${pids[0]}"; then
+  if ! start_daemon "$work/daemon_local.log" "$sock" "${cpu1[@]}" \
+    "$bin/rdmaplaned" --socket="$sock" --poll_mode="$mode" \
+    --log_level=warning; then
     failed "the local daemon did not start for the profile"
     no_profile "the daemon to profile did not start"
     stop_pids
@@ -354,27 +307,13 @@ profile() {
 
 memif_daemons() {  # memif_daemons ROUND MODE FIRST
   local r="$1" mode="$2" first="$3"
-  local a="$work/a.sock" b="$work/b.sock" link="$work/memif.sock"
-  local common=(--mtu=1024 --poll_mode="$mode" --log_level=warning)
   log "round $r: rdmaplane between two daemons over memif, --poll_mode=$mode"
-  "${cpu1[@]}" "$bin/rdmaplaned" --socket="$a" --file_prefix="rdp-bench-$$-a" \
-    --ip=10.0.0.1 --port="net_memif0,role=server,socket=$link" "${common[@]}" \
-    >>"$work/daemon_a.log" 2>&1 &
-  pids+=($!)
-  if ! wait_for_socket "$a" "${pids[0]}"; then
-    failed "daemon A (memif server) did not start (round $r)"
-    stop_pids
-    return
-  fi
-  "${cpu0[@]}" "$bin/rdmaplaned" --socket="$b" --file_prefix="rdp-bench-$$-b" \
-    --ip=10.0.0.2 --port="net_memif0,role=client,socket=$link" "${common[@]}" \
-    >>"$work/daemon_b.log" 2>&1 &
-  pids+=($!)
-  if wait_for_socket "$b" "${pids[1]}"; then
-    headline "$r" memif "$mode" "$first" --listen_socket="$a" \
-      --connect_socket="$b" --peer=10.0.0.1
+  if start_memif_pair "r$r" "$bin/rdmaplaned" --mtu=1024 --poll_mode="$mode" \
+    --log_level=warning; then
+    headline "$r" memif "$mode" "$first" --listen_socket="$MEMIF_A" \
+      --connect_socket="$MEMIF_B" --peer=10.0.0.1
   else
-    failed "daemon B (memif client) did not start (round $r)"
+    failed "the memif daemons did not start (round $r, --poll_mode=$mode)"
   fi
   stop_pids
 }

@@ -1,0 +1,107 @@
+# shellcheck shell=bash
+# Shell helpers of the whole-system benchmarks (compare_run.sh, knobs_run.sh):
+# logging with the seconds since the start, bounded tool runs, daemons
+# started in the background and stopped again, and the CPU placement both
+# use. Nothing here prints on stdout.
+#
+# The sourcing script sets BENCH_NAME (the prefix of every message) and
+# BENCH_WORK (a private folder with short paths: Unix socket names are
+# limited to 108 bytes), then calls bench_init.
+
+BENCH_NAME="${BENCH_NAME:-bench}"
+BENCH_WORK="${BENCH_WORK:-}"
+pids=()      # processes to stop (stop_pids)
+failures=()  # what failed, one line each
+start_seconds=$SECONDS
+
+# CPU placement, with two CPUs or more: the daemon inside which clients
+# connect runs on CPU 1 and the client tool on CPU 0; over memif, daemon A
+# (the target) runs on CPU 1 and daemon B (the requester) on CPU 0, as on
+# two hosts, with the client tool where the scheduler puts it. An engine
+# that shares its CPU with the client feeding it while a neighbour holds the
+# other CPU starves one or the other; unpinned, the daemons all start on
+# CPU 0.
+cpu0=() cpu1=()
+if (($(nproc) >= 2)) && command -v taskset >/dev/null 2>&1; then
+  cpu0=(taskset -c 0) cpu1=(taskset -c 1)
+fi
+
+bench_init() {
+  mkdir -p "$BENCH_WORK"
+  : >>"$BENCH_WORK/tools.log"
+}
+
+log() { printf '%s: [%3ds] %s\n' "$BENCH_NAME" $((SECONDS - start_seconds)) "$*" >&2; }
+
+failed() {
+  failures+=("$*")
+  log "FAILED: $*"
+}
+
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+stop_pids() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  pids=()
+}
+
+# Runs a tool bounded in time; its stdout goes to FILE, stderr to the log.
+run() { # run SECONDS FILE CMD...
+  local limit="$1" file="$2"
+  shift 2
+  timeout --kill-after=5 "$limit" "$@" >"$file" 2>>"$BENCH_WORK/tools.log"
+}
+
+wait_for_socket() { # wait_for_socket PATH PID
+  local path="$1" pid="$2"
+  for _ in $(seq 150); do
+    [[ -S $path ]] && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# start_daemon LOG SOCKET CMD...: starts an rdmaplaned command line in the
+# background (output appended to LOG), adds it to pids and waits for its
+# socket; 1 when it did not come up.
+start_daemon() {
+  local daemon_log="$1" sock="$2"
+  shift 2
+  "$@" >>"$daemon_log" 2>&1 &
+  pids+=($!)
+  wait_for_socket "$sock" "$!"
+}
+
+# start_memif_pair TAG RDMAPLANED FLAGS...: daemon A (the memif server,
+# 10.0.0.1, CPU 1) and daemon B (the client, 10.0.0.2, CPU 0) joined by a
+# memif link, both with FLAGS; sets MEMIF_A and MEMIF_B to their sockets.
+# 1 (after stopping what started) when either did not come up.
+MEMIF_A="" MEMIF_B=""
+start_memif_pair() {
+  local tag="$1" daemon="$2"
+  shift 2
+  local link="$BENCH_WORK/memif-$tag.sock"
+  MEMIF_A="$BENCH_WORK/a-$tag.sock" MEMIF_B="$BENCH_WORK/b-$tag.sock"
+  if ! start_daemon "$BENCH_WORK/daemon_a.log" "$MEMIF_A" "${cpu1[@]}" \
+    "$daemon" --socket="$MEMIF_A" --file_prefix="rdp-bench-$$-a" \
+    --ip=10.0.0.1 --port="net_memif0,role=server,socket=$link" "$@"; then
+    stop_pids
+    return 1
+  fi
+  if ! start_daemon "$BENCH_WORK/daemon_b.log" "$MEMIF_B" "${cpu0[@]}" \
+    "$daemon" --socket="$MEMIF_B" --file_prefix="rdp-bench-$$-b" \
+    --ip=10.0.0.2 --port="net_memif0,role=client,socket=$link" "$@"; then
+    stop_pids
+    return 1
+  fi
+}
