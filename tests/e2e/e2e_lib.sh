@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Shared helpers of the end-to-end tests, sourced by memif_test.sh and
 # netns_test.sh: starting and stopping rdmaplaned processes, running the
-# transfer tool and the connect probe with bounded waits, and printing the
-# daemons' logs when something fails.
+# transfer tool and the connect probe with bounded waits, printing the
+# daemons' logs when something fails, and reporting a test that cannot run
+# here as skipped (e2e_skip).
 #
 # The sourcing script sets E2E_NAME (the prefix of every message) and
 # E2E_TMP (a private folder, short enough for Unix socket paths; see
@@ -203,6 +204,39 @@ e2e_transfer() {
   if ! e2e_try_transfer "$@"; then
     e2e_fail "$E2E_TRANSFER_ERROR"
   fi
+}
+
+# e2e_skip REASON: ends a test that cannot run here as SKIPPED, visibly: it
+# prints "SKIPPED: REASON" and, under Bazel (which names the file in
+# XML_OUTPUT_FILE), writes a JUnit XML whose one test case carries
+# <skipped/>, which deploy/test.sh counts as skipped rather than passed.
+# Exits 0. Call it before e2e_install_traps, or after: the cleanup runs
+# either way.
+e2e_skip() {
+  local reason="$*"
+  echo "SKIPPED: $reason"
+  if [[ -n ${XML_OUTPUT_FILE:-} ]]; then
+    local name="${TEST_TARGET:-$E2E_NAME}"
+    E2E_SKIP_NAME="$name" E2E_SKIP_REASON="$reason" python3 -c '
+import os, sys
+from xml.sax.saxutils import quoteattr
+name = quoteattr(os.environ["E2E_SKIP_NAME"])
+reason = quoteattr(os.environ["E2E_SKIP_REASON"])
+sys.stdout.write(
+    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    "<testsuites>\n"
+    f"  <testsuite name={name} tests=\"1\" failures=\"0\" errors=\"0\" skipped=\"1\">\n"
+    f"    <testcase name={name} status=\"notrun\">\n"
+    f"      <skipped message={reason}/>\n"
+    "    </testcase>\n"
+    "  </testsuite>\n"
+    "</testsuites>\n")
+' >"$XML_OUTPUT_FILE" || {
+      echo "FAIL: $E2E_NAME: cannot write $XML_OUTPUT_FILE to report the skip" >&2
+      exit 1
+    }
+  fi
+  exit 0
 }
 
 # e2e_probe LABEL EXPECTED_STATUS MAX_SECONDS TEXT PROBE_ARGS...: runs the
