@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Two rdmaplaned daemons joined by a memif link, end to end:
 #   1. RDMA WRITE and READ of 1 B .. 4 MiB each way (depth 4, 2 clients with
-#      2 connections each), every byte checked by rdmaplane_transfer;
+#      2 connections each), every byte checked by rdmaplane_transfer; then
+#      1 B .. 256 KiB with 256 requests outstanding per connection (its
+#      whole send queue); then the two-host procedure of docs/operations.md
+#      with rdmaplane_transfer's split mode (a --listen server with a session
+#      on A, a --connect client on B), both ends checking every byte;
 #   2. a connect to a service nobody listens on at the peer is refused
 #      (RDP_ERR_REFUSED, naming the service), and a connect to an address no
 #      daemon has (10.0.0.99) times out (RDP_ERR_TIMEOUT) within 5 s, after
 #      which a small transfer shows that both daemons still serve;
 #   3. SIGTERM stops both daemons with status 0 within 5 s, and they leave
 #      neither their sockets nor their DPDK runtime folders behind;
-#   4. the same (sizes up to 1 MiB) with 5 % loss, 1 % duplication and 1 %
-#      reordering injected on both daemons' transmit side.
+#   4. the same (sizes up to 1 MiB, no deep round) with 5 % loss, 1 %
+#      duplication and 1 % reordering injected on both daemons' transmit
+#      side.
 #
 #   memif_test.sh E2E_LIB RDMAPLANED RDMAPLANECTL RDMAPLANE_TRANSFER CONNECT_PROBE
 #
@@ -69,6 +74,19 @@ run_pair() {
   e2e_transfer "round$round" 240 "$transfer_bin" \
     --listen_socket="$sock_a" --connect_socket="$sock_b" --peer="$ip_a" \
     --sizes="$sizes" --depth=4 --connections=2 --clients=2 --timeout_s=60
+  if [[ $faulty == no ]]; then
+    # A connection's whole send queue (256 requests) outstanding at once:
+    # far more than the 16 READs a requester lets out at a time (the peer's
+    # responder resources), so the rest wait in its queue.
+    e2e_transfer "round$round-deep" 120 "$transfer_bin" \
+      --listen_socket="$sock_a" --connect_socket="$sock_b" --peer="$ip_a" \
+      --sizes=1,4096,65536,262144 --depth=256 --connections=2 --clients=1 \
+      --timeout_s=60
+  fi
+  # The two-host procedure: a split-mode server with a session on A, its
+  # client with a session on B.
+  e2e_split_transfer "round$round-split" 120 "$transfer_bin" "$sock_a" "$sock_b" \
+    "$ip_a" --sizes=1,4096,65536,1048576 --depth=16 --timeout_s=60
 
   local name
   for name in "a$round" "b$round"; do

@@ -2,7 +2,9 @@
 # Two rdmaplaned daemons in two network namespaces joined by a veth pair,
 # each using its end of the pair as its DPDK data port (root only):
 #   1. af_packet: RDMA WRITE and READ of 1 B .. 4 MiB each way (depth 4,
-#      2 clients with 3 connections each), every byte checked; a connect to
+#      2 clients with 3 connections each), every byte checked; the two-host
+#      procedure of docs/operations.md (rdmaplane_transfer's split mode, the
+#      server on A, the client on B, both checking every byte); a connect to
 #      a service nobody listens on is refused, one to an address nobody has
 #      times out within 5 s; SIGTERM stops both with status 0 within 5 s,
 #      leaving no socket and no DPDK runtime folder;
@@ -263,6 +265,11 @@ af_xdp_known_loss() {
 e2e_log "round 1: af_packet on the veth pair"
 start_pair 1 af_packet || e2e_fail "the daemons did not start with af_packet"
 transfer 1 1,4096,65536,1048576,4194304 3 || e2e_fail "$E2E_TRANSFER_ERROR"
+# The two-host procedure of docs/operations.md, split mode: the server with
+# a session on A (in ns_a), the client on B (in ns_b); the RDMA connection
+# crosses the veth pair.
+e2e_split_transfer round1-split 120 "$transfer_bin" "$E2E_TMP/a1.sock" \
+  "$E2E_TMP/b1.sock" "$ip_a" --sizes=1,4096,65536,1048576 --depth=16 --timeout_s=30
 check_counters 1 no
 probe 1
 stop_pair 1
