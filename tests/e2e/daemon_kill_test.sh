@@ -87,6 +87,17 @@ first_error() {
   FE_OK="${BASH_REMATCH[5]}"
 }
 
+# finished NAME LIMIT_S: the streaming client NAME exits normally within
+# LIMIT_S, once every request it still had outstanding has completed; logs
+# how they completed.
+finished() {
+  local c="$1"
+  fl_wait_exit "$c" "$2"
+  [[ $FL_STATUS -eq 0 ]] || fl_fail "$c exited with status $FL_STATUS"
+  grep -q '^kill_client: exit' "${FL_PROC_OUT[$c]}" || fl_fail "$c did not finish"
+  fl_log "$c: $(fl_count_lines "$c" '^kill_client: drained') outstanding requests drained ($(grep -o 'drained status=[A-Z_]*' "${FL_PROC_OUT[$c]}" | sort | uniq -c | tr -s ' ' | tr '\n' ';')), $(grep '^kill_client: disconnect' "${FL_PROC_OUT[$c]}")"
+}
+
 # --- 1. A connection that idles, then one that streams ------------------------
 kill_client ia "$sock_a" ib idle --mode=idle
 fl_wait_line ia '^kill_client: listening' 15 >/dev/null
@@ -131,12 +142,8 @@ awk -v s="$sa_after" 'BEGIN { exit !(s <= 10) }' || fl_fail "A's client noticed 
 
 # Every request still outstanding completes too (the clients give up with
 # "stalled" after 30 s without progress), and both exit normally.
-for c in sb sa; do
-  fl_wait_exit "$c" 40
-  [[ $FL_STATUS -eq 0 ]] || fl_fail "$c exited with status $FL_STATUS"
-  grep -q '^kill_client: exit' "${FL_PROC_OUT[$c]}" || fl_fail "$c did not finish"
-  fl_log "$c: $(fl_count_lines "$c" '^kill_client: drained') outstanding requests drained ($(grep -o 'drained status=[A-Z_]*' "${FL_PROC_OUT[$c]}" | sort | uniq -c | tr -s ' ' | tr '\n' ';')), $(grep '^kill_client: disconnect' "${FL_PROC_OUT[$c]}")"
-done
+finished sb 40
+finished sa 40
 if [[ $(fl_count_lines sb '^kill_client: drained status=RDP_ERR_CONN_ABORTED|^kill_client: drained status=RDP_ERR_NET_DOWN|^kill_client: drained status=RDP_OK') -ne $(fl_count_lines sb '^kill_client: drained') ]]; then
   fl_fail "B's client drained requests with unexpected statuses"
 fi
@@ -205,12 +212,8 @@ ta_after="$(fl_since "$term_time" "$FE_T")"
 fl_log "A's client: first failure $FE_STATUS ($FE_STAGE) $ta_after s after SIGTERM, after $FE_OK requests"
 [[ $FE_STATUS == RDP_ERR_CONN_RESET ]] ||
   fl_fail "A's client failed with $FE_STATUS after B's SIGTERM (RDP_ERR_CONN_RESET expected: B should have sent DREQ)"
-for c in tb ta; do
-  fl_wait_exit "$c" 10
-  [[ $FL_STATUS -eq 0 ]] || fl_fail "$c exited with status $FL_STATUS"
-  grep -q '^kill_client: exit' "${FL_PROC_OUT[$c]}" || fl_fail "$c did not finish"
-  fl_log "$c: $(fl_count_lines "$c" '^kill_client: drained') outstanding requests drained ($(grep -o 'drained status=[A-Z_]*' "${FL_PROC_OUT[$c]}" | sort | uniq -c | tr -s ' ' | tr '\n' ';')), $(grep '^kill_client: disconnect' "${FL_PROC_OUT[$c]}")"
-done
+finished tb 10
+finished ta 10
 # The first failure's request plus the rest of the window.
 drained="$(fl_count_lines tb '^kill_client: drained')"
 [[ $drained -eq 7 ]] || fl_fail "B's client drained $drained requests after its first failure (7 expected)"
