@@ -12,10 +12,13 @@
 # - the container entry point: --port and --ip from the environment;
 # - the Kubernetes manifest: parsed with PyYAML when Debian's python3-yaml is
 #   there (else a structural check), and the settings it must have;
-# - the flagfiles (the two examples and the ConfigMap's): Abseil syntax, and,
-#   once rdmaplaned has its data-port flags, every flag name known to it,
-#   every flag it has documented in docs/operations.md, and the memif example
-#   accepted by --check_config.
+# - the flagfiles (the two examples and the ConfigMap's): Abseil syntax,
+#   every flag name known to rdmaplaned (--helpfull; a format it cannot read
+#   fails), every flag it has documented in docs/operations.md, and both
+#   examples accepted by --check_config;
+# - bad flag values: exit status 2 and a one-line reason (what the systemd
+#   unit's RestartPreventExitStatus=2 relies on); what Abseil's parser
+#   refuses: exit status 1.
 #
 #   deploy_files_test.sh INSTALL_SH OPERATIONS_MD RDMAPLANED
 #
@@ -363,7 +366,9 @@ if grep -Eq '^--(port|ip)=' "$tmp/configmap.conf"; then
   fail "the ConfigMap's flagfile sets --port or --ip (the entry point does)"
 fi
 
-# The daemon's own flags, from --helpfull (Abseil exits 1 after help).
+# The daemon's own flags, from --helpfull (Abseil exits 1 after help). If
+# its format ever changes so that nothing is found, the checks below must
+# fail, not pass on nothing.
 helpfull="$("$daemon" --helpfull 2>&1)"
 daemon_flags="$(sed -n '/^  Flags from .*rdmaplaned\.cc:$/,/^$/p' <<<"$helpfull" \
   | sed -n 's/^    --\([a-z][a-z0-9_]*\) .*/\1/p; s/^    --\([a-z][a-z0-9_]*\)$/\1/p' | sort -u)"
@@ -372,30 +377,101 @@ all_flags="$(sed -n 's/^    --\([a-z][a-z0-9_]*\)\( .*\)\{0,1\}$/\1/p' <<<"$help
 documented="$(sed -n '/^### Every flag$/,/^### /p' "$operations_md" \
   | grep -o '^| `--[a-z][a-z0-9_]*' | sed 's/^| `--//' | sort -u)"
 [[ -n $documented ]] || fail "docs/operations.md has no flag table rows ('| \`--flag...') under '### Every flag'"
-if grep -qx port <<<"$daemon_flags" && grep -qx check_config <<<"$daemon_flags"; then
-  for f in "$conf" "$memif_conf" "$tmp/configmap.conf"; do
-    unknown="$(comm -23 <(flag_names "$f") <(printf '%s\n' "$all_flags"))"
-    [[ -z $unknown ]] && pass "$(basename "$f"): every flag is rdmaplaned's" \
-      || fail "$(basename "$f") sets flags rdmaplaned does not have: $unknown"
-  done
-  undocumented="$(comm -23 <(printf '%s\n' "$daemon_flags") <(printf '%s\n' "$documented"))"
-  [[ -z $undocumented ]] && pass "docs/operations.md documents every rdmaplaned flag" \
-    || fail "docs/operations.md does not document: $(tr '\n' ' ' <<<"$undocumented")"
-  stale="$(comm -13 <(printf '%s\n' "$all_flags") <(printf '%s\n' "$documented"))"
-  [[ -z $stale ]] && pass "docs/operations.md documents no flag rdmaplaned lacks" \
-    || fail "docs/operations.md documents flags rdmaplaned does not have: $(tr '\n' ' ' <<<"$stale")"
-  d="$tmp/memif"
-  mkdir -p "$d"
-  if out="$("$daemon" --flagfile="$memif_conf" --socket="$d/a.sock" --file_prefix=rdmaplane-test-a \
-    --ip=198.51.100.1 --port="net_memif0,role=server,socket=$d/memif.sock,socket-abstract=no" \
-    --check_config 2>&1)"; then
-    pass "rdmaplaned --check_config accepts the memif example"
-  else
-    fail "rdmaplaned --check_config refuses the memif example: $out"
-  fi
+if grep -qx port <<<"$daemon_flags" && grep -qx check_config <<<"$daemon_flags" \
+  && grep -qx flagfile <<<"$all_flags"; then
+  pass "rdmaplaned --helpfull lists its flags ($(wc -l <<<"$daemon_flags") of its own)"
 else
-  note "this rdmaplaned has no --port/--check_config yet: flag names not checked against it"
+  fail "cannot read rdmaplaned's flags from --helpfull (no '--port' and '--check_config' under 'Flags from ...rdmaplaned.cc:', or no '--flagfile'); has its format changed? It printed: $(head -c 600 <<<"$helpfull")"
 fi
+for f in "$conf" "$memif_conf" "$tmp/configmap.conf"; do
+  unknown="$(comm -23 <(flag_names "$f") <(printf '%s\n' "$all_flags"))"
+  [[ -z $unknown ]] && pass "$(basename "$f"): every flag is rdmaplaned's" \
+    || fail "$(basename "$f") sets flags rdmaplaned does not have: $unknown"
+done
+undocumented="$(comm -23 <(printf '%s\n' "$daemon_flags") <(printf '%s\n' "$documented"))"
+[[ -z $undocumented ]] && pass "docs/operations.md documents every rdmaplaned flag" \
+  || fail "docs/operations.md does not document: $(tr '\n' ' ' <<<"$undocumented")"
+stale="$(comm -13 <(printf '%s\n' "$all_flags") <(printf '%s\n' "$documented"))"
+[[ -z $stale ]] && pass "docs/operations.md documents no flag rdmaplaned lacks" \
+  || fail "docs/operations.md documents flags rdmaplaned does not have: $(tr '\n' ' ' <<<"$stale")"
+
+# --check_config of the example flagfiles as they are, the way
+# docs/operations.md says to check a configuration: exit 0, "config: ok"
+# last, and the file's settings in the printed configuration.
+# check_config WHAT EXPECTED_LINES ARGS...: EXPECTED_LINES is a list of
+# lines (separated by '|') the printed configuration must contain.
+check_config() {
+  local what="$1" expected="$2" out rc=0 line missing=""
+  shift 2
+  out="$(timeout 10 "$daemon" "$@" --check_config 2>&1)" || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    fail "rdmaplaned $* --check_config refuses $what (exit $rc): $out"
+    return
+  fi
+  IFS='|' read -r -a lines <<<"$expected"
+  for line in "${lines[@]}" "config: ok"; do
+    grep -qxF -- "$line" <<<"$out" || missing+=" '$line'"
+  done
+  [[ $(tail -n 1 <<<"$out") == "config: ok" ]] || missing+=" (last line 'config: ok')"
+  [[ -z $missing ]] && pass "rdmaplaned --check_config accepts $what" \
+    || fail "rdmaplaned --check_config of $what printed no$missing: $out"
+}
+check_config "deploy/rdmaplaned.conf" \
+  "socket=/run/rdmaplane/rdmaplane.sock|port=net_af_packet0,iface=eth1|ip=198.51.100.1|mtu=1024|poll_mode=adaptive|hugepages=0|file_prefix=rdmaplane" \
+  --flagfile="$conf"
+check_config "deploy/rdmaplaned-memif.conf" "mtu=1024|poll_mode=adaptive|hugepages=0" \
+  --flagfile="$memif_conf"
+d="$tmp/memif"
+mkdir -p "$d"
+check_config "the memif example with one daemon's own flags (docs/operations.md)" \
+  "socket=$d/a.sock|port=net_memif0,role=server,socket=$d/memif.sock,socket-abstract=no|ip=198.51.100.1|file_prefix=rdmaplane-test-a|mtu=1024" \
+  --flagfile="$memif_conf" --socket="$d/a.sock" --file_prefix=rdmaplane-test-a \
+  --ip=198.51.100.1 --port="net_memif0,role=server,socket=$d/memif.sock,socket-abstract=no"
+
+# Values the daemon rejects: exit status 2 (the unit's
+# RestartPreventExitStatus=2: no restarts for a broken configuration) and
+# one line naming the flag, before it serves anything. Run without
+# --check_config, as systemd starts it, on a socket of its own and bounded,
+# so that a value it wrongly took shows as a daemon that started.
+bad_sock="$(mktemp -u /tmp/rdp-bad-flag.XXXXXX).sock"
+# refused STATUS EXPECTED_MESSAGE FLAGS...: the daemon refuses FLAGS with
+# exit STATUS and a message that is (2) or contains (1) EXPECTED_MESSAGE.
+refused() {
+  local want="$1" expected="$2" out rc=0
+  shift 2
+  out="$(timeout 10 "$daemon" --socket="$bad_sock" --file_prefix=rdmaplane-bad-flag "$@" 2>&1)" || rc=$?
+  if [[ -e $bad_sock ]]; then
+    rm -f "$bad_sock"
+    fail "rdmaplaned $* started serving (exit $rc): $out"
+  elif [[ $rc -eq $want && ($out == "$expected" || ($want -eq 1 && $out == *"$expected"*)) ]]; then
+    pass "rdmaplaned $*: exit $want, '$out'"
+  else
+    fail "rdmaplaned $*: exit $rc ($want expected), said '$out' ('$expected' expected)"
+  fi
+}
+refused 2 "rdmaplaned: --poll_mode is busy or adaptive" --poll_mode=bogus
+refused 2 "rdmaplaned: --mtu must be 256..4096, a power of 2" --mtu=1000
+refused 2 "rdmaplaned: --mtu must be 256..4096, a power of 2" --mtu=8192
+refused 2 "rdmaplaned: --max_connections must be 1..65536" --max_connections=0
+refused 2 "rdmaplaned: --port needs --ip" --port=net_memif0
+refused 2 "rdmaplaned: --ip is an IPv4 address, got '300.1.1.1'" --ip=300.1.1.1
+refused 2 "rdmaplaned: --mac is a unicast MAC like 02:00:00:00:00:01" --mac=01:00:00:00:00:01
+refused 2 "rdmaplaned: --log_level is debug, info, warning or error" --log_level=loud
+refused 2 "rdmaplaned: --zero_copy is auto or off" --zero_copy=maybe
+refused 2 "rdmaplaned: --file_prefix is a plain name" --file_prefix=a/b
+refused 2 "rdmaplaned: --mbufs must be at least 1023" --mbufs=10
+refused 2 "rdmaplaned: --retransmit_timeout_us must be 100..10000000" --retransmit_timeout_us=5
+refused 2 "rdmaplaned: --allow_uids/--allow_gids take numbers" --allow_uids=root
+refused 2 "rdmaplaned: --port_faults: unknown fault key 'nonsense' (known: loss, dup, reorder, delay_us, jitter_us, reorder_us, drop_after, seed)" \
+  --port_faults=nonsense=1
+# In a flagfile too.
+printf -- '--mtu=1024\n--poll_mode=bogus\n' >"$tmp/bad.conf"
+refused 2 "rdmaplaned: --poll_mode is busy or adaptive" --flagfile="$tmp/bad.conf"
+# What Abseil's own parser refuses (a value of the wrong type, a flag the
+# daemon does not have) ends with exit status 1 instead, as
+# docs/operations.md says: the unit restarts it (at most 5 times a minute).
+refused 1 "Unknown command line flag 'bogus'" --bogus=1
+refused 1 "Illegal value 'abc' specified for flag 'mtu'" --mtu=abc
 
 # --- Containerfile ------------------------------------------------------------------------
 echo "== Containerfile"

@@ -53,7 +53,8 @@ ABSL_FLAG(std::string, peer, "",
 ABSL_FLAG(std::string, service, "transfer", "service name");
 ABSL_FLAG(std::string, sizes, "1,4096,65536,1048576,4194304",
           "message sizes in bytes, comma-separated (up to 4 MiB)");
-ABSL_FLAG(uint32_t, depth, 4, "requests outstanding per connection");
+ABSL_FLAG(uint32_t, depth, 4,
+          "requests outstanding per connection (up to 256, the send queue)");
 ABSL_FLAG(uint32_t, connections, 1, "connections per pair of sessions");
 ABSL_FLAG(uint32_t, clients, 1, "pairs of sessions, each in its own thread");
 ABSL_FLAG(int32_t, timeout_s, 60,
@@ -65,6 +66,8 @@ using rdmaplane::Client;
 using rdmaplane_transfer::Pattern;
 
 constexpr uint32_t kMaxSize = 4u << 20;
+// Up to a connection's whole send queue may be outstanding.
+constexpr uint32_t kMaxDepth = rdmaplane::shm::kSendRingEntries;
 
 struct Options {
   std::string listen_socket, connect_socket, peer, service;
@@ -298,12 +301,13 @@ bool ParseOptions(Options* o) {
   o->clients = absl::GetFlag(FLAGS_clients);
   o->timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   if (!ParseSizes(&o->sizes)) return false;
-  if (o->sizes.empty() || o->depth == 0 || o->depth > 64 ||
+  if (o->sizes.empty() || o->depth == 0 || o->depth > kMaxDepth ||
       o->connections == 0 || o->connections > 16 || o->clients == 0 ||
       o->clients > 16) {
     std::fprintf(stderr,
-                 "transfer: need sizes, depth 1..64, connections 1..16, "
-                 "clients 1..16\n");
+                 "transfer: need sizes, depth 1..%u, connections 1..16, "
+                 "clients 1..16\n",
+                 kMaxDepth);
     return false;
   }
   if (o->listen_socket.empty()) {
@@ -334,11 +338,12 @@ int RunSplitMode() {
   s.depth = absl::GetFlag(FLAGS_depth);
   s.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   if (!ParseSizes(&s.sizes)) return 2;
-  if (s.sizes.empty() || s.depth == 0 || s.depth > 64 ||
+  if (s.sizes.empty() || s.depth == 0 || s.depth > kMaxDepth ||
       absl::GetFlag(FLAGS_timeout_s) <= 0) {
     std::fprintf(stderr,
-                 "transfer: need sizes, depth 1..64 and a positive "
-                 "timeout_s\n");
+                 "transfer: need sizes, depth 1..%u and a positive "
+                 "timeout_s\n",
+                 kMaxDepth);
     return 2;
   }
   return rdmaplane_transfer::RunSplit(s);

@@ -13,7 +13,15 @@
 #      ways work (rdmaplane_transfer, every byte checked) although A still
 #      holds the idle connection to B's previous life.
 #   4. The idle clients let go; both daemons are back to no sessions,
-#      connections, registrations or arenas, and stop cleanly on SIGTERM.
+#      connections, registrations or arenas.
+#   5. A new streaming pair, and SIGTERM (not SIGKILL) to B in the middle of
+#      it: B exits with status 0 within 5 s and leaves no socket, no DPDK
+#      runtime folder and no process; its client's requests complete with
+#      RDP_ERR_CONN_ABORTED (the daemon shut down), all 7 still outstanding
+#      after the first included, and the client on A sees
+#      RDP_ERR_CONN_RESET (B said farewell), both within 5 s; once that
+#      client has gone A is back to no sessions, connections, registrations
+#      or arenas, and stops cleanly on SIGTERM.
 #
 #   daemon_kill_test.sh FAULT_LIB RDMAPLANED RDMAPLANECTL RDMAPLANE_TRANSFER
 #       KILL_CLIENT
@@ -79,6 +87,17 @@ first_error() {
   FE_OK="${BASH_REMATCH[5]}"
 }
 
+# finished NAME LIMIT_S: the streaming client NAME exits normally within
+# LIMIT_S, once every request it still had outstanding has completed; logs
+# how they completed.
+finished() {
+  local c="$1"
+  fl_wait_exit "$c" "$2"
+  [[ $FL_STATUS -eq 0 ]] || fl_fail "$c exited with status $FL_STATUS"
+  grep -q '^kill_client: exit' "${FL_PROC_OUT[$c]}" || fl_fail "$c did not finish"
+  fl_log "$c: $(fl_count_lines "$c" '^kill_client: drained') outstanding requests drained ($(grep -o 'drained status=[A-Z_]*' "${FL_PROC_OUT[$c]}" | sort | uniq -c | tr -s ' ' | tr '\n' ';')), $(grep '^kill_client: disconnect' "${FL_PROC_OUT[$c]}")"
+}
+
 # --- 1. A connection that idles, then one that streams ------------------------
 kill_client ia "$sock_a" ib idle --mode=idle
 fl_wait_line ia '^kill_client: listening' 15 >/dev/null
@@ -123,12 +142,8 @@ awk -v s="$sa_after" 'BEGIN { exit !(s <= 10) }' || fl_fail "A's client noticed 
 
 # Every request still outstanding completes too (the clients give up with
 # "stalled" after 30 s without progress), and both exit normally.
-for c in sb sa; do
-  fl_wait_exit "$c" 40
-  [[ $FL_STATUS -eq 0 ]] || fl_fail "$c exited with status $FL_STATUS"
-  grep -q '^kill_client: exit' "${FL_PROC_OUT[$c]}" || fl_fail "$c did not finish"
-  fl_log "$c: $(fl_count_lines "$c" '^kill_client: drained') outstanding requests drained ($(grep -o 'drained status=[A-Z_]*' "${FL_PROC_OUT[$c]}" | sort | uniq -c | tr -s ' ' | tr '\n' ';')), $(grep '^kill_client: disconnect' "${FL_PROC_OUT[$c]}")"
-done
+finished sb 40
+finished sa 40
 if [[ $(fl_count_lines sb '^kill_client: drained status=RDP_ERR_CONN_ABORTED|^kill_client: drained status=RDP_ERR_NET_DOWN|^kill_client: drained status=RDP_OK') -ne $(fl_count_lines sb '^kill_client: drained') ]]; then
   fl_fail "B's client drained requests with unexpected statuses"
 fi
@@ -161,9 +176,54 @@ touch "$FL_TMP/ia.release"
 fl_wait_exit ia 10
 [[ $FL_STATUS -eq 0 ]] || fl_fail "ia exited with status $FL_STATUS"
 fl_log "ia: $(grep '^kill_client: disconnect' "${FL_PROC_OUT[ia]}")"
-fl_wait_baseline "at the end" a 5
-fl_wait_baseline "at the end" b 5
+fl_wait_baseline "before the SIGTERM round" a 5
+fl_wait_baseline "before the SIGTERM round" b 5
+
+# --- 5. SIGTERM to B while its client streams ----------------------------------
+kill_client ta "$sock_a" tb term
+fl_wait_line ta '^kill_client: listening' 15 >/dev/null
+kill_client tb "$sock_b" ta term --peer="$ip_a"
+fl_wait_line ta '^c 31 ' 30 >/dev/null
+fl_wait_line tb '^c 31 ' 30 >/dev/null
+fl_wait_counters "streaming again" a 5 "d['connections'] == 1 and d['sessions'] == 1"
+fl_wait_counters "streaming again" b 5 "d['connections'] == 1 and d['sessions'] == 1"
+disconnects_a="$(fl_counter a peer_disconnects)"
+
+# A clean stop although work is in flight: status 0 within 5 s, no socket,
+# no DPDK runtime folder, no process of B's left.
+term_time="$(fl_now)"
 fl_clean_stop b "$prefix_b"
+term_s="$(fl_since "$term_time")"
+if pgrep -f -- "--file_prefix=$prefix_b( |\$)" >/dev/null; then
+  fl_fail "a process of daemon b is still running after its exit: $(pgrep -a -f -- "--file_prefix=$prefix_b( |\$)")"
+fi
+
+# B's client: the daemon shut down, so its connection was aborted; every
+# request it had outstanding completes with that too.
+first_error tb 5
+tb_after="$(fl_since "$term_time" "$FE_T")"
+fl_log "B's client: first failure $FE_STATUS ($FE_STAGE) $tb_after s after SIGTERM, after $FE_OK requests"
+[[ $FE_STATUS == RDP_ERR_CONN_ABORTED ]] ||
+  fl_fail "B's client failed with $FE_STATUS after SIGTERM (RDP_ERR_CONN_ABORTED expected)"
+# A's client: B said farewell (DREQ) before it stopped, so a reset, not a
+# time-out after retries.
+first_error ta 5
+ta_after="$(fl_since "$term_time" "$FE_T")"
+fl_log "A's client: first failure $FE_STATUS ($FE_STAGE) $ta_after s after SIGTERM, after $FE_OK requests"
+[[ $FE_STATUS == RDP_ERR_CONN_RESET ]] ||
+  fl_fail "A's client failed with $FE_STATUS after B's SIGTERM (RDP_ERR_CONN_RESET expected: B should have sent DREQ)"
+finished tb 10
+finished ta 10
+# The first failure's request plus the rest of the window.
+drained="$(fl_count_lines tb '^kill_client: drained')"
+[[ $drained -eq 7 ]] || fl_fail "B's client drained $drained requests after its first failure (7 expected)"
+[[ $(fl_count_lines tb '^kill_client: drained status=RDP_ERR_CONN_ABORTED') -eq $drained ]] ||
+  fl_fail "B's client drained requests with other statuses than RDP_ERR_CONN_ABORTED"
+[[ $(fl_count_lines ta '^kill_client: drained status=RDP_ERR_CONN_RESET') -eq $(fl_count_lines ta '^kill_client: drained') ]] ||
+  fl_fail "A's client drained requests with other statuses than RDP_ERR_CONN_RESET"
+fl_wait_baseline "after B's SIGTERM" a 5
+[[ $(fl_json_get "$FL_JSON" peer_disconnects) -eq $((disconnects_a + 1)) ]] ||
+  fl_fail "A counted $(fl_json_get "$FL_JSON" peer_disconnects) peer disconnects, not $((disconnects_a + 1))"
 fl_clean_stop a "$prefix_a"
 
-fl_log "PASS in $(fl_since "$test_start") s (B's client noticed after $sb_after s, A's after $sa_after s)"
+fl_log "PASS in $(fl_since "$test_start") s (SIGKILL: B's client noticed after $sb_after s, A's after $sa_after s; SIGTERM: B stopped in $term_s s, its client noticed after $tb_after s, A's after $ta_after s)"

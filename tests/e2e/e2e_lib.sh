@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Shared helpers of the end-to-end tests, sourced by memif_test.sh and
 # netns_test.sh: starting and stopping rdmaplaned processes, running the
-# transfer tool and the connect probe with bounded waits, and printing the
-# daemons' logs when something fails.
+# transfer tool (also in split mode) and the connect probe with bounded
+# waits, printing the daemons' logs when something fails, and reporting a
+# test that cannot run here as skipped (e2e_skip).
 #
 # The sourcing script sets E2E_NAME (the prefix of every message) and
 # E2E_TMP (a private folder, short enough for Unix socket paths; see
@@ -17,6 +18,7 @@ E2E_CLEANUP_HOOKS=()
 # the checks need to know about them.
 declare -A E2E_PID=() E2E_LOG=() E2E_SOCK=() E2E_PREFIX=()
 E2E_DAEMONS=() # names, in start order (also those already stopped)
+E2E_HELPER_PIDS=() # background helpers still to be ended at exit
 E2E_STOP_STATUS=0
 E2E_STOP_SECONDS=0
 
@@ -205,6 +207,94 @@ e2e_transfer() {
   fi
 }
 
+# e2e_split_transfer LABEL TIMEOUT_S TRANSFER SERVER_SOCKET CLIENT_SOCKET
+#     PEER [CLIENT_ARGS...]: the two-host procedure of docs/operations.md
+# ("Two hosts", step 6) with rdmaplane_transfer's split mode: a server
+# (--listen --once, a 2 MiB buffer) with a session on the daemon at
+# SERVER_SOCKET, and a client with a session on the daemon at CLIENT_SOCKET
+# that connects to the server's service at PEER (the data-port address of
+# the server's daemon), so the RDMA connection crosses the data port. The
+# out-of-band TCP connection, which carries the server's descriptor and the
+# verdicts, goes over this host's loopback. Both must end with
+# "transfer: ok" (the client: every byte it read and wrote back checked; the
+# server: the client's bytes landed in its buffer, the rest unchanged),
+# within TIMEOUT_S; otherwise the test fails.
+e2e_split_transfer() {
+  local label="$1" limit="$2" transfer="$3" server_sock="$4" client_sock="$5" peer="$6"
+  shift 6
+  local service="split-$label"
+  local out="$E2E_TMP/split-server-$label.out" err="$E2E_TMP/split-server-$label.err"
+  e2e_log "split transfer $label: server for '$service' on $server_sock, client on $client_sock to $peer"
+  timeout --kill-after=5 "$limit" "$transfer" --listen="$service" \
+    --socket="$server_sock" --once --oob_port=0 --bytes=2097152 \
+    --timeout_s="$limit" >"$out" 2>"$err" &
+  local server=$!
+  E2E_HELPER_PIDS+=("$server")
+  local i port=""
+  for ((i = 0; i < 100; i++)); do
+    port="$(sed -n 's/.*out-of-band TCP port \([0-9][0-9]*\).*/\1/p' "$err")"
+    [[ -n $port ]] && break
+    if ! kill -0 "$server" 2>/dev/null; then
+      sed 's/^/    /' "$err" "$out"
+      e2e_fail "split transfer $label: the server exited during start-up"
+    fi
+    sleep 0.1
+  done
+  [[ -n $port ]] || e2e_fail "split transfer $label: the server named no out-of-band port within 10 s"
+  if ! e2e_try_transfer "$label" "$limit" "$transfer" --connect="$service" \
+    --peer="$peer" --socket="$client_sock" --oob="127.0.0.1:$port" "$@"; then
+    sed 's/^/    server: /' "$err" "$out"
+    e2e_fail "$E2E_TRANSFER_ERROR"
+  fi
+  local last
+  last="$(tail -n 1 "$E2E_TMP/transfer-$label.out")"
+  [[ $last == *"; the server found all "*" written bytes in place" ]] ||
+    e2e_fail "split transfer $label: the client's last line does not report the server's verdict: $last"
+  local status=0
+  wait "$server" || status=$?
+  sed 's/^/    server: /' "$err" "$out"
+  last="$(tail -n 1 "$out")"
+  if [[ $status -ne 0 ]]; then
+    e2e_fail "split transfer $label: the server exited with status $status: $last"
+  fi
+  [[ $last == "transfer: ok: client 127.0.0.1:"*": its "*" written bytes landed, the rest is unchanged" ]] ||
+    e2e_fail "split transfer $label: the server's last line was: $last"
+  e2e_log "split transfer $label: client and server ok"
+}
+
+# e2e_skip REASON: ends a test that cannot run here as SKIPPED, visibly: it
+# prints "SKIPPED: REASON" and, under Bazel (which names the file in
+# XML_OUTPUT_FILE), writes a JUnit XML whose one test case carries
+# <skipped/>, which deploy/test.sh counts as skipped rather than passed.
+# Exits 0. Call it before e2e_install_traps, or after: the cleanup runs
+# either way.
+e2e_skip() {
+  local reason="$*"
+  echo "SKIPPED: $reason"
+  if [[ -n ${XML_OUTPUT_FILE:-} ]]; then
+    local name="${TEST_TARGET:-$E2E_NAME}"
+    E2E_SKIP_NAME="$name" E2E_SKIP_REASON="$reason" python3 -c '
+import os, sys
+from xml.sax.saxutils import quoteattr
+name = quoteattr(os.environ["E2E_SKIP_NAME"])
+reason = quoteattr(os.environ["E2E_SKIP_REASON"])
+sys.stdout.write(
+    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    "<testsuites>\n"
+    f"  <testsuite name={name} tests=\"1\" failures=\"0\" errors=\"0\" skipped=\"1\">\n"
+    f"    <testcase name={name} status=\"notrun\">\n"
+    f"      <skipped message={reason}/>\n"
+    "    </testcase>\n"
+    "  </testsuite>\n"
+    "</testsuites>\n")
+' >"$XML_OUTPUT_FILE" || {
+      echo "FAIL: $E2E_NAME: cannot write $XML_OUTPUT_FILE to report the skip" >&2
+      exit 1
+    }
+  fi
+  exit 0
+}
+
 # e2e_probe LABEL EXPECTED_STATUS MAX_SECONDS TEXT PROBE_ARGS...: runs the
 # connect probe (bounded by 30 s) and checks that the connect failed with
 # EXPECTED_STATUS within MAX_SECONDS and that its message contains TEXT.
@@ -276,7 +366,14 @@ e2e_counter() {
 e2e_cleanup() {
   local status=$?
   set +e
-  local name
+  local name pid
+  # Helpers run under timeout(1), which passes SIGTERM on to its command.
+  for pid in "${E2E_HELPER_PIDS[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null
+    fi
+    wait "$pid" 2>/dev/null
+  done
   for name in "${E2E_DAEMONS[@]}"; do
     if [[ -n ${E2E_PID[$name]:-} ]]; then
       echo "$E2E_NAME: cleanup: stopping daemon $name (pid ${E2E_PID[$name]})" >&2
