@@ -414,8 +414,11 @@ void Daemon::OnReply(Connection* c, const wire::CmMessage& m,
     return;
   }
   if (c->cm != CmState::kReqSent && c->cm != CmState::kWaitingAccept) return;
-  const uint32_t pmtu = wire::IbMtuBytes(m.path_mtu);
-  if (pmtu == 0 || m.qpn.value() < 2) {
+  // The passive side's MTU, where it says (a peer with another CM uses the
+  // one our REQ proposed).
+  const uint8_t code = wire::ReplyPathMtu(m);
+  const uint32_t pmtu = code != 0 ? wire::IbMtuBytes(code) : c->pmtu;
+  if (m.qpn.value() < 2) {
     SendReject(m.local_comm_id, c->peer_ip, from.src_mac, wire::kRejConsumer,
                "malformed reply");
     c->peer_comm_id = 0;
@@ -573,7 +576,9 @@ void Daemon::SendRep(Connection* c) {
   m.remote_comm_id = c->peer_comm_id;
   m.qpn = wire::Qpn(c->qpn[0]);
   m.start_psn = wire::Psn(c->psn[0]);
-  m.path_mtu = wire::IbMtuCode(c->pmtu);
+  // The REP has no MTU field: the MTU we chose (no more than the REQ's)
+  // travels in its private data.
+  wire::SetReplyPathMtu(wire::IbMtuCode(c->pmtu), &m);
   m.responder_resources = 16;
   m.initiator_depth = 16;
   m.local_ip = options_.port.ip;

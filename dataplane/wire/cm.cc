@@ -368,6 +368,34 @@ std::string_view ServiceNameFromPrivateData(const CmMessage& m) {
   return name;
 }
 
+namespace {
+constexpr uint8_t kReplyMtuMagic[4] = {'R', 'D', 'P', 'M'};
+constexpr uint8_t kReplyMtuVersion = 1;
+constexpr size_t kReplyMtuLen = sizeof(kReplyMtuMagic) + 2;
+}  // namespace
+
+bool SetReplyPathMtu(uint8_t mtu_code, CmMessage* rep) {
+  if (rep->type != CmType::kRep || IbMtuBytes(mtu_code) == 0) return false;
+  rep->private_data.fill(0);
+  std::memcpy(rep->private_data.data(), kReplyMtuMagic,
+              sizeof(kReplyMtuMagic));
+  rep->private_data[4] = kReplyMtuVersion;
+  rep->private_data[5] = mtu_code;
+  rep->private_data_len = kReplyMtuLen;
+  return true;
+}
+
+uint8_t ReplyPathMtu(const CmMessage& m) {
+  if (m.type != CmType::kRep || m.private_data_len < kReplyMtuLen ||
+      std::memcmp(m.private_data.data(), kReplyMtuMagic,
+                  sizeof(kReplyMtuMagic)) != 0 ||
+      m.private_data[4] != kReplyMtuVersion ||
+      IbMtuBytes(m.private_data[5]) == 0) {
+    return 0;
+  }
+  return m.private_data[5];
+}
+
 size_t EncodeCmFrame(const Path& path, const CmMessage& m,
                      std::span<uint8_t> out) {
   if (out.size() < kCmFrameLen || !Encodable(m)) return 0;

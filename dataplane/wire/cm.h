@@ -148,6 +148,16 @@ bool SetServiceName(std::string_view name, CmMessage* req);
 // private data from another CM). Points into m.private_data.
 std::string_view ServiceNameFromPrivateData(const CmMessage& m);
 
+// The IBA REP has no path MTU: a passive side whose MTU is smaller than the
+// one the REQ proposed says so in the REP's private data ("RDPM", a version
+// byte 1 and the MTU code), so that both ends use the same one.
+// SetReplyPathMtu replaces a REP's private data with that record; false,
+// leaving `rep` unchanged, when it is not a REP or the code is not 1..5.
+bool SetReplyPathMtu(uint8_t mtu_code, CmMessage* rep);
+// The MTU code a REP's record names, or 0 when `m` is not a REP or carries
+// no such record (a peer with another CM keeps the REQ's MTU).
+uint8_t ReplyPathMtu(const CmMessage& m);
+
 // Writes the whole frame for `m` along `path` (UDP source port, DSCP and TTL
 // as given). Returns kCmFrameLen, or 0 when `out` is too small or `m` does
 // not fit its fields (private data longer than its type's capacity, QPN over

@@ -508,6 +508,40 @@ TEST(CmTest, ServiceNameTravelsInReqPrivateData) {
   EXPECT_EQ(ServiceNameFromPrivateData(cut), "");
 }
 
+TEST(CmTest, ReplyCarriesThePassiveSidesPathMtu) {
+  CmMessage rep = Sample(CmType::kRep);
+  ASSERT_TRUE(SetReplyPathMtu(IbMtuCode(512), &rep));
+  CmMessage got;
+  ASSERT_TRUE(ParseCmFrame(Encode(rep), &got, nullptr));
+  EXPECT_EQ(ReplyPathMtu(got), IbMtuCode(512));
+  EXPECT_EQ(IbMtuBytes(ReplyPathMtu(got)), 512u);
+
+  // Only a REP carries one, and only with a valid code.
+  CmMessage req = Sample(CmType::kReq);
+  EXPECT_FALSE(SetReplyPathMtu(IbMtuCode(512), &req));
+  EXPECT_EQ(ReplyPathMtu(req), 0);
+  CmMessage bad = Sample(CmType::kRep);
+  const CmMessage before = bad;
+  EXPECT_FALSE(SetReplyPathMtu(0, &bad));
+  EXPECT_FALSE(SetReplyPathMtu(6, &bad));
+  EXPECT_EQ(bad, before);
+  // A REP from another CM (no record, or a record of another version, or
+  // an impossible code) names none: the REQ's MTU stands.
+  CmMessage foreign = Sample(CmType::kRep);
+  foreign.private_data.fill(0);
+  foreign.private_data_len = 196;
+  EXPECT_EQ(ReplyPathMtu(foreign), 0);
+  CmMessage other_version = got;
+  other_version.private_data[4] = 2;
+  EXPECT_EQ(ReplyPathMtu(other_version), 0);
+  CmMessage impossible = got;
+  impossible.private_data[5] = 7;
+  EXPECT_EQ(ReplyPathMtu(impossible), 0);
+  CmMessage cut = got;
+  cut.private_data_len = 5;
+  EXPECT_EQ(ReplyPathMtu(cut), 0);
+}
+
 TEST(CmTest, ServiceNameLengthLimits) {
   CmMessage req = Sample(CmType::kReq);
   const CmMessage before = req;

@@ -16,9 +16,8 @@
 #      duplication and 1 % reordering injected on both daemons' transmit
 #      side;
 #   5. daemons with different --mtu (512 on A, 1024 on B; rdmaplanectl
-#      status shows each): a transfer connecting from A succeeds at path MTU
-#      512 on both sides (counted in frames sent); one connecting from B
-#      meets a known problem (see round 3 below).
+#      status shows each): transfers connecting from A and from B both
+#      succeed at path MTU 512 on both sides (counted in frames sent).
 #
 #   memif_test.sh E2E_LIB RDMAPLANED RDMAPLANECTL RDMAPLANE_TRANSFER CONNECT_PROBE
 #
@@ -203,25 +202,11 @@ mtu_transfer mtu-a-to-b b3 "$ip_b" a3 || e2e_fail "$E2E_TRANSFER_ERROR"
 check_mtu_512 a3
 check_mtu_512 b3
 
-# A (MTU 512) listens, B (1024) connects. Known problem: the connect reply
-# (REP) carries no path MTU, so the requester keeps its own 1024 while the
-# listener takes 512 and answers the first 1024-byte packet with a NAK
-# (invalid request), which breaks the connection. Until that is fixed, a
-# failure with that signature is reported as KNOWN PROBLEM and does not fail
-# the test, unless E2E_STRICT_MTU=1 (bazel test --test_env=E2E_STRICT_MTU=1).
-# Anything else fails it, and so does a success at another path MTU.
-if mtu_transfer mtu-b-to-a a3 "$ip_a" b3; then
-  check_mtu_512 a3
-  check_mtu_512 b3
-elif [[ $E2E_TRANSFER_ERROR == *"connection aborted"* ]] &&
-  grep -q 'connection [0-9]* to 10\.0\.0\.1 broke: .*NAKs in [1-9]' "${E2E_LOG[b3]}"; then
-  if [[ ${E2E_STRICT_MTU:-0} == 1 ]]; then
-    e2e_fail "a requester with the larger MTU broke its connection (E2E_STRICT_MTU=1): $E2E_TRANSFER_ERROR"
-  fi
-  e2e_log "KNOWN PROBLEM: the listener's smaller path MTU does not reach the requester (REP has no MTU): $(grep -o 'connection [0-9]* to 10\.0\.0\.1 broke: .*' "${E2E_LOG[b3]}" | head -n 1)"
-else
-  e2e_fail "mtu-b-to-a: $E2E_TRANSFER_ERROR"
-fi
+# A (MTU 512) listens, B (1024) connects: the connect reply (REP), which
+# has no MTU field of its own, carries A's 512 in its private data.
+mtu_transfer mtu-b-to-a a3 "$ip_a" b3 || e2e_fail "$E2E_TRANSFER_ERROR"
+check_mtu_512 a3
+check_mtu_512 b3
 e2e_check_clean_stop b3
 e2e_check_clean_stop a3
 e2e_log "round 3 done after $(e2e_since "$test_start") s"
