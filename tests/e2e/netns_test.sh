@@ -12,8 +12,9 @@
 #      side (standing in for netem, which this kernel lacks);
 #   3. af_xdp on the same veths, when the daemons can open it (optional: if
 #      a daemon cannot start with af_xdp here, the reason is printed and the
-#      test goes on; a known loss of transmitted frames is reported, see
-#      round 3 below), and no XDP program may stay attached after the stop.
+#      test goes on): the same transfer, and every frame the daemons' ports
+#      took for transmission was sent by the kernel; no XDP program may stay
+#      attached after the stop.
 # The daemons' counters (rdmaplanectl) show that frames crossed the ports
 # and, in the lossy round, that frames were dropped on purpose.
 # The namespaces and the veth pair are this test's own (named after its pid)
@@ -238,13 +239,12 @@ kernel_tx() {
   E2E_VALUE="$value"
 }
 
-# af_xdp_known_loss ROUND TX_A TX_B: whether a failed af_xdp transfer shows
-# the known loss (see the comment at round 3): frames the daemons' af_xdp
-# ports took for transmission (port_tx_frames) that the kernel never sent
-# on the veths. TX_A and TX_B are the veths' transmit counters from before
-# the daemons started; the kernel's own frames count too, so a shortfall is
+# af_xdp_tx_lost ROUND TX_A TX_B: whether the daemons' af_xdp ports took
+# frames for transmission (port_tx_frames) that the kernel never sent on the
+# veths. TX_A and TX_B are the veths' transmit counters from before the
+# daemons started; the kernel's own frames count too, so a shortfall is
 # certain loss. Prints the numbers either way.
-af_xdp_known_loss() {
+af_xdp_tx_lost() {
   local round="$1" tx_a="$2" tx_b="$3" lost=0
   local name ns v before sent kernel entry
   for entry in "a$round:$ns_a:$veth_a:$tx_a" "b$round:$ns_b:$veth_b:$tx_b"; do
@@ -288,31 +288,24 @@ stop_pair 2
 e2e_log "round 2 done after $(e2e_since "$test_start") s"
 
 # af_xdp is optional: where a daemon cannot open it, the reason is printed
-# and the test goes on. Known problem (DPDK 22.11's af_xdp PMD with the
-# daemon's default --no-huge memory): the PMD registers as its UMEM
-# populated_size * object_size bytes from the mbuf pool's start, but on
-# 4 KiB pages the pool holds one 2.4 KB mbuf per page, so about 40 % of the
-# mbufs lie outside the UMEM; the kernel rejects transmit descriptors that
-# point there (XDP_STATISTICS tx_invalid_descs) and the frames vanish without
-# an error, so larger transfers lose their connections. Until that is fixed,
-# a failed transfer that shows this loss is reported as KNOWN PROBLEM and
-# does not fail the test, unless E2E_STRICT_AF_XDP=1
-# (bazel test --test_env=E2E_STRICT_AF_XDP=1). Any other failure fails it.
+# and the test goes on. Where it opens, nothing may be lost: DPDK 22.11's
+# af_xdp PMD registers the mbuf pool as one UMEM region, and the daemon
+# gives af_xdp ports a pool without gaps for it (dataplane/port/eth_port.cc,
+# NeedsDensePool); frames in mbufs outside the region would be dropped by
+# the kernel without an error.
 e2e_log "round 3: af_xdp on the veth pair (optional)"
 kernel_tx "$ns_a" "$veth_a"
 tx_a="$E2E_VALUE"
 kernel_tx "$ns_b" "$veth_b"
 tx_b="$E2E_VALUE"
 if start_pair 3 af_xdp; then
-  if transfer 3 1,4096,65536,1048576,4194304 3; then
-    check_counters 3 no
-  elif af_xdp_known_loss 3 "$tx_a" "$tx_b"; then
-    if [[ ${E2E_STRICT_AF_XDP:-0} == 1 ]]; then
-      e2e_fail "af_xdp lost frames on transmit (E2E_STRICT_AF_XDP=1): $E2E_TRANSFER_ERROR"
-    fi
-    e2e_log "KNOWN PROBLEM: af_xdp lost transmitted frames (mbufs outside the UMEM); $E2E_TRANSFER_ERROR"
-  else
+  if ! transfer 3 1,4096,65536,1048576,4194304 3; then
+    af_xdp_tx_lost 3 "$tx_a" "$tx_b" || true
     e2e_fail "af_xdp: $E2E_TRANSFER_ERROR"
+  fi
+  check_counters 3 no
+  if af_xdp_tx_lost 3 "$tx_a" "$tx_b"; then
+    e2e_fail "af_xdp: the kernel sent fewer frames than the daemons' ports took"
   fi
   stop_pair 3
   e2e_log "round 3 done after $(e2e_since "$test_start") s"
