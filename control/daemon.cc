@@ -152,7 +152,19 @@ absl::Status Daemon::Start() {
     return absl::AlreadyExistsError("another rdmaplaned serves " + path);
   }
   close(listen_fd_);
+  // The socket appears at `path` only once the daemon serves (the data
+  // port up, the engines and the control thread running): until then it
+  // is bound under a temporary name in the same folder, then renamed, so
+  // that whoever waits for the path -- a client, a script, a peer daemon's
+  // start-up -- never finds a daemon still starting.
+  const size_t slash = path.rfind('/');
+  starting_path_ =
+      absl::StrCat(slash == std::string::npos ? "" : path.substr(0, slash + 1),
+                   ".rdmaplaned-", getpid(), ".starting");
+  if (starting_path_.size() >= sizeof(addr.sun_path)) starting_path_ = path;
   unlink(path.c_str());
+  unlink(starting_path_.c_str());
+  std::memcpy(addr.sun_path, starting_path_.c_str(), starting_path_.size() + 1);
   listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0 ||
       bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
@@ -161,7 +173,7 @@ absl::Status Daemon::Start() {
         absl::StrCat("cannot listen on ", path, ": ", std::strerror(errno)));
   }
   // Anyone may connect; SO_PEERCRED and the uid/gid policy decide.
-  chmod(path.c_str(), 0666);
+  chmod(starting_path_.c_str(), 0666);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   control_eventfd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   epoll_event ev{};
@@ -173,7 +185,7 @@ absl::Status Daemon::Start() {
   if (absl::Status st = StartPort(); !st.ok()) {
     close(listen_fd_);
     listen_fd_ = -1;
-    unlink(path.c_str());
+    unlink(starting_path_.c_str());
     return st;
   }
   arena_memory_.AttachPort(port_.get());
@@ -187,6 +199,14 @@ absl::Status Daemon::Start() {
   }
   for (auto& e : engines_) e->Start();
   control_thread_ = std::thread([this] { ControlLoop(); });
+  if (starting_path_ != path &&
+      rename(starting_path_.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    Stop();
+    unlink(starting_path_.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", path, ": ", std::strerror(err)));
+  }
   return absl::OkStatus();
 }
 

@@ -345,6 +345,9 @@ class Daemon {
   uint64_t current_request_id_ = 0;  // of the request Handle serves
   bool defer_answer_ = false;        // Handle's answer comes later
   int listen_fd_ = -1;
+  // Where the socket is bound while the daemon starts (renamed to the
+  // socket path once it serves).
+  std::string starting_path_;
   int epoll_fd_ = -1;
   int control_eventfd_ = -1;
   std::atomic<bool> stop_{false};
