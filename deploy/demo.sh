@@ -30,8 +30,10 @@ start_ticks() {
 
 # A Bazel build leaves its server running (for hours) to serve the next
 # command quickly. This script's own start time tells a server that the
-# build started (younger than this script) from one that ran before it:
-# only the first is shut down, whether the demo succeeds or fails. Nothing
+# build started (younger than this script: strictly, since setup runs in
+# between; one started in the same clock tick ran before it) from one that
+# ran before it: only the first is shut down, whether the demo succeeds or
+# fails. Nothing
 # here asks Bazel anything before the build, so no server is started just
 # to find out.
 demo_ticks="$(start_ticks $$)"
@@ -41,7 +43,7 @@ stop_bazel_server() {
   trap - EXIT
   if [[ $built == true ]] && pid="$(bazel info server_pid 2>/dev/null)" &&
     [[ $pid =~ ^[0-9]+$ ]] && ticks="$(start_ticks "$pid")" &&
-    ((ticks >= demo_ticks)); then
+    ((ticks > demo_ticks)); then
     bazel shutdown 2>/dev/null || echo "demo: could not stop the Bazel server (pid $pid)" >&2
   fi
   exit "$status"
