@@ -70,6 +70,23 @@ void SetRejectText(wire::CmMessage* m, const std::string& text) {
   m->private_data_len = static_cast<uint8_t>(n);
 }
 
+// Why a queue pair to another daemon broke, for the log.
+const char* BreakReason(rc::WcStatus s) {
+  switch (s) {
+    case rc::WcStatus::kRetryExceeded:
+      return "retries exhausted (the peer stopped answering)";
+    case rc::WcStatus::kRemoteAccessError:
+      return "the peer refused access (NAK: remote access error)";
+    case rc::WcStatus::kRemoteInvalidRequest:
+      return "the peer rejected a request (NAK: invalid request)";
+    case rc::WcStatus::kRemoteOperationalError:
+      return "the peer could not carry out a request (NAK: remote "
+             "operational error)";
+    default:
+      return "transport error";
+  }
+}
+
 std::string RejectText(const wire::CmMessage& m) {
   const size_t cap = wire::CmPrivateDataCapacity(m.type);
   std::string text;
@@ -171,9 +188,10 @@ void Daemon::DrainControlFrames() {
         // The engine no longer serves the endpoint: its counters are ours.
         const rc::QpStats& q = c->endpoint[0]->qp_stats();
         RDP_LOG(kWarning,
-                "connection %u to %s broke: retries exhausted (tx %llu, rx "
-                "%llu, retransmitted %llu, timeouts %llu, NAKs in %llu)",
+                "connection %u to %s broke: %s (tx %llu, rx %llu, "
+                "retransmitted %llu, timeouts %llu, NAKs in %llu)",
                 c->id, IpText(c->peer_ip).c_str(),
+                BreakReason(c->endpoint[0]->qp_error()),
                 static_cast<unsigned long long>(q.tx_packets),
                 static_cast<unsigned long long>(q.rx_packets),
                 static_cast<unsigned long long>(q.retransmitted_packets),

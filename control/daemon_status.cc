@@ -105,7 +105,9 @@ DaemonStatus Daemon::BuildStatus() const {
     RegistrationStatus rs;
     rs.key = key;
     rs.session_id = r.owner;
-    rs.connection = r.connection == mr::kAnyConnection ? 0 : r.connection;
+    // The connection id `connections` shows (a scope is the id and a side).
+    rs.connection =
+        r.connection == mr::kAnyConnection ? 0 : r.connection / 2;
     rs.address = r.address;
     rs.length = r.length;
     rs.access = ((r.access & mr::kAccessRemoteRead) ? shm::kAccessRead : 0) |

@@ -144,6 +144,8 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   const EndpointInfo& info() const { return info_; }
   const EndpointStats& stats() const { return stats_; }
   const rc::QpStats& qp_stats() const { return qp_->stats(); }
+  // Why the queue pair broke (rc::RcQp::error_status).
+  rc::WcStatus qp_error() const { return qp_->error_status(); }
   Endpoint* peer() const { return peer_; }
 
   // rc::RemoteMemory

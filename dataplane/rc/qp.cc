@@ -169,6 +169,7 @@ void RcQp::CompleteWqe(Wqe& w, WcStatus status) {
 void RcQp::EnterError(WcStatus status, wire::Psn at) {
   if (state_ == QpState::kError) return;
   state_ = QpState::kError;
+  error_status_ = status;
   for (; sq_head_ != sq_tail_; ++sq_head_) {
     Wqe& w = wqe_at(sq_head_);
     const bool holds_at = w.first_psn <= at && at <= w.last_psn;

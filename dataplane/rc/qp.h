@@ -53,6 +53,10 @@ class RcQp {
   void Flush();
 
   QpState state() const { return state_; }
+  // Why the QP entered the error state: the status of the request that
+  // failed (retries exhausted or the peer's NAK), kFlushed when it was torn
+  // down (Flush), kSuccess while it is not in error.
+  WcStatus error_status() const { return error_status_; }
   const QpStats& stats() const { return stats_; }
   const QpConfig& config() const { return config_; }
   // Work requests posted and not yet completed.
@@ -157,6 +161,7 @@ class RcQp {
   const Env env_;
   ThreadOwner owner_;
   QpState state_ = QpState::kReadyToSend;
+  WcStatus error_status_ = WcStatus::kSuccess;
   QpStats stats_;
 
   // Requester: WQEs [sq_head_, sq_tail_) are posted and not yet completed;

@@ -173,6 +173,9 @@ TEST(QpTest, SilentSuccessCompletesOnlyOnFailure) {
   ASSERT_EQ(f.pair.a.cq.completions.size(), 2u);
   EXPECT_EQ(f.pair.a.cq.completions[1].wr_id, 4u);
   EXPECT_EQ(f.pair.a.cq.completions[1].status, WcStatus::kRemoteAccessError);
+  // The NAK broke the connection, and the QP says why.
+  EXPECT_EQ(f.pair.a.qp->state(), QpState::kError);
+  EXPECT_EQ(f.pair.a.qp->error_status(), WcStatus::kRemoteAccessError);
 }
 
 // Events seen by A in order: read requests A sent and completions A got.
@@ -370,6 +373,7 @@ TEST(QpTest, ExhaustedRetriesFailTheRequestAndFlushTheRest) {
   EXPECT_EQ(f.pair.a.cq.completions[2].status, WcStatus::kFlushed);
   EXPECT_EQ(f.pair.a.qp->stats().timeouts, 4u);  // 3 retries + the last try
   EXPECT_EQ(f.pair.a.qp->state(), QpState::kError);
+  EXPECT_EQ(f.pair.a.qp->error_status(), WcStatus::kRetryExceeded);
   EXPECT_EQ(f.pair.a.qp->Post(Fixture::Write(9, src.data(), 10, 0)),
             PostResult::kNotConnected);
   EXPECT_EQ(f.pair.a.qp->outstanding(), 0u);

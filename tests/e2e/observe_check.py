@@ -131,6 +131,9 @@ def main():
               f"(the client published {length} at {address:#x})")
         check(r["refs"] == 1, f"registrations: {kind} has {r['refs']} references")
     if remote:
+        check(remote[0]["connection"] == conn["id"],
+              f"registrations: the connection's names connection {remote[0]['connection']}, "
+              f"the id connections shows is {conn['id']}")
         check(remote[0]["access"] == 3,
               f"registrations: the connection's grants access {remote[0]['access']} "
               "(3: read and write)")
