@@ -151,7 +151,12 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "frames of ", c.max_frame, " bytes do not fit mbufs of ", room));
   }
-  if (c.max_frame > info.max_rx_pktlen) {
+  // Frames beyond Ethernet's default need the port's MTU raised, and the
+  // driver's answer to that is what counts: some report the default as
+  // their limit whatever they take (af_packet says 1518 whatever its
+  // framesz).
+  const bool raise_mtu = c.max_frame > RTE_ETHER_MAX_LEN - RTE_ETHER_CRC_LEN;
+  if (!raise_mtu && c.max_frame > info.max_rx_pktlen) {
     return absl::InvalidArgumentError(absl::StrCat(
         "frames of ", c.max_frame, " bytes exceed the port's limit of ",
         info.max_rx_pktlen, " (choose a smaller path MTU)"));
@@ -170,8 +175,9 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   if (r != 0) {
     return absl::UnavailableError(absl::StrCat("configure: ", rte_strerror(-r)));
   }
-  if (c.max_frame > RTE_ETHER_MAX_LEN) {
-    const uint32_t mtu = c.max_frame - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN;
+  if (raise_mtu) {
+    // The IP packet: the frame (which has no FCS) but its Ethernet header.
+    const uint32_t mtu = c.max_frame - RTE_ETHER_HDR_LEN;
     if (int m = rte_eth_dev_set_mtu(c.port_id, static_cast<uint16_t>(mtu));
         m != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -202,7 +208,8 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   rte_ether_addr addr;
   rte_eth_macaddr_get(c.port_id, &addr);
   std::memcpy(port->mac_.bytes.data(), addr.addr_bytes, 6);
-  port->max_frame_ = std::min<uint32_t>(room, info.max_rx_pktlen);
+  port->max_frame_ = std::min<uint32_t>(
+      room, std::max<uint32_t>(info.max_rx_pktlen, raise_mtu ? c.max_frame : 0));
   port->scratch_.reset(new uint8_t[kScratchBytes]);
   if (gather) port->SetUpZeroCopy(info);
   if (conf.intr_conf.rxq != 0) {
