@@ -5,8 +5,9 @@
 # use. Nothing here prints on stdout.
 #
 # The sourcing script sets BENCH_NAME (the prefix of every message) and
+# BENCH_HERE (bench/), parses its arguments with bench_parse_args, sets
 # BENCH_WORK (a private folder with short paths: Unix socket names are
-# limited to 108 bytes), then calls bench_init.
+# limited to 108 bytes) and calls bench_init.
 
 BENCH_NAME="${BENCH_NAME:-bench}"
 BENCH_WORK="${BENCH_WORK:-}"
@@ -25,6 +26,42 @@ cpu0=() cpu1=()
 if (($(nproc) >= 2)) && command -v taskset >/dev/null 2>&1; then
   cpu0=(taskset -c 0) cpu1=(taskset -c 1)
 fi
+
+# bench_parse_args DEFAULT_ROUNDS USAGE ARGS...: the options both runners
+# take (--bin_dir=DIR, --out=DIR, --rounds=N, --quick, --keep) into bin_src,
+# out, rounds, quick and keep; any other argument goes to the runner's
+# bench_extra_arg, which returns 1 for one it does not know either. Usage
+# errors exit 2 with USAGE.
+# shellcheck disable=SC2034  # the variables are the runner's
+bench_parse_args() {
+  local default_rounds="$1" usage="$2" arg
+  shift 2
+  bin_src="" out="$BENCH_HERE/results" rounds="" quick=0 keep=0
+  for arg in "$@"; do
+    case "$arg" in
+      --bin_dir=*) bin_src="${arg#--bin_dir=}" ;;
+      --out=*) out="${arg#--out=}" ;;
+      --rounds=*) rounds="${arg#--rounds=}" ;;
+      --quick) quick=1 ;;
+      --keep) keep=1 ;;
+      *)
+        if ! bench_extra_arg "$arg"; then
+          echo "$BENCH_NAME: unknown argument '$arg' ($usage)" >&2
+          exit 2
+        fi
+        ;;
+    esac
+  done
+  if [[ -z $bin_src ]]; then
+    echo "$BENCH_NAME: --bin_dir is required" >&2
+    exit 2
+  fi
+  if [[ -z $rounds ]]; then rounds=$((quick ? 1 : default_rounds)); fi
+  if ! [[ $rounds =~ ^[1-9]$ ]]; then
+    echo "$BENCH_NAME: --rounds must be 1..9" >&2
+    exit 2
+  fi
+}
 
 bench_init() {
   mkdir -p "$BENCH_WORK"

@@ -42,36 +42,19 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-bin_src=""
-out="$here/results"
-rounds=""
-quick=0
-keep=0
+BENCH_NAME=compare
+BENCH_HERE="$here"
+# shellcheck source=bench/bench_lib.sh
+source "$here/bench_lib.sh"
 primary=adaptive
-for arg in "$@"; do
-  case "$arg" in
-    --bin_dir=*) bin_src="${arg#--bin_dir=}" ;;
-    --out=*) out="${arg#--out=}" ;;
-    --rounds=*) rounds="${arg#--rounds=}" ;;
-    --quick) quick=1 ;;
-    --keep) keep=1 ;;
-    --poll_mode=adaptive) primary=adaptive ;;
-    --poll_mode=busy) primary=busy ;;
-    *)
-      echo "compare: unknown argument '$arg' (--bin_dir=DIR --out=DIR --rounds=N --quick --keep --poll_mode=adaptive|busy)" >&2
-      exit 2
-      ;;
+bench_extra_arg() {
+  case "$1" in
+    --poll_mode=adaptive | --poll_mode=busy) primary="${1#--poll_mode=}" ;;
+    *) return 1 ;;
   esac
-done
-if [[ -z $bin_src ]]; then
-  echo "compare: --bin_dir is required" >&2
-  exit 2
-fi
-if [[ -z $rounds ]]; then rounds=$((quick ? 1 : 5)); fi
-if ! [[ $rounds =~ ^[1-9]$ ]]; then
-  echo "compare: --rounds must be 1..9" >&2
-  exit 2
-fi
+}
+bench_parse_args 5 \
+  "--bin_dir=DIR --out=DIR --rounds=N --quick --keep --poll_mode=adaptive|busy" "$@"
 
 # Durations, seconds.
 if ((quick)); then
@@ -103,10 +86,7 @@ work="$(mktemp -d /tmp/rdmaplane-bench.XXXXXX)"
 raw="$work/raw"
 bin="$work/bin"
 mkdir -p "$raw" "$bin"
-BENCH_NAME=compare
 BENCH_WORK="$work"
-# shellcheck source=bench/bench_lib.sh
-source "$here/bench_lib.sh"
 bench_init
 
 # CPU placement (bench_lib.sh: the daemon on CPU 1, rdmaplane_perf on CPU 0;

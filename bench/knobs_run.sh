@@ -39,36 +39,19 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-bin_src=""
-out="$here/results"
-rounds=""
-quick=0
-keep=0
+BENCH_NAME=knobs
+BENCH_HERE="$here"
+# shellcheck source=bench/bench_lib.sh
+source "$here/bench_lib.sh"
 hugepages=auto
-for arg in "$@"; do
-  case "$arg" in
-    --bin_dir=*) bin_src="${arg#--bin_dir=}" ;;
-    --out=*) out="${arg#--out=}" ;;
-    --rounds=*) rounds="${arg#--rounds=}" ;;
-    --quick) quick=1 ;;
-    --keep) keep=1 ;;
-    --hugepages=auto) hugepages=auto ;;
-    --hugepages=skip) hugepages=skip ;;
-    *)
-      echo "knobs: unknown argument '$arg' (--bin_dir=DIR --out=DIR --rounds=N --quick --keep --hugepages=auto|skip)" >&2
-      exit 2
-      ;;
+bench_extra_arg() {
+  case "$1" in
+    --hugepages=auto | --hugepages=skip) hugepages="${1#--hugepages=}" ;;
+    *) return 1 ;;
   esac
-done
-if [[ -z $bin_src ]]; then
-  echo "knobs: --bin_dir is required" >&2
-  exit 2
-fi
-if [[ -z $rounds ]]; then rounds=$((quick ? 1 : 3)); fi
-if ! [[ $rounds =~ ^[1-9]$ ]]; then
-  echo "knobs: --rounds must be 1..9" >&2
-  exit 2
-fi
+}
+bench_parse_args 3 \
+  "--bin_dir=DIR --out=DIR --rounds=N --quick --keep --hugepages=auto|skip" "$@"
 
 if ((quick)); then
   t_run=0.1 t_bench=0.01
@@ -83,10 +66,7 @@ work="$(mktemp -d /tmp/rdmaplane-knobs.XXXXXX)"
 raw="$work/raw"
 bin="$work/bin"
 mkdir -p "$raw" "$bin"
-BENCH_NAME=knobs
 BENCH_WORK="$work"
-# shellcheck source=bench/bench_lib.sh
-source "$here/bench_lib.sh"
 bench_init
 
 # Hugepages this run reserved or mounted, given back by cleanup.
@@ -126,24 +106,19 @@ perf() {
     --json="$raw/$tag.json" --timeout_s=20 "$@" || failed "rdmaplane_perf $tag"
 }
 
-# local_runs TAG ENV_ASSIGNMENTS -- DAEMON_FLAGS...: one daemon on CPU 1,
-# 64 KiB and 64-byte WRITEs from rdmaplane_perf on CPU 0.
+# local_runs TAG HUGEPAGES DAEMON_FLAGS...: one daemon on CPU 1, 64 KiB
+# and 64-byte WRITEs from rdmaplane_perf on CPU 0, whose arenas are on
+# hugepages when HUGEPAGES is 1 (RDMAPLANE_HUGEPAGES).
 local_runs() {
-  local tag="$1" sock="$work/l.sock"
-  shift
-  local env_args=()
-  while [[ $1 != -- ]]; do
-    env_args+=("$1")
-    shift
-  done
-  shift
+  local tag="$1" huge="$2" sock="$work/l.sock"
+  shift 2
   if ! start_daemon "$work/daemon_local.log" "$sock" "${cpu1[@]}" \
     "$bin/rdmaplaned" --socket="$sock" --log_level=warning "$@"; then
     failed "the local daemon did not start ($tag: $*)"
     stop_pids
     return
   fi
-  tool_cpu=(env "${env_args[@]}" "${cpu0[@]}")
+  tool_cpu=(env RDMAPLANE_HUGEPAGES="$huge" "${cpu0[@]}")
   perf "${tag}_local_bw" --listen_socket="$sock" --mode=write_bw \
     --sizes=65536 --depth=16 --region_mib="$region_mib" --duration_s="$t_run"
   perf "${tag}_local_mops" --listen_socket="$sock" --mode=write_bw \
@@ -152,24 +127,18 @@ local_runs() {
   stop_pids
 }
 
-# memif_runs TAG SIZES MODES ENV_ASSIGNMENTS -- DAEMON_FLAGS...: two daemons
-# over memif; rdmaplane_perf bandwidth runs of SIZES in MODES, and 64-byte
-# WRITEs.
+# memif_runs TAG SIZES MODES HUGEPAGES DAEMON_FLAGS...: two daemons over
+# memif; rdmaplane_perf bandwidth runs of SIZES in MODES, and 64-byte
+# WRITEs (arenas as for local_runs).
 memif_runs() {
-  local tag="$1" sizes="$2" modes="$3"
-  shift 3
-  local env_args=()
-  while [[ $1 != -- ]]; do
-    env_args+=("$1")
-    shift
-  done
-  shift
+  local tag="$1" sizes="$2" modes="$3" huge="$4"
+  shift 4
   if ! start_memif_pair "$tag" "$bin/rdmaplaned" --log_level=warning "$@"; then
     failed "the memif daemons did not start ($tag: $*)"
     return
   fi
   local ends=(--listen_socket="$MEMIF_A" --connect_socket="$MEMIF_B" --peer=10.0.0.1)
-  tool_cpu=(env "${env_args[@]}")
+  tool_cpu=(env RDMAPLANE_HUGEPAGES="$huge")
   perf "${tag}_memif_bw" "${ends[@]}" --mode="$modes" --sizes="$sizes" \
     --depth=16 --region_mib="$region_mib" --duration_s="$t_run"
   perf "${tag}_memif_mops" "${ends[@]}" --mode=write_bw --sizes=64 \
@@ -233,23 +202,20 @@ for ((r = 1; r <= rounds; r++)); do
   printf 'round%d %s\n' "$r" "$(loadavg)" >>"$work/load.txt"
   for b in "${bursts[@]}"; do
     log "round $r: --burst=$b inside one daemon and over memif"
-    local_runs "r${r}_burst_$b" RDMAPLANE_HUGEPAGES=0 -- --burst="$b"
-    memif_runs "r${r}_burst_$b" 65536 write_bw RDMAPLANE_HUGEPAGES=0 -- \
-      --mtu=1024 --burst="$b"
+    local_runs "r${r}_burst_$b" 0 --burst="$b"
+    memif_runs "r${r}_burst_$b" 65536 write_bw 0 --mtu=1024 --burst="$b"
   done
   for m in "${mtus[@]}"; do
     log "round $r: --mtu=$m over memif"
-    memif_runs "r${r}_mtu_$m" 65536,1048576 write_bw,read_bw \
-      RDMAPLANE_HUGEPAGES=0 -- --mtu="$m"
+    memif_runs "r${r}_mtu_$m" 65536,1048576 write_bw,read_bw 0 --mtu="$m"
   done
   if ((have_hugepages)); then
     log "round $r: hugepages off and on, inside one daemon and over memif"
-    local_runs "r${r}_hugepages_off" RDMAPLANE_HUGEPAGES=0 --
-    local_runs "r${r}_hugepages_on" RDMAPLANE_HUGEPAGES=1 --
-    memif_runs "r${r}_hugepages_off" 65536 write_bw RDMAPLANE_HUGEPAGES=0 -- \
-      --mtu=1024
-    memif_runs "r${r}_hugepages_on" 65536 write_bw RDMAPLANE_HUGEPAGES=1 -- \
-      --mtu=1024 --hugepages "${huge_eal[@]}"
+    local_runs "r${r}_hugepages_off" 0
+    local_runs "r${r}_hugepages_on" 1
+    memif_runs "r${r}_hugepages_off" 65536 write_bw 0 --mtu=1024
+    memif_runs "r${r}_hugepages_on" 65536 write_bw 1 --mtu=1024 --hugepages \
+      "${huge_eal[@]}"
   fi
   log "round $r: zero copy at the port (eth_port_benchmark)"
   run 300 "$raw/r${r}_zero_copy.json" "${cpu1[@]}" "$bin/eth_port_benchmark" \
