@@ -329,6 +329,9 @@ class RawClient {
     return true;
   }
 
+  // Takes a socket the caller connected itself.
+  void AdoptSocket(int sock) { sock_ = sock; }
+
   // Sends `len` bytes with `fds` attached (any number, duplicates allowed).
   bool Send(const void* data, size_t len, const std::vector<int>& fds = {},
             int flags = 0) {

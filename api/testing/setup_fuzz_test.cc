@@ -2,7 +2,10 @@
 // that must be closed exactly once. Every close(2) of this process goes
 // through the interposer below, so a descriptor closed twice shows even when
 // no other thread reused its number in between.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -45,6 +48,7 @@ namespace {
 
 using testing::RawClient;
 
+constexpr size_t kMsg = sizeof(shm::SetupMessage);
 constexpr uint64_t kRegionBytes = shm::SessionRegionBytes();
 
 class SetupFuzzTest : public testing::HostileClientTest {};
@@ -85,6 +89,68 @@ TEST_F(SetupFuzzTest, RefusedRegionIsClosedOnce) {
         << "descriptor " << g_last_bad_close.load() << " closed twice";
   }
   ExpectBaseline();
+}
+
+// A read that fails takes no descriptor (fixed; found by fuzzing the control
+// socket, with a client that closed in the middle of a message that carried
+// a descriptor, an answer of the daemon's unread: SetupReader::Read looked
+// through the control buffer of the recvmsg(2) that then failed with
+// ECONNRESET, which the kernel leaves as it was, found there the descriptor
+// its previous recvmsg had received, took it a second time and closed it
+// twice).
+TEST(SetupReaderTest, AFailedReadTakesNoDescriptor) {
+  const uint64_t bad_closes = g_bad_closes.load();
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  // The reader's peer closes with data of the reader's unread, so that the
+  // reader's next recvmsg fails with ECONNRESET once it has read what the
+  // peer sent: part of a message, with a descriptor.
+  ASSERT_EQ(send(sv[0], "x", 1, MSG_NOSIGNAL), 1);
+  RawClient peer("");
+  peer.AdoptSocket(sv[1]);
+  const int extra = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(extra, 0);
+  const shm::SetupMessage m = shm::MakeSetup(shm::kSetupArena);
+  ASSERT_TRUE(peer.Send(&m, kMsg / 2, {extra}));
+  close(extra);
+  peer.Close();
+  shm::SetupReader reader;
+  shm::SetupMessage got;
+  int fd0 = -1, fd1 = -1;
+  EXPECT_EQ(reader.Read(sv[0], &got, &fd0, &fd1),
+            shm::SetupReader::Result::kClosed);
+  close(sv[0]);
+  EXPECT_EQ(g_bad_closes.load(), bad_closes)
+      << "descriptor " << g_last_bad_close.load() << " closed twice";
+}
+
+// Likewise for the blocking RecvSetup of the client library (fixed: after a
+// recvmsg that failed, with a time-out or a reset, it closed whatever
+// descriptors the stale control buffer named -- those of an earlier answer
+// the client was still using, its doorbells).
+TEST(SetupReaderTest, AFailedRecvSetupClosesNothing) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  const int bell = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(bell, 0);
+  shm::SetupMessage m = shm::MakeSetup(shm::kSetupHelloReply);
+  ASSERT_TRUE(shm::SendSetup(sv[1], m, bell));
+  close(bell);
+  // One answer, then nothing: the second receive fails at once. Back to
+  // back, so that nothing else used the stack between them.
+  ASSERT_EQ(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
+  int kept = -1, fd1 = -1, fd2 = -1, fd3 = -1;
+  const bool first = shm::RecvSetup(sv[0], &m, &kept, &fd1);
+  const bool second = shm::RecvSetup(sv[0], &m, &fd2, &fd3);
+  ASSERT_TRUE(first);
+  ASSERT_GE(kept, 0);
+  EXPECT_FALSE(second);
+  EXPECT_EQ(fd2, -1);
+  EXPECT_NE(fcntl(kept, F_GETFD), -1)
+      << "a failed receive closed the descriptor of an earlier answer";
+  close(kept);
+  close(sv[0]);
+  close(sv[1]);
 }
 
 }  // namespace
