@@ -197,6 +197,38 @@ struct Pipe {
   int w = -1;
 };
 
+// One recvmsg(2) of up to `len` bytes into `data`, with MSG_CMSG_CLOEXEC
+// and `flags`. The descriptors that come with the bytes are appended to
+// `fds`, or closed when it is null; a recvmsg that fails brought none.
+// Returns what recvmsg returned, errno as it left it.
+inline ssize_t RecvWithFds(int sock, void* data, size_t len, int flags,
+                           std::vector<int>* fds) {
+  iovec iov{data, len};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(16 * sizeof(int))];
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof(control);
+  const ssize_t got = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags);
+  if (got < 0) return got;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr;
+       cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    const size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+      if (fds != nullptr) {
+        fds->push_back(fd);
+      } else {
+        close(fd);
+      }
+    }
+  }
+  return got;
+}
+
 // --- The raw client ----------------------------------------------------------
 
 class RawClient {
@@ -332,16 +364,20 @@ class RawClient {
   // Takes a socket the caller connected itself.
   void AdoptSocket(int sock) { sock_ = sock; }
 
-  // Sends `len` bytes with `fds` attached (any number, duplicates allowed).
+  // The most descriptors one message may carry (the kernel's SCM_MAX_FD).
+  static constexpr size_t kMaxSendFds = 253;
+
+  // Sends `len` bytes with `fds` attached (up to kMaxSendFds, duplicates
+  // allowed).
   bool Send(const void* data, size_t len, const std::vector<int>& fds = {},
             int flags = 0) {
     iovec iov{const_cast<void*>(data), len};
     msghdr mh{};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(16 * sizeof(int))];
+    alignas(cmsghdr) char control[CMSG_SPACE(kMaxSendFds * sizeof(int))];
     if (!fds.empty()) {
-      if (fds.size() > 16) return false;
+      if (fds.size() > kMaxSendFds) return false;
       std::memset(control, 0, sizeof(control));
       mh.msg_control = control;
       mh.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
@@ -380,36 +416,11 @@ class RawClient {
                    std::max<int64_t>(0, absl::ToInt64Milliseconds(timeout))));
     } while (r < 0 && errno == EINTR);
     if (r == 0) return Got::kTimeout;
-    iovec iov{msg, sizeof(*msg)};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(16 * sizeof(int))];
-    mh.msg_control = control;
-    mh.msg_controllen = sizeof(control);
     ssize_t got;
     do {
-      got = recvmsg(sock_, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+      got = RecvWithFds(sock_, msg, sizeof(*msg), MSG_WAITALL, fds);
     } while (got < 0 && errno == EINTR);
     const int err = errno;
-    if (got >= 0) {
-      for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr;
-           cm = CMSG_NXTHDR(&mh, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
-          continue;
-        }
-        const size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < n; ++i) {
-          int fd;
-          std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-          if (fds != nullptr) {
-            fds->push_back(fd);
-          } else {
-            close(fd);
-          }
-        }
-      }
-    }
     if (got == static_cast<ssize_t>(sizeof(*msg))) return Got::kMessage;
     if (got < 0 && (err == EAGAIN || err == EWOULDBLOCK)) return Got::kTimeout;
     return Got::kClosed;  // end of stream, reset, or a partial message
@@ -439,6 +450,12 @@ class RawClient {
     }
     for (int fd : fds) close(fd);
     return a;
+  }
+
+  // Takes the doorbells of a hello reply the caller read itself.
+  void AdoptDoorbells(int control, int engine) {
+    control_bell_ = control;
+    engine_bell_ = engine;
   }
 
   // Whether the daemon closes the socket within `timeout`; answers that

@@ -15,6 +15,7 @@
 // raw client created.
 //
 // The fuzzing tests take their seed from RDP_FUZZ_SEED when it is set.
+// setup_fuzz_test.cc fuzzes the setup messages on the Unix socket itself.
 //
 // Several tests here first reproduced daemon bugs; all are fixed.
 #include <fcntl.h>
