@@ -10,13 +10,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "api/shm/layout.h"
+#include "api/testing/fuzz.h"
 #include "control/admin_test_server.h"
 #include "control/status_sample.h"
 
@@ -239,6 +244,101 @@ TEST_F(SocketPair, TopicWithoutTerminatorIsReadWithinItsField) {
   EXPECT_EQ(reply.status, shm::kStatusInvalid);
   EXPECT_EQ(std::string(reply.text),
             "unknown topic '" + std::string(24, 'x') + "'");
+}
+
+// A topic field made from a valid topic (testing::Rng::text_field), for the
+// fuzzing tests. They take their seed from RDP_FUZZ_SEED and their length
+// from RDP_FUZZ_ITERATIONS (api/testing/fuzz.h); a failure names the seed
+// and the iteration.
+void FuzzTopic(testing::Rng& rng,
+               char (&text)[sizeof(shm::SetupMessage::text)]) {
+  const std::string t = rng.text_field(
+      kStatusTopics[rng.below(kStatusTopics.size())], sizeof(text));
+  std::memcpy(text, t.data(), sizeof(text));
+}
+
+// Valid requests mutated in their type, format and topic, and anywhere by
+// bit flips (the magic and version are the reader's to check, not
+// AnswerAdminRequest's). Each gets exactly the answer the protocol gives it:
+// for a wrong type, format or topic an error with its reason and an empty
+// body, without asking for the status; otherwise the rendered topic.
+TEST_F(SocketPair, FuzzedRequestsGetTheirExactAnswer) {
+  const uint64_t seed = testing::FuzzSeed(0xAD31);
+  const int iterations = testing::FuzzIterations(3000);
+  const DaemonStatus sample = SampleStatus();
+  int answered = 0;
+  for (int i = 0; i < iterations; ++i) {
+    SCOPED_TRACE("RDP_FUZZ_SEED=" + std::to_string(seed) + ", iteration " +
+                 std::to_string(i));
+    testing::Rng rng(testing::IterationSeed(seed, static_cast<uint64_t>(i)));
+    shm::SetupMessage m = Request(
+        std::string(kStatusTopics[rng.below(kStatusTopics.size())]).c_str(),
+        rng.percent(50) ? kAdminFormatJson : kAdminFormatText);
+    for (uint64_t n = rng.below(4); n > 0; --n) {
+      switch (rng.below(6)) {
+        case 0: {
+          const uint16_t types[] = {static_cast<uint16_t>(rng.below(10)),
+                                    0xFFFF, shm::kSetupHello,
+                                    shm::kSetupAdminReply};
+          m.type = rng.pick(types);
+          break;
+        }
+        case 1: {
+          const uint32_t ids[] = {0, 1, 2, 7, 0x100, ~0u, rng.u32()};
+          m.id = rng.pick(ids);
+          break;
+        }
+        case 2:
+        case 3:
+          FuzzTopic(rng, m.text);
+          break;
+        case 4:
+          m.status = static_cast<int32_t>(rng.u32());
+          m.address = rng.u64();
+          m.length = rng.u64();
+          break;
+        default: {
+          const uint64_t bit = rng.below(sizeof(m) * 8);
+          reinterpret_cast<uint8_t*>(&m)[bit / 8] ^=
+              static_cast<uint8_t>(1u << (bit % 8));
+          break;
+        }
+      }
+    }
+    const std::string topic(m.text, strnlen(m.text, sizeof(m.text)));
+    std::string refusal;
+    if (m.type != shm::kSetupAdmin) {
+      refusal = "not an admin request";
+    } else if (m.id != kAdminFormatText && m.id != kAdminFormatJson) {
+      refusal = "unknown format " + std::to_string(m.id);
+    } else if (std::find(kStatusTopics.begin(), kStatusTopics.end(), topic) ==
+               kStatusTopics.end()) {
+      refusal = "unknown topic '" + topic.substr(0, 24) + "'";
+    }
+
+    int calls = 0;
+    ASSERT_TRUE(AnswerAdminRequest(sv_[0], m, [&] {
+      ++calls;
+      return sample;
+    }));
+    shm::SetupMessage reply;
+    std::string body;
+    ReadAnswer(&reply, &body);
+    if (HasFatalFailure()) return;
+    if (refusal.empty()) {
+      ++answered;
+      ASSERT_EQ(reply.status, shm::kStatusOk) << reply.text;
+      ASSERT_EQ(calls, 1);
+      ASSERT_EQ(body, m.id == kAdminFormatJson ? RenderJson(sample, topic)
+                                               : RenderText(sample, topic));
+    } else {
+      ASSERT_EQ(reply.status, shm::kStatusInvalid);
+      ASSERT_EQ(std::string(reply.text), refusal);
+      ASSERT_EQ(body, "");
+      ASSERT_EQ(calls, 0);
+    }
+  }
+  std::printf("fuzzed admin requests: %d, %d answered\n", iterations, answered);
 }
 
 // --- QueryDaemon against a fake daemon socket --------------------------------
@@ -468,6 +568,184 @@ TEST(QueryDaemonTest, ArgumentsThatDoNotFitTheProtocol) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// What QueryDaemon must make of the answer `bytes` (then end of stream).
+struct ExpectedQuery {
+  absl::StatusCode code = absl::StatusCode::kOk;
+  std::string message;  // all of it for the daemon's own reasons, else a part
+  bool exact = false;
+  std::string body;
+};
+
+ExpectedQuery PredictQuery(const std::string& bytes) {
+  ExpectedQuery e;
+  auto fail = [&e](absl::StatusCode code, std::string message,
+                   bool exact = false) {
+    e.code = code;
+    e.message = std::move(message);
+    e.exact = exact;
+    return e;
+  };
+  if (bytes.size() < sizeof(shm::SetupMessage)) {
+    return fail(absl::StatusCode::kUnavailable, "without answering");
+  }
+  shm::SetupMessage r;
+  std::memcpy(&r, bytes.data(), sizeof(r));
+  if (r.magic != shm::kSetupMagic || r.version != shm::kSetupVersion) {
+    return fail(absl::StatusCode::kDataLoss, "malformed answer");
+  }
+  // The daemon's status: its reason, or its number when it gave none.
+  auto daemon_error = [&] {
+    std::string reason(r.text, strnlen(r.text, sizeof(r.text)));
+    if (reason.empty()) reason = "daemon error " + std::to_string(r.status);
+    const absl::StatusCode code =
+        r.status == shm::kStatusInvalid ? absl::StatusCode::kInvalidArgument
+        : r.status == shm::kStatusPermission
+            ? absl::StatusCode::kPermissionDenied
+        : r.status == shm::kStatusNoBuffers
+            ? absl::StatusCode::kResourceExhausted
+        : r.status == shm::kStatusTimeout ? absl::StatusCode::kDeadlineExceeded
+        : r.status == shm::kStatusAgain   ? absl::StatusCode::kUnavailable
+                                          : absl::StatusCode::kInternal;
+    return fail(code, reason, /*exact=*/true);
+  };
+  if (r.type == shm::kSetupHelloReply && r.status != 0) return daemon_error();
+  if (r.type != shm::kSetupAdminReply) {
+    return fail(absl::StatusCode::kDataLoss,
+                "unexpected answer type " + std::to_string(r.type));
+  }
+  if (r.status != 0) return daemon_error();
+  if (r.length > kMaxAdminAnswerBytes) {
+    return fail(absl::StatusCode::kDataLoss, "is larger than");
+  }
+  if (bytes.size() - sizeof(r) < r.length) {
+    return fail(absl::StatusCode::kUnavailable, "in the middle of its answer");
+  }
+  e.body = bytes.substr(sizeof(r), r.length);
+  return e;
+}
+
+// rdmaplanectl's side: a fake daemon answers each query with a valid answer
+// or error, mutated in its header (bit flips, magic, version, type, status,
+// reason, length from zero to huge), cut anywhere or followed by garbage.
+// QueryDaemon returns, well within its time-out, the whole body of an answer
+// that is whole and valid, and otherwise the error the bytes call for.
+TEST(QueryDaemonTest, FuzzedAnswersAreErrorsOrTheWholeBody) {
+  const uint64_t seed = testing::FuzzSeed(0x0A115);
+  const int iterations = testing::FuzzIterations(1500);
+  absl::Mutex mu;
+  std::string next;  // what the fake daemon answers the next query with
+  FakeAdminServer* self = nullptr;
+  // Its own path: copies of this test may run at once, in sandboxes whose
+  // process ids are alike and whose /tmp is shared.
+  const std::string path =
+      ShortSocketPath("fuzz-" + std::to_string(std::random_device()()));
+  auto server = FakeAdminServer::Start(path, [&](int sock) {
+    shm::SetupMessage request;
+    if (!self->ReadRequest(sock, &request)) return;
+    std::string bytes;
+    {
+      absl::MutexLock lock(&mu);
+      bytes = next;
+    }
+    (void)!write(sock, bytes.data(), bytes.size());
+  });
+  ASSERT_NE(server, nullptr);
+  self = server.get();
+  int answered = 0;
+  for (int i = 0; i < iterations; ++i) {
+    SCOPED_TRACE("RDP_FUZZ_SEED=" + std::to_string(seed) + ", iteration " +
+                 std::to_string(i));
+    testing::Rng rng(testing::IterationSeed(seed, static_cast<uint64_t>(i)));
+    shm::SetupMessage r = shm::MakeSetup(shm::kSetupAdminReply);
+    const std::string body = rng.bytes(rng.below(3000));
+    r.length = body.size();
+    if (rng.percent(30)) {
+      const int32_t statuses[] = {shm::kStatusInvalid,
+                                  shm::kStatusPermission,
+                                  shm::kStatusNoBuffers,
+                                  shm::kStatusTimeout,
+                                  shm::kStatusAgain,
+                                  shm::kStatusFault,
+                                  5,
+                                  INT32_MIN};
+      r.status = rng.pick(statuses);
+      r.length = 0;
+      if (rng.percent(70)) FuzzTopic(rng, r.text);
+    }
+    for (uint64_t n = rng.below(3); n > 0; --n) {
+      switch (rng.below(7)) {
+        case 0: {
+          const uint64_t bit = rng.below(sizeof(r) * 8);
+          reinterpret_cast<uint8_t*>(&r)[bit / 8] ^=
+              static_cast<uint8_t>(1u << (bit % 8));
+          break;
+        }
+        case 1:
+          r.magic = rng.percent(50) ? 0 : rng.u32();
+          break;
+        case 2:
+          r.version = static_cast<uint16_t>(rng.percent(50) ? 2 : rng.u32());
+          break;
+        case 3: {
+          const uint16_t types[] = {shm::kSetupHelloReply,
+                                    shm::kSetupArenaReply, shm::kSetupAdmin, 0,
+                                    0xFFFF};
+          r.type = rng.pick(types);
+          r.status = rng.percent(50) ? shm::kStatusPermission : 0;
+          break;
+        }
+        case 4:
+          r.status = static_cast<int32_t>(rng.u32());
+          break;
+        case 5:
+          FuzzTopic(rng, r.text);
+          break;
+        default: {
+          const uint64_t lengths[] = {0,
+                                      body.size() + 1,
+                                      body.size() + 4096,
+                                      body.empty() ? 0 : body.size() - 1,
+                                      kMaxAdminAnswerBytes + 1,
+                                      ~uint64_t{0},
+                                      rng.u64()};
+          r.length = rng.pick(lengths);
+          break;
+        }
+      }
+    }
+    std::string bytes(reinterpret_cast<const char*>(&r), sizeof(r));
+    bytes += body;
+    if (rng.percent(15)) bytes.resize(rng.below(bytes.size() + 1));
+    if (rng.percent(10)) bytes += rng.bytes(1 + rng.below(200));
+    {
+      absl::MutexLock lock(&mu);
+      next = bytes;
+    }
+    const ExpectedQuery want = PredictQuery(bytes);
+    const std::string_view topic =
+        kStatusTopics[rng.below(kStatusTopics.size())];
+    const auto start = Clock::now();
+    absl::StatusOr<std::string> answer =
+        QueryDaemon(server->path(), topic, rng.percent(50), kTimeout);
+    ASSERT_LT(SecondsSince(start), 2.0) << "an answer took this long";
+    ASSERT_EQ(answer.status().code(), want.code) << answer.status();
+    if (want.code == absl::StatusCode::kOk) {
+      ++answered;
+      ASSERT_TRUE(*answer == want.body);
+      continue;
+    }
+    const std::string message(answer.status().message());
+    if (want.exact) {
+      ASSERT_EQ(message, want.message);
+    } else {
+      ASSERT_NE(message.find(want.message), std::string::npos)
+          << message << " does not say " << want.message;
+    }
+  }
+  std::printf("fuzzed admin answers: %d, %d taken whole\n", iterations,
+              answered);
 }
 
 }  // namespace

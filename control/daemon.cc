@@ -398,7 +398,10 @@ void Daemon::HandleHello(Session* s, const shm::SetupMessage& msg, int fd) {
     reply.status = shm::kStatusInvalid;
     std::snprintf(reply.text, sizeof(reply.text), "%s", why);
     shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true);
-    if (fd >= 0) close(fd);
+    // Once mapped, the region's descriptor is the session's, and
+    // CloseSession closes it: closing it here too would close whatever
+    // another thread opened under that number in between.
+    if (fd >= 0 && fd != s->region_fd) close(fd);
     CloseSession(s);
   };
   struct stat st{};

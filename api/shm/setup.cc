@@ -63,6 +63,9 @@ bool RecvSetup(int sock, SetupMessage* msg, int* fd0, int* fd1) {
   do {
     got = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
   } while (got < 0 && errno == EINTR);
+  // A failed recvmsg received nothing and leaves the control buffer as it
+  // was: what it holds must not be taken for descriptors.
+  if (got < 0) return false;
   int fds[4];
   int nfds = 0;
   for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr;
@@ -109,6 +112,12 @@ SetupReader::Result SetupReader::Read(int sock, SetupMessage* msg, int* fd0,
       return Result::kPartial;
     }
     if (got < 0 && errno == EINTR) continue;
+    // A failed recvmsg (a reset) received nothing and leaves the control
+    // buffer as the last one filled it: those descriptors are taken already.
+    if (got < 0) {
+      DropFds();
+      return Result::kClosed;
+    }
     bool too_many = (mh.msg_flags & MSG_CTRUNC) != 0;
     for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr;
          cm = CMSG_NXTHDR(&mh, cm)) {

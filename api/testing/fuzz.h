@@ -1,0 +1,114 @@
+// Seeded random numbers for the fuzzing tests. Every fuzzing test takes its
+// seed from RDP_FUZZ_SEED when it is set (and prints the seed with every
+// failure), so that a failure can be replayed; the loops that take it also
+// take their length from RDP_FUZZ_ITERATIONS, for longer runs by hand.
+//
+// Thread-compatible.
+#ifndef RDMAPLANE_API_TESTING_FUZZ_H_
+#define RDMAPLANE_API_TESTING_FUZZ_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rdmaplane::testing {
+
+// The seed of a fuzzing test: RDP_FUZZ_SEED when it is set, else `fallback`.
+inline uint64_t FuzzSeed(uint64_t fallback) {
+  const char* env = std::getenv("RDP_FUZZ_SEED");
+  return env != nullptr ? std::strtoull(env, nullptr, 0) : fallback;
+}
+
+// Iterations of a fuzzing loop: RDP_FUZZ_ITERATIONS when it is set, else
+// `fallback`.
+inline int FuzzIterations(int fallback) {
+  const char* env = std::getenv("RDP_FUZZ_ITERATIONS");
+  if (env == nullptr || *env == '\0') return fallback;
+  return static_cast<int>(std::strtol(env, nullptr, 0));
+}
+
+// Iteration i's own seed (splitmix64 of the run's seed and i), so that
+// iteration i does the same whatever the iterations before it did, and a
+// longer run repeats a shorter one first.
+inline uint64_t IterationSeed(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : rng_(seed) {}
+  uint64_t u64() { return rng_(); }
+  uint32_t u32() { return static_cast<uint32_t>(rng_()); }
+  uint64_t below(uint64_t n) { return n == 0 ? 0 : rng_() % n; }
+  bool percent(uint32_t p) { return below(100) < p; }
+  template <typename T>
+  const T& pick(const std::vector<T>& v) {
+    return v[below(v.size())];
+  }
+  template <typename T, size_t N>
+  const T& pick(const T (&items)[N]) {
+    return items[below(N)];
+  }
+
+  // `n` random bytes; with `no_nul`, none of them NUL.
+  std::string bytes(size_t n, bool no_nul = false) {
+    std::string s(n, '\0');
+    for (char& c : s) {
+      c = static_cast<char>(below(256));
+      if (no_nul && c == '\0') c = 'x';
+    }
+    return s;
+  }
+
+  // The `field` bytes of a NUL-padded text field made from the `valid` text:
+  // the text itself, the text with garbage after its NUL, with one letter
+  // of another case, with a byte more, cut short, random bytes, or the whole
+  // field without a NUL.
+  std::string text_field(std::string_view valid, size_t field) {
+    std::string t(valid);
+    switch (below(8)) {
+      case 0:
+        break;
+      case 1:
+        if (t.size() + 1 < field) {
+          t += '\0';
+          t += bytes(1 + below(field - t.size()));
+        }
+        break;
+      case 2:
+        if (!t.empty()) t[below(t.size())] ^= 0x20;
+        break;
+      case 3:
+        t += percent(50) ? " " : "s";
+        break;
+      case 4:
+        t.resize(below(t.size()));
+        break;
+      case 5:
+        t = bytes(field, /*no_nul=*/true);
+        break;
+      case 6:
+        t = bytes(1 + below(field - 1));
+        break;
+      default:
+        t.assign(field, t.empty() ? 'x' : t[0]);
+        break;
+    }
+    t.resize(field, '\0');
+    return t;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+}  // namespace rdmaplane::testing
+
+#endif  // RDMAPLANE_API_TESTING_FUZZ_H_
