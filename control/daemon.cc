@@ -505,6 +505,18 @@ void Daemon::HandleArena(Session* s, const shm::SetupMessage& msg, int fd) {
     overlaps |= msg.address < a.client_address + a.bytes &&
                 a.client_address < msg.address + msg.length;
   }
+  if (s->arenas.size() >= options_.max_arenas_per_session) {
+    if (fd >= 0) close(fd);
+    reply.status = shm::kStatusNoBuffers;
+    std::snprintf(reply.text, sizeof(reply.text),
+                  "arena refused: the session holds %u arenas, the most "
+                  "allowed",
+                  options_.max_arenas_per_session);
+    if (!shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true)) {
+      CloseSession(s);
+    }
+    return;
+  }
   void* mem = MAP_FAILED;
   if (sized && !overlaps && SealedAgainstShrinking(fd)) {
     mem = mmap(nullptr, msg.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

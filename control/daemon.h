@@ -76,6 +76,9 @@ struct DaemonOptions {
   // Distinct registrations one session may hold, so that no client can
   // take the whole table.
   uint32_t max_registrations_per_session = 4096;
+  // Arenas one session may hand over: each holds a descriptor and a
+  // mapping in the daemon, so that no client can run it out of either.
+  uint32_t max_arenas_per_session = 64;
   // Connections the daemon serves at once (two endpoints each).
   uint32_t max_connections = 512;
   // Frames or requests an engine moves per endpoint and turn, and frames

@@ -40,6 +40,8 @@ ABSL_FLAG(std::string, link_faults, "",
 ABSL_FLAG(uint32_t, max_registrations, 65536, "registration table size");
 ABSL_FLAG(uint32_t, max_registrations_per_session, 4096,
           "distinct registrations one client session may hold");
+ABSL_FLAG(uint32_t, max_arenas_per_session, 64,
+          "memory arenas one client session may hand over (1..4096)");
 ABSL_FLAG(uint32_t, max_connections, 512,
           "connections the engine serves at once");
 ABSL_FLAG(uint32_t, mtu, 4096,
@@ -177,6 +179,13 @@ int main(int argc, char** argv) {
   options.max_registrations = absl::GetFlag(FLAGS_max_registrations);
   options.max_registrations_per_session =
       absl::GetFlag(FLAGS_max_registrations_per_session);
+  options.max_arenas_per_session = absl::GetFlag(FLAGS_max_arenas_per_session);
+  if (options.max_arenas_per_session == 0 ||
+      options.max_arenas_per_session > 4096) {
+    std::fprintf(stderr,
+                 "rdmaplaned: --max_arenas_per_session must be 1..4096\n");
+    return 2;
+  }
   options.max_connections = absl::GetFlag(FLAGS_max_connections);
   if (options.max_connections == 0 || options.max_connections > 65536) {
     std::fprintf(stderr, "rdmaplaned: --max_connections must be 1..65536\n");

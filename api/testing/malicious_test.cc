@@ -418,6 +418,40 @@ TEST_F(MaliciousTest, BadHellosAreRefusedAndNothingIsKept) {
 // the capacity and entry size) of the control rings and of every connection
 // slot's rings afterwards changes nothing. Listen, connect, a verified write
 // and read through a slot whose ring headers are gone, disconnect.
+// Arenas beyond a session's allowance are refused with the reason, the
+// refused memfd is closed at once, and the session keeps what it had.
+TEST_F(MaliciousTest, ArenasBeyondTheSessionsAllowanceAreRefused) {
+  const Held before = Settled();
+  {
+    RawClient raw(path());
+    ASSERT_TRUE(raw.Open());
+    const uint32_t limit = control::DaemonOptions{}.max_arenas_per_session;
+    RawClient::Arena* first = nullptr;
+    for (uint32_t i = 0; i < limit; ++i) {
+      RawClient::Arena* a = raw.AddArena(4096);
+      ASSERT_NE(a, nullptr) << i;
+      if (first == nullptr) first = a;
+    }
+    RawClient::Arena extra =
+        RawClient::MakeArena(4096, testing::kSeals, testing::kRefusedMemfd);
+    ASSERT_NE(extra.base, nullptr);
+    const auto ans = raw.SendArena(Addr(extra.base), 4096, {extra.fd});
+    EXPECT_EQ(ans.got, RawClient::Got::kMessage);
+    EXPECT_EQ(ans.type, shm::kSetupArenaReply);
+    EXPECT_EQ(ans.status, shm::kStatusNoBuffers);
+    EXPECT_NE(ans.text.find("the most allowed"), std::string::npos)
+        << ans.text;
+    RawClient::FreeArena(&extra);
+    // The daemon kept neither the refused memfd nor a mapping of it.
+    EXPECT_TRUE(testing::NoRawMemfdsLeft(absl::Seconds(5),
+                                         {testing::kRefusedMemfd}));
+    EXPECT_EQ(Snap().arenas, before.arenas + limit);
+    // The session still serves: a registration in its first arena.
+    EXPECT_TRUE(raw.RegisterLocal(first->base, 4096, shm::kAccessReadWrite));
+  }
+  EXPECT_TRUE(CountersReach(before));
+}
+
 TEST_F(MaliciousTest, RingHeadersZeroedAfterHelloAreNotReread) {
   RawClient raw(path());
   ASSERT_TRUE(raw.Open());
