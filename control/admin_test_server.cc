@@ -7,16 +7,28 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "control/admin.h"
 
 namespace rdmaplane::control {
 
 std::string ShortSocketPath(const std::string& name) {
-  const std::string leaf =
-      "/rdp-" + name + "-" + std::to_string(getpid()) + ".sock";
+  // The pid alone is not unique: sandboxed copies of a test (bazel
+  // --runs_per_test) may all be pid 2 or so in their own namespaces and
+  // share /tmp. A random tag tells them apart.
+  static const uint64_t tag = [] {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32) | rd();
+  }();
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(tag));
+  const std::string leaf = "/rdp-" + name + "-" + std::to_string(getpid()) +
+                           "-" + std::string(hex, 8) + ".sock";
   const char* dir = std::getenv("TEST_TMPDIR");
   if (dir != nullptr && std::strlen(dir) + leaf.size() < 100) {
     return dir + leaf;
