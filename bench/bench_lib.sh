@@ -121,9 +121,10 @@ start_daemon() {
 
 # start_memif_pair TAG RDMAPLANED FLAGS...: daemon A (the memif server,
 # 10.0.0.1, CPU 1) and daemon B (the client, 10.0.0.2, CPU 0) joined by a
-# memif link, both with FLAGS; sets MEMIF_A and MEMIF_B to their sockets.
-# 1 (after stopping what started) when either did not come up.
-MEMIF_A="" MEMIF_B=""
+# memif link, both with FLAGS (B's memif devargs also with MEMIF_B_DEVARGS,
+# e.g. ",zero-copy=yes"); sets MEMIF_A and MEMIF_B to their sockets. 1
+# (after stopping what started) when either did not come up.
+MEMIF_A="" MEMIF_B="" MEMIF_B_DEVARGS=""
 start_memif_pair() {
   local tag="$1" daemon="$2"
   shift 2
@@ -137,7 +138,8 @@ start_memif_pair() {
   fi
   if ! start_daemon "$BENCH_WORK/daemon_b.log" "$MEMIF_B" "${cpu0[@]}" \
     "$daemon" --socket="$MEMIF_B" --file_prefix="rdp-bench-$$-b" \
-    --ip=10.0.0.2 --port="net_memif0,role=client,socket=$link" "$@"; then
+    --ip=10.0.0.2 --port="net_memif0,role=client,socket=$link$MEMIF_B_DEVARGS" \
+    "$@"; then
     stop_pids
     return 1
   fi

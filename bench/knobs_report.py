@@ -33,6 +33,10 @@ KNOBS = {
     "mtu": ("1024", "--mtu: RoCE path MTU between two daemons over memif"),
     "hugepages": ("off", "clients' arenas (and, over memif, the daemons' DPDK "
                          "memory) on 2 MiB hugepages or regular pages"),
+    "memif_zero_copy": ("copy", "the memif link in copy mode or in memif's "
+                                "own zero-copy mode (the memif client, daemon "
+                                "B, with zero-copy=yes), both daemons on "
+                                "hugepages"),
     "zero_copy": ("copy", "a port sending WRITE payload copied into packet "
                           "buffers or in place from the client's memory "
                           "(eth_port_benchmark, net_ring, one process)"),
@@ -63,6 +67,8 @@ KNOB_FIGURES = {
             "memif_write_gbps_1m", "memif_read_gbps_1m", "memif_mops_64b"],
     "hugepages": ["local_write_gbps_64k", "local_mops_64b",
                   "memif_write_gbps_64k", "memif_mops_64b"],
+    "memifzc": ["memif_write_gbps_64k", "memif_read_gbps_64k",
+                "memif_write_gbps_1m", "memif_read_gbps_1m", "memif_mops_64b"],
 }
 
 # eth_port_benchmark: figure -> (description, benchmark name without the
@@ -161,7 +167,7 @@ def markdown(doc):
         lines.append("")
         lines.append("**Quick run: very short measurements, not figures to "
                      "read.**")
-    for knob in ("burst", "mtu", "hugepages", "zero_copy"):
+    for knob in ("burst", "mtu", "hugepages", "memif_zero_copy", "zero_copy"):
         k = doc["knobs"].get(knob)
         lines += ["", "## %s" % knob, "", k["what"] + "; default: %s." %
                   k["default"], ""]
@@ -193,7 +199,7 @@ def plot(out, work, doc):
     """knobs.png: for each knob, every figure divided by its value at the
     default setting."""
     panels = []
-    for knob in ("burst", "mtu", "hugepages", "zero_copy"):
+    for knob in ("burst", "mtu", "hugepages", "memif_zero_copy", "zero_copy"):
         k = doc["knobs"][knob]
         if k.get("note"):
             continue
@@ -262,10 +268,20 @@ def main():
             "hugepages", ["off", "on"], per,
             {f: descriptions[f] for f in KNOB_FIGURES["hugepages"]})
         missing += miss
+        per = perf_rounds(a.raw, "memifzc", ["copy", "zerocopy"])
+        # Settings named as the report shows them.
+        per = {f: {("memif zero-copy" if s == "zerocopy" else s): v
+                   for s, v in by.items()} for f, by in per.items()}
+        knobs["memif_zero_copy"], miss = summarize(
+            "memif_zero_copy", ["copy", "memif zero-copy"], per,
+            {f: descriptions[f] for f in KNOB_FIGURES["memifzc"]})
+        missing += miss
     else:
-        knobs["hugepages"] = {"default": "off", "what": KNOBS["hugepages"][1],
-                              "settings": ["off", "on"], "figures": {},
-                              "note": a.hugepages_note or "not measured"}
+        for name in ("hugepages", "memif_zero_copy"):
+            default = KNOBS[name][0]
+            knobs[name] = {"default": default, "what": KNOBS[name][1],
+                           "settings": [default], "figures": {},
+                           "note": a.hugepages_note or "not measured"}
     knobs["zero_copy"], miss = summarize(
         "zero_copy", ["copy", "in place"], zero_copy_rounds(a.raw),
         {f: (d, "GB/s") for f, (d, _) in ZERO_COPY_FIGURES.items()})

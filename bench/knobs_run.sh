@@ -24,6 +24,11 @@
 #              hugetlbfs for its daemons, and gives both back at the end;
 #              otherwise (or with --hugepages=skip) the report says why
 #              there is no figure;
+#   memif_zero_copy  the memif link in copy mode or in memif's own
+#              zero-copy mode (daemon B, the memif client, with zero-copy=yes:
+#              daemon A reads B's packet buffers in place), both daemons on
+#              hugepages (which that mode needs): WRITE and READ of 64 KiB
+#              and 1 MiB, 64-byte WRITEs; measured with the hugepage runs;
 #   zero_copy  a port sending WRITE frames copied or in place
 #              (eth_port_benchmark BM_SendOnly: frames of 1 KiB and 4 KiB of
 #              payload, the receiving end frees them unread as a NIC would;
@@ -216,6 +221,13 @@ for ((r = 1; r <= rounds; r++)); do
     memif_runs "r${r}_hugepages_off" 65536 write_bw 0 --mtu=1024
     memif_runs "r${r}_hugepages_on" 65536 write_bw 1 --mtu=1024 --hugepages \
       "${huge_eal[@]}"
+    log "round $r: memif copy and zero-copy modes, on hugepages"
+    memif_runs "r${r}_memifzc_copy" 65536,1048576 write_bw,read_bw 1 \
+      --mtu=1024 --hugepages "${huge_eal[@]}"
+    MEMIF_B_DEVARGS=",zero-copy=yes"
+    memif_runs "r${r}_memifzc_zerocopy" 65536,1048576 write_bw,read_bw 1 \
+      --mtu=1024 --hugepages "${huge_eal[@]}"
+    MEMIF_B_DEVARGS=""
   fi
   log "round $r: zero copy at the port (eth_port_benchmark)"
   run 300 "$raw/r${r}_zero_copy.json" "${cpu1[@]}" "$bin/eth_port_benchmark" \

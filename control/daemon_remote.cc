@@ -132,6 +132,21 @@ absl::Status Daemon::StartPort() {
   const bool have_given =
       !pinned && sched_getaffinity(0, sizeof(given), &given) == 0;
   eal.args.insert(eal.args.end(), p.eal_args.begin(), p.eal_args.end());
+  // memif's own zero-copy mode (a memif client with zero-copy=yes) shares
+  // the daemon's packet memory with its peer by descriptor, which needs
+  // that memory in hugepage files, one per memory list.
+  if (p.device.rfind("net_memif", 0) == 0 &&
+      p.device.find("zero-copy=yes") != std::string::npos) {
+    if (!p.hugepages) {
+      return absl::InvalidArgumentError(
+          "memif with zero-copy=yes needs --hugepages (its peer maps this "
+          "daemon's packet memory, which must lie in hugepage files)");
+    }
+    if (std::find(eal.args.begin(), eal.args.end(),
+                  "--single-file-segments") == eal.args.end()) {
+      eal.args.push_back("--single-file-segments");
+    }
+  }
   if (absl::Status s = port::InitDpdk(eal); !s.ok()) return s;
   dpdk_ = true;
   if (have_given) pthread_setaffinity_np(pthread_self(), sizeof(given), &given);

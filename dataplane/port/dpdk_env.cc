@@ -4,22 +4,48 @@
 #include <rte_errno.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 
 namespace rdmaplane::port {
 namespace {
 
-bool HugetlbfsMounted() {
+// Mount points of hugetlbfs, from /proc/mounts.
+std::vector<std::string> HugetlbfsMounts() {
+  std::vector<std::string> dirs;
   std::ifstream mounts("/proc/mounts");
   std::string line;
   while (std::getline(mounts, line)) {
-    if (line.find(" hugetlbfs ") != std::string::npos) return true;
+    std::istringstream fields(line);
+    std::string device, dir, type;
+    if (fields >> device >> dir >> type && type == "hugetlbfs") {
+      dirs.push_back(dir);
+    }
   }
-  return false;
+  return dirs;
+}
+
+bool HugetlbfsMounted() { return !HugetlbfsMounts().empty(); }
+
+bool HasArg(const std::vector<std::string>& args, const std::string& arg) {
+  return std::find(args.begin(), args.end(), arg) != args.end();
+}
+
+// With --single-file-segments the EAL keeps one hugepage file per memory
+// list (<hugedir>/<prefix>map_<n>), which it neither unlinks nor removes at
+// exit: ShutdownDpdk removes them, or the pages they hold stay taken.
+struct HugeFiles {
+  std::string prefix;  // empty: nothing to remove
+  std::vector<std::string> dirs;
+};
+HugeFiles& Leftovers() {
+  static HugeFiles files;
+  return files;
 }
 
 }  // namespace
@@ -28,19 +54,20 @@ std::vector<std::string> EalArguments(const EalOptions& options) {
   std::vector<std::string> args = {"rdmaplane"};
   if (!options.allow_pci) {
     args.push_back("--no-pci");
-    // Virtual devices only: I/O addresses are virtual addresses. (As root
-    // the EAL would otherwise pick physical addresses, and with 4 KiB pages
-    // lay mbufs out one per page, which af_xdp's packet memory, registered
-    // as one contiguous range, does not expect.)
+    // Virtual devices only: I/O addresses are virtual addresses (as root
+    // the EAL would otherwise pick physical ones, which nothing here needs
+    // and which would keep mbufs from spanning 4 KiB pages).
     args.push_back("--iova-mode=va");
   }
   if (!options.hugepages) {
     args.push_back("--no-huge");
     args.push_back("-m");
     args.push_back(std::to_string(options.memory_mb));
-  } else {
+  } else if (!HasArg(options.args, "--single-file-segments")) {
     // The hugepage files are unlinked once mapped: nothing is left in the
-    // hugetlbfs mount when the process ends, however it ends.
+    // hugetlbfs mount when the process ends, however it ends. (Not with
+    // --single-file-segments, which memif's zero-copy mode needs and the
+    // EAL does not combine with it: the EAL removes its files at exit.)
     args.push_back("--huge-unlink");
   }
   args.push_back("--file-prefix=" +
@@ -72,6 +99,15 @@ absl::Status InitDpdk(const EalOptions& options) {
       result = absl::UnavailableError(absl::StrCat(
           "DPDK EAL initialization failed: ", rte_strerror(rte_errno),
           options.hugepages ? " (are 2 MiB hugepages reserved?)" : ""));
+      return;
+    }
+    if (options.hugepages && HasArg(args, "--single-file-segments")) {
+      HugeFiles& files = Leftovers();
+      for (const std::string& a : args) {
+        if (a.rfind("--file-prefix=", 0) == 0) files.prefix = a.substr(14);
+        if (a.rfind("--huge-dir=", 0) == 0) files.dirs.push_back(a.substr(11));
+      }
+      if (files.dirs.empty()) files.dirs = HugetlbfsMounts();
     }
   });
   return result;
@@ -82,6 +118,17 @@ void ShutdownDpdk() {
   rte_eal_cleanup();
   std::error_code ec;
   if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  HugeFiles& files = Leftovers();
+  if (files.prefix.empty()) return;
+  const std::string stem = files.prefix + "map_";
+  for (const std::string& d : files.dirs) {
+    for (const auto& entry : std::filesystem::directory_iterator(d, ec)) {
+      if (entry.path().filename().string().rfind(stem, 0) == 0) {
+        std::filesystem::remove(entry.path(), ec);
+      }
+    }
+  }
+  files = HugeFiles();
 }
 
 }  // namespace rdmaplane::port

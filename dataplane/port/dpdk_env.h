@@ -29,7 +29,8 @@ std::vector<std::string> EalArguments(const EalOptions& options);
 absl::Status InitDpdk(const EalOptions& options);
 
 // Releases the EAL and removes its runtime folder (under /var/run/dpdk for
-// root), so that a process leaves nothing behind.
+// root) and, after --single-file-segments with hugepages, its hugepage
+// files, so that a process leaves nothing behind.
 void ShutdownDpdk();
 
 }  // namespace rdmaplane::port

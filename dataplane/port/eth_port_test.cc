@@ -138,6 +138,13 @@ TEST(DpdkEnvTest, ArgumentsNeverTouchPciUnlessAsked) {
   EXPECT_EQ(std::find(args.begin(), args.end(), "--no-huge"), args.end());
   // Hugepage files never outlive the process.
   EXPECT_NE(std::find(args.begin(), args.end(), "--huge-unlink"), args.end());
+  // The EAL refuses --huge-unlink with --single-file-segments (memif's
+  // zero-copy mode): ShutdownDpdk removes those files instead.
+  o.args = {"--single-file-segments"};
+  args = EalArguments(o);
+  EXPECT_EQ(std::find(args.begin(), args.end(), "--huge-unlink"), args.end());
+  EXPECT_NE(std::find(args.begin(), args.end(), "--single-file-segments"),
+            args.end());
 }
 
 // 1 MiB written from A into B's region, then read back, over two ports. With

@@ -225,6 +225,10 @@ e2e_split_transfer() {
   local service="split-$label"
   local out="$E2E_TMP/split-server-$label.out" err="$E2E_TMP/split-server-$label.err"
   e2e_log "split transfer $label: server for '$service' on $server_sock, client on $client_sock to $peer"
+  # Created here: the loop below reads them before the background shell
+  # may have opened them.
+  : >"$out"
+  : >"$err"
   timeout --kill-after=5 "$limit" "$transfer" --listen="$service" \
     --socket="$server_sock" --once --oob_port=0 --bytes=2097152 \
     --timeout_s="$limit" >"$out" 2>"$err" &
@@ -363,6 +367,50 @@ e2e_counter() {
 # the DPDK runtime folders they may have left, runs the hooks and removes
 # E2E_TMP. The EXIT trap (e2e_install_traps); keeps the script's exit
 # status.
+# e2e_hugepages PAGES: PAGES free 2 MiB hugepages and a hugetlbfs for this
+# test's daemons. As root, reserves what is missing and mounts a private
+# hugetlbfs (in E2E_TMP), and gives both back at exit. Sets E2E_HUGE_DIR to
+# the mount and E2E_HUGE_FREE to the free pages once ready; returns 1 with
+# the reason in E2E_HUGE_WHY when it cannot.
+E2E_HUGE_DIR="" E2E_HUGE_FREE=0 E2E_HUGE_WHY=""
+e2e_hugepages() {
+  local need="$1" free total
+  free="$(sed -n 's/^HugePages_Free: *//p' /proc/meminfo)"
+  total="$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)"
+  if ((free < need)); then
+    if [[ $(id -u) -ne 0 ]]; then
+      E2E_HUGE_WHY="needs $need free 2 MiB hugepages ($free free; root reserves them)"
+      return 1
+    fi
+    if echo $((total + need - free)) >/proc/sys/vm/nr_hugepages 2>/dev/null; then
+      E2E_CLEANUP_HOOKS+=("echo $total >/proc/sys/vm/nr_hugepages")
+    fi
+    free="$(sed -n 's/^HugePages_Free: *//p' /proc/meminfo)"
+    if ((free < need)); then
+      E2E_HUGE_WHY="the kernel granted $free of $need free 2 MiB hugepages"
+      return 1
+    fi
+  fi
+  if [[ $(id -u) -eq 0 ]]; then
+    mkdir -p "$E2E_TMP/huge"
+    if ! mount -t hugetlbfs nodev "$E2E_TMP/huge"; then
+      E2E_HUGE_WHY="cannot mount a hugetlbfs"
+      return 1
+    fi
+    # Unmounted before the pages are given back (hooks run in order).
+    E2E_CLEANUP_HOOKS=("umount $E2E_TMP/huge" "${E2E_CLEANUP_HOOKS[@]}")
+    E2E_HUGE_DIR="$E2E_TMP/huge"
+  else
+    E2E_HUGE_DIR="$(awk '$3 == "hugetlbfs" { print $2; exit }' /proc/mounts)"
+    if [[ -z $E2E_HUGE_DIR ]]; then
+      E2E_HUGE_WHY="no hugetlbfs is mounted (root mounts one)"
+      return 1
+    fi
+  fi
+  E2E_HUGE_FREE="$free"
+  return 0
+}
+
 e2e_cleanup() {
   local status=$?
   set +e
