@@ -90,7 +90,8 @@ BENCH_WORK="$work"
 bench_init
 
 # CPU placement (bench_lib.sh: the daemon on CPU 1, rdmaplane_perf on CPU 0;
-# over memif daemon A on CPU 1 and B on CPU 0). memif_rate's two ends are
+# over memif daemon A and rdmaplane_perf on CPU 1, B on CPU 0). memif_rate's
+# two ends are
 # placed the same way, and the baselines too: memcpy_bw on CPU 1 with the
 # engine whose copies it stands for, tcp_bench's client end on CPU 0 and
 # its server end on CPU 1.
@@ -290,8 +291,10 @@ memif_daemons() {  # memif_daemons ROUND MODE FIRST
   log "round $r: rdmaplane between two daemons over memif, --poll_mode=$mode"
   if start_memif_pair "r$r" "$bin/rdmaplaned" --mtu=1024 --poll_mode="$mode" \
     --log_level=warning; then
+    tool_cpu=("${memif_client_cpu[@]}")
     headline "$r" memif "$mode" "$first" --listen_socket="$MEMIF_A" \
       --connect_socket="$MEMIF_B" --peer=10.0.0.1
+    tool_cpu=()
   else
     failed "the memif daemons did not start (round $r, --poll_mode=$mode)"
   fi

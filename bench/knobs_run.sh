@@ -102,7 +102,8 @@ done
 printf 'start %s\n' "$(loadavg)" >"$work/load.txt"
 
 # perf TAG ARGS...: one rdmaplane_perf run (on CPU 0 next to a local daemon,
-# unpinned between memif daemons); its JSON in raw/TAG.json.
+# on CPU 1 beside the target between memif daemons); its JSON in
+# raw/TAG.json.
 tool_cpu=()
 perf() {
   local tag="$1"
@@ -143,7 +144,7 @@ memif_runs() {
     return
   fi
   local ends=(--listen_socket="$MEMIF_A" --connect_socket="$MEMIF_B" --peer=10.0.0.1)
-  tool_cpu=(env RDMAPLANE_HUGEPAGES="$huge")
+  tool_cpu=(env RDMAPLANE_HUGEPAGES="$huge" "${memif_client_cpu[@]}")
   perf "${tag}_memif_bw" "${ends[@]}" --mode="$modes" --sizes="$sizes" \
     --depth=16 --region_mib="$region_mib" --duration_s="$t_run"
   perf "${tag}_memif_mops" "${ends[@]}" --mode=write_bw --sizes=64 \

@@ -805,7 +805,8 @@ def main():
             "region_mib": a.region_mib,
             "cpu_placement": (
                 "one daemon on CPU 1 and rdmaplane_perf on CPU 0; memif "
-                "daemon A (target) on CPU 1, daemon B (requester) on CPU 0; "
+                "daemon A (target) and rdmaplane_perf on CPU 1, daemon B "
+                "(requester) on CPU 0; "
                 "memif_rate receiver on CPU 0, sender on CPU 1; memcpy_bw "
                 "on CPU 1; tcp_bench client end on CPU 0, server end on "
                 "CPU 1"
