@@ -8,7 +8,7 @@
 # builds them with `bazel build -c opt`); they are copied first.
 #
 # What one knob does to rdmaplane, each measured in the same run against the
-# daemon's default, in --rounds rounds (default 3) that each measure every
+# daemon's default, in --rounds rounds (default 5) that each measure every
 # setting once, one after another, so that a drift of the machine's load
 # spreads over all settings alike; each figure is the median of the rounds:
 #   burst      --burst=1,8,32,128: 64-byte WRITEs (depth 32) inside one
@@ -55,7 +55,7 @@ bench_extra_arg() {
     *) return 1 ;;
   esac
 }
-bench_parse_args 3 \
+bench_parse_args 5 \
   "--bin_dir=DIR --out=DIR --rounds=N --quick --keep --hugepages=auto|skip" "$@"
 
 if ((quick)); then
