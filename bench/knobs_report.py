@@ -221,7 +221,7 @@ def plot(out, work, doc):
             % (knob, k["default"], len(figs) + 1, path))
     rows = (len(panels) + 1) // 2
     script = (
-        "set terminal pngcairo size 1400,%d font ',10'\n"
+        "set terminal pngcairo noenhanced size 1400,%d font ',10'\n"
         "set output '%s'\n"
         "set key outside bottom center horizontal maxrows 3 font ',9'\n"
         "set grid ytics\n"
