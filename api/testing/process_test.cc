@@ -38,6 +38,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "api/testing/counters.h"
+#include "api/testing/hostile_client.h"
 #include "api/client.h"
 #include "api/rdmaplane.h"
 #include "api/shm/layout.h"
@@ -276,99 +277,6 @@ class ProcessTest : public ::testing::Test {
   std::unique_ptr<control::Daemon> daemon_;
 };
 
-// An unrelated pair that writes and reads back verified data on its own
-// thread until stopped.
-class Bystander {
- public:
-  Bystander(std::unique_ptr<Client> server, std::unique_ptr<Client> client)
-      : server_(std::move(server)), client_(std::move(client)) {}
-
-  // Connects, registers; false (with the reason in error()) on failure.
-  bool Setup() {
-    if (!server_->Listen("bystander").ok()) return Fail("listen");
-    auto cc = client_->Connect("bystander");
-    if (!cc.ok()) return Fail("connect");
-    auto sc = server_->Accept("bystander", absl::Seconds(5));
-    if (!sc.ok()) return Fail("accept");
-    cconn_ = *cc;
-    target_ = static_cast<uint8_t*>(server_->Alloc(kBytes));
-    src_ = static_cast<uint8_t*>(client_->Alloc(kBytes));
-    dst_ = static_cast<uint8_t*>(client_->Alloc(kBytes));
-    if (target_ == nullptr || src_ == nullptr || dst_ == nullptr) {
-      return Fail("alloc");
-    }
-    if (server_->RegisterRdmaMemory(*sc, target_, kBytes, RDP_MEM_READWRITE,
-                                    desc_.bytes, &desc_.len) != RDP_OK) {
-      return Fail("register rdma");
-    }
-    auto ls = client_->RegisterMemory(src_, kBytes, RDP_MEM_READWRITE);
-    auto ld = client_->RegisterMemory(dst_, kBytes, RDP_MEM_READWRITE);
-    if (!ls.ok() || !ld.ok()) return Fail("register");
-    lsrc_ = *ls;
-    ldst_ = *ld;
-    return true;
-  }
-
-  // One write + read-back with a pattern that depends on `round`.
-  bool Round(uint64_t round) {
-    for (uint32_t i = 0; i < kBytes; ++i) {
-      src_[i] = static_cast<uint8_t>(i * 31 + round * 7 + 1);
-    }
-    std::memset(dst_, 0, kBytes);
-    const int w = WriteWait(*client_, cconn_, src_, kBytes, lsrc_, desc_, 0);
-    if (w != RDP_OK) return Fail(std::string("write ") + rdp_status_name(w));
-    if (std::memcmp(target_, src_, kBytes) != 0) return Fail("target bytes");
-    const int r = ReadWait(*client_, cconn_, dst_, kBytes, ldst_, desc_, 0);
-    if (r != RDP_OK) return Fail(std::string("read ") + rdp_status_name(r));
-    if (std::memcmp(dst_, src_, kBytes) != 0) return Fail("read-back bytes");
-    return true;
-  }
-
-  void Start() {
-    thread_ = std::thread([this] {
-      for (uint64_t round = 1; !stop_.load(std::memory_order_relaxed);
-           ++round) {
-        if (!Round(round)) return;
-        rounds_.fetch_add(1, std::memory_order_relaxed);
-      }
-    });
-  }
-
-  void Stop() {
-    stop_.store(true);
-    if (thread_.joinable()) thread_.join();
-  }
-
-  ~Bystander() { Stop(); }
-
-  uint64_t rounds() const { return rounds_.load(std::memory_order_relaxed); }
-  std::string error() {
-    absl::MutexLock lock(&mu_);
-    return error_;
-  }
-
- private:
-  static constexpr uint32_t kBytes = 256u << 10;
-
-  bool Fail(const std::string& what) {
-    absl::MutexLock lock(&mu_);
-    if (error_.empty()) error_ = what;
-    return false;
-  }
-
-  std::unique_ptr<Client> server_, client_;
-  rdp_conn cconn_ = 0;
-  uint8_t* target_ = nullptr;
-  uint8_t* src_ = nullptr;
-  uint8_t* dst_ = nullptr;
-  uint32_t lsrc_ = 0, ldst_ = 0;
-  Desc desc_;
-  std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> rounds_{0};
-  std::thread thread_;
-  absl::Mutex mu_;
-  std::string error_ ABSL_GUARDED_BY(mu_);
-};
 
 // --- SIGKILL mid-transfer ----------------------------------------------------
 
@@ -381,7 +289,9 @@ TEST_F(ProcessTest, SigkillMidTransferIsReclaimedAndOthersUnaffected) {
   auto* target = static_cast<uint8_t*>(sink->Alloc(kTargetBytes));
   ASSERT_NE(target, nullptr);
 
-  Bystander bystander(NewClient(), NewClient());
+  // An unrelated pair that writes and reads back verified data on its own
+  // thread until stopped.
+  testing::GoodPair bystander(NewClient(), NewClient());
   ASSERT_TRUE(bystander.Setup()) << bystander.error();
   ASSERT_TRUE(bystander.Round(0)) << bystander.error();  // before any victim
   bystander.Start();
