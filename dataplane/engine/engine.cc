@@ -76,7 +76,9 @@ std::string Engine::ThreadName() const {
 }
 
 int Engine::LaunchOnLcore(void* engine) {
-  static_cast<Engine*>(engine)->Run();
+  auto* e = static_cast<Engine*>(engine);
+  pthread_setname_np(pthread_self(), e->ThreadName().c_str());
+  e->Run();
   return 0;
 }
 
@@ -90,7 +92,7 @@ void Engine::Start() {
     return;
   }
   thread_ = std::thread([this] { Run(); });
-  // Named here as well as in Run, so that it is named once Start returns.
+  // Named by its creator, so that it is named once Start returns.
   pthread_setname_np(thread_.native_handle(), ThreadName().c_str());
   if (options_.cpu >= 0 && options_.cpu < CPU_SETSIZE) {
     cpu_set_t set;
@@ -344,10 +346,9 @@ bool Engine::Sleep() {
       bool drained = false;
       while (read(route->fd, sink, sizeof(sink)) > 0) drained = true;
       // A session's kick may have been meant for another engine serving it
-      // (it drained nothing if a sibling got there first).
-      if (drained && route != &own_route_ && route != &port_route_) {
-        PassOnKick(*route);
-      }
+      // (it drained nothing if a sibling got there first). The engine's own
+      // routes name no engines, so nothing is passed on for them.
+      if (drained) PassOnKick(*route);
     }
     if (n > 0) counters_.wakeups.fetch_add(1, std::memory_order_relaxed);
     woken = n > 0;
@@ -360,7 +361,6 @@ bool Engine::Sleep() {
 }
 
 void Engine::Run() {
-  pthread_setname_np(pthread_self(), ThreadName().c_str());
   while (!stop_.load(std::memory_order_acquire)) {
     ApplyCommands();
     uint32_t work = port_ != nullptr ? PollPort() : 0;
