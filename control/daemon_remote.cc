@@ -15,8 +15,6 @@
 //
 // Control thread only, like the rest of Daemon.
 #include <arpa/inet.h>
-#include <pthread.h>
-#include <sched.h>
 
 #include <cstring>
 
@@ -117,39 +115,24 @@ absl::Status Daemon::StartPort() {
     eal.args.push_back("-a");
     eal.args.push_back(p.device);
   }
-  const bool pinned = options_.engine_cpus.size() == options_.engines;
-  if (pinned) {
+  if (EnginesPinned()) {
     eal.args.push_back("-l");
     eal.args.push_back(absl::StrCat(p.control_lcore, ",",
                                     absl::StrJoin(options_.engine_cpus, ",")));
     eal.args.push_back(absl::StrCat("--main-lcore=", p.control_lcore));
   }
-  // The EAL pins the calling thread to its main lcore, and every thread
-  // started later inherits that: unpinned engines and the control thread
-  // would all share one CPU. Without pinned engines, the process keeps the
-  // CPUs it was given.
-  cpu_set_t given;
-  const bool have_given =
-      !pinned && sched_getaffinity(0, sizeof(given), &given) == 0;
   eal.args.insert(eal.args.end(), p.eal_args.begin(), p.eal_args.end());
   // memif's own zero-copy mode (a memif client with zero-copy=yes) shares
   // the daemon's packet memory with its peer by descriptor, which needs
-  // that memory in hugepage files, one per memory list.
+  // that memory in hugepage files (EalArguments asks for them).
   if (p.device.rfind("net_memif", 0) == 0 &&
-      p.device.find("zero-copy=yes") != std::string::npos) {
-    if (!p.hugepages) {
-      return absl::InvalidArgumentError(
-          "memif with zero-copy=yes needs --hugepages (its peer maps this "
-          "daemon's packet memory, which must lie in hugepage files)");
-    }
-    if (std::find(eal.args.begin(), eal.args.end(),
-                  "--single-file-segments") == eal.args.end()) {
-      eal.args.push_back("--single-file-segments");
-    }
+      p.device.find("zero-copy=yes") != std::string::npos && !p.hugepages) {
+    return absl::InvalidArgumentError(
+        "memif with zero-copy=yes needs --hugepages (its peer maps this "
+        "daemon's packet memory, which must lie in hugepage files)");
   }
   if (absl::Status s = port::InitDpdk(eal); !s.ok()) return s;
   dpdk_ = true;
-  if (have_given) pthread_setaffinity_np(pthread_self(), sizeof(given), &given);
   absl::StatusOr<uint16_t> id = port::FindPort(p.device);
   if (!id.ok()) return id.status();
   port::PortConfig pc;

@@ -1,7 +1,9 @@
 #include "dataplane/port/dpdk_env.h"
 
 #include <rte_eal.h>
+#include <pthread.h>
 #include <rte_errno.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +38,26 @@ bool HasArg(const std::vector<std::string>& args, const std::string& arg) {
   return std::find(args.begin(), args.end(), arg) != args.end();
 }
 
+// Whether the arguments choose the lcores (-l, -c, --lcores). Without a
+// choice the EAL takes every CPU and pins the calling thread to the first,
+// and every thread started later inherits that pin.
+bool ChoosesLcores(const std::vector<std::string>& args) {
+  return std::any_of(args.begin(), args.end(), [](const std::string& a) {
+    return a.rfind("--lcores", 0) == 0 ||
+           (a.size() >= 2 && a[0] == '-' && (a[1] == 'l' || a[1] == 'c'));
+  });
+}
+
+// A memif vdev in memif's own zero-copy mode, which shares this process's
+// packet memory with its peer by descriptor: one hugepage file per memory
+// list (--single-file-segments).
+bool MemifZeroCopy(const std::vector<std::string>& args) {
+  return std::any_of(args.begin(), args.end(), [](const std::string& a) {
+    return a.rfind("--vdev=net_memif", 0) == 0 &&
+           a.find("zero-copy=yes") != std::string::npos;
+  });
+}
+
 // With --single-file-segments the EAL keeps one hugepage file per memory
 // list (<hugedir>/<prefix>map_<n>), which it neither unlinks nor removes at
 // exit: ShutdownDpdk removes them, or the pages they hold stay taken.
@@ -63,11 +85,14 @@ std::vector<std::string> EalArguments(const EalOptions& options) {
     args.push_back("--no-huge");
     args.push_back("-m");
     args.push_back(std::to_string(options.memory_mb));
-  } else if (!HasArg(options.args, "--single-file-segments")) {
+  }
+  const bool single_file = HasArg(options.args, "--single-file-segments") ||
+                           (options.hugepages && MemifZeroCopy(options.args));
+  if (options.hugepages && !single_file) {
     // The hugepage files are unlinked once mapped: nothing is left in the
     // hugetlbfs mount when the process ends, however it ends. (Not with
-    // --single-file-segments, which memif's zero-copy mode needs and the
-    // EAL does not combine with it: the EAL removes its files at exit.)
+    // --single-file-segments, which the EAL does not combine with it:
+    // ShutdownDpdk removes those files.)
     args.push_back("--huge-unlink");
   }
   args.push_back("--file-prefix=" +
@@ -77,6 +102,9 @@ std::vector<std::string> EalArguments(const EalOptions& options) {
   args.push_back("--log-level=lib.eal:warning");
   args.push_back("--log-level=lib.telemetry:error");
   args.insert(args.end(), options.args.begin(), options.args.end());
+  if (single_file && !HasArg(options.args, "--single-file-segments")) {
+    args.push_back("--single-file-segments");
+  }
   return args;
 }
 
@@ -95,11 +123,19 @@ absl::Status InitDpdk(const EalOptions& options) {
           "/proc/sys/vm/nr_hugepages), or run without hugepages");
       return;
     }
+    // Without an lcore choice the caller keeps the CPUs it was given
+    // (taskset, CPUAffinity=), and so do the threads it starts later.
+    cpu_set_t given;
+    const bool keep_cpus = !ChoosesLcores(args) &&
+                           sched_getaffinity(0, sizeof(given), &given) == 0;
     if (rte_eal_init(static_cast<int>(args.size()), argv.data()) < 0) {
       result = absl::UnavailableError(absl::StrCat(
           "DPDK EAL initialization failed: ", rte_strerror(rte_errno),
           options.hugepages ? " (are 2 MiB hugepages reserved?)" : ""));
       return;
+    }
+    if (keep_cpus) {
+      pthread_setaffinity_np(pthread_self(), sizeof(given), &given);
     }
     if (options.hugepages && HasArg(args, "--single-file-segments")) {
       HugeFiles& files = Leftovers();

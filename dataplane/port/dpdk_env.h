@@ -26,6 +26,8 @@ struct EalOptions {
 std::vector<std::string> EalArguments(const EalOptions& options);
 
 // Initializes the EAL on first call; later calls return the first result.
+// Unless the arguments choose lcores, the calling thread keeps the CPUs it
+// had (the EAL would pin it, and every thread it starts later, to one).
 absl::Status InitDpdk(const EalOptions& options);
 
 // Releases the EAL and removes its runtime folder (under /var/run/dpdk for

@@ -145,6 +145,12 @@ TEST(DpdkEnvTest, ArgumentsNeverTouchPciUnlessAsked) {
   EXPECT_EQ(std::find(args.begin(), args.end(), "--huge-unlink"), args.end());
   EXPECT_NE(std::find(args.begin(), args.end(), "--single-file-segments"),
             args.end());
+  // memif's zero-copy mode asks for them itself.
+  o.args = {"--vdev=net_memif0,role=client,zero-copy=yes"};
+  args = EalArguments(o);
+  EXPECT_EQ(std::find(args.begin(), args.end(), "--huge-unlink"), args.end());
+  EXPECT_NE(std::find(args.begin(), args.end(), "--single-file-segments"),
+            args.end());
 }
 
 // 1 MiB written from A into B's region, then read back, over two ports. With
