@@ -73,9 +73,7 @@ bool MakeParentDir(const std::string& path) {
 
 Daemon::Daemon(const DaemonOptions& options)
     : options_(options),
-      table_(options.max_registrations,
-             /*readers=*/std::clamp<uint32_t>(options.engines, 1,
-                                              engine::WakeRoute::kMaxEngines)),
+      table_(options.max_registrations, /*readers=*/EngineCount(options)),
       cache_(&table_) {
   if (options_.socket_path.empty()) {
     options_.socket_path = shm::DefaultSocketPath();
@@ -86,9 +84,8 @@ Daemon::Daemon(const DaemonOptions& options)
                         (static_cast<uint64_t>(getpid()) << 32);
   psn_seed_ ^= seed;
   next_comm_id_ = static_cast<uint32_t>(seed * 0x9E3779B97F4A7C15ull >> 33);
-  options_.engines = std::clamp<uint32_t>(options_.engines, 1,
-                                          engine::WakeRoute::kMaxEngines);
-  const bool pinned = options_.engine_cpus.size() == options_.engines;
+  options_.engines = EngineCount(options_);
+  const bool pinned = EnginesPinned();
   // Pinned engines run on EAL lcores when there is an EAL (a data port),
   // else on plain threads with that CPU affinity.
   const bool eal = !options_.port.device.empty();
@@ -495,16 +492,6 @@ void Daemon::HandleHello(Session* s, const shm::SetupMessage& msg, int fd) {
 
 void Daemon::HandleArena(Session* s, const shm::SetupMessage& msg, int fd) {
   shm::SetupMessage reply = shm::MakeSetup(shm::kSetupArenaReply);
-  struct stat st{};
-  const bool sized = fd >= 0 && fstat(fd, &st) == 0 && msg.length > 0 &&
-                     static_cast<uint64_t>(st.st_size) >= msg.length &&
-                     msg.address + msg.length > msg.address;
-  // Arenas of one client may not overlap in its address space.
-  bool overlaps = false;
-  for (const auto& [id, a] : s->arenas) {
-    overlaps |= msg.address < a.client_address + a.bytes &&
-                a.client_address < msg.address + msg.length;
-  }
   if (s->arenas.size() >= options_.max_arenas_per_session) {
     if (fd >= 0) close(fd);
     reply.status = shm::kStatusNoBuffers;
@@ -516,6 +503,16 @@ void Daemon::HandleArena(Session* s, const shm::SetupMessage& msg, int fd) {
       CloseSession(s);
     }
     return;
+  }
+  struct stat st{};
+  const bool sized = fd >= 0 && fstat(fd, &st) == 0 && msg.length > 0 &&
+                     static_cast<uint64_t>(st.st_size) >= msg.length &&
+                     msg.address + msg.length > msg.address;
+  // Arenas of one client may not overlap in its address space.
+  bool overlaps = false;
+  for (const auto& [id, a] : s->arenas) {
+    overlaps |= msg.address < a.client_address + a.bytes &&
+                a.client_address < msg.address + msg.length;
   }
   void* mem = MAP_FAILED;
   if (sized && !overlaps && SealedAgainstShrinking(fd)) {

@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -321,6 +322,15 @@ class Daemon {
   engine::Engine& port_engine() const { return *engines_[0]; }
   // The engine a new connection inside the daemon goes to.
   uint32_t LeastLoadedEngine() const;
+  // options.engines, within what the engines can address.
+  static uint32_t EngineCount(const DaemonOptions& options) {
+    return std::clamp<uint32_t>(options.engines, 1,
+                                engine::WakeRoute::kMaxEngines);
+  }
+  // Each engine has its CPU (DaemonOptions::engine_cpus).
+  bool EnginesPinned() const {
+    return options_.engine_cpus.size() == options_.engines;
+  }
   uint32_t NextCommId() {
     if (next_comm_id_ == 0) ++next_comm_id_;  // 0 means "none"
     return next_comm_id_++;

@@ -43,7 +43,7 @@ ABSL_FLAG(uint32_t, max_registrations_per_session, 4096,
 ABSL_FLAG(uint32_t, max_arenas_per_session, 64,
           "memory arenas one client session may hand over (1..4096)");
 ABSL_FLAG(uint32_t, max_connections, 512,
-          "connections the engine serves at once");
+          "connections the daemon serves at once");
 ABSL_FLAG(uint32_t, mtu, 4096,
           "RoCE path MTU: 256, 512, 1024, 2048 or 4096 (frames must fit the "
           "data port: memif and af_packet take 1024)");
