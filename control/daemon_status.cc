@@ -52,74 +52,20 @@ DaemonStatus Daemon::BuildStatus() const {
     st.ip = IpText(options_.port.ip);
     st.mac = MacText(port_mac_);
   }
-  std::map<uint32_t, ClientStatus*> by_id;
-  st.clients.reserve(sessions_.size());
-  for (const auto& [fd, s] : sessions_) {
-    if (!s->ready) continue;
+  sessions_->ForEachReady([&](const Session* s) {
     ClientStatus c;
     c.session_id = s->id;
     c.pid = s->pid;
     c.uid = s->uid;
     for (const Connection* conn : s->connections) c.connections += conn != nullptr;
-    c.registrations = static_cast<uint32_t>(cache_.CountOwner(s->id));
+    c.registrations = static_cast<uint32_t>(memory_.CountOwner(s->id));
     c.arenas = static_cast<uint32_t>(s->arenas.size());
-    for (const auto& [id, a] : s->arenas) c.arena_bytes += a.bytes;
+    c.arena_bytes = s->arena_bytes();
     st.clients.push_back(c);
-  }
-  for (const auto& [id, c] : connections_) {
-    const int sides = c->remote ? 1 : 2;
-    for (int side = 0; side < sides; ++side) {
-      if (c->side[side] == nullptr) continue;
-      ConnectionStatus cs;
-      cs.id = c->id;
-      cs.session_id = c->side[side]->id;
-      cs.slot = c->slot[side];
-      cs.service = c->service;
-      cs.peer = c->remote ? IpText(c->peer_ip) : "local";
-      cs.engine = c->engine;
-      cs.local_qpn = c->qpn[side];
-      cs.remote_qpn = c->qpn[c->remote ? 1 : 1 - side];
-      if (c->running) {
-        cs.state = "up";
-      } else if (c->pending || c->cm == CmState::kResolving ||
-                 c->cm == CmState::kReqSent) {
-        cs.state = c->remote && !c->passive ? "connecting" : "pending";
-      } else {
-        cs.state = "closing";
-      }
-      if (const engine::Endpoint* e = c->endpoint[side].get()) {
-        cs.posted = e->stats().posted;
-        cs.completed = e->stats().completed;
-        const rc::QpStats& q = e->qp_stats();
-        cs.tx_packets = q.tx_packets;
-        cs.rx_packets = q.rx_packets;
-        cs.retransmitted_packets = q.retransmitted_packets;
-        cs.timeouts = q.timeouts;
-        cs.naks_sent = q.naks_sent;
-        cs.naks_received = q.naks_received;
-      }
-      st.connections.push_back(std::move(cs));
-    }
-  }
-  cache_.ForEach([&](uint32_t key, const mr::Registration& r, uint32_t refs) {
-    RegistrationStatus rs;
-    rs.key = key;
-    rs.session_id = r.owner;
-    // The connection id `connections` shows (a scope is the id and a side).
-    rs.connection =
-        r.connection == mr::kAnyConnection ? 0 : r.connection / 2;
-    rs.address = r.address;
-    rs.length = r.length;
-    rs.access = ((r.access & mr::kAccessRemoteRead) ? shm::kAccessRead : 0) |
-                ((r.access & mr::kAccessRemoteWrite) ? shm::kAccessWrite : 0);
-    rs.refs = refs;
-    st.registrations.push_back(rs);
   });
-  DaemonSnapshot snap;
-  {
-    absl::MutexLock lock(&snapshot_mu_);
-    snap = snapshot_;
-  }
+  connections_->AppendStatus(&st);
+  memory_.AppendStatus(&st);
+  const DaemonSnapshot snap = counters_.Snapshot();
   auto add = [&st](const char* name, uint64_t v) {
     st.counters.emplace_back(name, v);
   };
@@ -127,8 +73,8 @@ DaemonStatus Daemon::BuildStatus() const {
   uint64_t arenas = 0;
   for (const ClientStatus& c : st.clients) arenas += c.arenas;
   add("sessions", st.clients.size());
-  add("connections", connections_.size());
-  add("registrations", cache_.size());
+  add("connections", connections_->size());
+  add("registrations", memory_.size());
   add("arenas", arenas);
   add("sessions_reclaimed", snap.sessions_reclaimed);
   add("control_requests", snap.control_requests);
@@ -185,13 +131,8 @@ void Daemon::PublishStatus(bool force) {
   if (!force && now - status_published_ < absl::Milliseconds(200)) return;
   status_published_ = now;
   DaemonStatus st = BuildStatus();
-  absl::MutexLock lock(&snapshot_mu_);
+  absl::MutexLock lock(&status_mu_);
   published_status_ = std::move(st);
-}
-
-DaemonStatus Daemon::Status() const {
-  absl::MutexLock lock(&snapshot_mu_);
-  return published_status_;
 }
 
 }  // namespace rdmaplane::control

@@ -1,30 +1,13 @@
-// The daemon's side of connections to other daemons: the DPDK data port,
-// ARP for its address and its peers', and the connection manager, which
-// speaks InfiniBand CM (REQ, MRA, REP, RTU, REJ, DREQ, DREP) over RoCEv2 to
-// QP 1 the way RoCE NICs do.
-//
-// Active side:  Connect -> (ARP) -> REQ ... MRA: the client's Connect
-//               returns, its requests wait in the ring ... REP: the endpoint
-//               starts, RTU.
-// Passive side: REQ -> queued for the listener, MRA ... Accept: the endpoint
-//               starts, REP ... RTU.
-// Either side:  close -> DREQ (repeated until DREP); the peer's side of the
-//               connection completes its work as reset. A transport error
-//               (retries exhausted: the peer vanished) closes ours and sends
-//               DREQ in case the peer is still there.
-//
-// Control thread only, like the rest of Daemon.
+#include "control/connection_manager.h"
+
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "api/shm/doorbell.h"
-#include "control/daemon.h"
 #include "control/log.h"
-#include "dataplane/port/dpdk_env.h"
-#include "dataplane/port/eth_port.h"
 #include "dataplane/wire/arp.h"
 
 namespace rdmaplane::control {
@@ -97,106 +80,31 @@ std::string RejectText(const wire::CmMessage& m) {
 
 }  // namespace
 
-absl::Status Daemon::StartPort() {
-  const DataPortOptions& p = options_.port;
-  if (p.device.empty()) return absl::OkStatus();
-  if (p.ip == 0) {
-    return absl::InvalidArgumentError("a data port needs an IPv4 address");
-  }
-  port::EalOptions eal;
-  eal.hugepages = p.hugepages;
-  eal.memory_mb = p.memory_mb;
-  eal.file_prefix = p.file_prefix;
-  const bool vdev = p.device.rfind("net_", 0) == 0;
-  eal.allow_pci = !vdev;
-  if (vdev) {
-    eal.args.push_back("--vdev=" + p.device);
-  } else {
-    eal.args.push_back("-a");
-    eal.args.push_back(p.device);
-  }
-  if (EnginesPinned()) {
-    eal.args.push_back("-l");
-    eal.args.push_back(absl::StrCat(p.control_lcore, ",",
-                                    absl::StrJoin(options_.engine_cpus, ",")));
-    eal.args.push_back(absl::StrCat("--main-lcore=", p.control_lcore));
-  }
-  eal.args.insert(eal.args.end(), p.eal_args.begin(), p.eal_args.end());
-  // memif's own zero-copy mode (a memif client with zero-copy=yes) shares
-  // the daemon's packet memory with its peer by descriptor, which needs
-  // that memory in hugepage files (EalArguments asks for them).
-  if (p.device.rfind("net_memif", 0) == 0 &&
-      p.device.find("zero-copy=yes") != std::string::npos && !p.hugepages) {
-    return absl::InvalidArgumentError(
-        "memif with zero-copy=yes needs --hugepages (its peer maps this "
-        "daemon's packet memory, which must lie in hugepage files)");
-  }
-  if (absl::Status s = port::InitDpdk(eal); !s.ok()) return s;
-  dpdk_ = true;
-  absl::StatusOr<uint16_t> id = port::FindPort(p.device);
-  if (!id.ok()) return id.status();
-  port::PortConfig pc;
-  pc.port_id = *id;
-  pc.mbufs = p.mbufs;
-  pc.burst = static_cast<uint16_t>(options_.burst);
-  pc.max_frame = static_cast<uint32_t>(
-      wire::FrameLength(wire::Opcode::kWriteFirst, options_.path_mtu));
-  pc.mbuf_data_room = static_cast<uint16_t>(
-      std::max<uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE,
-                         pc.max_frame + RTE_PKTMBUF_HEADROOM));
-  // Frames to an overriding MAC must be received too.
-  pc.promiscuous = p.mac.has_value();
-  if (!p.zero_copy) pc.zero_copy_min_payload = 0;
-  auto opened = port::EthPort::Open(pc);
-  if (!opened.ok()) {
-    return absl::Status(opened.status().code(),
-                        absl::StrCat("data port ", p.device, ": ",
-                                     opened.status().message()));
-  }
-  port_ = std::move(*opened);
-  port_->SetFaults(p.faults);
-  port_mac_ = p.mac.value_or(port_->mac());
-  port_engine().AttachPort(port_.get());
-  return absl::OkStatus();
-}
+// --- Frames ------------------------------------------------------------------
 
-void Daemon::StopPort() {
-  port_.reset();
-  if (dpdk_) {
-    port::ShutdownDpdk();
-    dpdk_ = false;
-  }
-}
+ConnectionManager::ConnectionManager(ConnectionTable* connections,
+                                     engine::Engine* port_engine,
+                                     ControlCounters* counters,
+                                     const PeerAddress& us, uint32_t path_mtu,
+                                     uint32_t comm_id_seed)
+    : connections_(connections),
+      port_engine_(port_engine),
+      counters_(counters),
+      us_(us),
+      path_mtu_(path_mtu),
+      next_comm_id_(comm_id_seed) {}
 
 // --- Frames ------------------------------------------------------------------
 
-void Daemon::DrainControlFrames() {
+void ConnectionManager::DrainControlFrames() {
   uint64_t v;
   [[maybe_unused]] ssize_t r =
-      read(port_engine().control_notify_fd(), &v, sizeof(v));
+      read(port_engine_->control_notify_fd(), &v, sizeof(v));
   engine::ControlFrame f;
   // Bounded: the engine may keep passing frames up.
-  for (int i = 0; i < 256 && port_engine().TakeControlFrame(&f); ++i) {
+  for (int i = 0; i < 256 && port_engine_->TakeControlFrame(&f); ++i) {
     if (f.kind == engine::ControlFrame::kTransportError) {
-      auto it = connections_.find(f.connection_id / 2);
-      if (it != connections_.end() && it->second->remote &&
-          it->second->running) {
-        Connection* c = it->second.get();
-        PeerClosed(c, shm::kStatusConnAborted, shm::kConnAborted);
-        // The engine no longer serves the endpoint: its counters are ours.
-        const rc::QpStats& q = c->endpoint[0]->qp_stats();
-        RDP_LOG(kWarning,
-                "connection %u to %s broke: %s (tx %llu, rx %llu, "
-                "retransmitted %llu, timeouts %llu, NAKs in %llu)",
-                c->id, IpText(c->peer_ip).c_str(),
-                BreakReason(c->endpoint[0]->qp_error()),
-                static_cast<unsigned long long>(q.tx_packets),
-                static_cast<unsigned long long>(q.rx_packets),
-                static_cast<unsigned long long>(q.retransmitted_packets),
-                static_cast<unsigned long long>(q.timeouts),
-                static_cast<unsigned long long>(q.naks_received));
-        SayFarewell(c);
-      }
+      OnTransportError(f.connection_id);
       continue;
     }
     const std::span<const uint8_t> frame(f.bytes, f.length);
@@ -207,93 +115,107 @@ void Daemon::DrainControlFrames() {
       case wire::FrameKind::kCm:
         HandleCm(frame);
         break;
-      default: {
-        absl::MutexLock lock(&snapshot_mu_);
-        ++snapshot_.bad_control_frames;
-      }
+      default:
+        counters_->Count(&ControlCounters::bad_control_frames);
     }
   }
 }
 
-void Daemon::HandleArp(std::span<const uint8_t> frame) {
+void ConnectionManager::OnTransportError(uint32_t scope) {
+  Connection* c = connections_->Find(ConnectionOfScope(scope));
+  if (c == nullptr || !c->remote || !c->running) return;
+  connections_->PeerClosed(c, shm::kStatusConnAborted, shm::kConnAborted);
+  // The engine no longer serves the endpoint: its counters are ours.
+  const rc::QpStats& q = c->endpoint[0]->qp_stats();
+  RDP_LOG(kWarning,
+          "connection %u to %s broke: %s (tx %llu, rx %llu, "
+          "retransmitted %llu, timeouts %llu, NAKs in %llu)",
+          c->id, IpText(c->peer_ip).c_str(),
+          BreakReason(c->endpoint[0]->qp_error()),
+          static_cast<unsigned long long>(q.tx_packets),
+          static_cast<unsigned long long>(q.rx_packets),
+          static_cast<unsigned long long>(q.retransmitted_packets),
+          static_cast<unsigned long long>(q.timeouts),
+          static_cast<unsigned long long>(q.naks_received));
+  Closed(c);
+}
+
+void ConnectionManager::HandleArp(std::span<const uint8_t> frame) {
   wire::ArpMessage m;
   if (!wire::ParseArp(frame, &m)) {
-    absl::MutexLock lock(&snapshot_mu_);
-    ++snapshot_.bad_control_frames;
+    counters_->Count(&ControlCounters::bad_control_frames);
     return;
   }
-  const uint32_t my_ip = options_.port.ip;
   RDP_LOG(kDebug, "ARP %s from %s for %s", m.op == 1 ? "request" : "reply",
           IpText(m.sender_ip).c_str(), IpText(m.target_ip).c_str());
-  if (m.sender_ip != 0 && m.sender_ip != my_ip) {
+  if (m.sender_ip != 0 && m.sender_ip != us_.ip) {
     neighbors_[m.sender_ip] = m.sender_mac;
   }
-  if (m.op == 1 && m.target_ip == my_ip) {
+  if (m.op == 1 && m.target_ip == us_.ip) {
     uint8_t out[64];
     const size_t n =
-        wire::EncodeArp(wire::MakeArpReply(m, port_mac_), std::span(out));
-    if (n > 0 && port_engine().SendControlFrame({out, n})) {
-      absl::MutexLock lock(&snapshot_mu_);
-      ++snapshot_.arp_replies_sent;
+        wire::EncodeArp(wire::MakeArpReply(m, us_.mac), std::span(out));
+    if (n > 0 && port_engine_->SendControlFrame({out, n})) {
+      counters_->Count(&ControlCounters::arp_replies_sent);
     }
   }
   // Connections waiting for this neighbour go on.
   if (m.sender_ip == 0) return;
-  for (auto& [id, c] : connections_) {
+  connections_->ForEach([&](Connection* c) {
     if (c->remote && c->cm == CmState::kResolving &&
         c->peer_ip == m.sender_ip) {
       c->peer_mac = m.sender_mac;
       c->cm = CmState::kReqSent;
       c->cm_tries = 0;
-      SendReq(c.get());
+      SendReq(c);
     }
-  }
+  });
 }
 
-void Daemon::SendArpRequest(uint32_t ip) {
+void ConnectionManager::SendArpRequest(uint32_t ip) {
   RDP_LOG(kDebug, "ARP request for %s", IpText(ip).c_str());
   wire::ArpMessage m{};
   m.op = 1;
-  m.sender_mac = port_mac_;
-  m.sender_ip = options_.port.ip;
+  m.sender_mac = us_.mac;
+  m.sender_ip = us_.ip;
   m.target_ip = ip;
   uint8_t out[64];
   const size_t n = wire::EncodeArp(m, std::span(out));
-  if (n > 0) port_engine().SendControlFrame({out, n});
+  if (n > 0) port_engine_->SendControlFrame({out, n});
 }
 
-void Daemon::SendCm(const wire::CmMessage& m, uint32_t peer_ip,
-                    const wire::MacAddr& peer_mac) {
+void ConnectionManager::SendCm(const wire::CmMessage& m, uint32_t peer_ip,
+                               const wire::MacAddr& peer_mac) {
   wire::Path path;
-  path.src_mac = port_mac_;
+  path.src_mac = us_.mac;
   path.dst_mac = peer_mac;
-  path.src_ip = options_.port.ip;
+  path.src_ip = us_.ip;
   path.dst_ip = peer_ip;
-  path.udp_src_port = static_cast<uint16_t>(0xC000 | (m.local_comm_id & 0x3FFF));
+  path.udp_src_port =
+      static_cast<uint16_t>(0xC000 | (m.local_comm_id & 0x3FFF));
   uint8_t out[engine::ControlFrame::kMaxBytes];
   const size_t n = wire::EncodeCmFrame(path, m, std::span(out));
   RDP_LOG(kDebug, "CM %s to %s, comm id %u -> %u", wire::CmTypeName(m.type),
           IpText(peer_ip).c_str(), m.local_comm_id, m.remote_comm_id);
-  if (n == 0 || !port_engine().SendControlFrame({out, n})) {
+  if (n == 0 || !port_engine_->SendControlFrame({out, n})) {
     RDP_LOG(kWarning, "cannot send CM %s to %s", wire::CmTypeName(m.type),
             IpText(peer_ip).c_str());
   }
 }
 
-Daemon::Connection* Daemon::FindByCommId(uint32_t comm_id) {
-  for (auto& [id, c] : connections_) {
-    if (c->remote && c->comm_id == comm_id) return c.get();
-  }
-  return nullptr;
+Connection* ConnectionManager::FindByCommId(uint32_t comm_id) {
+  Connection* found = nullptr;
+  connections_->ForEach([&](Connection* c) {
+    if (found == nullptr && c->remote && c->comm_id == comm_id) found = c;
+  });
+  return found;
 }
 
-void Daemon::HandleCm(std::span<const uint8_t> frame) {
+void ConnectionManager::HandleCm(std::span<const uint8_t> frame) {
   wire::CmMessage m;
   wire::Path from;
-  if (!wire::ParseCmFrame(frame, &m, &from) ||
-      from.dst_ip != options_.port.ip) {
-    absl::MutexLock lock(&snapshot_mu_);
-    ++snapshot_.bad_control_frames;
+  if (!wire::ParseCmFrame(frame, &m, &from) || from.dst_ip != us_.ip) {
+    counters_->Count(&ControlCounters::bad_control_frames);
     return;
   }
   neighbors_[from.src_ip] = from.src_mac;
@@ -334,45 +256,33 @@ void Daemon::HandleCm(std::span<const uint8_t> frame) {
 
 // --- Active side ---------------------------------------------------------------
 
-ControlResponse Daemon::ConnectRemote(Session* s, const ControlRequest& r) {
-  if (port_ == nullptr) {
-    return Reply(shm::kStatusNetDown,
-                 "this daemon has no data port (--port) to reach peers");
-  }
-  if (r.address > 0xFFFFFFFFull || r.address == options_.port.ip) {
+std::optional<ControlResponse> ConnectionManager::Connect(
+    Session* s, const ControlRequest& r) {
+  if (r.address > 0xFFFFFFFFull || r.address == us_.ip) {
     return Reply(shm::kStatusInvalid,
                  "the peer must be another daemon's IPv4 address");
   }
-  if (running_connections_ >= options_.max_connections) {
+  if (connections_->AtCapacity()) {
     return Reply(shm::kStatusNoBuffers, "the engine serves all it can");
   }
-  const int slot = FreeSlot(s);
+  const int slot = s->FreeSlot();
   if (slot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
-  auto owned = std::make_unique<Connection>();
-  Connection* c = owned.get();
-  c->id = next_connection_id_++;
+  Connection* c = connections_->Create();
   c->remote = true;
   c->side[0] = s;
   c->slot[0] = static_cast<uint32_t>(slot);
   c->slot[1] = shm::kMaxConnections;
   c->peer_ip = static_cast<uint32_t>(r.address);
   c->service = r.service;
-  c->pmtu = options_.path_mtu;
+  c->pmtu = path_mtu_;
   c->comm_id = NextCommId();
-  psn_seed_ = psn_seed_ * 6364136223846793005ull + 1442695040888963407ull;
-  c->psn[0] = static_cast<uint32_t>(psn_seed_ >> 40);
-  c->qpn[0] = std::max<uint32_t>((c->id * 2) & 0xFFFFFF, 2);
   c->open[0] = true;
   c->pending = true;
   c->waiting = s;
-  c->waiting_request = current_request_id_;
+  c->waiting_request = r.request_id;
   s->connections[slot] = c;
-  ClearSendRing(s, static_cast<uint32_t>(slot));
-  connections_[c->id] = std::move(owned);
-  {
-    absl::MutexLock lock(&snapshot_mu_);
-    ++snapshot_.remote_connects;
-  }
+  s->ClearSendRing(static_cast<uint32_t>(slot));
+  counters_->Count(&ControlCounters::remote_connects);
   if (auto it = neighbors_.find(c->peer_ip); it != neighbors_.end()) {
     c->peer_mac = it->second;
     c->cm = CmState::kReqSent;
@@ -383,11 +293,10 @@ ControlResponse Daemon::ConnectRemote(Session* s, const ControlRequest& r) {
     c->cm_tries = 1;
     SendArpRequest(c->peer_ip);
   }
-  defer_answer_ = true;
-  return Reply(shm::kStatusPending);
+  return std::nullopt;
 }
 
-void Daemon::SendReq(Connection* c) {
+void ConnectionManager::SendReq(Connection* c) {
   wire::CmMessage m{};
   m.type = wire::CmType::kReq;
   m.transaction_id = (uint64_t{c->comm_id} << 32) | c->cm_tries;
@@ -398,21 +307,18 @@ void Daemon::SendReq(Connection* c) {
   m.path_mtu = wire::IbMtuCode(c->pmtu);
   m.responder_resources = 16;
   m.initiator_depth = 16;
-  m.local_ip = options_.port.ip;
+  m.local_ip = us_.ip;
   m.remote_ip = c->peer_ip;
   wire::SetServiceName(c->service, &m);
   SendCm(m, c->peer_ip, c->peer_mac);
-  if (c->cm_tries > 0) {
-    absl::MutexLock lock(&snapshot_mu_);
-    ++snapshot_.cm_retransmits;
-  }
+  if (c->cm_tries > 0) counters_->Count(&ControlCounters::cm_retransmits);
   ++c->cm_tries;
   c->cm_deadline_ns =
       NowNs() + (c->cm == CmState::kWaitingAccept ? kKeepAliveNs
                                                   : kReqIntervalNs);
 }
 
-void Daemon::OnMra(Connection* c, const wire::CmMessage& m) {
+void ConnectionManager::OnMra(Connection* c, const wire::CmMessage& m) {
   if (c->cm != CmState::kReqSent && c->cm != CmState::kWaitingAccept) return;
   c->peer_comm_id = m.local_comm_id;
   c->cm = CmState::kWaitingAccept;
@@ -423,8 +329,8 @@ void Daemon::OnMra(Connection* c, const wire::CmMessage& m) {
   AnswerConnect(c, shm::kStatusOk, "");
 }
 
-void Daemon::OnReply(Connection* c, const wire::CmMessage& m,
-                     const wire::Path& from) {
+void ConnectionManager::OnReply(Connection* c, const wire::CmMessage& m,
+                                const wire::Path& from) {
   if (c->cm == CmState::kEstablished) {
     SendSimple(c, wire::CmType::kRtu);  // our RTU was lost
     return;
@@ -442,7 +348,7 @@ void Daemon::OnReply(Connection* c, const wire::CmMessage& m,
     if (c->waiting != nullptr) {
       AnswerConnect(c, shm::kStatusConnReset, "the peer sent a bad reply");
     } else {
-      RefusePending(c);
+      connections_->RefusePending(c);
     }
     return;
   }
@@ -451,26 +357,20 @@ void Daemon::OnReply(Connection* c, const wire::CmMessage& m,
   c->qpn[1] = m.qpn.value();
   c->psn[1] = m.start_psn.value();
   c->pmtu = std::min(c->pmtu, pmtu);
-  Session* s = c->side[0];
-  c->endpoint[0] = MakeRemoteEndpoint(s, c->slot[0], c);
-  c->pending = false;
   c->cm = CmState::kEstablished;
-  port_engine().AddRemote(c->endpoint[0].get());
-  c->running = true;
-  ++running_connections_;
+  connections_->StartRemote(c);
   SendSimple(c, wire::CmType::kRtu);
   AnswerConnect(c, shm::kStatusOk, "");
 }
 
-void Daemon::OnReject(Connection* c, const wire::CmMessage& m) {
+void ConnectionManager::OnReject(Connection* c, const wire::CmMessage& m) {
   if (c->cm != CmState::kReqSent && c->cm != CmState::kWaitingAccept &&
       c->cm != CmState::kResolving) {
     return;
   }
   std::string why = RejectText(m);
   if (why.empty()) why = absl::StrCat("rejected, reason ", m.reject_reason);
-  const std::string text =
-      absl::StrCat(why, " at ", IpText(c->peer_ip));
+  const std::string text = absl::StrCat(why, " at ", IpText(c->peer_ip));
   c->cm = CmState::kNone;
   c->peer_comm_id = 0;  // nothing to say farewell to
   if (c->waiting != nullptr) {
@@ -478,13 +378,11 @@ void Daemon::OnReject(Connection* c, const wire::CmMessage& m) {
     return;
   }
   // Answered already (MRA): like a local listener that went away.
-  c->remote = false;
-  RefusePending(c);
-  c->remote = true;
+  connections_->RefusePending(c);
 }
 
-void Daemon::AnswerConnect(Connection* c, int32_t status,
-                           const std::string& text) {
+void ConnectionManager::AnswerConnect(Connection* c, int32_t status,
+                                      const std::string& text) {
   Session* s = c->waiting;
   if (s == nullptr) return;
   c->waiting = nullptr;
@@ -492,41 +390,43 @@ void Daemon::AnswerConnect(Connection* c, int32_t status,
   resp.request_id = c->waiting_request;
   resp.connection = c->slot[0];
   if (status == shm::kStatusOk) {
-    s->header->connection_state[c->slot[0]].store(shm::kConnUp,
-                                                  std::memory_order_release);
+    s->PublishState(c->slot[0], shm::kConnUp);
   } else {
     s->connections[c->slot[0]] = nullptr;
     c->open[0] = false;
-    connections_.erase(c->id);  // c is gone
+    connections_->Forget(c);  // c is gone
   }
-  s->responses.TryPush(resp);
-  shm::RingDoorbell(&s->header->control_response_bell);
+  s->Answer(resp);
 }
 
 // --- Passive side --------------------------------------------------------------
 
-void Daemon::OnRequest(const wire::CmMessage& m, const wire::Path& from) {
+void ConnectionManager::OnRequest(const wire::CmMessage& m,
+                                  const wire::Path& from) {
   // A repeated REQ: answer as before.
-  for (auto& [id, c] : connections_) {
-    if (!c->remote || !c->passive || c->peer_ip != from.src_ip ||
-        c->peer_comm_id != m.local_comm_id) {
-      continue;
+  Connection* known = nullptr;
+  connections_->ForEach([&](Connection* c) {
+    if (known == nullptr && c->remote && c->passive &&
+        c->peer_ip == from.src_ip && c->peer_comm_id == m.local_comm_id) {
+      known = c;
     }
-    if (c->cm == CmState::kPassivePending) {
-      SendSimple(c.get(), wire::CmType::kMra);
-    } else if (c->cm == CmState::kRepSent || c->cm == CmState::kEstablished) {
-      SendRep(c.get());
+  });
+  if (known != nullptr) {
+    if (known->cm == CmState::kPassivePending) {
+      SendSimple(known, wire::CmType::kMra);
+    } else if (known->cm == CmState::kRepSent ||
+               known->cm == CmState::kEstablished) {
+      SendRep(known);
     }
     return;
   }
   const std::string service(wire::ServiceNameFromPrivateData(m));
-  auto it = listeners_.find(service);
+  Session* listener = connections_->Listener(service);
   auto refuse = [&](uint16_t reason, const std::string& text) {
     SendReject(m.local_comm_id, from.src_ip, from.src_mac, reason, text);
-    absl::MutexLock lock(&snapshot_mu_);
-    ++snapshot_.remote_refused;
+    counters_->Count(&ControlCounters::remote_refused);
   };
-  if (service.empty() || it == listeners_.end()) {
+  if (service.empty() || listener == nullptr) {
     refuse(wire::kRejInvalidServiceId,
            absl::StrCat("no listener for service '", service, "'"));
     return;
@@ -536,55 +436,43 @@ void Daemon::OnRequest(const wire::CmMessage& m, const wire::Path& from) {
     refuse(wire::kRejConsumer, "malformed connection request");
     return;
   }
-  auto& queue = pending_[service];
-  if (queue.size() >= 16) {
+  if (connections_->AcceptQueueFull(service)) {
     refuse(wire::kRejConsumer, "the listener's accept queue is full");
     return;
   }
-  auto owned = std::make_unique<Connection>();
-  Connection* c = owned.get();
-  c->id = next_connection_id_++;
+  Connection* c = connections_->Create();
   c->remote = true;
-  c->side[0] = it->second;
+  c->side[0] = listener;
   c->slot[0] = shm::kMaxConnections;  // none until accepted
   c->slot[1] = shm::kMaxConnections;
   c->peer_ip = from.src_ip;
   c->peer_mac = from.src_mac;
   c->service = service;
-  c->pmtu = std::min(options_.path_mtu, pmtu);
+  c->pmtu = std::min(path_mtu_, pmtu);
   c->comm_id = NextCommId();
   c->peer_comm_id = m.local_comm_id;
   c->qpn[1] = m.qpn.value();
   c->psn[1] = m.start_psn.value();
-  psn_seed_ = psn_seed_ * 6364136223846793005ull + 1442695040888963407ull;
-  c->psn[0] = static_cast<uint32_t>(psn_seed_ >> 40);
-  c->qpn[0] = std::max<uint32_t>((c->id * 2) & 0xFFFFFF, 2);
   c->passive = true;
   c->pending = true;
   c->cm = CmState::kPassivePending;
-  queue.push_back({c, 0});
-  connections_[c->id] = std::move(owned);
+  connections_->QueueForAccept(service, c);
   SendSimple(c, wire::CmType::kMra);
 }
 
-void Daemon::AcceptRemote(Connection* c, Session* s, uint32_t slot) {
-  c->side[0] = s;
-  c->slot[0] = slot;
-  c->endpoint[0] = MakeRemoteEndpoint(s, slot, c);
-  c->open[0] = true;
-  c->pending = false;
-  s->connections[slot] = c;
-  port_engine().AddRemote(c->endpoint[0].get());
-  c->running = true;
-  ++running_connections_;
+void ConnectionManager::Accepted(Connection* c) {
   c->cm = CmState::kRepSent;
   c->cm_tries = 0;
   SendRep(c);
-  absl::MutexLock lock(&snapshot_mu_);
-  ++snapshot_.remote_accepts;
+  counters_->Count(&ControlCounters::remote_accepts);
 }
 
-void Daemon::SendRep(Connection* c) {
+void ConnectionManager::Refused(Connection* c) {
+  SendReject(c->peer_comm_id, c->peer_ip, c->peer_mac, wire::kRejConsumer,
+             "the listener closed before accepting");
+}
+
+void ConnectionManager::SendRep(Connection* c) {
   wire::CmMessage m{};
   m.type = wire::CmType::kRep;
   m.transaction_id = (uint64_t{c->peer_comm_id} << 32) | c->cm_tries;
@@ -597,38 +485,35 @@ void Daemon::SendRep(Connection* c) {
   wire::SetReplyPathMtu(wire::IbMtuCode(c->pmtu), &m);
   m.responder_resources = 16;
   m.initiator_depth = 16;
-  m.local_ip = options_.port.ip;
+  m.local_ip = us_.ip;
   m.remote_ip = c->peer_ip;
   SendCm(m, c->peer_ip, c->peer_mac);
-  if (c->cm_tries > 0) {
-    absl::MutexLock lock(&snapshot_mu_);
-    ++snapshot_.cm_retransmits;
-  }
+  if (c->cm_tries > 0) counters_->Count(&ControlCounters::cm_retransmits);
   ++c->cm_tries;
   c->cm_deadline_ns = NowNs() + kRepIntervalNs;
 }
 
-void Daemon::SendSimple(Connection* c, wire::CmType type) {
+void ConnectionManager::SendSimple(Connection* c, wire::CmType type) {
   wire::CmMessage m{};
   m.type = type;
   m.transaction_id = uint64_t{c->peer_comm_id} << 32;
   m.local_comm_id = c->comm_id;
   m.remote_comm_id = c->peer_comm_id;
   m.refers_to = wire::CmRefersTo::kReq;  // an MRA acknowledges a REQ
-  m.local_ip = options_.port.ip;
+  m.local_ip = us_.ip;
   m.remote_ip = c->peer_ip;
   SendCm(m, c->peer_ip, c->peer_mac);
 }
 
-void Daemon::SendReject(uint32_t peer_comm_id, uint32_t peer_ip,
-                        const wire::MacAddr& mac, uint16_t reason,
-                        const std::string& text) {
+void ConnectionManager::SendReject(uint32_t peer_comm_id, uint32_t peer_ip,
+                                   const wire::MacAddr& mac, uint16_t reason,
+                                   const std::string& text) {
   wire::CmMessage m{};
   m.type = wire::CmType::kRej;
   m.transaction_id = uint64_t{peer_comm_id} << 32;
   m.remote_comm_id = peer_comm_id;
   m.reject_reason = reason;
-  m.local_ip = options_.port.ip;
+  m.local_ip = us_.ip;
   m.remote_ip = peer_ip;
   SetRejectText(&m, text);
   SendCm(m, peer_ip, mac);
@@ -636,7 +521,7 @@ void Daemon::SendReject(uint32_t peer_comm_id, uint32_t peer_ip,
 
 // --- Teardown -----------------------------------------------------------------
 
-void Daemon::SayFarewell(Connection* c) {
+void ConnectionManager::Closed(Connection* c) {
   if (c->peer_comm_id == 0 || c->comm_id == 0) return;
   Farewell f;
   f.peer_comm_id = c->peer_comm_id;
@@ -648,57 +533,39 @@ void Daemon::SayFarewell(Connection* c) {
   SendDreq(c->comm_id, &(farewells_[c->comm_id] = f), NowNs());
 }
 
-void Daemon::SendDreq(uint32_t comm_id, Farewell* f, uint64_t now) {
+void ConnectionManager::SendDreq(uint32_t comm_id, Farewell* f,
+                                 uint64_t now) {
   wire::CmMessage m{};
   m.type = wire::CmType::kDreq;
   m.local_comm_id = comm_id;
   m.remote_comm_id = f->peer_comm_id;
   m.qpn = wire::Qpn(f->peer_qpn);
-  m.local_ip = options_.port.ip;
+  m.local_ip = us_.ip;
   m.remote_ip = f->peer_ip;
   SendCm(m, f->peer_ip, f->peer_mac);
   ++f->tries;
   f->deadline_ns = now + kDreqIntervalNs;
 }
 
-void Daemon::PeerClosed(Connection* c, int32_t status,
-                        shm::ConnectionState state) {
-  if (!c->running) return;
-  port_engine().RemovePair(c->endpoint[0].get(), status, state, 0, state);
-  c->running = false;
-  --running_connections_;
-  c->abort_status[0] = status;
-  AbortQueued(c, 0, status);
-  cache_.DropConnection(ScopeOf(c, 0));
-}
-
-void Daemon::OnDisconnectRequest(const wire::CmMessage& m,
-                                 const wire::Path& from) {
+void ConnectionManager::OnDisconnectRequest(const wire::CmMessage& m,
+                                            const wire::Path& from) {
   Connection* c = FindByCommId(m.remote_comm_id);
   if (c != nullptr && c->peer_ip == from.src_ip &&
       c->peer_comm_id == m.local_comm_id) {
-    {
-      absl::MutexLock lock(&snapshot_mu_);
-      ++snapshot_.peer_disconnects;
-    }
+    counters_->Count(&ControlCounters::peer_disconnects);
     c->peer_comm_id = 0;  // the peer needs no DREQ from us
     if (c->cm == CmState::kPassivePending) {
       // The connector gave up before our listener accepted.
-      for (auto& [service, queue] : pending_) {
-        std::erase_if(queue, [c](const auto& p) { return p.first == c; });
-      }
-      connections_.erase(c->id);
+      connections_->Forget(c);
     } else if (c->running) {
       c->cm = CmState::kNone;
-      PeerClosed(c, shm::kStatusConnReset, shm::kConnReset);
+      connections_->PeerClosed(c, shm::kStatusConnReset, shm::kConnReset);
     } else if (c->open[0] && c->pending) {
       c->cm = CmState::kNone;
       if (c->waiting != nullptr) {
         AnswerConnect(c, shm::kStatusConnReset, "the peer closed");
       } else {
-        c->remote = false;
-        RefusePending(c);
-        c->remote = true;
+        connections_->RefusePending(c);
       }
     }
   }
@@ -707,22 +574,21 @@ void Daemon::OnDisconnectRequest(const wire::CmMessage& m,
   r.type = wire::CmType::kDrep;
   r.local_comm_id = m.remote_comm_id;
   r.remote_comm_id = m.local_comm_id;
-  r.local_ip = options_.port.ip;
+  r.local_ip = us_.ip;
   r.remote_ip = from.src_ip;
   SendCm(r, from.src_ip, from.src_mac);
 }
 
 // --- Timers ---------------------------------------------------------------------
 
-void Daemon::CmTick() {
-  if (port_ == nullptr) return;
+void ConnectionManager::Tick() {
   const uint64_t now = NowNs();
   std::vector<Connection*> due;
-  for (auto& [id, c] : connections_) {
+  connections_->ForEach([&](Connection* c) {
     if (c->remote && c->cm_deadline_ns != 0 && c->cm_deadline_ns <= now) {
-      due.push_back(c.get());
+      due.push_back(c);
     }
-  }
+  });
   for (Connection* c : due) {
     c->cm_deadline_ns = 0;
     switch (c->cm) {
@@ -751,9 +617,7 @@ void Daemon::CmTick() {
         if (c->cm_tries >= kKeepAliveTries) {  // the peer vanished
           c->cm = CmState::kNone;
           c->peer_comm_id = 0;
-          c->remote = false;
-          RefusePending(c);
-          c->remote = true;
+          connections_->RefusePending(c);
           break;
         }
         SendReq(c);
@@ -782,15 +646,6 @@ void Daemon::CmTick() {
     SendDreq(it->first, &f, now);
     ++it;
   }
-}
-
-std::unique_ptr<engine::Endpoint> Daemon::MakeRemoteEndpoint(Session* s,
-                                                             uint32_t slot,
-                                                             Connection* c) {
-  std::unique_ptr<engine::Endpoint> e =
-      MakeEndpoint(s, slot, ScopeOf(c, 0), c->qpn[0], c->qpn[1], c->psn[0],
-                   c->psn[1], c);
-  return e;
 }
 
 }  // namespace rdmaplane::control

@@ -1,0 +1,456 @@
+#include "control/connections.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "dataplane/port/eth_port.h"
+
+namespace rdmaplane::control {
+namespace {
+
+using shm::ControlRequest;
+using shm::ControlResponse;
+
+ControlResponse Reply(int32_t status, const char* message = "") {
+  ControlResponse r{};
+  r.status = status;
+  std::snprintf(r.message, sizeof(r.message), "%s", message);
+  return r;
+}
+
+std::string IpText(uint32_t ip) {
+  in_addr a{htonl(ip)};
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a, buf, sizeof(buf));
+  return buf;
+}
+
+bool ValidService(const ControlRequest& r) {
+  const void* nul = std::memchr(r.service, '\0', sizeof(r.service));
+  return nul != nullptr && r.service[0] != '\0';
+}
+
+}  // namespace
+
+ConnectionTable::ConnectionTable(const ConnectionOptions& options,
+                                 std::vector<engine::Engine*> engines,
+                                 MemoryService* memory, uint64_t psn_seed)
+    : options_(options),
+      engines_(std::move(engines)),
+      memory_(memory),
+      psn_seed_(psn_seed) {}
+
+ConnectionTable::~ConnectionTable() = default;
+
+void ConnectionTable::AttachPort(port::EthPort* port, const wire::MacAddr& mac,
+                                 uint32_t ip, PeerLink* link) {
+  port_ = port;
+  port_mac_ = mac;
+  port_ip_ = ip;
+  link_ = link;
+}
+
+uint32_t ConnectionTable::NextPsn() {
+  psn_seed_ = psn_seed_ * 6364136223846793005ull + 1442695040888963407ull;
+  return static_cast<uint32_t>(psn_seed_ >> 40);
+}
+
+Connection* ConnectionTable::Create() {
+  auto owned = std::make_unique<Connection>();
+  Connection* c = owned.get();
+  c->id = next_id_++;
+  c->psn[0] = NextPsn();
+  c->psn[1] = static_cast<uint32_t>(psn_seed_ >> 16) & 0xFFFFFF;
+  // QPNs 0 and 1 are the IBA's special QPs.
+  c->qpn[0] = std::max<uint32_t>((c->id * 2) & 0xFFFFFF, 2);
+  c->qpn[1] = std::max<uint32_t>((c->id * 2 + 1) & 0xFFFFFF, 3);
+  connections_[c->id] = std::move(owned);
+  return c;
+}
+
+void ConnectionTable::Forget(Connection* c) {
+  Unqueue(c);
+  connections_.erase(c->id);
+}
+
+Connection* ConnectionTable::Find(uint32_t id) const {
+  auto it = connections_.find(id);
+  return it == connections_.end() ? nullptr : it->second.get();
+}
+
+uint32_t ConnectionTable::LeastLoadedEngine() const {
+  uint32_t best = 0;
+  for (uint32_t i = 1; i < engines_.size(); ++i) {
+    if (engines_[i]->endpoint_count() < engines_[best]->endpoint_count()) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
+    Session* s, uint32_t slot, const Connection* c, int side) {
+  engine::EndpointInfo info;
+  info.connection_id = ScopeOf(c->id, side);
+  info.session_id = s->id;
+  info.header = s->header;
+  info.slot = slot;
+  info.wake = s->engine_wake.get();
+  info.send = s->send[slot];
+  info.completion = s->completion[slot];
+  // An active connection to a peer daemon got its slot at connect time,
+  // and the client may have posted since.
+  if (!c->remote || c->passive) s->ClearSendRing(slot);
+  rc::QpConfig qp;
+  qp.local_qpn = wire::Qpn(c->qpn[side]);
+  qp.remote_qpn = wire::Qpn(c->qpn[1 - side]);
+  qp.send_psn = wire::Psn(c->psn[side]);
+  qp.recv_psn = wire::Psn(c->psn[1 - side]);
+  if (c->remote) {
+    qp.path.src_mac = port_mac_;
+    qp.path.dst_mac = c->peer_mac;
+    qp.path.src_ip = port_ip_;
+    qp.path.dst_ip = c->peer_ip;
+    qp.pmtu = c->pmtu;
+  } else {
+    qp.path.src_ip = 0x7F000001;  // in-process link: both ends are this host
+    qp.path.dst_ip = 0x7F000001;
+    qp.pmtu = options_.path_mtu;
+  }
+  qp.path.udp_src_port = wire::UdpSourcePortForQpn(qp.local_qpn);
+  qp.max_inflight_packets = 256;
+  qp.ack_req_every = 32;
+  qp.retransmit_timeout_ns = c->remote ? options_.remote_retransmit_timeout_ns
+                                       : options_.retransmit_timeout_ns;
+  qp.retry_count = 7;
+  info.qp = qp;
+  const rc::Clock* clock = engines_[0]->clock();
+  if (c->remote) {
+    return std::make_unique<engine::Endpoint>(info, &memory_->table(), clock,
+                                              fault::FaultSpec{}, port_);
+  }
+  return std::make_unique<engine::Endpoint>(info, &memory_->table(), clock,
+                                            options_.link_faults);
+}
+
+// --- Listeners ----------------------------------------------------------------
+
+ControlResponse ConnectionTable::Listen(Session* s, const ControlRequest& r) {
+  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
+  const std::string service(r.service);
+  if (auto it = listeners_.find(service); it != listeners_.end()) {
+    return it->second == s ? Reply(shm::kStatusOk)
+                           : Reply(shm::kStatusInvalid,
+                                   "another client listens on this service");
+  }
+  listeners_[service] = s;
+  s->listening.insert(service);
+  return Reply(shm::kStatusOk);
+}
+
+ControlResponse ConnectionTable::Unlisten(Session* s, const ControlRequest& r) {
+  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
+  const std::string service(r.service);
+  auto it = listeners_.find(service);
+  if (it == listeners_.end() || it->second != s) {
+    return Reply(shm::kStatusInvalid, "not listening on this service");
+  }
+  listeners_.erase(it);
+  s->listening.erase(service);
+  if (auto p = pending_.find(service); p != pending_.end()) {
+    auto queue = std::move(p->second);
+    pending_.erase(p);
+    Refuse(std::move(queue));
+  }
+  return Reply(shm::kStatusOk);
+}
+
+Session* ConnectionTable::Listener(const std::string& service) const {
+  auto it = listeners_.find(service);
+  return it == listeners_.end() ? nullptr : it->second;
+}
+
+bool ConnectionTable::AcceptQueueFull(const std::string& service) const {
+  auto it = pending_.find(service);
+  return it != pending_.end() && it->second.size() >= options_.accept_backlog;
+}
+
+void ConnectionTable::QueueForAccept(const std::string& service,
+                                     Connection* c) {
+  pending_[service].push_back(c);
+}
+
+void ConnectionTable::Unqueue(Connection* c) {
+  for (auto& [service, queue] : pending_) {
+    std::erase(queue, c);
+  }
+}
+
+void ConnectionTable::Refuse(std::deque<Connection*> queue) {
+  for (Connection* c : queue) RefusePending(c);
+}
+
+// --- Connections inside the daemon ----------------------------------------------
+
+ControlResponse ConnectionTable::Connect(Session* s, const ControlRequest& r) {
+  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
+  Session* listener = Listener(r.service);
+  if (listener == nullptr) {
+    return Reply(shm::kStatusRefused, "no listener for this service");
+  }
+  // The listener's slots are taken only when it accepts, and the queue of
+  // connections waiting for that is bounded.
+  if (AcceptQueueFull(r.service)) {
+    return Reply(shm::kStatusRefused, "the listener's accept queue is full");
+  }
+  const int cslot = s->FreeSlot();
+  if (cslot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  Connection* c = Create();
+  c->side[0] = s;
+  c->slot[0] = cslot;
+  c->side[1] = listener;
+  c->slot[1] = shm::kMaxConnections;  // none until accepted
+  c->service = r.service;
+  c->endpoint[0] = MakeEndpoint(s, cslot, c, 0);
+  c->open[0] = true;
+  c->pending = true;
+  s->connections[cslot] = c;
+  s->PublishState(cslot, shm::kConnUp);
+  QueueForAccept(r.service, c);
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.connection = cslot;
+  return resp;
+}
+
+ControlResponse ConnectionTable::Accept(Session* s, const ControlRequest& r) {
+  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
+  if (Listener(r.service) != s) {
+    return Reply(shm::kStatusInvalid, "not listening on this service");
+  }
+  auto& queue = pending_[r.service];
+  if (queue.empty()) return Reply(shm::kStatusAgain, "no connection yet");
+  const int sslot = s->FreeSlot();
+  if (sslot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  if (AtCapacity()) {
+    return Reply(shm::kStatusNoBuffers, "the engine serves all it can");
+  }
+  Connection* c = queue.front();
+  queue.pop_front();
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.connection = sslot;
+  if (c->remote) {
+    c->side[0] = s;
+    c->slot[0] = sslot;
+    c->open[0] = true;
+    s->connections[sslot] = c;
+    StartRemote(c);
+    link_->Accepted(c);
+    return resp;
+  }
+  c->slot[1] = sslot;
+  c->endpoint[1] = MakeEndpoint(s, sslot, c, 1);
+  c->open[1] = true;
+  c->pending = false;
+  s->connections[sslot] = c;
+  c->engine = LeastLoadedEngine();
+  engines_[c->engine]->AddPair(c->endpoint[0].get(), c->endpoint[1].get());
+  c->running = true;
+  ++running_;
+  return resp;
+}
+
+// --- Connections to other daemons ------------------------------------------------
+
+void ConnectionTable::StartRemote(Connection* c) {
+  Session* s = c->side[0];
+  c->endpoint[0] = MakeEndpoint(s, c->slot[0], c, 0);
+  c->pending = false;
+  c->engine = 0;  // the port's
+  engines_[0]->AddRemote(c->endpoint[0].get());
+  c->running = true;
+  ++running_;
+}
+
+void ConnectionTable::PeerClosed(Connection* c, int32_t status,
+                                 shm::ConnectionState state) {
+  if (!c->running) return;
+  engines_[c->engine]->RemovePair(c->endpoint[0].get(), status, state, 0,
+                                  state);
+  c->running = false;
+  --running_;
+  c->abort_status[0] = status;
+  if (engine::Endpoint* e = c->endpoint[0].get()) e->AbortQueued(status);
+  memory_->DropScope(ScopeOf(c->id, 0));
+}
+
+void ConnectionTable::RefusePending(Connection* c) {
+  if (c->remote && c->passive) {  // a peer's request we never accepted
+    if (link_ != nullptr) link_->Refused(c);
+    Forget(c);
+    return;
+  }
+  Session* connector = c->side[0];
+  // State first, so that nothing is posted after the queue is drained.
+  if (c->open[0]) connector->PublishState(c->slot[0], shm::kConnReset);
+  c->abort_status[0] = shm::kStatusConnReset;
+  if (engine::Endpoint* e = c->endpoint[0].get()) {
+    e->AbortQueued(shm::kStatusConnReset);
+  }
+  c->pending = false;
+  c->side[1] = nullptr;
+  memory_->DropScope(ScopeOf(c->id, 0));
+}
+
+// --- Closing ---------------------------------------------------------------------
+
+void ConnectionTable::CloseConnection(Connection* c, int side, int32_t status,
+                                      int32_t peer_status,
+                                      bool daemon_stopping) {
+  if (!c->running) {
+    // Never served by an engine (or no longer): requests still queued in
+    // the ring complete here.
+    c->abort_status[side] = status;
+    if (engine::Endpoint* e = c->endpoint[side].get()) e->AbortQueued(status);
+    if (c->pending && side == 0) {
+      c->pending = false;
+      memory_->DropScope(ScopeOf(c->id, 0));
+    }
+    if (c->remote && link_ != nullptr) link_->Closed(c);
+    return;
+  }
+  engines_[c->engine]->RemovePair(
+      c->endpoint[side].get(), status,
+      daemon_stopping ? shm::kConnDaemonGone : shm::kConnFree, peer_status,
+      daemon_stopping ? shm::kConnDaemonGone : shm::kConnReset);
+  c->running = false;
+  --running_;
+  c->abort_status[side] = status;
+  c->abort_status[1 - side] = peer_status;
+  // Requests posted while the close was on its way complete too.
+  c->endpoint[side]->AbortQueued(status);
+  if (c->open[1 - side]) c->endpoint[1 - side]->AbortQueued(peer_status);
+  // Memory registered for the connection is unreachable from now on.
+  memory_->DropScope(ScopeOf(c->id, 0));
+  memory_->DropScope(ScopeOf(c->id, 1));
+  if (c->remote && link_ != nullptr) link_->Closed(c);
+}
+
+void ConnectionTable::MaybeDelete(Connection* c) {
+  if (c->open[0] || c->open[1]) return;
+  Forget(c);
+}
+
+ControlResponse ConnectionTable::Disconnect(Session* s,
+                                            const ControlRequest& r) {
+  if (r.connection >= shm::kMaxConnections ||
+      s->connections[r.connection] == nullptr) {
+    return Reply(shm::kStatusNotConnected, "no such connection");
+  }
+  Connection* c = s->connections[r.connection];
+  const int side = c->SideOf(s, r.connection);
+  CloseConnection(c, side, shm::kStatusAborted, shm::kStatusConnReset,
+                  /*daemon_stopping=*/false);
+  s->PublishState(r.connection, shm::kConnFree);
+  c->open[side] = false;
+  s->connections[r.connection] = nullptr;
+  MaybeDelete(c);
+  return Reply(shm::kStatusOk);
+}
+
+void ConnectionTable::CloseSession(Session* s, bool daemon_stopping) {
+  // Connections first: the engine completes their work and drops its pins.
+  for (uint32_t slot = 0; slot < shm::kMaxConnections; ++slot) {
+    Connection* c = s->connections[slot];
+    if (c == nullptr) continue;
+    const int side = c->SideOf(s, slot);
+    CloseConnection(
+        c, side,
+        daemon_stopping ? shm::kStatusConnAborted : shm::kStatusAborted,
+        daemon_stopping ? shm::kStatusConnAborted : shm::kStatusConnReset,
+        daemon_stopping);
+    c->open[side] = false;
+    s->connections[slot] = nullptr;
+    MaybeDelete(c);
+  }
+  // Connections waiting in our accept queues are refused to their other end.
+  for (const std::string& service : s->listening) {
+    listeners_.erase(service);
+    auto it = pending_.find(service);
+    if (it == pending_.end()) continue;
+    auto queue = std::move(it->second);
+    pending_.erase(it);
+    Refuse(std::move(queue));
+  }
+  s->listening.clear();
+}
+
+void ConnectionTable::SweepClosed() {
+  for (auto& [id, c] : connections_) {
+    if (c->running || c->pending) continue;
+    for (int side = 0; side < 2; ++side) {
+      if (!c->open[side]) continue;
+      if (engine::Endpoint* e = c->endpoint[side].get()) {
+        e->AbortQueued(c->abort_status[side]);
+      }
+    }
+  }
+}
+
+std::optional<uint32_t> ConnectionTable::RegistrationScope(
+    const Session& s, uint32_t slot) const {
+  if (slot >= shm::kMaxConnections) return std::nullopt;
+  const Connection* c = s.connections[slot];
+  if (c == nullptr || !(c->running || c->pending)) return std::nullopt;
+  return ScopeOf(c->id, c->SideOf(&s, slot));
+}
+
+std::optional<uint32_t> ConnectionTable::DeregistrationScope(
+    const Session& s, uint32_t slot) const {
+  if (slot >= shm::kMaxConnections) return std::nullopt;
+  const Connection* c = s.connections[slot];
+  if (c == nullptr) return std::nullopt;
+  return ScopeOf(c->id, c->SideOf(&s, slot));
+}
+
+void ConnectionTable::AppendStatus(DaemonStatus* st) const {
+  for (const auto& [id, c] : connections_) {
+    const int sides = c->remote ? 1 : 2;
+    for (int side = 0; side < sides; ++side) {
+      if (c->side[side] == nullptr) continue;
+      ConnectionStatus cs;
+      cs.id = c->id;
+      cs.session_id = c->side[side]->id;
+      cs.slot = c->slot[side];
+      cs.service = c->service;
+      cs.peer = c->remote ? IpText(c->peer_ip) : "local";
+      cs.engine = c->engine;
+      cs.local_qpn = c->qpn[side];
+      cs.remote_qpn = c->qpn[c->remote ? 1 : 1 - side];
+      if (c->running) {
+        cs.state = "up";
+      } else if (c->pending || c->cm == CmState::kResolving ||
+                 c->cm == CmState::kReqSent) {
+        cs.state = c->remote && !c->passive ? "connecting" : "pending";
+      } else {
+        cs.state = "closing";
+      }
+      if (const engine::Endpoint* e = c->endpoint[side].get()) {
+        cs.posted = e->stats().posted;
+        cs.completed = e->stats().completed;
+        const rc::QpStats& q = e->qp_stats();
+        cs.tx_packets = q.tx_packets;
+        cs.rx_packets = q.rx_packets;
+        cs.retransmitted_packets = q.retransmitted_packets;
+        cs.timeouts = q.timeouts;
+        cs.naks_sent = q.naks_sent;
+        cs.naks_received = q.naks_received;
+      }
+      st->connections.push_back(std::move(cs));
+    }
+  }
+}
+
+}  // namespace rdmaplane::control

@@ -1,0 +1,222 @@
+// Connections and their queue pairs: the life of every connection the daemon
+// serves, whichever way it was set up. Each end a session holds is a slot of
+// that session and an engine::Endpoint (its RC queue pair); the table
+// allocates connection ids, QPNs and first PSNs, places connections on
+// engines, hands endpoints to the engines and takes them back, and closes
+// connections (the first close wins; outstanding work completes with the
+// status of the reason). It also keeps the listeners and their accept
+// queues (service names).
+//
+// Connections between two clients of this daemon are made here entirely
+// (Connect, then Accept). Connections to another daemon are negotiated by
+// the connection manager (connection_manager.h), which creates them here,
+// starts them once the peer answered, and is told through PeerLink when
+// our end accepts, closes or refuses one.
+//
+// Thread-compatible: the control thread only. Engines own an endpoint from
+// Engine::AddPair/AddRemote until Engine::RemovePair returns.
+#ifndef RDMAPLANE_CONTROL_CONNECTIONS_H_
+#define RDMAPLANE_CONTROL_CONNECTIONS_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/shm/layout.h"
+#include "control/memory_service.h"
+#include "control/sessions.h"
+#include "control/status.h"
+#include "dataplane/engine/endpoint.h"
+#include "dataplane/engine/engine.h"
+#include "dataplane/fault/fault_model.h"
+#include "dataplane/wire/roce.h"
+
+namespace rdmaplane::port {
+class EthPort;
+}  // namespace rdmaplane::port
+
+namespace rdmaplane::control {
+
+// Connection manager state of a connection to another daemon.
+enum class CmState : uint8_t {
+  kNone,            // local connection, or nothing more to negotiate
+  kResolving,       // active: waiting for the peer's ARP reply
+  kReqSent,         // active: REQ sent, no answer yet
+  kWaitingAccept,   // active: MRA received, the peer has not accepted
+  kPassivePending,  // passive: REQ queued for the listener's accept
+  kRepSent,         // passive: accepted, REP sent, no RTU yet
+  kEstablished,
+};
+
+struct Connection {
+  uint32_t id = 0;
+  // The two ends. A connection to another daemon has only side 0 (ours);
+  // the peer's QPN and PSN are in qpn[1] and psn[1].
+  Session* side[2] = {nullptr, nullptr};
+  uint32_t slot[2] = {0, 0};
+  std::unique_ptr<engine::Endpoint> endpoint[2];
+  bool open[2] = {false, false};  // the side still holds its slot
+  bool running = false;           // an engine serves it
+  uint32_t engine = 0;            // which engine (while running)
+  // Connected, not yet accepted: the connector may register and post
+  // (requests wait in its ring); the listener holds no slot yet.
+  bool pending = false;
+  // Status for requests a closed side still had queued; the control
+  // loop completes them as the client makes room (SweepClosed).
+  int32_t abort_status[2] = {0, 0};
+  uint32_t qpn[2] = {0, 0};
+  uint32_t psn[2] = {0, 0};
+  std::string service;
+
+  // --- Connections to another daemon -------------------------------------
+  bool remote = false;
+  bool passive = false;  // the peer connected to us
+  uint32_t peer_ip = 0;
+  wire::MacAddr peer_mac;
+  uint32_t pmtu = 0;
+  // Connection manager (connection_manager.cc).
+  uint32_t comm_id = 0;       // our communication id
+  uint32_t peer_comm_id = 0;  // the peer's
+  CmState cm = CmState::kNone;
+  uint64_t cm_deadline_ns = 0;
+  uint32_t cm_tries = 0;
+  // A Connect the client waits for (answered when the peer answers).
+  Session* waiting = nullptr;
+  uint64_t waiting_request = 0;
+
+  // Which side `s`'s slot `slot` is.
+  int SideOf(const Session* s, uint32_t slot_index) const {
+    return side[0] == s && slot[0] == slot_index ? 0 : 1;
+  }
+};
+
+// What the connection manager does when our end of a connection to another
+// daemon changes.
+class PeerLink {
+ public:
+  virtual ~PeerLink() = default;
+  // Our listener accepted a connection the peer requested (REP).
+  virtual void Accepted(Connection* c) = 0;
+  // Our end closed (DREQ).
+  virtual void Closed(Connection* c) = 0;
+  // A request of the peer our listener will never accept (REJ).
+  virtual void Refused(Connection* c) = 0;
+};
+
+struct ConnectionOptions {
+  // Connections the daemon serves at once.
+  uint32_t max_connections = 512;
+  uint32_t path_mtu = 4096;
+  // First retransmission timeout inside this daemon and towards another.
+  uint64_t retransmit_timeout_ns = 2'000'000;
+  uint64_t remote_retransmit_timeout_ns = 10'000'000;
+  fault::FaultSpec link_faults;  // on in-process links
+  // Connections waiting for a listener's accept.
+  uint32_t accept_backlog = 16;
+};
+
+class ConnectionTable {
+ public:
+  // `engines`: the daemon's engines; engine 0 owns the data port, if any.
+  // `psn_seed` varies first PSNs from one daemon run to the next.
+  ConnectionTable(const ConnectionOptions& options,
+                  std::vector<engine::Engine*> engines, MemoryService* memory,
+                  uint64_t psn_seed);
+  ~ConnectionTable();
+  ConnectionTable(const ConnectionTable&) = delete;
+  ConnectionTable& operator=(const ConnectionTable&) = delete;
+
+  // The data port connections to other daemons go through, with our
+  // address on it; `link` hears of their changes.
+  void AttachPort(port::EthPort* port, const wire::MacAddr& mac, uint32_t ip,
+                  PeerLink* link);
+
+  // --- Control operations of a session ----------------------------------
+  shm::ControlResponse Listen(Session* s, const shm::ControlRequest& r);
+  shm::ControlResponse Unlisten(Session* s, const shm::ControlRequest& r);
+  // To a listener of this daemon.
+  shm::ControlResponse Connect(Session* s, const shm::ControlRequest& r);
+  shm::ControlResponse Accept(Session* s, const shm::ControlRequest& r);
+  shm::ControlResponse Disconnect(Session* s, const shm::ControlRequest& r);
+  // The session ends: every connection it holds closes (its work aborted,
+  // peers reset; with `daemon_stopping`, aborted on both ends) and its
+  // listeners go (queued connectors are refused).
+  void CloseSession(Session* s, bool daemon_stopping);
+
+  // The registration scope of the connection in `slot` of `s`: for a new
+  // registration the connection must be up or pending; a deregistration
+  // needs only that the session still holds the slot.
+  std::optional<uint32_t> RegistrationScope(const Session& s,
+                                            uint32_t slot) const;
+  std::optional<uint32_t> DeregistrationScope(const Session& s,
+                                              uint32_t slot) const;
+
+  // Completes what clients still queue on connections that closed under
+  // them, as their completion rings make room (every control-loop turn).
+  void SweepClosed();
+
+  // --- Connections to other daemons (the connection manager) --------------
+  // A new connection with its id, our QPN and first PSN; the caller fills
+  // in the rest.
+  Connection* Create();
+  // Removes a connection no engine serves and no session holds.
+  void Forget(Connection* c);
+  Session* Listener(const std::string& service) const;
+  bool AcceptQueueFull(const std::string& service) const;
+  // Queues a passive connection for the listener's Accept.
+  void QueueForAccept(const std::string& service, Connection* c);
+  // Drops `c` from the accept queues.
+  void Unqueue(Connection* c);
+  // An established connection to another daemon: our endpoint starts.
+  void StartRemote(Connection* c);
+  // The peer closed or vanished: our side's work completes with `status`
+  // and the client sees `state`.
+  void PeerClosed(Connection* c, int32_t status, shm::ConnectionState state);
+  // The connection will never be accepted: a peer daemon's request is
+  // rejected; a connector of ours is reset.
+  void RefusePending(Connection* c);
+  bool AtCapacity() const { return running_ >= options_.max_connections; }
+  Connection* Find(uint32_t id) const;
+  template <typename Fn>
+  void ForEach(Fn&& fn) {
+    for (auto& [id, c] : connections_) fn(c.get());
+  }
+
+  uint32_t size() const { return static_cast<uint32_t>(connections_.size()); }
+  void AppendStatus(DaemonStatus* status) const;
+
+ private:
+  std::unique_ptr<engine::Endpoint> MakeEndpoint(Session* s, uint32_t slot,
+                                                 const Connection* c, int side);
+  // Closes `side` of c (status for its outstanding work) and, if running,
+  // the other side with `peer_status`.
+  void CloseConnection(Connection* c, int side, int32_t status,
+                       int32_t peer_status, bool daemon_stopping);
+  void MaybeDelete(Connection* c);
+  // The engine a new connection inside the daemon goes to.
+  uint32_t LeastLoadedEngine() const;
+  uint32_t NextPsn();
+  void Refuse(std::deque<Connection*> queue);
+
+  ConnectionOptions options_;
+  std::vector<engine::Engine*> engines_;
+  MemoryService* memory_;
+  port::EthPort* port_ = nullptr;
+  wire::MacAddr port_mac_;
+  uint32_t port_ip_ = 0;
+  PeerLink* link_ = nullptr;
+  std::map<uint32_t, std::unique_ptr<Connection>> connections_;
+  std::map<std::string, Session*> listeners_;
+  std::map<std::string, std::deque<Connection*>> pending_;
+  uint32_t next_id_ = 1;
+  uint32_t running_ = 0;
+  uint64_t psn_seed_;
+};
+
+}  // namespace rdmaplane::control
+
+#endif  // RDMAPLANE_CONTROL_CONNECTIONS_H_

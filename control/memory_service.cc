@@ -1,0 +1,169 @@
+#include "control/memory_service.h"
+
+#include <cstdio>
+#include <cstring>
+
+namespace rdmaplane::control {
+namespace {
+
+using shm::ControlRequest;
+using shm::ControlResponse;
+
+ControlResponse Reply(int32_t status, const char* message = "") {
+  ControlResponse r{};
+  r.status = status;
+  std::snprintf(r.message, sizeof(r.message), "%s", message);
+  return r;
+}
+
+// The answer to a deregistration (the seeds give WSAEINVAL for both
+// failures).
+ControlResponse ReleaseReply(RegistrationCache::Release result,
+                             const char* unknown) {
+  switch (result) {
+    case RegistrationCache::Release::kOk:
+      return Reply(shm::kStatusOk);
+    case RegistrationCache::Release::kInUse:
+      return Reply(shm::kStatusInvalid, "in use by an in-flight transfer");
+    case RegistrationCache::Release::kUnknown:
+      break;
+  }
+  return Reply(shm::kStatusInvalid, unknown);
+}
+
+// Registration access bits for the seed's MEM_READ / MEM_WRITE flags.
+uint8_t RemoteAccessBits(uint32_t flags) {
+  return ((flags & shm::kAccessRead) ? mr::kAccessRemoteRead : 0) |
+         ((flags & shm::kAccessWrite) ? mr::kAccessRemoteWrite : 0);
+}
+
+}  // namespace
+
+MemoryService::MemoryService(mr::RegistrationTable* table,
+                             uint32_t max_per_session)
+    : table_(table), cache_(table), max_per_session_(max_per_session) {}
+
+ControlResponse MemoryService::RegisterLocal(const Session& s,
+                                             const ControlRequest& r) {
+  if (r.flags == 0 || (r.flags & ~shm::kAccessReadWrite) != 0) {
+    return Reply(shm::kStatusInvalid, "flags must be read, write or both");
+  }
+  rc::MemoryOwner* owner = nullptr;
+  uint8_t* host = s.Translate(r.address, r.length, &owner);
+  if (host == nullptr || r.length == 0) {
+    return Reply(shm::kStatusFault, "buffer is not inside the caller's arenas");
+  }
+  mr::Registration reg;
+  reg.memory_owner = owner;
+  reg.owner = s.id;
+  reg.connection = mr::kAnyConnection;
+  reg.address = r.address;
+  reg.length = r.length;
+  reg.host = host;
+  // MEM_READ: the daemon may read it (a write's source); MEM_WRITE: it may
+  // write it (a read's target).
+  reg.access = ((r.flags & shm::kAccessRead) ? mr::kAccessLocal : 0) |
+               ((r.flags & shm::kAccessWrite) ? mr::kAccessLocalWrite : 0);
+  const std::optional<uint32_t> key = cache_.Register(reg, max_per_session_);
+  if (!key) {
+    return Reply(shm::kStatusNoBuffers,
+                 "registration table or this session's share of it is full");
+  }
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.key = *key;
+  return resp;
+}
+
+ControlResponse MemoryService::DeregisterLocal(const Session& s,
+                                               const ControlRequest& r) {
+  return ReleaseReply(cache_.Deregister(s.id, mr::kAnyConnection, r.key),
+                      "not a registration of this client");
+}
+
+ControlResponse MemoryService::RegisterRdma(const Session& s,
+                                            std::optional<uint32_t> scope,
+                                            const ControlRequest& r) {
+  if (r.flags != shm::kAccessRead && r.flags != shm::kAccessWrite &&
+      r.flags != shm::kAccessReadWrite) {
+    return Reply(shm::kStatusInvalid,
+                 "flags must be MEM_READ, MEM_WRITE or MEM_READWRITE");
+  }
+  if (!scope) {
+    return Reply(shm::kStatusNotConnected, "connection is not established");
+  }
+  rc::MemoryOwner* owner = nullptr;
+  uint8_t* host = s.Translate(r.address, r.length, &owner);
+  if (host == nullptr || r.length == 0) {
+    // descriptor_length 0: the caller's length stays as it was.
+    return Reply(shm::kStatusFault, "buffer is not inside the caller's arenas");
+  }
+  if (r.descriptor_length < sizeof(shm::RdmaDescriptor)) {
+    ControlResponse resp =
+        Reply(shm::kStatusFault, "descriptor buffer too small");
+    resp.descriptor_length = sizeof(shm::RdmaDescriptor);
+    return resp;
+  }
+  mr::Registration reg;
+  reg.owner = s.id;
+  reg.connection = *scope;
+  reg.address = r.address;
+  reg.length = r.length;
+  reg.host = host;
+  reg.memory_owner = owner;
+  reg.access = RemoteAccessBits(r.flags);
+  const std::optional<uint32_t> key = cache_.Register(reg, max_per_session_);
+  if (!key) {
+    return Reply(shm::kStatusNoBuffers,
+                 "registration table or this session's share of it is full");
+  }
+  shm::RdmaDescriptor d{};
+  d.magic = shm::kDescriptorMagic;
+  d.rkey = *key;
+  d.address = r.address;
+  d.length = r.length;
+  d.access = r.flags;
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.key = *key;
+  resp.descriptor_length = sizeof(d);
+  std::memcpy(resp.descriptor, &d, sizeof(d));
+  return resp;
+}
+
+ControlResponse MemoryService::DeregisterRdma(const Session& s,
+                                              std::optional<uint32_t> scope,
+                                              const ControlRequest& r) {
+  shm::RdmaDescriptor d{};
+  if (r.descriptor_length < sizeof(d) ||
+      r.descriptor_length > sizeof(r.descriptor)) {
+    return Reply(shm::kStatusInvalid, "not a descriptor");
+  }
+  std::memcpy(&d, r.descriptor, sizeof(d));
+  if (d.magic != shm::kDescriptorMagic) {
+    return Reply(shm::kStatusInvalid, "not a descriptor");
+  }
+  if (!scope) {
+    return Reply(shm::kStatusInvalid, "not registered on this connection");
+  }
+  return ReleaseReply(cache_.Deregister(s.id, *scope, d.rkey),
+                      "not a registered RDMA buffer");
+}
+
+void MemoryService::AppendStatus(DaemonStatus* st) const {
+  cache_.ForEach([&](uint32_t key, const mr::Registration& r, uint32_t refs) {
+    RegistrationStatus rs;
+    rs.key = key;
+    rs.session_id = r.owner;
+    // The connection id `connections` shows (a scope is the id and a side).
+    rs.connection = r.connection == mr::kAnyConnection
+                        ? 0
+                        : ConnectionOfScope(r.connection);
+    rs.address = r.address;
+    rs.length = r.length;
+    rs.access = ((r.access & mr::kAccessRemoteRead) ? shm::kAccessRead : 0) |
+                ((r.access & mr::kAccessRemoteWrite) ? shm::kAccessWrite : 0);
+    rs.refs = refs;
+    st->registrations.push_back(rs);
+  });
+}
+
+}  // namespace rdmaplane::control

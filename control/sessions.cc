@@ -1,0 +1,455 @@
+#include "control/sessions.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "api/shm/doorbell.h"
+#include "control/admin.h"
+
+namespace rdmaplane::control {
+namespace {
+
+bool MakeParentDir(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return true;
+  const std::string dir = path.substr(0, slash);
+  return mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST;
+}
+
+// The region must stay the size it was when mapped: a client that could
+// shrink it would make the daemon fault on access.
+bool SealedAgainstShrinking(int fd) {
+  const int seals = fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & F_SEAL_SHRINK) != 0;
+}
+
+bool FillAddress(const std::string& path, sockaddr_un* addr) {
+  *addr = sockaddr_un{};
+  addr->sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr->sun_path)) return false;
+  std::memcpy(addr->sun_path, path.c_str(), path.size() + 1);
+  return true;
+}
+
+}  // namespace
+
+// --- Session -----------------------------------------------------------------
+
+uint8_t* Session::Translate(uint64_t address, uint64_t length,
+                            rc::MemoryOwner** owner) const {
+  for (const auto& [id, a] : arenas) {
+    if (address >= a.client_address && address - a.client_address <= a.bytes &&
+        length <= a.bytes - (address - a.client_address)) {
+      if (owner != nullptr) *owner = a.owner.get();
+      return a.host + (address - a.client_address);
+    }
+  }
+  return nullptr;
+}
+
+int Session::FreeSlot() const {
+  for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
+    if (connections[i] == nullptr) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+uint64_t Session::arena_bytes() const {
+  uint64_t total = 0;
+  for (const auto& [id, a] : arenas) total += a.bytes;
+  return total;
+}
+
+void Session::PublishState(uint32_t slot, shm::ConnectionState state) {
+  header->connection_state[slot].store(state, std::memory_order_release);
+}
+
+void Session::Answer(const shm::ControlResponse& response) {
+  responses.TryPush(response);
+  shm::RingDoorbell(&header->control_response_bell);
+}
+
+void Session::ClearSendRing(uint32_t slot) {
+  shm::SendEntry stale;
+  for (uint32_t i = 0; i < send[slot].capacity() &&
+                       send[slot].TryPop(&stale) == shm::PopResult::kOk;
+       ++i) {
+  }
+}
+
+// --- SessionServer -------------------------------------------------------------
+
+SessionServer::SessionServer(const SessionPolicy& policy, Reactor* reactor,
+                             ArenaMemory* arena_memory,
+                             ControlCounters* counters, SessionHooks hooks)
+    : policy_(policy),
+      reactor_(reactor),
+      arena_memory_(arena_memory),
+      counters_(counters),
+      hooks_(std::move(hooks)) {}
+
+SessionServer::~SessionServer() { Shutdown(); }
+
+absl::Status SessionServer::Listen(const std::string& path) {
+  path_ = path;
+  sockaddr_un addr;
+  if (!FillAddress(path, &addr)) {
+    return absl::InvalidArgumentError("socket path too long: " + path);
+  }
+  if (!MakeParentDir(path)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot create the folder of ", path, ": ", std::strerror(errno)));
+  }
+  // A socket file left by a daemon that died is replaced; a live one is not.
+  const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe >= 0 &&
+      connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    close(probe);
+    return absl::AlreadyExistsError("another rdmaplaned serves " + path);
+  }
+  if (probe >= 0) close(probe);
+  const size_t slash = path.rfind('/');
+  starting_path_ =
+      absl::StrCat(slash == std::string::npos ? "" : path.substr(0, slash + 1),
+                   ".rdmaplaned-", getpid(), ".starting");
+  if (!FillAddress(starting_path_, &addr)) {
+    starting_path_ = path;
+    FillAddress(path, &addr);
+  }
+  unlink(path.c_str());
+  unlink(starting_path_.c_str());
+  listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0 ||
+      bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listen_fd_, 64) != 0) {
+    const int err = errno;
+    if (listen_fd_ >= 0) close(listen_fd_);
+    listen_fd_ = -1;
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", path, ": ", std::strerror(err)));
+  }
+  // Anyone may connect; SO_PEERCRED and the uid/gid policy decide.
+  chmod(starting_path_.c_str(), 0666);
+  return reactor_->Add(listen_fd_, [this] { AcceptClients(); });
+}
+
+absl::Status SessionServer::Publish() {
+  if (starting_path_ == path_) return absl::OkStatus();
+  if (rename(starting_path_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    unlink(starting_path_.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", path_, ": ", std::strerror(err)));
+  }
+  starting_path_ = path_;
+  return absl::OkStatus();
+}
+
+void SessionServer::Shutdown() {
+  while (!sessions_.empty()) Close(sessions_.begin()->second.get());
+  if (listen_fd_ >= 0) {
+    reactor_->Remove(listen_fd_);
+    close(listen_fd_);
+    listen_fd_ = -1;
+    unlink(starting_path_.c_str());
+    unlink(path_.c_str());
+  }
+}
+
+uint32_t SessionServer::size() const {
+  uint32_t n = 0;
+  for (const auto& [fd, s] : sessions_) n += s->admin ? 0 : 1;
+  return n;
+}
+
+uint32_t SessionServer::arena_count() const {
+  uint32_t n = 0;
+  for (const auto& [fd, s] : sessions_) n += s->arenas.size();
+  return n;
+}
+
+bool SessionServer::Allowed(uid_t uid, gid_t gid) const {
+  if (uid == 0 || uid == geteuid()) return true;
+  for (uid_t u : policy_.allowed_uids) {
+    if (u == uid) return true;
+  }
+  for (gid_t g : policy_.allowed_gids) {
+    if (g == gid) return true;
+  }
+  return false;
+}
+
+void SessionServer::AcceptClients() {
+  while (true) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+        !Allowed(cred.uid, cred.gid)) {
+      shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
+      reply.status = shm::kStatusPermission;
+      std::snprintf(reply.text, sizeof(reply.text),
+                    "uid %u is not allowed by this daemon's policy", cred.uid);
+      shm::SendSetup(fd, reply, -1, -1, /*dont_wait=*/true);
+      close(fd);
+      counters_->Count(&ControlCounters::rejected_clients);
+      continue;
+    }
+    // Setup messages are read without waiting (SetupReader), so a client
+    // that sends half a message stalls nobody; replies are small enough for
+    // the socket buffer.
+    auto s = std::make_unique<Session>();
+    s->setup = std::make_unique<shm::SetupReader>();
+    s->sock = fd;
+    s->pid = cred.pid;
+    s->uid = cred.uid;
+    s->id = next_session_id_++;
+    Session* raw = s.get();
+    if (!reactor_->Add(fd, [this, raw] { OnReadable(raw); }).ok()) {
+      close(fd);
+      continue;
+    }
+    sessions_[fd] = std::move(s);
+  }
+}
+
+void SessionServer::OnReadable(Session* s) {
+  // One message per wake-up; epoll reports the socket again if more waits.
+  shm::SetupMessage msg;
+  int fd0 = -1, fd1 = -1;
+  switch (s->setup->Read(s->sock, &msg, &fd0, &fd1)) {
+    case shm::SetupReader::Result::kPartial:
+      return;
+    case shm::SetupReader::Result::kClosed:
+      Close(s);  // the client exited, crashed or spoke nonsense
+      return;
+    case shm::SetupReader::Result::kMessage:
+      break;
+  }
+  if (fd1 >= 0) close(fd1);
+  switch (msg.type) {
+    case shm::kSetupHello:
+      if (!s->ready) {
+        HandleHello(s, msg, fd0);
+        return;
+      }
+      break;
+    case shm::kSetupArena:
+      if (s->ready) {
+        HandleArena(s, msg, fd0);
+        return;
+      }
+      break;
+    case shm::kSetupAdmin:
+      // rdmaplanectl: one question, one answer, then the socket closes. The
+      // uid policy already admitted the asker at accept.
+      if (!s->ready) {
+        if (fd0 >= 0) close(fd0);
+        s->admin = true;
+        AnswerAdminRequest(s->sock, msg, hooks_.status);
+        Close(s);
+        return;
+      }
+      break;
+    default:
+      break;
+  }
+  if (fd0 >= 0) close(fd0);
+  counters_->Count(&ControlCounters::bad_requests);
+  Close(s);
+}
+
+void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
+                                int fd) {
+  shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
+  auto refuse = [&](const char* why) {
+    reply.status = shm::kStatusInvalid;
+    std::snprintf(reply.text, sizeof(reply.text), "%s", why);
+    shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true);
+    // Once mapped, the region's descriptor is the session's, and Close
+    // closes it: closing it here too would close whatever another thread
+    // opened under that number in between.
+    if (fd >= 0 && fd != s->region_fd) close(fd);
+    Close(s);
+  };
+  struct stat st{};
+  if (fd < 0 || fstat(fd, &st) != 0) return refuse("no session region");
+  if (msg.length != shm::SessionRegionBytes() ||
+      static_cast<uint64_t>(st.st_size) < msg.length) {
+    return refuse("session region has the wrong size (version mismatch?)");
+  }
+  if (!SealedAgainstShrinking(fd)) {
+    return refuse("session region must be sealed against shrinking");
+  }
+  void* mem =
+      mmap(nullptr, msg.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mem == MAP_FAILED) return refuse("cannot map the session region");
+  s->region = static_cast<uint8_t*>(mem);
+  s->region_bytes = msg.length;
+  s->region_fd = fd;
+  s->header = reinterpret_cast<shm::SessionHeader*>(s->region);
+  // Copy the ring table once; later changes by the client are ignored.
+  std::memcpy(static_cast<void*>(&s->refs), s->header, sizeof(s->refs));
+  const shm::SessionHeader& h = s->refs;
+  if (h.magic != shm::kSessionMagic || h.version != shm::kSessionVersion ||
+      h.max_connections != shm::kMaxConnections) {
+    return refuse("bad session header (magic, version or limits)");
+  }
+  auto in_region = [&](const shm::RingRef& r) {
+    return r.offset % shm::kCacheLine == 0 && r.offset <= s->region_bytes &&
+           r.bytes <= s->region_bytes - r.offset;
+  };
+  bool ok = in_region(h.control_requests) && in_region(h.control_responses);
+  for (const auto& c : h.connections) {
+    ok = ok && in_region(c.send) && in_region(c.completion);
+  }
+  if (!ok) return refuse("a ring lies outside the session region");
+  auto req = shm::SpscRing<shm::ControlRequest>::Attach(
+      s->region + h.control_requests.offset, h.control_requests.bytes);
+  auto resp = shm::SpscRing<shm::ControlResponse>::Attach(
+      s->region + h.control_responses.offset, h.control_responses.bytes);
+  if (!req.ok() || !resp.ok()) return refuse("control rings are malformed");
+  for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
+    const auto& c = h.connections[i];
+    auto send = shm::SpscRing<shm::SendEntry>::Attach(s->region + c.send.offset,
+                                                     c.send.bytes);
+    auto completion = shm::SpscRing<shm::CompletionEntry>::Attach(
+        s->region + c.completion.offset, c.completion.bytes);
+    if (!send.ok() || !completion.ok()) {
+      return refuse("connection rings are malformed");
+    }
+    s->send[i] = *send;
+    s->completion[i] = *completion;
+  }
+  for (auto& state : s->header->connection_state) {
+    state.store(shm::kConnFree, std::memory_order_relaxed);
+  }
+  // Doorbells of this session only: the client gets one end of each pair,
+  // from which it cannot take what it sent (so it cannot drain another
+  // session's wake-ups, nor saturate them).
+  // Datagram socket pairs rather than pipes: a client sending after the
+  // daemon is gone gets EPIPE without a SIGPIPE.
+  int control_pipe[2], engine_pipe[2];
+  const int kind = SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK;
+  if (socketpair(AF_UNIX, kind, 0, control_pipe) != 0) {
+    return refuse("out of file descriptors");
+  }
+  if (socketpair(AF_UNIX, kind, 0, engine_pipe) != 0) {
+    close(control_pipe[0]);
+    close(control_pipe[1]);
+    return refuse("out of file descriptors");
+  }
+  s->control_wake = control_pipe[0];
+  s->engine_wake = std::make_unique<engine::WakeRoute>();
+  s->engine_wake->fd = engine_pipe[0];
+  // A kick only wakes the control loop, which serves every session's ring.
+  const int wake = s->control_wake;
+  if (!reactor_
+           ->Add(wake,
+                 [wake] {
+                   uint8_t sink[64];
+                   while (read(wake, sink, sizeof(sink)) > 0) {
+                   }
+                 })
+           .ok()) {
+    close(control_pipe[1]);
+    close(engine_pipe[1]);
+    return refuse("cannot watch the doorbell");
+  }
+  // Engines watch engine_pipe[0] while they serve one of the session's
+  // connections (Endpoint::info().wake).
+  s->requests = *req;
+  s->responses = *resp;
+  s->ready = true;
+  reply.status = shm::kStatusOk;
+  reply.id = s->id;
+  const bool sent = shm::SendSetup(s->sock, reply, control_pipe[1],
+                                   engine_pipe[1], /*dont_wait=*/true);
+  close(control_pipe[1]);
+  close(engine_pipe[1]);
+  if (!sent) Close(s);
+}
+
+void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
+                                int fd) {
+  shm::SetupMessage reply = shm::MakeSetup(shm::kSetupArenaReply);
+  auto answer = [&] {
+    // A client that does not read its answers is dropped, never waited for.
+    if (!shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true)) Close(s);
+  };
+  if (s->arenas.size() >= policy_.max_arenas_per_session) {
+    if (fd >= 0) close(fd);
+    reply.status = shm::kStatusNoBuffers;
+    std::snprintf(reply.text, sizeof(reply.text),
+                  "arena refused: the session holds %u arenas, the most "
+                  "allowed",
+                  policy_.max_arenas_per_session);
+    return answer();
+  }
+  struct stat st{};
+  const bool sized = fd >= 0 && fstat(fd, &st) == 0 && msg.length > 0 &&
+                     static_cast<uint64_t>(st.st_size) >= msg.length &&
+                     msg.address + msg.length > msg.address;
+  // Arenas of one client may not overlap in its address space.
+  bool overlaps = false;
+  for (const auto& [id, a] : s->arenas) {
+    overlaps |= msg.address < a.client_address + a.bytes &&
+                a.client_address < msg.address + msg.length;
+  }
+  void* mem = MAP_FAILED;
+  if (sized && !overlaps && SealedAgainstShrinking(fd)) {
+    mem = mmap(nullptr, msg.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (mem == MAP_FAILED) {
+    if (fd >= 0) close(fd);
+    reply.status = shm::kStatusInvalid;
+    std::snprintf(reply.text, sizeof(reply.text), "%s",
+                  "arena refused: not a sealed memfd of that size, or overlaps");
+    return answer();
+  }
+  Arena a;
+  a.client_address = msg.address;
+  a.bytes = msg.length;
+  a.host = static_cast<uint8_t*>(mem);
+  a.fd = fd;
+  a.owner = arena_memory_->Adopt(a.host, a.bytes, fd);
+  const uint32_t id = next_arena_id_++;
+  s->arenas[id] = std::move(a);
+  reply.status = shm::kStatusOk;
+  reply.id = id;
+  answer();
+}
+
+void SessionServer::Close(Session* s) {
+  if (hooks_.closing && s->ready) hooks_.closing(s);
+  // The engines no longer serve the session's connections, but frames they
+  // sent may still point into its arenas: those stay mapped until freed.
+  for (auto& [id, a] : s->arenas) {
+    arena_memory_->Release(a.host, a.bytes, a.fd, std::move(a.owner));
+  }
+  if (s->control_wake >= 0) {
+    reactor_->Remove(s->control_wake);
+    close(s->control_wake);
+  }
+  // No engine serves a connection of the session any more, so none
+  // watches its doorbell socket.
+  if (s->engine_wake != nullptr) close(s->engine_wake->fd);
+  if (s->region != nullptr) munmap(s->region, s->region_bytes);
+  if (s->region_fd >= 0) close(s->region_fd);
+  reactor_->Remove(s->sock);
+  close(s->sock);
+  if (!s->admin) counters_->Count(&ControlCounters::sessions_reclaimed);
+  sessions_.erase(s->sock);
+}
+
+}  // namespace rdmaplane::control

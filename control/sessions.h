@@ -1,0 +1,176 @@
+// Client sessions and their arenas: the daemon's Unix socket, who may use it
+// (SO_PEERCRED against the uid/gid policy), the setup messages a client
+// sends on it (hello with its session region, arenas, or an operator's
+// admin query), and everything a session holds in the daemon: the mapped
+// session region and its rings, its doorbell sockets, the arenas it handed
+// over (Translate), and its connection slots.
+//
+// A session ends when its client closes the socket (exit, crash, or a
+// malformed message). SessionServer::Close first lets the other parts let go
+// of it (SessionHooks::closing: connections, registrations, listeners), then
+// releases its arenas (through ArenaMemory, which keeps mapped what frames
+// still point into), descriptors and mappings.
+//
+// Thread-compatible: the control thread only. Engines see a session only
+// through what an engine::EndpointInfo copies out of it (the header, one
+// slot's rings, the wake route), valid while the engine serves the
+// endpoint: Close runs `closing` (which takes every endpoint back from the
+// engines) before it unmaps anything.
+#ifndef RDMAPLANE_CONTROL_SESSIONS_H_
+#define RDMAPLANE_CONTROL_SESSIONS_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "api/shm/layout.h"
+#include "api/shm/ring.h"
+#include "api/shm/setup.h"
+#include "control/arena_memory.h"
+#include "control/counters.h"
+#include "control/reactor.h"
+#include "control/status.h"
+#include "dataplane/engine/endpoint.h"
+#include "dataplane/rc/memory_owner.h"
+
+namespace rdmaplane::control {
+
+struct Connection;  // connections.h
+
+// Client memory the daemon mapped: [client_address, client_address + bytes)
+// in the client's address space is host[0, bytes) here.
+struct Arena {
+  uint64_t client_address = 0;
+  uint64_t bytes = 0;
+  uint8_t* host = nullptr;
+  int fd = -1;
+  // Counts frames still pointing into the arena (zero-copy transmit).
+  std::unique_ptr<rc::MemoryOwner> owner;
+};
+
+struct Session {
+  uint32_t id = 0;
+  int sock = -1;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  bool ready = false;  // hello done
+  bool admin = false;  // an rdmaplanectl query, not a client
+  std::unique_ptr<shm::SetupReader> setup;  // non-blocking reads
+  int control_wake = -1;  // read end of the control doorbell socket
+  // The read end of the engine doorbell socket, as engines watch it.
+  std::unique_ptr<engine::WakeRoute> engine_wake;
+  uint8_t* region = nullptr;
+  uint64_t region_bytes = 0;
+  int region_fd = -1;
+  shm::SessionHeader* header = nullptr;
+  shm::SessionHeader refs;  // ring offsets, copied once at hello
+  shm::SpscRing<shm::ControlRequest> requests;
+  shm::SpscRing<shm::ControlResponse> responses;
+  // Attached once at hello: ring headers are never read from client
+  // memory again.
+  shm::SpscRing<shm::SendEntry> send[shm::kMaxConnections];
+  shm::SpscRing<shm::CompletionEntry> completion[shm::kMaxConnections];
+  std::map<uint32_t, Arena> arenas;  // by arena id
+  Connection* connections[shm::kMaxConnections] = {};
+  std::set<std::string> listening;
+
+  // Host address of [address, address + length) inside one of the arenas,
+  // and that arena's owner in `owner` if given; nullptr when the range is
+  // not inside one arena.
+  uint8_t* Translate(uint64_t address, uint64_t length,
+                     rc::MemoryOwner** owner = nullptr) const;
+  // A free connection slot, or -1.
+  int FreeSlot() const;
+  uint64_t arena_bytes() const;
+  // Tells the client what became of the connection in `slot`.
+  void PublishState(uint32_t slot, shm::ConnectionState state);
+  // Pushes an answer to the control response ring (room is kept for every
+  // request taken) and wakes the client.
+  void Answer(const shm::ControlResponse& response);
+  // Drops what a previous user of `slot` left in its send ring (bounded:
+  // the client moves the indices).
+  void ClearSendRing(uint32_t slot);
+};
+
+struct SessionPolicy {
+  std::vector<uid_t> allowed_uids;  // besides root and the daemon's own uid
+  std::vector<gid_t> allowed_gids;
+  // Arenas one session may hand over: each holds a descriptor and a
+  // mapping in the daemon.
+  uint32_t max_arenas_per_session = 64;
+};
+
+struct SessionHooks {
+  // The session is ending: let go of everything held for it (its
+  // connections must be out of the engines when this returns).
+  std::function<void(Session*)> closing;
+  // What an admin query shows.
+  std::function<DaemonStatus()> status;
+};
+
+class SessionServer {
+ public:
+  SessionServer(const SessionPolicy& policy, Reactor* reactor,
+                ArenaMemory* arena_memory, ControlCounters* counters,
+                SessionHooks hooks);
+  ~SessionServer();
+  SessionServer(const SessionServer&) = delete;
+  SessionServer& operator=(const SessionServer&) = delete;
+
+  // Listens on `path` under a temporary name in the same folder, so that
+  // whoever waits for `path` never finds a daemon still starting; Publish
+  // renames it. Fails when another daemon serves `path`.
+  absl::Status Listen(const std::string& path);
+  absl::Status Publish();
+  // Closes every session, as if each client had exited, and the socket.
+  void Shutdown();
+
+  void Close(Session* s);
+
+  template <typename Fn>
+  void ForEachReady(Fn&& fn) {
+    for (auto& [fd, s] : sessions_) {
+      if (s->ready) fn(s.get());
+    }
+  }
+  template <typename Fn>
+  void ForEachReady(Fn&& fn) const {
+    for (const auto& [fd, s] : sessions_) {
+      if (s->ready) fn(static_cast<const Session*>(s.get()));
+    }
+  }
+  // Sessions of clients (admin queries do not count).
+  uint32_t size() const;
+  uint32_t arena_count() const;
+
+ private:
+  void AcceptClients();
+  bool Allowed(uid_t uid, gid_t gid) const;
+  void OnReadable(Session* s);
+  void HandleHello(Session* s, const shm::SetupMessage& msg, int fd);
+  void HandleArena(Session* s, const shm::SetupMessage& msg, int fd);
+  void Forget(Session* s);
+
+  SessionPolicy policy_;
+  Reactor* reactor_;
+  ArenaMemory* arena_memory_;
+  ControlCounters* counters_;
+  SessionHooks hooks_;
+  int listen_fd_ = -1;
+  std::string path_;
+  std::string starting_path_;  // where the socket is bound until Publish
+  std::map<int, std::unique_ptr<Session>> sessions_;  // by socket fd
+  uint32_t next_session_id_ = 1;
+  uint32_t next_arena_id_ = 1;
+};
+
+}  // namespace rdmaplane::control
+
+#endif  // RDMAPLANE_CONTROL_SESSIONS_H_
