@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -94,6 +95,19 @@ absl::Status Client::Init(const ClientOptions& options) {
   header_->header_bytes = sizeof(shm::SessionHeader);
   header_->region_bytes = region_bytes_;
   header_->max_connections = shm::kMaxConnections;
+  // Held by this thread for the session's life: when the thread dies, the
+  // kernel marks it, and the daemon stops placing data for us at once.
+  static_assert(sizeof(pthread_mutex_t) <= sizeof(header_->liveness));
+  {
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    auto* liveness = reinterpret_cast<pthread_mutex_t*>(header_->liveness);
+    liveness_locked_ = pthread_mutex_init(liveness, &attr) == 0 &&
+                       pthread_mutex_lock(liveness) == 0;
+    pthread_mutexattr_destroy(&attr);
+  }
   uint64_t offset = sizeof(shm::SessionHeader);
   auto place = [&](shm::RingRef* ref, uint32_t capacity, uint32_t bytes) {
     ref->offset = offset;
@@ -205,6 +219,7 @@ absl::Status Client::Init(const ClientOptions& options) {
 }
 
 Client::~Client() {
+  CloseAll();
   if (sock_ >= 0) close(sock_);  // the daemon reclaims everything we owned
   for (int fd : {control_eventfd_, engine_eventfd_, session_fd_}) {
     if (fd >= 0) close(fd);
@@ -214,7 +229,47 @@ Client::~Client() {
     munmap(a->base, a->bytes);
     close(a->fd);
   }
-  if (region_ != nullptr) munmap(region_, region_bytes_);
+  if (region_ == nullptr) return;
+  // The liveness mutex is on its owner thread's robust list until that
+  // thread unlocks it: only then may its page go. Closed from another
+  // thread, the header page stays mapped (4 KiB) so that the list never
+  // points into unmapped memory.
+  auto* liveness = reinterpret_cast<pthread_mutex_t*>(header_->liveness);
+  if (!liveness_locked_ || pthread_mutex_unlock(liveness) == 0) {
+    munmap(region_, region_bytes_);
+  } else {
+    munmap(region_ + sizeof(shm::SessionHeader),
+           region_bytes_ - sizeof(shm::SessionHeader));
+  }
+}
+
+void Client::CloseAll() {
+  if (header_ == nullptr || control_eventfd_ < 0) return;  // never opened
+  // Each disconnect takes the connection back from its engine before the
+  // daemon answers: from then on it moves none of our bytes, and every
+  // request it did not complete ends with the connection's final status.
+  // A daemon that does not answer one is not asked again.
+  bool answering = true;
+  for (uint32_t slot = 0; slot < shm::kMaxConnections; ++slot) {
+    if (!connections_[slot].open) continue;
+    if (answering) {
+      ControlRequest req{};
+      req.op = shm::kOpDisconnect;
+      req.connection = slot;
+      answering = Call(req).status != RDP_ERR_NET_DOWN;
+    }
+    EndConnection(slot, RDP_ERR_ABORTED);
+  }
+}
+
+bool Client::DaemonAliveRateLimited() {
+  if (daemon_down_.load(std::memory_order_relaxed)) return false;
+  const int64_t now = absl::GetCurrentTimeNanos();
+  if (now - daemon_checked_ns_.load(std::memory_order_relaxed) < 100'000'000) {
+    return true;
+  }
+  daemon_checked_ns_.store(now, std::memory_order_relaxed);
+  return DaemonAlive();
 }
 
 bool Client::DaemonAlive() {
@@ -446,16 +501,40 @@ absl::Status Client::Listen(absl::string_view service) {
   return CallStatus(req);
 }
 
-void Client::AttachConnection(rdp_conn conn) {
-  Connection& c = connections_[conn];
-  const shm::ConnectionSlotRef& slot = header_->connections[conn];
-  c.send = *shm::SpscRing<SendEntry>::Attach(region_ + slot.send.offset,
-                                             slot.send.bytes);
+int Client::SlotOf(rdp_conn conn) const {
+  const uint32_t slot = conn & 0xFF;
+  if (slot >= shm::kMaxConnections) return -1;
+  const Connection& c = connections_[slot];
+  return c.open && (conn >> 8) == c.generation ? static_cast<int>(slot) : -1;
+}
+
+rdp_conn Client::HandleOf(uint32_t slot) const {
+  return (connections_[slot].generation << 8) | slot;
+}
+
+rdp_conn Client::AttachConnection(uint32_t slot) {
+  Connection& c = connections_[slot];
+  const shm::ConnectionSlotRef& ref = header_->connections[slot];
+  c.send = *shm::SpscRing<SendEntry>::Attach(region_ + ref.send.offset,
+                                             ref.send.bytes);
   c.completion = *shm::SpscRing<CompletionEntry>::Attach(
-      region_ + slot.completion.offset, slot.completion.bytes);
+      region_ + ref.completion.offset, ref.completion.bytes);
+  // Completions of the slot's previous connection that arrived after we let
+  // it go: the daemon finished with it before it answered for this one.
+  CompletionEntry stale;
+  while (c.completion.TryPop(&stale) == shm::PopResult::kOk) {
+  }
   c.deferred.resize(shm::kSendRingEntries);
   c.deferred_count = 0;
+  if (c.ledger == nullptr) c.ledger.reset(new Pending[kLedgerEntries]);
+  c.posted = 0;
+  c.head = 0;
+  // Never 0, and 24 bits: handles are never 0 and always differ from the
+  // slot's previous ones (until 2^24 connections later).
+  c.generation = (c.generation + 1) & 0xFFFFFF;
+  if (c.generation == 0) c.generation = 1;
   c.open = true;
+  return HandleOf(slot);
 }
 
 absl::StatusOr<rdp_conn> Client::Accept(absl::string_view service,
@@ -469,8 +548,10 @@ absl::StatusOr<rdp_conn> Client::Accept(absl::string_view service,
   while (true) {
     ControlResponse resp = Call(req);
     if (resp.status == RDP_OK) {
-      AttachConnection(resp.connection);
-      return resp.connection;
+      if (resp.connection >= shm::kMaxConnections) {
+        return MakeStatus(RDP_ERR_NET_DOWN, "the daemon named no slot");
+      }
+      return AttachConnection(resp.connection);
     }
     if (resp.status != RDP_ERR_AGAIN) return MakeStatus(resp.status, resp.message);
     if (absl::Now() >= deadline) {
@@ -499,28 +580,24 @@ absl::StatusOr<rdp_conn> Client::Connect(absl::string_view service,
   ControlResponse resp;
   absl::Status s = CallStatus(req, &resp);
   if (!s.ok()) return s;
-  AttachConnection(resp.connection);
-  return resp.connection;
+  if (resp.connection >= shm::kMaxConnections) {
+    return MakeStatus(RDP_ERR_NET_DOWN, "the daemon named no slot");
+  }
+  return AttachConnection(resp.connection);
 }
 
 absl::Status Client::Disconnect(rdp_conn conn) {
-  if (conn >= shm::kMaxConnections || !connections_[conn].open) {
-    return MakeStatus(RDP_ERR_NOT_CONNECTED, "no such connection");
-  }
+  const int slot = SlotOf(conn);
+  if (slot < 0) return MakeStatus(RDP_ERR_NOT_CONNECTED, "no such connection");
   ControlRequest req{};
   req.op = shm::kOpDisconnect;
-  req.connection = conn;
+  req.connection = static_cast<uint32_t>(slot);
+  // The daemon takes the connection back from its engine and publishes its
+  // final status before it answers; without an answer (the daemon is gone
+  // or does not answer within the control time-out) everything left ends
+  // as aborted all the same.
   absl::Status s = CallStatus(req);
-  // Outstanding work was completed as aborted before the daemon answered;
-  // requests still deferred here never reached it and are aborted too.
-  Connection& c = connections_[conn];
-  Reap(conn, nullptr, 0);
-  for (uint32_t i = 0; i < c.deferred_count; ++i) {
-    auto* ov = reinterpret_cast<rdp_overlapped*>(c.deferred[i].wr_id);
-    __atomic_store_n(&ov->status, RDP_ERR_ABORTED, __ATOMIC_RELEASE);
-  }
-  c.deferred_count = 0;
-  c.open = false;
+  EndConnection(static_cast<uint32_t>(slot), RDP_ERR_ABORTED);
   return s;
 }
 
@@ -532,10 +609,11 @@ int Client::RegisterRdmaMemory(rdp_conn conn, void* buffer, uint32_t length,
       flags != RDP_MEM_READWRITE) {
     return RDP_ERR_INVALID;
   }
-  if (int err = ConnectionError(conn); err != RDP_OK) return err;
+  const int slot = SlotOf(conn);
+  if (int err = ConnectionError(slot); err != RDP_OK) return err;
   ControlRequest req{};
   req.op = shm::kOpRegisterRdma;
-  req.connection = conn;
+  req.connection = static_cast<uint32_t>(slot);
   req.address = reinterpret_cast<uint64_t>(buffer);
   req.length = length;
   req.flags = flags;
@@ -557,7 +635,8 @@ int Client::DeregisterRdmaMemory(rdp_conn conn, const void* descriptor,
                                  uint32_t descriptor_length) {
   // The seed's only error here is WSAEINVAL: an unknown connection holds no
   // registration to release.
-  if (conn >= shm::kMaxConnections) return RDP_ERR_INVALID;
+  const int slot = SlotOf(conn);
+  if (slot < 0) return RDP_ERR_INVALID;
   if (descriptor == nullptr ||
       descriptor_length > shm::kDescriptorBytes ||
       descriptor_length < sizeof(shm::RdmaDescriptor)) {
@@ -565,7 +644,7 @@ int Client::DeregisterRdmaMemory(rdp_conn conn, const void* descriptor,
   }
   ControlRequest req{};
   req.op = shm::kOpDeregisterRdma;
-  req.connection = conn;
+  req.connection = static_cast<uint32_t>(slot);
   std::memcpy(req.descriptor, descriptor, descriptor_length);
   req.descriptor_length = descriptor_length;
   return Call(req).status;
@@ -573,12 +652,10 @@ int Client::DeregisterRdmaMemory(rdp_conn conn, const void* descriptor,
 
 // --- Data path -------------------------------------------------------------------
 
-int Client::ConnectionError(rdp_conn conn) const {
+int Client::ConnectionError(int slot) const {
   if (daemon_down_.load(std::memory_order_relaxed)) return RDP_ERR_NET_DOWN;
-  if (conn >= shm::kMaxConnections || !connections_[conn].open) {
-    return RDP_ERR_NOT_CONNECTED;
-  }
-  switch (header_->connection_state[conn].load(std::memory_order_acquire)) {
+  if (slot < 0) return RDP_ERR_NOT_CONNECTED;
+  switch (header_->connection_state[slot].load(std::memory_order_acquire)) {
     case shm::kConnUp: return RDP_OK;
     case shm::kConnReset: return RDP_ERR_CONN_RESET;
     case shm::kConnAborted: return RDP_ERR_CONN_ABORTED;
@@ -587,11 +664,11 @@ int Client::ConnectionError(rdp_conn conn) const {
   }
 }
 
-void Client::KickEngine(rdp_conn conn) {
+void Client::KickEngine(uint32_t slot) {
   // Orders our ring push before reading the engine's idle flag; pairs with
   // the fence in Engine::Sleep.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (header_->engine_idle[conn].sleeping.load(std::memory_order_seq_cst)) {
+  if (header_->engine_idle[slot].sleeping.load(std::memory_order_seq_cst)) {
     Ring(engine_eventfd_);
   }
 }
@@ -607,19 +684,6 @@ int Client::PushDeferred(Connection& c) {
     c.deferred_count -= i;
   }
   return c.deferred_count == 0 ? RDP_OK : RDP_ERR_NO_BUFFERS;
-}
-
-int Client::Post(Connection& c, const SendEntry& entry, bool defer) {
-  if (defer) {
-    if (c.deferred_count == c.deferred.size()) return RDP_ERR_NO_BUFFERS;
-    c.deferred[c.deferred_count++] = entry;
-    return RDP_PENDING;
-  }
-  // Requests deferred earlier go first, in order.
-  if (PushDeferred(c) != RDP_OK || !c.send.TryPush(entry)) {
-    return RDP_ERR_NO_BUFFERS;  // the caller still rings for what went out
-  }
-  return RDP_PENDING;
 }
 
 namespace {
@@ -639,7 +703,35 @@ int FillSgl(SendEntry* e, const rdp_sge* sgl, uint32_t count, uint64_t* total) {
   return *total > (1ull << 31) ? RDP_ERR_INVALID : RDP_OK;
 }
 
+void Finish(rdp_overlapped* ov, int32_t status, uint32_t bytes) {
+  ov->bytes = bytes;
+  __atomic_store_n(&ov->status, status, __ATOMIC_RELEASE);
+}
+
 }  // namespace
+
+int Client::Post(uint32_t slot, SendEntry& entry, rdp_overlapped* ov,
+                 bool defer) {
+  Connection& c = connections_[slot];
+  if (c.posted - c.head >= kLedgerEntries) {
+    RetireSilent(c, header_->retired[slot].load(std::memory_order_acquire));
+    if (c.posted - c.head >= kLedgerEntries) return RDP_ERR_NO_BUFFERS;
+  }
+  // The request's index, with the connection's generation so that a
+  // completion of the slot's previous connection is never taken for it.
+  entry.wr_id = (uint64_t{c.generation} << 32) | c.posted;
+  if (defer) {
+    if (c.deferred_count == c.deferred.size()) return RDP_ERR_NO_BUFFERS;
+    c.deferred[c.deferred_count++] = entry;
+  } else if (PushDeferred(c) != RDP_OK || !c.send.TryPush(entry)) {
+    // Requests deferred earlier go first, in order; the caller still rings
+    // for what went out.
+    return RDP_ERR_NO_BUFFERS;
+  }
+  c.ledger[c.posted % kLedgerEntries] = {ov, entry.flags, false};
+  ++c.posted;
+  return RDP_PENDING;
+}
 
 int Client::Write(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
                   const void* target_descriptor, uint32_t descriptor_length,
@@ -648,7 +740,8 @@ int Client::Write(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
   constexpr uint32_t kWriteFlags =
       RDP_FLAG_SILENT_SUCCESS | RDP_FLAG_READ_FENCE | RDP_FLAG_DEFER;
   if ((flags & ~kWriteFlags) != 0) return RDP_ERR_INVALID;
-  if (int err = ConnectionError(conn); err != RDP_OK) return err;
+  const int slot = SlotOf(conn);
+  if (int err = ConnectionError(slot); err != RDP_OK) return err;
   const shm::RdmaDescriptor* d =
       ParseDescriptor(target_descriptor, descriptor_length);
   if (d == nullptr) return RDP_ERR_FAULT;
@@ -662,7 +755,7 @@ int Client::Write(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
   e.op = shm::kSendWrite;
   e.remote_address = d->address + target_offset;
   e.rkey = d->rkey;
-  return Submit(conn, e, flags, ov);
+  return Submit(static_cast<uint32_t>(slot), e, flags, ov);
 }
 
 int Client::Read(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
@@ -670,7 +763,8 @@ int Client::Read(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
                  uint32_t token_length, uint32_t flags, rdp_overlapped* ov) {
   if (ov == nullptr) return RDP_ERR_FAULT;
   if ((flags & ~shm::kKnownSendFlags) != 0) return RDP_ERR_INVALID;
-  if (int err = ConnectionError(conn); err != RDP_OK) return err;
+  const int slot = SlotOf(conn);
+  if (int err = ConnectionError(slot); err != RDP_OK) return err;
   const shm::RdmaDescriptor* d = ParseDescriptor(remote_token, token_length);
   if (d == nullptr) return RDP_ERR_FAULT;
   SendEntry e{};
@@ -689,63 +783,152 @@ int Client::Read(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
   e.op = shm::kSendRead;
   e.remote_address = remote_address;
   e.rkey = d->rkey;
-  return Submit(conn, e, flags, ov);
+  return Submit(static_cast<uint32_t>(slot), e, flags, ov);
 }
 
-int Client::Submit(rdp_conn conn, SendEntry& e, uint32_t flags,
+int Client::Submit(uint32_t slot, SendEntry& e, uint32_t flags,
                    rdp_overlapped* ov) {
-  e.wr_id = reinterpret_cast<uint64_t>(ov);
   e.flags = flags;
   ov->status = RDP_PENDING;
   ov->bytes = 0;
   const bool defer = (flags & RDP_FLAG_DEFER) != 0;
-  const int r = Post(connections_[conn], e, defer);
-  if (!defer) KickEngine(conn);
+  const int r = Post(slot, e, ov, defer);
+  if (!defer) KickEngine(slot);
   if (r != RDP_PENDING) ov->status = r;
   return r;
 }
 
 int Client::Flush(rdp_conn conn) {
-  if (int err = ConnectionError(conn); err != RDP_OK) return err;
-  const int r = PushDeferred(connections_[conn]);
-  KickEngine(conn);
+  const int slot = SlotOf(conn);
+  if (int err = ConnectionError(slot); err != RDP_OK) return err;
+  const int r = PushDeferred(connections_[slot]);
+  KickEngine(static_cast<uint32_t>(slot));
   return r;
 }
 
-int Client::Reap(rdp_conn conn, rdp_overlapped** done, int max) {
-  Connection& c = connections_[conn];
+// --- Completions ------------------------------------------------------------------
+
+void Client::RetireSilent(Connection& c, uint32_t retired) {
+  // A retired count outside what we posted is not the daemon's: ignored.
+  if (retired - c.head > c.posted - c.head) return;
+  for (uint32_t i = c.head; i != retired; ++i) {
+    Pending& p = c.ledger[i % kLedgerEntries];
+    // A silent success is never reported: its overlapped structure stays
+    // as it was posted, and the library forgets it.
+    if ((p.flags & RDP_FLAG_SILENT_SUCCESS) != 0) p.done = true;
+  }
+  while (c.head != c.posted && c.ledger[c.head % kLedgerEntries].done) {
+    ++c.head;
+  }
+}
+
+rdp_overlapped* Client::Apply(Connection& c, const CompletionEntry& e) {
+  const uint32_t index = static_cast<uint32_t>(e.wr_id);
+  // Only our requests, of this connection, not ended yet.
+  if ((e.wr_id >> 32) != c.generation || index - c.head >= c.posted - c.head) {
+    return nullptr;
+  }
+  Pending& p = c.ledger[index % kLedgerEntries];
+  if (p.done) return nullptr;
+  p.done = true;
+  // The silent requests before it succeeded: forgotten before this one is
+  // seen done, so a caller may free them once it sees it.
+  RetireSilent(c, e.retired);
+  Finish(p.ov, e.status, e.byte_len);
+  while (c.head != c.posted && c.ledger[c.head % kLedgerEntries].done) {
+    ++c.head;
+  }
+  return p.ov;
+}
+
+int Client::EndRemaining(Connection& c, int32_t status, rdp_overlapped** done,
+                         int max) {
+  int n = 0;
+  for (uint32_t i = c.head; i != c.posted; ++i) {
+    if (done != nullptr && n >= max) break;
+    Pending& p = c.ledger[i % kLedgerEntries];
+    if (p.done) continue;
+    p.done = true;
+    Finish(p.ov, status, 0);
+    if (done != nullptr) done[n] = p.ov;
+    ++n;
+  }
+  while (c.head != c.posted && c.ledger[c.head % kLedgerEntries].done) {
+    ++c.head;
+  }
+  // Deferred requests are in the ledger too: once ended, never sent.
+  if (c.head == c.posted) c.deferred_count = 0;
+  return n;
+}
+
+int32_t Client::FinalStatus(uint32_t slot) {
+  // Pairs with the release store in shm::PublishFinal: the retired count and
+  // every completion pushed before are visible.
+  const int32_t status =
+      header_->final_status[slot].load(std::memory_order_acquire);
+  if (status != 0) return status < 0 ? status : RDP_ERR_CONN_ABORTED;
+  return daemon_down_.load(std::memory_order_relaxed) ? RDP_ERR_CONN_ABORTED
+                                                       : 0;
+}
+
+int Client::Reap(uint32_t slot, rdp_overlapped** done, int max) {
+  Connection& c = connections_[slot];
+  // Read before draining: whatever the daemon pushed before it let go of
+  // the connection is then in the ring.
+  const int32_t final_status = FinalStatus(slot);
   int n = 0;
   CompletionEntry e;
-  while (c.completion.valid() && c.completion.TryPop(&e) == shm::PopResult::kOk) {
-    auto* ov = reinterpret_cast<rdp_overlapped*>(e.wr_id);
-    ov->bytes = e.byte_len;
-    __atomic_store_n(&ov->status, e.status, __ATOMIC_RELEASE);
-    if (done != nullptr && n < max) done[n] = ov;
+  while (done == nullptr || n < max) {
+    if (c.completion.TryPop(&e) != shm::PopResult::kOk) break;
+    rdp_overlapped* ov = Apply(c, e);
+    if (ov == nullptr) continue;
+    if (done != nullptr) done[n] = ov;
     ++n;
-    if (done != nullptr && n == max) break;
+  }
+  if (done != nullptr && n >= max) return n;
+  RetireSilent(c, header_->retired[slot].load(std::memory_order_acquire));
+  if (final_status != 0) {
+    n += EndRemaining(c, final_status, done == nullptr ? nullptr : done + n,
+                      max - n);
   }
   return n;
 }
 
-int Client::Poll(rdp_conn conn, rdp_overlapped** done, int max) {
-  if (conn >= shm::kMaxConnections || !connections_[conn].open) {
-    return RDP_ERR_NOT_CONNECTED;
+void Client::EndConnection(uint32_t slot, int32_t fallback) {
+  Connection& c = connections_[slot];
+  Reap(slot, nullptr, 0);
+  if (c.head != c.posted) {
+    const int32_t status = FinalStatus(slot);
+    EndRemaining(c, status != 0 ? status : fallback, nullptr, 0);
   }
+  c.deferred_count = 0;
+  c.open = false;
+}
+
+int Client::Poll(rdp_conn conn, rdp_overlapped** done, int max) {
+  const int slot = SlotOf(conn);
+  if (slot < 0) return RDP_ERR_NOT_CONNECTED;
   if (done == nullptr || max <= 0) return RDP_ERR_INVALID;
-  return Reap(conn, done, max);
+  const int n = Reap(static_cast<uint32_t>(slot), done, max);
+  // Nothing came while requests are outstanding: a daemon that died ends
+  // them (it is asked at most every 100 ms).
+  Connection& c = connections_[slot];
+  if (n == 0 && c.head != c.posted && !DaemonAliveRateLimited()) {
+    return Reap(static_cast<uint32_t>(slot), done, max);
+  }
+  return n;
 }
 
 int Client::GetOverlappedResult(rdp_conn conn, rdp_overlapped* ov, bool wait,
                                 uint32_t* bytes) {
   if (ov == nullptr) return RDP_ERR_FAULT;
-  if (conn >= shm::kMaxConnections || !connections_[conn].open) {
-    return RDP_ERR_NOT_CONNECTED;
-  }
+  const int slot = SlotOf(conn);
+  if (slot < 0) return RDP_ERR_NOT_CONNECTED;
   auto finished = [&] {
     if (__atomic_load_n(&ov->status, __ATOMIC_ACQUIRE) != RDP_PENDING) {
       return true;
     }
-    Reap(conn, nullptr, 0);
+    Reap(static_cast<uint32_t>(slot), nullptr, 0);
     return __atomic_load_n(&ov->status, __ATOMIC_ACQUIRE) != RDP_PENDING;
   };
   if (!finished() && wait) {
@@ -756,12 +939,10 @@ int Client::GetOverlappedResult(rdp_conn conn, rdp_overlapped* ov, bool wait,
     }
   }
   if (!finished() && wait) {
-    while (!shm::WaitDoorbell(&header_->completion_bell[conn], finished,
+    while (!shm::WaitDoorbell(&header_->completion_bell[slot], finished,
                               200'000'000)) {
-      if (!DaemonAlive()) {
-        ov->status = RDP_ERR_CONN_ABORTED;
-        break;
-      }
+      // A daemon that died ends every request (Reap, then finished()).
+      if (!DaemonAlive() && finished()) break;
     }
   }
   const int status = __atomic_load_n(&ov->status, __ATOMIC_ACQUIRE);

@@ -89,16 +89,42 @@ class Client {
     std::map<size_t, size_t> used_blocks;  // offset -> length
   };
 
+  // A request posted and not ended yet: its overlapped structure, waiting
+  // for a completion entry, a silent retirement or the connection's end.
+  struct Pending {
+    rdp_overlapped* ov = nullptr;
+    uint32_t flags = 0;
+    bool done = false;
+  };
+  // Requests one connection may have posted and not ended: deferred, in
+  // the send ring, taken by the engine, and completed but not reaped.
+  static constexpr uint32_t kLedgerEntries = 1024;
+
   struct Connection {
     bool open = false;
+    // Part of the handle (rdp_conn), so that a stale handle never names the
+    // slot's next connection.
+    uint32_t generation = 0;
     shm::SpscRing<shm::SendEntry> send;
     shm::SpscRing<shm::CompletionEntry> completion;
     std::vector<shm::SendEntry> deferred;  // reserved at connect time
     uint32_t deferred_count = 0;
+    // Every request posted and not ended, by its index (sent as wr_id):
+    // [head, posted) modulo kLedgerEntries. Reserved at connect time.
+    std::unique_ptr<Pending[]> ledger;
+    uint32_t posted = 0;  // index of the next request
+    uint32_t head = 0;    // the oldest request not ended
   };
 
   Client() = default;
   absl::Status Init(const ClientOptions& options);
+  // The slot of a connection handle; -1 unless it names an open
+  // connection.
+  int SlotOf(rdp_conn conn) const;
+  rdp_conn HandleOf(uint32_t slot) const;
+  // Ends the work of every connection (rdp_close): the daemon takes them all
+  // back, then every request not completed ends as aborted.
+  void CloseAll();
   absl::StatusOr<Arena*> NewArena(size_t min_bytes);
   // Whether [addr, addr + len) lies inside one arena.
   bool InArenas(const void* addr, uint64_t len) const;
@@ -106,18 +132,43 @@ class Client {
   shm::ControlResponse Call(shm::ControlRequest request);
   absl::Status CallStatus(shm::ControlRequest request,
                           shm::ControlResponse* response = nullptr);
-  // Error for posting on a connection that is not usable, or RDP_OK.
-  int ConnectionError(rdp_conn conn) const;
-  int Post(Connection& c, const shm::SendEntry& entry, bool defer);
+  // Error for posting on slot `slot` (-1: no such connection), or RDP_OK.
+  int ConnectionError(int slot) const;
+  int Post(uint32_t slot, shm::SendEntry& entry, rdp_overlapped* ov,
+           bool defer);
   // Fills the common fields of `e`, posts it for `ov` and wakes the engine.
-  int Submit(rdp_conn conn, shm::SendEntry& e, uint32_t flags,
+  int Submit(uint32_t slot, shm::SendEntry& e, uint32_t flags,
              rdp_overlapped* ov);
   int PushDeferred(Connection& c);
-  void KickEngine(rdp_conn conn);
-  int Reap(rdp_conn conn, rdp_overlapped** done, int max);
+  void KickEngine(uint32_t slot);
+  // Applies completions of `slot` (listing up to max in done, when given),
+  // retires silent successes, and once the daemon is done with the
+  // connection ends every request left with its final status. Returns how
+  // many requests it listed (or ended, without `done`).
+  int Reap(uint32_t slot, rdp_overlapped** done, int max);
+  // Applies one completion entry to its request; returns its overlapped
+  // structure, or nullptr for an entry that names none of ours.
+  rdp_overlapped* Apply(Connection& c, const shm::CompletionEntry& e);
+  // Forgets the silent requests before index `retired`: they succeeded
+  // (and are never reported).
+  void RetireSilent(Connection& c, uint32_t retired);
+  // Ends requests left in the ledger with `status`, at most max when
+  // listing them in done.
+  int EndRemaining(Connection& c, int32_t status, rdp_overlapped** done,
+                   int max);
+  // The status the connection's unfinished requests end with: the
+  // daemon's, or, once the daemon is gone, RDP_ERR_CONN_ABORTED; 0 while
+  // they may still complete.
+  int32_t FinalStatus(uint32_t slot);
+  // Reaps what is left and ends the rest (the daemon let go of the
+  // connection, or cannot be reached: then with `fallback`), and frees the
+  // slot.
+  void EndConnection(uint32_t slot, int32_t fallback);
   // Checks the setup socket; remembers a dead daemon in daemon_down_.
   bool DaemonAlive();
-  void AttachConnection(rdp_conn conn);
+  // DaemonAlive, at most every 100 ms (for polling loops).
+  bool DaemonAliveRateLimited();
+  rdp_conn AttachConnection(uint32_t slot);
 
   ClientOptions options_;
   int sock_ = -1;
@@ -132,6 +183,9 @@ class Client {
   bool warned_no_hugepages_ = false;
   // Set once the daemon is known to be gone; posts then fail at once.
   std::atomic<bool> daemon_down_{false};
+  std::atomic<int64_t> daemon_checked_ns_{0};
+  // The liveness mutex in the session header is locked (see layout.h).
+  bool liveness_locked_ = false;
 
   absl::Mutex control_mu_;
   shm::SpscRing<shm::ControlRequest> requests_ ABSL_GUARDED_BY(control_mu_);

@@ -124,14 +124,17 @@ void ConnectionManager::DrainControlFrames() {
 void ConnectionManager::OnTransportError(uint32_t scope) {
   Connection* c = connections_->Find(ConnectionOfScope(scope));
   if (c == nullptr || !c->remote || !c->running) return;
-  connections_->PeerClosed(c, shm::kStatusConnAborted, shm::kConnAborted);
+  connections_->PeerClosed(c, engine::CloseReason::kTransportError);
   // The engine no longer serves the endpoint: its counters are ours.
-  const rc::QpStats& q = c->endpoint[0]->qp_stats();
+  const engine::Endpoint& e = *c->endpoint[0];
+  const rc::QpStats& q = e.qp_stats();
   RDP_LOG(kWarning,
           "connection %u to %s broke: %s (tx %llu, rx %llu, "
           "retransmitted %llu, timeouts %llu, NAKs in %llu)",
           c->id, IpText(c->peer_ip).c_str(),
-          BreakReason(c->endpoint[0]->qp_error()),
+          e.close_reason() == engine::CloseReason::kTransportError
+              ? BreakReason(e.qp_error())
+              : engine::CloseReasonName(e.close_reason()),
           static_cast<unsigned long long>(q.tx_packets),
           static_cast<unsigned long long>(q.rx_packets),
           static_cast<unsigned long long>(q.retransmitted_packets),
@@ -281,7 +284,7 @@ std::optional<ControlResponse> ConnectionManager::Connect(
   c->waiting = s;
   c->waiting_request = r.request_id;
   s->connections[slot] = c;
-  s->ClearSendRing(static_cast<uint32_t>(slot));
+  s->ResetSlot(static_cast<uint32_t>(slot));
   counters_->Count(&ControlCounters::remote_connects);
   if (auto it = neighbors_.find(c->peer_ip); it != neighbors_.end()) {
     c->peer_mac = it->second;
@@ -559,7 +562,7 @@ void ConnectionManager::OnDisconnectRequest(const wire::CmMessage& m,
       connections_->Forget(c);
     } else if (c->running) {
       c->cm = CmState::kNone;
-      connections_->PeerClosed(c, shm::kStatusConnReset, shm::kConnReset);
+      connections_->PeerClosed(c, engine::CloseReason::kPeerClosed);
     } else if (c->open[0] && c->pending) {
       c->cm = CmState::kNone;
       if (c->waiting != nullptr) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "api/shm/doorbell.h"
 #include "dataplane/port/eth_port.h"
 
 namespace rdmaplane::control {
@@ -101,9 +102,7 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   info.wake = s->engine_wake.get();
   info.send = s->send[slot];
   info.completion = s->completion[slot];
-  // An active connection to a peer daemon got its slot at connect time,
-  // and the client may have posted since.
-  if (!c->remote || c->passive) s->ClearSendRing(slot);
+  info.owner_pidfd = s->pidfd;
   rc::QpConfig qp;
   qp.local_qpn = wire::Qpn(c->qpn[side]);
   qp.remote_qpn = wire::Qpn(c->qpn[1 - side]);
@@ -214,11 +213,11 @@ ControlResponse ConnectionTable::Connect(Session* s, const ControlRequest& r) {
   c->side[1] = listener;
   c->slot[1] = shm::kMaxConnections;  // none until accepted
   c->service = r.service;
+  s->ResetSlot(cslot);
   c->endpoint[0] = MakeEndpoint(s, cslot, c, 0);
   c->open[0] = true;
   c->pending = true;
   s->connections[cslot] = c;
-  s->PublishState(cslot, shm::kConnUp);
   QueueForAccept(r.service, c);
   ControlResponse resp = Reply(shm::kStatusOk);
   resp.connection = cslot;
@@ -241,6 +240,7 @@ ControlResponse ConnectionTable::Accept(Session* s, const ControlRequest& r) {
   queue.pop_front();
   ControlResponse resp = Reply(shm::kStatusOk);
   resp.connection = sslot;
+  s->ResetSlot(sslot);
   if (c->remote) {
     c->side[0] = s;
     c->slot[0] = sslot;
@@ -274,15 +274,11 @@ void ConnectionTable::StartRemote(Connection* c) {
   ++running_;
 }
 
-void ConnectionTable::PeerClosed(Connection* c, int32_t status,
-                                 shm::ConnectionState state) {
+void ConnectionTable::PeerClosed(Connection* c, engine::CloseReason reason) {
   if (!c->running) return;
-  engines_[c->engine]->RemovePair(c->endpoint[0].get(), status, state, 0,
-                                  state);
+  engines_[c->engine]->RemovePair(c->endpoint[0].get(), reason, reason);
   c->running = false;
   --running_;
-  c->abort_status[0] = status;
-  if (engine::Endpoint* e = c->endpoint[0].get()) e->AbortQueued(status);
   memory_->DropScope(ScopeOf(c->id, 0));
 }
 
@@ -292,13 +288,7 @@ void ConnectionTable::RefusePending(Connection* c) {
     Forget(c);
     return;
   }
-  Session* connector = c->side[0];
-  // State first, so that nothing is posted after the queue is drained.
-  if (c->open[0]) connector->PublishState(c->slot[0], shm::kConnReset);
-  c->abort_status[0] = shm::kStatusConnReset;
-  if (engine::Endpoint* e = c->endpoint[0].get()) {
-    e->AbortQueued(shm::kStatusConnReset);
-  }
+  if (c->open[0]) Finish(c, 0, engine::CloseReason::kPeerClosed);
   c->pending = false;
   c->side[1] = nullptr;
   memory_->DropScope(ScopeOf(c->id, 0));
@@ -306,35 +296,39 @@ void ConnectionTable::RefusePending(Connection* c) {
 
 // --- Closing ---------------------------------------------------------------------
 
-void ConnectionTable::CloseConnection(Connection* c, int side, int32_t status,
-                                      int32_t peer_status,
-                                      bool daemon_stopping) {
-  if (!c->running) {
-    // Never served by an engine (or no longer): requests still queued in
-    // the ring complete here.
-    c->abort_status[side] = status;
-    if (engine::Endpoint* e = c->endpoint[side].get()) e->AbortQueued(status);
+void ConnectionTable::Finish(Connection* c, int side,
+                             engine::CloseReason reason) {
+  if (engine::Endpoint* e = c->endpoint[side].get()) {
+    e->Close(reason);
+    return;
+  }
+  // A connection to another daemon not answered yet has no endpoint.
+  Session* s = c->side[side];
+  if (s == nullptr || c->slot[side] >= shm::kMaxConnections) return;
+  const engine::CloseOutcome outcome = engine::OutcomeOf(reason);
+  shm::PublishFinal(s->header, c->slot[side], outcome.state, outcome.status,
+                    /*retired=*/0);
+  shm::RingDoorbell(&s->header->completion_bell[c->slot[side]]);
+}
+
+void ConnectionTable::CloseConnection(Connection* c, int side,
+                                      engine::CloseReason reason,
+                                      engine::CloseReason peer_reason) {
+  if (c->running) {
+    engines_[c->engine]->RemovePair(c->endpoint[side].get(), reason,
+                                    peer_reason);
+    c->running = false;
+    --running_;
+    // Memory registered for the connection is unreachable from now on.
+    memory_->DropScope(ScopeOf(c->id, 0));
+    memory_->DropScope(ScopeOf(c->id, 1));
+  } else {
+    Finish(c, side, reason);
     if (c->pending && side == 0) {
       c->pending = false;
       memory_->DropScope(ScopeOf(c->id, 0));
     }
-    if (c->remote && link_ != nullptr) link_->Closed(c);
-    return;
   }
-  engines_[c->engine]->RemovePair(
-      c->endpoint[side].get(), status,
-      daemon_stopping ? shm::kConnDaemonGone : shm::kConnFree, peer_status,
-      daemon_stopping ? shm::kConnDaemonGone : shm::kConnReset);
-  c->running = false;
-  --running_;
-  c->abort_status[side] = status;
-  c->abort_status[1 - side] = peer_status;
-  // Requests posted while the close was on its way complete too.
-  c->endpoint[side]->AbortQueued(status);
-  if (c->open[1 - side]) c->endpoint[1 - side]->AbortQueued(peer_status);
-  // Memory registered for the connection is unreachable from now on.
-  memory_->DropScope(ScopeOf(c->id, 0));
-  memory_->DropScope(ScopeOf(c->id, 1));
   if (c->remote && link_ != nullptr) link_->Closed(c);
 }
 
@@ -351,9 +345,8 @@ ControlResponse ConnectionTable::Disconnect(Session* s,
   }
   Connection* c = s->connections[r.connection];
   const int side = c->SideOf(s, r.connection);
-  CloseConnection(c, side, shm::kStatusAborted, shm::kStatusConnReset,
-                  /*daemon_stopping=*/false);
-  s->PublishState(r.connection, shm::kConnFree);
+  CloseConnection(c, side, engine::CloseReason::kClosedByClient,
+                  engine::CloseReason::kPeerClosed);
   c->open[side] = false;
   s->connections[r.connection] = nullptr;
   MaybeDelete(c);
@@ -366,11 +359,11 @@ void ConnectionTable::CloseSession(Session* s, bool daemon_stopping) {
     Connection* c = s->connections[slot];
     if (c == nullptr) continue;
     const int side = c->SideOf(s, slot);
-    CloseConnection(
-        c, side,
-        daemon_stopping ? shm::kStatusConnAborted : shm::kStatusAborted,
-        daemon_stopping ? shm::kStatusConnAborted : shm::kStatusConnReset,
-        daemon_stopping);
+    CloseConnection(c, side,
+                    daemon_stopping ? engine::CloseReason::kDaemonStopping
+                                    : engine::CloseReason::kClosedByClient,
+                    daemon_stopping ? engine::CloseReason::kDaemonStopping
+                                    : engine::CloseReason::kPeerClosed);
     c->open[side] = false;
     s->connections[slot] = nullptr;
     MaybeDelete(c);
@@ -385,18 +378,6 @@ void ConnectionTable::CloseSession(Session* s, bool daemon_stopping) {
     Refuse(std::move(queue));
   }
   s->listening.clear();
-}
-
-void ConnectionTable::SweepClosed() {
-  for (auto& [id, c] : connections_) {
-    if (c->running || c->pending) continue;
-    for (int side = 0; side < 2; ++side) {
-      if (!c->open[side]) continue;
-      if (engine::Endpoint* e = c->endpoint[side].get()) {
-        e->AbortQueued(c->abort_status[side]);
-      }
-    }
-  }
 }
 
 std::optional<uint32_t> ConnectionTable::RegistrationScope(

@@ -65,9 +65,6 @@ struct Connection {
   // Connected, not yet accepted: the connector may register and post
   // (requests wait in its ring); the listener holds no slot yet.
   bool pending = false;
-  // Status for requests a closed side still had queued; the control
-  // loop completes them as the client makes room (SweepClosed).
-  int32_t abort_status[2] = {0, 0};
   uint32_t qpn[2] = {0, 0};
   uint32_t psn[2] = {0, 0};
   std::string service;
@@ -144,7 +141,8 @@ class ConnectionTable {
   shm::ControlResponse Disconnect(Session* s, const shm::ControlRequest& r);
   // The session ends: every connection it holds closes (its work aborted,
   // peers reset; with `daemon_stopping`, aborted on both ends) and its
-  // listeners go (queued connectors are refused).
+  // listeners go (queued connectors are refused). When this returns, no
+  // engine serves any of its connections.
   void CloseSession(Session* s, bool daemon_stopping);
 
   // The registration scope of the connection in `slot` of `s`: for a new
@@ -154,10 +152,6 @@ class ConnectionTable {
                                             uint32_t slot) const;
   std::optional<uint32_t> DeregistrationScope(const Session& s,
                                               uint32_t slot) const;
-
-  // Completes what clients still queue on connections that closed under
-  // them, as their completion rings make room (every control-loop turn).
-  void SweepClosed();
 
   // --- Connections to other daemons (the connection manager) --------------
   // A new connection with its id, our QPN and first PSN; the caller fills
@@ -173,9 +167,9 @@ class ConnectionTable {
   void Unqueue(Connection* c);
   // An established connection to another daemon: our endpoint starts.
   void StartRemote(Connection* c);
-  // The peer closed or vanished: our side's work completes with `status`
-  // and the client sees `state`.
-  void PeerClosed(Connection* c, int32_t status, shm::ConnectionState state);
+  // The peer closed (kPeerClosed) or vanished (kTransportError): our end
+  // closes for that reason.
+  void PeerClosed(Connection* c, engine::CloseReason reason);
   // The connection will never be accepted: a peer daemon's request is
   // rejected; a connector of ours is reset.
   void RefusePending(Connection* c);
@@ -192,10 +186,13 @@ class ConnectionTable {
  private:
   std::unique_ptr<engine::Endpoint> MakeEndpoint(Session* s, uint32_t slot,
                                                  const Connection* c, int side);
-  // Closes `side` of c (status for its outstanding work) and, if running,
-  // the other side with `peer_status`.
-  void CloseConnection(Connection* c, int side, int32_t status,
-                       int32_t peer_status, bool daemon_stopping);
+  // Closes `side` of c for `reason` and, if an engine serves it, the other
+  // side for `peer_reason`; memory registered for it becomes unreachable.
+  void CloseConnection(Connection* c, int side, engine::CloseReason reason,
+                       engine::CloseReason peer_reason);
+  // Ends `side` of a connection no engine serves: its endpoint closes (on
+  // this thread), or, with none yet, the client is told directly.
+  void Finish(Connection* c, int side, engine::CloseReason reason);
   void MaybeDelete(Connection* c);
   // The engine a new connection inside the daemon goes to.
   uint32_t LeastLoadedEngine() const;

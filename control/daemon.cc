@@ -162,9 +162,6 @@ void Daemon::ControlLoop() {
     const bool linger = absl::Now() < active_until;
     const int n = reactor_.RunOnce(linger ? 0 : 100);
     if (ServeControlRings() || n > 0) active_until = absl::Now() + kLinger;
-    // Closed connections whose client has not let go yet: complete what
-    // it still queues, as its completion ring makes room.
-    connections_->SweepClosed();
     if (cm_ != nullptr) cm_->Tick();
     table_.Reclaim();
     arena_memory_.Reap();

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -78,12 +79,13 @@ void Session::Answer(const shm::ControlResponse& response) {
   shm::RingDoorbell(&header->control_response_bell);
 }
 
-void Session::ClearSendRing(uint32_t slot) {
+void Session::ResetSlot(uint32_t slot) {
   shm::SendEntry stale;
   for (uint32_t i = 0; i < send[slot].capacity() &&
                        send[slot].TryPop(&stale) == shm::PopResult::kOk;
        ++i) {
   }
+  shm::ResetSlot(header, slot);
 }
 
 // --- SessionServer -------------------------------------------------------------
@@ -213,6 +215,8 @@ void SessionServer::AcceptClients() {
     s->sock = fd;
     s->pid = cred.pid;
     s->uid = cred.uid;
+    // Without a pidfd (an old kernel) only the socket tells of its exit.
+    s->pidfd = static_cast<int>(syscall(SYS_pidfd_open, cred.pid, 0));
     s->id = next_session_id_++;
     Session* raw = s.get();
     if (!reactor_->Add(fd, [this, raw] { OnReadable(raw); }).ok()) {
@@ -446,6 +450,7 @@ void SessionServer::Close(Session* s) {
   if (s->engine_wake != nullptr) close(s->engine_wake->fd);
   if (s->region != nullptr) munmap(s->region, s->region_bytes);
   if (s->region_fd >= 0) close(s->region_fd);
+  if (s->pidfd >= 0) close(s->pidfd);
   reactor_->Remove(s->sock);
   close(s->sock);
   if (!s->admin) counters_->Count(&ControlCounters::sessions_reclaimed);

@@ -60,6 +60,7 @@ struct Session {
   int sock = -1;
   pid_t pid = 0;
   uid_t uid = 0;
+  int pidfd = -1;  // the client process, to confirm that it exited
   bool ready = false;  // hello done
   bool admin = false;  // an rdmaplanectl query, not a client
   std::unique_ptr<shm::SetupReader> setup;  // non-blocking reads
@@ -94,9 +95,10 @@ struct Session {
   // Pushes an answer to the control response ring (room is kept for every
   // request taken) and wakes the client.
   void Answer(const shm::ControlResponse& response);
-  // Drops what a previous user of `slot` left in its send ring (bounded:
-  // the client moves the indices).
-  void ClearSendRing(uint32_t slot);
+  // Readies `slot` for a new connection: drops what a previous user left in
+  // its send ring (bounded: the client moves the indices) and resets its
+  // state words (shm::ResetSlot).
+  void ResetSlot(uint32_t slot);
 };
 
 struct SessionPolicy {

@@ -31,7 +31,7 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 1;
+inline constexpr uint16_t kSessionVersion = 2;
 inline constexpr uint32_t kMaxConnections = 16;
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kControlRingEntries = 64;
@@ -77,6 +77,22 @@ struct alignas(4096) SessionHeader {
   Doorbell engine_idle[kMaxConnections];
   // ConnectionState of each slot, written by the daemon.
   std::atomic<uint32_t> connection_state[kMaxConnections];
+  // The end of the daemon's part in each slot's connection (PublishFinal):
+  // 0 while the daemon may still complete requests of the connection; then
+  // the status every request it did not complete ends with (an rdp_status
+  // below 0). Reset to 0 before the slot's next connection is handed out.
+  std::atomic<int32_t> final_status[kMaxConnections];
+  // Requests of each slot's connection retired in order: the first
+  // `retired` requests taken from the send ring are finished, each with a
+  // completion entry or as a silent success. Counted modulo 2^32 from the
+  // connection's first request; reset with final_status.
+  std::atomic<uint32_t> retired[kMaxConnections];
+  // A robust, process-shared pthread mutex the client locks when it opens
+  // the session, from that thread: when the thread dies (with its process,
+  // or on its own), the kernel marks the futex word (the mutex's first four
+  // bytes) FUTEX_OWNER_DIED before the process can be reaped, so engines
+  // can tell a dead client with one load (SessionOwnerMaybeGone).
+  alignas(kCacheLine) uint8_t liveness[kCacheLine];
 };
 static_assert(sizeof(SessionHeader) == 4096);
 static_assert(offsetof(SessionHeader, control_requests) == 24);
@@ -206,9 +222,47 @@ struct CompletionEntry {
   uint8_t op;      // SendOp
   uint8_t reserved0[3];
   uint32_t byte_len;
-  uint32_t reserved1;
+  // The slot's retired count once this request finished (see
+  // SessionHeader::retired): the requests before it are finished too.
+  uint32_t retired;
 };
 static_assert(sizeof(CompletionEntry) == 24);
+
+// The daemon is done with the connection in `slot`: it completes nothing
+// more, `retired` requests finished in order, and every other request the
+// client posted ends with `status`. The client sees the state first (so it
+// stops posting), then the rest; acquire-loading final_status makes
+// `retired` and every completion pushed before visible.
+inline void PublishFinal(SessionHeader* h, uint32_t slot,
+                         ConnectionState state, int32_t status,
+                         uint32_t retired) {
+  h->connection_state[slot].store(state, std::memory_order_release);
+  h->retired[slot].store(retired, std::memory_order_relaxed);
+  // Pairs with the client's acquire load of final_status.
+  h->final_status[slot].store(status, std::memory_order_release);
+}
+
+// Readies `slot` for a new connection (the daemon, before answering the
+// connect or accept that hands the slot out).
+inline void ResetSlot(SessionHeader* h, uint32_t slot) {
+  h->retired[slot].store(0, std::memory_order_relaxed);
+  h->final_status[slot].store(0, std::memory_order_relaxed);
+  h->connection_state[slot].store(kConnUp, std::memory_order_release);
+}
+
+// Futex bits of the liveness mutex's word (linux/futex.h).
+inline constexpr uint32_t kFutexOwnerDied = 0x40000000;
+inline constexpr uint32_t kFutexTidMask = 0x3FFFFFFF;
+
+// True when the thread that opened the session may be gone (the kernel
+// marked its robust mutex, or nobody holds it). One relaxed load: for the
+// engines' data path. The word is client memory, so this is only a hint:
+// the daemon confirms it before acting (the process may live on).
+inline bool SessionOwnerMaybeGone(const SessionHeader* h) {
+  const uint32_t word = __atomic_load_n(
+      reinterpret_cast<const uint32_t*>(h->liveness), __ATOMIC_RELAXED);
+  return (word & kFutexOwnerDied) != 0 || (word & kFutexTidMask) == 0;
+}
 
 // Bytes of a session region with every ring, page-rounded.
 constexpr uint64_t SessionRegionBytes() {

@@ -64,7 +64,7 @@ TEST(RingAbi, BytesFor) {
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 1u);
+  EXPECT_EQ(kSessionVersion, 2u);
   EXPECT_EQ(kMaxConnections, 16u);
   EXPECT_EQ(kMaxSge, 8u);
   EXPECT_EQ(kControlRingEntries, 64u);
@@ -168,6 +168,12 @@ TEST(LayoutAbi, SessionHeader) {
   EXPECT_EQ(sizeof(SessionHeader::engine_idle), 16u * 64u);
   EXPECT_EQ(offsetof(SessionHeader, connection_state), 2688u);
   EXPECT_EQ(sizeof(SessionHeader::connection_state), 16u * 4u);
+  EXPECT_EQ(offsetof(SessionHeader, final_status), 2752u);
+  EXPECT_EQ(sizeof(SessionHeader::final_status), 16u * 4u);
+  EXPECT_EQ(offsetof(SessionHeader, retired), 2816u);
+  EXPECT_EQ(sizeof(SessionHeader::retired), 16u * 4u);
+  EXPECT_EQ(offsetof(SessionHeader, liveness), 2880u);
+  EXPECT_EQ(sizeof(SessionHeader::liveness), 64u);
   EXPECT_EQ(sizeof(SessionHeader), 4096u);
   EXPECT_EQ(alignof(SessionHeader), 4096u);
   // header_bytes must be able to record the header's size.
@@ -245,7 +251,7 @@ TEST(LayoutAbi, CompletionEntry) {
   EXPECT_EQ(offsetof(CompletionEntry, op), 12u);
   EXPECT_EQ(offsetof(CompletionEntry, reserved0), 13u);
   EXPECT_EQ(offsetof(CompletionEntry, byte_len), 16u);
-  EXPECT_EQ(offsetof(CompletionEntry, reserved1), 20u);
+  EXPECT_EQ(offsetof(CompletionEntry, retired), 20u);
   EXPECT_EQ(sizeof(CompletionEntry), 24u);
   EXPECT_EQ(alignof(CompletionEntry), 8u);
 }

@@ -230,7 +230,9 @@ TEST_F(MaliciousTest, BadHellosAreRefusedAndNothingIsKept) {
   cases.push_back({"bad session magic", Want::kRefused,
                    header([](shm::SessionHeader& h) { h.magic ^= 1; })});
   cases.push_back({"bad session version", Want::kRefused,
-                   header([](shm::SessionHeader& h) { h.version = 2; })});
+                   header([](shm::SessionHeader& h) {
+                     h.version = shm::kSessionVersion + 1;
+                   })});
   cases.push_back(
       {"max_connections 17", Want::kRefused,
        header([](shm::SessionHeader& h) { h.max_connections = 17; })});
@@ -1116,8 +1118,14 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
     bool must_fail = false;
     int completions = 0;
     int32_t status = 0;
+    // Ended by the connection's final status (shm::PublishFinal), not by a
+    // completion entry.
+    bool ended_by_close = false;
   };
   std::map<uint64_t, Posted> posted;
+  // The wr_ids of the current connection, in the order they were pushed:
+  // the daemon takes them in that order, so position k is its k-th request.
+  std::vector<uint64_t> order;
   uint64_t unknown_completions = 0;
   auto reap = [&] {
     CompletionEntry c;
@@ -1138,17 +1146,33 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
     }
     return n;
   };
-  uint64_t connection_first_id = 1;
   auto disconnect = [&]() {
     EXPECT_EQ(raw.Disconnect(slot), shm::kStatusOk);
-    // Everything this connection still had completes, aborted at worst.
-    EXPECT_TRUE(WaitFor(
-        [&] {
-          reap();
-          return outstanding(connection_first_id) == 0;
-        },
-        absl::Seconds(2)))
-        << outstanding(connection_first_id) << " entries never completed";
+    // The daemon is done with the connection before it answers: every
+    // request either completed, or succeeded silently among the first
+    // `retired`, or ends with the final status -- exactly one of these.
+    const int32_t final_status =
+        raw.header()->final_status[slot].load(std::memory_order_acquire);
+    const uint32_t retired =
+        raw.header()->retired[slot].load(std::memory_order_acquire);
+    EXPECT_LT(final_status, 0) << "no final status after the disconnect";
+    reap();
+    ASSERT_LE(retired, order.size()) << "more retired than posted";
+    for (size_t k = 0; k < order.size(); ++k) {
+      Posted& p = posted[order[k]];
+      SCOPED_TRACE("request " + std::to_string(k) + " of the connection");
+      if (k < retired) {
+        EXPECT_TRUE(p.completions == 1 || p.silent)
+            << "retired without a completion";
+      } else if (p.completions == 0) {
+        p.ended_by_close = true;
+        p.status = final_status;
+      }
+    }
+    order.clear();
+    // Nothing completes after the final status.
+    absl::SleepFor(absl::Milliseconds(5));
+    reap();
     EXPECT_TRUE(server.Disconnect(sconn).ok());
   };
 
@@ -1160,7 +1184,6 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
   while (next_id <= kEntries) {
     if (raw.state(slot) != shm::kConnUp) {
       disconnect();
-      connection_first_id = next_id;
       ASSERT_TRUE(connect());
       ++reconnects;
     }
@@ -1238,10 +1261,11 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
                     (e.flags & ~shm::kKnownSendFlags) != 0;
       posted[e.wr_id] = p;
       ASSERT_TRUE(raw.send(slot).TryPush(e)) << "send ring full";
+      order.push_back(e.wr_id);
     }
     raw.KickEngine(slot);
     // The batch completes, unless the connection broke: then its leftovers
-    // complete when it is disconnected.
+    // end with the connection's final status.
     const bool settled = WaitFor(
         [&] {
           reap();
@@ -1255,10 +1279,14 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
   }
   disconnect();
 
-  int failed = 0, succeeded = 0, silent_missing = 0;
+  int failed = 0, succeeded = 0, silent_missing = 0, ended_by_close = 0;
   for (const auto& [id, p] : posted) {
     SCOPED_TRACE("wr_id " + std::to_string(id));
     ASSERT_LE(p.completions, 1) << "completed twice";
+    if (p.ended_by_close) {
+      ++ended_by_close;
+      continue;
+    }
     if (p.completions == 0) {
       ASSERT_TRUE(p.silent) << "never completed";
       ++silent_missing;
@@ -1273,9 +1301,10 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
   }
   EXPECT_EQ(unknown_completions, 0u);
   std::printf(
-      "fuzzed send entries: %d, failed %d, succeeded %d, silent %d, "
-      "connections %d\n",
-      kEntries, failed, succeeded, silent_missing, reconnects + 1);
+      "fuzzed send entries: %d, failed %d, succeeded %d, silent %d, ended "
+      "by a close %d, connections %d\n",
+      kEntries, failed, succeeded, silent_missing, ended_by_close,
+      reconnects + 1);
 
   good_->Stop();
   EXPECT_EQ(good_->error(), "");

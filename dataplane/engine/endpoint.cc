@@ -1,6 +1,9 @@
 #include "dataplane/engine/endpoint.h"
 
+#include <poll.h>
 #include <time.h>
+
+#include <algorithm>
 
 #include <cstring>
 
@@ -73,7 +76,6 @@ Endpoint::Endpoint(const EndpointInfo& info, mr::RegistrationTable* table,
       tx_(faults),
       pins_(new Pins[kMaxOutstanding]),
       pins_mask_(kMaxOutstanding - 1),
-      flush_status_(shm::kStatusConnAborted),
       direct_(port_tx == nullptr && !faults.active()) {
   qp_ = std::make_unique<rc::RcQp>(
       WithDepth(info.qp),
@@ -97,7 +99,10 @@ void Endpoint::SetPeer(wire::Qpn remote_qpn, wire::Psn recv_psn,
 }
 
 void Endpoint::HandleFrame(const wire::ParsedPacket& pkt) {
-  if (!closed_) qp_->HandleFrame(pkt);
+  // The responder may touch our client's memory: not once it exited (a
+  // frame dropped while it may be dying is sent again).
+  if (closed_ || !ClientsLive()) return;
+  qp_->HandleFrame(pkt);
 }
 
 bool Endpoint::TakeTransportError() {
@@ -117,8 +122,51 @@ void Endpoint::SetIdle(bool idle) {
 }
 
 bool Endpoint::HasWork() const {
-  return (rx_ != nullptr && !rx_->empty()) || (!closed_ && info_.send.Size() > 0) ||
+  return (rx_ != nullptr && !rx_->empty()) ||
+         (!closed_ && (info_.send.Size() > 0 || direct_copy_.active)) ||
          qp_->responder_busy();
+}
+
+Endpoint::Liveness Endpoint::ConfirmClient() {
+  if (client_gone_) return Liveness::kGone;
+  if (liveness_unknown_) return Liveness::kAlive;
+  // The mutex says its owner thread is gone (the kernel marks it before the
+  // process can be reaped), or nobody holds it. Only the process's exit
+  // counts: a thread of a live client may have ended on its own, and the
+  // word is client memory anyway.
+  pollfd p{info_.owner_pidfd, POLLIN, 0};
+  if (info_.owner_pidfd < 0) {
+    liveness_unknown_ = true;  // nothing to confirm with: the socket tells
+    return Liveness::kAlive;
+  }
+  if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0) {
+    client_gone_ = true;
+    return Liveness::kGone;
+  }
+  // A dying process marks the mutex a moment before it exits.
+  const uint64_t now = clock_->NowNs();
+  if (suspect_since_ns_ == 0) suspect_since_ns_ = now;
+  if (now - suspect_since_ns_ < kSuspectNs) return Liveness::kSuspect;
+  liveness_unknown_ = true;
+  return Liveness::kAlive;
+}
+
+bool Endpoint::ClientsLive() {
+  const Liveness own = CheckClient();
+  const Liveness peer =
+      peer_ != nullptr ? peer_->CheckClient() : Liveness::kAlive;
+  if (own == Liveness::kGone) {
+    Close(CloseReason::kClosedByClient);
+    if (peer_ != nullptr) peer_->Close(CloseReason::kPeerClosed);
+    if (remote()) transport_error_ = true;
+    return false;
+  }
+  if (peer == Liveness::kGone) {
+    peer_->Close(CloseReason::kClosedByClient);
+    Close(CloseReason::kPeerClosed);
+    return false;
+  }
+  return own == Liveness::kAlive && peer == Liveness::kAlive;
 }
 
 rc::ResolvedMemory Endpoint::Resolve(wire::Qpn, wire::Rkey rkey, uint64_t va,
@@ -167,8 +215,7 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
     // Pin before trusting the pointer beyond this loop iteration; a key
     // deregistered in between fails the pin.
     if (r.check != mr::AccessCheck::kOk || !table_->BeginUse(s.lkey)) {
-      for (uint32_t j = 0; j < pins->count; ++j) table_->EndUse(pins->lkeys[j]);
-      pins->count = 0;
+      ReleasePins(*pins);
       ++stats_.local_key_errors;
       return shm::kStatusFault;
     }
@@ -180,11 +227,27 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
     pins->invalidate = e.sge[0].lkey;
   }
   if (total > (1ull << 31)) {
-    for (uint32_t j = 0; j < pins->count; ++j) table_->EndUse(pins->lkeys[j]);
-    pins->count = 0;
+    ReleasePins(*pins);
     return shm::kStatusInvalid;
   }
   return shm::kStatusOk;
+}
+
+uint32_t Endpoint::Retired() const {
+  if (direct_copy_.active) return direct_copy_.pins.index;
+  if (pins_head_ != pins_tail_) return pins_[pins_head_ & pins_mask_].index;
+  return taken_;
+}
+
+void Endpoint::PublishRetired() {
+  const uint32_t retired = Retired();
+  if (retired == published_retired_) return;
+  published_retired_ = retired;
+  // Pairs with the client's acquire load: what the retired requests did is
+  // done.
+  info_.header->retired[info_.slot].store(retired, std::memory_order_release);
+  // Someone may wait for a silent request.
+  ring_bell_ = true;
 }
 
 void Endpoint::PushCompletion(uint64_t wr_id, int32_t status, uint8_t op,
@@ -194,16 +257,21 @@ void Endpoint::PushCompletion(uint64_t wr_id, int32_t status, uint8_t op,
   c.status = status;
   c.op = op;
   c.byte_len = bytes;
-  // Room is guaranteed: requests are taken only while the ring can hold a
-  // completion for every one outstanding.
-  info_.completion.TryPush(c);
+  c.retired = Retired();
+  // Room is kept for every request taken (PullRequests): a full ring means
+  // the client moved its indices, and the connection cannot go on.
+  if (ABSL_PREDICT_FALSE(!info_.completion.TryPush(c))) {
+    ++stats_.completions_lost;
+    ring_broken_ = true;
+    return;
+  }
   ring_bell_ = true;
   ++stats_.completed;
 }
 
 uint32_t Endpoint::PullRequests(uint32_t budget) {
   uint32_t n = 0;
-  while (n < budget && !closed_) {
+  while (n < budget && !closed_ && !direct_copy_.active) {
     const uint32_t outstanding = pins_tail_ - pins_head_;
     if (outstanding >= kMaxOutstanding ||
         outstanding + info_.completion.Size() >=
@@ -216,12 +284,15 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
     if (pr == shm::PopResult::kCorrupted) {
       // The client broke its own ring: its connection cannot go on.
       ++stats_.bad_entries;
-      Close(shm::kStatusConnAborted, shm::kConnAborted);
+      Close(CloseReason::kClientBroke);
+      if (peer_ != nullptr) peer_->Close(CloseReason::kPeerClosed);
+      if (remote()) transport_error_ = true;
       break;
     }
     ++n;
     rc::WorkRequest wr;
     Pins& pins = pins_[pins_tail_ & pins_mask_];
+    pins.index = taken_++;
     const int status = Translate(e, &wr, &pins);
     if (status != shm::kStatusOk) {
       PushCompletion(e.wr_id, status, e.op, 0);
@@ -234,7 +305,7 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
     }
     const rc::PostResult r = qp_->Post(wr);
     if (r != rc::PostResult::kOk) {
-      for (uint32_t j = 0; j < pins.count; ++j) table_->EndUse(pins.lkeys[j]);
+      ReleasePins(pins);
       PushCompletion(e.wr_id,
                      r == rc::PostResult::kNotConnected
                          ? shm::kStatusNotConnected
@@ -253,7 +324,7 @@ void Endpoint::ReleasePins(Pins& pins) {
   pins.count = 0;
 }
 
-void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, Pins& pins,
+void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, const Pins& pins,
                              uint8_t op) {
   ++stats_.direct;
   uint32_t len = 0;
@@ -268,43 +339,61 @@ void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, Pins& pins,
                          write ? rc::RemoteAccess::kWrite
                                : rc::RemoteAccess::kRead);
   }
+  direct_copy_.wr = wr;
+  direct_copy_.pins = pins;
+  direct_copy_.op = op;
   if (mem.check != rc::AccessCheck::kOk) {
     // As over the wire: NAK "remote access error", the requester fails the
     // request and the connection breaks for both ends.
-    ReleasePins(pins);
+    ReleasePins(direct_copy_.pins);
     PublishState(shm::kConnAborted);
     peer_->PublishState(shm::kConnReset);
     PushCompletion(wr.wr_id,
                    write ? shm::kStatusFault : shm::kStatusRemoteResources, op,
                    0);
-    Close(shm::kStatusConnAborted, shm::kConnAborted);
-    peer_->Close(shm::kStatusConnReset, shm::kConnReset);
+    Close(CloseReason::kTransportError);
+    peer_->Close(CloseReason::kPeerClosed);
     return;
   }
-  if (len > 0) {
-    if (write) {
-      rc::CopyFromSgl(wr, 0, mem.addr, len);
+  direct_copy_.remote = mem.addr;
+  direct_copy_.length = len;
+  direct_copy_.done = 0;
+  direct_copy_.active = true;
+  ContinueDirect();
+}
+
+void Endpoint::ContinueDirect() {
+  DirectCopy& d = direct_copy_;
+  const uint32_t n = std::min(d.length - d.done, kDirectBytesPerTurn);
+  if (n > 0) {
+    if (d.wr.opcode == rc::WrOpcode::kWrite) {
+      rc::CopyFromSgl(d.wr, d.done, d.remote + d.done, n);
     } else {
-      rc::CopyToSgl(wr, 0, mem.addr, len);
+      rc::CopyToSgl(d.wr, d.done, d.remote + d.done, n);
     }
-    peer_->Release(wr.rkey);
+    d.done += n;
   }
-  ReleasePins(pins);
-  if (pins.invalidate != 0) table_->Invalidate(pins.invalidate);
-  if ((wr.flags & rc::kWrSilentSuccess) != 0) return;
-  PushCompletion(wr.wr_id, shm::kStatusOk, op, len);
+  if (d.done < d.length) return;  // more next turn
+  d.active = false;
+  if (d.length > 0) peer_->Release(d.wr.rkey);
+  ReleasePins(d.pins);
+  if (d.pins.invalidate != 0) table_->Invalidate(d.pins.invalidate);
+  if ((d.wr.flags & rc::kWrSilentSuccess) != 0) return;
+  PushCompletion(d.wr.wr_id, shm::kStatusOk, d.op, d.length);
 }
 
 void Endpoint::Complete(const rc::Completion& c) {
   Pins& pins = pins_[pins_head_ & pins_mask_];
   ++pins_head_;
-  for (uint32_t j = 0; j < pins.count; ++j) table_->EndUse(pins.lkeys[j]);
+  ReleasePins(pins);
   // NdkRead's local invalidate: a successful read retires the key of its
   // first buffer before the completion is seen.
   if (pins.invalidate != 0 && c.status == rc::WcStatus::kSuccess) {
     table_->Invalidate(pins.invalidate);
   }
-  if (c.silent) return;
+  // Flushed: the connection is closing, and its final status ends the
+  // request (Close).
+  if (c.silent || c.status == rc::WcStatus::kFlushed) return;
   // A transport error: the client must see the connection aborted before
   // (release order of the ring push) it sees the failed request.
   if (!closed_ && qp_->state() == rc::QpState::kError) {
@@ -316,14 +405,12 @@ void Endpoint::Complete(const rc::Completion& c) {
   int32_t status = shm::kStatusOk;
   switch (c.status) {
     case rc::WcStatus::kSuccess:
+    case rc::WcStatus::kFlushed:
       break;
     case rc::WcStatus::kRemoteAccessError:
       // The target lies outside what the peer registered for us.
       status = op == shm::kSendRead ? shm::kStatusRemoteResources
                                     : shm::kStatusFault;
-      break;
-    case rc::WcStatus::kFlushed:
-      status = flush_status_;
       break;
     case rc::WcStatus::kRetryExceeded:
     case rc::WcStatus::kRemoteInvalidRequest:
@@ -334,39 +421,37 @@ void Endpoint::Complete(const rc::Completion& c) {
   PushCompletion(c.wr_id, status, op, c.byte_len);
 }
 
-void Endpoint::Close(int32_t status, shm::ConnectionState state) {
+void Endpoint::Close(CloseReason reason) {
   if (closed_) return;
   closed_ = true;
-  flush_status_ = status;
-  PublishState(state);
+  close_reason_ = reason;
+  // Outstanding requests are released without completions; the final
+  // status below ends them.
   qp_->Flush();
-  // Requests still in the send ring were never started: they are aborted
-  // too (the control plane finishes what does not fit yet).
-  AbortQueued(status);
-}
-
-void Endpoint::AbortQueued(int32_t status) {
-  // Bounded: the client moves the indices.
-  shm::SendEntry e;
-  for (uint32_t i = 0; i < info_.send.capacity(); ++i) {
-    if (info_.completion.Size() >= info_.completion.capacity() ||
-        info_.send.TryPop(&e) != shm::PopResult::kOk) {
-      break;
-    }
-    PushCompletion(e.wr_id, status, e.op, 0);
+  if (direct_copy_.active) {
+    direct_copy_.active = false;
+    if (direct_copy_.length > 0) peer_->Release(direct_copy_.wr.rkey);
+    ReleasePins(direct_copy_.pins);
   }
-  if (ring_bell_) {
-    ring_bell_ = false;
-    shm::RingDoorbell(&info_.header->completion_bell[info_.slot]);
-  }
+  const CloseOutcome outcome = OutcomeOf(reason);
+  published_retired_ = Retired();
+  shm::PublishFinal(info_.header, info_.slot, outcome.state, outcome.status,
+                    published_retired_);
+  ring_bell_ = false;
+  shm::RingDoorbell(&info_.header->completion_bell[info_.slot]);
 }
 
 uint32_t Endpoint::Poll(uint32_t budget) {
   uint32_t work = 0;
+  // Requests and frames touch client memory only while both clients live;
+  // while one may be dying, the turn waits for the answer.
+  if (!closed_ && !ClientsLive()) return 1;
   // Frames from the peer first: they complete and free work.
   while (rx_ != nullptr && work < budget && !rx_->empty()) {
     wire::ParsedPacket pkt;
-    if (wire::ParseFrame(rx_->Front(), &pkt) == wire::ParseError::kOk) {
+    if (closed_) {
+      // Nothing of a closed connection reaches client memory.
+    } else if (wire::ParseFrame(rx_->Front(), &pkt) == wire::ParseError::kOk) {
       qp_->HandleFrame(pkt);
     } else {
       ++stats_.rx_rejected;
@@ -375,15 +460,24 @@ uint32_t Endpoint::Poll(uint32_t budget) {
     ++work;
   }
   if (!closed_) {
+    if (direct_copy_.active) {
+      ContinueDirect();
+      ++work;
+    }
     work += PullRequests(budget);
     work += qp_->Poll(budget);
-    if (qp_->state() == rc::QpState::kError) {
+    if (ABSL_PREDICT_FALSE(ring_broken_)) {
+      Close(CloseReason::kClientBroke);
+      if (peer_ != nullptr) peer_->Close(CloseReason::kPeerClosed);
+      if (remote()) transport_error_ = true;
+    } else if (qp_->state() == rc::QpState::kError) {
       // A transport error breaks the connection for both ends.
-      Close(shm::kStatusConnAborted, shm::kConnAborted);
-      if (peer_ != nullptr) peer_->Close(shm::kStatusConnReset, shm::kConnReset);
+      Close(CloseReason::kTransportError);
+      if (peer_ != nullptr) peer_->Close(CloseReason::kPeerClosed);
       if (remote()) transport_error_ = true;
     }
   }
+  if (!closed_) PublishRetired();
   if (ring_bell_) {
     ring_bell_ = false;
     shm::RingDoorbell(&info_.header->completion_bell[info_.slot]);

@@ -5,9 +5,24 @@
 // frame queue the peer's transmissions land in), or the engine's DPDK port
 // towards a peer in another daemon (the engine hands it received frames).
 //
+// Every request the endpoint takes from the client's send ring ends exactly
+// once, and the endpoint is its one owner: it completes it with an entry on
+// the completion ring (success, or an error the request itself met), or
+// retires it silently (a silent success), or -- when the connection closes
+// (Close, the first reason wins) -- leaves it to the close: PublishFinal
+// tells the client how many requests were retired in order and the status
+// every other request it posted ends with, and the endpoint pushes nothing
+// after that. Requests still in the send ring are never taken after the
+// close; the client ends them with the same status.
+//
+// Before its requests touch a client's memory, the endpoint checks that the
+// client, and for a connection inside the daemon the peer's client, still
+// lives (shm::SessionOwnerMaybeGone, confirmed with the process's pidfd): a
+// request posted after the peer's process died completes as reset.
+//
 // Created and destroyed by the control plane; between Engine::AddPair and
 // the acknowledgement of Engine::RemovePair it is used by the engine thread
-// only.
+// only (the control thread may Close an endpoint no engine serves).
 #ifndef RDMAPLANE_DATAPLANE_ENGINE_ENDPOINT_H_
 #define RDMAPLANE_DATAPLANE_ENGINE_ENDPOINT_H_
 
@@ -16,8 +31,12 @@
 #include <memory>
 #include <span>
 
+#include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
+
 #include "api/shm/layout.h"
 #include "api/shm/ring.h"
+#include "dataplane/engine/close_reason.h"
 #include "dataplane/fault/fault_model.h"
 #include "dataplane/mr/registration_table.h"
 #include "dataplane/rc/interfaces.h"
@@ -92,6 +111,9 @@ struct EndpointInfo {
   WakeRoute* wake = nullptr;  // the session's, or null (nothing to watch)
   shm::SpscRing<shm::SendEntry> send;
   shm::SpscRing<shm::CompletionEntry> completion;
+  // The client process (pidfd_open), to confirm that it exited when its
+  // liveness mutex says it may have; -1: no such check. Not owned.
+  int owner_pidfd = -1;
   rc::QpConfig qp;
 };
 
@@ -102,6 +124,7 @@ struct EndpointStats {
   uint64_t bad_entries = 0;
   uint64_t rx_rejected = 0;
   uint64_t direct = 0;  // requests carried out directly (same engine)
+  uint64_t completions_lost = 0;  // the client's completion ring was broken
 };
 
 class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
@@ -117,13 +140,14 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // Engine thread. Moves work: client requests in, frames in, frames and
   // completions out. Returns how much it did (0: idle).
   uint32_t Poll(uint32_t budget);
-  // Engine thread: the connection is closing. Outstanding work completes
-  // with `status` and the client sees `state`.
-  void Close(int32_t status, shm::ConnectionState state);
-  // Completes requests still waiting in the send ring with `status`, as far
-  // as the completion ring has room. The engine thread while it serves the
-  // endpoint; the control thread once it no longer does.
-  void AbortQueued(int32_t status);
+  // The connection ends (the first reason wins): every request taken and
+  // not yet finished is released without a completion, and the client is
+  // told (shm::PublishFinal) how many were retired and how the rest end.
+  // The engine thread while it serves the endpoint; the control thread
+  // when no engine does (or never did).
+  void Close(CloseReason reason);
+  bool closed() const { return closed_; }
+  CloseReason close_reason() const { return close_reason_; }
   bool HasWork() const;
   uint64_t next_timer_ns() const { return qp_->timer_deadline_ns(); }
   void SetIdle(bool idle);
@@ -137,8 +161,9 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
                const wire::MacAddr& mac);
   // A frame for this endpoint's QP arrived on the port (engine thread).
   void HandleFrame(const wire::ParsedPacket& pkt);
-  // True once, after a transport error closed a port endpoint: the engine
-  // tells the control plane, which tells the peer daemon.
+  // True once, after a transport error (or its client's death) closed a
+  // port endpoint: the engine tells the control plane, which tells the
+  // peer daemon.
   bool TakeTransportError();
   bool remote() const { return rx_ == nullptr; }
   const EndpointInfo& info() const { return info_; }
@@ -162,17 +187,54 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
     uint32_t lkeys[shm::kMaxSge];
     uint32_t count;
     uint32_t invalidate;  // lkey to invalidate on success, or 0
+    uint32_t index;       // the request's place in taking order (taken_)
   };
+  // A request carried out directly whose copy spans several turns, so that
+  // one large request never holds the engine for long.
+  struct DirectCopy {
+    bool active = false;
+    rc::WorkRequest wr;
+    Pins pins;
+    uint8_t op = 0;
+    uint8_t* remote = nullptr;  // the peer's memory, pinned under wr.rkey
+    uint32_t length = 0;
+    uint32_t done = 0;
+  };
+  static constexpr uint32_t kDirectBytesPerTurn = 1u << 20;
 
   uint32_t PullRequests(uint32_t budget);
-  // Carries out a request at once against the peer endpoint's memory
-  // (direct_ connections only): the responder's checks, one copy.
-  void ExecuteDirect(const rc::WorkRequest& wr, Pins& pins, uint8_t op);
+  // Carries out a request against the peer endpoint's memory (direct_
+  // connections only): the responder's checks, one copy, spread over turns
+  // when it is large.
+  void ExecuteDirect(const rc::WorkRequest& wr, const Pins& pins, uint8_t op);
+  // Copies the next piece of the direct request in progress; completes it
+  // when it is done.
+  void ContinueDirect();
   void ReleasePins(Pins& pins);
   // Turns a client entry into a work request; returns an rdp_status.
   int Translate(const shm::SendEntry& e, rc::WorkRequest* wr, Pins* pins);
   void PushCompletion(uint64_t wr_id, int32_t status, uint8_t op,
                       uint32_t bytes);
+  // Requests retired in order: those before the oldest one unfinished.
+  uint32_t Retired() const;
+  void PublishRetired();
+  // Whether this endpoint's client still lives (see the class comment).
+  // kSuspect: its liveness mutex says its owner died, and the process has
+  // not exited (yet): requests wait, for at most kSuspectNs, then the
+  // client counts as alive (a thread of a live process ended on its own).
+  enum class Liveness : uint8_t { kAlive, kSuspect, kGone };
+  static constexpr uint64_t kSuspectNs = 100'000'000;
+  Liveness CheckClient() {
+    if (ABSL_PREDICT_TRUE(!shm::SessionOwnerMaybeGone(info_.header))) {
+      return Liveness::kAlive;
+    }
+    return ConfirmClient();
+  }
+  ABSL_ATTRIBUTE_NOINLINE Liveness ConfirmClient();
+  // Closes the connection for both ends when either client has exited.
+  // Returns false when requests must not run this turn (closed, or a client
+  // may be dying).
+  bool ClientsLive();
 
   EndpointInfo info_;
   mr::RegistrationTable* table_;
@@ -186,9 +248,17 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   uint32_t pins_head_ = 0;
   uint32_t pins_tail_ = 0;
   uint32_t pins_mask_;
-  int32_t flush_status_;  // status of flushed requests (Close sets it)
+  uint32_t taken_ = 0;  // requests taken from the send ring
+  uint32_t published_retired_ = 0;
+  DirectCopy direct_copy_;
   bool ring_bell_ = false;
   bool closed_ = false;
+  CloseReason close_reason_ = CloseReason::kClosedByClient;
+  // A completion could not be pushed: the client broke its ring.
+  bool ring_broken_ = false;
+  bool client_gone_ = false;       // confirmed: the client exited
+  bool liveness_unknown_ = false;  // its mutex lies: rely on its socket
+  uint64_t suspect_since_ns_ = 0;  // kSuspect since then (0: never)
   // Both ends in this engine and a clean link: requests are carried out
   // directly instead of as RoCEv2 frames through the loopback link.
   bool direct_ = false;

@@ -243,20 +243,19 @@ void Engine::Submit(const Command& c) {
 }
 
 void Engine::AddRemote(Endpoint* e) {
-  Submit({CommandType::kAddRemote, e, nullptr, 0, shm::kConnUp, 0,
-          shm::kConnUp, nullptr});
+  Submit({CommandType::kAddRemote, e, nullptr, CloseReason::kClosedByClient,
+          CloseReason::kClosedByClient, nullptr});
 }
 
 void Engine::AddPair(Endpoint* a, Endpoint* b) {
-  Submit({CommandType::kAddPair, a, b, 0, shm::kConnUp, 0, shm::kConnUp,
-          nullptr});
+  Submit({CommandType::kAddPair, a, b, CloseReason::kClosedByClient,
+          CloseReason::kClosedByClient, nullptr});
 }
 
-void Engine::RemovePair(Endpoint* e, int32_t status,
-                        shm::ConnectionState state, int32_t peer_status,
-                        shm::ConnectionState peer_state) {
-  Submit({CommandType::kRemovePair, e, e->peer(), status, state, peer_status,
-          peer_state, nullptr});
+void Engine::RemovePair(Endpoint* e, CloseReason reason,
+                        CloseReason peer_reason) {
+  Submit({CommandType::kRemovePair, e, e->peer(), reason, peer_reason,
+          nullptr});
 }
 
 void Engine::ApplyCommands() {
@@ -280,8 +279,8 @@ void Engine::ApplyCommands() {
         Watch(c.a->info().wake);
       }
     } else {
-      c.a->Close(c.status, c.state);
-      if (c.b != nullptr) c.b->Close(c.peer_status, c.peer_state);
+      c.a->Close(c.reason);
+      if (c.b != nullptr) c.b->Close(c.peer_reason);
       Remove(c.a);
       if (c.b != nullptr) Remove(c.b);
     }

@@ -108,11 +108,10 @@ class Engine {
 
   // Wires a and b to each other and starts serving both.
   void AddPair(Endpoint* a, Endpoint* b);
-  // Stops serving `e` and its peer: e's outstanding work completes with
-  // `status` / `state`, the peer's with `peer_status` / `peer_state`. The
-  // caller may delete both once this returns.
-  void RemovePair(Endpoint* e, int32_t status, shm::ConnectionState state,
-                  int32_t peer_status, shm::ConnectionState peer_state);
+  // Stops serving `e` and its peer, closing them (Endpoint::Close) with
+  // `reason` and `peer_reason` unless they closed already. The caller may
+  // delete both once this returns.
+  void RemovePair(Endpoint* e, CloseReason reason, CloseReason peer_reason);
   // Starts serving `e`, whose peer is in another daemon: frames for its
   // local QPN are handed to it. Remove it with RemovePair (no peer).
   void AddRemote(Endpoint* e);
@@ -145,10 +144,8 @@ class Engine {
     CommandType type;
     Endpoint* a;
     Endpoint* b;
-    int32_t status;
-    shm::ConnectionState state;
-    int32_t peer_status;
-    shm::ConnectionState peer_state;
+    CloseReason reason;
+    CloseReason peer_reason;
     std::atomic<bool>* done;
   };
 
