@@ -428,13 +428,14 @@ void Endpoint::Close(CloseReason reason) {
   // Outstanding requests are released without completions; the final
   // status below ends them.
   qp_->Flush();
+  // A request cut short is not retired: the final status ends it.
+  published_retired_ = Retired();
   if (direct_copy_.active) {
     direct_copy_.active = false;
     if (direct_copy_.length > 0) peer_->Release(direct_copy_.wr.rkey);
     ReleasePins(direct_copy_.pins);
   }
   const CloseOutcome outcome = OutcomeOf(reason);
-  published_retired_ = Retired();
   shm::PublishFinal(info_.header, info_.slot, outcome.state, outcome.status,
                     published_retired_);
   ring_bell_ = false;
