@@ -448,11 +448,13 @@ ControlResponse Client::Call(ControlRequest request) {
       response.status = RDP_ERR_NET_DOWN;
       std::snprintf(response.message, sizeof(response.message),
                     "the daemon did not answer");
+      SetLastError(response.message);
       return response;
     }
     shm::WaitDoorbell(&header_->control_response_bell, ready, 100'000'000);
   }
   response.message[sizeof(response.message) - 1] = '\0';
+  if (response.status < 0) SetLastError(response.message);
   return response;
 }
 

@@ -44,11 +44,24 @@ typedef enum rdp_status {
   RDP_ERR_REFUSED = -10,      /* no listener for that service */
   RDP_ERR_PERMISSION = -11,   /* the daemon's policy refuses this user */
   RDP_ERR_TIMEOUT = -12,      /* a bounded wait ran out */
-  RDP_ERR_AGAIN = -13         /* nothing ready yet (e.g. no connection to
+  RDP_ERR_AGAIN = -13,        /* nothing ready yet (e.g. no connection to
                                  accept) */
+  RDP_ERR_LIMIT = -14         /* a limit the daemon enforces was reached:
+                                 sessions, arenas or arena bytes per user or
+                                 per session, connections per user or per
+                                 daemon, its file descriptors;
+                                 rdp_last_error() names it and the flag
+                                 that sets it */
 } rdp_status;
 
 const char* rdp_status_name(int status);
+
+/* Why the last call of this thread that talked to the daemon (rdp_open, the
+ * registration calls, listen, accept, connect, disconnect, rdp_alloc) failed,
+ * as the daemon or the library explained it, e.g. "uid 1000 holds 256
+ * sessions of the 256 --max_sessions_per_user allows". "" when there is no
+ * explanation. Valid until that thread's next such call fails. */
+const char* rdp_last_error(void);
 
 typedef struct rdp_client rdp_client;
 typedef uint32_t rdp_conn;

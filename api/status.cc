@@ -22,7 +22,8 @@ static_assert(int{shm::kStatusOk} == int{RDP_OK} && int{shm::kStatusPending} == 
               int{shm::kStatusRefused} == int{RDP_ERR_REFUSED} &&
               int{shm::kStatusPermission} == int{RDP_ERR_PERMISSION} &&
               int{shm::kStatusTimeout} == int{RDP_ERR_TIMEOUT} &&
-              int{shm::kStatusAgain} == int{RDP_ERR_AGAIN});
+              int{shm::kStatusAgain} == int{RDP_ERR_AGAIN} &&
+              int{shm::kStatusLimit} == int{RDP_ERR_LIMIT});
 
 constexpr char kPayloadUrl[] = "rdmaplane/rdp_status";
 
@@ -42,14 +43,24 @@ absl::StatusCode CanonicalCode(int code) {
     case RDP_ERR_PERMISSION: return absl::StatusCode::kPermissionDenied;
     case RDP_ERR_TIMEOUT: return absl::StatusCode::kDeadlineExceeded;
     case RDP_ERR_AGAIN: return absl::StatusCode::kUnavailable;
+    case RDP_ERR_LIMIT: return absl::StatusCode::kResourceExhausted;
     default: return absl::StatusCode::kUnknown;
   }
 }
 
 }  // namespace
 
+namespace {
+thread_local std::string last_error;
+}  // namespace
+
+void SetLastError(absl::string_view message) {
+  last_error.assign(message.data(), message.size());
+}
+
 absl::Status MakeStatus(int rdp_code, absl::string_view message) {
   if (rdp_code == RDP_OK) return absl::OkStatus();
+  SetLastError(message);
   absl::Status s(CanonicalCode(rdp_code), message);
   s.SetPayload(kPayloadUrl, absl::Cord(std::to_string(rdp_code)));
   return s;
@@ -89,6 +100,11 @@ extern "C" const char* rdp_status_name(int status) {
     case RDP_ERR_PERMISSION: return "permission denied";
     case RDP_ERR_TIMEOUT: return "timed out";
     case RDP_ERR_AGAIN: return "try again";
+    case RDP_ERR_LIMIT: return "limit reached";
   }
   return "unknown status";
+}
+
+extern "C" const char* rdp_last_error(void) {
+  return rdmaplane::last_error.c_str();
 }

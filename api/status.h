@@ -10,7 +10,11 @@
 
 namespace rdmaplane {
 
+// An error Status also becomes this thread's last error text
+// (rdp_last_error).
 absl::Status MakeStatus(int rdp_code, absl::string_view message);
+// Sets this thread's last error text.
+void SetLastError(absl::string_view message);
 // RDP_OK for an ok Status; the carried code, or one derived from the
 // canonical code, otherwise.
 int RdpCode(const absl::Status& status);

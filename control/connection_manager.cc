@@ -265,12 +265,14 @@ std::optional<ControlResponse> ConnectionManager::Connect(
     return Reply(shm::kStatusInvalid,
                  "the peer must be another daemon's IPv4 address");
   }
-  if (connections_->AtCapacity()) {
-    return Reply(shm::kStatusNoBuffers, "the engine serves all it can");
-  }
   const int slot = s->FreeSlot();
   if (slot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  ControlResponse refusal;
+  std::optional<UserAccounts::Charge> charge =
+      connections_->ChargeEnd(*s, &refusal);
+  if (!charge) return refusal;
   Connection* c = connections_->Create();
+  c->charge[0] = std::move(*charge);
   c->remote = true;
   c->side[0] = s;
   c->slot[0] = static_cast<uint32_t>(slot);

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "api/shm/doorbell.h"
+#include "control/log.h"
 #include "dataplane/port/eth_port.h"
 
 namespace rdmaplane::control {
@@ -38,11 +40,32 @@ bool ValidService(const ControlRequest& r) {
 
 ConnectionTable::ConnectionTable(const ConnectionOptions& options,
                                  std::vector<engine::Engine*> engines,
-                                 MemoryService* memory, uint64_t psn_seed)
+                                 MemoryService* memory, UserAccounts* accounts,
+                                 uint64_t psn_seed)
     : options_(options),
       engines_(std::move(engines)),
       memory_(memory),
+      accounts_(accounts),
       psn_seed_(psn_seed) {}
+
+std::optional<UserAccounts::Charge> ConnectionTable::ChargeEnd(
+    const Session& s, ControlResponse* refusal) {
+  std::string why;
+  if (AtCapacity()) {
+    why = absl::StrCat("the daemon serves ", options_.max_connections,
+                       " connections (--max_connections)");
+  } else if (absl::StatusOr<UserAccounts::Charge> c =
+                 accounts_->Take(s.uid, Resource::kConnections);
+             c.ok()) {
+    return std::move(*c);
+  } else {
+    why = std::string(c.status().message());
+  }
+  RDP_LOG_EVERY(kWarning, 10, "connection of pid %d refused: %s",
+                static_cast<int>(s.pid), why.c_str());
+  *refusal = Reply(shm::kStatusLimit, why.c_str());
+  return std::nullopt;
+}
 
 ConnectionTable::~ConnectionTable() = default;
 
@@ -207,7 +230,11 @@ ControlResponse ConnectionTable::Connect(Session* s, const ControlRequest& r) {
   }
   const int cslot = s->FreeSlot();
   if (cslot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  ControlResponse refusal;
+  std::optional<UserAccounts::Charge> charge = ChargeEnd(*s, &refusal);
+  if (!charge) return refusal;
   Connection* c = Create();
+  c->charge[0] = std::move(*charge);
   c->side[0] = s;
   c->slot[0] = cslot;
   c->side[1] = listener;
@@ -233,11 +260,13 @@ ControlResponse ConnectionTable::Accept(Session* s, const ControlRequest& r) {
   if (queue.empty()) return Reply(shm::kStatusAgain, "no connection yet");
   const int sslot = s->FreeSlot();
   if (sslot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
-  if (AtCapacity()) {
-    return Reply(shm::kStatusNoBuffers, "the engine serves all it can");
-  }
+  ControlResponse refusal;
+  std::optional<UserAccounts::Charge> charge = ChargeEnd(*s, &refusal);
+  if (!charge) return refusal;
   Connection* c = queue.front();
   queue.pop_front();
+  // The side the listener takes: 0 towards another daemon, else 1.
+  c->charge[c->remote ? 0 : 1] = std::move(*charge);
   ControlResponse resp = Reply(shm::kStatusOk);
   resp.connection = sslot;
   s->ResetSlot(sslot);
@@ -348,6 +377,7 @@ ControlResponse ConnectionTable::Disconnect(Session* s,
   CloseConnection(c, side, engine::CloseReason::kClosedByClient,
                   engine::CloseReason::kPeerClosed);
   c->open[side] = false;
+  c->charge[side].Release();
   s->connections[r.connection] = nullptr;
   MaybeDelete(c);
   return Reply(shm::kStatusOk);
@@ -365,6 +395,7 @@ void ConnectionTable::CloseSession(Session* s, bool daemon_stopping) {
                     daemon_stopping ? engine::CloseReason::kDaemonStopping
                                     : engine::CloseReason::kPeerClosed);
     c->open[side] = false;
+    c->charge[side].Release();
     s->connections[slot] = nullptr;
     MaybeDelete(c);
   }

@@ -60,6 +60,8 @@ struct Connection {
   uint32_t slot[2] = {0, 0};
   std::unique_ptr<engine::Endpoint> endpoint[2];
   bool open[2] = {false, false};  // the side still holds its slot
+  // The side's share of its user's allowance, while it holds its slot.
+  UserAccounts::Charge charge[2];
   bool running = false;           // an engine serves it
   uint32_t engine = 0;            // which engine (while running)
   // Connected, not yet accepted: the connector may register and post
@@ -122,7 +124,7 @@ class ConnectionTable {
   // `psn_seed` varies first PSNs from one daemon run to the next.
   ConnectionTable(const ConnectionOptions& options,
                   std::vector<engine::Engine*> engines, MemoryService* memory,
-                  uint64_t psn_seed);
+                  UserAccounts* accounts, uint64_t psn_seed);
   ~ConnectionTable();
   ConnectionTable(const ConnectionTable&) = delete;
   ConnectionTable& operator=(const ConnectionTable&) = delete;
@@ -174,6 +176,10 @@ class ConnectionTable {
   // rejected; a connector of ours is reset.
   void RefusePending(Connection* c);
   bool AtCapacity() const { return running_ >= options_.max_connections; }
+  // A connection end for `s`, charged to its user; kStatusLimit with the
+  // reason in `refusal` when the daemon or the user is at its limit.
+  std::optional<UserAccounts::Charge> ChargeEnd(const Session& s,
+                                                shm::ControlResponse* refusal);
   Connection* Find(uint32_t id) const;
   template <typename Fn>
   void ForEach(Fn&& fn) {
@@ -202,6 +208,7 @@ class ConnectionTable {
   ConnectionOptions options_;
   std::vector<engine::Engine*> engines_;
   MemoryService* memory_;
+  UserAccounts* accounts_;
   port::EthPort* port_ = nullptr;
   wire::MacAddr port_mac_;
   uint32_t port_ip_ = 0;

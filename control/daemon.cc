@@ -39,8 +39,9 @@ uint64_t RunSeed() {
 Daemon::Daemon(const DaemonOptions& options)
     : options_(options),
       seed_(RunSeed()),
+      accounts_(options.user_limits),
       table_(options.max_registrations, /*readers=*/EngineCount(options)),
-      memory_(&table_, options.max_registrations_per_session) {
+      memory_(&table_, options.max_registrations_per_session, &accounts_) {
   if (options_.socket_path.empty()) {
     options_.socket_path = shm::DefaultSocketPath();
   }
@@ -71,7 +72,8 @@ Daemon::Daemon(const DaemonOptions& options)
   co.remote_retransmit_timeout_ns = options_.remote_retransmit_timeout_ns;
   co.link_faults = options_.link_faults;
   connections_ = std::make_unique<ConnectionTable>(
-      co, std::move(engines), &memory_, 0x9E3779B97F4A7C15ull ^ seed_);
+      co, std::move(engines), &memory_, &accounts_,
+      0x9E3779B97F4A7C15ull ^ seed_);
   SessionPolicy policy;
   policy.allowed_uids = options_.allowed_uids;
   policy.allowed_gids = options_.allowed_gids;
@@ -80,7 +82,8 @@ Daemon::Daemon(const DaemonOptions& options)
   hooks.closing = [this](Session* s) { SessionClosing(s); };
   hooks.status = [this] { return BuildStatus(); };
   sessions_ = std::make_unique<SessionServer>(policy, &reactor_, &arena_memory_,
-                                              &counters_, std::move(hooks));
+                                              &accounts_, &counters_,
+                                              std::move(hooks));
 }
 
 Daemon::~Daemon() {

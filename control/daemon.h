@@ -32,6 +32,7 @@
 #include "control/reactor.h"
 #include "control/sessions.h"
 #include "control/status.h"
+#include "control/user_accounts.h"
 #include "dataplane/engine/engine.h"
 #include "dataplane/fault/fault_model.h"
 #include "dataplane/mr/registration_table.h"
@@ -82,6 +83,8 @@ struct DaemonOptions {
   uint32_t max_arenas_per_session = 64;
   // Connections the daemon serves at once (two endpoints each).
   uint32_t max_connections = 512;
+  // What each user may hold at once (user_accounts.h).
+  UserLimits user_limits;
   // Frames or requests an engine moves per endpoint and turn, and frames
   // per port burst (1..256).
   uint32_t burst = 32;
@@ -165,6 +168,7 @@ class Daemon {
   DaemonOptions options_;
   uint64_t seed_;  // varies ids and PSNs from one daemon run to the next
   ControlCounters counters_;
+  UserAccounts accounts_;
   mr::RegistrationTable table_;
   MemoryService memory_;
   // Before the engines and the port: frames they hold may point into

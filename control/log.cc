@@ -96,6 +96,25 @@ void Write(LogLevel level, const char* file, int line, const char* format,
   errno = saved_errno;
 }
 
+bool RateLimit::Allow(int64_t interval_ns, uint64_t* held_back) {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  int64_t next = next_ns_.load(std::memory_order_relaxed);
+  if (now < next || !next_ns_.compare_exchange_strong(
+                        next, now + interval_ns, std::memory_order_relaxed)) {
+    held_back_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  *held_back = held_back_.exchange(0, std::memory_order_relaxed);
+  return true;
+}
+
+std::string HeldBackNote(uint64_t held_back) {
+  if (held_back == 0) return "";
+  return " (" + std::to_string(held_back) + " more like it since the last)";
+}
+
 }  // namespace log_internal
 
 void SetLogLevel(LogLevel level) {

@@ -10,12 +10,16 @@
 //
 //   RDP_LOG(kInfo, "session %u from pid %d", id, pid);
 //   RDP_LOG_AT(ok ? LogLevel::kDebug : LogLevel::kWarning, "...");
+//   RDP_LOG_EVERY(kWarning, 10, "out of %s", what);  // at most every 10 s
+//                                                    // from this line
 //
 // Thread-safe.
 #ifndef RDMAPLANE_CONTROL_LOG_H_
 #define RDMAPLANE_CONTROL_LOG_H_
 
 #include <atomic>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace rdmaplane::control {
@@ -43,6 +47,21 @@ inline bool Enabled(LogLevel level) {
 void Write(LogLevel level, const char* file, int line, const char* format, ...)
     __attribute__((format(printf, 4, 5)));
 
+// One call site's allowance: a record every `interval_ns` at most.
+class RateLimit {
+ public:
+  // True when a record may go out now; then *held_back is how many were
+  // refused since the last one.
+  bool Allow(int64_t interval_ns, uint64_t* held_back);
+
+ private:
+  std::atomic<int64_t> next_ns_{0};
+  std::atomic<uint64_t> held_back_{0};
+};
+
+// " (N more like it since the last)" or "".
+std::string HeldBackNote(uint64_t held_back);
+
 }  // namespace log_internal
 }  // namespace rdmaplane::control
 
@@ -61,5 +80,24 @@ void Write(LogLevel level, const char* file, int line, const char* format, ...)
 #define RDP_LOG(level, format, ...)                 \
   RDP_LOG_AT(::rdmaplane::control::LogLevel::level, \
              format __VA_OPT__(, ) __VA_ARGS__)
+
+// At most one record every `seconds` from this line (the ones held back are
+// counted in the next).
+#define RDP_LOG_EVERY(level, seconds, format, ...)                          \
+  do {                                                                      \
+    static ::rdmaplane::control::log_internal::RateLimit rdp_log_rate_;     \
+    constexpr ::rdmaplane::control::LogLevel rdp_log_level_ =               \
+        ::rdmaplane::control::LogLevel::level;                              \
+    uint64_t rdp_held_back_ = 0;                                            \
+    if (::rdmaplane::control::log_internal::Enabled(rdp_log_level_) &&      \
+        rdp_log_rate_.Allow(int64_t{seconds} * 1'000'000'000,               \
+                            &rdp_held_back_)) {                             \
+      ::rdmaplane::control::log_internal::Write(                            \
+          rdp_log_level_, __FILE__, __LINE__, format "%s" __VA_OPT__(, )    \
+          __VA_ARGS__,                                                      \
+          ::rdmaplane::control::log_internal::HeldBackNote(rdp_held_back_)  \
+              .c_str());                                                    \
+    }                                                                       \
+  } while (0)
 
 #endif  // RDMAPLANE_CONTROL_LOG_H_

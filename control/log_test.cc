@@ -205,6 +205,29 @@ TEST_F(LogTest, ThreadsNeverInterleave) {
   EXPECT_EQ(seen.size(), static_cast<size_t>(kThreads * kRecords));
 }
 
+// A call site logs once per interval; what it held back is counted in the
+// next record it lets out.
+TEST_F(LogTest, RateLimitedRecordsCountWhatWasHeldBack) {
+  CapturedStderr captured;
+  for (int i = 0; i < 5; ++i) {
+    RDP_LOG_EVERY(kWarning, 3600, "out of %s", "descriptors");
+  }
+  const std::vector<std::string> lines = Lines(captured.Take());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("out of descriptors"), std::string::npos);
+  EXPECT_EQ(lines[0].find("more like it"), std::string::npos);
+  log_internal::RateLimit limit;
+  uint64_t held_back = 0;
+  ASSERT_TRUE(limit.Allow(0, &held_back));
+  EXPECT_EQ(held_back, 0u);
+  ASSERT_TRUE(limit.Allow(3'600'000'000'000, &held_back));
+  EXPECT_FALSE(limit.Allow(1, &held_back));
+  EXPECT_FALSE(limit.Allow(1, &held_back));
+  EXPECT_EQ(log_internal::HeldBackNote(2),
+            " (2 more like it since the last)");
+  EXPECT_EQ(log_internal::HeldBackNote(0), "");
+}
+
 TEST(ParseLogLevelTest, KnownNamesInAnyCase) {
   LogLevel level = LogLevel::kError;
   ASSERT_TRUE(ParseLogLevel("debug", &level));

@@ -2,6 +2,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "control/log.h"
 
 namespace rdmaplane::control {
 namespace {
@@ -40,8 +44,47 @@ uint8_t RemoteAccessBits(uint32_t flags) {
 }  // namespace
 
 MemoryService::MemoryService(mr::RegistrationTable* table,
-                             uint32_t max_per_session)
-    : table_(table), cache_(table), max_per_session_(max_per_session) {}
+                             uint32_t max_per_session, UserAccounts* accounts)
+    : table_(table),
+      cache_(table),
+      max_per_session_(max_per_session),
+      accounts_(accounts) {}
+
+ControlResponse MemoryService::Register(const Session& s,
+                                        const mr::Registration& reg,
+                                        uint32_t* key) {
+  // The seeds' WSAENOBUFS for every shortage, with the limit named.
+  UserAccounts::Charge charge;
+  if (!cache_.Holds(reg)) {
+    if (cache_.CountOwner(s.id) >= max_per_session_) {
+      return Reply(shm::kStatusNoBuffers,
+                   absl::StrCat("the session holds ", max_per_session_,
+                                " registrations "
+                                "(--max_registrations_per_session)")
+                       .c_str());
+    }
+    absl::StatusOr<UserAccounts::Charge> c =
+        accounts_->Take(s.uid, Resource::kRegistrations);
+    if (!c.ok()) {
+      RDP_LOG_EVERY(kWarning, 10, "registration refused: %s",
+                    std::string(c.status().message()).c_str());
+      return Reply(shm::kStatusNoBuffers,
+                   std::string(c.status().message()).c_str());
+    }
+    charge = std::move(*c);
+  }
+  const std::optional<uint32_t> k = cache_.Register(reg, max_per_session_);
+  if (!k) {
+    RDP_LOG_EVERY(kWarning, 10,
+                  "registration refused: the table is full "
+                  "(--max_registrations)");
+    return Reply(shm::kStatusNoBuffers,
+                 "the registration table is full (--max_registrations)");
+  }
+  if (charge.amount() != 0) cache_.AttachCharge(*k, std::move(charge));
+  *key = *k;
+  return Reply(shm::kStatusOk);
+}
 
 ControlResponse MemoryService::RegisterLocal(const Session& s,
                                              const ControlRequest& r) {
@@ -64,13 +107,9 @@ ControlResponse MemoryService::RegisterLocal(const Session& s,
   // write it (a read's target).
   reg.access = ((r.flags & shm::kAccessRead) ? mr::kAccessLocal : 0) |
                ((r.flags & shm::kAccessWrite) ? mr::kAccessLocalWrite : 0);
-  const std::optional<uint32_t> key = cache_.Register(reg, max_per_session_);
-  if (!key) {
-    return Reply(shm::kStatusNoBuffers,
-                 "registration table or this session's share of it is full");
-  }
-  ControlResponse resp = Reply(shm::kStatusOk);
-  resp.key = *key;
+  uint32_t key = 0;
+  ControlResponse resp = Register(s, reg, &key);
+  resp.key = key;
   return resp;
 }
 
@@ -111,19 +150,19 @@ ControlResponse MemoryService::RegisterRdma(const Session& s,
   reg.host = host;
   reg.memory_owner = owner;
   reg.access = RemoteAccessBits(r.flags);
-  const std::optional<uint32_t> key = cache_.Register(reg, max_per_session_);
-  if (!key) {
-    return Reply(shm::kStatusNoBuffers,
-                 "registration table or this session's share of it is full");
+  uint32_t key = 0;
+  if (ControlResponse refused = Register(s, reg, &key);
+      refused.status != shm::kStatusOk) {
+    return refused;
   }
   shm::RdmaDescriptor d{};
   d.magic = shm::kDescriptorMagic;
-  d.rkey = *key;
+  d.rkey = key;
   d.address = r.address;
   d.length = r.length;
   d.access = r.flags;
   ControlResponse resp = Reply(shm::kStatusOk);
-  resp.key = *key;
+  resp.key = key;
   resp.descriptor_length = sizeof(d);
   std::memcpy(resp.descriptor, &d, sizeof(d));
   return resp;
@@ -143,6 +182,15 @@ ControlResponse MemoryService::DeregisterRdma(const Session& s,
   }
   if (!scope) {
     return Reply(shm::kStatusInvalid, "not registered on this connection");
+  }
+  // A copy whose address, length or access was changed names nothing, even
+  // with the right key.
+  const mr::Registration* reg = cache_.Find(d.rkey);
+  if (reg == nullptr || reg->owner != s.id || reg->connection != *scope ||
+      d.address != reg->address || d.length != reg->length ||
+      RemoteAccessBits(d.access) != reg->access ||
+      (d.access & ~shm::kAccessReadWrite) != 0 || d.reserved != 0) {
+    return Reply(shm::kStatusInvalid, "not a registered RDMA buffer");
   }
   return ReleaseReply(cache_.Deregister(s.id, *scope, d.rkey),
                       "not a registered RDMA buffer");

@@ -18,6 +18,7 @@
 #include "control/registration_cache.h"
 #include "control/sessions.h"
 #include "control/status.h"
+#include "control/user_accounts.h"
 #include "dataplane/mr/registration_table.h"
 
 namespace rdmaplane::control {
@@ -31,8 +32,10 @@ inline uint32_t ConnectionOfScope(uint32_t scope) { return scope / 2; }
 
 class MemoryService {
  public:
-  // `max_per_session`: distinct registrations one session may hold.
-  MemoryService(mr::RegistrationTable* table, uint32_t max_per_session);
+  // `max_per_session`: distinct registrations one session may hold; each
+  // is also charged to its user's allowance in `accounts`.
+  MemoryService(mr::RegistrationTable* table, uint32_t max_per_session,
+                UserAccounts* accounts);
 
   shm::ControlResponse RegisterLocal(const Session& s,
                                      const shm::ControlRequest& r);
@@ -43,6 +46,7 @@ class MemoryService {
   shm::ControlResponse RegisterRdma(const Session& s,
                                     std::optional<uint32_t> scope,
                                     const shm::ControlRequest& r);
+  // The descriptor must name the registration in every field.
   shm::ControlResponse DeregisterRdma(const Session& s,
                                       std::optional<uint32_t> scope,
                                       const shm::ControlRequest& r);
@@ -60,9 +64,15 @@ class MemoryService {
   mr::RegistrationTable& table() { return *table_; }
 
  private:
+  // Registers `reg` for `s`, charging its user for a new registration; the
+  // key, or the refusal.
+  shm::ControlResponse Register(const Session& s, const mr::Registration& reg,
+                                uint32_t* key);
+
   mr::RegistrationTable* table_;
   RegistrationCache cache_;
   uint32_t max_per_session_;
+  UserAccounts* accounts_;
 };
 
 }  // namespace rdmaplane::control

@@ -9,6 +9,8 @@
 // (one --flag=value per line).
 #include <arpa/inet.h>
 #include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -44,6 +46,20 @@ ABSL_FLAG(uint32_t, max_arenas_per_session, 64,
           "memory arenas one client session may hand over (1..4096)");
 ABSL_FLAG(uint32_t, max_connections, 512,
           "connections the daemon serves at once");
+ABSL_FLAG(uint64_t, max_sessions_per_user, 256,
+          "client sessions one uid may hold at once (0: unlimited)");
+ABSL_FLAG(uint64_t, max_arenas_per_user, 4096,
+          "memory arenas one uid's sessions may hand over in all (0: "
+          "unlimited)");
+ABSL_FLAG(uint64_t, max_arena_bytes_per_user, 0,
+          "bytes of arena memory one uid's sessions may hand over in all "
+          "(default 0: this host's physical memory)");
+ABSL_FLAG(uint64_t, max_registrations_per_user, 16384,
+          "distinct registrations one uid's sessions may hold in all (0: "
+          "unlimited)");
+ABSL_FLAG(uint64_t, max_connections_per_user, 256,
+          "connection ends one uid's sessions may hold in all (0: "
+          "unlimited)");
 ABSL_FLAG(uint32_t, mtu, 4096,
           "RoCE path MTU: 256, 512, 1024, 2048 or 4096 (frames must fit the "
           "data port: memif and af_packet take 1024)");
@@ -191,6 +207,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdmaplaned: --max_connections must be 1..65536\n");
     return 2;
   }
+  rdmaplane::control::UserLimits& limits = options.user_limits;
+  limits.sessions = absl::GetFlag(FLAGS_max_sessions_per_user);
+  limits.arenas = absl::GetFlag(FLAGS_max_arenas_per_user);
+  limits.arena_bytes = absl::GetFlag(FLAGS_max_arena_bytes_per_user);
+  if (limits.arena_bytes == 0) {
+    limits.arena_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                         static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  }
+  limits.registrations = absl::GetFlag(FLAGS_max_registrations_per_user);
+  limits.connections = absl::GetFlag(FLAGS_max_connections_per_user);
   options.burst = absl::GetFlag(FLAGS_burst);
   if (options.burst == 0 || options.burst > 256) {
     std::fprintf(stderr, "rdmaplaned: --burst must be 1..256\n");
@@ -291,7 +317,11 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_check_config)) {
     std::printf("socket=%s\npoll_mode=%s\nmtu=%u\nport=%s\nip=%s\n"
                 "hugepages=%d\nburst=%u\nengines=%u\nengine_lcores=%s\nfile_prefix=%s\n"
-                "max_connections=%u\nmax_registrations=%u\nconfig: ok\n",
+                "max_connections=%u\nmax_registrations=%u\n"
+                "max_sessions_per_user=%llu\nmax_arenas_per_user=%llu\n"
+                "max_arena_bytes_per_user=%llu\n"
+                "max_registrations_per_user=%llu\n"
+                "max_connections_per_user=%llu\nconfig: ok\n",
                 options.socket_path.empty() ? "(default)"
                                             : options.socket_path.c_str(),
                 mode.c_str(), options.path_mtu,
@@ -302,7 +332,12 @@ int main(int argc, char** argv) {
                     ? "(not pinned)"
                     : absl::StrJoin(options.engine_cpus, ",").c_str(),
                 port.file_prefix.c_str(),
-                options.max_connections, options.max_registrations);
+                options.max_connections, options.max_registrations,
+                static_cast<unsigned long long>(limits.sessions),
+                static_cast<unsigned long long>(limits.arenas),
+                static_cast<unsigned long long>(limits.arena_bytes),
+                static_cast<unsigned long long>(limits.registrations),
+                static_cast<unsigned long long>(limits.connections));
     return 0;
   }
 
@@ -313,6 +348,18 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  // Every session holds a few descriptors and every arena one: take all the
+  // open files the hard limit allows (systemd's LimitNOFILE sets it).
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    RDP_LOG(kInfo, "open-file limit %llu",
+            static_cast<unsigned long long>(files.rlim_cur));
+  }
 
   rdmaplane::control::Daemon daemon(options);
   if (absl::Status s = daemon.Start(); !s.ok()) {

@@ -32,10 +32,21 @@ std::optional<uint32_t> RegistrationCache::Register(const mr::Registration& r,
     key = table_->Insert(r);
   }
   if (!key) return std::nullopt;
-  by_key_[*key] = Entry{r, 1};
+  by_key_[*key] = Entry{r, 1, {}};
   by_identity_[IdentityOf(r)] = *key;
   ++per_owner_[r.owner];
   return key;
+}
+
+bool RegistrationCache::Holds(const mr::Registration& r) const {
+  auto it = by_identity_.find(IdentityOf(r));
+  return it != by_identity_.end() && table_->Lookup(it->second) != nullptr;
+}
+
+void RegistrationCache::AttachCharge(uint32_t key,
+                                     UserAccounts::Charge charge) {
+  auto it = by_key_.find(key);
+  if (it != by_key_.end()) it->second.charge = std::move(charge);
 }
 
 RegistrationCache::Release RegistrationCache::Deregister(uint32_t owner,

@@ -13,6 +13,7 @@
 #include <optional>
 #include <tuple>
 
+#include "control/user_accounts.h"
 #include "dataplane/mr/registration_table.h"
 
 namespace rdmaplane::control {
@@ -26,6 +27,13 @@ class RegistrationCache {
   // `owner_limit` distinct registrations.
   std::optional<uint32_t> Register(const mr::Registration& r,
                                    uint32_t owner_limit = UINT32_MAX);
+
+  // True when Register(r) would add a reference to a live registration
+  // rather than make a new one.
+  bool Holds(const mr::Registration& r) const;
+  // Keeps `charge` for as long as the registration `key` lives (its user's
+  // allowance of registrations, UserAccounts).
+  void AttachCharge(uint32_t key, UserAccounts::Charge charge);
 
   enum class Release { kOk, kUnknown, kInUse };
   // Drops one reference that `owner` holds on `key` (scoped to
@@ -53,6 +61,7 @@ class RegistrationCache {
   struct Entry {
     mr::Registration reg;
     uint32_t refs = 0;
+    UserAccounts::Charge charge;
   };
   static Identity IdentityOf(const mr::Registration& r) {
     return {r.owner, r.connection, r.address, r.length, r.access};

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "api/shm/doorbell.h"
 #include "control/admin.h"
+#include "control/log.h"
 
 namespace rdmaplane::control {
 namespace {
@@ -91,15 +92,20 @@ void Session::ResetSlot(uint32_t slot) {
 // --- SessionServer -------------------------------------------------------------
 
 SessionServer::SessionServer(const SessionPolicy& policy, Reactor* reactor,
-                             ArenaMemory* arena_memory,
+                             ArenaMemory* arena_memory, UserAccounts* accounts,
                              ControlCounters* counters, SessionHooks hooks)
     : policy_(policy),
       reactor_(reactor),
       arena_memory_(arena_memory),
+      accounts_(accounts),
       counters_(counters),
-      hooks_(std::move(hooks)) {}
+      hooks_(std::move(hooks)),
+      spare_fd_(open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
 
-SessionServer::~SessionServer() { Shutdown(); }
+SessionServer::~SessionServer() {
+  Shutdown();
+  if (spare_fd_ >= 0) close(spare_fd_);
+}
 
 absl::Status SessionServer::Listen(const std::string& path) {
   path_ = path;
@@ -190,20 +196,58 @@ bool SessionServer::Allowed(uid_t uid, gid_t gid) const {
   return false;
 }
 
+namespace {
+
+// Answers a client we will not serve, and hangs up.
+void Refuse(int fd, int32_t status, const std::string& why) {
+  shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
+  reply.status = status;
+  std::snprintf(reply.text, sizeof(reply.text), "%s", why.c_str());
+  shm::SendSetup(fd, reply, -1, -1, /*dont_wait=*/true);
+  close(fd);
+}
+
+}  // namespace
+
+void SessionServer::RefuseForLackOfDescriptors() {
+  RDP_LOG_EVERY(kError, 10,
+                "out of file descriptors: refusing new clients (raise the "
+                "open-file limit, LimitNOFILE)");
+  if (spare_fd_ < 0) return;
+  close(spare_fd_);
+  const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) {
+    Refuse(fd, shm::kStatusLimit,
+           "the daemon is out of file descriptors (LimitNOFILE)");
+    counters_->Count(&ControlCounters::rejected_clients);
+  }
+  spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 void SessionServer::AcceptClients() {
   while (true) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) RefuseForLackOfDescriptors();
+      return;
+    }
     ucred cred{};
     socklen_t len = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
         !Allowed(cred.uid, cred.gid)) {
-      shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
-      reply.status = shm::kStatusPermission;
-      std::snprintf(reply.text, sizeof(reply.text),
-                    "uid %u is not allowed by this daemon's policy", cred.uid);
-      shm::SendSetup(fd, reply, -1, -1, /*dont_wait=*/true);
-      close(fd);
+      Refuse(fd, shm::kStatusPermission,
+             absl::StrCat("uid ", cred.uid,
+                          " is not allowed by this daemon's policy"));
+      counters_->Count(&ControlCounters::rejected_clients);
+      continue;
+    }
+    absl::StatusOr<UserAccounts::Charge> charge =
+        accounts_->Take(cred.uid, Resource::kSessions);
+    if (!charge.ok()) {
+      const std::string why(charge.status().message());
+      RDP_LOG_EVERY(kWarning, 10, "session of pid %d refused: %s",
+                    static_cast<int>(cred.pid), why.c_str());
+      Refuse(fd, shm::kStatusLimit, why);
       counters_->Count(&ControlCounters::rejected_clients);
       continue;
     }
@@ -215,6 +259,7 @@ void SessionServer::AcceptClients() {
     s->sock = fd;
     s->pid = cred.pid;
     s->uid = cred.uid;
+    s->charge = std::move(*charge);
     // Without a pidfd (an old kernel) only the socket tells of its exit.
     s->pidfd = static_cast<int>(syscall(SYS_pidfd_open, cred.pid, 0));
     s->id = next_session_id_++;
@@ -345,13 +390,21 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
   // daemon is gone gets EPIPE without a SIGPIPE.
   int control_pipe[2], engine_pipe[2];
   const int kind = SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK;
-  if (socketpair(AF_UNIX, kind, 0, control_pipe) != 0) {
-    return refuse("out of file descriptors");
-  }
-  if (socketpair(AF_UNIX, kind, 0, engine_pipe) != 0) {
-    close(control_pipe[0]);
-    close(control_pipe[1]);
-    return refuse("out of file descriptors");
+  const bool made = socketpair(AF_UNIX, kind, 0, control_pipe) == 0;
+  if (!made || socketpair(AF_UNIX, kind, 0, engine_pipe) != 0) {
+    if (made) {
+      close(control_pipe[0]);
+      close(control_pipe[1]);
+    }
+    RDP_LOG_EVERY(kError, 10,
+                  "out of file descriptors: session of pid %d refused",
+                  static_cast<int>(s->pid));
+    reply.status = shm::kStatusLimit;
+    std::snprintf(reply.text, sizeof(reply.text), "%s",
+                  "the daemon is out of file descriptors (LimitNOFILE)");
+    shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true);
+    Close(s);
+    return;
   }
   s->control_wake = control_pipe[0];
   s->engine_wake = std::make_unique<engine::WakeRoute>();
@@ -391,14 +444,26 @@ void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
     // A client that does not read its answers is dropped, never waited for.
     if (!shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true)) Close(s);
   };
-  if (s->arenas.size() >= policy_.max_arenas_per_session) {
+  auto limit = [&](const std::string& why) {
     if (fd >= 0) close(fd);
-    reply.status = shm::kStatusNoBuffers;
-    std::snprintf(reply.text, sizeof(reply.text),
-                  "arena refused: the session holds %u arenas, the most "
-                  "allowed",
-                  policy_.max_arenas_per_session);
-    return answer();
+    RDP_LOG_EVERY(kWarning, 10, "arena of pid %d refused: %s",
+                  static_cast<int>(s->pid), why.c_str());
+    reply.status = shm::kStatusLimit;
+    std::snprintf(reply.text, sizeof(reply.text), "%s", why.c_str());
+    answer();
+  };
+  if (s->arenas.size() >= policy_.max_arenas_per_session) {
+    return limit(absl::StrCat("the session holds ",
+                              policy_.max_arenas_per_session,
+                              " arenas (--max_arenas_per_session)"));
+  }
+  absl::StatusOr<UserAccounts::Charge> charge =
+      accounts_->Take(s->uid, Resource::kArenas);
+  if (!charge.ok()) return limit(std::string(charge.status().message()));
+  absl::StatusOr<UserAccounts::Charge> bytes_charge =
+      accounts_->Take(s->uid, Resource::kArenaBytes, msg.length);
+  if (!bytes_charge.ok()) {
+    return limit(std::string(bytes_charge.status().message()));
   }
   struct stat st{};
   const bool sized = fd >= 0 && fstat(fd, &st) == 0 && msg.length > 0 &&
@@ -427,6 +492,8 @@ void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
   a.host = static_cast<uint8_t*>(mem);
   a.fd = fd;
   a.owner = arena_memory_->Adopt(a.host, a.bytes, fd);
+  a.charge = std::move(*charge);
+  a.bytes_charge = std::move(*bytes_charge);
   const uint32_t id = next_arena_id_++;
   s->arenas[id] = std::move(a);
   reply.status = shm::kStatusOk;

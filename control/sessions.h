@@ -37,6 +37,7 @@
 #include "control/counters.h"
 #include "control/reactor.h"
 #include "control/status.h"
+#include "control/user_accounts.h"
 #include "dataplane/engine/endpoint.h"
 #include "dataplane/rc/memory_owner.h"
 
@@ -53,6 +54,9 @@ struct Arena {
   int fd = -1;
   // Counts frames still pointing into the arena (zero-copy transmit).
   std::unique_ptr<rc::MemoryOwner> owner;
+  // Its share of the user's allowances.
+  UserAccounts::Charge charge;
+  UserAccounts::Charge bytes_charge;
 };
 
 struct Session {
@@ -61,6 +65,7 @@ struct Session {
   pid_t pid = 0;
   uid_t uid = 0;
   int pidfd = -1;  // the client process, to confirm that it exited
+  UserAccounts::Charge charge;  // one of the user's sessions
   bool ready = false;  // hello done
   bool admin = false;  // an rdmaplanectl query, not a client
   std::unique_ptr<shm::SetupReader> setup;  // non-blocking reads
@@ -105,7 +110,7 @@ struct SessionPolicy {
   std::vector<uid_t> allowed_uids;  // besides root and the daemon's own uid
   std::vector<gid_t> allowed_gids;
   // Arenas one session may hand over: each holds a descriptor and a
-  // mapping in the daemon.
+  // mapping in the daemon. (Users' allowances are in UserAccounts.)
   uint32_t max_arenas_per_session = 64;
 };
 
@@ -120,8 +125,8 @@ struct SessionHooks {
 class SessionServer {
  public:
   SessionServer(const SessionPolicy& policy, Reactor* reactor,
-                ArenaMemory* arena_memory, ControlCounters* counters,
-                SessionHooks hooks);
+                ArenaMemory* arena_memory, UserAccounts* accounts,
+                ControlCounters* counters, SessionHooks hooks);
   ~SessionServer();
   SessionServer(const SessionServer&) = delete;
   SessionServer& operator=(const SessionServer&) = delete;
@@ -154,6 +159,10 @@ class SessionServer {
 
  private:
   void AcceptClients();
+  // Out of file descriptors: accepts one waiting client with the spare
+  // descriptor to tell it so, rather than leave it waiting (and the
+  // listening socket readable for ever).
+  void RefuseForLackOfDescriptors();
   bool Allowed(uid_t uid, gid_t gid) const;
   void OnReadable(Session* s);
   void HandleHello(Session* s, const shm::SetupMessage& msg, int fd);
@@ -163,8 +172,10 @@ class SessionServer {
   SessionPolicy policy_;
   Reactor* reactor_;
   ArenaMemory* arena_memory_;
+  UserAccounts* accounts_;
   ControlCounters* counters_;
   SessionHooks hooks_;
+  int spare_fd_ = -1;  // given up to accept when descriptors run out
   int listen_fd_ = -1;
   std::string path_;
   std::string starting_path_;  // where the socket is bound until Publish

@@ -115,6 +115,7 @@ enum StatusCode : int32_t {
   kStatusPermission = -11,
   kStatusTimeout = -12,
   kStatusAgain = -13,
+  kStatusLimit = -14,
 };
 
 enum ConnectionState : uint32_t {

@@ -848,11 +848,15 @@ class GoodPair {
 
 class HostileClientTest : public ::testing::Test {
  protected:
+  // A fixture that needs other daemon options changes them here.
+  virtual void Configure(control::DaemonOptions* options) {}
+
   void SetUp() override {
     signal(SIGPIPE, SIG_IGN);
     control::DaemonOptions options;
     options.socket_path = SocketPath(
         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    Configure(&options);
     daemon_ = std::make_unique<control::Daemon>(options);
     const absl::Status s = daemon_->Start();
     ASSERT_TRUE(s.ok()) << s;

@@ -440,8 +440,8 @@ TEST_F(MaliciousTest, ArenasBeyondTheSessionsAllowanceAreRefused) {
     const auto ans = raw.SendArena(Addr(extra.base), 4096, {extra.fd});
     EXPECT_EQ(ans.got, RawClient::Got::kMessage);
     EXPECT_EQ(ans.type, shm::kSetupArenaReply);
-    EXPECT_EQ(ans.status, shm::kStatusNoBuffers);
-    EXPECT_NE(ans.text.find("the most allowed"), std::string::npos)
+    EXPECT_EQ(ans.status, shm::kStatusLimit);
+    EXPECT_NE(ans.text.find("--max_arenas_per_session"), std::string::npos)
         << ans.text;
     RawClient::FreeArena(&extra);
     // The daemon kept neither the refused memfd nor a mapping of it.
@@ -1563,9 +1563,16 @@ TEST_F(MaliciousTest, DoorbellsAreNotSharedBetweenClients) {
 // --- Daemon bugs -------------------------------------------------------------
 
 // The engine serves DaemonOptions::max_connections connections at once;
-// beyond that, Accept says "no buffers" instead of reporting a connection
-// that would never be served.
-TEST_F(MaliciousTest, ConnectionsBeyondTheEngineCapacityAreRefusedNotIgnored) {
+// beyond that, Accept says "limit" instead of reporting a connection that
+// would never be served. (One user makes them all here: its own allowance
+// of connections is lifted.)
+class CapacityTest : public MaliciousTest {
+  void Configure(control::DaemonOptions* options) override {
+    options->user_limits.connections = 0;
+  }
+};
+
+TEST_F(CapacityTest, ConnectionsBeyondTheEngineCapacityAreRefusedNotIgnored) {
   std::vector<std::unique_ptr<Client>> hogs;
   int connections = 0;
   for (int i = 0; i < 64; ++i) {
