@@ -739,20 +739,29 @@ int Client::Write(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
                   const void* target_descriptor, uint32_t descriptor_length,
                   uint32_t target_offset, uint32_t flags, rdp_overlapped* ov) {
   if (ov == nullptr) return RDP_ERR_FAULT;
+  // A request refused at post time leaves its error in the overlapped
+  // structure too, so that no stale status is ever read there.
+  auto refuse = [ov](int code) {
+    ov->bytes = 0;
+    __atomic_store_n(&ov->status, code, __ATOMIC_RELEASE);
+    return code;
+  };
   constexpr uint32_t kWriteFlags =
       RDP_FLAG_SILENT_SUCCESS | RDP_FLAG_READ_FENCE | RDP_FLAG_DEFER;
-  if ((flags & ~kWriteFlags) != 0) return RDP_ERR_INVALID;
+  if ((flags & ~kWriteFlags) != 0) return refuse(RDP_ERR_INVALID);
   const int slot = SlotOf(conn);
-  if (int err = ConnectionError(slot); err != RDP_OK) return err;
+  if (int err = ConnectionError(slot); err != RDP_OK) return refuse(err);
   const shm::RdmaDescriptor* d =
       ParseDescriptor(target_descriptor, descriptor_length);
-  if (d == nullptr) return RDP_ERR_FAULT;
+  if (d == nullptr) return refuse(RDP_ERR_FAULT);
   SendEntry e{};
   uint64_t total = 0;
-  if (int err = FillSgl(&e, sgl, sge_count, &total); err != RDP_OK) return err;
+  if (int err = FillSgl(&e, sgl, sge_count, &total); err != RDP_OK) {
+    return refuse(err);
+  }
   // The target must lie inside the registered buffer.
   if (target_offset > d->length || total > d->length - target_offset) {
-    return RDP_ERR_FAULT;
+    return refuse(RDP_ERR_FAULT);
   }
   e.op = shm::kSendWrite;
   e.remote_address = d->address + target_offset;
@@ -764,23 +773,30 @@ int Client::Read(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
                  uint64_t remote_address, const void* remote_token,
                  uint32_t token_length, uint32_t flags, rdp_overlapped* ov) {
   if (ov == nullptr) return RDP_ERR_FAULT;
-  if ((flags & ~shm::kKnownSendFlags) != 0) return RDP_ERR_INVALID;
+  auto refuse = [ov](int code) {
+    ov->bytes = 0;
+    __atomic_store_n(&ov->status, code, __ATOMIC_RELEASE);
+    return code;
+  };
+  if ((flags & ~shm::kKnownSendFlags) != 0) return refuse(RDP_ERR_INVALID);
   const int slot = SlotOf(conn);
-  if (int err = ConnectionError(slot); err != RDP_OK) return err;
+  if (int err = ConnectionError(slot); err != RDP_OK) return refuse(err);
   const shm::RdmaDescriptor* d = ParseDescriptor(remote_token, token_length);
-  if (d == nullptr) return RDP_ERR_FAULT;
+  if (d == nullptr) return refuse(RDP_ERR_FAULT);
   SendEntry e{};
   uint64_t total = 0;
-  if (int err = FillSgl(&e, sgl, sge_count, &total); err != RDP_OK) return err;
+  if (int err = FillSgl(&e, sgl, sge_count, &total); err != RDP_OK) {
+    return refuse(err);
+  }
   if ((flags & RDP_FLAG_READ_LOCAL_INVALIDATE) != 0 && sge_count == 0) {
-    return RDP_ERR_INVALID;
+    return refuse(RDP_ERR_INVALID);
   }
   // Reading beyond the remote memory is refused up front when the token
   // says so; the peer's daemon checks again.
   if (remote_address < d->address ||
       remote_address - d->address > d->length ||
       total > d->length - (remote_address - d->address)) {
-    return RDP_ERR_REMOTE_RESOURCES;
+    return refuse(RDP_ERR_REMOTE_RESOURCES);
   }
   e.op = shm::kSendRead;
   e.remote_address = remote_address;

@@ -10,8 +10,10 @@
  * Threading: an rdp_client is thread-compatible. Calls on one connection
  * (posting, polling, waiting) must come from one thread at a time; different
  * connections may be used from different threads. No call blocks except
- * rdp_accept with a timeout and rdp_get_overlapped_result with wait set, and
- * those sleep (futex) rather than spin. Posting never allocates.
+ * rdp_accept with a timeout, rdp_get_overlapped_result with wait set, and the
+ * calls that ask the daemon (open, alloc, registration, listen, connect,
+ * disconnect, close), which wait for its answer at most the control time-out
+ * (5 s); they sleep (futex) rather than spin. Posting never allocates.
  */
 #ifndef RDMAPLANE_API_RDMAPLANE_H_
 #define RDMAPLANE_API_RDMAPLANE_H_
@@ -64,6 +66,7 @@ const char* rdp_status_name(int status);
 const char* rdp_last_error(void);
 
 typedef struct rdp_client rdp_client;
+/* A connection handle: its slot and a generation, never 0, never reused. */
 typedef uint32_t rdp_conn;
 
 /* Access flags for registrations [MEM_READ, MEM_WRITE, MEM_READWRITE]. */
@@ -84,8 +87,13 @@ typedef uint32_t rdp_conn;
  * /run/rdmaplane/rdmaplane.sock for root, else $XDG_RUNTIME_DIR/
  * rdmaplane.sock, else /tmp/rdmaplane-<uid>.sock). */
 int rdp_open(const char* socket_path, rdp_client** client);
-/* Closes every connection (outstanding work completes as RDP_ERR_ABORTED),
- * releases every registration and arena, and frees the client. */
+/* Closes every connection and frees the client. When it returns, every
+ * overlapped structure of every connection is final (see rdp_overlapped):
+ * work that had not completed ends as RDP_ERR_ABORTED (or with the status of
+ * an earlier break of its connection), and the daemon moves none of the
+ * session's bytes any more. Registrations, listeners and arenas go with the
+ * session. Bounded by the control time-out when the daemon does not
+ * answer. */
 void rdp_close(rdp_client* client);
 
 /* Memory from the client's shared arenas; only this memory can be
@@ -111,6 +119,15 @@ int rdp_connect(rdp_client* client, const char* service, rdp_conn* conn);
  * RDP_ERR_TIMEOUT: no daemon answered at `peer`. */
 int rdp_connect_to(rdp_client* client, const char* peer, const char* service,
                    rdp_conn* conn);
+/* Ends the connection. When it returns -- once the daemon took the
+ * connection back from its engine, normally within microseconds, at most
+ * the control time-out (5 s) when the daemon does not answer -- every
+ * overlapped structure of the connection is final: what had not completed
+ * ends as RDP_ERR_ABORTED, or with the status of an earlier break (the
+ * first reason wins); the peer's outstanding work ends RDP_ERR_CONN_RESET.
+ * The handle never names a connection again (handles carry a generation).
+ * RDP_ERR_NET_DOWN: the daemon did not answer (the connection is ended on
+ * this side all the same). */
 int rdp_disconnect(rdp_client* client, rdp_conn conn);
 
 /* [WSPRegisterRdmaMemory] Registers [buffer, buffer + length) for access by
@@ -133,7 +150,20 @@ typedef struct rdp_sge {
 } rdp_sge;
 
 /* Overlapped result of one work request [WSAOVERLAPPED, NDK_RESULT]. Must
- * stay valid, and be used by one request only, until it completes. */
+ * stay valid, and be used by one request only, until the request ends. It
+ * ends exactly once (docs/api.md, "The life of an rdp_overlapped"):
+ * - it completes: status and bytes are set by rdp_poll or
+ *   rdp_get_overlapped_result;
+ * - it succeeds with RDP_FLAG_SILENT_SUCCESS: never written again (status
+ *   stays RDP_PENDING); it has ended once a later request of the
+ *   connection completed, or the connection ended;
+ * - the connection ends first: RDP_ERR_ABORTED when this client
+ *   disconnected or closed (set before rdp_disconnect / rdp_close return),
+ *   RDP_ERR_CONN_RESET when the peer disconnected, closed or exited,
+ *   RDP_ERR_CONN_ABORTED when the connection failed or the daemon shut down
+ *   or died (set at the next rdp_poll or rdp_get_overlapped_result). The
+ *   first reason wins. A request posted after the peer's process died ends
+ *   RDP_ERR_CONN_RESET, never RDP_OK. */
 typedef struct rdp_overlapped {
   uint64_t context;        /* set by the caller, untouched by the library */
   volatile int32_t status; /* RDP_PENDING until completion */
@@ -160,7 +190,8 @@ int rdp_read(rdp_client* client, rdp_conn conn, const rdp_sge* sgl,
 int rdp_flush(rdp_client* client, rdp_conn conn);
 
 /* Reaps up to max completions of conn without waiting; returns how many
- * (their overlapped structures are filled in and listed in done). */
+ * (their overlapped structures are filled in and listed in done). Requests
+ * ended by the end of the connection are listed too. */
 int rdp_poll(rdp_client* client, rdp_conn conn, rdp_overlapped** done,
              int max);
 

@@ -280,6 +280,23 @@ void SessionServer::OnReadable(Session* s) {
     case shm::SetupReader::Result::kPartial:
       return;
     case shm::SetupReader::Result::kClosed:
+      // Descriptors the kernel could not give us, because we have run out:
+      // tell the client why, rather than hang up on it.
+      if (s->setup->descriptors_lost() && !s->ready) {
+        const int probe = dup(s->sock);
+        if (probe >= 0) {
+          close(probe);
+        } else if (errno == EMFILE || errno == ENFILE) {
+          RDP_LOG_EVERY(kError, 10,
+                        "out of file descriptors: session of pid %d refused",
+                        static_cast<int>(s->pid));
+          shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
+          reply.status = shm::kStatusLimit;
+          std::snprintf(reply.text, sizeof(reply.text), "%s",
+                        "the daemon is out of file descriptors (LimitNOFILE)");
+          shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true);
+        }
+      }
       Close(s);  // the client exited, crashed or spoke nonsense
       return;
     case shm::SetupReader::Result::kMessage:

@@ -134,6 +134,7 @@ SetupReader::Result SetupReader::Read(int sock, SetupMessage* msg, int* fd0,
       }
     }
     if (got <= 0 || too_many) {
+      descriptors_lost_ = (mh.msg_flags & MSG_CTRUNC) != 0;
       DropFds();
       return Result::kClosed;
     }

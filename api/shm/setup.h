@@ -70,6 +70,9 @@ class SetupReader {
   // kMessage: *msg and up to two descriptors are handed over (-1 when
   // absent). kClosed: end of stream, an error, or a malformed message.
   Result Read(int sock, SetupMessage* msg, int* fd0, int* fd1);
+  // After kClosed: descriptors sent with the message did not all arrive
+  // (MSG_CTRUNC: more than fit, or the reader is out of descriptors).
+  bool descriptors_lost() const { return descriptors_lost_; }
 
  private:
   void DropFds();
@@ -78,6 +81,7 @@ class SetupReader {
   size_t have_ = 0;
   int fds_[2] = {-1, -1};
   int nfds_ = 0;
+  bool descriptors_lost_ = false;
 };
 
 // The default socket path: /run/rdmaplane/rdmaplane.sock for root, else

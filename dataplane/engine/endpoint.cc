@@ -271,7 +271,9 @@ void Endpoint::PushCompletion(uint64_t wr_id, int32_t status, uint8_t op,
 
 uint32_t Endpoint::PullRequests(uint32_t budget) {
   uint32_t n = 0;
-  while (n < budget && !closed_ && !direct_copy_.active) {
+  // Both clients must live for every request taken: one may die while this
+  // loop runs, and what it posts later must never be carried out.
+  while (n < budget && !closed_ && !direct_copy_.active && ClientsLive()) {
     const uint32_t outstanding = pins_tail_ - pins_head_;
     if (outstanding >= kMaxOutstanding ||
         outstanding + info_.completion.Size() >=
