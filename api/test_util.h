@@ -9,6 +9,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 #include "api/client.h"
 #include "control/daemon.h"
 
@@ -62,6 +65,18 @@ struct ConnectedPair {
   rdp_conn client_conn = 0;
   bool ok = false;
 };
+
+// Waits until the daemon holds `sessions` client sessions (a closed client's
+// session goes when the daemon notices the socket closed).
+inline bool WaitForSessions(const control::Daemon& daemon, uint32_t sessions,
+                            absl::Duration timeout = absl::Seconds(5)) {
+  const absl::Time end = absl::Now() + timeout;
+  while (daemon.Snapshot().sessions != sessions) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
 
 }  // namespace rdmaplane::testing
 
