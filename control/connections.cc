@@ -52,8 +52,8 @@ std::optional<UserAccounts::Charge> ConnectionTable::ChargeEnd(
     const Session& s, ControlResponse* refusal) {
   std::string why;
   if (AtCapacity()) {
-    why = absl::StrCat("the daemon serves ", options_.max_connections,
-                       " connections (--max_connections)");
+    why = absl::StrCat("--max_connections reached: the daemon serves ",
+                       options_.max_connections);
   } else if (absl::StatusOr<UserAccounts::Charge> c =
                  accounts_->Take(s.uid, Resource::kConnections);
              c.ok()) {

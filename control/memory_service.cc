@@ -58,9 +58,8 @@ ControlResponse MemoryService::Register(const Session& s,
   if (!cache_.Holds(reg)) {
     if (cache_.CountOwner(s.id) >= max_per_session_) {
       return Reply(shm::kStatusNoBuffers,
-                   absl::StrCat("the session holds ", max_per_session_,
-                                " registrations "
-                                "(--max_registrations_per_session)")
+                   absl::StrCat("--max_registrations_per_session reached: ",
+                                max_per_session_, " registrations")
                        .c_str());
     }
     absl::StatusOr<UserAccounts::Charge> c =

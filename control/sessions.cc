@@ -470,9 +470,8 @@ void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
     answer();
   };
   if (s->arenas.size() >= policy_.max_arenas_per_session) {
-    return limit(absl::StrCat("the session holds ",
-                              policy_.max_arenas_per_session,
-                              " arenas (--max_arenas_per_session)"));
+    return limit(absl::StrCat("--max_arenas_per_session reached: ",
+                              policy_.max_arenas_per_session, " arenas"));
   }
   absl::StatusOr<UserAccounts::Charge> charge =
       accounts_->Take(s->uid, Resource::kArenas);

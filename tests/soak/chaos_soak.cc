@@ -783,6 +783,11 @@ int Soak::Run() {
   const absl::Time end = absl::Now() + absl::Seconds(seconds);
   absl::Time next_progress = absl::Now() + absl::Seconds(10);
   while (absl::Now() < end) {
+    {
+      // A daemon that died fails everything from then on: stop early.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (violations_ >= 20) break;
+    }
     Hostile(static_cast<int>(Below(kKindCount)));
     if (absl::Now() > next_progress) {
       next_progress += absl::Seconds(10);

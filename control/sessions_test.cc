@@ -1,0 +1,174 @@
+// The session server on a real Unix socket, with clients of the real
+// library: sessions served and ended (the closing hook runs once, before
+// anything is unmapped), the per-user allowance of sessions and the
+// per-session allowance of arenas refused with their reason, admin queries
+// answered, a client that speaks nonsense dropped, and a second server on a
+// live socket refused. The reactor runs on a thread of its own, as the
+// daemon's control thread does; the test thread only talks to the socket.
+#include "control/sessions.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "api/client.h"
+#include "api/status.h"
+#include "control/admin.h"
+
+namespace rdmaplane::control {
+namespace {
+
+std::string SocketPath(const std::string& name) {
+  return "/tmp/rdp-sessions-" + name + "-" + std::to_string(getpid()) +
+         ".sock";
+}
+
+bool WaitFor(const std::function<bool()>& done) {
+  const absl::Time end = absl::Now() + absl::Seconds(5);
+  while (!done()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+class SessionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    UserLimits limits;
+    limits.sessions = 3;
+    accounts_ = std::make_unique<UserAccounts>(limits);
+    SessionPolicy policy;
+    policy.max_arenas_per_session = 2;
+    SessionHooks hooks;
+    hooks.closing = [this](Session*) { closed_.fetch_add(1); };
+    hooks.status = [] {
+      DaemonStatus st;
+      st.version = "sessions-test";
+      return st;
+    };
+    server_ = std::make_unique<SessionServer>(policy, &reactor_, &arena_memory_,
+                                              accounts_.get(), &counters_,
+                                              std::move(hooks));
+    path_ = SocketPath(
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    ASSERT_TRUE(server_->Listen(path_).ok());
+    ASSERT_TRUE(server_->Publish().ok());
+    loop_ = std::thread([this] {
+      while (!stop_.load()) reactor_.RunOnce(10);
+      server_->Shutdown();
+    });
+  }
+  void TearDown() override {
+    stop_.store(true);
+    reactor_.Wake();
+    if (loop_.joinable()) loop_.join();
+  }
+
+  absl::StatusOr<std::unique_ptr<Client>> Open() {
+    ClientOptions o;
+    o.socket_path = path_;
+    o.arena_bytes = 2u << 20;
+    o.hugepages = ClientOptions::Hugepages::kOff;
+    return Client::Open(o);
+  }
+
+  Reactor reactor_;
+  ArenaMemory arena_memory_;
+  std::unique_ptr<UserAccounts> accounts_;
+  ControlCounters counters_;
+  std::unique_ptr<SessionServer> server_;
+  std::string path_;
+  std::atomic<int> closed_{0};
+  std::atomic<bool> stop_{false};
+  std::thread loop_;
+};
+
+TEST_F(SessionsTest, ASessionIsServedAndItsEndRunsTheHookOnce) {
+  {
+    auto c = Open();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_NE((*c)->Alloc(4096), nullptr);
+    EXPECT_EQ(closed_.load(), 0);
+  }
+  EXPECT_TRUE(WaitFor([&] { return closed_.load() == 1; }));
+  EXPECT_TRUE(WaitFor([&] {
+    return counters_.sessions_reclaimed.load() == 1;
+  }));
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(closed_.load(), 1);
+}
+
+TEST_F(SessionsTest, TheUsersSessionsAndTheSessionsArenasAreLimited) {
+  std::vector<std::unique_ptr<Client>> held;
+  for (int i = 0; i < 3; ++i) {
+    auto c = Open();
+    ASSERT_TRUE(c.ok()) << c.status();
+    held.push_back(std::move(*c));
+  }
+  auto refused = Open();
+  EXPECT_EQ(RdpCode(refused.status()), RDP_ERR_LIMIT) << refused.status();
+  EXPECT_NE(refused.status().message().find("--max_sessions_per_user"),
+            std::string::npos);
+  EXPECT_EQ(counters_.rejected_clients.load(), 1u);
+  // Two arenas, then the third is refused.
+  EXPECT_NE(held[0]->Alloc(2u << 20), nullptr);
+  EXPECT_NE(held[0]->Alloc(2u << 20), nullptr);
+  EXPECT_EQ(held[0]->Alloc(2u << 20), nullptr);
+  EXPECT_NE(std::string(rdp_last_error()).find("--max_arenas_per_session"),
+            std::string::npos)
+      << rdp_last_error();
+  held.pop_back();
+  EXPECT_TRUE(WaitFor([&] { return closed_.load() == 1; }));
+  EXPECT_TRUE(Open().ok());
+}
+
+TEST_F(SessionsTest, AnAdminQueryIsAnsweredAndDoesNotCountAsASession) {
+  auto answer = QueryDaemon(path_, "status", /*json=*/true, absl::Seconds(5));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_NE(answer->find("sessions-test"), std::string::npos) << *answer;
+  EXPECT_EQ(closed_.load(), 0) << "an admin query ran the session hook";
+  EXPECT_EQ(accounts_->Used(geteuid(), Resource::kSessions), 0u);
+}
+
+TEST_F(SessionsTest, NonsenseDropsTheSessionAndIsCounted) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string garbage(96, 'x');
+  ASSERT_EQ(write(fd, garbage.data(), garbage.size()),
+            static_cast<ssize_t>(garbage.size()));
+  char c;
+  EXPECT_EQ(read(fd, &c, 1), 0) << "the daemon kept a nonsense session";
+  close(fd);
+  EXPECT_TRUE(WaitFor([&] {
+    return counters_.sessions_reclaimed.load() == 1;
+  }));
+  EXPECT_TRUE(WaitFor([&] {
+    return accounts_->Used(geteuid(), Resource::kSessions) == 0;
+  }));
+}
+
+TEST_F(SessionsTest, ASecondServerOnALiveSocketIsRefused) {
+  Reactor other_reactor;
+  ArenaMemory other_memory;
+  SessionServer other(SessionPolicy{}, &other_reactor, &other_memory,
+                      accounts_.get(), &counters_, SessionHooks{});
+  const absl::Status s = other.Listen(path_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+  EXPECT_TRUE(Open().ok()) << "the first server stopped serving";
+}
+
+}  // namespace
+}  // namespace rdmaplane::control
