@@ -1,5 +1,6 @@
 #include "control/arena_memory.h"
 
+#include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/vfs.h>
@@ -23,6 +24,21 @@ size_t PageSizeOf(int fd) {
 }
 
 }  // namespace
+
+absl::Status SealAgainstHoles(int fd) {
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0) {
+    return absl::InvalidArgumentError("not a memfd that takes seals");
+  }
+  if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) {
+    return absl::OkStatus();
+  }
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) != 0) {
+    return absl::InvalidArgumentError(
+        "memfd sealed with F_SEAL_SEAL: holes could be punched in it");
+  }
+  return absl::OkStatus();
+}
 
 ArenaMemory::~ArenaMemory() {
   Reap();

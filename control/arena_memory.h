@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "dataplane/rc/memory_owner.h"
 
 namespace rdmaplane::port {
@@ -22,6 +23,19 @@ class EthPort;
 }  // namespace rdmaplane::port
 
 namespace rdmaplane::control {
+
+// Client memory the daemon maps must never lose its pages under the daemon:
+// a page that vanished (a hole punched in a hugetlb memfd whose freed page
+// someone else took) would kill the daemon with SIGBUS on its next access.
+// Called once the daemon mapped `fd` (shared, writable): seals the memfd
+// against writes through new mappings (F_SEAL_FUTURE_WRITE), which also
+// refuses hole punching (fallocate, MADV_REMOVE) from then on, for every
+// process. The mappings that exist -- the client's and the daemon's -- keep
+// writing. Fails (and the caller refuses the memory) when the memfd can take
+// no more seals (F_SEAL_SEAL) and is not sealed so already. Hugetlb pages
+// themselves are reserved by the daemon's mapping (no MAP_NORESERVE), so a
+// page never touched is there when first touched.
+absl::Status SealAgainstHoles(int fd);
 
 class ArenaMemory {
  public:

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,104 @@ TEST_F(ArenaMemoryTest, ClosingThePortLetsHeldArenasGo) {
   rte_eth_dev_close(static_cast<uint16_t>(pa));
   rte_ring_free(ab);
   rte_ring_free(ba);
+}
+
+// --- Sealing against holes ---------------------------------------------------
+
+// A memfd as a client hands it over (sealed against resizing), mapped
+// shared and writable by the client and, once handed over, by the daemon.
+struct ClientMemfd {
+  explicit ClientMemfd(unsigned flags, size_t bytes) : bytes(bytes) {
+    fd = memfd_create("seal-test", MFD_CLOEXEC | MFD_ALLOW_SEALING | flags);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+      return;
+    }
+    void* c = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_POPULATE, fd, 0);
+    void* d = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (c == MAP_FAILED || d == MAP_FAILED) return;
+    client = static_cast<uint8_t*>(c);
+    daemon = static_cast<uint8_t*>(d);
+  }
+  ~ClientMemfd() {
+    if (client != nullptr) munmap(client, bytes);
+    if (daemon != nullptr) munmap(daemon, bytes);
+    if (fd >= 0) close(fd);
+  }
+  bool ok() const { return daemon != nullptr; }
+  size_t bytes;
+  int fd = -1;
+  uint8_t* client = nullptr;
+  uint8_t* daemon = nullptr;
+};
+
+// What a client can do to take pages away after the daemon sealed: nothing.
+void ExpectNoHoles(ClientMemfd& m) {
+  ASSERT_TRUE(SealAgainstHoles(m.fd).ok());
+  EXPECT_NE(fcntl(m.fd, F_GET_SEALS) & F_SEAL_FUTURE_WRITE, 0);
+  EXPECT_NE(fallocate(m.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                      static_cast<off_t>(m.bytes)),
+            0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(madvise(m.client, m.bytes, MADV_REMOVE), 0);
+  // Both mappings still write, and see each other.
+  m.client[0] = 0x11;
+  m.daemon[m.bytes - 1] = 0x22;
+  EXPECT_EQ(m.daemon[0], 0x11);
+  EXPECT_EQ(m.client[m.bytes - 1], 0x22);
+  // No new writable mapping, so no new way in.
+  void* again =
+      mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd, 0);
+  EXPECT_EQ(again, MAP_FAILED);
+  // Sealing twice is fine.
+  EXPECT_TRUE(SealAgainstHoles(m.fd).ok());
+}
+
+TEST(SealAgainstHolesTest, ARegularMemfdCanNoLongerLosePages) {
+  ClientMemfd m(0, 1u << 20);
+  ASSERT_TRUE(m.ok());
+  ExpectNoHoles(m);
+}
+
+TEST(SealAgainstHolesTest, AHugetlbMemfdCanNoLongerLosePages) {
+  // Two hugepages of our own, given back after (root only).
+  FILE* f = std::fopen("/proc/sys/vm/nr_hugepages", "r+");
+  long before = -1;
+  if (f == nullptr || std::fscanf(f, "%ld", &before) != 1) {
+    if (f != nullptr) std::fclose(f);
+    GTEST_SKIP() << "cannot read /proc/sys/vm/nr_hugepages";
+  }
+  std::fclose(f);
+  auto set = [](long n) {
+    FILE* w = std::fopen("/proc/sys/vm/nr_hugepages", "w");
+    if (w == nullptr) return false;
+    const bool ok = std::fprintf(w, "%ld", n) > 0;
+    return std::fclose(w) == 0 && ok;
+  };
+  if (geteuid() != 0 || !set(before + 2)) {
+    GTEST_SKIP() << "reserving hugepages needs root";
+  }
+  {
+    ClientMemfd m(MFD_HUGETLB, 2u << 20);
+    if (m.ok()) ExpectNoHoles(m);
+    EXPECT_TRUE(m.ok()) << "no hugepage for the test after reserving two";
+  }
+  set(before);
+}
+
+TEST(SealAgainstHolesTest, AMemfdThatTakesNoMoreSealsIsRefused) {
+  ClientMemfd m(0, 1u << 20);
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(fcntl(m.fd, F_ADD_SEALS, F_SEAL_SEAL), 0);
+  const absl::Status s = SealAgainstHoles(m.fd);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // A pipe is no memfd at all.
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  EXPECT_FALSE(SealAgainstHoles(p[0]).ok());
+  close(p[0]);
+  close(p[1]);
 }
 
 }  // namespace

@@ -363,6 +363,13 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
   s->region = static_cast<uint8_t*>(mem);
   s->region_bytes = msg.length;
   s->region_fd = fd;
+  // Its pages may not vanish under us (arena_memory.h).
+  if (absl::Status sealed = SealAgainstHoles(fd); !sealed.ok()) {
+    RDP_LOG_EVERY(kWarning, 10, "session of pid %d refused: %s",
+                  static_cast<int>(s->pid),
+                  std::string(sealed.message()).c_str());
+    return refuse("session region: holes could be punched in it");
+  }
   s->header = reinterpret_cast<shm::SessionHeader*>(s->region);
   // Copy the ring table once; later changes by the client are ignored.
   std::memcpy(static_cast<void*>(&s->refs), s->header, sizeof(s->refs));
@@ -494,6 +501,20 @@ void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
   void* mem = MAP_FAILED;
   if (sized && !overlaps && SealedAgainstShrinking(fd)) {
     mem = mmap(nullptr, msg.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  // Its pages may not vanish under us (arena_memory.h).
+  if (mem != MAP_FAILED) {
+    if (absl::Status sealed = SealAgainstHoles(fd); !sealed.ok()) {
+      munmap(mem, msg.length);
+      close(fd);
+      RDP_LOG_EVERY(kWarning, 10, "arena of pid %d refused: %s",
+                    static_cast<int>(s->pid),
+                    std::string(sealed.message()).c_str());
+      reply.status = shm::kStatusInvalid;
+      std::snprintf(reply.text, sizeof(reply.text), "%s",
+                    "arena refused: holes could be punched in it (F_SEAL_SEAL)");
+      return answer();
+    }
   }
   if (mem == MAP_FAILED) {
     if (fd >= 0) close(fd);
