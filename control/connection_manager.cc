@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/log.h"
+#include "control/reply.h"
 #include "dataplane/wire/arp.h"
 
 namespace rdmaplane::control {
@@ -35,13 +36,6 @@ std::string IpText(uint32_t ip) {
   char buf[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &a, buf, sizeof(buf));
   return buf;
-}
-
-ControlResponse Reply(int32_t status, const std::string& message = "") {
-  ControlResponse r{};
-  r.status = status;
-  std::snprintf(r.message, sizeof(r.message), "%s", message.c_str());
-  return r;
 }
 
 // A REJ carries why, as text in its private data, for the client's error.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "api/shm/doorbell.h"
 #include "control/log.h"
+#include "control/reply.h"
 #include "dataplane/port/eth_port.h"
 
 namespace rdmaplane::control {
@@ -16,13 +17,6 @@ namespace {
 
 using shm::ControlRequest;
 using shm::ControlResponse;
-
-ControlResponse Reply(int32_t status, const char* message = "") {
-  ControlResponse r{};
-  r.status = status;
-  std::snprintf(r.message, sizeof(r.message), "%s", message);
-  return r;
-}
 
 std::string IpText(uint32_t ip) {
   in_addr a{htonl(ip)};
@@ -63,7 +57,7 @@ std::optional<UserAccounts::Charge> ConnectionTable::ChargeEnd(
   }
   RDP_LOG_EVERY(kWarning, 10, "connection of pid %d refused: %s",
                 static_cast<int>(s.pid), why.c_str());
-  *refusal = Reply(shm::kStatusLimit, why.c_str());
+  *refusal = Reply(shm::kStatusLimit, why);
   return std::nullopt;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "api/shm/doorbell.h"
 #include "control/connection_manager.h"
+#include "control/reply.h"
 #include "control/telemetry.h"
 #include "dataplane/port/dpdk_env.h"
 #include "dataplane/port/eth_port.h"
@@ -19,13 +20,6 @@ namespace {
 
 using shm::ControlRequest;
 using shm::ControlResponse;
-
-ControlResponse Reply(int32_t status, const char* message = "") {
-  ControlResponse r{};
-  r.status = status;
-  std::snprintf(r.message, sizeof(r.message), "%s", message);
-  return r;
-}
 
 // Communication ids and first PSNs differ from one daemon run to the next,
 // so that a restarted daemon's messages are not taken for stale ones.

@@ -6,19 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/log.h"
+#include "control/reply.h"
 
 namespace rdmaplane::control {
 namespace {
 
 using shm::ControlRequest;
 using shm::ControlResponse;
-
-ControlResponse Reply(int32_t status, const char* message = "") {
-  ControlResponse r{};
-  r.status = status;
-  std::snprintf(r.message, sizeof(r.message), "%s", message);
-  return r;
-}
 
 // The answer to a deregistration (the seeds give WSAEINVAL for both
 // failures).
@@ -59,16 +53,14 @@ ControlResponse MemoryService::Register(const Session& s,
     if (cache_.CountOwner(s.id) >= max_per_session_) {
       return Reply(shm::kStatusNoBuffers,
                    absl::StrCat("--max_registrations_per_session reached: ",
-                                max_per_session_, " registrations")
-                       .c_str());
+                                max_per_session_, " registrations"));
     }
     absl::StatusOr<UserAccounts::Charge> c =
         accounts_->Take(s.uid, Resource::kRegistrations);
     if (!c.ok()) {
-      RDP_LOG_EVERY(kWarning, 10, "registration refused: %s",
-                    std::string(c.status().message()).c_str());
-      return Reply(shm::kStatusNoBuffers,
-                   std::string(c.status().message()).c_str());
+      const std::string why(c.status().message());
+      RDP_LOG_EVERY(kWarning, 10, "registration refused: %s", why.c_str());
+      return Reply(shm::kStatusNoBuffers, why);
     }
     charge = std::move(*c);
   }
