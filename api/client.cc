@@ -531,6 +531,7 @@ rdp_conn Client::AttachConnection(uint32_t slot) {
   if (c.ledger == nullptr) c.ledger.reset(new Pending[kLedgerEntries]);
   c.posted = 0;
   c.head = 0;
+  c.silent = 0;
   // Never 0, and 24 bits: handles are never 0 and always differ from the
   // slot's previous ones (until 2^24 connections later).
   c.generation = (c.generation + 1) & 0xFFFFFF;
@@ -732,6 +733,7 @@ int Client::Post(uint32_t slot, SendEntry& entry, rdp_overlapped* ov,
   }
   c.ledger[c.posted % kLedgerEntries] = {ov, entry.flags, false};
   ++c.posted;
+  if ((entry.flags & RDP_FLAG_SILENT_SUCCESS) != 0) ++c.silent;
   return RDP_PENDING;
 }
 
@@ -833,7 +835,10 @@ void Client::RetireSilent(Connection& c, uint32_t retired) {
     Pending& p = c.ledger[i % kLedgerEntries];
     // A silent success is never reported: its overlapped structure stays
     // as it was posted, and the library forgets it.
-    if ((p.flags & RDP_FLAG_SILENT_SUCCESS) != 0) p.done = true;
+    if (!p.done && (p.flags & RDP_FLAG_SILENT_SUCCESS) != 0) {
+      p.done = true;
+      --c.silent;
+    }
   }
   while (c.head != c.posted && c.ledger[c.head % kLedgerEntries].done) {
     ++c.head;
@@ -849,6 +854,7 @@ rdp_overlapped* Client::Apply(Connection& c, const CompletionEntry& e) {
   Pending& p = c.ledger[index % kLedgerEntries];
   if (p.done) return nullptr;
   p.done = true;
+  if ((p.flags & RDP_FLAG_SILENT_SUCCESS) != 0) --c.silent;
   // The silent requests before it succeeded: forgotten before this one is
   // seen done, so a caller may free them once it sees it.
   RetireSilent(c, e.retired);
@@ -867,6 +873,7 @@ int Client::EndRemaining(Connection& c, int32_t status, rdp_overlapped** done,
     Pending& p = c.ledger[i % kLedgerEntries];
     if (p.done) continue;
     p.done = true;
+    if ((p.flags & RDP_FLAG_SILENT_SUCCESS) != 0) --c.silent;
     Finish(p.ov, status, 0);
     if (done != nullptr) done[n] = p.ov;
     ++n;
@@ -904,7 +911,11 @@ int Client::Reap(uint32_t slot, rdp_overlapped** done, int max) {
     ++n;
   }
   if (done != nullptr && n >= max) return n;
-  RetireSilent(c, header_->retired[slot].load(std::memory_order_acquire));
+  // The retired count is read only when it can retire something: the
+  // engine writes it every turn, and reading it would pull its cache line.
+  if (c.silent > 0 || final_status != 0) {
+    RetireSilent(c, header_->retired[slot].load(std::memory_order_acquire));
+  }
   if (final_status != 0) {
     n += EndRemaining(c, final_status, done == nullptr ? nullptr : done + n,
                       max - n);

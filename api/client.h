@@ -114,6 +114,7 @@ class Client {
     std::unique_ptr<Pending[]> ledger;
     uint32_t posted = 0;  // index of the next request
     uint32_t head = 0;    // the oldest request not ended
+    uint32_t silent = 0;  // silent requests among them
   };
 
   Client() = default;

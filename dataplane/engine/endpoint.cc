@@ -326,7 +326,7 @@ void Endpoint::ReleasePins(Pins& pins) {
   pins.count = 0;
 }
 
-void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, const Pins& pins,
+void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, Pins& pins,
                              uint8_t op) {
   ++stats_.direct;
   uint32_t len = 0;
@@ -341,13 +341,10 @@ void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, const Pins& pins,
                          write ? rc::RemoteAccess::kWrite
                                : rc::RemoteAccess::kRead);
   }
-  direct_copy_.wr = wr;
-  direct_copy_.pins = pins;
-  direct_copy_.op = op;
   if (mem.check != rc::AccessCheck::kOk) {
     // As over the wire: NAK "remote access error", the requester fails the
     // request and the connection breaks for both ends.
-    ReleasePins(direct_copy_.pins);
+    ReleasePins(pins);
     PublishState(shm::kConnAborted);
     peer_->PublishState(shm::kConnReset);
     PushCompletion(wr.wr_id,
@@ -357,6 +354,26 @@ void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, const Pins& pins,
     peer_->Close(CloseReason::kPeerClosed);
     return;
   }
+  if (len <= kDirectBytesPerTurn) {
+    // The common case: done in this turn, nothing to keep.
+    if (len > 0) {
+      if (write) {
+        rc::CopyFromSgl(wr, 0, mem.addr, len);
+      } else {
+        rc::CopyToSgl(wr, 0, mem.addr, len);
+      }
+      peer_->Release(wr.rkey);
+    }
+    ReleasePins(pins);
+    if (pins.invalidate != 0) table_->Invalidate(pins.invalidate);
+    if ((wr.flags & rc::kWrSilentSuccess) == 0) {
+      PushCompletion(wr.wr_id, shm::kStatusOk, op, len);
+    }
+    return;
+  }
+  direct_copy_.wr = wr;
+  direct_copy_.pins = pins;
+  direct_copy_.op = op;
   direct_copy_.remote = mem.addr;
   direct_copy_.length = len;
   direct_copy_.done = 0;

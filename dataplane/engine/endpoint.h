@@ -206,7 +206,7 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // Carries out a request against the peer endpoint's memory (direct_
   // connections only): the responder's checks, one copy, spread over turns
   // when it is large.
-  void ExecuteDirect(const rc::WorkRequest& wr, const Pins& pins, uint8_t op);
+  void ExecuteDirect(const rc::WorkRequest& wr, Pins& pins, uint8_t op);
   // Copies the next piece of the direct request in progress; completes it
   // when it is done.
   void ContinueDirect();
