@@ -201,6 +201,12 @@ struct FdFacts {
 };
 
 // One descriptor the test sends; the test's own copy closes with it.
+// The plan's session region (formatted, perhaps scribbled on).
+bool IsRegion(const FdFacts& f) {
+  return f.header == FdFacts::Header::kValid ||
+         f.header == FdFacts::Header::kScribbled;
+}
+
 struct SentFd {
   int fd = -1;
   FdFacts facts;
@@ -836,6 +842,10 @@ Outcome Predict(const std::string& stream,
                 Ending ending) {
   Outcome o;
   bool ready = false;
+  // The daemon seals a session region it mapped against new writable
+  // mappings (control/arena_memory.h): sent again as an arena, it is
+  // refused.
+  bool region_sealed = false;
   std::vector<std::pair<uint64_t, uint64_t>> arenas;
   const size_t whole = stream.size() / kMsg;
   for (size_t k = 0; k < fds.size(); ++k) {
@@ -863,7 +873,7 @@ Outcome Predict(const std::string& stream,
           r.reason = "wrong size";
         } else if (!fd->sealed) {
           r.reason = "sealed against shrinking";
-        } else if (!fd->writable) {
+        } else if (!fd->writable || (region_sealed && IsRegion(*fd))) {
           r.reason = "cannot map";
         } else if (fd->header == FdFacts::Header::kBlank) {
           r.reason = "bad session header";
@@ -871,6 +881,10 @@ Outcome Predict(const std::string& stream,
           r.status = shm::kStatusOk;
           r.fds = 2;  // the doorbells
           r.either = fd->header == FdFacts::Header::kScribbled;
+        }
+        // Mapped -- and sealed -- before its header was read.
+        if (r.reason.empty() || r.reason == "bad session header") {
+          region_sealed |= IsRegion(*fd);
         }
         o.replies.push_back(r);
         if (r.status != shm::kStatusOk) return o;
@@ -888,7 +902,10 @@ Outcome Predict(const std::string& stream,
               m.address < address + bytes && address < m.address + m.length;
         }
         Reply r{shm::kSetupArenaReply, shm::kStatusInvalid, "arena refused"};
-        if (sized && !overlaps && fd->sealed && fd->writable) {
+        const bool sealed_region =
+            fd != nullptr && region_sealed && IsRegion(*fd);
+        if (sized && !overlaps && fd->sealed && fd->writable &&
+            !sealed_region) {
           r.status = shm::kStatusOk;
           r.reason.clear();
           arenas.emplace_back(m.address, m.length);
