@@ -21,9 +21,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "api/shm/layout.h"
-#include "api/testing/fuzz.h"
 #include "control/admin_test_server.h"
 #include "control/status_sample.h"
+#include "tests/testing/fuzz.h"
 
 namespace rdmaplane::control {
 namespace {
@@ -248,7 +248,7 @@ TEST_F(SocketPair, TopicWithoutTerminatorIsReadWithinItsField) {
 
 // A topic field made from a valid topic (testing::Rng::text_field), for the
 // fuzzing tests. They take their seed from RDP_FUZZ_SEED and their length
-// from RDP_FUZZ_ITERATIONS (api/testing/fuzz.h); a failure names the seed
+// from RDP_FUZZ_ITERATIONS (tests/testing/fuzz.h); a failure names the seed
 // and the iteration.
 void FuzzTopic(testing::Rng& rng,
                char (&text)[sizeof(shm::SetupMessage::text)]) {

@@ -24,7 +24,7 @@
 
 #include "api/client.h"
 #include "api/rdmaplane.h"
-#include "api/test_util.h"
+#include "tests/testing/test_util.h"
 
 namespace rdmaplane {
 namespace {

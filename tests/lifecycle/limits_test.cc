@@ -19,9 +19,9 @@
 #include "api/client.h"
 #include "api/rdmaplane.h"
 #include "api/status.h"
-#include "api/test_util.h"
 #include "control/daemon.h"
-#include "tests/lifecycle/child_process.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/test_util.h"
 
 namespace rdmaplane {
 namespace {

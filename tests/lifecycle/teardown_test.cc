@@ -20,8 +20,8 @@
 #include "api/rdmaplane.h"
 #include "api/shm/layout.h"
 #include "api/status.h"
-#include "api/test_util.h"
-#include "tests/lifecycle/child_process.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/test_util.h"
 
 namespace rdmaplane {
 namespace {

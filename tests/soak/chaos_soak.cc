@@ -43,8 +43,8 @@
 #include "api/rdmaplane.h"
 #include "api/shm/layout.h"
 #include "api/status.h"
-#include "api/testing/hostile_client.h"
-#include "tests/lifecycle/child_process.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/hostile_client.h"
 
 ABSL_FLAG(std::string, role, "driver",
           "driver, or a hostile child: target, writer, puncher");

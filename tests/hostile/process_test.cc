@@ -37,13 +37,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "api/testing/counters.h"
-#include "api/testing/hostile_client.h"
 #include "api/client.h"
 #include "api/rdmaplane.h"
 #include "api/shm/layout.h"
 #include "api/status.h"
 #include "control/daemon.h"
+#include "tests/testing/child_process.h"
+#include "tests/testing/counters.h"
+#include "tests/testing/hostile_client.h"
 
 extern char** environ;
 
@@ -113,127 +114,10 @@ bool AllBytes(const uint8_t* p, size_t n, uint8_t v) {
 // --- Child processes ---------------------------------------------------------
 
 std::string VictimPath() {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  return std::string(srcdir ? srcdir : ".") + "/" +
-         (workspace ? workspace : "rdmaplane") + "/api/testing/victim_client";
+  return testing::RunfilePath("tests/hostile/victim_client");
 }
 
-// A child with its stdin and stdout on pipes. Killed and reaped on
-// destruction if still running, so a failed assertion leaves no process.
-class Child {
- public:
-  static std::unique_ptr<Child> Spawn(const std::vector<std::string>& argv) {
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0) return nullptr;
-    if (pipe2(out, O_CLOEXEC) != 0) {
-      close(in[0]);
-      close(in[1]);
-      return nullptr;
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-    // The test ignores SIGPIPE; the child should not inherit that.
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t defaults, none;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGPIPE);
-    sigemptyset(&none);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setflags(&attr,
-                             POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    std::vector<char*> args;
-    for (const std::string& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    pid_t pid = -1;
-    const int err =
-        posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    close(in[0]);
-    close(out[1]);
-    if (err != 0) {
-      close(in[1]);
-      close(out[0]);
-      return nullptr;
-    }
-    auto child = std::unique_ptr<Child>(new Child());
-    child->pid_ = pid;
-    child->stdin_ = in[1];
-    child->stdout_ = out[0];
-    return child;
-  }
-
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      Wait();
-    }
-    CloseStdin();
-    if (stdout_ >= 0) close(stdout_);
-  }
-
-  pid_t pid() const { return pid_; }
-
-  // Next line of the child's stdout without the newline; nullopt at end of
-  // file or when `timeout` passes first.
-  std::optional<std::string> ReadLine(
-      absl::Duration timeout = absl::Seconds(10)) {
-    const absl::Time end = absl::Now() + timeout;
-    while (true) {
-      if (size_t nl = pending_.find('\n'); nl != std::string::npos) {
-        std::string line = pending_.substr(0, nl);
-        pending_.erase(0, nl + 1);
-        return line;
-      }
-      const int64_t left = absl::ToInt64Milliseconds(end - absl::Now());
-      if (left <= 0) return std::nullopt;
-      pollfd p{stdout_, POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
-      char buf[256];
-      const ssize_t n = read(stdout_, buf, sizeof(buf));
-      if (n <= 0) return std::nullopt;
-      pending_.append(buf, static_cast<size_t>(n));
-    }
-  }
-
-  bool WriteLine(const std::string& line) {
-    const std::string s = line + "\n";
-    return write(stdin_, s.data(), s.size()) == static_cast<ssize_t>(s.size());
-  }
-
-  void CloseStdin() {
-    if (stdin_ >= 0) close(stdin_);
-    stdin_ = -1;
-  }
-
-  // Reaps the child; returns its wait status.
-  int Wait() {
-    int status = 0;
-    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    pid_ = -1;
-    return status;
-  }
-
-  // SIGKILL, then reap; returns the wait status.
-  int Kill() {
-    kill(pid_, SIGKILL);
-    return Wait();
-  }
-
- private:
-  Child() = default;
-  pid_t pid_ = -1;
-  int stdin_ = -1;
-  int stdout_ = -1;
-  std::string pending_;
-};
+using Child = testing::ChildProcess;
 
 // --- Fixture -----------------------------------------------------------------
 

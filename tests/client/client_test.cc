@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "api/status.h"
-#include "api/test_util.h"
+#include "tests/testing/test_util.h"
 
 namespace rdmaplane {
 namespace {

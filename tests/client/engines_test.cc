@@ -19,9 +19,9 @@
 #include "absl/time/time.h"
 #include "api/client.h"
 #include "api/shm/layout.h"
-#include "api/test_util.h"
 #include "control/admin.h"
 #include "control/json_reader.h"
+#include "tests/testing/test_util.h"
 
 namespace rdmaplane {
 namespace {

@@ -53,10 +53,10 @@
 #include "api/shm/ring.h"
 #include "api/shm/setup.h"
 #include "api/status.h"
-#include "api/testing/counters.h"
-#include "api/testing/fuzz.h"
-#include "api/testing/hostile_client.h"
 #include "control/daemon.h"
+#include "tests/testing/counters.h"
+#include "tests/testing/fuzz.h"
+#include "tests/testing/hostile_client.h"
 
 namespace rdmaplane {
 namespace {

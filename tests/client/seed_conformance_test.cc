@@ -12,7 +12,7 @@
 #include "api/client.h"
 #include "api/shm/layout.h"
 #include "api/status.h"
-#include "api/test_util.h"
+#include "tests/testing/test_util.h"
 
 namespace rdmaplane {
 namespace {

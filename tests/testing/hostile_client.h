@@ -9,8 +9,8 @@
 // Thread-compatible: a RawClient, a GoodPair (but for the rounds it runs on
 // its own thread between Start and Stop) and the fixture belong to the test's
 // thread.
-#ifndef RDMAPLANE_API_TESTING_HOSTILE_CLIENT_H_
-#define RDMAPLANE_API_TESTING_HOSTILE_CLIENT_H_
+#ifndef RDMAPLANE_TESTS_TESTING_HOSTILE_CLIENT_H_
+#define RDMAPLANE_TESTS_TESTING_HOSTILE_CLIENT_H_
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -46,8 +46,8 @@
 #include "api/shm/layout.h"
 #include "api/shm/ring.h"
 #include "api/shm/setup.h"
-#include "api/testing/counters.h"
 #include "control/daemon.h"
+#include "tests/testing/counters.h"
 
 namespace rdmaplane::testing {
 
@@ -945,4 +945,4 @@ class HostileClientTest : public ::testing::Test {
 
 }  // namespace rdmaplane::testing
 
-#endif  // RDMAPLANE_API_TESTING_HOSTILE_CLIENT_H_
+#endif  // RDMAPLANE_TESTS_TESTING_HOSTILE_CLIENT_H_

@@ -65,10 +65,10 @@
 #include "absl/time/time.h"
 #include "api/shm/layout.h"
 #include "api/shm/setup.h"
-#include "api/testing/counters.h"
-#include "api/testing/fuzz.h"
-#include "api/testing/hostile_client.h"
 #include "control/daemon.h"
+#include "tests/testing/counters.h"
+#include "tests/testing/fuzz.h"
+#include "tests/testing/hostile_client.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // Test helpers: an in-process rdmaplaned on a private socket, and a pair of
 // connected clients with registered buffers.
-#ifndef RDMAPLANE_API_TEST_UTIL_H_
-#define RDMAPLANE_API_TEST_UTIL_H_
+#ifndef RDMAPLANE_TESTS_TESTING_TEST_UTIL_H_
+#define RDMAPLANE_TESTS_TESTING_TEST_UTIL_H_
 
 #include <unistd.h>
 
@@ -80,4 +80,4 @@ inline bool WaitForSessions(const control::Daemon& daemon, uint32_t sessions,
 
 }  // namespace rdmaplane::testing
 
-#endif  // RDMAPLANE_API_TEST_UTIL_H_
+#endif  // RDMAPLANE_TESTS_TESTING_TEST_UTIL_H_

@@ -4,8 +4,8 @@
 // assertion leaves no process behind.
 //
 // Thread-compatible.
-#ifndef RDMAPLANE_TESTS_LIFECYCLE_CHILD_PROCESS_H_
-#define RDMAPLANE_TESTS_LIFECYCLE_CHILD_PROCESS_H_
+#ifndef RDMAPLANE_TESTS_TESTING_CHILD_PROCESS_H_
+#define RDMAPLANE_TESTS_TESTING_CHILD_PROCESS_H_
 
 #include <fcntl.h>
 #include <poll.h>
@@ -183,4 +183,4 @@ class ChildProcess {
 
 }  // namespace rdmaplane::testing
 
-#endif  // RDMAPLANE_TESTS_LIFECYCLE_CHILD_PROCESS_H_
+#endif  // RDMAPLANE_TESTS_TESTING_CHILD_PROCESS_H_

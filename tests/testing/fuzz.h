@@ -4,8 +4,8 @@
 // take their length from RDP_FUZZ_ITERATIONS, for longer runs by hand.
 //
 // Thread-compatible.
-#ifndef RDMAPLANE_API_TESTING_FUZZ_H_
-#define RDMAPLANE_API_TESTING_FUZZ_H_
+#ifndef RDMAPLANE_TESTS_TESTING_FUZZ_H_
+#define RDMAPLANE_TESTS_TESTING_FUZZ_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -111,4 +111,4 @@ class Rng {
 
 }  // namespace rdmaplane::testing
 
-#endif  // RDMAPLANE_API_TESTING_FUZZ_H_
+#endif  // RDMAPLANE_TESTS_TESTING_FUZZ_H_

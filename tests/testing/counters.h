@@ -1,8 +1,8 @@
 // Shared by the process-level tests: the resource counters a reclaimed
 // client must give back, read from the in-process daemon's snapshot, and
 // bounded waits on them.
-#ifndef RDMAPLANE_API_TESTING_COUNTERS_H_
-#define RDMAPLANE_API_TESTING_COUNTERS_H_
+#ifndef RDMAPLANE_TESTS_TESTING_COUNTERS_H_
+#define RDMAPLANE_TESTS_TESTING_COUNTERS_H_
 
 #include <gtest/gtest.h>
 
@@ -80,4 +80,4 @@ inline ::testing::AssertionResult CountersReach(
 
 }  // namespace rdmaplane::testing
 
-#endif  // RDMAPLANE_API_TESTING_COUNTERS_H_
+#endif  // RDMAPLANE_TESTS_TESTING_COUNTERS_H_
