@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -288,6 +289,11 @@ class RawClient {
     header_->header_bytes = sizeof(shm::SessionHeader);
     header_->region_bytes = region_bytes_;
     header_->max_connections = shm::kMaxConnections;
+    // The liveness word as a held mutex shows it (our thread id), without
+    // the robust list librdmaplane registers it on: the daemon takes us
+    // for alive until the socket closes.
+    const uint32_t tid = static_cast<uint32_t>(syscall(SYS_gettid));
+    std::memcpy(header_->liveness, &tid, sizeof(tid));
     uint64_t offset = sizeof(shm::SessionHeader);
     auto place = [&offset](shm::RingRef* ref, uint32_t capacity,
                            uint32_t bytes) {
