@@ -1,19 +1,21 @@
 #include "api/client.h"
 
 #include <arpa/inet.h>
-
 #include <fcntl.h>
-#include <pthread.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "api/shm/doorbell.h"
@@ -46,10 +48,15 @@ bool Seal(int fd) {
   return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0;
 }
 
-const shm::RdmaDescriptor* ParseDescriptor(const void* p, uint32_t len) {
-  if (p == nullptr || len < sizeof(shm::RdmaDescriptor)) return nullptr;
-  auto* d = static_cast<const shm::RdmaDescriptor*>(p);
-  return d->magic == shm::kDescriptorMagic ? d : nullptr;
+// The descriptor in a caller's buffer, copied out (the buffer may have any
+// alignment); nullopt when it is not one.
+std::optional<shm::RdmaDescriptor> ParseDescriptor(const void* p,
+                                                   uint32_t len) {
+  if (p == nullptr || len < sizeof(shm::RdmaDescriptor)) return std::nullopt;
+  shm::RdmaDescriptor d;
+  std::memcpy(&d, p, sizeof(d));
+  if (d.magic != shm::kDescriptorMagic) return std::nullopt;
+  return d;
 }
 
 }  // namespace
@@ -64,7 +71,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Open(
 
 absl::Status Client::Init(const ClientOptions& options) {
   options_ = options;
-  if (options_.socket_path.empty()) options_.socket_path = shm::DefaultSocketPath();
+  if (options_.socket_path.empty())
+    options_.socket_path = shm::DefaultSocketPath();
   // The environment overrides the program's choice: 0 never tries
   // hugepages, 1 insists on them (arenas fail without).
   if (const char* env = std::getenv("RDMAPLANE_HUGEPAGES")) {
@@ -106,6 +114,7 @@ absl::Status Client::Init(const ClientOptions& options) {
     auto* liveness = reinterpret_cast<pthread_mutex_t*>(header_->liveness);
     liveness_locked_ = pthread_mutex_init(liveness, &attr) == 0 &&
                        pthread_mutex_lock(liveness) == 0;
+    liveness_owner_ = static_cast<pid_t>(syscall(SYS_gettid));
     pthread_mutexattr_destroy(&attr);
   }
   uint64_t offset = sizeof(shm::SessionHeader);
@@ -122,11 +131,12 @@ absl::Status Client::Init(const ClientOptions& options) {
   for (auto& slot : header_->connections) {
     place(&slot.send, shm::kSendRingEntries,
           shm::SpscRing<SendEntry>::BytesFor(shm::kSendRingEntries));
-    place(&slot.completion, shm::kCompletionRingEntries,
-          shm::SpscRing<CompletionEntry>::BytesFor(shm::kCompletionRingEntries));
+    place(
+        &slot.completion, shm::kCompletionRingEntries,
+        shm::SpscRing<CompletionEntry>::BytesFor(shm::kCompletionRingEntries));
   }
   {
-    absl::MutexLock lock(&control_mu_);
+    std::lock_guard<std::mutex> lock(control_mu_);
     auto req = shm::SpscRing<ControlRequest>::Create(
         region_ + header_->control_requests.offset,
         header_->control_requests.bytes, shm::kControlRingEntries);
@@ -139,9 +149,8 @@ absl::Status Client::Init(const ClientOptions& options) {
     responses_ = *resp;
   }
   for (auto& slot : header_->connections) {
-    auto s = shm::SpscRing<SendEntry>::Create(region_ + slot.send.offset,
-                                              slot.send.bytes,
-                                              shm::kSendRingEntries);
+    auto s = shm::SpscRing<SendEntry>::Create(
+        region_ + slot.send.offset, slot.send.bytes, shm::kSendRingEntries);
     auto c = shm::SpscRing<CompletionEntry>::Create(
         region_ + slot.completion.offset, slot.completion.bytes,
         shm::kCompletionRingEntries);
@@ -176,13 +185,14 @@ absl::Status Client::Init(const ClientOptions& options) {
     trusted = static_cast<uid_t>(std::strtoul(env, nullptr, 10));
   }
   if (peer.uid != 0 && peer.uid != geteuid() && peer.uid != trusted) {
-    return MakeStatus(RDP_ERR_PERMISSION,
-                      absl::StrCat("the socket ", options_.socket_path,
-                                   " belongs to uid ", peer.uid,
-                                   ", not to a trusted rdmaplaned"));
+    return MakeStatus(
+        RDP_ERR_PERMISSION,
+        absl::StrCat("the socket ", options_.socket_path, " belongs to uid ",
+                     peer.uid, ", not to a trusted rdmaplaned"));
   }
   // A daemon that accepts but never answers must not hang us.
-  const int64_t timeout_us = absl::ToInt64Microseconds(options_.control_timeout);
+  const int64_t timeout_us =
+      absl::ToInt64Microseconds(options_.control_timeout);
   timeval tv{static_cast<time_t>(timeout_us / 1'000'000),
              static_cast<suseconds_t>(timeout_us % 1'000'000)};
   setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -202,7 +212,8 @@ absl::Status Client::Init(const ClientOptions& options) {
   if (!sent || !got || reply.type != shm::kSetupHelloReply) {
     if (fd0 >= 0) close(fd0);
     if (fd1 >= 0) close(fd1);
-    return MakeStatus(RDP_ERR_NET_DOWN, "the daemon did not accept the session");
+    return MakeStatus(RDP_ERR_NET_DOWN,
+                      "the daemon did not accept the session");
   }
   if (reply.status != RDP_OK) {
     if (fd0 >= 0) close(fd0);
@@ -224,18 +235,29 @@ Client::~Client() {
   for (int fd : {control_eventfd_, engine_eventfd_, session_fd_}) {
     if (fd >= 0) close(fd);
   }
-  absl::MutexLock lock(&arena_mu_);
+  std::lock_guard<std::mutex> lock(arena_mu_);
   for (auto& a : arenas_) {
     munmap(a->base, a->bytes);
     close(a->fd);
   }
   if (region_ == nullptr) return;
   // The liveness mutex is on its owner thread's robust list until that
-  // thread unlocks it: only then may its page go. Closed from another
-  // thread, the header page stays mapped (4 KiB) so that the list never
-  // points into unmapped memory.
+  // thread unlocks it (or dies): only then may its page go. Closed from
+  // another thread while the owner lives, the header page stays mapped
+  // (4 KiB) so that the owner's list never points into unmapped memory.
   auto* liveness = reinterpret_cast<pthread_mutex_t*>(header_->liveness);
-  if (!liveness_locked_ || pthread_mutex_unlock(liveness) == 0) {
+  bool release = true;
+  if (liveness_locked_) {
+    const uint32_t word = __atomic_load_n(
+        reinterpret_cast<const uint32_t*>(header_->liveness), __ATOMIC_RELAXED);
+    if (static_cast<pid_t>(syscall(SYS_gettid)) == liveness_owner_) {
+      pthread_mutex_unlock(liveness);
+      pthread_mutex_destroy(liveness);
+    } else {
+      release = (word & shm::kFutexOwnerDied) != 0;  // on no list any more
+    }
+  }
+  if (release) {
     munmap(region_, region_bytes_);
   } else {
     munmap(region_ + sizeof(shm::SessionHeader),
@@ -338,7 +360,8 @@ absl::StatusOr<Client::Arena*> Client::NewArena(size_t min_bytes) {
   msg.length = bytes;
   shm::SetupMessage reply;
   int fd0 = -1, fd1 = -1;
-  absl::MutexLock lock(&control_mu_);  // the socket carries one exchange at a time
+  std::lock_guard<std::mutex> lock(
+      control_mu_);  // the socket carries one exchange at a time
   const bool sent = shm::SendSetup(sock_, msg, fd) &&
                     shm::RecvSetup(sock_, &reply, &fd0, &fd1) &&
                     reply.type == shm::kSetupArenaReply;
@@ -359,7 +382,7 @@ absl::StatusOr<Client::Arena*> Client::NewArena(size_t min_bytes) {
 void* Client::Alloc(size_t bytes) {
   if (bytes == 0) bytes = 1;
   bytes = RoundUp(bytes, kAllocAlign);
-  absl::MutexLock lock(&arena_mu_);
+  std::lock_guard<std::mutex> lock(arena_mu_);
   auto take = [bytes](Arena& a) -> void* {
     for (auto it = a.free_blocks.begin(); it != a.free_blocks.end(); ++it) {
       if (it->second < bytes) continue;
@@ -381,7 +404,7 @@ void* Client::Alloc(size_t bytes) {
 }
 
 absl::Status Client::Free(void* ptr) {
-  absl::MutexLock lock(&arena_mu_);
+  std::lock_guard<std::mutex> lock(arena_mu_);
   auto* p = static_cast<uint8_t*>(ptr);
   for (auto& a : arenas_) {
     if (p < a->base || p >= a->base + a->bytes) continue;
@@ -410,11 +433,12 @@ absl::Status Client::Free(void* ptr) {
   return MakeStatus(RDP_ERR_INVALID, "not a block from rdp_alloc");
 }
 
-// --- Control path --------------------------------------------------------------
+// --- Control path
+// --------------------------------------------------------------
 
 ControlResponse Client::Call(ControlRequest request) {
   ControlResponse response{};
-  absl::MutexLock lock(&control_mu_);
+  std::lock_guard<std::mutex> lock(control_mu_);
   request.request_id = next_request_id_++;
   const absl::Time deadline = absl::Now() + options_.control_timeout;
   while (!requests_.TryPush(request)) {
@@ -556,7 +580,8 @@ absl::StatusOr<rdp_conn> Client::Accept(absl::string_view service,
       }
       return AttachConnection(resp.connection);
     }
-    if (resp.status != RDP_ERR_AGAIN) return MakeStatus(resp.status, resp.message);
+    if (resp.status != RDP_ERR_AGAIN)
+      return MakeStatus(resp.status, resp.message);
     if (absl::Now() >= deadline) {
       return MakeStatus(RDP_ERR_TIMEOUT, "no connection arrived in time");
     }
@@ -640,8 +665,7 @@ int Client::DeregisterRdmaMemory(rdp_conn conn, const void* descriptor,
   // registration to release.
   const int slot = SlotOf(conn);
   if (slot < 0) return RDP_ERR_INVALID;
-  if (descriptor == nullptr ||
-      descriptor_length > shm::kDescriptorBytes ||
+  if (descriptor == nullptr || descriptor_length > shm::kDescriptorBytes ||
       descriptor_length < sizeof(shm::RdmaDescriptor)) {
     return RDP_ERR_INVALID;
   }
@@ -653,17 +677,23 @@ int Client::DeregisterRdmaMemory(rdp_conn conn, const void* descriptor,
   return Call(req).status;
 }
 
-// --- Data path -------------------------------------------------------------------
+// --- Data path
+// -------------------------------------------------------------------
 
 int Client::ConnectionError(int slot) const {
   if (daemon_down_.load(std::memory_order_relaxed)) return RDP_ERR_NET_DOWN;
   if (slot < 0) return RDP_ERR_NOT_CONNECTED;
   switch (header_->connection_state[slot].load(std::memory_order_acquire)) {
-    case shm::kConnUp: return RDP_OK;
-    case shm::kConnReset: return RDP_ERR_CONN_RESET;
-    case shm::kConnAborted: return RDP_ERR_CONN_ABORTED;
-    case shm::kConnDaemonGone: return RDP_ERR_NET_DOWN;
-    default: return RDP_ERR_NOT_CONNECTED;
+    case shm::kConnUp:
+      return RDP_OK;
+    case shm::kConnReset:
+      return RDP_ERR_CONN_RESET;
+    case shm::kConnAborted:
+      return RDP_ERR_CONN_ABORTED;
+    case shm::kConnDaemonGone:
+      return RDP_ERR_NET_DOWN;
+    default:
+      return RDP_ERR_NOT_CONNECTED;
   }
 }
 
@@ -753,9 +783,9 @@ int Client::Write(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
   if ((flags & ~kWriteFlags) != 0) return refuse(RDP_ERR_INVALID);
   const int slot = SlotOf(conn);
   if (int err = ConnectionError(slot); err != RDP_OK) return refuse(err);
-  const shm::RdmaDescriptor* d =
+  const std::optional<shm::RdmaDescriptor> d =
       ParseDescriptor(target_descriptor, descriptor_length);
-  if (d == nullptr) return refuse(RDP_ERR_FAULT);
+  if (!d) return refuse(RDP_ERR_FAULT);
   SendEntry e{};
   uint64_t total = 0;
   if (int err = FillSgl(&e, sgl, sge_count, &total); err != RDP_OK) {
@@ -783,8 +813,9 @@ int Client::Read(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
   if ((flags & ~shm::kKnownSendFlags) != 0) return refuse(RDP_ERR_INVALID);
   const int slot = SlotOf(conn);
   if (int err = ConnectionError(slot); err != RDP_OK) return refuse(err);
-  const shm::RdmaDescriptor* d = ParseDescriptor(remote_token, token_length);
-  if (d == nullptr) return refuse(RDP_ERR_FAULT);
+  const std::optional<shm::RdmaDescriptor> d =
+      ParseDescriptor(remote_token, token_length);
+  if (!d) return refuse(RDP_ERR_FAULT);
   SendEntry e{};
   uint64_t total = 0;
   if (int err = FillSgl(&e, sgl, sge_count, &total); err != RDP_OK) {
@@ -795,8 +826,7 @@ int Client::Read(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
   }
   // Reading beyond the remote memory is refused up front when the token
   // says so; the peer's daemon checks again.
-  if (remote_address < d->address ||
-      remote_address - d->address > d->length ||
+  if (remote_address < d->address || remote_address - d->address > d->length ||
       total > d->length - (remote_address - d->address)) {
     return refuse(RDP_ERR_REMOTE_RESOURCES);
   }
@@ -826,7 +856,8 @@ int Client::Flush(rdp_conn conn) {
   return r;
 }
 
-// --- Completions ------------------------------------------------------------------
+// --- Completions
+// ------------------------------------------------------------------
 
 void Client::RetireSilent(Connection& c, uint32_t retired) {
   // A retired count outside what we posted is not the daemon's: ignored.
@@ -893,7 +924,7 @@ int32_t Client::FinalStatus(uint32_t slot) {
       header_->final_status[slot].load(std::memory_order_acquire);
   if (status != 0) return status < 0 ? status : RDP_ERR_CONN_ABORTED;
   return daemon_down_.load(std::memory_order_relaxed) ? RDP_ERR_CONN_ABORTED
-                                                       : 0;
+                                                      : 0;
 }
 
 int Client::Reap(uint32_t slot, rdp_overlapped** done, int max) {

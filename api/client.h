@@ -7,18 +7,21 @@
 #ifndef RDMAPLANE_API_CLIENT_H_
 #define RDMAPLANE_API_CLIENT_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "api/rdmaplane.h"
 #include "api/shm/layout.h"
@@ -27,8 +30,8 @@
 namespace rdmaplane {
 
 struct ClientOptions {
-  std::string socket_path;              // empty: shm::DefaultSocketPath()
-  size_t arena_bytes = 64ull << 20;     // size of each arena
+  std::string socket_path;           // empty: shm::DefaultSocketPath()
+  size_t arena_bytes = 64ull << 20;  // size of each arena
   enum class Hugepages { kAuto, kOn, kOff };
   Hugepages hugepages = Hugepages::kAuto;
   absl::Duration control_timeout = absl::Seconds(5);
@@ -185,15 +188,17 @@ class Client {
   // Set once the daemon is known to be gone; posts then fail at once.
   std::atomic<bool> daemon_down_{false};
   std::atomic<int64_t> daemon_checked_ns_{0};
-  // The liveness mutex in the session header is locked (see layout.h).
+  // The liveness mutex in the session header is locked (see layout.h), by
+  // this thread.
   bool liveness_locked_ = false;
+  pid_t liveness_owner_ = 0;
 
-  absl::Mutex control_mu_;
+  std::mutex control_mu_;
   shm::SpscRing<shm::ControlRequest> requests_ ABSL_GUARDED_BY(control_mu_);
   shm::SpscRing<shm::ControlResponse> responses_ ABSL_GUARDED_BY(control_mu_);
   uint64_t next_request_id_ ABSL_GUARDED_BY(control_mu_) = 1;
 
-  absl::Mutex arena_mu_;
+  std::mutex arena_mu_;
   std::vector<std::unique_ptr<Arena>> arenas_ ABSL_GUARDED_BY(arena_mu_);
 
   Connection connections_[shm::kMaxConnections];

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <random>
 
 #include "control/admin.h"
@@ -99,7 +100,7 @@ void FakeAdminServer::Serve() {
     const int sock = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (sock < 0) continue;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       ++connections_;
     }
     // A slow handler delays a stop until it returns.
@@ -116,18 +117,18 @@ bool FakeAdminServer::ReadRequest(int sock, shm::SetupMessage* request) {
   for (int fd : {fd0, fd1}) {
     if (fd >= 0) close(fd);
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   requests_.push_back(*request);
   return true;
 }
 
 std::vector<shm::SetupMessage> FakeAdminServer::requests() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return requests_;
 }
 
 int FakeAdminServer::connections() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return connections_;
 }
 

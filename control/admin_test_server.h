@@ -7,11 +7,12 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "absl/base/thread_annotations.h"
 #include "api/shm/setup.h"
 #include "control/status.h"
 
@@ -50,7 +51,7 @@ class FakeAdminServer {
   int listen_fd_ = -1;
   int stop_pipe_[2] = {-1, -1};
   std::thread thread_;
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
   std::vector<shm::SetupMessage> requests_ ABSL_GUARDED_BY(mu_);
   int connections_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -371,6 +371,7 @@ ControlResponse ConnectionTable::Disconnect(Session* s,
   CloseConnection(c, side, engine::CloseReason::kClosedByClient,
                   engine::CloseReason::kPeerClosed);
   c->open[side] = false;
+  c->side[side] = nullptr;  // the session may go; nothing may reach it
   c->charge[side].Release();
   s->connections[r.connection] = nullptr;
   MaybeDelete(c);
@@ -389,6 +390,7 @@ void ConnectionTable::CloseSession(Session* s, bool daemon_stopping) {
                     daemon_stopping ? engine::CloseReason::kDaemonStopping
                                     : engine::CloseReason::kPeerClosed);
     c->open[side] = false;
+    c->side[side] = nullptr;  // the session is going
     c->charge[side].Release();
     s->connections[slot] = nullptr;
     MaybeDelete(c);

@@ -29,16 +29,16 @@ struct AlignedDelete {
 class FakeSession {
  public:
   FakeSession(uint32_t id, uid_t uid)
-      : memory_(static_cast<uint8_t*>(
-            ::operator new[](shm::SessionRegionBytes(), std::align_val_t(4096)))) {
+      : memory_(static_cast<uint8_t*>(::operator new[](
+            shm::SessionRegionBytes(), std::align_val_t(4096)))) {
     std::memset(memory_.get(), 0, shm::SessionRegionBytes());
     s.id = id;
     s.uid = uid;
     s.header = new (memory_.get()) shm::SessionHeader{};
     uint64_t offset = sizeof(shm::SessionHeader);
     for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
-      const size_t send = shm::SpscRing<shm::SendEntry>::BytesFor(
-          shm::kSendRingEntries);
+      const size_t send =
+          shm::SpscRing<shm::SendEntry>::BytesFor(shm::kSendRingEntries);
       const size_t completion = shm::SpscRing<shm::CompletionEntry>::BytesFor(
           shm::kCompletionRingEntries);
       s.send[i] = *shm::SpscRing<shm::SendEntry>::Create(
@@ -78,8 +78,8 @@ class ConnectionsTest : public ::testing::Test {
         accounts_(Limits(per_user)),
         memory_(&table_, 64, &accounts_),
         engine_(&table_, engine::EngineOptions{}),
-        connections_(Options(max_connections), {&engine_}, &memory_,
-                     &accounts_, 42),
+        connections_(Options(max_connections), {&engine_}, &memory_, &accounts_,
+                     42),
         listener_(1, 1000),
         connector_(2, 1000) {}
   static UserLimits Limits(uint64_t per_user) {
@@ -94,9 +94,9 @@ class ConnectionsTest : public ::testing::Test {
   }
   // Connects connector_ to listener_ on `service`; the two slots.
   std::pair<uint32_t, uint32_t> Pair(const char* service = "svc") {
-    EXPECT_EQ(connections_.Listen(&listener_.s, Op(shm::kOpListen, service))
-                  .status,
-              shm::kStatusOk);
+    EXPECT_EQ(
+        connections_.Listen(&listener_.s, Op(shm::kOpListen, service)).status,
+        shm::kStatusOk);
     const shm::ControlResponse c =
         connections_.Connect(&connector_.s, Op(shm::kOpConnect, service));
     EXPECT_EQ(c.status, shm::kStatusOk) << c.message;
@@ -120,10 +120,10 @@ TEST_F(ConnectionsTest, ADisconnectEndsBothEndsWithTheirStatus) {
   EXPECT_EQ(listener_.state(l), shm::kConnUp);
   EXPECT_EQ(engine_.endpoint_count(), 2u);
   EXPECT_EQ(accounts_.Used(1000, Resource::kConnections), 2u);
-  EXPECT_EQ(connections_
-                .Disconnect(&connector_.s, Op(shm::kOpDisconnect, "", c))
-                .status,
-            shm::kStatusOk);
+  EXPECT_EQ(
+      connections_.Disconnect(&connector_.s, Op(shm::kOpDisconnect, "", c))
+          .status,
+      shm::kStatusOk);
   EXPECT_EQ(engine_.endpoint_count(), 0u) << "still served";
   EXPECT_EQ(connector_.final_status(c), shm::kStatusAborted);
   EXPECT_EQ(connector_.state(c), shm::kConnFree);
@@ -132,15 +132,13 @@ TEST_F(ConnectionsTest, ADisconnectEndsBothEndsWithTheirStatus) {
   EXPECT_EQ(accounts_.Used(1000, Resource::kConnections), 1u);
   EXPECT_EQ(connections_.size(), 1u) << "the listener still holds its end";
   // The listener's own disconnect changes nothing of its final status.
-  EXPECT_EQ(connections_
-                .Disconnect(&listener_.s, Op(shm::kOpDisconnect, "", l))
+  EXPECT_EQ(connections_.Disconnect(&listener_.s, Op(shm::kOpDisconnect, "", l))
                 .status,
             shm::kStatusOk);
   EXPECT_EQ(listener_.final_status(l), shm::kStatusConnReset);
   EXPECT_EQ(connections_.size(), 0u);
   EXPECT_EQ(accounts_.Used(1000, Resource::kConnections), 0u);
-  EXPECT_EQ(connections_
-                .Disconnect(&listener_.s, Op(shm::kOpDisconnect, "", l))
+  EXPECT_EQ(connections_.Disconnect(&listener_.s, Op(shm::kOpDisconnect, "", l))
                 .status,
             shm::kStatusNotConnected);
 }
@@ -174,9 +172,10 @@ TEST_F(ConnectionsTest, TheDaemonStoppingAbortsBothEnds) {
 
 TEST_F(ConnectionsTest, AReusedSlotStartsAfresh) {
   const auto [c, l] = Pair();
-  ASSERT_EQ(connections_.Disconnect(&connector_.s, Op(shm::kOpDisconnect, "", c))
-                .status,
-            shm::kStatusOk);
+  ASSERT_EQ(
+      connections_.Disconnect(&connector_.s, Op(shm::kOpDisconnect, "", c))
+          .status,
+      shm::kStatusOk);
   // A request the client posted after the end, left in the ring.
   shm::SendEntry stale{};
   ASSERT_TRUE(connector_.s.send[c].TryPush(stale));
@@ -187,7 +186,8 @@ TEST_F(ConnectionsTest, AReusedSlotStartsAfresh) {
   EXPECT_EQ(connector_.final_status(c), 0);
   EXPECT_EQ(connector_.s.header->retired[c].load(), 0u);
   EXPECT_EQ(connector_.state(c), shm::kConnUp);
-  EXPECT_EQ(connector_.s.send[c].Size(), 0u) << "the stale request is still there";
+  EXPECT_EQ(connector_.s.send[c].Size(), 0u)
+      << "the stale request is still there";
   connections_.CloseSession(&connector_.s, false);
   connections_.CloseSession(&listener_.s, false);
 }
@@ -210,10 +210,33 @@ TEST_F(ConnectionsTest, RegistrationScopesFollowTheConnection) {
   EXPECT_EQ(connections_.DeregistrationScope(connector_.s, c), cs);
 }
 
+// A session that went while its peer still holds the connection is not
+// reached again (the status listing read a freed session before).
+TEST_F(ConnectionsTest, AClosedSessionIsNeverReachedThroughItsConnections) {
+  auto gone = std::make_unique<FakeSession>(7, 1000);
+  ASSERT_EQ(connections_.Listen(&listener_.s, Op(shm::kOpListen)).status,
+            shm::kStatusOk);
+  ASSERT_EQ(connections_.Connect(&gone->s, Op(shm::kOpConnect)).status,
+            shm::kStatusOk);
+  const shm::ControlResponse a =
+      connections_.Accept(&listener_.s, Op(shm::kOpAccept));
+  ASSERT_EQ(a.status, shm::kStatusOk);
+  connections_.CloseSession(&gone->s, false);
+  gone.reset();
+  DaemonStatus st;
+  connections_.AppendStatus(&st);
+  ASSERT_EQ(st.connections.size(), 1u);
+  EXPECT_EQ(st.connections[0].session_id, 1u);
+  EXPECT_EQ(st.connections[0].state, "closing");
+  connections_.CloseSession(&listener_.s, false);
+  EXPECT_EQ(connections_.size(), 0u);
+}
+
 class ConnectionLimitsTest : public ConnectionsTest {
  protected:
-  ConnectionLimitsTest() : ConnectionsTest(/*max_connections=*/1,
-                                           /*per_user=*/3) {}
+  ConnectionLimitsTest()
+      : ConnectionsTest(/*max_connections=*/1,
+                        /*per_user=*/3) {}
 };
 
 TEST_F(ConnectionLimitsTest, TheDaemonsAndTheUsersLimitsAreNamed) {
@@ -242,8 +265,9 @@ TEST_F(ConnectionLimitsTest, TheDaemonsAndTheUsersLimitsAreNamed) {
       << fourth.message;
   // Another user has an allowance of its own.
   FakeSession stranger(4, 2000);
-  EXPECT_EQ(connections_.Connect(&stranger.s, Op(shm::kOpConnect, "two")).status,
-            shm::kStatusOk);
+  EXPECT_EQ(
+      connections_.Connect(&stranger.s, Op(shm::kOpConnect, "two")).status,
+      shm::kStatusOk);
   connections_.CloseSession(&stranger.s, false);
   connections_.CloseSession(&other.s, false);
   connections_.CloseSession(&listener_.s, false);

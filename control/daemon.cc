@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -75,9 +76,9 @@ Daemon::Daemon(const DaemonOptions& options)
   SessionHooks hooks;
   hooks.closing = [this](Session* s) { SessionClosing(s); };
   hooks.status = [this] { return BuildStatus(); };
-  sessions_ = std::make_unique<SessionServer>(policy, &reactor_, &arena_memory_,
-                                              &accounts_, &counters_,
-                                              std::move(hooks));
+  sessions_ =
+      std::make_unique<SessionServer>(policy, &reactor_, &arena_memory_,
+                                      &accounts_, &counters_, std::move(hooks));
 }
 
 Daemon::~Daemon() {
@@ -146,7 +147,7 @@ void Daemon::Stop() {
 }
 
 DaemonStatus Daemon::Status() const {
-  absl::MutexLock lock(&status_mu_);
+  std::lock_guard<std::mutex> lock(status_mu_);
   return published_status_;
 }
 
@@ -260,7 +261,8 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
   return Reply(shm::kStatusInvalid, "unknown control operation");
 }
 
-// --- The data port -------------------------------------------------------------
+// --- The data port
+// -------------------------------------------------------------
 
 absl::Status Daemon::StartPort() {
   const DataPortOptions& p = options_.port;
@@ -306,17 +308,16 @@ absl::Status Daemon::StartPort() {
   pc.burst = static_cast<uint16_t>(options_.burst);
   pc.max_frame = static_cast<uint32_t>(
       wire::FrameLength(wire::Opcode::kWriteFirst, options_.path_mtu));
-  pc.mbuf_data_room = static_cast<uint16_t>(
-      std::max<uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE,
-                         pc.max_frame + RTE_PKTMBUF_HEADROOM));
+  pc.mbuf_data_room = static_cast<uint16_t>(std::max<uint32_t>(
+      RTE_MBUF_DEFAULT_BUF_SIZE, pc.max_frame + RTE_PKTMBUF_HEADROOM));
   // Frames to an overriding MAC must be received too.
   pc.promiscuous = p.mac.has_value();
   if (!p.zero_copy) pc.zero_copy_min_payload = 0;
   auto opened = port::EthPort::Open(pc);
   if (!opened.ok()) {
-    return absl::Status(opened.status().code(),
-                        absl::StrCat("data port ", p.device, ": ",
-                                     opened.status().message()));
+    return absl::Status(
+        opened.status().code(),
+        absl::StrCat("data port ", p.device, ": ", opened.status().message()));
   }
   port_ = std::move(*opened);
   port_->SetFaults(p.faults);

@@ -13,14 +13,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <optional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "api/shm/layout.h"
 #include "api/shm/ring.h"
@@ -52,17 +53,17 @@ struct DataPortOptions {
   // "net_af_packet0,iface=eth1", ...) or a PCI address (the only case in
   // which PCI probing is enabled, for that device only).
   std::string device;
-  uint32_t ip = 0;                // host order; required with a device
+  uint32_t ip = 0;                   // host order; required with a device
   std::optional<wire::MacAddr> mac;  // default: the port's own
-  bool hugepages = false;         // false: EAL --no-huge
-  size_t memory_mb = 256;         // EAL memory without hugepages
+  bool hugepages = false;            // false: EAL --no-huge
+  size_t memory_mb = 256;            // EAL memory without hugepages
   std::string file_prefix = "rdmaplane";
   std::vector<std::string> eal_args;
   uint32_t mbufs = 8191;
   // With pinned engines (DaemonOptions::engine_cpus): the EAL main lcore,
   // where the control thread runs (EAL -l control,engines...).
   int control_lcore = 0;
-  fault::FaultSpec faults;        // injected on transmit
+  fault::FaultSpec faults;  // injected on transmit
   // Send payload from client arenas in place where the port allows it
   // (false: always copy into packet buffers).
   bool zero_copy = true;
@@ -73,7 +74,7 @@ struct DaemonOptions {
   std::vector<uid_t> allowed_uids;  // besides root and the daemon's own uid
   std::vector<gid_t> allowed_gids;
   engine::PollMode poll_mode = engine::PollMode::kAdaptive;
-  fault::FaultSpec link_faults;     // applied to in-process links
+  fault::FaultSpec link_faults;  // applied to in-process links
   uint32_t max_registrations = 1 << 16;
   // Distinct registrations one session may hold, so that no client can
   // take the whole table.
@@ -189,7 +190,7 @@ class Daemon {
   absl::Time status_published_ = absl::InfinitePast();
   bool telemetry_ = false;
 
-  mutable absl::Mutex status_mu_;
+  mutable std::mutex status_mu_;
   DaemonStatus published_status_ ABSL_GUARDED_BY(status_mu_);
 };
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <mutex>
 
 #include "control/daemon.h"
 #include "dataplane/port/eth_port.h"
@@ -28,9 +29,8 @@ std::string IpText(uint32_t ip) {
 
 std::string MacText(const wire::MacAddr& m) {
   char buf[18];
-  std::snprintf(buf, sizeof(buf), "%02x:%02x:%02x:%02x:%02x:%02x",
-                m.bytes[0], m.bytes[1], m.bytes[2], m.bytes[3], m.bytes[4],
-                m.bytes[5]);
+  std::snprintf(buf, sizeof(buf), "%02x:%02x:%02x:%02x:%02x:%02x", m.bytes[0],
+                m.bytes[1], m.bytes[2], m.bytes[3], m.bytes[4], m.bytes[5]);
   return buf;
 }
 
@@ -40,8 +40,8 @@ DaemonStatus Daemon::BuildStatus() const {
   DaemonStatus st;
   st.version = kVersion;
   st.pid = getpid();
-  st.uptime_s = static_cast<uint64_t>(
-      absl::ToInt64Seconds(absl::Now() - started_));
+  st.uptime_s =
+      static_cast<uint64_t>(absl::ToInt64Seconds(absl::Now() - started_));
   st.socket = options_.socket_path;
   st.poll_mode =
       options_.poll_mode == engine::PollMode::kBusy ? "busy" : "adaptive";
@@ -57,7 +57,8 @@ DaemonStatus Daemon::BuildStatus() const {
     c.session_id = s->id;
     c.pid = s->pid;
     c.uid = s->uid;
-    for (const Connection* conn : s->connections) c.connections += conn != nullptr;
+    for (const Connection* conn : s->connections)
+      c.connections += conn != nullptr;
     c.registrations = static_cast<uint32_t>(memory_.CountOwner(s->id));
     c.arenas = static_cast<uint32_t>(s->arenas.size());
     c.arena_bytes = s->arena_bytes();
@@ -131,7 +132,7 @@ void Daemon::PublishStatus(bool force) {
   if (!force && now - status_published_ < absl::Milliseconds(200)) return;
   status_published_ = now;
   DaemonStatus st = BuildStatus();
-  absl::MutexLock lock(&status_mu_);
+  std::lock_guard<std::mutex> lock(status_mu_);
   published_status_ = std::move(st);
 }
 

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "control/log.h"
 
 namespace rdmaplane::control {
@@ -22,7 +21,7 @@ constexpr std::string_view kPrefix = "/rdmaplane/";
 constexpr size_t kReplyBudget = 16384 - 160;
 
 struct State {
-  absl::Mutex mu;
+  std::mutex mu;
   std::function<DaemonStatus()> source ABSL_GUARDED_BY(mu);
 };
 
@@ -191,7 +190,7 @@ int HandleCommand(const char* command, const char* /*params*/,
   if (topic.substr(0, kPrefix.size()) != kPrefix) return -EINVAL;
   topic.remove_prefix(kPrefix.size());
   State& state = GetState();
-  absl::MutexLock lock(&state.mu);
+  std::lock_guard<std::mutex> lock(state.mu);
   if (!state.source) return -ENODEV;  // the daemon is not running
   const DaemonStatus s = state.source();
   if (topic == "status") {
@@ -244,7 +243,7 @@ void RegisterTelemetry(std::function<DaemonStatus()> source) {
   static std::once_flag once;
   std::call_once(once, RegisterCommands);
   State& state = GetState();
-  absl::MutexLock lock(&state.mu);
+  std::lock_guard<std::mutex> lock(state.mu);
   state.source = std::move(source);
 }
 
@@ -252,7 +251,7 @@ void UnregisterTelemetrySource() {
   State& state = GetState();
   std::function<DaemonStatus()> old;
   {
-    absl::MutexLock lock(&state.mu);
+    std::lock_guard<std::mutex> lock(state.mu);
     old = std::move(state.source);
     state.source = nullptr;
   }

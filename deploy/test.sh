@@ -9,10 +9,15 @@
 # when some cases were skipped), and the exit code is non-zero whenever anything
 # failed, including a build failure that left no test to run.
 #
-# Counts are per test CASE, read from the test.xml of every test that this
+# Without named targets it runs three stages: every test, then the tests tagged
+# "sanitize" under AddressSanitizer+UndefinedBehaviorSanitizer and under
+# ThreadSanitizer (RDMAPLANE_SANITIZERS=0 leaves those out); the counts add
+# up over the stages.
+#
+# Counts are per test CASE, read from the test.xml of every test that each
 # invocation ran or took from the cache: gtest writes one <testcase> per TEST(),
 # and Bazel writes one for tests that do not produce their own XML (sh_test).
-# Which XML files belong to this invocation comes from Bazel's build event
+# Which XML files belong to an invocation comes from Bazel's build event
 # protocol, not from whatever happens to lie in bazel-testlogs.
 set -euo pipefail
 
@@ -50,21 +55,14 @@ fi
 
 WORK_DIR="$(mktemp -d -t rdmaplane-test.XXXXXX)"
 trap 'rm -rf "$WORK_DIR"' EXIT
-BEP_FILE="$WORK_DIR/build_events.json"
 
 # --keep_going: one broken target must not hide the results of all the others.
 # Bazel's exit code is kept, not fatal: the summary must be printed either way.
-bazel_rc=0
-bazel test \
-  --keep_going \
-  --build_event_json_file="$BEP_FILE" \
-  "${args[@]}" || bazel_rc=$?
-
-# The parser prints "<passed> <failed> <skipped> <test targets that did not
-# build>" and, on stderr, one line for every test target it had to count
-# without test cases.
-counts=""
-if ! counts="$("$PYTHON" - "$BEP_FILE" <<'PY'
+# count_results BEP_FILE: prints "<passed> <failed> <skipped> <test targets
+# that did not build>" for one bazel invocation and, on stderr, one line for
+# every test target it had to count without test cases.
+count_results() {
+  "$PYTHON" - "$1" <<'PY'
 import json
 import os
 import sys
@@ -180,21 +178,59 @@ failed += build_failed
 
 print(passed, failed, skipped, build_failed)
 PY
-)"; then
-  echo "test: could not read the test results" >&2
-  counts="0 1 0 0"
-fi
+}
 
-read -r n_passed n_failed n_skipped n_build_failed <<<"$counts"
+# run_stage NAME BAZEL_ARGS...: one `bazel test` invocation whose cases are
+# added to the totals. A stage's failure never stops the next one.
+n_passed=0 n_failed=0 n_skipped=0
+any_failure=0
+run_stage() {
+  local name="$1"
+  shift
+  local bep="$WORK_DIR/build_events.$name.json"
+  local rc=0
+  echo "test: stage $name: bazel test $*" >&2
+  bazel test --keep_going --build_event_json_file="$bep" "$@" || rc=$?
+  local counts=""
+  if ! counts="$(count_results "$bep")"; then
+    echo "test: stage $name: could not read the test results" >&2
+    counts="0 1 0 0"
+  fi
+  local p f sk b
+  read -r p f sk b <<<"$counts"
+  # Bazel can fail in ways no test target accounts for: a BUILD file that
+  # does not parse, a library no test uses that does not compile, a bad
+  # target pattern, no tests found, a bad flag, an interrupt. Exit code 3
+  # means only that tests failed; any other non-zero code is a failure of
+  # its own unless a test target that did not build already explains it.
+  if [[ $rc -ne 0 ]] && { [[ $f -eq 0 ]] || [[ $rc -ne 3 && $b -eq 0 ]]; }; then
+    echo "test: stage $name: bazel test exited with code $rc; counted as 1 failure" >&2
+    f=$((f + 1))
+  fi
+  echo "test: stage $name: $p passed, $f failed, $sk skipped" >&2
+  n_passed=$((n_passed + p))
+  n_failed=$((n_failed + f))
+  n_skipped=$((n_skipped + sk))
+  if [[ $rc -ne 0 || $f -gt 0 ]]; then any_failure=1; fi
+}
 
-# Bazel can fail in ways no test target accounts for: a BUILD file that does
-# not parse, a library no test uses that does not compile, a bad target
-# pattern, no tests found, a bad flag, an interrupt. Exit code 3 means only
-# that tests failed; any other non-zero code is a failure of its own unless a
-# test target that did not build already explains it.
-if [[ $bazel_rc -ne 0 ]] && { [[ $n_failed -eq 0 ]] || [[ $bazel_rc -ne 3 && $n_build_failed -eq 0 ]]; }; then
-  echo "test: bazel test exited with code $bazel_rc; counted as 1 failure" >&2
-  n_failed=$((n_failed + 1))
+run_stage plain "${args[@]}"
+
+# The sanitizer stage: the tests tagged "sanitize" (fuzzers, ring and table
+# stress tests, the engine's and the lifecycle tests, the chaos soak for
+# RDP_SOAK_SANITIZER_SECONDS, default 30) under AddressSanitizer with
+# UndefinedBehaviorSanitizer, then under ThreadSanitizer. Only when no
+# targets were named; RDMAPLANE_SANITIZERS=0 leaves it out.
+if [[ $have_target == false && ${RDMAPLANE_SANITIZERS:-1} != 0 ]]; then
+  flags=()
+  for arg in "${args[@]}"; do
+    [[ $arg == "//..." ]] || flags+=("$arg")
+  done
+  soak="--test_env=RDP_SOAK_SECONDS=${RDP_SOAK_SANITIZER_SECONDS:-30}"
+  for config in asan tsan; do
+    run_stage "$config" --config="$config" --build_tests_only \
+      --test_tag_filters=sanitize "$soak" "${flags[@]}" //...
+  done
 fi
 
 line="$n_passed passed, $n_failed failed"
@@ -202,7 +238,7 @@ if [[ $n_skipped -gt 0 ]]; then
   line+=", $n_skipped skipped"
 fi
 
-if [[ $n_failed -gt 0 || $bazel_rc -ne 0 ]]; then
+if [[ $n_failed -gt 0 || $any_failure -ne 0 ]]; then
   summary_and_exit "$line" 1
 fi
 summary_and_exit "$line" 0

@@ -33,7 +33,6 @@
 
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
-
 #include "api/shm/layout.h"
 #include "api/shm/ring.h"
 #include "dataplane/engine/close_reason.h"
@@ -107,7 +106,7 @@ struct EndpointInfo {
   uint32_t connection_id = 0;  // registration scope
   uint32_t session_id = 0;     // owner, for local keys
   shm::SessionHeader* header = nullptr;
-  uint32_t slot = 0;  // connection slot in the session
+  uint32_t slot = 0;          // connection slot in the session
   WakeRoute* wake = nullptr;  // the session's, or null (nothing to watch)
   shm::SpscRing<shm::SendEntry> send;
   shm::SpscRing<shm::CompletionEntry> completion;
@@ -118,13 +117,13 @@ struct EndpointInfo {
 };
 
 struct EndpointStats {
-  uint64_t posted = 0;
-  uint64_t completed = 0;
-  uint64_t local_key_errors = 0;
-  uint64_t bad_entries = 0;
-  uint64_t rx_rejected = 0;
-  uint64_t direct = 0;  // requests carried out directly (same engine)
-  uint64_t completions_lost = 0;  // the client's completion ring was broken
+  rc::StatCounter posted;
+  rc::StatCounter completed;
+  rc::StatCounter local_key_errors;
+  rc::StatCounter bad_entries;
+  rc::StatCounter rx_rejected;
+  rc::StatCounter direct;  // requests carried out directly (same engine)
+  rc::StatCounter completions_lost;  // the client's completion ring was broken
 };
 
 class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
@@ -174,9 +173,8 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   Endpoint* peer() const { return peer_; }
 
   // rc::RemoteMemory
-  rc::ResolvedMemory Resolve(wire::Qpn local_qpn, wire::Rkey rkey,
-                             uint64_t va, uint32_t len,
-                             rc::RemoteAccess access) override;
+  rc::ResolvedMemory Resolve(wire::Qpn local_qpn, wire::Rkey rkey, uint64_t va,
+                             uint32_t len, rc::RemoteAccess access) override;
   void Release(wire::Rkey rkey) override;
   // rc::CompletionSink
   void Complete(const rc::Completion& c) override;

@@ -70,20 +70,20 @@ struct PortConfig {
 absl::StatusOr<uint16_t> FindPort(const std::string& device);
 
 struct PortCounters {
-  uint64_t rx_frames = 0;
-  uint64_t tx_frames = 0;
-  uint64_t tx_dropped = 0;       // no room even after waiting
-  uint64_t tx_backpressure = 0;  // turns the device took less than offered
-  uint64_t rx_segmented = 0;  // multi-segment frames, copied to linearize
-  uint64_t tx_no_mbuf = 0;
-  uint64_t fault_dropped = 0;     // lost on purpose (fault injection)
-  uint64_t fault_duplicated = 0;
-  uint64_t fault_delayed = 0;
-  uint64_t link_down = 0;     // times the link was seen going down
-  uint64_t burst_faults = 0;  // bursts cut short by a departed memif peer
-  uint64_t tx_zero_copy = 0;  // frames whose payload went out in place
+  rc::StatCounter rx_frames;
+  rc::StatCounter tx_frames;
+  rc::StatCounter tx_dropped;       // no room even after waiting
+  rc::StatCounter tx_backpressure;  // turns the device took less than offered
+  rc::StatCounter rx_segmented;     // multi-segment frames, copied to linearize
+  rc::StatCounter tx_no_mbuf;
+  rc::StatCounter fault_dropped;  // lost on purpose (fault injection)
+  rc::StatCounter fault_duplicated;
+  rc::StatCounter fault_delayed;
+  rc::StatCounter link_down;     // times the link was seen going down
+  rc::StatCounter burst_faults;  // bursts cut short by a departed memif peer
+  rc::StatCounter tx_zero_copy;  // frames whose payload went out in place
   // Frames offered in place that were copied after all (no buffer free).
-  uint64_t tx_zero_copy_fallback = 0;
+  rc::StatCounter tx_zero_copy_fallback;
 };
 
 class EthPort : public rc::FrameSink {
@@ -102,13 +102,12 @@ class EthPort : public rc::FrameSink {
     if (!LinkUsable()) return 0;
     rte_mbuf* burst[kMaxBurst];
     uint16_t n = 0;
-    RDP_GUARDED_BURST(n = rte_eth_rx_burst(config_.port_id, 0, burst,
-                                           config_.burst),
-                      {
-                        // What the burst had taken is lost with the peer.
-                        n = 0;
-                        OnBurstFault();
-                      });
+    RDP_GUARDED_BURST(
+        n = rte_eth_rx_burst(config_.port_id, 0, burst, config_.burst), {
+          // What the burst had taken is lost with the peer.
+          n = 0;
+          OnBurstFault();
+        });
     for (uint16_t i = 0; i < n; ++i) {
       rte_mbuf* m = burst[i];
       if (m->nb_segs == 1) {
@@ -228,10 +227,10 @@ class EthPort : public rc::FrameSink {
   // private area holds the piece's rte_mbuf_ext_shared_info) or, used as
   // plain mbufs, a frame's trailer.
   rte_mempool* ext_pool_ = nullptr;
-  uint32_t gather_from_ = 0;     // 0: zero copy off
-  uint16_t max_pieces_ = 0;      // payload segments a frame may have
+  uint32_t gather_from_ = 0;  // 0: zero copy off
+  uint16_t max_pieces_ = 0;   // payload segments a frame may have
   bool iova_is_va_ = false;
-  bool maps_memory_ = false;     // memory must be DMA-mapped for the device
+  bool maps_memory_ = false;  // memory must be DMA-mapped for the device
   // Memory RegisterExternalMemory mapped; control thread only.
   struct Mapped {
     void* addr;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "dataplane/rc/memory_owner.h"
+#include "dataplane/rc/stat_counter.h"
 #include "dataplane/wire/psn.h"
 #include "dataplane/wire/roce.h"
 
@@ -21,8 +22,9 @@ enum class RemoteAccess : uint8_t { kRead = 1, kWrite = 2 };
 enum class WrOpcode : uint8_t { kWrite = 0, kRead = 1 };
 
 // Work request flags (a subset of the seed API's flags).
-inline constexpr uint32_t kWrSilentSuccess = 1u << 0;  // no completion on success
-inline constexpr uint32_t kWrReadFence = 1u << 1;  // wait for earlier reads
+inline constexpr uint32_t kWrSilentSuccess = 1u
+                                             << 0;  // no completion on success
+inline constexpr uint32_t kWrReadFence = 1u << 1;   // wait for earlier reads
 inline constexpr uint32_t kWrKnownFlags = kWrSilentSuccess | kWrReadFence;
 
 struct Sge {
@@ -76,34 +78,34 @@ enum class QpState : uint8_t { kReadyToSend, kError };
 struct QpConfig {
   wire::Qpn local_qpn;
   wire::Qpn remote_qpn;
-  wire::Psn send_psn;  // first PSN of our requester
-  wire::Psn recv_psn;  // first PSN the peer's requester uses
-  wire::Path path;     // Ethernet/IP/UDP addressing towards the peer
-  uint32_t pmtu = 1024;              // payload bytes per packet: 256..4096
-  uint32_t sq_depth = 256;           // power of two
+  wire::Psn send_psn;       // first PSN of our requester
+  wire::Psn recv_psn;       // first PSN the peer's requester uses
+  wire::Path path;          // Ethernet/IP/UDP addressing towards the peer
+  uint32_t pmtu = 1024;     // payload bytes per packet: 256..4096
+  uint32_t sq_depth = 256;  // power of two
   uint32_t max_inflight_packets = 128;  // go-back-N window
-  uint32_t ack_req_every = 16;       // AckReq at least every N packets
-  uint32_t max_rd_atomic = 16;       // reads we keep outstanding
-  uint32_t max_dest_rd_atomic = 16;  // read responder resources (power of 2)
+  uint32_t ack_req_every = 16;          // AckReq at least every N packets
+  uint32_t max_rd_atomic = 16;          // reads we keep outstanding
+  uint32_t max_dest_rd_atomic = 16;     // read responder resources (power of 2)
   // Doubled after each timeout without progress (up to 64x).
   uint64_t retransmit_timeout_ns = 1'000'000;
-  uint32_t retry_count = 7;          // retransmissions without progress
+  uint32_t retry_count = 7;  // retransmissions without progress
 };
 
 // Per-QP counters; engine thread only.
 struct QpStats {
-  uint64_t tx_packets = 0;
-  uint64_t rx_packets = 0;
-  uint64_t retransmitted_packets = 0;
-  uint64_t timeouts = 0;
-  uint64_t naks_sent = 0;
-  uint64_t naks_received = 0;
-  uint64_t seq_naks_sent = 0;
-  uint64_t acks_sent = 0;
-  uint64_t duplicate_requests = 0;
-  uint64_t out_of_order_responses = 0;
-  uint64_t ignored_packets = 0;  // stale, foreign or inconsistent
-  uint64_t access_errors = 0;    // remote accesses this responder refused
+  StatCounter tx_packets;
+  StatCounter rx_packets;
+  StatCounter retransmitted_packets;
+  StatCounter timeouts;
+  StatCounter naks_sent;
+  StatCounter naks_received;
+  StatCounter seq_naks_sent;
+  StatCounter acks_sent;
+  StatCounter duplicate_requests;
+  StatCounter out_of_order_responses;
+  StatCounter ignored_packets;  // stale, foreign or inconsistent
+  StatCounter access_errors;    // remote accesses this responder refused
 };
 
 }  // namespace rdmaplane::rc

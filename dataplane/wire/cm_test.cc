@@ -381,7 +381,7 @@ TEST(CmTest, NotACmFrame) {
   // A UD datagram to QP1 whose payload is not 256 bytes.
   h.bth.opcode = Opcode::kUdSendOnly;
   h.deth = {kGsiQkey, kGsiQpn};
-  const std::vector<uint8_t> mad(kMadLen, 0);
+  const std::vector<uint8_t> mad(kMadLen + 4, 0);
   for (size_t len : {size_t{0}, size_t{252}, size_t{260}}) {
     std::vector<uint8_t> frame(FrameLength(Opcode::kUdSendOnly, len));
     ASSERT_EQ(EncodeFrame(h, std::span<const uint8_t>(mad.data(), len), frame),

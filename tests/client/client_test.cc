@@ -31,7 +31,7 @@ TEST(ClientTest, WriteAndReadBetweenTwoClients) {
   for (uint32_t i = 0; i < n; ++i) source[i] = static_cast<uint8_t>(i * 7);
   std::memset(target, 0, n);
 
-  uint8_t desc[RDP_DESCRIPTOR_BYTES];
+  alignas(8) uint8_t desc[RDP_DESCRIPTOR_BYTES];
   uint32_t desc_len = sizeof(desc);
   ASSERT_EQ(p.server->RegisterRdmaMemory(p.server_conn, target, n,
                                          RDP_MEM_READWRITE, desc, &desc_len),
@@ -84,7 +84,7 @@ TEST(ClientTest, RequestsQueuedBeforeAcceptRunAfterIt) {
   // The client registers and reads before the server has accepted.
   auto* src = static_cast<uint8_t*>(client->Alloc(256));
   std::memset(src, 0x3C, 256);
-  uint8_t desc[RDP_DESCRIPTOR_BYTES];
+  alignas(8) uint8_t desc[RDP_DESCRIPTOR_BYTES];
   uint32_t len = sizeof(desc);
   ASSERT_EQ(client->RegisterRdmaMemory(*cc, src, 256, RDP_MEM_READ, desc, &len),
             RDP_OK);

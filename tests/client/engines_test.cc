@@ -2,10 +2,9 @@
 // carries their traffic, that a client's kick reaches the engine it was
 // meant for whichever engine drains it, and where engine threads run.
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
@@ -123,12 +122,12 @@ TEST(EnginesTest, ConnectionsSpreadEvenlyAndEveryEngineCarriesTraffic) {
     }
     std::memset(target, 0, n);
     std::memset(back, 0, n);
-    uint8_t desc[RDP_DESCRIPTOR_BYTES];
+    alignas(8) uint8_t desc[RDP_DESCRIPTOR_BYTES];
     uint32_t desc_len = sizeof(desc);
-    ASSERT_EQ(fan.server->RegisterRdmaMemory(fan.server_conns[i], target, n,
-                                             RDP_MEM_READWRITE, desc,
-                                             &desc_len),
-              RDP_OK);
+    ASSERT_EQ(
+        fan.server->RegisterRdmaMemory(fan.server_conns[i], target, n,
+                                       RDP_MEM_READWRITE, desc, &desc_len),
+        RDP_OK);
     auto src_key = fan.client->RegisterMemory(source, n, RDP_MEM_READ);
     auto back_key = fan.client->RegisterMemory(back, n, RDP_MEM_WRITE);
     ASSERT_TRUE(src_key.ok() && back_key.ok());
@@ -138,8 +137,8 @@ TEST(EnginesTest, ConnectionsSpreadEvenlyAndEveryEngineCarriesTraffic) {
     ASSERT_EQ(fan.client->Write(conn, &sge, 1, desc, desc_len, 0, 0, &ov),
               RDP_PENDING);
     int status = 1;
-    ASSERT_TRUE(AwaitCompletion(*fan.client, conn, &ov, absl::Seconds(20),
-                                &status));
+    ASSERT_TRUE(
+        AwaitCompletion(*fan.client, conn, &ov, absl::Seconds(20), &status));
     ASSERT_EQ(status, RDP_OK);
     EXPECT_EQ(std::memcmp(source, target, n), 0);
     rdp_sge rsge{back, n, *back_key};
@@ -148,8 +147,8 @@ TEST(EnginesTest, ConnectionsSpreadEvenlyAndEveryEngineCarriesTraffic) {
     ASSERT_EQ(fan.client->Read(conn, &rsge, 1, token->address, desc, desc_len,
                                0, &rov),
               RDP_PENDING);
-    ASSERT_TRUE(AwaitCompletion(*fan.client, conn, &rov, absl::Seconds(20),
-                                &status));
+    ASSERT_TRUE(
+        AwaitCompletion(*fan.client, conn, &rov, absl::Seconds(20), &status));
     ASSERT_EQ(status, RDP_OK);
     EXPECT_EQ(std::memcmp(source, back, n), 0);
   }
@@ -183,13 +182,12 @@ TEST(EnginesTest, AKickDrainedByAnotherEngineStillWakesTheRightOne) {
   auto* target = static_cast<uint8_t*>(fan.server->Alloc(2 * n));
   auto* source = static_cast<uint8_t*>(fan.client->Alloc(n));
   ASSERT_TRUE(target && source);
-  uint8_t desc[2][RDP_DESCRIPTOR_BYTES];
+  alignas(8) uint8_t desc[2][RDP_DESCRIPTOR_BYTES];
   uint32_t desc_len[2] = {sizeof(desc[0]), sizeof(desc[1])};
   for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(fan.server->RegisterRdmaMemory(fan.server_conns[i],
-                                             target + i * n, n,
-                                             RDP_MEM_READWRITE, desc[i],
-                                             &desc_len[i]),
+    ASSERT_EQ(fan.server->RegisterRdmaMemory(
+                  fan.server_conns[i], target + i * n, n, RDP_MEM_READWRITE,
+                  desc[i], &desc_len[i]),
               RDP_OK);
   }
   auto key = fan.client->RegisterMemory(source, n, RDP_MEM_READ);

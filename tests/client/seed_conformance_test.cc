@@ -21,7 +21,7 @@ using testing::ConnectedPair;
 using testing::TestDaemon;
 
 struct Desc {
-  uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
+  alignas(8) uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
   uint32_t len = sizeof(bytes);
   const shm::RdmaDescriptor* d() const {
     return reinterpret_cast<const shm::RdmaDescriptor*>(bytes);
@@ -74,7 +74,8 @@ class SeedTest : public ::testing::Test {
                 uint32_t* bytes = nullptr) {
     rdp_sge sge{src, n, lkey};
     rdp_overlapped ov{};
-    int r = c.Write(conn, &sge, 1, target.bytes, target.len, offset, flags, &ov);
+    int r =
+        c.Write(conn, &sge, 1, target.bytes, target.len, offset, flags, &ov);
     if (r != RDP_PENDING) return r;
     uint32_t b = 0;
     r = c.GetOverlappedResult(conn, &ov, true, &b);
@@ -109,13 +110,13 @@ TEST_F(SeedTest, RegisteredBufferIsWriteTargetAndReadSource) {
   uint8_t* src = Buffer(client(), 4096, 0x5A);
   uint8_t* dst = Buffer(client(), 4096, 0);
   Desc d = Register(server(), sconn(), target, 4096, RDP_MEM_READWRITE);
-  ASSERT_EQ(WriteWait(client(), cconn(), src, 4096, Lkey(client(), src, 4096),
-                      d, 0),
-            RDP_OK);
+  ASSERT_EQ(
+      WriteWait(client(), cconn(), src, 4096, Lkey(client(), src, 4096), d, 0),
+      RDP_OK);
   EXPECT_EQ(std::memcmp(target, src, 4096), 0);
-  ASSERT_EQ(ReadWait(client(), cconn(), dst, 4096, Lkey(client(), dst, 4096), d,
-                     0),
-            RDP_OK);
+  ASSERT_EQ(
+      ReadWait(client(), cconn(), dst, 4096, Lkey(client(), dst, 4096), d, 0),
+      RDP_OK);
   EXPECT_EQ(std::memcmp(dst, src, 4096), 0);
 }
 
@@ -125,9 +126,9 @@ TEST_F(SeedTest, SuccessReturnsZeroAndTheStoredSize) {
   uint8_t* buf = Buffer(server(), 100, 0);
   uint8_t desc[64];
   uint32_t len = sizeof(desc);
-  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE, desc,
-                                        &len),
-            RDP_OK);
+  EXPECT_EQ(
+      server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE, desc, &len),
+      RDP_OK);
   EXPECT_EQ(len, RDP_DESCRIPTOR_BYTES);
 }
 
@@ -138,9 +139,9 @@ TEST_F(SeedTest, SmallDescriptorBufferIsFaultWithRequiredSize) {
   uint8_t* buf = Buffer(server(), 100, 0);
   uint8_t desc[8];
   uint32_t len = sizeof(desc);
-  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE, desc,
-                                        &len),
-            RDP_ERR_FAULT);
+  EXPECT_EQ(
+      server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE, desc, &len),
+      RDP_ERR_FAULT);
   EXPECT_EQ(len, RDP_DESCRIPTOR_BYTES);
 }
 
@@ -169,16 +170,16 @@ TEST_F(SeedTest, InvalidRegistrationFlags) {
   uint8_t* buf = Buffer(server(), 100, 0);
   for (uint32_t flags : {0u, 4u, 5u, 0x80000001u}) {
     Desc d;
-    EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, flags, d.bytes,
-                                          &d.len),
-              RDP_ERR_INVALID)
+    EXPECT_EQ(
+        server().RegisterRdmaMemory(sconn(), buf, 100, flags, d.bytes, &d.len),
+        RDP_ERR_INVALID)
         << flags;
   }
   for (uint32_t flags : {RDP_MEM_READ, RDP_MEM_WRITE, RDP_MEM_READWRITE}) {
     Desc d;
-    EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, flags, d.bytes,
-                                          &d.len),
-              RDP_OK);
+    EXPECT_EQ(
+        server().RegisterRdmaMemory(sconn(), buf, 100, flags, d.bytes, &d.len),
+        RDP_OK);
   }
 }
 
@@ -186,9 +187,9 @@ TEST_F(SeedTest, InvalidRegistrationFlags) {
 TEST_F(SeedTest, RegisterOnUnconnectedSocket) {
   uint8_t* buf = Buffer(server(), 100, 0);
   Desc d;
-  EXPECT_EQ(server().RegisterRdmaMemory(9, buf, 100, RDP_MEM_WRITE, d.bytes,
-                                        &d.len),
-            RDP_ERR_NOT_CONNECTED);
+  EXPECT_EQ(
+      server().RegisterRdmaMemory(9, buf, 100, RDP_MEM_WRITE, d.bytes, &d.len),
+      RDP_ERR_NOT_CONNECTED);
   ASSERT_TRUE(server().Disconnect(sconn()).ok());
   EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE,
                                         d.bytes, &d.len),
@@ -283,9 +284,9 @@ TEST_F(SeedTest, ReadOnlyMemoryIsNeverRemotelyWritable) {
   uint8_t* ro = Buffer(server(), 256, 0x01);
   Desc dro = Register(server(), sconn(), ro, 256, RDP_MEM_READ);
   uint8_t* src = Buffer(client(), 256, 0xEE);
-  EXPECT_EQ(WriteWait(client(), cconn(), src, 256, Lkey(client(), src, 256),
-                      dro, 0),
-            RDP_ERR_FAULT);
+  EXPECT_EQ(
+      WriteWait(client(), cconn(), src, 256, Lkey(client(), src, 256), dro, 0),
+      RDP_ERR_FAULT);
   EXPECT_EQ(ro[0], 0x01);
   EXPECT_EQ(ro[255], 0x01);
 }
@@ -294,9 +295,9 @@ TEST_F(SeedTest, WriteOnlyMemoryIsNeverRemotelyReadable) {
   uint8_t* wo = Buffer(server(), 256, 0x02);
   Desc dwo = Register(server(), sconn(), wo, 256, RDP_MEM_WRITE);
   uint8_t* dst = Buffer(client(), 256, 0x77);
-  EXPECT_EQ(ReadWait(client(), cconn(), dst, 256, Lkey(client(), dst, 256), dwo,
-                     0),
-            RDP_ERR_REMOTE_RESOURCES);
+  EXPECT_EQ(
+      ReadWait(client(), cconn(), dst, 256, Lkey(client(), dst, 256), dwo, 0),
+      RDP_ERR_REMOTE_RESOURCES);
   EXPECT_EQ(dst[0], 0x77);  // nothing of the buffer leaked
 }
 
@@ -329,9 +330,9 @@ TEST_F(SeedTest, DescriptorIsValidOnlyOnItsConnection) {
   // The registering side itself cannot aim the descriptor at its own memory
   // through its own connection either: the peer owns the access.
   uint8_t* ssrc = Buffer(server(), 256, 0x44);
-  EXPECT_EQ(WriteWait(server(), sconn(), ssrc, 256, Lkey(server(), ssrc, 256),
-                      d, 0),
-            RDP_ERR_FAULT);
+  EXPECT_EQ(
+      WriteWait(server(), sconn(), ssrc, 256, Lkey(server(), ssrc, 256), d, 0),
+      RDP_ERR_FAULT);
   EXPECT_EQ(target[0], 0);
 }
 
@@ -363,9 +364,9 @@ TEST_F(SeedTest, DeregisterReleases) {
   Desc d = Register(server(), sconn(), target, 256, RDP_MEM_READWRITE);
   EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len), RDP_OK);
   uint8_t* dst = Buffer(client(), 256, 0x12);
-  EXPECT_EQ(ReadWait(client(), cconn(), dst, 256, Lkey(client(), dst, 256), d,
-                     0),
-            RDP_ERR_REMOTE_RESOURCES);
+  EXPECT_EQ(
+      ReadWait(client(), cconn(), dst, 256, Lkey(client(), dst, 256), d, 0),
+      RDP_ERR_REMOTE_RESOURCES);
 }
 
 // "WSAEINVAL The specified pointer to the descriptor for the RDMA buffer does
@@ -430,7 +431,8 @@ TEST_F(SeedTest, DeregisterWhileInUseIsInvalid) {
   EXPECT_TRUE(client().DeregisterMemory(lkey).ok());
 }
 
-// --- WSPRdmaWrite -------------------------------------------------------------
+// --- WSPRdmaWrite
+// -------------------------------------------------------------
 
 // "transfers data from a source buffer ... to a target buffer"; the target
 // offset; "the number of bytes transferred"; WSA_IO_PENDING
@@ -560,9 +562,9 @@ TEST_F(SeedTest, TimeoutAbortsTheConnection) {
   uint8_t* target = Buffer(server(), 256, 0);
   Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
   uint8_t* src = Buffer(client(), 256, 0x10);
-  EXPECT_EQ(WriteWait(client(), cconn(), src, 10, Lkey(client(), src, 256), d,
-                      0),
-            RDP_ERR_CONN_ABORTED);
+  EXPECT_EQ(
+      WriteWait(client(), cconn(), src, 10, Lkey(client(), src, 256), d, 0),
+      RDP_ERR_CONN_ABORTED);
   EXPECT_EQ(target[0], 0);
 }
 
@@ -623,9 +625,9 @@ TEST_F(SeedTest, ManyOutstandingEachWithItsOverlapped) {
   for (int i = 0; i < kN; ++i) {
     ovs[i].context = 1000 + i;
     rdp_sge sge{src + i * 64, 64, ls};
-    ASSERT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, i * 64, 0,
-                             &ovs[i]),
-              RDP_PENDING);
+    ASSERT_EQ(
+        client().Write(cconn(), &sge, 1, d.bytes, d.len, i * 64, 0, &ovs[i]),
+        RDP_PENDING);
   }
   // Waiting in reverse order works: each result lands in its own structure.
   for (int i = kN - 1; i >= 0; --i) {
@@ -729,9 +731,9 @@ TEST_F(SeedTest, ReadFenceOrdersAfterEarlierReads) {
   rdp_sge s1{big, 1 << 20, Lkey(client(), big, 1 << 20)};
   rdp_sge s2{small, 64, Lkey(client(), small, 64)};
   rdp_overlapped o1{}, o2{};
-  ASSERT_EQ(client().Read(cconn(), &s1, 1, d.d()->address, d.bytes, d.len, 0,
-                          &o1),
-            RDP_PENDING);
+  ASSERT_EQ(
+      client().Read(cconn(), &s1, 1, d.d()->address, d.bytes, d.len, 0, &o1),
+      RDP_PENDING);
   ASSERT_EQ(client().Read(cconn(), &s2, 1, d.d()->address, d.bytes, d.len,
                           RDP_FLAG_READ_FENCE, &o2),
             RDP_PENDING);
@@ -764,9 +766,9 @@ TEST_F(SeedTest, DeferWaitsForFlush) {
   ASSERT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len,
                           RDP_FLAG_DEFER, &a),
             RDP_PENDING);
-  ASSERT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len, 0,
-                          &b),
-            RDP_PENDING);
+  ASSERT_EQ(
+      client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len, 0, &b),
+      RDP_PENDING);
   EXPECT_EQ(client().GetOverlappedResult(cconn(), &a, true, nullptr), RDP_OK);
   EXPECT_EQ(client().GetOverlappedResult(cconn(), &b, true, nullptr), RDP_OK);
 }
@@ -820,9 +822,9 @@ TEST_F(SeedTest, ReadBeyondRemoteMemory) {
   const uint32_t ld = Lkey(client(), dst, 512);
   rdp_sge sge{dst, 512, ld};
   rdp_overlapped ov{};
-  EXPECT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len, 0,
-                          &ov),
-            RDP_ERR_REMOTE_RESOURCES);
+  EXPECT_EQ(
+      client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len, 0, &ov),
+      RDP_ERR_REMOTE_RESOURCES);
   // With a token that lies about the length, the peer's daemon refuses.
   Desc forged = d;
   const_cast<shm::RdmaDescriptor*>(forged.d())->length = 4096;
@@ -839,9 +841,9 @@ TEST_F(SeedTest, CompletionIsQueued) {
   uint8_t* dst = Buffer(client(), 256, 0);
   rdp_sge sge{dst, 256, Lkey(client(), dst, 256)};
   rdp_overlapped ov{};
-  ASSERT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len, 0,
-                          &ov),
-            RDP_PENDING);
+  ASSERT_EQ(
+      client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len, 0, &ov),
+      RDP_PENDING);
   rdp_overlapped* done[4] = {};
   int n = 0;
   const absl::Time end = absl::Now() + absl::Seconds(5);
@@ -850,7 +852,6 @@ TEST_F(SeedTest, CompletionIsQueued) {
   EXPECT_EQ(done[0], &ov);
   EXPECT_EQ(ov.status, RDP_OK);
 }
-
 
 // --- Cases the sentences imply beyond their main statement -------------------
 
@@ -951,9 +952,9 @@ TEST_F(SeedTest, TransportFailureAbortsTheConnection) {
             RDP_ERR_CONN_ABORTED);
   uint8_t* sbuf = Buffer(server(), 16, 0);
   rdp_sge ssge{sbuf, 16, Lkey(server(), sbuf, 16)};
-  EXPECT_EQ(server().Read(sconn(), &ssge, 1, d.d()->address, d.bytes, d.len, 0,
-                          &ov),
-            RDP_ERR_CONN_RESET);
+  EXPECT_EQ(
+      server().Read(sconn(), &ssge, 1, d.d()->address, d.bytes, d.len, 0, &ov),
+      RDP_ERR_CONN_RESET);
 }
 
 // WSPRegisterRdmaMemory "for use by any number of sockets" with reference
@@ -989,9 +990,9 @@ TEST_F(SeedTest, DeferredSglIsCapturedAtPost) {
   rdp_overlapped ov{};
   {
     rdp_sge sgl[2] = {{src, 100, ls}, {src + 100, 156, ls}};
-    ASSERT_EQ(client().Write(cconn(), sgl, 2, d.bytes, d.len, 0,
-                             RDP_FLAG_DEFER, &ov),
-              RDP_PENDING);
+    ASSERT_EQ(
+        client().Write(cconn(), sgl, 2, d.bytes, d.len, 0, RDP_FLAG_DEFER, &ov),
+        RDP_PENDING);
     std::memset(sgl, 0, sizeof(sgl));
   }
   ASSERT_EQ(client().Flush(cconn()), RDP_OK);
@@ -1005,8 +1006,8 @@ TEST_F(SeedTest, OutsideArenasWinsOverSmallDescriptor) {
   std::vector<uint8_t> heap(64);
   uint8_t desc[4];
   uint32_t len = 4;
-  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), heap.data(), 64,
-                                        RDP_MEM_WRITE, desc, &len),
+  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), heap.data(), 64, RDP_MEM_WRITE,
+                                        desc, &len),
             RDP_ERR_FAULT);
   EXPECT_EQ(len, 4u);
 }

@@ -66,7 +66,7 @@ std::string SocketPath(const std::string& name) {
 }
 
 struct Desc {
-  uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
+  alignas(8) uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
   uint32_t len = sizeof(bytes);
   shm::RdmaDescriptor* d() {
     return reinterpret_cast<shm::RdmaDescriptor*>(bytes);
@@ -160,7 +160,6 @@ class ProcessTest : public ::testing::Test {
 
   std::unique_ptr<control::Daemon> daemon_;
 };
-
 
 // --- SIGKILL mid-transfer ----------------------------------------------------
 
@@ -755,8 +754,8 @@ TEST_F(OtherUserTest, ClientRefusesASocketOfAnotherUser) {
       "print('listening', flush=True)\n"
       "c,_=s.accept(); time.sleep(2)\n";
   std::unique_ptr<Child> impostor =
-      Child::Spawn({setpriv, "--reuid=65534", "--regid=65534",
-                    "--clear-groups", "/usr/bin/python3", "-c", script, path});
+      Child::Spawn({setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+                    "/usr/bin/python3", "-c", script, path});
   ASSERT_NE(impostor, nullptr);
   ASSERT_EQ(impostor->ReadLine().value_or("(nothing)"), "listening");
   ClientOptions o;

@@ -17,6 +17,7 @@
 //
 // The same binary plays the hostile client processes (--role=...), which the
 // driver starts and kills.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -26,7 +27,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <dirent.h>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,10 +66,11 @@ using testing::ChildProcess;
 
 constexpr absl::Duration kRequestBound = absl::Seconds(20);
 
-// --- Shared -------------------------------------------------------------------
+// --- Shared
+// -------------------------------------------------------------------
 
 struct Desc {
-  uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
+  alignas(8) uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
   uint32_t len = sizeof(bytes);
   const shm::RdmaDescriptor* d() const {
     return reinterpret_cast<const shm::RdmaDescriptor*>(bytes);
@@ -113,8 +114,7 @@ absl::StatusOr<rdp_conn> ConnectTo(Client& client, const std::string& service,
   while (true) {
     auto c = client.Connect(service, peer);
     // A listener in another process may not listen yet.
-    if (c.ok() || RdpCode(c.status()) != RDP_ERR_REFUSED ||
-        absl::Now() > end) {
+    if (c.ok() || RdpCode(c.status()) != RDP_ERR_REFUSED || absl::Now() > end) {
       return c;
     }
     absl::SleepFor(absl::Milliseconds(5));
@@ -134,7 +134,8 @@ int WaitBounded(Client& c, rdp_conn conn, rdp_overlapped* ov,
   }
 }
 
-// --- Child roles -----------------------------------------------------------------
+// --- Child roles
+// -----------------------------------------------------------------
 
 [[noreturn]] void ChildFail(const char* stage, int status) {
   std::printf("error %s %s %s\n", stage, rdp_status_name(status),
@@ -174,10 +175,9 @@ void TakeFreeHugepages() {
   }
   std::fclose(f);
   for (long n = free_pages; n > 0; n /= 2) {
-    void* m = mmap(nullptr, static_cast<size_t>(n) << 21,
-                   PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE,
-                   -1, 0);
+    void* m =
+        mmap(nullptr, static_cast<size_t>(n) << 21, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
     if (m != MAP_FAILED) break;
   }
 }
@@ -188,7 +188,7 @@ void TakeFreeHugepages() {
 void Punch(void* p, size_t bytes) {
   int refused = 0, done = 0;
   for (int fd : ArenaFds()) {
-    struct stat st{};
+    struct stat st {};
     fstat(fd, &st);
     if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
                   st.st_size) == 0) {
@@ -243,8 +243,8 @@ int RunWriter(bool punch) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   std::unique_ptr<Client> c = Open(absl::GetFlag(FLAGS_socket), 16u << 20);
   if (c == nullptr) ChildFail("open", RDP_ERR_NET_DOWN);
-  auto conn = ConnectTo(*c, absl::GetFlag(FLAGS_service),
-                        absl::GetFlag(FLAGS_peer));
+  auto conn =
+      ConnectTo(*c, absl::GetFlag(FLAGS_service), absl::GetFlag(FLAGS_peer));
   if (!conn.ok()) ChildFail("connect", RdpCode(conn.status()));
   std::printf("connected\n");
   std::fflush(stdout);
@@ -278,7 +278,8 @@ int RunWriter(bool punch) {
   }
 }
 
-// --- The driver -----------------------------------------------------------------
+// --- The driver
+// -----------------------------------------------------------------
 
 class Soak {
  public:
@@ -326,11 +327,11 @@ class Soak {
   uint64_t next_service_ = 1;
 };
 
-const char* const kKinds[] = {"kill9_target", "kill9_writer",
+const char* const kKinds[] = {"kill9_target",       "kill9_writer",
                               "close_mid_transfer", "disconnect_mid_transfer",
-                              "punch_target", "punch_source",
-                              "scribble_rings", "forged_descriptors",
-                              "exhaust_sessions", "flood_doorbells"};
+                              "punch_target",       "punch_source",
+                              "scribble_rings",     "forged_descriptors",
+                              "exhaust_sessions",   "flood_doorbells"};
 constexpr int kKindCount = sizeof(kKinds) / sizeof(kKinds[0]);
 
 void Soak::GoodPairLoop(const std::string& name,
@@ -386,8 +387,8 @@ void Soak::GoodPairLoop(const std::string& name,
                             &ov[i]);
         } else {
           rdp_sge sge{back + offset[i], size[i], *lback};
-          r = client->Read(*cconn, &sge, 1, d.d()->address + offset[i],
-                           d.bytes, d.len, 0, &ov[i]);
+          r = client->Read(*cconn, &sge, 1, d.d()->address + offset[i], d.bytes,
+                           d.len, 0, &ov[i]);
         }
         if (r != RDP_PENDING) {
           return Violation(name + ": post refused: " + rdp_status_name(r));
@@ -482,7 +483,8 @@ void Soak::KillTarget() {
   for (size_t i = 0; i < posted; ++i) {
     if (i == refused) continue;
     const int s = WaitBounded(*c, *conn, &ov[i]);
-    if (s == RDP_PENDING) return Violation("kill9_target: a request never ended");
+    if (s == RDP_PENDING)
+      return Violation("kill9_target: a request never ended");
     if (i >= first_after && s == RDP_OK) {
       return Violation("kill9_target: a write posted after the kill succeeded");
     }
@@ -538,24 +540,27 @@ void Soak::KillWriter(bool punch) {
 }
 
 void Soak::CloseOrDisconnectMidTransfer(bool disconnect) {
-  const char* kind = disconnect ? "disconnect_mid_transfer" : "close_mid_transfer";
+  const char* kind =
+      disconnect ? "disconnect_mid_transfer" : "close_mid_transfer";
   const std::string service = Service("close");
   std::unique_ptr<Client> server = Open(socket_a_, 16u << 20);
   std::unique_ptr<Client> client = Open(socket_a_, 16u << 20);
   if (server == nullptr || client == nullptr) {
     return Violation(std::string(kind) + ": open");
   }
-  if (!server->Listen(service).ok()) return Violation(std::string(kind) + ": listen");
+  if (!server->Listen(service).ok())
+    return Violation(std::string(kind) + ": listen");
   auto cconn = client->Connect(service);
   auto sconn = server->Accept(service, absl::Seconds(10));
-  if (!cconn.ok() || !sconn.ok()) return Violation(std::string(kind) + ": connect");
+  if (!cconn.ok() || !sconn.ok())
+    return Violation(std::string(kind) + ": connect");
   constexpr uint32_t kBytes = 8u << 20;
   auto* target = static_cast<uint8_t*>(server->Alloc(kBytes));
   auto* src = static_cast<uint8_t*>(client->Alloc(kBytes));
   Desc d;
   if (target == nullptr || src == nullptr ||
-      server->RegisterRdmaMemory(*sconn, target, kBytes, RDP_MEM_WRITE,
-                                 d.bytes, &d.len) != RDP_OK) {
+      server->RegisterRdmaMemory(*sconn, target, kBytes, RDP_MEM_WRITE, d.bytes,
+                                 &d.len) != RDP_OK) {
     return Violation(std::string(kind) + ": memory");
   }
   std::memset(target, 0, kBytes);
@@ -592,8 +597,8 @@ void Soak::PunchTarget() {
   // it: the daemon must not die of it.
   const std::string service = Service("punch");
   auto target = ChildProcess::Spawn(
-      {self_, "--role=puncher", "--socket=" + socket_a_,
-       "--service=" + service, "--bytes=" + std::to_string(4u << 20)});
+      {self_, "--role=puncher", "--socket=" + socket_a_, "--service=" + service,
+       "--bytes=" + std::to_string(4u << 20)});
   if (target == nullptr) return Violation("punch_target: spawn");
   if (target->ReadLine().value_or("") != "listening") {
     return Violation("punch_target: the target did not listen");
@@ -663,7 +668,8 @@ void Soak::ForgeDescriptors() {
   }
   auto cconn = client->Connect(service);
   auto sconn = server->Accept(service, absl::Seconds(10));
-  if (!cconn.ok() || !sconn.ok()) return Violation("forged_descriptors: connect");
+  if (!cconn.ok() || !sconn.ok())
+    return Violation("forged_descriptors: connect");
   auto* buf = static_cast<uint8_t*>(server->Alloc(65536));
   Desc real;
   if (buf == nullptr ||
@@ -680,15 +686,22 @@ void Soak::ForgeDescriptors() {
   }
   auto* src = static_cast<uint8_t*>(client->Alloc(4096));
   auto lkey = client->RegisterMemory(src, 4096, RDP_MEM_READ);
-  if (src == nullptr || !lkey.ok()) return Violation("forged_descriptors: memory");
+  if (src == nullptr || !lkey.ok())
+    return Violation("forged_descriptors: memory");
   // A write into read-only memory, or past it, or under a made-up key: each
   // ends with an error (and breaks the connection), none succeeds.
   Desc forged = real;
   auto* f = reinterpret_cast<shm::RdmaDescriptor*>(forged.bytes);
   switch (Below(3)) {
-    case 0: break;  // read-only memory
-    case 1: f->length = 1u << 30; f->access = RDP_MEM_READWRITE; break;
-    default: f->rkey = static_cast<uint32_t>(rng_()); break;
+    case 0:
+      break;  // read-only memory
+    case 1:
+      f->length = 1u << 30;
+      f->access = RDP_MEM_READWRITE;
+      break;
+    default:
+      f->rkey = static_cast<uint32_t>(rng_());
+      break;
   }
   rdp_overlapped ov{};
   rdp_sge sge{src, 4096, *lkey};
@@ -742,16 +755,36 @@ void Soak::FloodDoorbells() {
 
 void Soak::Hostile(int kind) {
   switch (kind) {
-    case 0: KillTarget(); break;
-    case 1: KillWriter(/*punch=*/false); break;
-    case 2: CloseOrDisconnectMidTransfer(/*disconnect=*/false); break;
-    case 3: CloseOrDisconnectMidTransfer(/*disconnect=*/true); break;
-    case 4: PunchTarget(); break;
-    case 5: KillWriter(/*punch=*/true); break;
-    case 6: ScribbleRings(); break;
-    case 7: ForgeDescriptors(); break;
-    case 8: ExhaustSessions(); break;
-    case 9: FloodDoorbells(); break;
+    case 0:
+      KillTarget();
+      break;
+    case 1:
+      KillWriter(/*punch=*/false);
+      break;
+    case 2:
+      CloseOrDisconnectMidTransfer(/*disconnect=*/false);
+      break;
+    case 3:
+      CloseOrDisconnectMidTransfer(/*disconnect=*/true);
+      break;
+    case 4:
+      PunchTarget();
+      break;
+    case 5:
+      KillWriter(/*punch=*/true);
+      break;
+    case 6:
+      ScribbleRings();
+      break;
+    case 7:
+      ForgeDescriptors();
+      break;
+    case 8:
+      ExhaustSessions();
+      break;
+    case 9:
+      FloodDoorbells();
+      break;
   }
   ++hostile_[kKinds[kind]];
 }
@@ -775,7 +808,8 @@ int Soak::Run() {
               seed_, seed_, seconds);
   std::fflush(stdout);
   std::vector<std::thread> good;
-  good.emplace_back([this] { GoodPairLoop("local", socket_a_, socket_a_, ""); });
+  good.emplace_back(
+      [this] { GoodPairLoop("local", socket_a_, socket_a_, ""); });
   if (!socket_b_.empty() && !peer_b_.empty()) {
     good.emplace_back(
         [this] { GoodPairLoop("cross", socket_b_, socket_a_, peer_b_); });
@@ -793,8 +827,8 @@ int Soak::Run() {
       next_progress += absl::Seconds(10);
       std::printf("chaos_soak: %.0f s left, operations %" PRIu64
                   ", bytes verified %" PRIu64 "\n",
-                  absl::ToDoubleSeconds(end - absl::Now()),
-                  operations_.load(), bytes_verified_.load());
+                  absl::ToDoubleSeconds(end - absl::Now()), operations_.load(),
+                  bytes_verified_.load());
       std::fflush(stdout);
     }
   }
@@ -805,12 +839,11 @@ int Soak::Run() {
     hostile += std::string(" ") + kKinds[k] + "=" +
                std::to_string(hostile_[kKinds[k]]);
   }
-  std::printf("chaos_soak: %s: %d s, seed 0x%" PRIx64
-              ", operations %" PRIu64 ", bytes verified %" PRIu64
-              ", hostile%s, violations %" PRIu64 "\n",
-              violations_ == 0 ? "ok" : "FAILED", seconds, seed_,
-              operations_.load(), bytes_verified_.load(), hostile.c_str(),
-              violations_);
+  std::printf(
+      "chaos_soak: %s: %d s, seed 0x%" PRIx64 ", operations %" PRIu64
+      ", bytes verified %" PRIu64 ", hostile%s, violations %" PRIu64 "\n",
+      violations_ == 0 ? "ok" : "FAILED", seconds, seed_, operations_.load(),
+      bytes_verified_.load(), hostile.c_str(), violations_);
   std::fflush(stdout);
   return violations_ == 0 ? 0 : 1;
 }

@@ -33,13 +33,14 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "api/client.h"
@@ -159,7 +160,7 @@ inline ::testing::AssertionResult NoRawMemfdsLeft(
 // --- Descriptors -------------------------------------------------------------
 
 struct Desc {
-  uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
+  alignas(8) uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
   uint32_t len = sizeof(bytes);
   shm::RdmaDescriptor* d() {
     return reinterpret_cast<shm::RdmaDescriptor*>(bytes);
@@ -795,7 +796,7 @@ class GoodPair {
     return absl::Nanoseconds(slowest_ns_.load());
   }
   std::string error() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return error_;
   }
   Client& server() { return *server_; }
@@ -827,7 +828,7 @@ class GoodPair {
   }
 
   bool Fail(const std::string& what) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (error_.empty()) error_ = what;
     return false;
   }
@@ -846,7 +847,7 @@ class GoodPair {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> rounds_{0};
   std::thread thread_;
-  absl::Mutex mu_;
+  std::mutex mu_;
   std::string error_ ABSL_GUARDED_BY(mu_);
 };
 
