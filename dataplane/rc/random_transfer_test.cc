@@ -1,7 +1,9 @@
 // Thousands of random RDMA WRITEs and READs in both directions over a
 // simulated link with loss, duplication, reordering and delay. Every byte is
 // checked at the destination, and every work request completes exactly once,
-// in order, successfully.
+// in order, successfully. The operations, the data and the link's faults
+// are drawn from a new seed every run (printed; RDP_FUZZ_SEED replays one,
+// see tests/testing/fuzz.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +16,7 @@
 #include "dataplane/rc/sgl.h"
 #include "dataplane/rc/sim_link.h"
 #include "dataplane/rc/test_util.h"
+#include "tests/testing/fuzz.h"
 
 namespace rdmaplane::rc {
 namespace {
@@ -66,7 +69,8 @@ class Driver {
   };
 
   uint32_t LogUniformLength() {
-    std::uniform_real_distribution<double> u(0.0, std::log(double(kMaxLen) + 1));
+    std::uniform_real_distribution<double> u(0.0,
+                                             std::log(double(kMaxLen) + 1));
     uint32_t len = static_cast<uint32_t>(std::exp(u(rng_)));
     return std::clamp<uint32_t>(len, 1, kMaxLen);
   }
@@ -85,7 +89,8 @@ class Driver {
     uint64_t off = 0;
     bool found = false;
     for (int attempt = 0; attempt < 4 && !found; ++attempt) {
-      off = std::uniform_int_distribution<uint64_t>(0, kRegionBytes - len)(rng_);
+      off =
+          std::uniform_int_distribution<uint64_t>(0, kRegionBytes - len)(rng_);
       found = !Overlaps(read, off, len);
     }
     if (!found) return false;
@@ -144,8 +149,8 @@ class Driver {
     // peer region now holds with what was sent.
     std::vector<uint8_t> got(slot.length);
     CopyFromSgl(slot.wr, 0, got.data(), slot.length);
-    const uint8_t* expected = (slot.read ? shadow_.data() : peer_region_->data()) +
-                              slot.offset;
+    const uint8_t* expected =
+        (slot.read ? shadow_.data() : peer_region_->data()) + slot.offset;
     if (!std::equal(got.begin(), got.end(), expected)) {
       ADD_FAILURE() << (slot.read ? "read" : "write") << " of " << slot.length
                     << " bytes at " << slot.offset << " corrupted";
@@ -187,6 +192,11 @@ class RandomTransferTest : public ::testing::TestWithParam<double> {};
 
 TEST_P(RandomTransferTest, EveryByteArrivesAndEveryRequestCompletesOnce) {
   const double loss = GetParam();
+  const uint64_t seed = rdmaplane::testing::FuzzSeed();
+  SCOPED_TRACE("RDP_FUZZ_SEED=" + std::to_string(seed));
+  auto seed_of = [seed](uint64_t k) {
+    return rdmaplane::testing::IterationSeed(seed, k);
+  };
   QpConfig config;
   config.pmtu = 1024;
   config.sq_depth = 16;
@@ -199,14 +209,16 @@ TEST_P(RandomTransferTest, EveryByteArrivesAndEveryRequestCompletesOnce) {
   config.retransmit_timeout_ns = 20'000'000;
   config.retry_count = 15;
   // A 10 Gb/s link with a 64 KiB transmit queue on each side.
-  testing::Fixture f(config, Faults(loss, 101), Faults(loss, 202),
+  testing::Fixture f(config, Faults(loss, seed_of(0)), Faults(loss, seed_of(1)),
                      kRegionBytes, /*gbps=*/10);
   auto a_init = testing::Pattern(kRegionBytes, 1);
   auto b_init = testing::Pattern(kRegionBytes, 2);
   f.a_region = a_init;
   f.b_region = b_init;
-  Driver a(f.pair.a.qp.get(), &f.pair.a.cq, &f.b_region, testing::kKeyOnB, 11);
-  Driver b(f.pair.b.qp.get(), &f.pair.b.cq, &f.a_region, testing::kKeyOnA, 22);
+  Driver a(f.pair.a.qp.get(), &f.pair.a.cq, &f.b_region, testing::kKeyOnB,
+           seed_of(2));
+  Driver b(f.pair.b.qp.get(), &f.pair.b.cq, &f.a_region, testing::kKeyOnA,
+           seed_of(3));
 
   uint64_t steps = 0;
   while (!(a.done() && b.done())) {
@@ -234,12 +246,13 @@ TEST_P(RandomTransferTest, EveryByteArrivesAndEveryRequestCompletesOnce) {
       "loss %.2f: %.1f MB moved, %llu+%llu frames, %llu+%llu retransmitted, "
       "%llu+%llu timeouts, %llu+%llu seq NAKs, %llu dropped, %llu duplicated, "
       "%llu reordered, %.1f ms simulated\n",
-      loss, (a.bytes() + b.bytes()) / 1e6,
-      (unsigned long long)sa.tx_packets, (unsigned long long)sb.tx_packets,
+      loss, (a.bytes() + b.bytes()) / 1e6, (unsigned long long)sa.tx_packets,
+      (unsigned long long)sb.tx_packets,
       (unsigned long long)sa.retransmitted_packets,
       (unsigned long long)sb.retransmitted_packets,
       (unsigned long long)sa.timeouts, (unsigned long long)sb.timeouts,
-      (unsigned long long)sa.seq_naks_sent, (unsigned long long)sb.seq_naks_sent,
+      (unsigned long long)sa.seq_naks_sent,
+      (unsigned long long)sb.seq_naks_sent,
       (unsigned long long)(f.pair.a_to_b.faults().dropped +
                            f.pair.b_to_a.faults().dropped),
       (unsigned long long)(f.pair.a_to_b.faults().duplicated +
@@ -256,8 +269,8 @@ TEST_P(RandomTransferTest, EveryByteArrivesAndEveryRequestCompletesOnce) {
 INSTANTIATE_TEST_SUITE_P(LossRates, RandomTransferTest,
                          ::testing::Values(0.0, 0.01, 0.10),
                          [](const ::testing::TestParamInfo<double>& p) {
-                           return "loss_" +
-                                  std::to_string(int(p.param * 100)) + "pct";
+                           return "loss_" + std::to_string(int(p.param * 100)) +
+                                  "pct";
                          });
 
 }  // namespace

@@ -17,13 +17,14 @@
 #include <vector>
 
 #include "dataplane/wire/guarded_buffer.h"
+#include "tests/testing/fuzz.h"
 
 namespace rdmaplane::wire {
 namespace {
 
 struct Options {
   uint64_t runs = 100000;
-  uint64_t seed = 1;
+  uint64_t seed = 0;  // 0: the run's seed (testing::FuzzSeed)
   size_t max_len = 16384;
   std::vector<std::string> paths;
 };
@@ -185,6 +186,7 @@ const uint8_t* g_input = nullptr;
 size_t g_input_len = 0;
 uint64_t g_input_number = 0;
 const char* g_input_path = nullptr;  // set when replaying a file
+char g_seed_text[64];                // " (mutation seed 0x...)"
 char g_crash_prefix[4096];           // "<dir>/crash-"
 
 void WriteAll(int fd, const void* p, size_t n) {
@@ -223,6 +225,7 @@ void OnCrash(int sig) {
 
   WriteStr(STDERR_FILENO, "\nfuzz_driver: crashed on input #");
   WriteStr(STDERR_FILENO, path + std::strlen(g_crash_prefix));
+  WriteStr(STDERR_FILENO, g_seed_text);
   const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) {
     WriteAll(fd, g_input, g_input_len);
@@ -343,7 +346,7 @@ int Replay(const Options& o, GuardedBuffer& buffer) {
 }
 
 int Main(int argc, char** argv) {
-  const Options o = ParseOptions(argc, argv);
+  Options o = ParseOptions(argc, argv);
   InstallCrashHandler();
   GuardedBuffer buffer(std::max<size_t>(o.max_len, 1 << 16));
   if (!o.paths.empty()) return Replay(o, buffer);
@@ -357,6 +360,13 @@ int Main(int argc, char** argv) {
   uint64_t number = 0;
   for (const std::vector<uint8_t>& s : seeds) RunOne(buffer, s, number++);
 
+  if (o.seed == 0) o.seed = rdmaplane::testing::FuzzSeed();
+  std::fprintf(stderr,
+               "fuzz_driver: mutation seed 0x%llx (replay: -seed=0x%llx)\n",
+               static_cast<unsigned long long>(o.seed),
+               static_cast<unsigned long long>(o.seed));
+  std::snprintf(g_seed_text, sizeof(g_seed_text), " (mutation seed 0x%llx)",
+                static_cast<unsigned long long>(o.seed));
   Mutator mutator(seeds, o.max_len, o.seed);
   std::vector<uint8_t> input;
   for (uint64_t i = 0; i < o.runs; ++i) {
@@ -372,7 +382,7 @@ int Main(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   std::fprintf(stderr,
-               "fuzz_driver: %zu seeds and %llu mutations (seed %llu) ran "
+               "fuzz_driver: %zu seeds and %llu mutations (seed 0x%llx) ran "
                "without failure in %.2f s\n",
                seeds.size(), static_cast<unsigned long long>(o.runs),
                static_cast<unsigned long long>(o.seed), secs);

@@ -15,8 +15,8 @@
 #   frame_fuzz_test.sh FAULT_LIB RDMAPLANED RDMAPLANECTL RDMAPLANE_TRANSFER
 #       FRAME_FUZZER
 #
-# The seed is random and printed; FRAME_FUZZ_SEED=N in the environment
-# (bazel test --test_env=FRAME_FUZZ_SEED=N) repeats a run.
+# The seed is random and printed; RDP_FUZZ_SEED=N in the environment
+# (bazel test --test_env=RDP_FUZZ_SEED=N) repeats a run.
 set -euo pipefail
 
 if [[ $# -ne 5 ]]; then
@@ -36,8 +36,8 @@ done
 test_start="$(fl_now)"
 
 frames=20000
-seed="${FRAME_FUZZ_SEED:-$(((RANDOM << 30 | RANDOM << 15 | RANDOM) + 1))}"
-fl_log "seed $seed (FRAME_FUZZ_SEED=$seed repeats this run)"
+seed="${RDP_FUZZ_SEED:-$(((RANDOM << 30 | RANDOM << 15 | RANDOM) + 1))}"
+fl_log "seed $seed (RDP_FUZZ_SEED=$seed repeats this run)"
 
 ip_d=10.0.0.1
 ip_f=10.0.0.2

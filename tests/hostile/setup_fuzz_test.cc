@@ -27,6 +27,7 @@
 // connection doing verified RDMA WRITEs and READs) opened before the fuzzing
 // keeps moving verified bytes during it and after it.
 //
+// Each run takes a new seed (tests/testing/fuzz.h prints it);
 // RDP_FUZZ_SEED=<n> replays a run: every failure names the seed and the
 // iteration, and iteration i draws from its own seed, so a longer run
 // repeats a shorter one first. RDP_FUZZ_ITERATIONS=<n> sets how many
@@ -1055,9 +1056,9 @@ class SetupFuzzTest : public testing::HostileClientTest {
 
   // Runs `iterations` plans from `make`, stopping at the first failure,
   // with the good pair moving verified bytes all along.
-  void Fuzz(const char* name, uint64_t default_seed, int default_iterations,
+  void Fuzz(const char* name, int default_iterations,
             const std::function<Plan(PlanMaker&)>& make) {
-    const uint64_t seed = FuzzSeed(default_seed);
+    const uint64_t seed = FuzzSeed();
     const int iterations = FuzzIterations(default_iterations);
     ASSERT_GT(iterations, 0);
     const uint64_t bad_closes = g_bad_closes.load();
@@ -1463,8 +1464,7 @@ TEST(SetupReaderTest, AFailedRecvSetupClosesNothing) {
 // Thousands of mutated hellos, arenas, admin queries and other messages,
 // alone, after a valid hello and back to back, as described at the top.
 TEST_F(SetupFuzzTest, MutatedSetupMessagesAreRefusedAndLeaveNothing) {
-  Fuzz("setup messages", 0x5E7F0221, 3000,
-       [](PlanMaker& maker) { return maker.Any(); });
+  Fuzz("setup messages", 3000, [](PlanMaker& maker) { return maker.Any(); });
   ExpectServing("after the fuzzed setup messages");
   ExpectBaseline();
 }
@@ -1474,8 +1474,7 @@ TEST_F(SetupFuzzTest, MutatedSetupMessagesAreRefusedAndLeaveNothing) {
 // any more; valid ones among them, and every topic in both formats
 // afterwards, get their answer.
 TEST_F(SetupFuzzTest, MutatedAdminQueriesGetErrorsAndValidOnesAnswers) {
-  Fuzz("admin queries", 0xAD317, 1500,
-       [](PlanMaker& maker) { return maker.Admin(); });
+  Fuzz("admin queries", 1500, [](PlanMaker& maker) { return maker.Admin(); });
   for (std::string_view topic : kTopics) {
     for (bool json : {false, true}) {
       EXPECT_TRUE(ValidQueryAnswers(topic, json)) << topic << " json " << json;
@@ -1494,7 +1493,7 @@ TEST_F(SetupFuzzTest, RefusedUserIsAnsweredOnceWhateverItSends) {
     GTEST_SKIP() << "this process cannot take uid 65534 for a thread";
   }
   int n = 0;
-  Fuzz("refused user", 0x0DD, 400, [&n](PlanMaker& maker) {
+  Fuzz("refused user", 400, [&n](PlanMaker& maker) {
     Plan p = maker.Any();
     // Every other plan from an allowed user, as a control.
     p.nobody = n++ % 2 == 0 && !p.scribbled;

@@ -1,7 +1,9 @@
-// Seeded random numbers for the fuzzing tests. Every fuzzing test takes its
-// seed from RDP_FUZZ_SEED when it is set (and prints the seed with every
-// failure), so that a failure can be replayed; the loops that take it also
-// take their length from RDP_FUZZ_ITERATIONS, for longer runs by hand.
+// Seeded random numbers for the fuzzing tests. A run's seed is new every
+// run, so that runs explore instead of repeating one another; it is printed
+// when first taken, and every fuzzing test names it with every failure.
+// RDP_FUZZ_SEED=<seed> (under Bazel: --test_env=RDP_FUZZ_SEED=<seed>)
+// replays a run. The loops that take it also take their length from
+// RDP_FUZZ_ITERATIONS, for longer runs by hand.
 //
 // Thread-compatible.
 #ifndef RDMAPLANE_TESTS_TESTING_FUZZ_H_
@@ -9,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -17,10 +20,27 @@
 
 namespace rdmaplane::testing {
 
-// The seed of a fuzzing test: RDP_FUZZ_SEED when it is set, else `fallback`.
-inline uint64_t FuzzSeed(uint64_t fallback) {
-  const char* env = std::getenv("RDP_FUZZ_SEED");
-  return env != nullptr ? std::strtoull(env, nullptr, 0) : fallback;
+// The run's seed: RDP_FUZZ_SEED when it is set, else a new one, the same
+// for every call in one process. The first call prints it to stderr.
+inline uint64_t FuzzSeed() {
+  static const uint64_t seed = [] {
+    const char* env = std::getenv("RDP_FUZZ_SEED");
+    uint64_t s = 0;
+    if (env != nullptr && *env != '\0') {
+      s = std::strtoull(env, nullptr, 0);
+    } else {
+      std::random_device device;
+      s = (uint64_t{device()} << 32) ^ device();
+    }
+    std::fprintf(stderr,
+                 "fuzz seed 0x%llx (replay: RDP_FUZZ_SEED=0x%llx, under "
+                 "Bazel --test_env=RDP_FUZZ_SEED=0x%llx)\n",
+                 static_cast<unsigned long long>(s),
+                 static_cast<unsigned long long>(s),
+                 static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
 }
 
 // Iterations of a fuzzing loop: RDP_FUZZ_ITERATIONS when it is set, else
