@@ -34,7 +34,7 @@ constexpr uint32_t kBig = 32u << 20;  // copied 1 MiB per engine turn
 constexpr int kBigWrites = 16;
 
 struct Desc {
-  uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
+  alignas(8) uint8_t bytes[RDP_DESCRIPTOR_BYTES] = {};
   uint32_t len = sizeof(bytes);
 };
 
@@ -85,7 +85,7 @@ class TeardownTest : public ::testing::Test {
     uint32_t lkey = 0;
   };
   Transfer MakeTransfer(const std::string& service, uint32_t bytes,
-                       uint8_t fill) {
+                        uint8_t fill) {
     Transfer t;
     t.server = NewClient();
     t.client = NewClient();
@@ -121,9 +121,9 @@ class TeardownTest : public ::testing::Test {
     rdp_sge sge{t.source, kBig, t.lkey};
     for (rdp_overlapped& o : ov) {
       o = rdp_overlapped{};
-      ASSERT_EQ(t.client->Write(t.cconn, &sge, 1, t.desc.bytes, t.desc.len, 0,
-                                0, &o),
-                RDP_PENDING);
+      ASSERT_EQ(
+          t.client->Write(t.cconn, &sge, 1, t.desc.bytes, t.desc.len, 0, 0, &o),
+          RDP_PENDING);
     }
     const absl::Time end = absl::Now() + absl::Seconds(10);
     while (__atomic_load_n(&t.target[0], __ATOMIC_RELAXED) == 0 &&
@@ -160,9 +160,9 @@ TEST_F(TeardownTest, CloseWithWorkInFlightEndsEveryRequestAndStopsTheBytes) {
   // The server's end was reset.
   rdp_overlapped probe{};
   rdp_sge sge{t.target, 64, 0};
-  EXPECT_EQ(t.server->Write(t.sconn, &sge, 1, t.desc.bytes, t.desc.len, 0, 0,
-                            &probe),
-            RDP_ERR_CONN_RESET);
+  EXPECT_EQ(
+      t.server->Write(t.sconn, &sge, 1, t.desc.bytes, t.desc.len, 0, 0, &probe),
+      RDP_ERR_CONN_RESET);
 }
 
 // "rdp_disconnect returns within a bounded time, and every outstanding
@@ -173,9 +173,8 @@ TEST_F(TeardownTest, DisconnectWithWorkInFlightEndsEveryRequestOnBothEnds) {
   ASSERT_NE(t.lkey, 0u);
   // The server reads from the client's source meanwhile.
   Desc src_desc;
-  ASSERT_EQ(t.client->RegisterRdmaMemory(t.cconn, t.source, kBig,
-                                         RDP_MEM_READ, src_desc.bytes,
-                                         &src_desc.len),
+  ASSERT_EQ(t.client->RegisterRdmaMemory(t.cconn, t.source, kBig, RDP_MEM_READ,
+                                         src_desc.bytes, &src_desc.len),
             RDP_OK);
   auto* sink = static_cast<uint8_t*>(t.server->Alloc(kBig));
   ASSERT_NE(sink, nullptr);
@@ -214,9 +213,9 @@ TEST_F(TeardownTest, DisconnectWithWorkInFlightEndsEveryRequestOnBothEnds) {
   // The handle is gone for good.
   rdp_overlapped late{};
   rdp_sge sge{t.source, 64, t.lkey};
-  EXPECT_EQ(t.client->Write(t.cconn, &sge, 1, t.desc.bytes, t.desc.len, 0, 0,
-                            &late),
-            RDP_ERR_NOT_CONNECTED);
+  EXPECT_EQ(
+      t.client->Write(t.cconn, &sge, 1, t.desc.bytes, t.desc.len, 0, 0, &late),
+      RDP_ERR_NOT_CONNECTED);
 }
 
 // The first reason wins: the peer disconnected first, so what was
@@ -230,7 +229,8 @@ TEST_F(TeardownTest, ThePeersDisconnectFirstMakesOutstandingWorkReset) {
   std::vector<int> seen;
   int reset = 0;
   for (rdp_overlapped& o : ov) {
-    const int status = t.client->GetOverlappedResult(t.cconn, &o, true, nullptr);
+    const int status =
+        t.client->GetOverlappedResult(t.cconn, &o, true, nullptr);
     EXPECT_TRUE(status == RDP_OK || status == RDP_ERR_CONN_RESET)
         << rdp_status_name(status);
     reset += status == RDP_ERR_CONN_RESET;
@@ -305,13 +305,26 @@ TEST_F(TeardownTest, WritesInFlightWhenThePeerIsKilledAllEnd) {
   constexpr int kDepth = 16;
   std::vector<rdp_overlapped> ov(4096);
   size_t posted = 0;
+  size_t oldest = 0;  // first request not yet waited for
+  // Posts one write; a full queue (RDP_ERR_NO_BUFFERS, the seed's
+  // WSAENOBUFS) is backpressure, not an ending: wait for the oldest request
+  // and post again.
   auto post = [&]() {
-    rdp_overlapped& o = ov[posted];
-    const int r =
-        client->Write(*conn, &sge, 1, desc.bytes, desc.len,
-                      static_cast<uint32_t>((posted % 16) * kBlock), 0, &o);
-    ++posted;
-    return r;
+    for (;;) {
+      rdp_overlapped& o = ov[posted];
+      o = rdp_overlapped{};
+      const int r =
+          client->Write(*conn, &sge, 1, desc.bytes, desc.len,
+                        static_cast<uint32_t>((posted % 16) * kBlock), 0, &o);
+      if (r != RDP_ERR_NO_BUFFERS || oldest == posted) {
+        ++posted;
+        return r;
+      }
+      if (ov[oldest].status == RDP_PENDING) {
+        client->GetOverlappedResult(*conn, &ov[oldest], true, nullptr);
+      }
+      ++oldest;
+    }
   };
   for (int i = 0; i < kDepth; ++i) ASSERT_EQ(post(), RDP_PENDING);
   // Keep kDepth in flight for a while, then kill the peer mid-stream.
@@ -333,8 +346,8 @@ TEST_F(TeardownTest, WritesInFlightWhenThePeerIsKilledAllEnd) {
             ? client->GetOverlappedResult(*conn, &ov[i], true, nullptr)
             : ov[i].status;
     if (i >= first_after) {
-      EXPECT_NE(status, RDP_OK) << "request " << i
-                                << " posted after the kill succeeded";
+      EXPECT_NE(status, RDP_OK)
+          << "request " << i << " posted after the kill succeeded";
     }
     EXPECT_TRUE(status == RDP_OK || status == RDP_ERR_CONN_RESET)
         << "request " << i << ": " << rdp_status_name(status);
@@ -367,15 +380,15 @@ TEST_F(TeardownTest, AStaleHandleNeverNamesTheNextConnection) {
   EXPECT_EQ(client->Poll(*first, done, 1), RDP_ERR_NOT_CONNECTED);
   EXPECT_EQ(client->GetOverlappedResult(*first, &ov, false, nullptr),
             RDP_ERR_NOT_CONNECTED);
-  EXPECT_EQ(client->RegisterRdmaMemory(*first, buf, 4096, RDP_MEM_READ, desc,
-                                       &len),
-            RDP_ERR_NOT_CONNECTED);
+  EXPECT_EQ(
+      client->RegisterRdmaMemory(*first, buf, 4096, RDP_MEM_READ, desc, &len),
+      RDP_ERR_NOT_CONNECTED);
   EXPECT_EQ(client->DeregisterRdmaMemory(*first, desc, sizeof(desc)),
             RDP_ERR_INVALID);
   EXPECT_EQ(RdpCode(client->Disconnect(*first)), RDP_ERR_NOT_CONNECTED);
-  EXPECT_EQ(client->RegisterRdmaMemory(*second, buf, 4096, RDP_MEM_READ, desc,
-                                       &len),
-            RDP_OK);
+  EXPECT_EQ(
+      client->RegisterRdmaMemory(*second, buf, 4096, RDP_MEM_READ, desc, &len),
+      RDP_OK);
 }
 
 // The thread that opened the session ended while the process lives: its
@@ -452,12 +465,12 @@ TEST_F(TeardownTest, AnAlteredDescriptorIsRefusedAndReleasesNothing) {
   ASSERT_TRUE(lkey.ok());
   rdp_sge sge{src, 64, *lkey};
   rdp_overlapped ov{};
-  ASSERT_EQ(pair.client->Write(pair.client_conn, &sge, 1, d.bytes, d.len, 0, 0,
-                               &ov),
-            RDP_PENDING);
-  EXPECT_EQ(pair.client->GetOverlappedResult(pair.client_conn, &ov, true,
-                                             nullptr),
-            RDP_OK);
+  ASSERT_EQ(
+      pair.client->Write(pair.client_conn, &sge, 1, d.bytes, d.len, 0, 0, &ov),
+      RDP_PENDING);
+  EXPECT_EQ(
+      pair.client->GetOverlappedResult(pair.client_conn, &ov, true, nullptr),
+      RDP_OK);
   EXPECT_EQ(buf[63], 0x6E);
   EXPECT_EQ(pair.server->DeregisterRdmaMemory(pair.server_conn, d.bytes, d.len),
             RDP_OK);
