@@ -328,10 +328,25 @@ void Endpoint::Complete(const rc::Completion& c) {
     case rc::WcStatus::kRetryExceeded:
     case rc::WcStatus::kRemoteInvalidRequest:
     case rc::WcStatus::kRemoteOperationalError:
+    case rc::WcStatus::kBadResponse:
+    // Never a completion's (the QP's error_status only), but a transport
+    // error all the same.
+    case rc::WcStatus::kPeerInvalidRequest:
+    case rc::WcStatus::kPeerAccessError:
       status = shm::kStatusConnAborted;
       break;
   }
   PushCompletion(c.wr_id, status, op, c.byte_len);
+}
+
+bool Endpoint::CloseOnTransportError() {
+  if (closed_) return true;
+  if (qp_->state() != rc::QpState::kError) return false;
+  // A transport error breaks the connection for both ends.
+  Close(shm::kStatusConnAborted, shm::kConnAborted);
+  if (peer_ != nullptr) peer_->Close(shm::kStatusConnReset, shm::kConnReset);
+  if (remote()) transport_error_ = true;
+  return true;
 }
 
 void Endpoint::Close(int32_t status, shm::ConnectionState state) {
@@ -374,15 +389,13 @@ uint32_t Endpoint::Poll(uint32_t budget) {
     rx_->Pop();
     ++work;
   }
-  if (!closed_) {
+  // The QP may have entered the error state on a frame (a NAK, a bad
+  // response, or a request our responder refused, which it does once its
+  // NAK is sent, in Poll): no request is posted to it after that.
+  if (!CloseOnTransportError()) {
     work += PullRequests(budget);
     work += qp_->Poll(budget);
-    if (qp_->state() == rc::QpState::kError) {
-      // A transport error breaks the connection for both ends.
-      Close(shm::kStatusConnAborted, shm::kConnAborted);
-      if (peer_ != nullptr) peer_->Close(shm::kStatusConnReset, shm::kConnReset);
-      if (remote()) transport_error_ = true;
-    }
+    CloseOnTransportError();
   }
   if (ring_bell_) {
     ring_bell_ = false;

@@ -165,6 +165,10 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   };
 
   uint32_t PullRequests(uint32_t budget);
+  // Closes the connection (both ends, and tells the control plane of a
+  // port endpoint) once its queue pair is in the error state, whatever put
+  // it there. True when the endpoint is closed.
+  bool CloseOnTransportError();
   // Carries out a request at once against the peer endpoint's memory
   // (direct_ connections only): the responder's checks, one copy.
   void ExecuteDirect(const rc::WorkRequest& wr, Pins& pins, uint8_t op);

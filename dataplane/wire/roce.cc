@@ -39,7 +39,7 @@ constexpr uint16_t kFirstLast = kOpFirst | kOpLast;
 constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
   std::array<OpcodeInfo, 256> t{};
   // Reserved RC opcodes are taken for requests: the responder is the one
-  // to refuse them (IBA 9.7.5.2.2: NAK "invalid request").
+  // to refuse them (the IBA's NAK "invalid request").
   for (uint8_t op = 0; op < kRcOpcodeLimit; ++op) {
     t[op] = {"RC_RESERVED", OpcodeClass::kReserved, kOpRequest | kOpPayload,
              0};

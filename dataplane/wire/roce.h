@@ -36,9 +36,10 @@ inline constexpr size_t kOuterHeadersLen =
 inline constexpr size_t kMaxHeadersLen = kOuterHeadersLen + kBthLen + kRethLen;
 // The default partition: full membership, the P_Key every RoCE port has.
 inline constexpr uint16_t kDefaultPkey = 0xFFFF;
-// IBA 10.9.3: two P_Keys match when their low 15 bits are equal and not 0
-// (0x0000 and 0x8000 are invalid), and at least one of them is a full
-// member's (top bit set): limited members cannot talk to each other.
+// The IBA's partition rule: two P_Keys match when their low 15 bits are
+// equal and not 0 (0x0000 and 0x8000 are invalid), and at least one of them
+// is a full member's (top bit set): limited members cannot talk to each
+// other.
 constexpr bool PkeysMatch(uint16_t a, uint16_t b) {
   return (a & 0x7FFF) != 0 && (a & 0x7FFF) == (b & 0x7FFF) &&
          ((a | b) & 0x8000) != 0;
