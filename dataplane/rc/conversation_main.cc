@@ -76,8 +76,8 @@ int Main(int argc, char** argv) {
   };
   bool lost = false;
   f.pair.b_to_a.drop = [&lost](std::span<const uint8_t> frame) {
-    if (!lost && testing::Decode(frame).bth.opcode ==
-                     Opcode::kReadResponseLast) {
+    if (!lost &&
+        testing::Decode(frame).bth.opcode == Opcode::kReadResponseLast) {
       return lost = true;
     }
     return false;
@@ -93,8 +93,8 @@ int Main(int argc, char** argv) {
   }
   const auto answered = [&capture] {
     for (const Captured& c : capture) {
-      if (c.from == "b" && testing::Decode(c.frame).bth.opcode ==
-                               Opcode::kReadResponseFirst) {
+      if (c.from == "b" &&
+          testing::Decode(c.frame).bth.opcode == Opcode::kReadResponseFirst) {
         return true;
       }
     }
@@ -123,10 +123,9 @@ int Main(int argc, char** argv) {
   for (const Captured& c : capture) {
     if (c.from != "a") continue;
     const wire::ParsedPacket pkt = testing::Decode(c.frame);
-    const uint32_t psns =
-        pkt.bth.opcode == Opcode::kReadRequest
-            ? (pkt.reth.dma_length + bc.pmtu - 1) / bc.pmtu
-            : 1;
+    const uint32_t psns = pkt.bth.opcode == Opcode::kReadRequest
+                              ? (pkt.reth.dma_length + bc.pmtu - 1) / bc.pmtu
+                              : 1;
     if (pkt.bth.psn + psns > next) next = pkt.bth.psn + psns;
   }
   for (auto [op, pkey, payload] :

@@ -177,9 +177,7 @@ void RcQp::CompleteWqe(Wqe& w, WcStatus status) {
   env_.completions->Complete(c);
 }
 
-void RcQp::EnterError(WcStatus status, wire::Psn at) {
-  Shutdown(status, &at);
-}
+void RcQp::EnterError(WcStatus status, wire::Psn at) { Shutdown(status, &at); }
 
 void RcQp::Shutdown(WcStatus cause, const wire::Psn* failed_at) {
   if (state_ == QpState::kError) return;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -747,8 +748,7 @@ TEST(QpTest, LimitedMembersOfOnePartitionCannotTalk) {
   c.retry_count = 1;
   Fixture f(c);
   uint8_t byte = 1;
-  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(1, &byte, 1, 0)),
-            PostResult::kOk);
+  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(1, &byte, 1, 0)), PostResult::kOk);
   ASSERT_TRUE(f.pair.RunUntil(
       [&] { return f.pair.a.cq.completions.size() == 1; }, kSecond));
   EXPECT_EQ(f.pair.a.cq.completions[0].status, WcStatus::kRetryExceeded);
@@ -808,15 +808,14 @@ TEST(ResponderTest, PacketsFromAnotherHostOrQpAreIgnored) {
 TEST(QpTest, RemoteAccessErrorEndsTheConnectionOnBothSides) {
   Fixture f;
   uint8_t buf[16] = {};
-  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(1, buf, 16, 0, 0,
-                                             wire::Rkey(0xBAD))),
-            PostResult::kOk);
+  ASSERT_EQ(
+      f.pair.a.qp->Post(Fixture::Write(1, buf, 16, 0, 0, wire::Rkey(0xBAD))),
+      PostResult::kOk);
   ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(2, buf, 16, 0)), PostResult::kOk);
-  ASSERT_EQ(f.pair.b.qp->Post(Fixture::Write(3, buf, 16, 0, 0,
-                                             testing::kKeyOnA)),
-            PostResult::kOk);
-  f.pair.RunUntil([&] { return f.pair.a.cq.completions.size() == 2; },
-                  kSecond);
+  ASSERT_EQ(
+      f.pair.b.qp->Post(Fixture::Write(3, buf, 16, 0, 0, testing::kKeyOnA)),
+      PostResult::kOk);
+  f.pair.RunUntil([&] { return f.pair.a.cq.completions.size() == 2; }, kSecond);
   ASSERT_EQ(f.pair.a.cq.completions.size(), 2u);
   EXPECT_EQ(f.pair.a.cq.completions[0].status, WcStatus::kRemoteAccessError);
   EXPECT_EQ(f.pair.a.cq.completions[1].status, WcStatus::kFlushed);
@@ -1035,8 +1034,7 @@ TEST(RequesterTest, ReadResponsesOutOfOrderAreBadResponses) {
   }
   {
     Requester r(600);  // a NAK syndrome in a read response's AETH
-    r.Respond(Opcode::kReadResponseFirst, 0, 256,
-              wire::kAethNakInvalidRequest);
+    r.Respond(Opcode::kReadResponseFirst, 0, 256, wire::kAethNakInvalidRequest);
     r.ExpectBadResponse();
   }
 }

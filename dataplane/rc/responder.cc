@@ -89,8 +89,8 @@ bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
   bool valid;
   if (first) {
     const uint32_t total = pkt.reth.dma_length;
-    valid = total <= (1u << 31) && (last ? len == total && len <= pmtu
-                                         : len == pmtu && total > pmtu);
+    valid = total <= (1u << 31) &&
+            (last ? len == total && len <= pmtu : len == pmtu && total > pmtu);
   } else {
     valid = last ? len == write_remaining_ && len <= pmtu
                  : len == pmtu && write_remaining_ > pmtu;
@@ -266,9 +266,10 @@ void RcQp::QueueAck(Psn psn) {
     if (psn > tail.psn) tail.psn = psn;
     return;
   }
-  if (PushResp({RespKind::kAck,
-                static_cast<uint8_t>(wire::kAethAck | wire::kAethCreditsInvalid),
-                psn, 0, 0})) {
+  if (PushResp(
+          {RespKind::kAck,
+           static_cast<uint8_t>(wire::kAethAck | wire::kAethCreditsInvalid),
+           psn, 0, 0})) {
     resp_tail_ack_open_ = true;
   }
 }

@@ -186,8 +186,8 @@ void EncodeMad(const Path& path, const CmMessage& m, uint8_t* mad) {
       d[req::kRemoteTimeoutTransport] = static_cast<uint8_t>(
           m.remote_cm_response_timeout << 3 | kTransportRc << 1);
       Put24(d + req::kStartingPsn, m.start_psn.value());
-      d[req::kLocalTimeoutRetry] =
-          static_cast<uint8_t>(m.local_cm_response_timeout << 3 | m.retry_count);
+      d[req::kLocalTimeoutRetry] = static_cast<uint8_t>(
+          m.local_cm_response_timeout << 3 | m.retry_count);
       Put16(d + req::kPkey, kDefaultPkey);
       d[req::kMtuRnrRetry] =
           static_cast<uint8_t>(m.path_mtu << 4 | m.rnr_retry_count);

@@ -54,11 +54,11 @@ constexpr uint64_t IbTimeoutNs(uint8_t code) {
 constexpr uint8_t IbTimeoutCode(uint64_t ns) {
   // Past the geometric middle between code and code + 1, code + 1 is nearer.
   constexpr double kSqrt2 = 1.4142135623730951;
+  const double wanted = static_cast<double>(ns);
   uint8_t code = 0;
-  while (code < kIbTimeoutMax &&
-         static_cast<double>(ns) > static_cast<double>(IbTimeoutNs(code)) *
-                                       kSqrt2) {
-    ++code;
+  for (; code < kIbTimeoutMax; ++code) {
+    const double middle = static_cast<double>(IbTimeoutNs(code)) * kSqrt2;
+    if (wanted <= middle) break;
   }
   return code;
 }
@@ -85,7 +85,8 @@ constexpr bool IsDefinedIbRate(uint8_t code) { return code >= 2 && code <= 22; }
 // DREP repeats the DREQ's. An id names the transaction and the initiator's
 // communication id, so it is unique per daemon run.
 enum class CmTransaction : uint8_t { kConnect = 1, kDisconnect = 2 };
-constexpr uint64_t CmTransactionId(CmTransaction t, uint32_t initiator_comm_id) {
+constexpr uint64_t CmTransactionId(CmTransaction t,
+                                   uint32_t initiator_comm_id) {
   return uint64_t{static_cast<uint8_t>(t)} << 32 | initiator_comm_id;
 }
 

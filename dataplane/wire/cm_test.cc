@@ -188,10 +188,10 @@ TEST(CmTest, ReqLayout) {
   EXPECT_EQ(Get24At(f, d + 32), 0xABCDEFu);           // local QPN
   EXPECT_EQ(f[d + 35], 16);                           // responder resources
   EXPECT_EQ(f[d + 39], 8);                            // initiator depth
-  EXPECT_EQ(f[d + 43], 19 << 3);             // RC, no flow control
-  EXPECT_EQ(Get24At(f, d + 44), 0xFEDCBAu);  // starting PSN
-  EXPECT_EQ(f[d + 47], 13 << 3 | 5);         // retry count 5
-  EXPECT_EQ(f[d + 48], 0xFF);                // P_Key
+  EXPECT_EQ(f[d + 43], 19 << 3);                      // RC, no flow control
+  EXPECT_EQ(Get24At(f, d + 44), 0xFEDCBAu);           // starting PSN
+  EXPECT_EQ(f[d + 47], 13 << 3 | 5);                  // retry count 5
+  EXPECT_EQ(f[d + 48], 0xFF);                         // P_Key
   EXPECT_EQ(f[d + 49], 0xFF);
   EXPECT_EQ(f[d + 50], 5 << 4 | 6);  // MTU 4096, RNR retry 6
   EXPECT_EQ(f[d + 51], 9 << 4);      // max CM retries

@@ -151,9 +151,9 @@ std::vector<GoldenFrame> MakeGoldenFrames() {
   h.bth.ack_req = true;
   h.reth = {kWriteVa + 8192, kWriteRkey, 8};
   frames.push_back(Make("write_only_resent", h, Pattern(8, 8)));
-  frames.push_back(Make(
-      "ack_after_the_gap", ResponderToRequester(Opcode::kAcknowledge, 8, kAck, 7),
-      {}));
+  frames.push_back(Make("ack_after_the_gap",
+                        ResponderToRequester(Opcode::kAcknowledge, 8, kAck, 7),
+                        {}));
   h = RequesterToResponder(Opcode::kReadRequest, 7);
   h.bth.ack_req = true;
   h.reth = {kReadVa + 8192, kReadRkey, 250};

@@ -8,10 +8,7 @@
 namespace rdmaplane::wire {
 namespace {
 
-
-size_t TransportHeaderLen(Opcode op) {
-  return kBthLen + InfoOf(op).header_len;
-}
+size_t TransportHeaderLen(Opcode op) { return kBthLen + InfoOf(op).header_len; }
 
 size_t PadFor(size_t payload_len) { return (4 - (payload_len & 3)) & 3; }
 
@@ -41,8 +38,7 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
   // Reserved RC opcodes are taken for requests: the responder is the one
   // to refuse them (the IBA's NAK "invalid request").
   for (uint8_t op = 0; op < kRcOpcodeLimit; ++op) {
-    t[op] = {"RC_RESERVED", OpcodeClass::kReserved, kOpRequest | kOpPayload,
-             0};
+    t[op] = {"RC_RESERVED", OpcodeClass::kReserved, kOpRequest | kOpPayload, 0};
   }
   auto set = [&t](Opcode op, const char* name, OpcodeClass c, uint16_t flags,
                   uint8_t header_len) {
@@ -59,8 +55,7 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
   set(Opcode::kSendFirst, "SEND_FIRST", C::kSend, kReq | kOpFirst | kOpPayload,
       0);
   set(Opcode::kSendMiddle, "SEND_MIDDLE", C::kSend, kReq | kOpPayload, 0);
-  set(Opcode::kSendLast, "SEND_LAST", C::kSend, kReq | kOpLast | kOpPayload,
-      0);
+  set(Opcode::kSendLast, "SEND_LAST", C::kSend, kReq | kOpLast | kOpPayload, 0);
   set(Opcode::kSendLastImmediate, "SEND_LAST_WITH_IMMEDIATE", C::kSend,
       kReq | kOpLast | kOpPayload, kImm);
   set(Opcode::kSendOnly, "SEND_ONLY", C::kSend, kReq | kFirstLast | kOpPayload,
@@ -73,17 +68,16 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
       kOwn | kReq | kOpPayload, 0);
   set(Opcode::kWriteLast, "RDMA_WRITE_LAST", C::kWrite,
       kOwn | kReq | kOpLast | kOpPayload, 0);
-  set(Opcode::kWriteLastImmediate, "RDMA_WRITE_LAST_WITH_IMMEDIATE",
-      C::kWrite, kReq | kOpLast | kOpPayload, kImm);
+  set(Opcode::kWriteLastImmediate, "RDMA_WRITE_LAST_WITH_IMMEDIATE", C::kWrite,
+      kReq | kOpLast | kOpPayload, kImm);
   set(Opcode::kWriteOnly, "RDMA_WRITE_ONLY", C::kWrite,
       kOwn | kReq | kFirstLast | kOpPayload | kOpReth, kRethLen);
-  set(Opcode::kWriteOnlyImmediate, "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
-      C::kWrite, kReq | kFirstLast | kOpPayload | kOpReth, kRethLen + kImm);
+  set(Opcode::kWriteOnlyImmediate, "RDMA_WRITE_ONLY_WITH_IMMEDIATE", C::kWrite,
+      kReq | kFirstLast | kOpPayload | kOpReth, kRethLen + kImm);
   set(Opcode::kReadRequest, "RDMA_READ_REQUEST", C::kReadRequest,
       kOwn | kReq | kFirstLast | kOpReth, kRethLen);
-  set(Opcode::kReadResponseFirst, "RDMA_READ_RESPONSE_FIRST",
-      C::kReadResponse, kOwn | kResp | kOpFirst | kOpPayload | kOpAeth,
-      kAethLen);
+  set(Opcode::kReadResponseFirst, "RDMA_READ_RESPONSE_FIRST", C::kReadResponse,
+      kOwn | kResp | kOpFirst | kOpPayload | kOpAeth, kAethLen);
   set(Opcode::kReadResponseMiddle, "RDMA_READ_RESPONSE_MIDDLE",
       C::kReadResponse, kOwn | kResp | kOpPayload, 0);
   set(Opcode::kReadResponseLast, "RDMA_READ_RESPONSE_LAST", C::kReadResponse,
@@ -92,9 +86,8 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
       kOwn | kResp | kFirstLast | kOpPayload | kOpAeth, kAethLen);
   set(Opcode::kAcknowledge, "ACKNOWLEDGE", C::kAcknowledge,
       kOwn | kResp | kFirstLast | kOpAeth, kAethLen);
-  set(Opcode::kAtomicAcknowledge, "ATOMIC_ACKNOWLEDGE",
-      C::kAtomicAcknowledge, kResp | kFirstLast | kOpAeth,
-      kAethLen + kAtomicAckEth);
+  set(Opcode::kAtomicAcknowledge, "ATOMIC_ACKNOWLEDGE", C::kAtomicAcknowledge,
+      kResp | kFirstLast | kOpAeth, kAethLen + kAtomicAckEth);
   set(Opcode::kCompareSwap, "COMPARE_SWAP", C::kAtomic, kReq | kFirstLast,
       kAtomicEth);
   set(Opcode::kFetchAdd, "FETCH_ADD", C::kAtomic, kReq | kFirstLast,
@@ -104,8 +97,7 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
   set(Opcode::kSendOnlyInvalidate, "SEND_ONLY_WITH_INVALIDATE", C::kSend,
       kReq | kFirstLast | kOpPayload, kIeth);
   // IBA 1.5: FETH then RETH; an ATOMIC WRITE's 8 bytes are its payload.
-  set(Opcode::kFlush, "FLUSH", C::kFlush, kReq | kFirstLast,
-      kFeth + kRethLen);
+  set(Opcode::kFlush, "FLUSH", C::kFlush, kReq | kFirstLast, kFeth + kRethLen);
   set(Opcode::kAtomicWrite, "ATOMIC_WRITE", C::kAtomicWrite,
       kReq | kFirstLast | kOpPayload | kOpReth, kRethLen);
   set(Opcode::kUdSendOnly, "UD_SEND_ONLY", C::kDatagram,

@@ -91,7 +91,7 @@ enum class OpcodeClass : uint8_t {
   kReadRequest,
   kReadResponse,
   kAcknowledge,
-  kAtomic,             // COMPARE SWAP, FETCH ADD
+  kAtomic,  // COMPARE SWAP, FETCH ADD
   kAtomicAcknowledge,
   kFlush,
   kAtomicWrite,
@@ -101,12 +101,13 @@ enum class OpcodeClass : uint8_t {
 // Opcode properties, one table entry per opcode value, so that the codec,
 // the responder's checks and the completer's response-order checks read
 // them instead of listing opcodes (rxe's rxe_opcode[] does the same).
-inline constexpr uint16_t kOpDefined = 1 << 0;    // the IBA defines it
-inline constexpr uint16_t kOpSupported = 1 << 1;  // rdmaplane sends and serves it
-inline constexpr uint16_t kOpRequest = 1 << 2;    // a requester sends it
-inline constexpr uint16_t kOpFirst = 1 << 3;      // starts a message (FIRST, ONLY)
-inline constexpr uint16_t kOpLast = 1 << 4;       // ends a message (LAST, ONLY)
-inline constexpr uint16_t kOpPayload = 1 << 5;    // may carry payload bytes
+inline constexpr uint16_t kOpDefined = 1 << 0;  // the IBA defines it
+inline constexpr uint16_t kOpSupported = 1
+                                         << 1;  // rdmaplane sends and serves it
+inline constexpr uint16_t kOpRequest = 1 << 2;  // a requester sends it
+inline constexpr uint16_t kOpFirst = 1 << 3;  // starts a message (FIRST, ONLY)
+inline constexpr uint16_t kOpLast = 1 << 4;   // ends a message (LAST, ONLY)
+inline constexpr uint16_t kOpPayload = 1 << 5;  // may carry payload bytes
 // Extension headers the codec reads and writes; each comes right after the
 // BTH (none of these opcodes has two of them).
 inline constexpr uint16_t kOpReth = 1 << 6;

@@ -366,7 +366,7 @@ TEST(RoceTest, EveryRcOpcodeParses) {
 
 TEST(RoceTest, PkeysMatchAsTheIbaSays) {
   EXPECT_TRUE(PkeysMatch(0xFFFF, 0xFFFF));
-  EXPECT_TRUE(PkeysMatch(0x7FFF, 0xFFFF));   // limited with full
+  EXPECT_TRUE(PkeysMatch(0x7FFF, 0xFFFF));  // limited with full
   EXPECT_TRUE(PkeysMatch(0xFFFF, 0x7FFF));
   EXPECT_FALSE(PkeysMatch(0x7FFF, 0x7FFF));  // two limited members
   EXPECT_FALSE(PkeysMatch(0x8001, 0xFFFF));  // another partition
