@@ -298,14 +298,28 @@ std::optional<ControlResponse> ConnectionManager::Connect(
 void ConnectionManager::SendReq(Connection* c) {
   wire::CmMessage m{};
   m.type = wire::CmType::kReq;
-  m.transaction_id = (uint64_t{c->comm_id} << 32) | c->cm_tries;
+  // Repetitions and keep-alives are the same transaction.
+  m.transaction_id =
+      wire::CmTransactionId(wire::CmTransaction::kConnect, c->comm_id);
   m.local_comm_id = c->comm_id;
   m.service_id = wire::ServiceIdForName(c->service);
   m.qpn = wire::Qpn(c->qpn[0]);
   m.start_psn = wire::Psn(c->psn[0]);
   m.path_mtu = wire::IbMtuCode(c->pmtu);
-  m.responder_resources = 16;
-  m.initiator_depth = 16;
+  // What this daemon does, as the peer should expect it: the READs our
+  // responder keeps and our requester has in flight (the queue pair's
+  // defaults), our first retransmission, how long we wait for an answer to
+  // the REQ and for an RTU to our REP, how often we send either.
+  const rc::QpConfig qp;
+  static_assert(kReqTries == kRepTries);
+  m.responder_resources = static_cast<uint8_t>(qp.max_dest_rd_atomic);
+  m.initiator_depth = static_cast<uint8_t>(qp.max_rd_atomic);
+  m.local_ack_timeout =
+      wire::LocalAckTimeoutCode(connections_->options().remote_retransmit_timeout_ns);
+  m.remote_cm_response_timeout = wire::IbTimeoutCode(kReqIntervalNs);
+  m.local_cm_response_timeout = wire::IbTimeoutCode(kRepIntervalNs);
+  m.max_cm_retries = static_cast<uint8_t>(kReqTries - 1);
+  m.retry_count = static_cast<uint8_t>(qp.retry_count);
   m.local_ip = us_.ip;
   m.remote_ip = c->peer_ip;
   wire::SetServiceName(c->service, &m);
@@ -474,7 +488,9 @@ void ConnectionManager::Refused(Connection* c) {
 void ConnectionManager::SendRep(Connection* c) {
   wire::CmMessage m{};
   m.type = wire::CmType::kRep;
-  m.transaction_id = (uint64_t{c->peer_comm_id} << 32) | c->cm_tries;
+  // The REQ's transaction (named after the active side's comm id).
+  m.transaction_id =
+      wire::CmTransactionId(wire::CmTransaction::kConnect, c->peer_comm_id);
   m.local_comm_id = c->comm_id;
   m.remote_comm_id = c->peer_comm_id;
   m.qpn = wire::Qpn(c->qpn[0]);
@@ -482,8 +498,13 @@ void ConnectionManager::SendRep(Connection* c) {
   // The REP has no MTU field: the MTU we chose (no more than the REQ's)
   // travels in its private data.
   wire::SetReplyPathMtu(wire::IbMtuCode(c->pmtu), &m);
-  m.responder_resources = 16;
-  m.initiator_depth = 16;
+  const rc::QpConfig qp;
+  m.responder_resources = static_cast<uint8_t>(qp.max_dest_rd_atomic);
+  m.initiator_depth = static_cast<uint8_t>(qp.max_rd_atomic);
+  // How late our responder may acknowledge: an idle engine naps this long
+  // before it looks at the port again.
+  m.target_ack_delay =
+      wire::IbTimeoutCode(engine::EngineOptions{}.port_max_nap_ns);
   m.local_ip = us_.ip;
   m.remote_ip = c->peer_ip;
   SendCm(m, c->peer_ip, c->peer_mac);
@@ -495,10 +516,16 @@ void ConnectionManager::SendRep(Connection* c) {
 void ConnectionManager::SendSimple(Connection* c, wire::CmType type) {
   wire::CmMessage m{};
   m.type = type;
-  m.transaction_id = uint64_t{c->peer_comm_id} << 32;
+  // Both belong to the REQ's transaction: ours for an RTU, the peer's for
+  // an MRA.
+  m.transaction_id = wire::CmTransactionId(
+      wire::CmTransaction::kConnect, c->passive ? c->peer_comm_id : c->comm_id);
   m.local_comm_id = c->comm_id;
   m.remote_comm_id = c->peer_comm_id;
   m.refers_to = wire::CmRefersTo::kReq;  // an MRA acknowledges a REQ
+  // The REP may take until the listener accepts; meanwhile the active side
+  // repeats its REQ every kKeepAliveNs, each answered by an MRA.
+  m.service_timeout = wire::IbTimeoutCode(kKeepAliveNs);
   m.local_ip = us_.ip;
   m.remote_ip = c->peer_ip;
   SendCm(m, c->peer_ip, c->peer_mac);
@@ -509,7 +536,16 @@ void ConnectionManager::SendReject(uint32_t peer_comm_id, uint32_t peer_ip,
                                    const std::string& text) {
   wire::CmMessage m{};
   m.type = wire::CmType::kRej;
-  m.transaction_id = uint64_t{peer_comm_id} << 32;
+  // The rejected REQ's transaction; our comm id if we gave the request one
+  // (a request our listener never accepted), else 0.
+  m.transaction_id =
+      wire::CmTransactionId(wire::CmTransaction::kConnect, peer_comm_id);
+  connections_->ForEach([&](Connection* c) {
+    if (c->remote && c->passive && c->peer_ip == peer_ip &&
+        c->peer_comm_id == peer_comm_id) {
+      m.local_comm_id = c->comm_id;
+    }
+  });
   m.remote_comm_id = peer_comm_id;
   m.reject_reason = reason;
   m.local_ip = us_.ip;
@@ -536,6 +572,9 @@ void ConnectionManager::SendDreq(uint32_t comm_id, Farewell* f,
                                  uint64_t now) {
   wire::CmMessage m{};
   m.type = wire::CmType::kDreq;
+  // One transaction however often it is repeated.
+  m.transaction_id =
+      wire::CmTransactionId(wire::CmTransaction::kDisconnect, comm_id);
   m.local_comm_id = comm_id;
   m.remote_comm_id = f->peer_comm_id;
   m.qpn = wire::Qpn(f->peer_qpn);
@@ -571,6 +610,7 @@ void ConnectionManager::OnDisconnectRequest(const wire::CmMessage& m,
   // Always answered, so that a peer repeating its DREQ stops.
   wire::CmMessage r{};
   r.type = wire::CmType::kDrep;
+  r.transaction_id = m.transaction_id;  // the DREQ's
   r.local_comm_id = m.remote_comm_id;
   r.remote_comm_id = m.local_comm_id;
   r.local_ip = us_.ip;

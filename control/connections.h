@@ -176,6 +176,8 @@ class ConnectionTable {
   // rejected; a connector of ours is reset.
   void RefusePending(Connection* c);
   bool AtCapacity() const { return running_ >= options_.max_connections; }
+  // What the queue pairs of connections get (the CM describes it to peers).
+  const ConnectionOptions& options() const { return options_; }
   // A connection end for `s`, charged to its user; kStatusLimit with the
   // reason in `refusal` when the daemon or the user is at its limit.
   std::optional<UserAccounts::Charge> ChargeEnd(const Session& s,

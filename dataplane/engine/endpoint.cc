@@ -234,6 +234,8 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
 }
 
 uint32_t Endpoint::Retired() const {
+  // Requests the QP flushed never ran: the final status ends them.
+  if (first_flushed_.has_value()) return *first_flushed_;
   if (direct_copy_.active) return direct_copy_.pins.index;
   if (pins_head_ != pins_tail_) return pins_[pins_head_ & pins_mask_].index;
   return taken_;
@@ -405,6 +407,11 @@ void Endpoint::Complete(const rc::Completion& c) {
   Pins& pins = pins_[pins_head_ & pins_mask_];
   ++pins_head_;
   ReleasePins(pins);
+  // The QP flushes in order, after everything that finished: the first
+  // flushed request bounds what is retired.
+  if (c.status == rc::WcStatus::kFlushed && !first_flushed_.has_value()) {
+    first_flushed_ = pins.index;
+  }
   // NdkRead's local invalidate: a successful read retires the key of its
   // first buffer before the completion is seen.
   if (pins.invalidate != 0 && c.status == rc::WcStatus::kSuccess) {
@@ -434,6 +441,11 @@ void Endpoint::Complete(const rc::Completion& c) {
     case rc::WcStatus::kRetryExceeded:
     case rc::WcStatus::kRemoteInvalidRequest:
     case rc::WcStatus::kRemoteOperationalError:
+    case rc::WcStatus::kBadResponse:
+    // Never a completion's (the QP's error_status only), but a transport
+    // error all the same.
+    case rc::WcStatus::kPeerInvalidRequest:
+    case rc::WcStatus::kPeerAccessError:
       status = shm::kStatusConnAborted;
       break;
   }
@@ -484,14 +496,20 @@ uint32_t Endpoint::Poll(uint32_t budget) {
       ContinueDirect();
       ++work;
     }
-    work += PullRequests(budget);
+    // The QP may have entered the error state on a frame (a NAK, a bad
+    // response): no request is handed to it after that; it closes below.
+    if (qp_->state() == rc::QpState::kReadyToSend) {
+      work += PullRequests(budget);
+    }
     work += qp_->Poll(budget);
     if (ABSL_PREDICT_FALSE(ring_broken_)) {
       Close(CloseReason::kClientBroke);
       if (peer_ != nullptr) peer_->Close(CloseReason::kPeerClosed);
       if (remote()) transport_error_ = true;
     } else if (qp_->state() == rc::QpState::kError) {
-      // A transport error breaks the connection for both ends.
+      // A transport error breaks the connection for both ends, whatever
+      // put the QP in the error state (retries exhausted, a NAK, a bad
+      // response, a request our responder refused once its NAK is sent).
       Close(CloseReason::kTransportError);
       if (peer_ != nullptr) peer_->Close(CloseReason::kPeerClosed);
       if (remote()) transport_error_ = true;

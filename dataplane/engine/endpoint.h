@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "absl/base/attributes.h"
@@ -247,6 +248,9 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   uint32_t pins_tail_ = 0;
   uint32_t pins_mask_;
   uint32_t taken_ = 0;  // requests taken from the send ring
+  // Index of the first request the QP flushed: it and all after it were
+  // never carried out (unset while the QP runs).
+  std::optional<uint32_t> first_flushed_;
   uint32_t published_retired_ = 0;
   DirectCopy direct_copy_;
   bool ring_bell_ = false;

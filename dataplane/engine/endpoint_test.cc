@@ -19,6 +19,7 @@
 #include "api/shm/layout.h"
 #include "api/shm/ring.h"
 #include "dataplane/mr/registration_table.h"
+#include "dataplane/wire/roce.h"
 
 namespace rdmaplane::engine {
 namespace {
@@ -308,6 +309,188 @@ TEST_F(EndpointTest, AMarkedMutexOfALiveProcessOnlyDelaysRequests) {
   EXPECT_EQ(done[0].status, shm::kStatusOk);
   EXPECT_EQ(target_[0], 0x5A);
   close(pidfd);
+}
+
+// --- An endpoint towards another daemon ---------------------------------------
+// Its frames go through a port; it closes as for any transport error once
+// its queue pair enters the error state, whatever put it there.
+
+// Frames the endpoint sends, kept for inspection.
+class CaptureSink : public rc::FrameSink {
+ public:
+  std::span<uint8_t> Reserve(size_t max_len) override {
+    buf_.assign(max_len, 0);
+    return buf_;
+  }
+  void Commit(size_t len) override {
+    frames_.emplace_back(buf_.begin(), buf_.begin() + len);
+    wire::ParsedPacket pkt;
+    EXPECT_EQ(wire::ParseFrame(frames_.back(), &pkt), wire::ParseError::kOk);
+    sent.push_back(pkt);
+  }
+  std::vector<wire::ParsedPacket> sent;  // payloads point into frames_
+
+ private:
+  std::vector<uint8_t> buf_;
+  std::vector<std::vector<uint8_t>> frames_;
+};
+
+constexpr uint32_t kPortScope = 12;
+constexpr uint32_t kPeerIp = 0x0A000002;
+constexpr uint32_t kOurIp = 0x0A000001;
+constexpr uint32_t kRecvPsn = 5000;
+
+class PortEndpointTest : public EndpointTest {
+ protected:
+  PortEndpointTest() {
+    EndpointInfo info;
+    info.connection_id = kPortScope;
+    info.session_id = kRequester;
+    info.header = port_region_.header;
+    info.slot = 0;
+    info.send = port_region_.send;
+    info.completion = port_region_.completion;
+    info.qp.local_qpn = wire::Qpn(0x10);
+    info.qp.remote_qpn = wire::Qpn(0x20);
+    info.qp.send_psn = wire::Psn(1000);
+    info.qp.recv_psn = wire::Psn(kRecvPsn);
+    info.qp.path.src_ip = kOurIp;
+    info.qp.path.dst_ip = kPeerIp;
+    info.qp.pmtu = 256;
+    port_ = std::make_unique<Endpoint>(info, &table_, &clock_,
+                                       fault::FaultSpec{}, &sink_);
+  }
+
+  void Post(uint64_t id, uint8_t op, uint32_t len) {
+    shm::SendEntry e{};
+    e.wr_id = id;
+    e.op = op;
+    e.num_sge = 1;
+    e.sge[0] = {kClientVa, len, lkey_};
+    e.remote_address = 0x7F0000000000;
+    e.rkey = 0x1234;
+    ASSERT_TRUE(port_region_.send.TryPush(e));
+  }
+
+  // A frame from the peer to our QP.
+  void Receive(wire::Opcode op, wire::Psn psn, uint32_t payload_len,
+               uint16_t pkey = wire::kDefaultPkey) {
+    wire::PacketHeaders h;
+    h.path.src_ip = kPeerIp;
+    h.path.dst_ip = kOurIp;
+    h.bth.opcode = op;
+    h.bth.pkey = pkey;
+    h.bth.dest_qp = wire::Qpn(0x10);
+    h.bth.psn = psn;
+    h.bth.ack_req = true;
+    h.reth = {0x7F0000000000, wire::Rkey(0x99), payload_len};
+    std::vector<uint8_t> payload(payload_len, 0x42);
+    std::vector<uint8_t> frame(wire::FrameLength(op, payload_len));
+    ASSERT_GT(wire::EncodeFrame(h, payload, frame), 0u);
+    wire::ParsedPacket pkt;
+    ASSERT_EQ(wire::ParseFrame(frame, &pkt), wire::ParseError::kOk);
+    port_->HandleFrame(pkt);
+  }
+
+  // The connection ended as transport errors end it: the final status says
+  // aborted, the control plane is told once, nothing more is taken.
+  void ExpectClosedAsTransportError() {
+    EXPECT_EQ(port_->close_reason(), CloseReason::kTransportError);
+    EXPECT_EQ(port_region_.state(), shm::kConnAborted);
+    EXPECT_EQ(port_region_.final_status(), shm::kStatusConnAborted);
+    EXPECT_TRUE(port_->TakeTransportError());
+    EXPECT_FALSE(port_->TakeTransportError());
+    const size_t sent = sink_.sent.size();
+    Post(99, shm::kSendWrite, 8);
+    port_->Poll(32);
+    EXPECT_EQ(sink_.sent.size(), sent);
+    EXPECT_TRUE(port_region_.Completions().empty());
+  }
+
+  Region port_region_;
+  CaptureSink sink_;
+  std::unique_ptr<Endpoint> port_;
+};
+
+// The peer sends an opcode rdmaplane does not serve: our responder answers
+// NAK "invalid request", then the QP is in error and the endpoint closes;
+// our WRITE, taken but not sent, ends with the final status.
+TEST_F(PortEndpointTest, RefusedRequestClosesTheConnection) {
+  Post(1, shm::kSendWrite, 100);
+  Receive(wire::Opcode::kSendOnly, wire::Psn(kRecvPsn), 16);
+  port_->Poll(32);
+  ASSERT_EQ(sink_.sent.size(), 1u);  // the NAK, and not our WRITE
+  EXPECT_EQ(sink_.sent[0].bth.opcode, wire::Opcode::kAcknowledge);
+  EXPECT_EQ(sink_.sent[0].aeth.syndrome, wire::kAethNakInvalidRequest);
+  EXPECT_EQ(sink_.sent[0].bth.psn, wire::Psn(kRecvPsn));
+  EXPECT_EQ(sink_.sent[0].bth.dest_qp, wire::Qpn(0x20));
+  EXPECT_EQ(port_->qp_error(), rc::WcStatus::kPeerInvalidRequest);
+  EXPECT_TRUE(port_region_.Completions().empty());
+  EXPECT_EQ(port_region_.retired(), 0u);
+  ExpectClosedAsTransportError();
+}
+
+// A WRITE to a key we never registered: NAK "remote access error", and the
+// same close.
+TEST_F(PortEndpointTest, RemoteAccessErrorClosesTheConnection) {
+  Receive(wire::Opcode::kWriteOnly, wire::Psn(kRecvPsn), 16);
+  port_->Poll(32);
+  ASSERT_EQ(sink_.sent.size(), 1u);
+  EXPECT_EQ(sink_.sent[0].aeth.syndrome, wire::kAethNakRemoteAccess);
+  EXPECT_EQ(port_->qp_error(), rc::WcStatus::kPeerAccessError);
+  ExpectClosedAsTransportError();
+}
+
+// A read response out of order fails our READ on the frame, before the
+// endpoint polls: a request the client posted meanwhile is not handed to
+// the broken QP (it stays for the final status).
+TEST_F(PortEndpointTest, BadResponseClosesTheConnection) {
+  Post(1, shm::kSendRead, 600);
+  port_->Poll(32);
+  ASSERT_EQ(sink_.sent.size(), 1u);
+  EXPECT_EQ(sink_.sent[0].bth.opcode, wire::Opcode::kReadRequest);
+  Receive(wire::Opcode::kReadResponseMiddle, sink_.sent[0].bth.psn, 256);
+  Post(2, shm::kSendWrite, 8);
+  port_->Poll(32);
+  EXPECT_EQ(port_->qp_error(), rc::WcStatus::kBadResponse);
+  const auto done = port_region_.Completions();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].wr_id, 1u);
+  EXPECT_EQ(done[0].status, shm::kStatusConnAborted);
+  EXPECT_EQ(port_region_.send.Size(), 1u) << "the WRITE was taken";
+  EXPECT_EQ(sink_.sent.size(), 1u);
+  ExpectClosedAsTransportError();
+}
+
+// A silent WRITE sent and not yet acknowledged when the client closes: the
+// QP flushes it, and it is not counted as retired (a silent request below
+// the retired count is a success to the client); the final status ends it.
+TEST_F(PortEndpointTest, ARequestFlushedAtCloseIsNotRetired) {
+  shm::SendEntry e{};
+  e.wr_id = 1;
+  e.op = shm::kSendWrite;
+  e.flags = shm::kFlagSilentSuccess;
+  e.num_sge = 1;
+  e.sge[0] = {kClientVa, 8, lkey_};
+  e.remote_address = 0x7F0000000000;
+  e.rkey = 0x1234;
+  ASSERT_TRUE(port_region_.send.TryPush(e));
+  port_->Poll(32);
+  ASSERT_EQ(sink_.sent.size(), 1u);  // on the wire, no ACK yet
+  port_->Close(CloseReason::kClosedByClient);
+  EXPECT_EQ(port_region_.retired(), 0u);
+  EXPECT_EQ(port_region_.final_status(), shm::kStatusAborted);
+  EXPECT_TRUE(port_region_.Completions().empty());
+}
+
+// Frames of another partition change nothing.
+TEST_F(PortEndpointTest, ForeignPartitionIsIgnored) {
+  Receive(wire::Opcode::kSendOnly, wire::Psn(kRecvPsn), 16, 0x8001);
+  port_->Poll(32);
+  EXPECT_TRUE(sink_.sent.empty());
+  EXPECT_EQ(port_->qp_stats().pkey_violations, 1u);
+  EXPECT_EQ(port_region_.state(), shm::kConnUp);
+  EXPECT_FALSE(port_->TakeTransportError());
 }
 
 }  // namespace

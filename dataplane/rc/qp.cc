@@ -29,6 +29,9 @@ const char* WcStatusName(WcStatus s) {
     case WcStatus::kRemoteOperationalError: return "remote_operational_error";
     case WcStatus::kRetryExceeded: return "retry_exceeded";
     case WcStatus::kFlushed: return "flushed";
+    case WcStatus::kBadResponse: return "bad_response";
+    case WcStatus::kPeerInvalidRequest: return "peer_invalid_request";
+    case WcStatus::kPeerAccessError: return "peer_access_error";
   }
   return "unknown";
 }
@@ -52,6 +55,7 @@ const char* RcQp::ValidateConfig(const QpConfig& c) {
   }
   if (c.ack_req_every == 0) return "ack request interval must be positive";
   if (c.retransmit_timeout_ns == 0) return "retransmit timeout must be positive";
+  if ((c.pkey & 0x7FFF) == 0) return "P_Keys 0x0000 and 0x8000 are invalid";
   if (c.local_qpn.value() > wire::Psn::kMask ||
       c.remote_qpn.value() > wire::Psn::kMask) {
     return "queue pair numbers are 24 bits";
@@ -123,9 +127,10 @@ uint32_t RcQp::Poll(uint32_t budget) {
   if (state_ != QpState::kReadyToSend) return 0;
   // Responses may take half the budget first so that a long read stream
   // does not starve our own requests, then whatever requests left over.
+  // Sending a NAK that refuses a request moves the QP to the error state.
   uint32_t sent = SendResponses(budget / 2 + 1);
-  sent += SendRequests(budget - sent);
-  sent += SendResponses(budget - sent);
+  if (state_ == QpState::kReadyToSend) sent += SendRequests(budget - sent);
+  if (state_ == QpState::kReadyToSend) sent += SendResponses(budget - sent);
   stats_.tx_packets += sent;
   return sent;
 }
@@ -139,6 +144,12 @@ void RcQp::HandleFrame(const wire::ParsedPacket& pkt) {
     ++stats_.ignored_packets;
     return;
   }
+  // A packet of another partition is dropped and counted (the IBA's P_Key
+  // check of every received packet), whatever it is.
+  if (!wire::PkeysMatch(pkt.bth.pkey, config_.pkey)) {
+    ++stats_.pkey_violations;
+    return;
+  }
   ++stats_.rx_packets;
   if (wire::IsRequest(pkt.bth.opcode)) {
     HandleRequest(pkt);
@@ -149,7 +160,7 @@ void RcQp::HandleFrame(const wire::ParsedPacket& pkt) {
 
 void RcQp::Flush() {
   owner_.Check();
-  EnterError(WcStatus::kFlushed, una_);
+  Shutdown(WcStatus::kFlushed, nullptr);
 }
 
 void RcQp::CompleteWqe(Wqe& w, WcStatus status) {
@@ -166,14 +177,17 @@ void RcQp::CompleteWqe(Wqe& w, WcStatus status) {
   env_.completions->Complete(c);
 }
 
-void RcQp::EnterError(WcStatus status, wire::Psn at) {
+void RcQp::EnterError(WcStatus status, wire::Psn at) { Shutdown(status, &at); }
+
+void RcQp::Shutdown(WcStatus cause, const wire::Psn* failed_at) {
   if (state_ == QpState::kError) return;
   state_ = QpState::kError;
-  error_status_ = status;
+  error_status_ = cause;
   for (; sq_head_ != sq_tail_; ++sq_head_) {
     Wqe& w = wqe_at(sq_head_);
-    const bool holds_at = w.first_psn <= at && at <= w.last_psn;
-    CompleteWqe(w, holds_at ? status : WcStatus::kFlushed);
+    const bool failed = failed_at != nullptr && w.first_psn <= *failed_at &&
+                        *failed_at <= w.last_psn;
+    CompleteWqe(w, failed ? cause : WcStatus::kFlushed);
   }
   sq_send_ = sq_head_;
   timer_deadline_ns_ = 0;
@@ -200,6 +214,7 @@ bool RcQp::CommitGathered(std::span<uint8_t> frame, size_t header_len,
 wire::PacketHeaders RcQp::BaseHeaders() const {
   wire::PacketHeaders h;
   h.path = config_.path;
+  h.bth.pkey = config_.pkey;
   h.bth.dest_qp = config_.remote_qpn;
   return h;
 }

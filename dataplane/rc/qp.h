@@ -54,7 +54,9 @@ class RcQp {
 
   QpState state() const { return state_; }
   // Why the QP entered the error state: the status of the request that
-  // failed (retries exhausted or the peer's NAK), kFlushed when it was torn
+  // failed (retries exhausted, the peer's NAK, a bad response),
+  // kPeerInvalidRequest or kPeerAccessError when our responder refused a
+  // request of the peer (once its NAK is sent), kFlushed when it was torn
   // down (Flush), kSuccess while it is not in error.
   WcStatus error_status() const { return error_status_; }
   const QpStats& stats() const { return stats_; }
@@ -76,6 +78,9 @@ class RcQp {
     bool read_done = false;  // all read response bytes placed
     uint32_t read_received = 0;
     wire::Psn read_next_psn;  // next expected response PSN
+    // Where the last READ request sent for it starts: the only PSN at which
+    // a response stream (FIRST or ONLY) may begin.
+    wire::Psn read_request_psn;
   };
 
   // A read the responder accepted: kept for replay of duplicates.
@@ -86,7 +91,6 @@ class RcQp {
     uint64_t va = 0;
     wire::Rkey rkey;
     uint32_t length = 0;
-    uint32_t msn = 0;
     // Response generation cursor. A queued kRead item serves the stream it
     // was queued for only: a reused slot starts a new stream_seq.
     bool active = false;
@@ -100,11 +104,14 @@ class RcQp {
   };
 
   enum class RespKind : uint8_t { kAck, kRead };
+  // Responses carry the responder's current MSN when they are sent (the
+  // number of messages it has completed), as the IBA has every
+  // acknowledgement do, so the MSNs on the wire never go back, replayed
+  // read responses included.
   struct RespItem {
     RespKind kind;
     uint8_t syndrome;   // kAck: AETH syndrome
     wire::Psn psn;      // kAck
-    uint32_t msn;       // kAck
     uint32_t resource;  // kRead: index into read_resources_
     uint32_t stream;    // kRead: the resource's stream_seq when queued
   };
@@ -128,8 +135,16 @@ class RcQp {
   void CompleteWqe(Wqe& wqe, WcStatus status);
   // Fails the WQE holding `at` with `status` and flushes every other one.
   void EnterError(WcStatus status, wire::Psn at);
+  // Moves to the error state for `cause`: the WQE holding `*failed_at`, if
+  // given, completes with `cause`, every other one with kFlushed.
+  void Shutdown(WcStatus cause, const wire::Psn* failed_at);
   // Responder.
   void HandleRequest(const wire::ParsedPacket& pkt);
+  // Refuses the request at `psn` with a NAK 0x61 or 0x62: later requests
+  // are dropped, and once the NAK is sent the QP enters the error state, as
+  // the IBA has a responder do for these errors (its classes B and C); at
+  // once if the NAK cannot be queued.
+  void RefuseRequest(uint8_t syndrome, wire::Psn psn);
   void HandleDuplicateRequest(const wire::ParsedPacket& pkt);
   bool ExecuteWrite(const wire::ParsedPacket& pkt);
   bool ExecuteReadRequest(const wire::ParsedPacket& pkt);
@@ -191,6 +206,7 @@ class RcQp {
   wire::Psn epsn_;             // next expected request PSN
   uint32_t msn_ = 0;           // completed request messages (24 bits)
   bool seq_nak_sent_ = false;  // one NAK per sequence gap
+  bool refusing_ = false;      // a NAK refusing a request is queued
   bool write_active_ = false;  // inside a multi-packet write
   bool write_pinned_ = false;  // write_rkey_ is pinned (see RemoteMemory)
   wire::Rkey write_rkey_;

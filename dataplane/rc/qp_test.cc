@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -518,22 +519,27 @@ TEST(QpTest, BothDirectionsAtOnce) {
   EXPECT_EQ(f.pair.b.cq.completions.size(), 2u);
 }
 
-// Responder checks driven with hand-made request frames.
-class ResponderTest : public ::testing::Test {
- protected:
-  void SetUp() override {
+// Responder checks driven with hand-made request frames into B.
+class Responder {
+ public:
+  Responder() {
     f_.pair.b_to_a.tap = [this](std::span<const uint8_t> frame) {
       responses_.push_back(Decode(frame));
     };
   }
 
+  // A request to B at its expected PSN plus `psn_offset`, from A's address
+  // (so that B takes it for its peer's), handled and answered at once
+  // unless `poll` is false.
   void Inject(Opcode op, uint32_t psn_offset, uint32_t payload_len,
-              uint32_t dma_length, bool ack_req = true) {
+              uint32_t dma_length, bool ack_req = true, bool poll = true,
+              uint16_t pkey = wire::kDefaultPkey) {
     const QpConfig& bc = f_.pair.b.qp->config();
     wire::PacketHeaders h;
     h.path.src_ip = bc.path.dst_ip;
     h.path.dst_ip = bc.path.src_ip;
     h.bth.opcode = op;
+    h.bth.pkey = pkey;
     h.bth.dest_qp = bc.local_qpn;
     h.bth.psn = bc.recv_psn + psn_offset;
     h.bth.ack_req = ack_req;
@@ -542,64 +548,242 @@ class ResponderTest : public ::testing::Test {
     std::vector<uint8_t> frame(wire::FrameLength(op, payload_len));
     ASSERT_GT(wire::EncodeFrame(h, payload, frame), 0u);
     auto pkt = Decode(frame);
-    f_.pair.b.qp->HandleFrame(pkt);
-    f_.pair.b.qp->Poll(32);
+    ASSERT_EQ(pkt.bth.opcode, op);
+    qp().HandleFrame(pkt);
+    if (poll) qp().Poll(32);
+  }
+
+  // B answered exactly one NAK `syndrome` for the request at `psn_offset`,
+  // then entered the error state, for `cause`; the bytes of its region are
+  // untouched.
+  void ExpectRefused(uint8_t syndrome, uint32_t psn_offset, WcStatus cause) {
+    ASSERT_EQ(responses_.size(), 1u);
+    EXPECT_EQ(responses_[0].bth.opcode, Opcode::kAcknowledge);
+    EXPECT_EQ(responses_[0].aeth.syndrome, syndrome);
+    EXPECT_EQ(responses_[0].bth.psn, qp().config().recv_psn + psn_offset);
+    EXPECT_EQ(qp().state(), QpState::kError);
+    EXPECT_EQ(qp().error_status(), cause);
+    EXPECT_EQ(f_.b_region[0], 0);
+    EXPECT_EQ(f_.pair.b.memory.pins(), 0);
+    // Nothing more is answered, or executed.
+    Inject(Opcode::kWriteOnly, psn_offset + 1, 4, 4);
+    EXPECT_EQ(responses_.size(), 1u);
+    EXPECT_EQ(f_.b_region[0], 0);
   }
 
   uint8_t LastSyndrome() const {
     return responses_.empty() ? 0xFF : responses_.back().aeth.syndrome;
   }
+  RcQp& qp() { return *f_.pair.b.qp; }
 
   Fixture f_;
   std::vector<wire::ParsedPacket> responses_;
 };
 
-TEST_F(ResponderTest, PsnAheadGetsOneSequenceNak) {
-  Inject(Opcode::kWriteOnly, 2, 4, 4);
-  Inject(Opcode::kWriteOnly, 3, 4, 4);
-  Inject(Opcode::kWriteOnly, 4, 4, 4);
-  ASSERT_EQ(responses_.size(), 1u);
-  EXPECT_EQ(LastSyndrome(), wire::kAethNakPsnSeqError);
-  EXPECT_EQ(responses_[0].bth.psn, f_.pair.b.qp->config().recv_psn);
-  EXPECT_EQ(f_.b_region[0], 0);  // nothing executed
-  // The expected PSN clears the gap; a later gap gets a new NAK.
-  Inject(Opcode::kWriteOnly, 0, 4, 4);
-  EXPECT_EQ(LastSyndrome(), wire::kAethAck | wire::kAethCreditsInvalid);
-  Inject(Opcode::kWriteOnly, 5, 4, 4);
-  EXPECT_EQ(LastSyndrome(), wire::kAethNakPsnSeqError);
-  EXPECT_EQ(f_.pair.b.qp->stats().seq_naks_sent, 2u);
+TEST(ResponderTest, PsnAheadGetsOneSequenceNak) {
+  Responder r;
+  r.Inject(Opcode::kWriteOnly, 2, 4, 4);
+  r.Inject(Opcode::kWriteOnly, 3, 4, 4);
+  r.Inject(Opcode::kWriteOnly, 4, 4, 4);
+  ASSERT_EQ(r.responses_.size(), 1u);
+  EXPECT_EQ(r.LastSyndrome(), wire::kAethNakPsnSeqError);
+  EXPECT_EQ(r.responses_[0].bth.psn, r.qp().config().recv_psn);
+  EXPECT_EQ(r.f_.b_region[0], 0);  // nothing executed
+  // The expected PSN clears the gap; a later gap gets a new NAK. A sequence
+  // NAK leaves the QP usable.
+  r.Inject(Opcode::kWriteOnly, 0, 4, 4);
+  EXPECT_EQ(r.LastSyndrome(), wire::kAethAck | wire::kAethCreditsInvalid);
+  r.Inject(Opcode::kWriteOnly, 5, 4, 4);
+  EXPECT_EQ(r.LastSyndrome(), wire::kAethNakPsnSeqError);
+  EXPECT_EQ(r.qp().stats().seq_naks_sent, 2u);
+  EXPECT_EQ(r.qp().state(), QpState::kReadyToSend);
 }
 
-TEST_F(ResponderTest, OpcodeSequenceErrorsGetInvalidRequestNak) {
-  Inject(Opcode::kWriteMiddle, 0, 256, 0);
-  EXPECT_EQ(LastSyndrome(), wire::kAethNakInvalidRequest);
-  Inject(Opcode::kWriteLast, 0, 4, 0);
-  EXPECT_EQ(LastSyndrome(), wire::kAethNakInvalidRequest);
-  EXPECT_EQ(f_.b_region[0], 0);
+TEST(ResponderTest, OpcodeSequenceErrorsAreRefusedAsInvalid) {
+  {
+    Responder r;  // a MIDDLE outside a message
+    r.Inject(Opcode::kWriteMiddle, 0, 256, 0);
+    r.ExpectRefused(wire::kAethNakInvalidRequest, 0,
+                    WcStatus::kPeerInvalidRequest);
+  }
+  {
+    Responder r;  // a LAST outside a message
+    r.Inject(Opcode::kWriteLast, 0, 4, 0);
+    r.ExpectRefused(wire::kAethNakInvalidRequest, 0,
+                    WcStatus::kPeerInvalidRequest);
+  }
+  {
+    Responder r;  // a READ inside a write
+    r.Inject(Opcode::kWriteFirst, 0, 256, 1000, false);
+    r.Inject(Opcode::kReadRequest, 1, 0, 16);
+    ASSERT_EQ(r.responses_.size(), 1u);
+    EXPECT_EQ(r.LastSyndrome(), wire::kAethNakInvalidRequest);
+    EXPECT_EQ(r.responses_[0].bth.psn, r.qp().config().recv_psn + 1);
+    EXPECT_EQ(r.qp().state(), QpState::kError);
+    EXPECT_EQ(r.f_.pair.b.memory.pins(), 0) << "the write's pin is released";
+  }
+  {
+    Responder r;  // a new FIRST inside a write
+    r.Inject(Opcode::kWriteFirst, 0, 256, 1000, false);
+    r.Inject(Opcode::kWriteFirst, 1, 256, 1000);
+    EXPECT_EQ(r.LastSyndrome(), wire::kAethNakInvalidRequest);
+    EXPECT_EQ(r.qp().state(), QpState::kError);
+  }
 }
 
-TEST_F(ResponderTest, ReadInsideWriteIsInvalid) {
-  Inject(Opcode::kWriteFirst, 0, 256, 1000, false);
-  Inject(Opcode::kReadRequest, 1, 0, 16);
-  EXPECT_EQ(LastSyndrome(), wire::kAethNakInvalidRequest);
+TEST(ResponderTest, LengthErrorsAreRefusedAsInvalid) {
+  {
+    Responder r;  // FIRST shorter than the MTU
+    r.Inject(Opcode::kWriteFirst, 0, 100, 1000);
+    r.ExpectRefused(wire::kAethNakInvalidRequest, 0,
+                    WcStatus::kPeerInvalidRequest);
+  }
+  {
+    Responder r;  // ONLY whose payload disagrees with the RETH length
+    r.Inject(Opcode::kWriteOnly, 0, 10, 20);
+    r.ExpectRefused(wire::kAethNakInvalidRequest, 0,
+                    WcStatus::kPeerInvalidRequest);
+  }
+  {
+    Responder r;  // LAST carrying more than what remains
+    r.Inject(Opcode::kWriteFirst, 0, 256, 300, false);
+    r.Inject(Opcode::kWriteLast, 1, 100, 0);
+    EXPECT_EQ(r.LastSyndrome(), wire::kAethNakInvalidRequest);
+    EXPECT_EQ(r.qp().state(), QpState::kError);
+    EXPECT_EQ(r.qp().stats().naks_sent, 1u);
+    EXPECT_EQ(r.qp().stats().invalid_requests, 1u);
+  }
+  {
+    Responder r;  // a READ over 2 GiB
+    r.Inject(Opcode::kReadRequest, 0, 0, 0x80000001u);
+    r.ExpectRefused(wire::kAethNakInvalidRequest, 0,
+                    WcStatus::kPeerInvalidRequest);
+  }
 }
 
-TEST_F(ResponderTest, LengthErrorsGetInvalidRequestNak) {
-  // FIRST shorter than the MTU.
-  Inject(Opcode::kWriteFirst, 0, 100, 1000);
-  EXPECT_EQ(LastSyndrome(), wire::kAethNakInvalidRequest);
-  // ONLY whose payload disagrees with the RETH length.
-  Inject(Opcode::kWriteOnly, 0, 10, 20);
-  EXPECT_EQ(LastSyndrome(), wire::kAethNakInvalidRequest);
-  // LAST carrying more than what remains.
-  Inject(Opcode::kWriteFirst, 0, 256, 300, false);
-  Inject(Opcode::kWriteLast, 1, 100, 0);
-  EXPECT_EQ(LastSyndrome(), wire::kAethNakInvalidRequest);
-  EXPECT_EQ(f_.pair.b.qp->stats().naks_sent, 3u);
+// SEND, WRITE with immediate, atomics, SEND with invalidate, FLUSH and
+// ATOMIC WRITE are defined but not served; the reserved RC opcodes are
+// invalid. The IBA's answer to all of them: NAK "invalid request", and the
+// responder's QP in the error state.
+TEST(ResponderTest, UnsupportedAndReservedOpcodesAreRefused) {
+  for (int op = 0; op < wire::kRcOpcodeLimit; ++op) {
+    const Opcode opcode = static_cast<Opcode>(op);
+    if (!wire::IsRequest(opcode) || wire::IsSupported(opcode)) continue;
+    SCOPED_TRACE(wire::OpcodeName(opcode));
+    Responder r;
+    // B has a request of its own queued: it is flushed.
+    uint8_t byte = 1;
+    ASSERT_EQ(r.qp().Post(Fixture::Write(7, &byte, 1, 0, 0, testing::kKeyOnA)),
+              PostResult::kOk);
+    r.Inject(opcode, 0, wire::CarriesPayload(opcode) ? 8 : 0, 8);
+    r.ExpectRefused(wire::kAethNakInvalidRequest, 0,
+                    WcStatus::kPeerInvalidRequest);
+    EXPECT_EQ(r.qp().stats().invalid_requests, 1u);
+    ASSERT_EQ(r.f_.pair.b.cq.completions.size(), 1u);
+    EXPECT_EQ(r.f_.pair.b.cq.completions[0].status, WcStatus::kFlushed);
+  }
 }
 
-TEST_F(ResponderTest, PacketsFromAnotherHostOrQpAreIgnored) {
-  const QpConfig& bc = f_.pair.b.qp->config();
+TEST(ResponderTest, RequestsAfterARefusalAreDroppedUntilTheNakLeaves) {
+  Responder r;
+  r.Inject(Opcode::kSendOnly, 0, 8, 0, true, /*poll=*/false);
+  EXPECT_EQ(r.qp().state(), QpState::kReadyToSend);  // the NAK is not out
+  r.Inject(Opcode::kWriteOnly, 0, 4, 4, true, /*poll=*/false);
+  r.Inject(Opcode::kWriteOnly, 1, 4, 4, true, /*poll=*/false);
+  EXPECT_EQ(r.f_.b_region[0], 0);
+  r.qp().Poll(32);
+  ASSERT_EQ(r.responses_.size(), 1u);
+  EXPECT_EQ(r.LastSyndrome(), wire::kAethNakInvalidRequest);
+  EXPECT_EQ(r.qp().state(), QpState::kError);
+  EXPECT_EQ(r.f_.b_region[0], 0);
+}
+
+TEST(ResponderTest, DuplicateOfAnUnservedOpcodeIsDropped) {
+  Responder r;
+  r.Inject(Opcode::kWriteOnly, 0, 4, 4);  // ePSN + 1
+  ASSERT_EQ(r.responses_.size(), 1u);
+  r.Inject(Opcode::kSendOnly, 0, 8, 0);  // behind: nothing was executed
+  EXPECT_EQ(r.responses_.size(), 1u);
+  EXPECT_EQ(r.qp().state(), QpState::kReadyToSend);
+}
+
+TEST(ResponderTest, AccessErrorsAreRefusedAndEndTheConnection) {
+  {
+    Responder r;  // a READ with a key B does not know
+    const QpConfig& bc = r.qp().config();
+    wire::PacketHeaders h;
+    h.path.src_ip = bc.path.dst_ip;
+    h.path.dst_ip = bc.path.src_ip;
+    h.bth.opcode = Opcode::kReadRequest;
+    h.bth.dest_qp = bc.local_qpn;
+    h.bth.psn = bc.recv_psn;
+    h.reth = {testing::kRemoteVa, wire::Rkey(0xBAD), 64};
+    std::vector<uint8_t> frame(wire::FrameLength(h.bth.opcode, 0));
+    ASSERT_GT(wire::EncodeFrame(h, {}, frame), 0u);
+    r.qp().HandleFrame(Decode(frame));
+    r.qp().Poll(32);
+    r.ExpectRefused(wire::kAethNakRemoteAccess, 0, WcStatus::kPeerAccessError);
+    EXPECT_EQ(r.qp().stats().access_errors, 1u);
+  }
+}
+
+TEST(ResponderTest, FramesOfAnotherPartitionAreDroppedAndCounted) {
+  Responder r;
+  r.Inject(Opcode::kWriteOnly, 0, 4, 4, true, true, /*pkey=*/0x8001);
+  r.Inject(Opcode::kSendOnly, 0, 4, 4, true, true, /*pkey=*/0x0000);
+  EXPECT_TRUE(r.responses_.empty());
+  EXPECT_EQ(r.f_.b_region[0], 0);
+  EXPECT_EQ(r.qp().stats().pkey_violations, 2u);
+  EXPECT_EQ(r.qp().state(), QpState::kReadyToSend);
+  // A limited member of the default partition may talk to B, a full one.
+  r.Inject(Opcode::kWriteOnly, 0, 4, 4, true, true, /*pkey=*/0x7FFF);
+  ASSERT_EQ(r.responses_.size(), 1u);
+  EXPECT_EQ(r.LastSyndrome(), wire::kAethAck | wire::kAethCreditsInvalid);
+  EXPECT_EQ(r.f_.b_region[0], 0xAB);
+}
+
+TEST(QpTest, LimitedMembersOfOnePartitionCannotTalk) {
+  QpConfig c = SmallConfig();
+  c.pkey = 0x7FFF;
+  c.retry_count = 1;
+  Fixture f(c);
+  uint8_t byte = 1;
+  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(1, &byte, 1, 0)), PostResult::kOk);
+  ASSERT_TRUE(f.pair.RunUntil(
+      [&] { return f.pair.a.cq.completions.size() == 1; }, kSecond));
+  EXPECT_EQ(f.pair.a.cq.completions[0].status, WcStatus::kRetryExceeded);
+  EXPECT_GE(f.pair.b.qp->stats().pkey_violations, 1u);
+  EXPECT_EQ(f.b_region[0], 0);
+}
+
+TEST(QpTest, FramesCarryTheConfiguredPartition) {
+  QpConfig c = SmallConfig();
+  c.pkey = 0x8123;
+  Fixture f(c);
+  std::vector<uint16_t> pkeys;
+  auto tap = [&pkeys](std::span<const uint8_t> frame) {
+    pkeys.push_back(Decode(frame).bth.pkey);
+  };
+  f.pair.a_to_b.tap = tap;
+  f.pair.b_to_a.tap = tap;
+  auto src = Pattern(1000, 1);
+  std::vector<uint8_t> dst(1000);
+  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(1, src.data(), 1000, 0)),
+            PostResult::kOk);
+  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Read(2, dst.data(), 1000, 0)),
+            PostResult::kOk);
+  ASSERT_TRUE(f.pair.RunUntilIdle(kSecond));
+  EXPECT_EQ(dst, src);
+  ASSERT_FALSE(pkeys.empty());
+  for (uint16_t k : pkeys) EXPECT_EQ(k, 0x8123);
+  QpConfig bad = SmallConfig();
+  bad.pkey = 0x8000;
+  EXPECT_NE(RcQp::ValidateConfig(bad), nullptr);
+}
+
+TEST(ResponderTest, PacketsFromAnotherHostOrQpAreIgnored) {
+  Responder r;
+  const QpConfig& bc = r.qp().config();
   wire::PacketHeaders h;
   h.path.src_ip = 0x0A0000FE;  // not the connected peer
   h.path.dst_ip = bc.path.src_ip;
@@ -609,16 +793,284 @@ TEST_F(ResponderTest, PacketsFromAnotherHostOrQpAreIgnored) {
   h.reth = {testing::kRemoteVa, testing::kKeyOnB, 4};
   std::vector<uint8_t> payload(4, 0xAB), frame(100);
   frame.resize(wire::EncodeFrame(h, payload, frame));
-  f_.pair.b.qp->HandleFrame(Decode(frame));
+  r.qp().HandleFrame(Decode(frame));
   h.path.src_ip = bc.path.dst_ip;
   h.bth.dest_qp = wire::Qpn(0x999);
   frame.resize(100);
   frame.resize(wire::EncodeFrame(h, payload, frame));
-  f_.pair.b.qp->HandleFrame(Decode(frame));
-  f_.pair.b.qp->Poll(32);
-  EXPECT_TRUE(responses_.empty());
-  EXPECT_EQ(f_.b_region[0], 0);
-  EXPECT_EQ(f_.pair.b.qp->stats().ignored_packets, 2u);
+  r.qp().HandleFrame(Decode(frame));
+  r.qp().Poll(32);
+  EXPECT_TRUE(r.responses_.empty());
+  EXPECT_EQ(r.f_.b_region[0], 0);
+  EXPECT_EQ(r.qp().stats().ignored_packets, 2u);
+}
+
+TEST(QpTest, RemoteAccessErrorEndsTheConnectionOnBothSides) {
+  Fixture f;
+  uint8_t buf[16] = {};
+  ASSERT_EQ(
+      f.pair.a.qp->Post(Fixture::Write(1, buf, 16, 0, 0, wire::Rkey(0xBAD))),
+      PostResult::kOk);
+  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(2, buf, 16, 0)), PostResult::kOk);
+  ASSERT_EQ(
+      f.pair.b.qp->Post(Fixture::Write(3, buf, 16, 0, 0, testing::kKeyOnA)),
+      PostResult::kOk);
+  f.pair.RunUntil([&] { return f.pair.a.cq.completions.size() == 2; }, kSecond);
+  ASSERT_EQ(f.pair.a.cq.completions.size(), 2u);
+  EXPECT_EQ(f.pair.a.cq.completions[0].status, WcStatus::kRemoteAccessError);
+  EXPECT_EQ(f.pair.a.cq.completions[1].status, WcStatus::kFlushed);
+  EXPECT_EQ(f.pair.a.qp->error_status(), WcStatus::kRemoteAccessError);
+  EXPECT_EQ(f.pair.b.qp->state(), QpState::kError);
+  EXPECT_EQ(f.pair.b.qp->error_status(), WcStatus::kPeerAccessError);
+  EXPECT_EQ(f.pair.b.memory.pins(), 0);
+}
+
+// Every READ request is a whole message: its packet asks for an ACK, and the
+// read responses are that ACK (the responder sends no other).
+TEST(QpTest, ReadRequestsAskForAnAcknowledgement) {
+  Fixture f;
+  int reads = 0;
+  f.pair.a_to_b.tap = [&reads](std::span<const uint8_t> frame) {
+    auto pkt = Decode(frame);
+    if (pkt.bth.opcode == Opcode::kReadRequest) {
+      ++reads;
+      EXPECT_TRUE(pkt.bth.ack_req);
+    }
+  };
+  std::vector<uint8_t> dst(3000);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(f.pair.a.qp->Post(Fixture::Read(i, dst.data(), 600 * i, 0)),
+              PostResult::kOk);
+  }
+  ASSERT_TRUE(f.pair.RunUntilIdle(kSecond));
+  EXPECT_EQ(reads, 5);
+  EXPECT_EQ(f.pair.b.qp->stats().acks_sent, 0u);
+  EXPECT_EQ(f.pair.a.cq.completions.size(), 5u);
+}
+
+// The MSN of every response B sends, in order (FIRST, LAST, ONLY and ACK
+// carry one).
+struct MsnLog {
+  std::vector<uint32_t> msns;
+  std::vector<Opcode> opcodes;
+  void Attach(SimWire& wire) {
+    wire.tap = [this](std::span<const uint8_t> frame) {
+      auto pkt = Decode(frame);
+      if (wire::HasAeth(pkt.bth.opcode)) {
+        msns.push_back(pkt.aeth.msn);
+        opcodes.push_back(pkt.bth.opcode);
+      }
+    };
+  }
+  bool Monotonic() const {
+    for (size_t i = 1; i < msns.size(); ++i) {
+      if (wire::Psn(msns[i]).DistanceFrom(wire::Psn(msns[i - 1])) < 0) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+// A READ's responses are lost after writes behind it completed: the replay
+// carries the MSN that counts those writes, never the older one.
+TEST(QpTest, ReplayedReadResponsesKeepTheMsnMonotonic) {
+  Fixture f;
+  MsnLog log;
+  log.Attach(f.pair.b_to_a);
+  // Lose the READ's LAST response once: only the timer notices.
+  f.pair.b_to_a.drop = [](std::span<const uint8_t> frame) {
+    static bool done = false;
+    if (!done && Decode(frame).bth.opcode == Opcode::kReadResponseLast) {
+      return done = true;
+    }
+    return false;
+  };
+  auto content = Pattern(1000, 4);
+  std::copy(content.begin(), content.end(), f.b_region.begin());
+  std::vector<uint8_t> dst(1000);
+  uint8_t byte = 5;
+  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Read(1, dst.data(), 1000, 0)),
+            PostResult::kOk);
+  // The writes reach B after it answered the READ.
+  ASSERT_TRUE(f.pair.RunUntil([&] { return !log.msns.empty(); }, kSecond));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(10 + i, &byte, 1, 4096 + i)),
+              PostResult::kOk);
+  }
+  ASSERT_TRUE(f.pair.RunUntilIdle(kSecond));
+  ASSERT_EQ(f.pair.a.cq.completions.size(), 4u);
+  for (const Completion& c : f.pair.a.cq.completions) {
+    EXPECT_EQ(c.status, WcStatus::kSuccess);
+  }
+  EXPECT_EQ(dst, content);
+  EXPECT_GE(f.pair.b.qp->stats().duplicate_requests, 1u);
+  EXPECT_TRUE(log.Monotonic()) << ::testing::PrintToString(log.msns);
+  // The replay of the last packet alone (an ONLY) came after B had
+  // acknowledged the writes, and counts all four messages (the first stream
+  // said 1).
+  const auto only = std::find(log.opcodes.begin(), log.opcodes.end(),
+                              Opcode::kReadResponseOnly);
+  ASSERT_NE(only, log.opcodes.end());
+  EXPECT_EQ(log.msns[only - log.opcodes.begin()], 4u);
+  EXPECT_EQ(log.msns.front(), 1u);
+}
+
+// Read responses hand-made for A, whose READ request B never sees.
+class Requester {
+ public:
+  explicit Requester(uint32_t read_len) : dst_(read_len) {
+    f_.pair.a_to_b.drop = [this](std::span<const uint8_t> frame) {
+      auto pkt = Decode(frame);
+      if (pkt.bth.opcode == Opcode::kReadRequest) requests_.push_back(pkt);
+      return true;
+    };
+    EXPECT_EQ(f_.pair.a.qp->Post(Fixture::Read(1, dst_.data(), read_len, 0)),
+              PostResult::kOk);
+    f_.pair.a.qp->Poll(32);
+    EXPECT_EQ(requests_.size(), 1u);
+  }
+
+  // A response to A at the first request's PSN plus `psn_offset`, carrying
+  // `len` bytes.
+  void Respond(Opcode op, uint32_t psn_offset, uint32_t len,
+               uint8_t syndrome = wire::kAethAck | wire::kAethCreditsInvalid) {
+    const QpConfig& ac = f_.pair.a.qp->config();
+    wire::PacketHeaders h;
+    h.path.src_ip = ac.path.dst_ip;
+    h.path.dst_ip = ac.path.src_ip;
+    h.bth.opcode = op;
+    h.bth.dest_qp = ac.local_qpn;
+    h.bth.psn = requests_[0].bth.psn + psn_offset;
+    h.aeth = {syndrome, 1};
+    std::vector<uint8_t> payload(len, 0x5A);
+    std::vector<uint8_t> frame(wire::FrameLength(op, len));
+    ASSERT_GT(wire::EncodeFrame(h, payload, frame), 0u);
+    f_.pair.a.qp->HandleFrame(Decode(frame));
+    f_.pair.a.qp->Poll(32);
+  }
+
+  void ExpectBadResponse() {
+    ASSERT_EQ(f_.pair.a.cq.completions.size(), 1u);
+    EXPECT_EQ(f_.pair.a.cq.completions[0].status, WcStatus::kBadResponse);
+    EXPECT_EQ(f_.pair.a.qp->state(), QpState::kError);
+    EXPECT_EQ(f_.pair.a.qp->error_status(), WcStatus::kBadResponse);
+    EXPECT_EQ(f_.pair.a.qp->stats().bad_responses, 1u);
+  }
+  void ExpectSuccess() {
+    ASSERT_EQ(f_.pair.a.cq.completions.size(), 1u);
+    EXPECT_EQ(f_.pair.a.cq.completions[0].status, WcStatus::kSuccess);
+    EXPECT_EQ(dst_, std::vector<uint8_t>(dst_.size(), 0x5A));
+  }
+  void Timeout() {
+    f_.pair.clock.Advance(10 * f_.pair.a.qp->config().retransmit_timeout_ns);
+    f_.pair.a.qp->Poll(32);
+  }
+
+  Fixture f_;
+  std::vector<uint8_t> dst_;
+  std::vector<wire::ParsedPacket> requests_;
+};
+
+TEST(RequesterTest, ReadResponsesInOrderComplete) {
+  Requester r(600);  // three packets at a 256-byte MTU
+  r.Respond(Opcode::kReadResponseFirst, 0, 256);
+  r.Respond(Opcode::kReadResponseMiddle, 1, 256);
+  r.Respond(Opcode::kReadResponseLast, 2, 88);
+  r.ExpectSuccess();
+  Requester one(100);
+  one.Respond(Opcode::kReadResponseOnly, 0, 100);
+  one.ExpectSuccess();
+  Requester empty(0);
+  empty.Respond(Opcode::kReadResponseOnly, 0, 0);
+  ASSERT_EQ(empty.f_.pair.a.cq.completions.size(), 1u);
+  EXPECT_EQ(empty.f_.pair.a.cq.completions[0].status, WcStatus::kSuccess);
+}
+
+TEST(RequesterTest, ReadResponsesOutOfOrderAreBadResponses) {
+  {
+    Requester r(600);  // MIDDLE where the stream must begin
+    r.Respond(Opcode::kReadResponseMiddle, 0, 256);
+    r.ExpectBadResponse();
+  }
+  {
+    Requester r(600);  // ONLY for a three-packet read
+    r.Respond(Opcode::kReadResponseOnly, 0, 256);
+    r.ExpectBadResponse();
+  }
+  {
+    Requester r(600);  // LAST where the stream must begin
+    r.Respond(Opcode::kReadResponseLast, 0, 256);
+    r.ExpectBadResponse();
+  }
+  {
+    Requester r(600);  // a second FIRST
+    r.Respond(Opcode::kReadResponseFirst, 0, 256);
+    r.Respond(Opcode::kReadResponseFirst, 1, 256);
+    r.ExpectBadResponse();
+  }
+  {
+    Requester r(600);  // LAST before the last PSN
+    r.Respond(Opcode::kReadResponseFirst, 0, 256);
+    r.Respond(Opcode::kReadResponseLast, 1, 256);
+    r.ExpectBadResponse();
+  }
+  {
+    Requester r(600);  // MIDDLE at the last PSN
+    r.Respond(Opcode::kReadResponseFirst, 0, 256);
+    r.Respond(Opcode::kReadResponseMiddle, 1, 256);
+    r.Respond(Opcode::kReadResponseMiddle, 2, 88);
+    r.ExpectBadResponse();
+  }
+  {
+    Requester r(100);  // FIRST for a one-packet read
+    r.Respond(Opcode::kReadResponseFirst, 0, 100);
+    r.ExpectBadResponse();
+  }
+  {
+    Requester r(600);  // a FIRST shorter than the MTU
+    r.Respond(Opcode::kReadResponseFirst, 0, 200);
+    r.ExpectBadResponse();
+  }
+  {
+    Requester r(600);  // a NAK syndrome in a read response's AETH
+    r.Respond(Opcode::kReadResponseFirst, 0, 256, wire::kAethNakInvalidRequest);
+    r.ExpectBadResponse();
+  }
+}
+
+TEST(RequesterTest, StaleAndGappedResponsesAreNotBadResponses) {
+  Requester r(600);
+  r.Respond(Opcode::kReadResponseFirst, 0, 256);
+  r.Respond(Opcode::kReadResponseFirst, 0, 256);  // a duplicate: ignored
+  r.Respond(Opcode::kReadResponseLast, 2, 88);    // a gap: ask again
+  EXPECT_EQ(r.f_.pair.a.qp->state(), QpState::kReadyToSend);
+  ASSERT_EQ(r.requests_.size(), 2u);
+  EXPECT_EQ(r.requests_[1].bth.psn, r.requests_[0].bth.psn + 1);
+  EXPECT_EQ(r.requests_[1].reth.dma_length, 600u - 256u);
+  // The answer to the second request begins with a FIRST at its PSN...
+  r.Respond(Opcode::kReadResponseFirst, 1, 256);
+  r.Respond(Opcode::kReadResponseLast, 2, 88);
+  r.ExpectSuccess();
+  EXPECT_EQ(r.f_.pair.a.qp->stats().bad_responses, 0u);
+}
+
+TEST(RequesterTest, TheFirstStreamMayGoOnAfterARequestForTheRest) {
+  Requester r(600);
+  r.Respond(Opcode::kReadResponseFirst, 0, 256);
+  r.Timeout();  // asks for the rest again
+  ASSERT_EQ(r.requests_.size(), 2u);
+  // ...and the first stream's MIDDLE and LAST, late, still fit.
+  r.Respond(Opcode::kReadResponseMiddle, 1, 256);
+  r.Respond(Opcode::kReadResponseLast, 2, 88);
+  r.ExpectSuccess();
+}
+
+TEST(RequesterTest, AtomicAcknowledgeIsIgnored) {
+  Requester r(600);
+  r.Respond(Opcode::kAtomicAcknowledge, 0, 0);
+  EXPECT_EQ(r.f_.pair.a.qp->state(), QpState::kReadyToSend);
+  EXPECT_EQ(r.f_.pair.a.qp->stats().ignored_packets, 1u);
 }
 
 }  // namespace

@@ -58,9 +58,13 @@ bool RcQp::SendOnePacket(Wqe& w) {
     }
   } else {
     // A read (or the rest of one, after a retransmission) is one request
-    // that consumes a PSN per response packet.
+    // that consumes a PSN per response packet. It is a whole message, so
+    // its only packet asks for an acknowledgement like the last packet of
+    // any message (the read responses are that acknowledgement).
     const uint32_t offset = send_offset_;
     h.bth.opcode = Opcode::kReadRequest;
+    h.bth.ack_req = true;
+    w.read_request_psn = psn;
     h.reth.va = w.wr.remote_va + offset;
     h.reth.rkey = w.wr.rkey;
     h.reth.dma_length = w.length - offset;
@@ -206,10 +210,16 @@ void RcQp::RetireCompleted() {
 }
 
 void RcQp::HandleResponse(const wire::ParsedPacket& pkt) {
-  if (pkt.bth.opcode == Opcode::kAcknowledge) {
-    HandleAck(pkt);
-  } else {
-    HandleReadResponse(pkt);
+  switch (wire::InfoOf(pkt.bth.opcode).op_class) {
+    case wire::OpcodeClass::kAcknowledge:
+      HandleAck(pkt);
+      return;
+    case wire::OpcodeClass::kReadResponse:
+      HandleReadResponse(pkt);
+      return;
+    default:  // ATOMIC ACKNOWLEDGE: an answer to nothing we ever ask
+      ++stats_.ignored_packets;
+      return;
   }
 }
 
@@ -288,14 +298,25 @@ void RcQp::HandleReadResponse(const wire::ParsedPacket& pkt) {
     RequestRetransmit();
     return;
   }
+  // The response the read expects: a stream of responses begins (FIRST,
+  // ONLY) only where a READ request of ours began, goes on (MIDDLE, LAST)
+  // only after bytes of it arrived, and ends (LAST, ONLY) at the read's
+  // last PSN; every packet but the last is a full MTU, the last brings the
+  // rest; FIRST, LAST and ONLY carry an ACK. Anything else at this PSN is a
+  // bad response: the read fails and the QP enters the error state.
+  const wire::OpcodeInfo& info = wire::InfoOf(pkt.bth.opcode);
+  const bool begins = (info.flags & wire::kOpFirst) != 0;
+  const bool last = (info.flags & wire::kOpLast) != 0;
   const uint32_t remaining = read->length - read->read_received;
   const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
-  const bool last = pkt.bth.opcode == Opcode::kReadResponseLast ||
-                    pkt.bth.opcode == Opcode::kReadResponseOnly;
-  const bool fits = last ? len == remaining
-                         : len == config_.pmtu && remaining > config_.pmtu;
-  if (!fits) {
-    ++stats_.ignored_packets;
+  const bool valid =
+      (begins ? psn == read->read_request_psn : read->read_received > 0) &&
+      last == (psn == read->last_psn) &&
+      (last ? len == remaining : len == config_.pmtu) &&
+      (!wire::HasAeth(pkt.bth.opcode) || (pkt.aeth.syndrome >> 5) == 0);
+  if (!valid) {
+    ++stats_.bad_responses;
+    EnterError(WcStatus::kBadResponse, psn);
     return;
   }
   if (len > 0) CopyToSgl(read->wr, read->read_received, pkt.payload.data(), len);

@@ -11,7 +11,29 @@ namespace rdmaplane::rc {
 using wire::Opcode;
 using wire::Psn;
 
+namespace {
+
+// NAKs after which the responder's QP is in the error state: every NAK but
+// "PSN sequence error" (and RNR, which rdmaplane never sends).
+bool IsFatalNak(uint8_t syndrome) {
+  return (syndrome >> 5) == 3 && syndrome != wire::kAethNakPsnSeqError;
+}
+
+WcStatus RefusalCause(uint8_t syndrome) {
+  return syndrome == wire::kAethNakRemoteAccess ? WcStatus::kPeerAccessError
+                                                : WcStatus::kPeerInvalidRequest;
+}
+
+}  // namespace
+
+// The checks, in order: PSN (duplicates and gaps), then the opcode (one
+// rdmaplane serves, in sequence), then lengths and the remote key in
+// ExecuteWrite and ExecuteReadRequest.
 void RcQp::HandleRequest(const wire::ParsedPacket& pkt) {
+  if (refusing_) {
+    ++stats_.ignored_packets;  // the QP is about to enter the error state
+    return;
+  }
   const int32_t distance = pkt.bth.psn.DistanceFrom(epsn_);
   if (distance < 0) {
     HandleDuplicateRequest(pkt);
@@ -26,16 +48,31 @@ void RcQp::HandleRequest(const wire::ParsedPacket& pkt) {
     return;
   }
   seq_nak_sent_ = false;
+  // Opcodes rdmaplane does not serve (SEND, atomics, immediates, FLUSH...)
+  // and reserved ones are invalid requests, as is any opcode out of
+  // sequence: inside a multi-packet WRITE only its MIDDLE or LAST may come,
+  // outside one only an opcode that starts a message.
+  const wire::OpcodeInfo& info = wire::InfoOf(pkt.bth.opcode);
+  const bool continues = (info.flags & wire::kOpFirst) == 0;
+  const bool in_sequence =
+      write_active_ ? continues && info.op_class == wire::OpcodeClass::kWrite
+                    : !continues;
+  if ((info.flags & wire::kOpSupported) == 0 || !in_sequence) {
+    ++stats_.invalid_requests;
+    RefuseRequest(wire::kAethNakInvalidRequest, pkt.bth.psn);
+    return;
+  }
   if (pkt.bth.opcode == Opcode::kReadRequest) {
-    if (write_active_) {
-      write_active_ = false;
-      ReleaseWrite();
-      QueueNak(wire::kAethNakInvalidRequest, pkt.bth.psn);
-      return;
-    }
     ExecuteReadRequest(pkt);
   } else {
     ExecuteWrite(pkt);
+  }
+}
+
+void RcQp::RefuseRequest(uint8_t syndrome, Psn psn) {
+  refusing_ = true;
+  if (!PushResp({RespKind::kAck, syndrome, psn, 0, 0})) {
+    Shutdown(RefusalCause(syndrome), nullptr);
   }
 }
 
@@ -47,22 +84,20 @@ bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
   const uint32_t pmtu = config_.pmtu;
   const Psn psn = pkt.bth.psn;
 
-  // FIRST/ONLY start a message, MIDDLE/LAST continue one; lengths must fill
-  // every packet but the last and add up to the RETH length.
+  // HandleRequest checked the sequence; lengths must fill every packet but
+  // the last and add up to the RETH length.
   bool valid;
   if (first) {
     const uint32_t total = pkt.reth.dma_length;
-    valid = !write_active_ && total <= (1u << 31) &&
-            (last ? len == total && len <= pmtu
-                  : len == pmtu && total > pmtu);
+    valid = total <= (1u << 31) &&
+            (last ? len == total && len <= pmtu : len == pmtu && total > pmtu);
   } else {
-    valid = write_active_ && (last ? len == write_remaining_ && len <= pmtu
-                                   : len == pmtu && write_remaining_ > pmtu);
+    valid = last ? len == write_remaining_ && len <= pmtu
+                 : len == pmtu && write_remaining_ > pmtu;
   }
   if (!valid) {
-    write_active_ = false;
-    ReleaseWrite();
-    QueueNak(wire::kAethNakInvalidRequest, psn);
+    ++stats_.invalid_requests;
+    RefuseRequest(wire::kAethNakInvalidRequest, psn);
     return false;
   }
   if (first) {
@@ -74,7 +109,7 @@ bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
           RemoteAccess::kWrite);
       if (mem.check != AccessCheck::kOk) {
         ++stats_.access_errors;
-        QueueNak(wire::kAethNakRemoteAccess, psn);
+        RefuseRequest(wire::kAethNakRemoteAccess, psn);
         return false;
       }
       write_addr_ = mem.addr;
@@ -102,7 +137,8 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
   const uint32_t len = pkt.reth.dma_length;
   // Messages are at most 2 GiB (and PSN arithmetic assumes so).
   if (len > (1u << 31)) {
-    QueueNak(wire::kAethNakInvalidRequest, psn);
+    ++stats_.invalid_requests;
+    RefuseRequest(wire::kAethNakInvalidRequest, psn);
     return false;
   }
   uint8_t* addr = nullptr;
@@ -113,7 +149,7 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
                              len, RemoteAccess::kRead);
     if (mem.check != AccessCheck::kOk) {
       ++stats_.access_errors;
-      QueueNak(wire::kAethNakRemoteAccess, psn);
+      RefuseRequest(wire::kAethNakRemoteAccess, psn);
       return false;
     }
     addr = mem.addr;
@@ -125,7 +161,6 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
   const uint32_t slot = read_res_next_ & (config_.max_dest_rd_atomic - 1);
   ReadResource& res = read_resources_[slot];
   const uint32_t npkts = PacketsFor(len);
-  const uint32_t msn = (msn_ + 1) & Psn::kMask;
   const uint32_t stream = res.stream_seq + 1;
   ReleaseRead(res);
   res = ReadResource{};
@@ -136,27 +171,32 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
   res.va = pkt.reth.va;
   res.rkey = pkt.reth.rkey;
   res.length = len;
-  res.msn = msn;
   res.active = true;
   res.next_psn = psn;
   res.addr = addr;
   res.owner = owner;
   res.pinned = addr != nullptr;
   res.stream_length = len;
-  if (!PushResp({RespKind::kRead, 0, psn, msn, slot, stream})) {
+  if (!PushResp({RespKind::kRead, 0, psn, slot, stream})) {
     ReleaseRead(res);
     res.valid = res.active = false;  // no room: the requester will resend
     return false;
   }
   ++read_res_next_;
-  msn_ = msn;
+  // A READ counts as completed once accepted: its responses carry the MSN
+  // that includes it.
+  msn_ = (msn_ + 1) & Psn::kMask;
   epsn_ += npkts;
   return true;
 }
 
 void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
-  ++stats_.duplicate_requests;
   const Psn psn = pkt.bth.psn;
+  if (!wire::IsSupported(pkt.bth.opcode)) {
+    ++stats_.ignored_packets;  // nothing we could have executed
+    return;
+  }
+  ++stats_.duplicate_requests;
   if (pkt.bth.opcode != Opcode::kReadRequest) {
     // A resent write we already executed: acknowledge all we have.
     QueueAck(epsn_ - 1);
@@ -185,7 +225,7 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
         ++stats_.access_errors;
         res.active = false;
         ReleaseRead(res);
-        QueueNak(wire::kAethNakRemoteAccess, psn);
+        RefuseRequest(wire::kAethNakRemoteAccess, psn);
         return;
       }
       addr = mem.addr;
@@ -195,14 +235,14 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
     const bool was_active = res.active;
     if (!was_active) ++res.stream_seq;
     res.active = true;
-      res.next_psn = psn;
+    res.next_psn = psn;
     res.addr = addr;
     res.owner = owner;
     res.pinned = addr != nullptr;
     res.stream_length = pkt.reth.dma_length;
     res.stream_offset = 0;
     if (!was_active &&
-        !PushResp({RespKind::kRead, 0, psn, res.msn, i, res.stream_seq})) {
+        !PushResp({RespKind::kRead, 0, psn, i, res.stream_seq})) {
       res.active = false;
       ReleaseRead(res);
     }
@@ -224,18 +264,18 @@ void RcQp::QueueAck(Psn psn) {
   if (resp_tail_ack_open_) {
     RespItem& tail = resp_q_[(resp_q_tail_ - 1) & resp_q_mask_];
     if (psn > tail.psn) tail.psn = psn;
-    tail.msn = msn_;
     return;
   }
-  if (PushResp({RespKind::kAck,
-                static_cast<uint8_t>(wire::kAethAck | wire::kAethCreditsInvalid),
-                psn, msn_, 0, 0})) {
+  if (PushResp(
+          {RespKind::kAck,
+           static_cast<uint8_t>(wire::kAethAck | wire::kAethCreditsInvalid),
+           psn, 0, 0})) {
     resp_tail_ack_open_ = true;
   }
 }
 
 void RcQp::QueueNak(uint8_t syndrome, Psn psn) {
-  PushResp({RespKind::kAck, syndrome, psn, msn_, 0, 0});
+  PushResp({RespKind::kAck, syndrome, psn, 0, 0});
 }
 
 uint32_t RcQp::SendResponses(uint32_t budget) {
@@ -245,6 +285,11 @@ uint32_t RcQp::SendResponses(uint32_t budget) {
     if (item.kind == RespKind::kAck) {
       if (!SendAck(item)) break;
       ++sent;
+      if (IsFatalNak(item.syndrome)) {
+        // The refusal is on its way: now the error state.
+        Shutdown(RefusalCause(item.syndrome), nullptr);
+        return sent;
+      }
     } else {
       ReadResource& res = read_resources_[item.resource];
       if (res.active && res.stream_seq == item.stream) {
@@ -264,7 +309,7 @@ bool RcQp::SendAck(const RespItem& item) {
   h.bth.opcode = Opcode::kAcknowledge;
   h.bth.psn = item.psn;
   h.aeth.syndrome = item.syndrome;
-  h.aeth.msn = item.msn;
+  h.aeth.msn = msn_;
   std::span<uint8_t> buf =
       env_.tx->Reserve(wire::FrameLength(Opcode::kAcknowledge, 0));
   if (buf.empty()) return false;
@@ -289,7 +334,7 @@ bool RcQp::SendReadResponse(ReadResource& res) {
             : (last ? Opcode::kReadResponseLast : Opcode::kReadResponseMiddle);
   h.bth.psn = res.next_psn;
   h.aeth.syndrome = wire::kAethAck | wire::kAethCreditsInvalid;
-  h.aeth.msn = res.msn;
+  h.aeth.msn = msn_;
   std::span<uint8_t> buf = env_.tx->Reserve(wire::FrameLength(h.bth.opcode, len));
   if (buf.empty()) return false;
   const size_t hdr_len = wire::EncodeHeaders(h, len, buf);

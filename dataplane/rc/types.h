@@ -52,6 +52,17 @@ enum class WcStatus : uint8_t {
   kRemoteOperationalError,  // NAK 0x63
   kRetryExceeded,           // no answer after the retry count
   kFlushed,                 // the connection went to error with this queued
+  // The peer's responses broke the protocol (a read response out of its
+  // FIRST/MIDDLE/LAST order, of the wrong length or with a NAK syndrome):
+  // the IBA's "bad response".
+  kBadResponse,
+  // Only RcQp::error_status() says these: our responder refused a request
+  // of the peer, with NAK 0x61 (an opcode rdmaplane does not serve, a
+  // reserved one, one out of sequence, a bad length) or NAK 0x62 (memory
+  // the peer may not touch), and the QP entered the error state, as the IBA
+  // says; our own queued requests complete as kFlushed.
+  kPeerInvalidRequest,
+  kPeerAccessError,
 };
 const char* WcStatusName(WcStatus s);
 
@@ -76,6 +87,9 @@ enum class PostResult : uint8_t {
 enum class QpState : uint8_t { kReadyToSend, kError };
 
 struct QpConfig {
+  // The partition: frames whose BTH P_Key does not match it (wire::
+  // PkeysMatch) are dropped and counted; ours carry it.
+  uint16_t pkey = wire::kDefaultPkey;
   wire::Qpn local_qpn;
   wire::Qpn remote_qpn;
   wire::Psn send_psn;       // first PSN of our requester
@@ -106,6 +120,11 @@ struct QpStats {
   StatCounter out_of_order_responses;
   StatCounter ignored_packets;  // stale, foreign or inconsistent
   StatCounter access_errors;    // remote accesses this responder refused
+  // Requests this responder refused with NAK "invalid request": opcodes it
+  // does not serve, reserved ones, ones out of sequence, bad lengths.
+  StatCounter invalid_requests;
+  StatCounter pkey_violations;  // frames of another partition, dropped
+  StatCounter bad_responses;    // responses that broke the protocol
 };
 
 }  // namespace rdmaplane::rc

@@ -14,7 +14,10 @@ constexpr uint64_t kServiceIdHashMask = 0x00FFFFFFFFFEFFFF;
 constexpr uint8_t kTransportRc = 0;
 constexpr uint16_t kPermissiveLid = 0xFFFF;
 constexpr uint8_t kMaxAriLen = 72;
+constexpr uint8_t kMax3Bits = 7;
+constexpr uint8_t kMax4Bits = 15;
 constexpr uint8_t kMax5Bits = 31;
+constexpr uint8_t kMax6Bits = 63;
 
 // Offsets in the MAD's 232 data bytes (IBA tables 106-113); bit fields are
 // named by the bits they take in their byte, most significant first.
@@ -41,6 +44,8 @@ constexpr size_t kPrimaryLocalLid = 52;
 constexpr size_t kPrimaryRemoteLid = 54;
 constexpr size_t kPrimaryLocalGid = 56;
 constexpr size_t kPrimaryRemoteGid = 72;
+// Primary flow label [31:12], reserved [11:6], packet rate [5:0].
+constexpr size_t kPrimaryFlowLabelRate = 88;
 constexpr size_t kPrimaryTrafficClass = 92;
 constexpr size_t kPrimaryHopLimit = 93;
 // Local ACK timeout [7:3].
@@ -136,9 +141,14 @@ bool Encodable(const CmMessage& m) {
   switch (m.type) {
     case CmType::kReq:
       return m.qpn.value() <= Psn::kMask && IbMtuBytes(m.path_mtu) != 0 &&
-             m.local_ack_timeout <= kMax5Bits;
+             m.local_ack_timeout <= kMax5Bits &&
+             m.remote_cm_response_timeout <= kMax5Bits &&
+             m.local_cm_response_timeout <= kMax5Bits &&
+             m.max_cm_retries <= kMax4Bits && m.retry_count <= kMax3Bits &&
+             m.rnr_retry_count <= kMax3Bits && m.packet_rate <= kMax6Bits;
     case CmType::kRep:
-      return m.qpn.value() <= Psn::kMask && m.target_ack_delay <= kMax5Bits;
+      return m.qpn.value() <= Psn::kMask && m.target_ack_delay <= kMax5Bits &&
+             m.rnr_retry_count <= kMax3Bits;
     case CmType::kDreq:
       return m.qpn.value() <= Psn::kMask;
     case CmType::kMra:
@@ -173,22 +183,24 @@ void EncodeMad(const Path& path, const CmMessage& m, uint8_t* mad) {
       d[req::kResponderResources] = m.responder_resources;
       d[req::kInitiatorDepth] = m.initiator_depth;
       // No end-to-end flow control: the AETH credit field is always invalid.
-      d[req::kRemoteTimeoutTransport] =
-          static_cast<uint8_t>(kCmResponseTimeout << 3 | kTransportRc << 1);
+      d[req::kRemoteTimeoutTransport] = static_cast<uint8_t>(
+          m.remote_cm_response_timeout << 3 | kTransportRc << 1);
       Put24(d + req::kStartingPsn, m.start_psn.value());
-      d[req::kLocalTimeoutRetry] =
-          static_cast<uint8_t>(kCmResponseTimeout << 3 | kRcRetryCount);
+      d[req::kLocalTimeoutRetry] = static_cast<uint8_t>(
+          m.local_cm_response_timeout << 3 | m.retry_count);
       Put16(d + req::kPkey, kDefaultPkey);
       d[req::kMtuRnrRetry] =
-          static_cast<uint8_t>(m.path_mtu << 4 | kRnrRetryCount);
-      d[req::kCmRetriesSrqXrc] = static_cast<uint8_t>(kMaxCmRetries << 4);
+          static_cast<uint8_t>(m.path_mtu << 4 | m.rnr_retry_count);
+      d[req::kCmRetriesSrqXrc] = static_cast<uint8_t>(m.max_cm_retries << 4);
       // RoCE has no LIDs; Linux's CM sends the permissive LID for routed
       // paths, which all RoCEv2 paths are.
       Put16(d + req::kPrimaryLocalLid, kPermissiveLid);
       Put16(d + req::kPrimaryRemoteLid, kPermissiveLid);
       PutIpv4MappedGid(d + req::kPrimaryLocalGid, m.local_ip);
       PutIpv4MappedGid(d + req::kPrimaryRemoteGid, m.remote_ip);
-      // Flow label, packet rate, SL and subnet-local stay 0.
+      // No flow label; SL and subnet-local stay 0 (RoCEv2 paths are
+      // routed).
+      Put32(d + req::kPrimaryFlowLabelRate, m.packet_rate);
       d[req::kPrimaryTrafficClass] = path.dscp_ecn & 0xFC;
       d[req::kPrimaryHopLimit] = path.ttl;
       d[req::kPrimaryAckTimeout] =
@@ -217,7 +229,7 @@ void EncodeMad(const Path& path, const CmMessage& m, uint8_t* mad) {
       // Failover accepted 0 and no end-to-end flow control: the REQ has no
       // alternate path (Linux's CM sends 0 as well).
       d[rep::kAckDelayFailover] = static_cast<uint8_t>(m.target_ack_delay << 3);
-      d[rep::kRnrRetrySrq] = static_cast<uint8_t>(kRnrRetryCount << 5);
+      d[rep::kRnrRetrySrq] = static_cast<uint8_t>(m.rnr_retry_count << 5);
       Put64(d + rep::kLocalCaGuid, CaGuidForMac(path.src_mac));
       break;
     case CmType::kDreq:
@@ -266,6 +278,12 @@ bool ParseMad(std::span<const uint8_t> mad, CmMessage* out) {
       m.initiator_depth = d[req::kInitiatorDepth];
       m.start_psn = Psn(Get24(d + req::kStartingPsn));
       m.local_ack_timeout = d[req::kPrimaryAckTimeout] >> 3;
+      m.remote_cm_response_timeout = d[req::kRemoteTimeoutTransport] >> 3;
+      m.local_cm_response_timeout = d[req::kLocalTimeoutRetry] >> 3;
+      m.retry_count = d[req::kLocalTimeoutRetry] & kMax3Bits;
+      m.rnr_retry_count = d[req::kMtuRnrRetry] & kMax3Bits;
+      m.max_cm_retries = d[req::kCmRetriesSrqXrc] >> 4;
+      m.packet_rate = d[req::kPrimaryFlowLabelRate + 3] & 0x3F;
       break;
     }
     case CmType::kMra:
@@ -288,6 +306,7 @@ bool ParseMad(std::span<const uint8_t> mad, CmMessage* out) {
       m.responder_resources = d[rep::kResponderResources];
       m.initiator_depth = d[rep::kInitiatorDepth];
       m.target_ack_delay = d[rep::kAckDelayFailover] >> 3;
+      m.rnr_retry_count = d[rep::kRnrRetrySrq] >> 5;
       break;
     case CmType::kDreq:
       m.remote_comm_id = Get32(d + kRemoteCommId);

@@ -43,14 +43,64 @@ inline constexpr uint8_t kMadMethodSend = 0x03;
 inline constexpr size_t kCmFrameLen =
     kOuterHeadersLen + kBthLen + kDethLen + kMadLen + kIcrcLen;
 
-// Values REQ/REP carry that rdmaplane does not vary. Timeouts are IBA
-// exponents: 4.096 us * 2^value.
-inline constexpr uint8_t kCmResponseTimeout = 18;  // about 1.07 s
-inline constexpr uint8_t kMaxCmRetries = 15;
+// IBA time values are exponents: 4.096 us * 2^code (CM response timeouts,
+// the MRA's service timeout, local ACK timeout, target ACK delay).
+inline constexpr uint8_t kIbTimeoutMax = 31;
+constexpr uint64_t IbTimeoutNs(uint8_t code) {
+  return code > kIbTimeoutMax ? 0 : uint64_t{4096} << code;
+}
+// The code nearest to `ns` (nearest on the exponent's scale, so 10 ms is 11,
+// 8.4 ms, and 250 ms is 16, 268 ms), 0..31.
+constexpr uint8_t IbTimeoutCode(uint64_t ns) {
+  // Past the geometric middle between code and code + 1, code + 1 is nearer.
+  constexpr double kSqrt2 = 1.4142135623730951;
+  const double wanted = static_cast<double>(ns);
+  uint8_t code = 0;
+  for (; code < kIbTimeoutMax; ++code) {
+    const double middle = static_cast<double>(IbTimeoutNs(code)) * kSqrt2;
+    if (wanted <= middle) break;
+  }
+  return code;
+}
+// The Local ACK Timeout code that describes a requester that first
+// retransmits after `retransmit_ns`: the nearest code, at least 1 (0 means
+// "no timeout" to a peer).
+constexpr uint8_t LocalAckTimeoutCode(uint64_t retransmit_ns) {
+  const uint8_t code = IbTimeoutCode(retransmit_ns);
+  return code == 0 ? 1 : code;
+}
+
+// Static rate codes (IBA PathRecord Rate, as REQ's Primary Packet Rate
+// carries them): 2 is 2.5 Gb/s, 3 10 Gb/s, ... 16 100 Gb/s, ... 22 600 Gb/s.
+// 0 and 1 are not rates.
+inline constexpr uint8_t kIbRate10Gbps = 3;
+inline constexpr uint8_t kIbRate40Gbps = 7;
+inline constexpr uint8_t kIbRate100Gbps = 16;
+constexpr bool IsDefinedIbRate(uint8_t code) { return code >= 2 && code <= 22; }
+
+// Transaction ids. Like Linux's CM, the messages of one transaction share
+// the id its first message got: REQ and its repetitions, MRA, REP, RTU and
+// a REJ of the REQ or REP carry the active side's connect transaction; each
+// DREQ (repeated or not) the disconnect transaction of its sender, and the
+// DREP repeats the DREQ's. An id names the transaction and the initiator's
+// communication id, so it is unique per daemon run.
+enum class CmTransaction : uint8_t { kConnect = 1, kDisconnect = 2 };
+constexpr uint64_t CmTransactionId(CmTransaction t,
+                                   uint32_t initiator_comm_id) {
+  return uint64_t{static_cast<uint8_t>(t)} << 32 | initiator_comm_id;
+}
+
+// The defaults of REQ and REP fields; the daemon fills them in from what its
+// connection manager and queue pairs do.
+inline constexpr uint8_t kCmResponseTimeout = 16;  // about 268 ms
+inline constexpr uint8_t kMaxCmRetries = 7;
 inline constexpr uint8_t kRcRetryCount = 7;
-inline constexpr uint8_t kRnrRetryCount = 7;  // 7: retry without limit
-// About 1.05 ms, the RC requester's default retransmit timeout.
-inline constexpr uint8_t kDefaultLocalAckTimeout = 8;
+// RNR NAK retries: rdmaplane never sends an RNR NAK (it serves no SEND), so
+// any peer's requester may retry without limit (7).
+inline constexpr uint8_t kRnrRetryCount = 7;
+// About 8.4 ms: the nearest code to the daemon's 10 ms first retransmit
+// timeout over its data port.
+inline constexpr uint8_t kDefaultLocalAckTimeout = 11;
 
 // Path MTU codes of IBA 9.6.2 (1..5 = 256..4096 bytes).
 inline constexpr uint8_t kIbMtu256 = 1;
@@ -103,7 +153,7 @@ inline constexpr size_t kCmMaxPrivateData = 224;
 // others and the parser leaves them at their defaults.
 struct CmMessage {
   CmType type = CmType::kReq;
-  uint64_t transaction_id = 0;  // all; a reply repeats the request's
+  uint64_t transaction_id = 0;  // all; see CmTransactionId
   uint32_t local_comm_id = 0;   // all: the sender's connection id
   uint32_t remote_comm_id = 0;  // all but REQ: the receiver's connection id
   uint64_t service_id = 0;      // REQ
@@ -113,8 +163,26 @@ struct CmMessage {
   uint8_t path_mtu = kIbMtu1024;    // REQ: code 1..5
   uint8_t responder_resources = 0;  // REQ, REP: READs the sender will serve
   uint8_t initiator_depth = 0;      // REQ, REP: READs it keeps in flight
-  uint8_t local_ack_timeout = kDefaultLocalAckTimeout;  // REQ: 5 bits
+  // REQ: 5 bits; 0 would mean "no timeout", so what rdmaplane sends comes
+  // from LocalAckTimeoutCode.
+  uint8_t local_ack_timeout = kDefaultLocalAckTimeout;
   uint8_t target_ack_delay = 0;                         // REP: 5 bits
+  // REQ: how long the sender waits for an answer to the REQ (remote) and
+  // how long the receiver may wait for the sender's answer to its REP
+  // (local), 5-bit IbTimeoutCode values; how often the sender repeats a
+  // REQ (and the passive side a REP) before giving up, 4 bits.
+  uint8_t remote_cm_response_timeout = kCmResponseTimeout;
+  uint8_t local_cm_response_timeout = kCmResponseTimeout;
+  uint8_t max_cm_retries = kMaxCmRetries;
+  // REQ: retransmissions the passive side's requester may make without
+  // progress (3 bits, 7 is 7); REQ, REP: its RNR NAK retries (3 bits, 7 is
+  // without limit).
+  uint8_t retry_count = kRcRetryCount;
+  uint8_t rnr_retry_count = kRnrRetryCount;
+  // REQ: a rate code (6 bits). The encoder takes any, as the parser does
+  // (a peer may send 0, "the port's current rate"); what rdmaplane sends is
+  // a defined one (IsDefinedIbRate).
+  uint8_t packet_rate = kIbRate100Gbps;
   // REQ: primary path GIDs as IPv4-mapped IPv6 addresses (::ffff:a.b.c.d);
   // local is the sender's. Host order.
   uint32_t local_ip = 0;
@@ -161,8 +229,8 @@ uint8_t ReplyPathMtu(const CmMessage& m);
 // Writes the whole frame for `m` along `path` (UDP source port, DSCP and TTL
 // as given). Returns kCmFrameLen, or 0 when `out` is too small or `m` does
 // not fit its fields (private data longer than its type's capacity, QPN over
-// 24 bits, MTU code outside 1..5, a 5-bit field over 31, unknown type or
-// CmRefersTo value).
+// 24 bits, MTU code outside 1..5, a 3-, 4-, 5- or 6-bit field over its
+// width, unknown type or CmRefersTo value).
 size_t EncodeCmFrame(const Path& path, const CmMessage& m,
                      std::span<uint8_t> out);
 

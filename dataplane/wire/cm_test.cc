@@ -52,6 +52,12 @@ CmMessage Sample(CmType type) {
       m.responder_resources = 16;
       m.initiator_depth = 8;
       m.local_ack_timeout = 14;
+      m.remote_cm_response_timeout = 19;
+      m.local_cm_response_timeout = 13;
+      m.max_cm_retries = 9;
+      m.retry_count = 5;
+      m.rnr_retry_count = 6;
+      m.packet_rate = kIbRate40Gbps;
       m.local_ip = 0x0A000001;
       m.remote_ip = 0x0A000002;
       break;
@@ -61,6 +67,7 @@ CmMessage Sample(CmType type) {
       m.responder_resources = 4;
       m.initiator_depth = 2;
       m.target_ack_delay = 21;
+      m.rnr_retry_count = 3;
       break;
     case CmType::kMra:
       m.refers_to = CmRefersTo::kRep;
@@ -181,19 +188,21 @@ TEST(CmTest, ReqLayout) {
   EXPECT_EQ(Get24At(f, d + 32), 0xABCDEFu);           // local QPN
   EXPECT_EQ(f[d + 35], 16);                           // responder resources
   EXPECT_EQ(f[d + 39], 8);                            // initiator depth
-  EXPECT_EQ(f[d + 43], kCmResponseTimeout << 3);      // RC, no flow control
+  EXPECT_EQ(f[d + 43], 19 << 3);                      // RC, no flow control
   EXPECT_EQ(Get24At(f, d + 44), 0xFEDCBAu);           // starting PSN
-  EXPECT_EQ(f[d + 47], kCmResponseTimeout << 3 | 7);  // retry count 7
+  EXPECT_EQ(f[d + 47], 13 << 3 | 5);                  // retry count 5
   EXPECT_EQ(f[d + 48], 0xFF);                         // P_Key
   EXPECT_EQ(f[d + 49], 0xFF);
-  EXPECT_EQ(f[d + 50], 5 << 4 | 7);  // MTU 4096, RNR retry 7
-  EXPECT_EQ(f[d + 51], 15 << 4);     // max CM retries
+  EXPECT_EQ(f[d + 50], 5 << 4 | 6);  // MTU 4096, RNR retry 6
+  EXPECT_EQ(f[d + 51], 9 << 4);      // max CM retries
   EXPECT_EQ(f[d + 52], 0xFF);        // permissive LIDs
   EXPECT_EQ(f[d + 55], 0xFF);
   const std::vector<uint8_t> local_gid(f.begin() + d + 56, f.begin() + d + 72);
   EXPECT_EQ(local_gid, (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF,
                                              0xFF, 10, 0, 0, 1}));
   EXPECT_EQ(Get32At(f, d + 84), 0x0A000002u);  // remote GID, IPv4 part
+  // No flow label, the packet rate in the low six bits.
+  EXPECT_EQ(Get32At(f, d + 88), uint32_t{kIbRate40Gbps});
   EXPECT_EQ(f[d + 92], 26 << 2);               // traffic class
   EXPECT_EQ(f[d + 93], 64);                    // hop limit
   EXPECT_EQ(f[d + 95], 14 << 3);               // local ACK timeout
@@ -210,7 +219,7 @@ TEST(CmTest, OtherLayouts) {
   EXPECT_EQ(rep[d + 24], 4);                     // responder resources
   EXPECT_EQ(rep[d + 25], 2);                     // initiator depth
   EXPECT_EQ(rep[d + 26], 21 << 3);               // target ACK delay
-  EXPECT_EQ(rep[d + 27], 7 << 5);                // RNR retry count
+  EXPECT_EQ(rep[d + 27], 3 << 5);                // RNR retry count
   EXPECT_EQ(Get32At(rep, d + 32), 0xFE000001u);  // CA GUID, low half
   EXPECT_EQ(rep[d + 36], Sample(CmType::kRep).private_data[0]);
 
@@ -263,9 +272,30 @@ TEST(CmTest, EncodeRejectsWhatDoesNotFit) {
   m = Sample(CmType::kReq);
   m.local_ack_timeout = 32;
   cases.push_back({"REQ ACK timeout", m});
+  m = Sample(CmType::kReq);
+  m.remote_cm_response_timeout = 32;
+  cases.push_back({"REQ remote CM response timeout", m});
+  m = Sample(CmType::kReq);
+  m.local_cm_response_timeout = 32;
+  cases.push_back({"REQ local CM response timeout", m});
+  m = Sample(CmType::kReq);
+  m.max_cm_retries = 16;
+  cases.push_back({"REQ max CM retries", m});
+  m = Sample(CmType::kReq);
+  m.retry_count = 8;
+  cases.push_back({"REQ retry count", m});
+  m = Sample(CmType::kReq);
+  m.rnr_retry_count = 8;
+  cases.push_back({"REQ RNR retry count", m});
+  m = Sample(CmType::kReq);
+  m.packet_rate = 64;
+  cases.push_back({"REQ packet rate", m});
   m = Sample(CmType::kRep);
   m.target_ack_delay = 32;
   cases.push_back({"REP ACK delay", m});
+  m = Sample(CmType::kRep);
+  m.rnr_retry_count = 8;
+  cases.push_back({"REP RNR retry count", m});
   m = Sample(CmType::kDreq);
   m.qpn = Qpn(0xFFFFFFFF);
   cases.push_back({"DREQ QPN", m});
@@ -579,6 +609,61 @@ TEST(CmTest, ReplyPathAnswersTheSender) {
   ASSERT_TRUE(ParseCmFrame(Encode(rep, reply), &got, &back));
   EXPECT_EQ(back.src_ip, 0x0A000002u);
   EXPECT_EQ(got.remote_comm_id, req.local_comm_id);
+}
+
+TEST(CmTest, IbTimeoutCodesAreTheNearestExponent) {
+  EXPECT_EQ(IbTimeoutNs(0), 4096u);
+  EXPECT_EQ(IbTimeoutNs(18), 4096u << 18);
+  EXPECT_EQ(IbTimeoutNs(32), 0u);
+  for (uint8_t code = 0; code <= kIbTimeoutMax; ++code) {
+    EXPECT_EQ(IbTimeoutCode(IbTimeoutNs(code)), code);
+  }
+  EXPECT_EQ(IbTimeoutCode(0), 0);
+  EXPECT_EQ(IbTimeoutCode(10'000'000), 11);     // 8.4 ms
+  EXPECT_EQ(IbTimeoutCode(250'000'000), 16);    // 268 ms
+  EXPECT_EQ(IbTimeoutCode(1'000'000'000), 18);  // 1.07 s
+  EXPECT_EQ(IbTimeoutCode(200'000), 6);         // 262 us
+  EXPECT_EQ(IbTimeoutCode(~uint64_t{0}), kIbTimeoutMax);
+  // Either side of the geometric middle between 2^11 and 2^12 units.
+  EXPECT_EQ(IbTimeoutCode(11'863'000), 11);
+  EXPECT_EQ(IbTimeoutCode(11'864'000), 12);
+  // A Local ACK Timeout of 0 would mean none at all.
+  EXPECT_EQ(LocalAckTimeoutCode(1), 1);
+  EXPECT_EQ(LocalAckTimeoutCode(10'000'000), 11);
+  EXPECT_EQ(LocalAckTimeoutCode(10'000'000), kDefaultLocalAckTimeout);
+}
+
+TEST(CmTest, DefaultsAreDefinedValues) {
+  const CmMessage req;
+  EXPECT_TRUE(IsDefinedIbRate(req.packet_rate));
+  EXPECT_FALSE(IsDefinedIbRate(0));
+  EXPECT_FALSE(IsDefinedIbRate(1));
+  EXPECT_TRUE(IsDefinedIbRate(kIbRate10Gbps));
+  EXPECT_GE(req.local_ack_timeout, 1);
+  EXPECT_LE(req.retry_count, 7);
+  EXPECT_LE(req.max_cm_retries, 15);
+}
+
+TEST(CmTest, TransactionIdsNameTransactionAndInitiator) {
+  EXPECT_EQ(CmTransactionId(CmTransaction::kConnect, 0x5EC0FFEE),
+            0x000000015EC0FFEEu);
+  EXPECT_EQ(CmTransactionId(CmTransaction::kDisconnect, 0x5EC0FFEE),
+            0x000000025EC0FFEEu);
+  EXPECT_NE(CmTransactionId(CmTransaction::kConnect, 1),
+            CmTransactionId(CmTransaction::kConnect, 2));
+  EXPECT_NE(CmTransactionId(CmTransaction::kConnect, 0), 0u);
+}
+
+// A REQ a peer filled in differently (no rate, no ACK timeout) still parses
+// and re-encodes as it came.
+TEST(CmTest, PeerReqWithRateZeroIsAccepted) {
+  CmMessage m = Sample(CmType::kReq);
+  m.packet_rate = 0;
+  m.local_ack_timeout = 0;
+  CmMessage got;
+  ASSERT_TRUE(ParseCmFrame(Encode(m), &got, nullptr));
+  EXPECT_EQ(got.packet_rate, 0);
+  EXPECT_EQ(got.local_ack_timeout, 0);
 }
 
 TEST(CmTest, MtuCodes) {

@@ -3,10 +3,11 @@
 
 The frames come from the C++ codecs (golden_frames writes a pcap file and a
 JSON file with the field values each frame was built from): RC frames, CM
-MADs in UD datagrams to QP1 ("kind": "cm") and ARP ("kind": "arp"). Two
-modes:
+MADs in UD datagrams to QP1 ("kind": "cm") and ARP ("kind": "arp"); or
+from a conversation two queue pairs really had (dataplane/rc's
+conversation_frames, the same format, RC frames only). Two modes:
 
-  golden_check.py scapy  FRAMES.pcap FRAMES.json
+  golden_check.py scapy  FRAMES.pcap FRAMES.json [--set=golden|conversation]
       Decodes every frame with scapy (scapy.contrib.roce for RoCE, with a
       DETH layer defined here) and compares the fields; recomputes the ICRC
       with scapy, and once more the way Linux rxe does (raw CRC register,
@@ -16,14 +17,22 @@ modes:
       our frame byte for byte. The MAD of a CM frame is rebuilt here from the
       expected fields at the offsets of IBA vol. 1 tables 106-113.
 
-  golden_check.py tshark FRAMES.pcap FRAMES.json
+  golden_check.py tshark FRAMES.pcap FRAMES.json [--set=golden|conversation]
       Decodes the pcap with tshark, requires every RoCE frame to be dissected
       as InfiniBand with the expected BTH/RETH/AETH fields, every CM frame
       with the expected DETH, MAD header and CM message fields, every ARP
       frame with the expected ARP fields, no frame to be malformed or to have
       an expert-info warning, and checks that the expert-info check does flag
-      a deliberately truncated frame.
+      a deliberately truncated frame. Then checks, from tshark's decoding
+      alone, the rules a hardware peer expects of the conversation
+      (check_rc_rules, check_cm_rules): AckReq on READ requests, MSNs that
+      never go back, read responses in order, NAK "invalid request" for
+      opcodes rdmaplane does not serve and silence after it, no answer to
+      another partition, and CM transaction ids and REQ values as Linux's CM
+      gives them.
 
+The golden set (the default) must hold every opcode with an extension
+header, every CM message and both ARP operations; a conversation need not.
 Exits non-zero with a message on the first kind of failure found; prints
 every mismatch. Run with Debian's /usr/bin/python3 (python3-scapy).
 """
@@ -46,6 +55,18 @@ OUTER_LEN = ETH_LEN + IP_LEN + UDP_LEN
 # RC opcodes whose packets carry a RETH or an AETH (IBTA vol. 1, 9.3).
 RETH_OPCODES = (0x06, 0x0A, 0x0C)
 AETH_OPCODES = (0x0D, 0x0F, 0x10, 0x11)
+# The RC opcodes rdmaplane serves (WRITE, READ, ACKNOWLEDGE); a request with
+# any other opcode must be refused with NAK "invalid request".
+SUPPORTED_OPCODES = (0x06, 0x07, 0x08, 0x0A, 0x0C, 0x0D, 0x0E, 0x0F, 0x10,
+                     0x11)
+READ_REQUEST, ACKNOWLEDGE = 0x0C, 0x11
+ATOMIC_OPCODES = (0x13, 0x14)
+READ_RESPONSE_FIRST, READ_RESPONSE_MIDDLE = 0x0D, 0x0E
+READ_RESPONSE_LAST, READ_RESPONSE_ONLY = 0x0F, 0x10
+RESPONSE_OPCODES = (0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12)
+NAK_INVALID_REQUEST = 0x61
+# Defined static rate codes (IBA PathRecord Rate): 2 (2.5 Gb/s) .. 22.
+DEFINED_RATES = range(2, 23)
 
 # CM over RoCEv2: UD SEND ONLY from QP1 to QP1 with the GSI Q_Key, carrying
 # a 256-byte MAD (IBA vol. 1, chapters 12 and 13).
@@ -58,8 +79,6 @@ CM_REQ, CM_MRA, CM_REJ, CM_REP, CM_RTU, CM_DREQ, CM_DREP = range(0x10, 0x17)
 # Where each message's private data starts in the MAD data (tables 106-113).
 CM_PRIVATE_DATA_AT = {CM_REQ: 140, CM_MRA: 10, CM_REJ: 84, CM_REP: 36,
                       CM_RTU: 8, CM_DREQ: 12, CM_DREP: 8}
-# Values rdmaplane always sends (cm.h).
-CM_RESPONSE_TIMEOUT, MAX_CM_RETRIES, RETRY_COUNT, RNR_RETRY_COUNT = 18, 15, 7, 7
 PERMISSIVE_LID = 0xFFFF
 DEFAULT_PKEY = 0xFFFF
 # How tshark 4.0 labels each CM message.
@@ -117,7 +136,10 @@ def read_pcap(path):
     return frames
 
 
-def load(pcap_path, json_path):
+def load(pcap_path, json_path, complete):
+    """The frames and what each was built from. `complete`: the set must
+    hold every opcode with an extension header, every CM message and both
+    ARP operations (the golden set; a captured conversation need not)."""
     frames = read_pcap(pcap_path)
     with open(json_path) as f:
         expected = json.load(f)
@@ -153,6 +175,8 @@ def load(pcap_path, json_path):
                          f"bytes, not {ARP_FRAME_LEN}")
         else:
             sys.exit(f"{json_path}: frame {i + 1}: unknown kind {kind!r}")
+    if not complete:
+        return frames, expected
     opcodes = {e["opcode"] for e in expected if e["kind"] == "roce"}
     missing = set(RETH_OPCODES + AETH_OPCODES + (0x07, 0x08, 0x0E)) - opcodes
     if missing:
@@ -165,6 +189,12 @@ def load(pcap_path, json_path):
     if {e["op"] for e in expected if e["kind"] == "arp"} != {1, 2}:
         sys.exit("the golden frames need an ARP request and an ARP reply")
     return frames, expected
+
+
+def unlayered_header_len(e):
+    """Bytes of a RoCE frame's extension headers other than RETH and AETH."""
+    return (e["header_len"] - (RETH_LEN if e["reth"] is not None else 0) -
+            (AETH_LEN if e["aeth"] is not None else 0))
 
 
 def of_kind(frames, expected, kind):
@@ -205,15 +235,19 @@ def cm_mad(e):
         struct.pack_into(">I", mad, d + 36, e["initiator_depth"])
         # Remote EECN 0; remote CM response timeout, transport RC (0), no
         # end-to-end flow control.
-        struct.pack_into(">I", mad, d + 40, CM_RESPONSE_TIMEOUT << 3)
+        struct.pack_into(">I", mad, d + 40,
+                         e["remote_cm_response_timeout"] << 3)
         struct.pack_into(">I", mad, d + 44, e["start_psn"] << 8 |
-                         CM_RESPONSE_TIMEOUT << 3 | RETRY_COUNT)
+                         e["local_cm_response_timeout"] << 3 |
+                         e["retry_count"])
         struct.pack_into(">HBB", mad, d + 48, DEFAULT_PKEY,
-                         e["path_mtu"] << 4 | RNR_RETRY_COUNT,
-                         MAX_CM_RETRIES << 4)
+                         e["path_mtu"] << 4 | e["rnr_retry_count"],
+                         e["max_cm_retries"] << 4)
         struct.pack_into(">HH", mad, d + 52, PERMISSIVE_LID, PERMISSIVE_LID)
         mad[d + 56:d + 72] = ipv4_mapped_gid(e["local_ip"])
         mad[d + 72:d + 88] = ipv4_mapped_gid(e["remote_ip"])
+        # Flow label 0, then the packet rate in the low six bits.
+        struct.pack_into(">I", mad, d + 88, e["packet_rate"])
         mad[d + 92] = e["dscp_ecn"] & 0xFC  # traffic class
         mad[d + 93] = e["ttl"]  # hop limit
         mad[d + 95] = e["local_ack_timeout"] << 3
@@ -229,7 +263,7 @@ def cm_mad(e):
         mad[d + 24] = e["responder_resources"]
         mad[d + 25] = e["initiator_depth"]
         mad[d + 26] = e["target_ack_delay"] << 3
-        mad[d + 27] = RNR_RETRY_COUNT << 5
+        mad[d + 27] = e["rnr_retry_count"] << 5
         struct.pack_into(">Q", mad, d + 28, eui64(e["src_mac"]))
     elif t == CM_DREQ:
         struct.pack_into(">I", mad, d + 8, e["qpn"] << 8)
@@ -310,7 +344,9 @@ def check_scapy(frames, expected):
         ]
 
     # scapy binds AETH to ACKNOWLEDGE only; READ responses carry one too.
-    for op in RETH_OPCODES:
+    for op in RETH_OPCODES + tuple(
+            {e["opcode"] for e in expected
+             if e["kind"] == "roce" and e["reth"] is not None}):
         bind_layers(BTH, RETH, opcode=op)
     for op in AETH_OPCODES:
         if op != 0x11:
@@ -362,9 +398,13 @@ def check_scapy(frames, expected):
             m.expect(e, "aeth syndrome", pkt[AETH].syndrome,
                      e["aeth"]["syndrome"])
             m.expect(e, "aeth msn", pkt[AETH].msn, e["aeth"]["msn"])
+        # Extension headers scapy has no layer for (the AtomicETH of an
+        # opcode rdmaplane does not serve) precede the payload; rdmaplane's
+        # encoder writes them as zeros.
         data = pkt[Raw].load if pkt.haslayer(Raw) else b""
-        m.expect(e, "payload + pad", data.hex(),
-                 (e["payload"] + bytes(e["pad"])).hex())
+        m.expect(e, "headers without a layer + payload + pad", data.hex(),
+                 (bytes(unlayered_header_len(e)) + e["payload"] +
+                  bytes(e["pad"])).hex())
 
         # scapy's ICRC of our frame as it is on the wire.
         ours = raw_frame[-ICRC_LEN:]
@@ -406,7 +446,8 @@ def check_scapy(frames, expected):
         if e["aeth"] is not None:
             rebuilt /= AETH(syndrome=e["aeth"]["syndrome"],
                             msn=e["aeth"]["msn"])
-        body = e["payload"] + bytes(e["pad"])
+        body = (bytes(unlayered_header_len(e)) + e["payload"] +
+                bytes(e["pad"]))
         if body:
             rebuilt /= Raw(body)
         rebuilt = bytes(rebuilt)
@@ -570,24 +611,32 @@ def cm_expected_fields(e):
             "infiniband.cm.req.localqpn": e["qpn"],
             "infiniband.cm.req.responderres": e["responder_resources"],
             "infiniband.cm.req.initdepth": e["initiator_depth"],
-            "infiniband.cm.req.remoteresptout": CM_RESPONSE_TIMEOUT,
+            "infiniband.cm.req.remoteresptout":
+                e["remote_cm_response_timeout"],
             "infiniband.cm.req.transpsvctype": 0,  # RC
             "infiniband.cm.req.e2eflowctrl": 0,
             "infiniband.cm.req.startpsn": e["start_psn"],
-            "infiniband.cm.req.localresptout": CM_RESPONSE_TIMEOUT,
-            "infiniband.cm.req.retrcount": RETRY_COUNT,
+            "infiniband.cm.req.localresptout":
+                e["local_cm_response_timeout"],
+            "infiniband.cm.req.retrcount": e["retry_count"],
             "infiniband.cm.req.pkey": DEFAULT_PKEY,
             "infiniband.cm.req.pppmtu": e["path_mtu"],
             "infiniband.cm.req.rdcexist": 0,
-            "infiniband.cm.req.rnrretrcount": RNR_RETRY_COUNT,
-            "infiniband.cm.req.maxcmretr": MAX_CM_RETRIES,
+            "infiniband.cm.req.rnrretrcount": e["rnr_retry_count"],
+            "infiniband.cm.req.maxcmretr": e["max_cm_retries"],
             "infiniband.cm.req.srq": 0,
             "infiniband.cm.req.ext_transport": 0,
             "infiniband.cm.req.prim_locallid": PERMISSIVE_LID,
             "infiniband.cm.req.prim_remotelid": PERMISSIVE_LID,
             "infiniband.cm.req.prim_localgid_ipv4": e["local_ip"],
             "infiniband.cm.req.prim_remotegid_ipv4": e["remote_ip"],
+            # Wireshark 4.0 reads Primary Packet Rate from the flow label's
+            # first byte, not from the low six bits of byte 91 where the IBA
+            # (and Linux's CM) put it: check_cm_rules reads it from the MAD.
+            "infiniband.cm.req.prim_flowlabel": 0,
             "infiniband.cm.req.prim_tfcclass": e["dscp_ecn"] & 0xFC,
+            "infiniband.cm.req.prim_sl": 0,
+            "infiniband.cm.req.prim_subnetlocal": 0,
             "infiniband.cm.req.prim_hoplim": e["ttl"],
             "infiniband.cm.req.prim_localacktout": e["local_ack_timeout"],
             "infiniband.cm.req.alt_locallid": 0,
@@ -606,7 +655,7 @@ def cm_expected_fields(e):
             "infiniband.cm.rep.tgtackdelay": e["target_ack_delay"],
             "infiniband.cm.rep.failoveracc": 0,
             "infiniband.cm.rep.e2eflowctrl": 0,
-            "infiniband.cm.rep.rnrretrcount": RNR_RETRY_COUNT,
+            "infiniband.cm.rep.rnrretrcount": e["rnr_retry_count"],
             "infiniband.cm.rep.srq": 0,
             "infiniband.cm.rep.localcaguid": eui64(e["src_mac"]),
             "infiniband.cm.rep.private": pd,
@@ -653,7 +702,9 @@ TSHARK_CM_MESSAGE_FIELDS = sorted({
             "responder_resources", "initiator_depth", "start_psn",
             "path_mtu", "local_ip", "remote_ip", "dscp_ecn", "ttl",
             "local_ack_timeout", "target_ack_delay", "refers_to",
-            "reject_reason")}})})
+            "reject_reason", "remote_cm_response_timeout",
+            "local_cm_response_timeout", "retry_count", "rnr_retry_count",
+            "max_cm_retries", "packet_rate")}})})
 
 TSHARK_ARP_FIELDS = [
     "eth.src",
@@ -736,8 +787,10 @@ def check_tshark(pcap_path, frames, expected):
                 pass
         m.expect(e, field, value, want)
 
+    decoded = []
     for row, raw_frame, e in zip(rows, frames, expected):
         got = dict(zip(fields, row))
+        decoded.append(got)
         m.expect(e, "frame.number", int(got["frame.number"]), e["index"])
         if e["kind"] == "cm":
             m.expect(e, "protocols", got["frame.protocols"],
@@ -821,7 +874,10 @@ def check_tshark(pcap_path, frames, expected):
                  e["dest_qp"])
         m.expect(e, "bth.a", opt_bool(got["infiniband.bth.a"]), e["ack_req"])
         m.expect(e, "bth.psn", opt_int(got["infiniband.bth.psn"]), e["psn"])
-        reth = e["reth"] or {}
+        # tshark files an AtomicETH's address and key under the RETH's
+        # names; rdmaplane's encoder writes that header as zeros.
+        reth = e["reth"] or ({"va": 0, "rkey": 0}
+                             if e["opcode"] in ATOMIC_OPCODES else {})
         m.expect(e, "reth.va", opt_int(got["infiniband.reth.va"]),
                  reth.get("va"))
         m.expect(e, "reth.r_key", opt_int(got["infiniband.reth.r_key"]),
@@ -843,6 +899,9 @@ def check_tshark(pcap_path, frames, expected):
         for f in status_fields:
             # Wireshark's checksum status: 1 means good.
             m.expect(e, f, got[f], "1")
+
+    check_rc_rules(m, decoded, expected)
+    check_cm_rules(m, decoded, expected)
 
     # The verbose tree: every frame an InfiniBand packet with a BTH.
     verbose = tshark("-r", pcap_path, "-V")
@@ -921,8 +980,136 @@ def check_tshark(pcap_path, frames, expected):
                   for k in ("roce", "cm", "arp")}
         print(f"tshark: {counts['roce']} RC frames and {counts['cm']} CM "
               f"frames dissected as InfiniBand, {counts['arp']} ARP frames, "
-              f"fields match, no expert warnings ({checked})")
+              f"fields match, conversation rules hold, no expert warnings "
+              f"({checked})")
     return status
+
+
+# --- Rules of a conversation, from tshark's decoding alone -----------------------
+
+def _int(value):
+    return int(value, 0) if value else None
+
+
+def _bool(value):
+    return {"0": False, "1": True, "False": False, "True": True}.get(value)
+
+
+def check_rc_rules(m, decoded, expected):
+    """What a hardware RoCE peer would expect of the RC frames, in capture
+    order, from tshark's fields alone:
+      - every RDMA READ request asks for an acknowledgement (AckReq);
+      - the MSNs each side sends a QP in AETHs never go back (mod 2^24),
+        replayed read responses included;
+      - read responses form streams FIRST, MIDDLE..., LAST or ONLY with
+        consecutive PSNs, each beginning at the PSN of a READ request the
+        other side sent;
+      - a request with an opcode rdmaplane does not serve is answered, in
+        the next acknowledgement from the other side, by NAK "invalid
+        request" at its PSN; after a NAK other than "PSN sequence error" its
+        sender sends nothing more to that QP;
+      - a frame of another partition than the default one gets no answer:
+        the next frame is not from the other side;
+      - frames that rdmaplane's queue pairs sent ("from" a or b) carry the
+        default P_Key."""
+    rc = [(got, e) for got, e in zip(decoded, expected) if e["kind"] == "roce"]
+    last_msn = {}     # (sender IP, dest QP) -> last MSN it sent
+    read_psns = {}    # requester IP -> PSNs of its READ requests
+    stream = {}       # (responder IP, dest QP) -> next PSN of an open stream
+    dead = set()      # (sender IP, dest QP) after a fatal NAK
+    for i, (got, e) in enumerate(rc):
+        op = _int(got["infiniband.bth.opcode"])
+        psn = _int(got["infiniband.bth.psn"])
+        pkey = _int(got["infiniband.bth.p_key"])
+        src, dst = got["ip.src"], got["ip.dst"]
+        qp = _int(got["infiniband.bth.destqp"])
+        if (src, qp) in dead:
+            m.fail(e, "sent after its side refused a request or failed")
+        if e.get("from") in ("a", "b") and pkey != DEFAULT_PKEY:
+            m.fail(e, f"a queue pair sent P_Key {pkey:#x}")
+        if op == READ_REQUEST:
+            if not _bool(got["infiniband.bth.a"]):
+                m.fail(e, "READ request without AckReq")
+            read_psns.setdefault(src, set()).add(psn)
+        if got["infiniband.aeth.msn"]:
+            msn = _int(got["infiniband.aeth.msn"])
+            before = last_msn.get((src, qp))
+            if before is not None and ((msn - before) & 0xFFFFFF) >= 1 << 23:
+                m.fail(e, f"MSN {msn} after {before}: the MSN went back")
+            last_msn[(src, qp)] = msn
+        if op in (READ_RESPONSE_FIRST, READ_RESPONSE_ONLY):
+            if psn not in read_psns.get(dst, set()):
+                m.fail(e, f"read responses begin at PSN {psn}, where no READ "
+                          f"request began")
+            stream[(src, qp)] = ((psn + 1) & 0xFFFFFF
+                                 if op == READ_RESPONSE_FIRST else None)
+        elif op in (READ_RESPONSE_MIDDLE, READ_RESPONSE_LAST):
+            if stream.get((src, qp)) != psn:
+                m.fail(e, f"read response {op:#x} at PSN {psn} continues no "
+                          f"stream of read responses")
+            stream[(src, qp)] = ((psn + 1) & 0xFFFFFF
+                                 if op == READ_RESPONSE_MIDDLE else None)
+        if op == ACKNOWLEDGE:
+            syndrome = _int(got["infiniband.aeth.syndrome"])
+            if syndrome >> 5 == 3 and syndrome != 0x60:
+                dead.add((src, qp))
+        if op not in RESPONSE_OPCODES and op not in SUPPORTED_OPCODES:
+            answer = next((g for g, _ in rc[i + 1:]
+                           if g["ip.src"] == dst and
+                           _int(g["infiniband.bth.opcode"]) == ACKNOWLEDGE),
+                          None)
+            if (answer is None or
+                    _int(answer["infiniband.aeth.syndrome"]) !=
+                    NAK_INVALID_REQUEST or
+                    _int(answer["infiniband.bth.psn"]) != psn):
+                m.fail(e, f"opcode {op:#x} was not answered with NAK "
+                          f"invalid request at PSN {psn}")
+        if (pkey & 0x7FFF) != (DEFAULT_PKEY & 0x7FFF) and i + 1 < len(rc):
+            if rc[i + 1][0]["ip.src"] == dst:
+                m.fail(e, f"a frame of partition {pkey:#x} was answered")
+
+
+def check_cm_rules(m, decoded, expected):
+    """Transaction ids as Linux's CM gives them: REQ, MRA, REP, RTU and a
+    REJ of the REQ share the REQ's; a DREP repeats its DREQ's; none is 0.
+    A REQ's packet rate is a defined rate and its local ACK timeout is not 0
+    ("none")."""
+    cm = [(got, e) for got, e in zip(decoded, expected) if e["kind"] == "cm"]
+    req_tid = {}   # active comm id -> TID of its REQ
+    dreq_tid = {}  # DREQ sender's comm id -> TID
+    for got, e in cm:
+        tid = _int(got["infiniband.mad.transactionid"])
+        t = _int(got["infiniband.mad.attributeid"])
+        data = bytes.fromhex(got["infiniband.mad.data"].replace(":", ""))
+        local_id, remote_id = struct.unpack_from(">II", data, 0)
+        if tid == 0:
+            m.fail(e, "transaction id 0")
+        if t == CM_REQ:
+            req_tid[local_id] = tid
+            rate = data[91] & 0x3F  # low six bits of byte 91 (see above)
+            m.expect(e, "REQ packet rate", rate, e["packet_rate"])
+            if rate not in DEFINED_RATES:
+                m.fail(e, f"REQ packet rate {rate} is not a defined rate")
+            if _int(got["infiniband.cm.req.prim_localacktout"]) == 0:
+                m.fail(e, "REQ local ACK timeout 0 (none)")
+            continue
+        if t == CM_MRA:
+            # Wireshark 4.0 leaves MRA undissected: read it at IBA offsets.
+            m.expect(e, "MRA message MRAed", data[8] >> 6, e["refers_to"])
+            m.expect(e, "MRA service timeout", data[9] >> 3,
+                     e["service_timeout"])
+        if t == CM_DREQ:
+            dreq_tid[local_id] = tid
+            continue
+        if t == CM_DREP:
+            m.expect(e, "DREP transaction id = its DREQ's", tid,
+                     dreq_tid.get(remote_id))
+            continue
+        # MRA, REP and REJ come from the passive side (the REQ's sender is
+        # their remote), RTU from the active side itself.
+        active = local_id if t == CM_RTU else remote_id
+        m.expect(e, f"{CM_LABELS[t]} transaction id = the REQ's", tid,
+                 req_tid.get(active))
 
 
 def raw_frame_icrc_hex(frames, e):
@@ -931,9 +1118,13 @@ def raw_frame_icrc_hex(frames, e):
 
 
 def main(argv):
-    if len(argv) != 4 or argv[1] not in ("scapy", "tshark"):
-        sys.exit(f"usage: {argv[0]} scapy|tshark FRAMES.pcap FRAMES.json")
-    frames, expected = load(argv[2], argv[3])
+    sets = ("--set=golden", "--set=conversation")
+    if (len(argv) not in (4, 5) or argv[1] not in ("scapy", "tshark") or
+            (len(argv) == 5 and argv[4] not in sets)):
+        sys.exit(f"usage: {argv[0]} scapy|tshark FRAMES.pcap FRAMES.json "
+                 f"[{'|'.join(sets)}]")
+    complete = len(argv) == 4 or argv[4] == sets[0]
+    frames, expected = load(argv[2], argv[3], complete)
     if argv[1] == "scapy":
         return check_scapy(frames, expected)
     return check_tshark(argv[2], frames, expected)

@@ -8,6 +8,8 @@ namespace {
 
 constexpr Qpn kRequesterQpn(0x000011);
 constexpr Qpn kResponderQpn(0x000123);
+constexpr Qpn kOtherRequesterQpn(0x000012);
+constexpr Qpn kOtherResponderQpn(0x000124);
 constexpr uint32_t kRequesterIp = 0x0A000001;  // 10.0.0.1
 constexpr uint32_t kResponderIp = 0x0A000002;  // 10.0.0.2
 constexpr MacAddr kRequesterMac{{0x02, 0x00, 0x00, 0x00, 0x00, 0x01}};
@@ -101,14 +103,22 @@ std::vector<GoldenFrame> MakeGoldenFrames() {
     frames.push_back(Make(name, h, Pattern(len, static_cast<uint8_t>(psn))));
   }
 
-  // A 2979-byte READ (PSNs 4..6) and a 250-byte READ (PSN 7).
+  // A 2979-byte READ (PSNs 4..6) and a 250-byte READ (PSN 7). A READ
+  // request is a whole message: it asks for an acknowledgement.
   h = RequesterToResponder(Opcode::kReadRequest, 4);
+  h.bth.ack_req = true;
   h.reth = {kReadVa, kReadRkey, 2979};
   frames.push_back(Make("read_request", h, {}));
   h = RequesterToResponder(Opcode::kReadRequest, 7);
+  h.bth.ack_req = true;
   h.reth = {kReadVa + 8192, kReadRkey, 250};
   frames.push_back(Make("read_request_small", h, {}));
 
+  // The responder's side, in the order it answers: the writes (4 messages),
+  // then the READs (messages 5 and 6). Every AETH carries the MSN current
+  // when it is sent.
+  frames.push_back(
+      Make("ack", ResponderToRequester(Opcode::kAcknowledge, 3, kAck, 4), {}));
   frames.push_back(
       Make("read_response_first",
            ResponderToRequester(Opcode::kReadResponseFirst, 4, kAck, 5),
@@ -126,25 +136,75 @@ std::vector<GoldenFrame> MakeGoldenFrames() {
            ResponderToRequester(Opcode::kReadResponseOnly, 7, kAck, 6),
            Pattern(250, 7)));
 
-  frames.push_back(
-      Make("ack", ResponderToRequester(Opcode::kAcknowledge, 3, kAck, 4), {}));
+  // PSN 8 was lost: a sequence NAK, the WRITE again (message 7), its ACK;
+  // then the small READ once more, whose replayed response counts all seven
+  // messages, not the six of its first answer.
+  h = RequesterToResponder(Opcode::kWriteOnly, 9);
+  h.bth.ack_req = true;
+  h.reth = {kWriteVa + 8192, kWriteRkey, 8};
+  frames.push_back(Make("write_only_after_a_gap", h, Pattern(8, 9)));
   frames.push_back(Make(
       "nak_psn_sequence_error",
       ResponderToRequester(Opcode::kAcknowledge, 8, kAethNakPsnSeqError, 6),
       {}));
+  h = RequesterToResponder(Opcode::kWriteOnly, 8);
+  h.bth.ack_req = true;
+  h.reth = {kWriteVa + 8192, kWriteRkey, 8};
+  frames.push_back(Make("write_only_resent", h, Pattern(8, 8)));
+  frames.push_back(Make("ack_after_the_gap",
+                        ResponderToRequester(Opcode::kAcknowledge, 8, kAck, 7),
+                        {}));
+  h = RequesterToResponder(Opcode::kReadRequest, 7);
+  h.bth.ack_req = true;
+  h.reth = {kReadVa + 8192, kReadRkey, 250};
+  frames.push_back(Make("read_request_small_again", h, {}));
+  frames.push_back(
+      Make("read_response_only_replayed",
+           ResponderToRequester(Opcode::kReadResponseOnly, 7, kAck, 7),
+           Pattern(250, 7)));
+
+  // Requests rdmaplane does not serve, answered with NAK "invalid request"
+  // (after which the responder's QP is in the error state), and a WRITE to
+  // a key the responder does not know, answered with NAK "remote access
+  // error". A frame of another partition gets no answer.
+  h = RequesterToResponder(Opcode::kSendOnly, 9);
+  h.bth.ack_req = true;
+  frames.push_back(Make("send_only_unsupported", h, Pattern(20, 10)));
+  h = RequesterToResponder(Opcode::kCompareSwap, 9);
+  h.bth.ack_req = true;
+  frames.push_back(Make("compare_swap_unsupported", h, {}));
   frames.push_back(Make(
-      "nak_remote_access_error",
-      ResponderToRequester(Opcode::kAcknowledge, 8, kAethNakRemoteAccess, 6),
+      "nak_invalid_request",
+      ResponderToRequester(Opcode::kAcknowledge, 9, kAethNakInvalidRequest, 7),
       {}));
+  // (Between another pair of QPs: a refusal ends the connection.)
+  h = RequesterToResponder(Opcode::kWriteOnly, 20);
+  h.bth.dest_qp = kOtherResponderQpn;
+  h.bth.ack_req = true;
+  h.reth = {kWriteVa, Rkey(0x0BADBAD0), 16};
+  frames.push_back(Make("write_only_unknown_key", h, Pattern(16, 11)));
+  h = ResponderToRequester(Opcode::kAcknowledge, 20, kAethNakRemoteAccess, 0);
+  h.bth.dest_qp = kOtherRequesterQpn;
+  frames.push_back(Make("nak_remote_access_error", h, {}));
+  h = RequesterToResponder(Opcode::kWriteOnly, 9);
+  h.bth.ack_req = true;
+  h.bth.pkey = 0x8001;
+  h.reth = {kWriteVa, kWriteRkey, 4};
+  frames.push_back(Make("write_only_other_partition", h, Pattern(4, 12)));
   return frames;
 }
 
 std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
   constexpr uint32_t kActiveCommId = 0x5EC0FFEE;
   constexpr uint32_t kPassiveCommId = 0x0B0E0F01;
-  constexpr uint64_t kConnectTid = 0x0000000100000001;
-  constexpr uint64_t kCloseTid = 0x0000000100000002;
-  constexpr uint64_t kRefusedTid = 0x0000000100000003;
+  // One transaction for REQ, MRA, REP and RTU, another for DREQ and DREP,
+  // both named after the side that began them.
+  constexpr uint64_t kConnectTid =
+      CmTransactionId(CmTransaction::kConnect, kActiveCommId);
+  constexpr uint64_t kCloseTid =
+      CmTransactionId(CmTransaction::kDisconnect, kActiveCommId);
+  constexpr uint64_t kRefusedTid =
+      CmTransactionId(CmTransaction::kConnect, kActiveCommId + 1);
 
   Path active;  // the requester's side opens and closes the connection
   active.src_mac = kRequesterMac;
@@ -174,8 +234,19 @@ std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
   req.qpn = kRequesterQpn;
   req.start_psn = Psn(0xFFFFFE);  // the first WRITE of MakeGoldenFrames
   req.path_mtu = kIbMtu1024;
-  req.responder_resources = 4;
-  req.initiator_depth = 4;
+  // What rdmaplaned's defaults make its REQ say: 16 READs served and kept
+  // in flight, a first retransmission after 10 ms (code 11), answers
+  // expected within 250 ms (code 16) and the REQ tried 8 times (7 retries),
+  // 7 transport retries, no RNR NAKs to retry, 100 Gb/s.
+  req.responder_resources = 16;
+  req.initiator_depth = 16;
+  req.local_ack_timeout = LocalAckTimeoutCode(10'000'000);
+  req.remote_cm_response_timeout = IbTimeoutCode(250'000'000);
+  req.local_cm_response_timeout = IbTimeoutCode(250'000'000);
+  req.max_cm_retries = 7;
+  req.retry_count = 7;
+  req.rnr_retry_count = 7;
+  req.packet_rate = kIbRate100Gbps;
   req.local_ip = kRequesterIp;
   req.remote_ip = kResponderIp;
   add("cm_req", active, req);
@@ -186,7 +257,9 @@ std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
   mra.local_comm_id = kPassiveCommId;
   mra.remote_comm_id = kActiveCommId;
   mra.refers_to = CmRefersTo::kReq;
-  mra.service_timeout = 20;
+  // The REQ is held until the listener accepts; the active side repeats it
+  // every second meanwhile, each repetition answered by an MRA.
+  mra.service_timeout = IbTimeoutCode(1'000'000'000);
   add("cm_mra", passive, mra);
 
   CmMessage rep;
@@ -196,9 +269,10 @@ std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
   rep.remote_comm_id = kActiveCommId;
   rep.qpn = kResponderQpn;
   rep.start_psn = Psn(0x000456);
-  rep.responder_resources = 4;
-  rep.initiator_depth = 4;
-  rep.target_ack_delay = 15;
+  rep.responder_resources = 16;
+  rep.initiator_depth = 16;
+  rep.target_ack_delay = IbTimeoutCode(200'000);  // a napping engine
+  rep.rnr_retry_count = 7;
   add("cm_rep", passive, rep);
 
   CmMessage rtu;
@@ -223,9 +297,19 @@ std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
   drep.remote_comm_id = kActiveCommId;
   add("cm_drep", passive, drep);
 
+  // Another peer's REQ, with other values in every field that varies.
   CmMessage refused = req;
   refused.transaction_id = kRefusedTid;
   refused.local_comm_id = kActiveCommId + 1;
+  refused.responder_resources = 4;
+  refused.initiator_depth = 2;
+  refused.local_ack_timeout = 14;
+  refused.remote_cm_response_timeout = 20;
+  refused.local_cm_response_timeout = 18;
+  refused.max_cm_retries = 15;
+  refused.retry_count = 6;
+  refused.rnr_retry_count = 3;
+  refused.packet_rate = kIbRate40Gbps;
   SetServiceName("rdmaplane/nobody", &refused);
   add("cm_req_unknown_service", active, refused);
   CmMessage rej;

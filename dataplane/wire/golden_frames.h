@@ -27,10 +27,14 @@ struct GoldenFrame {
 
 // The frames of a short RC conversation between two QPs: a three-packet
 // WRITE across the PSN wrap (its middle packet ECN-marked, with FECN/BECN and
-// a lower TTL), single-packet WRITEs of 63, 4096 and 0 bytes, the request and
-// responses of a three-packet READ and of a single-packet READ, then an ACK
-// and the NAKs for a PSN sequence error and a remote access error. Payload
-// sizes give every pad count (0..3). Deterministic.
+// a lower TTL), single-packet WRITEs of 63, 4096 and 0 bytes, the requests
+// of a three-packet READ and of a single-packet READ, the ACK of the writes
+// and the READ responses; a WRITE after a lost PSN with its sequence NAK,
+// the WRITE resent and acknowledged, the small READ again and its replayed
+// response (a higher MSN); a SEND ONLY and a COMPARE SWAP with the NAK
+// "invalid request" they get, a WRITE to an unknown key with its NAK
+// "remote access error", and a WRITE of another partition. Payload sizes
+// give every pad count (0..3). Deterministic.
 std::vector<GoldenFrame> MakeGoldenFrames();
 
 struct GoldenCmFrame {

@@ -5,13 +5,16 @@
 # frames by scapy and tshark's ARP dissectors. See golden_check.py for what
 # each checks.
 #
-# Usage: golden_test.sh GOLDEN_FRAMES_TOOL GOLDEN_CHECK_PY
+# Usage: golden_test.sh FRAMES_TOOL GOLDEN_CHECK_PY [--set=golden|conversation]
+# (FRAMES_TOOL writes OUT.pcap OUT.json: the golden frames, or a captured
+# conversation of two queue pairs, which need not hold every message kind).
 # Needs Debian's /usr/bin/python3 with python3-scapy and /usr/bin/tshark
 # (deploy/setup.sh installs both); fails, never skips, when they are missing.
 set -euo pipefail
 
 readonly golden_frames="$1"
 readonly golden_check="$2"
+readonly frame_set="${3:---set=golden}"
 readonly python=/usr/bin/python3
 readonly tshark=/usr/bin/tshark
 
@@ -47,9 +50,9 @@ if [[ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ]]; then
 fi
 
 echo "== scapy: fields, ICRC, byte-exact rebuild"
-"${python}" "${golden_check}" scapy "${pcap}" "${json}"
+"${python}" "${golden_check}" scapy "${pcap}" "${json}" "${frame_set}"
 
 echo "== tshark: dissection, fields, expert info"
-"${python}" "${golden_check}" tshark "${pcap}" "${json}"
+"${python}" "${golden_check}" tshark "${pcap}" "${json}" "${frame_set}"
 
 echo "PASS"

@@ -8,11 +8,7 @@
 namespace rdmaplane::wire {
 namespace {
 
-
-size_t TransportHeaderLen(Opcode op) {
-  return kBthLen + (HasDeth(op) ? kDethLen : 0) + (HasReth(op) ? kRethLen : 0) +
-         (HasAeth(op) ? kAethLen : 0);
-}
+size_t TransportHeaderLen(Opcode op) { return kBthLen + InfoOf(op).header_len; }
 
 size_t PadFor(size_t payload_len) { return (4 - (payload_len & 3)) & 3; }
 
@@ -31,63 +27,87 @@ uint32_t LoadIcrc(const uint8_t* p) {
 
 }  // namespace
 
-bool IsKnownOpcode(uint8_t op) {
-  switch (static_cast<Opcode>(op)) {
-    case Opcode::kWriteFirst:
-    case Opcode::kWriteMiddle:
-    case Opcode::kWriteLast:
-    case Opcode::kWriteOnly:
-    case Opcode::kReadRequest:
-    case Opcode::kReadResponseFirst:
-    case Opcode::kReadResponseMiddle:
-    case Opcode::kReadResponseLast:
-    case Opcode::kReadResponseOnly:
-    case Opcode::kAcknowledge:
-      return true;
-    case Opcode::kUdSendOnly:
-      return false;
+namespace {
+
+constexpr uint16_t kReq = kOpDefined | kOpRequest;
+constexpr uint16_t kResp = kOpDefined;
+constexpr uint16_t kFirstLast = kOpFirst | kOpLast;
+
+constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
+  std::array<OpcodeInfo, 256> t{};
+  // Reserved RC opcodes are taken for requests: the responder is the one
+  // to refuse them (the IBA's NAK "invalid request").
+  for (uint8_t op = 0; op < kRcOpcodeLimit; ++op) {
+    t[op] = {"RC_RESERVED", OpcodeClass::kReserved, kOpRequest | kOpPayload, 0};
   }
-  return false;
+  auto set = [&t](Opcode op, const char* name, OpcodeClass c, uint16_t flags,
+                  uint8_t header_len) {
+    t[static_cast<uint8_t>(op)] = {name, c, flags, header_len};
+  };
+  constexpr uint8_t kImm = 4;         // ImmDt
+  constexpr uint8_t kIeth = 4;        // invalidated R_Key
+  constexpr uint8_t kAtomicEth = 28;  // VA, R_Key, swap/add, compare
+  constexpr uint8_t kAtomicAckEth = 8;
+  constexpr uint8_t kFeth = 4;
+  using C = OpcodeClass;
+  // rdmaplane's own: WRITE, READ and ACKNOWLEDGE.
+  constexpr uint16_t kOwn = kOpSupported;
+  set(Opcode::kSendFirst, "SEND_FIRST", C::kSend, kReq | kOpFirst | kOpPayload,
+      0);
+  set(Opcode::kSendMiddle, "SEND_MIDDLE", C::kSend, kReq | kOpPayload, 0);
+  set(Opcode::kSendLast, "SEND_LAST", C::kSend, kReq | kOpLast | kOpPayload, 0);
+  set(Opcode::kSendLastImmediate, "SEND_LAST_WITH_IMMEDIATE", C::kSend,
+      kReq | kOpLast | kOpPayload, kImm);
+  set(Opcode::kSendOnly, "SEND_ONLY", C::kSend, kReq | kFirstLast | kOpPayload,
+      0);
+  set(Opcode::kSendOnlyImmediate, "SEND_ONLY_WITH_IMMEDIATE", C::kSend,
+      kReq | kFirstLast | kOpPayload, kImm);
+  set(Opcode::kWriteFirst, "RDMA_WRITE_FIRST", C::kWrite,
+      kOwn | kReq | kOpFirst | kOpPayload | kOpReth, kRethLen);
+  set(Opcode::kWriteMiddle, "RDMA_WRITE_MIDDLE", C::kWrite,
+      kOwn | kReq | kOpPayload, 0);
+  set(Opcode::kWriteLast, "RDMA_WRITE_LAST", C::kWrite,
+      kOwn | kReq | kOpLast | kOpPayload, 0);
+  set(Opcode::kWriteLastImmediate, "RDMA_WRITE_LAST_WITH_IMMEDIATE", C::kWrite,
+      kReq | kOpLast | kOpPayload, kImm);
+  set(Opcode::kWriteOnly, "RDMA_WRITE_ONLY", C::kWrite,
+      kOwn | kReq | kFirstLast | kOpPayload | kOpReth, kRethLen);
+  set(Opcode::kWriteOnlyImmediate, "RDMA_WRITE_ONLY_WITH_IMMEDIATE", C::kWrite,
+      kReq | kFirstLast | kOpPayload | kOpReth, kRethLen + kImm);
+  set(Opcode::kReadRequest, "RDMA_READ_REQUEST", C::kReadRequest,
+      kOwn | kReq | kFirstLast | kOpReth, kRethLen);
+  set(Opcode::kReadResponseFirst, "RDMA_READ_RESPONSE_FIRST", C::kReadResponse,
+      kOwn | kResp | kOpFirst | kOpPayload | kOpAeth, kAethLen);
+  set(Opcode::kReadResponseMiddle, "RDMA_READ_RESPONSE_MIDDLE",
+      C::kReadResponse, kOwn | kResp | kOpPayload, 0);
+  set(Opcode::kReadResponseLast, "RDMA_READ_RESPONSE_LAST", C::kReadResponse,
+      kOwn | kResp | kOpLast | kOpPayload | kOpAeth, kAethLen);
+  set(Opcode::kReadResponseOnly, "RDMA_READ_RESPONSE_ONLY", C::kReadResponse,
+      kOwn | kResp | kFirstLast | kOpPayload | kOpAeth, kAethLen);
+  set(Opcode::kAcknowledge, "ACKNOWLEDGE", C::kAcknowledge,
+      kOwn | kResp | kFirstLast | kOpAeth, kAethLen);
+  set(Opcode::kAtomicAcknowledge, "ATOMIC_ACKNOWLEDGE", C::kAtomicAcknowledge,
+      kResp | kFirstLast | kOpAeth, kAethLen + kAtomicAckEth);
+  set(Opcode::kCompareSwap, "COMPARE_SWAP", C::kAtomic, kReq | kFirstLast,
+      kAtomicEth);
+  set(Opcode::kFetchAdd, "FETCH_ADD", C::kAtomic, kReq | kFirstLast,
+      kAtomicEth);
+  set(Opcode::kSendLastInvalidate, "SEND_LAST_WITH_INVALIDATE", C::kSend,
+      kReq | kOpLast | kOpPayload, kIeth);
+  set(Opcode::kSendOnlyInvalidate, "SEND_ONLY_WITH_INVALIDATE", C::kSend,
+      kReq | kFirstLast | kOpPayload, kIeth);
+  // IBA 1.5: FETH then RETH; an ATOMIC WRITE's 8 bytes are its payload.
+  set(Opcode::kFlush, "FLUSH", C::kFlush, kReq | kFirstLast, kFeth + kRethLen);
+  set(Opcode::kAtomicWrite, "ATOMIC_WRITE", C::kAtomicWrite,
+      kReq | kFirstLast | kOpPayload | kOpReth, kRethLen);
+  set(Opcode::kUdSendOnly, "UD_SEND_ONLY", C::kDatagram,
+      kOwn | kReq | kFirstLast | kOpPayload | kOpDeth, kDethLen);
+  return t;
 }
 
-bool HasReth(Opcode op) {
-  return op == Opcode::kWriteFirst || op == Opcode::kWriteOnly ||
-         op == Opcode::kReadRequest;
-}
+}  // namespace
 
-bool HasAeth(Opcode op) {
-  return op == Opcode::kReadResponseFirst || op == Opcode::kReadResponseLast ||
-         op == Opcode::kReadResponseOnly || op == Opcode::kAcknowledge;
-}
-
-bool HasDeth(Opcode op) { return op == Opcode::kUdSendOnly; }
-
-bool IsRequest(Opcode op) {
-  return op == Opcode::kWriteFirst || op == Opcode::kWriteMiddle ||
-         op == Opcode::kWriteLast || op == Opcode::kWriteOnly ||
-         op == Opcode::kReadRequest;
-}
-
-bool CarriesPayload(Opcode op) {
-  return op != Opcode::kReadRequest && op != Opcode::kAcknowledge;
-}
-
-const char* OpcodeName(Opcode op) {
-  switch (op) {
-    case Opcode::kWriteFirst: return "RDMA_WRITE_FIRST";
-    case Opcode::kWriteMiddle: return "RDMA_WRITE_MIDDLE";
-    case Opcode::kWriteLast: return "RDMA_WRITE_LAST";
-    case Opcode::kWriteOnly: return "RDMA_WRITE_ONLY";
-    case Opcode::kReadRequest: return "RDMA_READ_REQUEST";
-    case Opcode::kReadResponseFirst: return "RDMA_READ_RESPONSE_FIRST";
-    case Opcode::kReadResponseMiddle: return "RDMA_READ_RESPONSE_MIDDLE";
-    case Opcode::kReadResponseLast: return "RDMA_READ_RESPONSE_LAST";
-    case Opcode::kReadResponseOnly: return "RDMA_READ_RESPONSE_ONLY";
-    case Opcode::kAcknowledge: return "ACKNOWLEDGE";
-    case Opcode::kUdSendOnly: return "UD_SEND_ONLY";
-  }
-  return "UNKNOWN";
-}
+const std::array<OpcodeInfo, 256> kOpcodeTable = MakeOpcodeTable();
 
 const char* ParseErrorName(ParseError e) {
   switch (e) {
@@ -181,6 +201,9 @@ size_t EncodeHeaders(const PacketHeaders& h, size_t payload_len,
   Put24(bth + 9, h.bth.psn.value());
 
   uint8_t* ext = bth + kBthLen;
+  // Extension headers the codec has no fields for (ImmDt, IETH, atomics,
+  // FETH) go out as zeros.
+  std::memset(ext, 0, InfoOf(op).header_len);
   if (HasDeth(op)) {
     Put32(ext, h.deth.qkey);
     ext[4] = 0;
@@ -198,7 +221,7 @@ size_t EncodeHeaders(const PacketHeaders& h, size_t payload_len,
     Put24(ext + 1, h.aeth.msn);
     ext += kAethLen;
   }
-  return static_cast<size_t>(ext - p);
+  return kOuterHeadersLen + TransportHeaderLen(op);
 }
 
 size_t FinishFrame(std::span<uint8_t> frame) {
@@ -277,7 +300,7 @@ ParseError Parse(std::span<const uint8_t> frame, ParsedPacket* out,
   if ((bth[1] & 0x0F) != 0) return reject(ParseError::kBthVersion);
   const bool known = kDatagram
                          ? bth[0] == static_cast<uint8_t>(Opcode::kUdSendOnly)
-                         : IsKnownOpcode(bth[0]);
+                         : IsRcOpcode(bth[0]);
   if (!known) return reject(ParseError::kUnknownOpcode);
   const Opcode op = static_cast<Opcode>(bth[0]);
   const size_t transport_len = TransportHeaderLen(op);
@@ -320,7 +343,6 @@ ParseError Parse(std::span<const uint8_t> frame, ParsedPacket* out,
   if constexpr (kDatagram) {
     pkt.deth.qkey = Get32(ext);
     pkt.deth.src_qp = Qpn(Get24(ext + 5));
-    ext += kDethLen;
   } else {
     pkt.deth = Deth{};
   }
@@ -328,18 +350,16 @@ ParseError Parse(std::span<const uint8_t> frame, ParsedPacket* out,
     pkt.reth.va = Get64(ext);
     pkt.reth.rkey = Rkey(Get32(ext + 8));
     pkt.reth.dma_length = Get32(ext + 12);
-    ext += kRethLen;
   } else {
     pkt.reth = Reth{};
   }
   if (HasAeth(op)) {
     pkt.aeth.syndrome = ext[0];
     pkt.aeth.msn = Get24(ext + 1);
-    ext += kAethLen;
   } else {
     pkt.aeth = Aeth{};
   }
-  pkt.payload = {ext, data_len - pad};
+  pkt.payload = {bth + transport_len, data_len - pad};
   if (counters != nullptr) ++(*counters)[ParseError::kOk];
   return ParseError::kOk;
 }

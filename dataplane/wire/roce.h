@@ -1,7 +1,8 @@
 // RoCEv2 frame layout and codec: Ethernet / IPv4 / UDP / BTH / RETH / AETH,
 // payload padding and the invariant CRC (ICRC). Also the one datagram opcode
 // rdmaplane sends, UD SEND ONLY with its DETH, which carries connection
-// management MADs (cm.h).
+// management MADs (cm.h). The opcode table (kOpcodeTable) describes every
+// opcode value.
 //
 // Encoding writes a whole frame into a caller-provided buffer; decoding
 // validates every field it relies on and returns a reason on rejection. Neither
@@ -33,35 +34,124 @@ inline constexpr size_t kIcrcLen = 4;
 inline constexpr size_t kOuterHeadersLen =
     kEthHeaderLen + kIpv4HeaderLen + kUdpHeaderLen;
 inline constexpr size_t kMaxHeadersLen = kOuterHeadersLen + kBthLen + kRethLen;
+// The default partition: full membership, the P_Key every RoCE port has.
 inline constexpr uint16_t kDefaultPkey = 0xFFFF;
+// The IBA's partition rule: two P_Keys match when their low 15 bits are
+// equal and not 0 (0x0000 and 0x8000 are invalid), and at least one of them
+// is a full member's (top bit set): limited members cannot talk to each
+// other.
+constexpr bool PkeysMatch(uint16_t a, uint16_t b) {
+  return (a & 0x7FFF) != 0 && (a & 0x7FFF) == (b & 0x7FFF) &&
+         ((a | b) & 0x8000) != 0;
+}
 
-// RC opcodes used by rdmaplane (IBTA vol. 1, table 38).
+// BTH opcodes (IBTA vol. 1, table 38): every RC opcode the IBA defines
+// (rdmaplane itself sends and serves WRITE, READ and ACKNOWLEDGE; see
+// OpcodeInfo), and the one datagram opcode it sends.
 enum class Opcode : uint8_t {
+  kSendFirst = 0x00,
+  kSendMiddle = 0x01,
+  kSendLast = 0x02,
+  kSendLastImmediate = 0x03,
+  kSendOnly = 0x04,
+  kSendOnlyImmediate = 0x05,
   kWriteFirst = 0x06,
   kWriteMiddle = 0x07,
   kWriteLast = 0x08,
+  kWriteLastImmediate = 0x09,
   kWriteOnly = 0x0a,
+  kWriteOnlyImmediate = 0x0b,
   kReadRequest = 0x0c,
   kReadResponseFirst = 0x0d,
   kReadResponseMiddle = 0x0e,
   kReadResponseLast = 0x0f,
   kReadResponseOnly = 0x10,
   kAcknowledge = 0x11,
+  kAtomicAcknowledge = 0x12,
+  kCompareSwap = 0x13,
+  kFetchAdd = 0x14,
+  kSendLastInvalidate = 0x16,
+  kSendOnlyInvalidate = 0x17,
+  kFlush = 0x1c,
+  kAtomicWrite = 0x1d,
   // Unreliable datagram; never part of an RC connection (see
   // ParseDatagramFrame).
   kUdSendOnly = 0x64,
 };
 
-// True for the RC opcodes above: the ones ParseFrame accepts.
-bool IsKnownOpcode(uint8_t op);
-bool HasReth(Opcode op);
-bool HasAeth(Opcode op);
-bool HasDeth(Opcode op);
-// True for opcodes a requester sends (handled by the peer's responder).
-bool IsRequest(Opcode op);
+// The opcodes of the RC transport are 0x00-0x1f (transport bits 000); the
+// ones table 38 leaves out (0x15, 0x18-0x1b, 0x1e, 0x1f) are reserved.
+inline constexpr uint8_t kRcOpcodeLimit = 0x20;
+
+// What a message of an opcode is.
+enum class OpcodeClass : uint8_t {
+  kReserved,  // not defined by the IBA (or not an RC opcode)
+  kSend,
+  kWrite,
+  kReadRequest,
+  kReadResponse,
+  kAcknowledge,
+  kAtomic,  // COMPARE SWAP, FETCH ADD
+  kAtomicAcknowledge,
+  kFlush,
+  kAtomicWrite,
+  kDatagram,  // UD SEND ONLY
+};
+
+// Opcode properties, one table entry per opcode value, so that the codec,
+// the responder's checks and the completer's response-order checks read
+// them instead of listing opcodes (rxe's rxe_opcode[] does the same).
+inline constexpr uint16_t kOpDefined = 1 << 0;  // the IBA defines it
+inline constexpr uint16_t kOpSupported = 1
+                                         << 1;  // rdmaplane sends and serves it
+inline constexpr uint16_t kOpRequest = 1 << 2;  // a requester sends it
+inline constexpr uint16_t kOpFirst = 1 << 3;  // starts a message (FIRST, ONLY)
+inline constexpr uint16_t kOpLast = 1 << 4;   // ends a message (LAST, ONLY)
+inline constexpr uint16_t kOpPayload = 1 << 5;  // may carry payload bytes
+// Extension headers the codec reads and writes; each comes right after the
+// BTH (none of these opcodes has two of them).
+inline constexpr uint16_t kOpReth = 1 << 6;
+inline constexpr uint16_t kOpAeth = 1 << 7;
+inline constexpr uint16_t kOpDeth = 1 << 8;
+
+struct OpcodeInfo {
+  const char* name = "RESERVED";
+  OpcodeClass op_class = OpcodeClass::kReserved;
+  uint16_t flags = 0;
+  // Bytes of extension headers between the BTH and the payload (RETH,
+  // AETH, DETH, ImmDt, IETH, AtomicETH, AtomicAckETH, FETH). 0 for reserved
+  // opcodes, whose layout nobody knows: everything after their BTH counts
+  // as payload.
+  uint8_t header_len = 0;
+};
+
+// Entries for all 256 opcode values: the reserved RC opcodes are requests
+// (a responder answers them with NAK "invalid request"); opcodes of other
+// transports have no flags at all.
+extern const std::array<OpcodeInfo, 256> kOpcodeTable;
+inline const OpcodeInfo& InfoOf(Opcode op) {
+  return kOpcodeTable[static_cast<uint8_t>(op)];
+}
+
+// True for the RC opcodes, defined or reserved: the ones ParseFrame accepts.
+constexpr bool IsRcOpcode(uint8_t op) { return op < kRcOpcodeLimit; }
+inline bool HasReth(Opcode op) { return (InfoOf(op).flags & kOpReth) != 0; }
+inline bool HasAeth(Opcode op) { return (InfoOf(op).flags & kOpAeth) != 0; }
+inline bool HasDeth(Opcode op) { return (InfoOf(op).flags & kOpDeth) != 0; }
+// True for opcodes a requester sends (handled by the peer's responder),
+// reserved RC opcodes included.
+inline bool IsRequest(Opcode op) {
+  return (InfoOf(op).flags & kOpRequest) != 0;
+}
+// True when rdmaplane's queue pairs send and serve the opcode.
+inline bool IsSupported(Opcode op) {
+  return (InfoOf(op).flags & kOpSupported) != 0;
+}
 // True when the opcode may carry payload bytes.
-bool CarriesPayload(Opcode op);
-const char* OpcodeName(Opcode op);
+inline bool CarriesPayload(Opcode op) {
+  return (InfoOf(op).flags & kOpPayload) != 0;
+}
+inline const char* OpcodeName(Opcode op) { return InfoOf(op).name; }
 
 // AETH syndromes (IBTA 9.7.5.1.3).
 inline constexpr uint8_t kAethAck = 0x00;
@@ -172,7 +262,7 @@ enum class ParseError : uint8_t {
   kNotRocePort,
   kUdpLength,
   kBthVersion,
-  kUnknownOpcode,
+  kUnknownOpcode,  // not an RC opcode (not UD SEND ONLY for datagrams)
   kBadPad,
   kLengthMismatch,
   kBadIcrc,
@@ -203,9 +293,12 @@ struct ParseCounters {
 };
 
 // Decodes and validates `frame`. On kOk fills `out`. `counters`, if given, is
-// incremented at the returned reason (kOk counts accepted frames). Accepts RC
-// opcodes only: a datagram is kUnknownOpcode here, so it never reaches an RC
-// queue pair.
+// incremented at the returned reason (kOk counts accepted frames). Accepts
+// every RC opcode, also those rdmaplane does not serve and the reserved
+// ones, so that the queue pair can refuse them as the IBA says (NAK "invalid
+// request"); their extension headers are skipped by the lengths of
+// OpcodeInfo. Other transports' opcodes are kUnknownOpcode here: a datagram
+// never reaches an RC queue pair.
 ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
                       ParseCounters* counters = nullptr);
 

@@ -252,13 +252,127 @@ TEST(RoceTest, DatagramRoundTripAndSeparation) {
             payload);
   // The RC parser refuses datagrams, and the datagram parser RC frames.
   EXPECT_EQ(ParseFrame(frame, &pkt), ParseError::kUnknownOpcode);
-  EXPECT_FALSE(IsKnownOpcode(static_cast<uint8_t>(Opcode::kUdSendOnly)));
+  EXPECT_FALSE(IsRcOpcode(static_cast<uint8_t>(Opcode::kUdSendOnly)));
   EXPECT_EQ(
       ParseDatagramFrame(Encode(SampleHeaders(Opcode::kWriteOnly), {1}), &pkt),
       ParseError::kUnknownOpcode);
   // A corrupted DETH fails the ICRC.
   frame[kOuterHeadersLen + kBthLen + 7] ^= 1;
   EXPECT_EQ(ParseDatagramFrame(frame, &pkt), ParseError::kBadIcrc);
+}
+
+// IBA table 38 and 9.3: which RC opcodes exist, which extension headers
+// they carry (bytes between BTH and payload), and where a message starts
+// and ends.
+TEST(RoceTest, OpcodeTableFollowsTheIba) {
+  struct Row {
+    uint8_t op;
+    uint8_t header_len;
+    bool first, last, payload, request;
+  };
+  const Row kDefined[] = {
+      {0x00, 0, true, false, true, true},    // SEND FIRST
+      {0x01, 0, false, false, true, true},   // SEND MIDDLE
+      {0x02, 0, false, true, true, true},    // SEND LAST
+      {0x03, 4, false, true, true, true},    // SEND LAST with ImmDt
+      {0x04, 0, true, true, true, true},     // SEND ONLY
+      {0x05, 4, true, true, true, true},     // SEND ONLY with ImmDt
+      {0x06, 16, true, false, true, true},   // WRITE FIRST: RETH
+      {0x07, 0, false, false, true, true},   // WRITE MIDDLE
+      {0x08, 0, false, true, true, true},    // WRITE LAST
+      {0x09, 4, false, true, true, true},    // WRITE LAST with ImmDt
+      {0x0a, 16, true, true, true, true},    // WRITE ONLY: RETH
+      {0x0b, 20, true, true, true, true},    // WRITE ONLY: RETH, ImmDt
+      {0x0c, 16, true, true, false, true},   // READ REQUEST: RETH
+      {0x0d, 4, true, false, true, false},   // READ RESPONSE FIRST: AETH
+      {0x0e, 0, false, false, true, false},  // READ RESPONSE MIDDLE
+      {0x0f, 4, false, true, true, false},   // READ RESPONSE LAST: AETH
+      {0x10, 4, true, true, true, false},    // READ RESPONSE ONLY: AETH
+      {0x11, 4, true, true, false, false},   // ACKNOWLEDGE: AETH
+      {0x12, 12, true, true, false, false},  // ATOMIC ACK: AETH, AtomicAckETH
+      {0x13, 28, true, true, false, true},   // COMPARE SWAP: AtomicETH
+      {0x14, 28, true, true, false, true},   // FETCH ADD: AtomicETH
+      {0x16, 4, false, true, true, true},    // SEND LAST with IETH
+      {0x17, 4, true, true, true, true},     // SEND ONLY with IETH
+      {0x1c, 20, true, true, false, true},   // FLUSH: FETH, RETH
+      {0x1d, 16, true, true, true, true},    // ATOMIC WRITE: RETH
+  };
+  int defined = 0;
+  for (const Row& r : kDefined) {
+    const OpcodeInfo& info = kOpcodeTable[r.op];
+    SCOPED_TRACE(info.name);
+    EXPECT_NE(info.flags & kOpDefined, 0);
+    EXPECT_EQ(info.header_len, r.header_len);
+    EXPECT_EQ((info.flags & kOpFirst) != 0, r.first);
+    EXPECT_EQ((info.flags & kOpLast) != 0, r.last);
+    EXPECT_EQ((info.flags & kOpPayload) != 0, r.payload);
+    EXPECT_EQ((info.flags & kOpRequest) != 0, r.request);
+    EXPECT_NE(info.op_class, OpcodeClass::kReserved);
+  }
+  for (int op = 0; op < 256; ++op) {
+    const OpcodeInfo& info = kOpcodeTable[op];
+    if ((info.flags & kOpDefined) != 0) ++defined;
+    if (op >= kRcOpcodeLimit && op != 0x64) {
+      EXPECT_EQ(info.flags, 0) << op;  // another transport's
+    }
+  }
+  EXPECT_EQ(defined, static_cast<int>(std::size(kDefined)) + 1);  // + UD
+  // Reserved RC opcodes are requests the responder refuses.
+  for (uint8_t op : {0x15, 0x18, 0x19, 0x1a, 0x1b, 0x1e, 0x1f}) {
+    const OpcodeInfo& info = kOpcodeTable[op];
+    EXPECT_EQ(info.op_class, OpcodeClass::kReserved) << int{op};
+    EXPECT_EQ(info.flags & kOpDefined, 0) << int{op};
+    EXPECT_TRUE(IsRequest(static_cast<Opcode>(op))) << int{op};
+  }
+  // rdmaplane serves WRITE (without immediate), READ and ACKNOWLEDGE only.
+  std::vector<int> supported;
+  for (int op = 0; op < kRcOpcodeLimit; ++op) {
+    if (IsSupported(static_cast<Opcode>(op))) supported.push_back(op);
+  }
+  EXPECT_EQ(supported, (std::vector<int>{0x06, 0x07, 0x08, 0x0a, 0x0c, 0x0d,
+                                         0x0e, 0x0f, 0x10, 0x11}));
+}
+
+// Every RC opcode parses, the ones rdmaplane does not serve and the reserved
+// ones included, so that the responder can NAK them; extension headers are
+// skipped by their IBA lengths.
+TEST(RoceTest, EveryRcOpcodeParses) {
+  for (int op = 0; op < kRcOpcodeLimit; ++op) {
+    const Opcode opcode = static_cast<Opcode>(op);
+    SCOPED_TRACE(op);
+    PacketHeaders h = SampleHeaders(opcode);
+    std::vector<uint8_t> payload;
+    if (CarriesPayload(opcode)) payload = {9, 8, 7, 6, 5, 4, 3, 2};
+    auto frame = Encode(h, payload);
+    EXPECT_EQ(frame.size(), kOuterHeadersLen + kBthLen +
+                                kOpcodeTable[op].header_len + payload.size() +
+                                kIcrcLen);
+    ParsedPacket pkt;
+    ASSERT_EQ(ParseFrame(frame, &pkt), ParseError::kOk);
+    EXPECT_EQ(pkt.bth.opcode, opcode);
+    EXPECT_EQ(pkt.bth.psn, Psn(0xFFFFFE));
+    EXPECT_EQ(std::vector<uint8_t>(pkt.payload.begin(), pkt.payload.end()),
+              payload);
+  }
+  // Other transports' opcodes (UC, RD, UD, CNP, XRC) are not RC frames.
+  for (int op : {0x20, 0x24, 0x40, 0x64, 0x81, 0xa4, 0xc0, 0xff}) {
+    auto frame = Encode(SampleHeaders(Opcode::kAcknowledge), {});
+    frame[kOuterHeadersLen] = static_cast<uint8_t>(op);
+    FinishFrame(frame);
+    ParsedPacket pkt;
+    EXPECT_EQ(ParseFrame(frame, &pkt), ParseError::kUnknownOpcode) << op;
+  }
+}
+
+TEST(RoceTest, PkeysMatchAsTheIbaSays) {
+  EXPECT_TRUE(PkeysMatch(0xFFFF, 0xFFFF));
+  EXPECT_TRUE(PkeysMatch(0x7FFF, 0xFFFF));  // limited with full
+  EXPECT_TRUE(PkeysMatch(0xFFFF, 0x7FFF));
+  EXPECT_FALSE(PkeysMatch(0x7FFF, 0x7FFF));  // two limited members
+  EXPECT_FALSE(PkeysMatch(0x8001, 0xFFFF));  // another partition
+  EXPECT_FALSE(PkeysMatch(0x8000, 0x8000));  // invalid
+  EXPECT_FALSE(PkeysMatch(0x0000, 0x8000));
+  EXPECT_TRUE(PkeysMatch(0x8001, 0x0001));
 }
 
 TEST(RoceTest, UdpSourcePortStaysInRoceRange) {
