@@ -57,6 +57,14 @@ const char* BreakReason(rc::WcStatus s) {
     case rc::WcStatus::kRemoteOperationalError:
       return "the peer could not carry out a request (NAK: remote "
              "operational error)";
+    case rc::WcStatus::kBadResponse:
+      return "the peer's read responses broke the protocol (bad response)";
+    case rc::WcStatus::kPeerInvalidRequest:
+      return "we refused a request of the peer (NAK sent: invalid request, "
+             "such as an opcode rdmaplane does not serve)";
+    case rc::WcStatus::kPeerAccessError:
+      return "we refused a request of the peer (NAK sent: remote access "
+             "error)";
     default:
       return "transport error";
   }
@@ -216,9 +224,8 @@ void ConnectionManager::HandleCm(std::span<const uint8_t> frame) {
     return;
   }
   neighbors_[from.src_ip] = from.src_mac;
-  RDP_LOG(kDebug, "CM %s from %s, comm id %u -> %u",
-          wire::CmTypeName(m.type), IpText(from.src_ip).c_str(),
-          m.local_comm_id, m.remote_comm_id);
+  RDP_LOG(kDebug, "CM %s from %s, comm id %u -> %u", wire::CmTypeName(m.type),
+          IpText(from.src_ip).c_str(), m.local_comm_id, m.remote_comm_id);
   if (m.type == wire::CmType::kReq) {
     OnRequest(m, from);
     return;
@@ -251,7 +258,8 @@ void ConnectionManager::HandleCm(std::span<const uint8_t> frame) {
   }
 }
 
-// --- Active side ---------------------------------------------------------------
+// --- Active side
+// ---------------------------------------------------------------
 
 std::optional<ControlResponse> ConnectionManager::Connect(
     Session* s, const ControlRequest& r) {
@@ -275,6 +283,7 @@ std::optional<ControlResponse> ConnectionManager::Connect(
   c->service = r.service;
   c->pmtu = path_mtu_;
   c->comm_id = NextCommId();
+  c->cm_tid = wire::CmTransactionId(wire::CmTransaction::kConnect, c->comm_id);
   c->open[0] = true;
   c->pending = true;
   c->waiting = s;
@@ -298,9 +307,7 @@ std::optional<ControlResponse> ConnectionManager::Connect(
 void ConnectionManager::SendReq(Connection* c) {
   wire::CmMessage m{};
   m.type = wire::CmType::kReq;
-  // Repetitions and keep-alives are the same transaction.
-  m.transaction_id =
-      wire::CmTransactionId(wire::CmTransaction::kConnect, c->comm_id);
+  m.transaction_id = c->cm_tid;  // repetitions and keep-alives keep it
   m.local_comm_id = c->comm_id;
   m.service_id = wire::ServiceIdForName(c->service);
   m.qpn = wire::Qpn(c->qpn[0]);
@@ -314,8 +321,8 @@ void ConnectionManager::SendReq(Connection* c) {
   static_assert(kReqTries == kRepTries);
   m.responder_resources = static_cast<uint8_t>(qp.max_dest_rd_atomic);
   m.initiator_depth = static_cast<uint8_t>(qp.max_rd_atomic);
-  m.local_ack_timeout =
-      wire::LocalAckTimeoutCode(connections_->options().remote_retransmit_timeout_ns);
+  m.local_ack_timeout = wire::LocalAckTimeoutCode(
+      connections_->options().remote_retransmit_timeout_ns);
   m.remote_cm_response_timeout = wire::IbTimeoutCode(kReqIntervalNs);
   m.local_cm_response_timeout = wire::IbTimeoutCode(kRepIntervalNs);
   m.max_cm_retries = static_cast<uint8_t>(kReqTries - 1);
@@ -327,8 +334,8 @@ void ConnectionManager::SendReq(Connection* c) {
   if (c->cm_tries > 0) counters_->Count(&ControlCounters::cm_retransmits);
   ++c->cm_tries;
   c->cm_deadline_ns =
-      NowNs() + (c->cm == CmState::kWaitingAccept ? kKeepAliveNs
-                                                  : kReqIntervalNs);
+      NowNs() +
+      (c->cm == CmState::kWaitingAccept ? kKeepAliveNs : kReqIntervalNs);
 }
 
 void ConnectionManager::OnMra(Connection* c, const wire::CmMessage& m) {
@@ -355,7 +362,8 @@ void ConnectionManager::OnReply(Connection* c, const wire::CmMessage& m,
   const uint32_t pmtu = code != 0 ? wire::IbMtuBytes(code) : c->pmtu;
   if (m.qpn.value() < 2) {
     SendReject(m.local_comm_id, c->peer_ip, from.src_mac, wire::kRejConsumer,
-               "malformed reply");
+               "malformed reply", c->cm_tid, wire::CmRefersTo::kRep,
+               c->comm_id);
     c->peer_comm_id = 0;
     c->cm = CmState::kNone;
     if (c->waiting != nullptr) {
@@ -412,7 +420,8 @@ void ConnectionManager::AnswerConnect(Connection* c, int32_t status,
   s->Answer(resp);
 }
 
-// --- Passive side --------------------------------------------------------------
+// --- Passive side
+// --------------------------------------------------------------
 
 void ConnectionManager::OnRequest(const wire::CmMessage& m,
                                   const wire::Path& from) {
@@ -436,7 +445,8 @@ void ConnectionManager::OnRequest(const wire::CmMessage& m,
   const std::string service(wire::ServiceNameFromPrivateData(m));
   Session* listener = connections_->Listener(service);
   auto refuse = [&](uint16_t reason, const std::string& text) {
-    SendReject(m.local_comm_id, from.src_ip, from.src_mac, reason, text);
+    SendReject(m.local_comm_id, from.src_ip, from.src_mac, reason, text,
+               m.transaction_id);
     counters_->Count(&ControlCounters::remote_refused);
   };
   if (service.empty() || listener == nullptr) {
@@ -464,6 +474,7 @@ void ConnectionManager::OnRequest(const wire::CmMessage& m,
   c->pmtu = std::min(path_mtu_, pmtu);
   c->comm_id = NextCommId();
   c->peer_comm_id = m.local_comm_id;
+  c->cm_tid = m.transaction_id;
   c->qpn[1] = m.qpn.value();
   c->psn[1] = m.start_psn.value();
   c->passive = true;
@@ -482,15 +493,14 @@ void ConnectionManager::Accepted(Connection* c) {
 
 void ConnectionManager::Refused(Connection* c) {
   SendReject(c->peer_comm_id, c->peer_ip, c->peer_mac, wire::kRejConsumer,
-             "the listener closed before accepting");
+             "the listener closed before accepting", c->cm_tid,
+             wire::CmRefersTo::kReq, c->comm_id);
 }
 
 void ConnectionManager::SendRep(Connection* c) {
   wire::CmMessage m{};
   m.type = wire::CmType::kRep;
-  // The REQ's transaction (named after the active side's comm id).
-  m.transaction_id =
-      wire::CmTransactionId(wire::CmTransaction::kConnect, c->peer_comm_id);
+  m.transaction_id = c->cm_tid;  // the REQ's
   m.local_comm_id = c->comm_id;
   m.remote_comm_id = c->peer_comm_id;
   m.qpn = wire::Qpn(c->qpn[0]);
@@ -516,10 +526,7 @@ void ConnectionManager::SendRep(Connection* c) {
 void ConnectionManager::SendSimple(Connection* c, wire::CmType type) {
   wire::CmMessage m{};
   m.type = type;
-  // Both belong to the REQ's transaction: ours for an RTU, the peer's for
-  // an MRA.
-  m.transaction_id = wire::CmTransactionId(
-      wire::CmTransaction::kConnect, c->passive ? c->peer_comm_id : c->comm_id);
+  m.transaction_id = c->cm_tid;  // both belong to the REQ's transaction
   m.local_comm_id = c->comm_id;
   m.remote_comm_id = c->peer_comm_id;
   m.refers_to = wire::CmRefersTo::kReq;  // an MRA acknowledges a REQ
@@ -533,19 +540,15 @@ void ConnectionManager::SendSimple(Connection* c, wire::CmType type) {
 
 void ConnectionManager::SendReject(uint32_t peer_comm_id, uint32_t peer_ip,
                                    const wire::MacAddr& mac, uint16_t reason,
-                                   const std::string& text) {
+                                   const std::string& text,
+                                   uint64_t transaction_id,
+                                   wire::CmRefersTo refers_to,
+                                   uint32_t local_comm_id) {
   wire::CmMessage m{};
   m.type = wire::CmType::kRej;
-  // The rejected REQ's transaction; our comm id if we gave the request one
-  // (a request our listener never accepted), else 0.
-  m.transaction_id =
-      wire::CmTransactionId(wire::CmTransaction::kConnect, peer_comm_id);
-  connections_->ForEach([&](Connection* c) {
-    if (c->remote && c->passive && c->peer_ip == peer_ip &&
-        c->peer_comm_id == peer_comm_id) {
-      m.local_comm_id = c->comm_id;
-    }
-  });
+  m.transaction_id = transaction_id;
+  m.refers_to = refers_to;
+  m.local_comm_id = local_comm_id;
   m.remote_comm_id = peer_comm_id;
   m.reject_reason = reason;
   m.local_ip = us_.ip;
@@ -554,7 +557,8 @@ void ConnectionManager::SendReject(uint32_t peer_comm_id, uint32_t peer_ip,
   SendCm(m, peer_ip, mac);
 }
 
-// --- Teardown -----------------------------------------------------------------
+// --- Teardown
+// -----------------------------------------------------------------
 
 void ConnectionManager::Closed(Connection* c) {
   if (c->peer_comm_id == 0 || c->comm_id == 0) return;
@@ -568,8 +572,7 @@ void ConnectionManager::Closed(Connection* c) {
   SendDreq(c->comm_id, &(farewells_[c->comm_id] = f), NowNs());
 }
 
-void ConnectionManager::SendDreq(uint32_t comm_id, Farewell* f,
-                                 uint64_t now) {
+void ConnectionManager::SendDreq(uint32_t comm_id, Farewell* f, uint64_t now) {
   wire::CmMessage m{};
   m.type = wire::CmType::kDreq;
   // One transaction however often it is repeated.
@@ -618,7 +621,8 @@ void ConnectionManager::OnDisconnectRequest(const wire::CmMessage& m,
   SendCm(r, from.src_ip, from.src_mac);
 }
 
-// --- Timers ---------------------------------------------------------------------
+// --- Timers
+// ---------------------------------------------------------------------
 
 void ConnectionManager::Tick() {
   const uint64_t now = NowNs();
@@ -634,8 +638,9 @@ void ConnectionManager::Tick() {
       case CmState::kResolving:
         if (c->cm_tries >= kArpTries) {
           c->cm = CmState::kNone;
-          AnswerConnect(c, shm::kStatusTimeout,
-                        absl::StrCat("no ARP answer from ", IpText(c->peer_ip)));
+          AnswerConnect(
+              c, shm::kStatusTimeout,
+              absl::StrCat("no ARP answer from ", IpText(c->peer_ip)));
           break;
         }
         ++c->cm_tries;
@@ -645,9 +650,9 @@ void ConnectionManager::Tick() {
       case CmState::kReqSent:
         if (c->cm_tries >= kReqTries) {
           c->cm = CmState::kNone;
-          AnswerConnect(c, shm::kStatusTimeout,
-                        absl::StrCat("no rdmaplaned answered at ",
-                                     IpText(c->peer_ip)));
+          AnswerConnect(
+              c, shm::kStatusTimeout,
+              absl::StrCat("no rdmaplaned answered at ", IpText(c->peer_ip)));
           break;
         }
         SendReq(c);

@@ -84,8 +84,7 @@ class ConnectionManager : public PeerLink {
   void OnTransportError(uint32_t scope);
   void OnRequest(const wire::CmMessage& m, const wire::Path& from);
   void OnMra(Connection* c, const wire::CmMessage& m);
-  void OnReply(Connection* c, const wire::CmMessage& m,
-               const wire::Path& from);
+  void OnReply(Connection* c, const wire::CmMessage& m, const wire::Path& from);
   void OnReject(Connection* c, const wire::CmMessage& m);
   void OnDisconnectRequest(const wire::CmMessage& m, const wire::Path& from);
   void SendArpRequest(uint32_t ip);
@@ -94,9 +93,13 @@ class ConnectionManager : public PeerLink {
   void SendReq(Connection* c);
   void SendRep(Connection* c);
   void SendSimple(Connection* c, wire::CmType type);  // MRA, RTU
+  // Rejects the REQ (or, with refers_to kRep, the REP) of the transaction
+  // `transaction_id`; `local_comm_id` is ours, 0 when we gave it none.
   void SendReject(uint32_t peer_comm_id, uint32_t peer_ip,
                   const wire::MacAddr& mac, uint16_t reason,
-                  const std::string& text);
+                  const std::string& text, uint64_t transaction_id,
+                  wire::CmRefersTo refers_to = wire::CmRefersTo::kReq,
+                  uint32_t local_comm_id = 0);
   // Sends (or repeats) the DREQ of `f` and schedules the next try.
   void SendDreq(uint32_t comm_id, Farewell* f, uint64_t now);
   // Answers a Connect the client still waits for; on failure the slot is
@@ -115,7 +118,7 @@ class ConnectionManager : public PeerLink {
   PeerAddress us_;
   uint32_t path_mtu_;
   std::map<uint32_t, wire::MacAddr> neighbors_;  // ARP cache, by IPv4
-  std::map<uint32_t, Farewell> farewells_;      // by our comm id
+  std::map<uint32_t, Farewell> farewells_;       // by our comm id
   uint32_t next_comm_id_;
 };
 

@@ -62,8 +62,8 @@ struct Connection {
   bool open[2] = {false, false};  // the side still holds its slot
   // The side's share of its user's allowance, while it holds its slot.
   UserAccounts::Charge charge[2];
-  bool running = false;           // an engine serves it
-  uint32_t engine = 0;            // which engine (while running)
+  bool running = false;  // an engine serves it
+  uint32_t engine = 0;   // which engine (while running)
   // Connected, not yet accepted: the connector may register and post
   // (requests wait in its ring); the listener holds no slot yet.
   bool pending = false;
@@ -80,6 +80,10 @@ struct Connection {
   // Connection manager (connection_manager.cc).
   uint32_t comm_id = 0;       // our communication id
   uint32_t peer_comm_id = 0;  // the peer's
+  // The connect transaction's id: ours (wire::CmTransactionId) when we sent
+  // the REQ, the REQ's as received when the peer did (the REQ, MRA, REP, RTU
+  // and a REJ of the REQ or REP carry it).
+  uint64_t cm_tid = 0;
   CmState cm = CmState::kNone;
   uint64_t cm_deadline_ns = 0;
   uint32_t cm_tries = 0;
