@@ -115,6 +115,8 @@ DaemonStatus Daemon::BuildStatus() const {
     add("port_tx_backpressure", pc.tx_backpressure);
     add("port_link_down", pc.link_down);
     add("port_burst_faults", pc.burst_faults);
+    add("port_burst_fault_frames", pc.burst_fault_frames);
+    add("port_mbufs_in_use", port_->mbufs_in_use());
     add("port_rx_segmented", pc.rx_segmented);
     add("port_tx_no_mbuf", pc.tx_no_mbuf);
     add("port_fault_dropped", pc.fault_dropped);

@@ -45,7 +45,7 @@ BurstGuard& ThisThreadBurstGuard() {
 void InstallBurstGuard() {
   static std::once_flag once;
   std::call_once(once, [] {
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_sigaction = &Handler;
     // SA_NODEFER: the handler jumps out without restoring the signal mask,
     // so the signal must not be blocked while it runs.

@@ -1,7 +1,7 @@
 #include "dataplane/port/dpdk_env.h"
 
-#include <rte_eal.h>
 #include <pthread.h>
+#include <rte_eal.h>
 #include <rte_errno.h>
 #include <sched.h>
 #include <unistd.h>
@@ -95,10 +95,9 @@ std::vector<std::string> EalArguments(const EalOptions& options) {
     // ShutdownDpdk removes those files.)
     args.push_back("--huge-unlink");
   }
-  args.push_back("--file-prefix=" +
-                 (options.file_prefix.empty()
-                      ? absl::StrCat("rdmaplane-", getpid())
-                      : options.file_prefix));
+  args.push_back("--file-prefix=" + (options.file_prefix.empty()
+                                         ? absl::StrCat("rdmaplane-", getpid())
+                                         : options.file_prefix));
   args.push_back("--log-level=lib.eal:warning");
   args.push_back("--log-level=lib.telemetry:error");
   args.insert(args.end(), options.args.begin(), options.args.end());

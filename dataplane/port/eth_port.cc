@@ -64,6 +64,30 @@ DeviceReads HowDeviceReads(const rte_eth_dev_info& info) {
   return DeviceReads::kUnknown;
 }
 
+// Whether the device's bursts may fault because another thread unmaps the
+// memory they work on (see burst_guard.h): memif, whose interrupt thread
+// unmaps a departed peer's rings. In its zero-copy mode the device keeps
+// references of its own on the frames it sent, which the port cannot tell
+// apart from its hold.
+bool MemifCopyMode(const rte_eth_dev_info& info) {
+  if (info.device == nullptr || info.driver_name == nullptr ||
+      std::strcmp(info.driver_name, "net_memif") != 0) {
+    return false;
+  }
+  const rte_devargs* args = rte_dev_devargs(info.device);
+  return args == nullptr || args->args == nullptr ||
+         std::strstr(args->args, "zero-copy=yes") == nullptr;
+}
+
+// A reference more on every segment of frame `m`, or one less (segments of
+// a chain are freed one by one, so each needs its own).
+void HoldFrame(rte_mbuf* m) {
+  for (; m != nullptr; m = m->next) rte_mbuf_refcnt_update(m, 1);
+}
+void UnholdFrame(rte_mbuf* m) {
+  for (; m != nullptr; m = m->next) rte_mbuf_refcnt_update(m, -1);
+}
+
 // Free callback of a payload piece's external buffer: whoever held the
 // frame last let go of it. Runs where the mbuf is freed (usually the engine
 // thread, inside tx_burst or a receiver's free): one atomic decrement.
@@ -143,8 +167,8 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   port->pool_ = CreatePacketPool(absl::StrCat("rdp_pool_", c.port_id), c,
                                  NeedsDensePool(info));
   if (port->pool_ == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot create the mbuf pool: ", rte_strerror(rte_errno)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot create the mbuf pool: ", rte_strerror(rte_errno)));
   }
   const uint32_t room = c.mbuf_data_room - RTE_PKTMBUF_HEADROOM;
   if (c.max_frame > room) {
@@ -173,7 +197,8 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
     r = rte_eth_dev_configure(c.port_id, 1, 1, &conf);
   }
   if (r != 0) {
-    return absl::UnavailableError(absl::StrCat("configure: ", rte_strerror(-r)));
+    return absl::UnavailableError(
+        absl::StrCat("configure: ", rte_strerror(-r)));
   }
   if (raise_mtu) {
     // The IP packet: the frame (which has no FCS) but its Ethernet header.
@@ -188,14 +213,13 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   uint16_t rxd = c.rx_descriptors, txd = c.tx_descriptors;
   rte_eth_dev_adjust_nb_rx_tx_desc(c.port_id, &rxd, &txd);
   const int socket = rte_eth_dev_socket_id(c.port_id);
-  if (int r = rte_eth_rx_queue_setup(c.port_id, 0, rxd,
-                                     socket < 0 ? 0 : socket, nullptr,
-                                     port->pool_);
+  if (int r = rte_eth_rx_queue_setup(c.port_id, 0, rxd, socket < 0 ? 0 : socket,
+                                     nullptr, port->pool_);
       r != 0) {
     return absl::UnavailableError(absl::StrCat("rx queue: ", rte_strerror(-r)));
   }
-  if (int r = rte_eth_tx_queue_setup(c.port_id, 0, txd,
-                                     socket < 0 ? 0 : socket, nullptr);
+  if (int r = rte_eth_tx_queue_setup(c.port_id, 0, txd, socket < 0 ? 0 : socket,
+                                     nullptr);
       r != 0) {
     return absl::UnavailableError(absl::StrCat("tx queue: ", rte_strerror(-r)));
   }
@@ -204,12 +228,14 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   }
   port->started_ = true;
   InstallBurstGuard();
+  port->recovers_bursts_ = c.bursts_may_fault || MemifCopyMode(info);
   if (c.promiscuous) rte_eth_promiscuous_enable(c.port_id);
   rte_ether_addr addr;
   rte_eth_macaddr_get(c.port_id, &addr);
   std::memcpy(port->mac_.bytes.data(), addr.addr_bytes, 6);
   port->max_frame_ = std::min<uint32_t>(
-      room, std::max<uint32_t>(info.max_rx_pktlen, raise_mtu ? c.max_frame : 0));
+      room,
+      std::max<uint32_t>(info.max_rx_pktlen, raise_mtu ? c.max_frame : 0));
   port->scratch_.reset(new uint8_t[kScratchBytes]);
   if (gather) port->SetUpZeroCopy(info);
   if (conf.intr_conf.rxq != 0) {
@@ -248,8 +274,7 @@ void EthPort::SetUpZeroCopy(const rte_eth_dev_info& info) {
   gather_from_ = config_.zero_copy_min_payload;
 }
 
-bool EthPort::RegisterExternalMemory(void* addr, size_t len,
-                                     size_t page_size) {
+bool EthPort::RegisterExternalMemory(void* addr, size_t len, size_t page_size) {
   if (gather_from_ == 0 || len == 0) return false;
   if (!maps_memory_) return true;  // the device reads it by address
   const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
@@ -360,8 +385,9 @@ void EthPort::Delay(rte_mbuf* m, uint64_t delay_ns, bool reordered) {
   ++counters_.fault_delayed;
   const uint64_t due = order_.Due(NowNs(), delay_ns, reordered);
   delayed_[delayed_count_++] = {due, delayed_seq_++, m};
-  std::push_heap(delayed_.get(), delayed_.get() + delayed_count_,
-                 [](const Delayed& a, const Delayed& b) { return Later(a, b); });
+  std::push_heap(
+      delayed_.get(), delayed_.get() + delayed_count_,
+      [](const Delayed& a, const Delayed& b) { return Later(a, b); });
 }
 
 void EthPort::ReleaseDue() {
@@ -403,8 +429,7 @@ void EthPort::CommitGather(std::span<uint8_t> frame, size_t header_len,
   const size_t n = payload.size();
   rte_mbuf* segs[rc::kMaxSge + 1];
   if (ABSL_PREDICT_FALSE(n > rc::kMaxSge || trailer.size() > kTrailerRoom ||
-                         rte_pktmbuf_alloc_bulk(ext_pool_, segs, n + 1) !=
-                             0)) {
+                         rte_pktmbuf_alloc_bulk(ext_pool_, segs, n + 1) != 0)) {
     ++counters_.tx_zero_copy_fallback;
     rc::FrameSink::CommitGather(frame, header_len, payload, trailer);
     return;
@@ -437,8 +462,7 @@ void EthPort::CommitGather(std::span<uint8_t> frame, size_t header_len,
   }
   rte_mbuf* tail = segs[n];
   tail->data_off = 0;
-  std::memcpy(rte_pktmbuf_mtod(tail, uint8_t*), trailer.data(),
-              trailer.size());
+  std::memcpy(rte_pktmbuf_mtod(tail, uint8_t*), trailer.data(), trailer.size());
   tail->data_len = static_cast<uint16_t>(trailer.size());
   last->next = tail;
   total += static_cast<uint32_t>(trailer.size());
@@ -472,35 +496,85 @@ bool EthPort::CheckLink() {
   rte_eth_link link{};
   rte_eth_link_get_nowait(config_.port_id, &link);
   const bool up = link.link_status == RTE_ETH_LINK_UP;
-  if (!up && !link_down_) {
-    ++counters_.link_down;
-    // Frames for a peer that is gone: dropped, like a switch would.
-    for (uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
-    counters_.tx_dropped += tx_count_;
-    tx_count_ = 0;
-  }
+  if (!up && !link_down_) ++counters_.link_down;
   link_down_ = !up;
   return up;
+}
+
+void EthPort::DropQueued() {
+  // Frames for a peer that is gone: dropped, like a switch would, so that
+  // none waits (holding buffers and client memory) for a link that may
+  // never come back.
+  for (uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
+  counters_.tx_dropped += tx_count_;
+  tx_count_ = 0;
+}
+
+uint32_t EthPort::mbufs_in_use() const {
+  uint32_t n = 0;
+  if (pool_ != nullptr) n += rte_mempool_in_use_count(pool_);
+  if (ext_pool_ != nullptr) n += rte_mempool_in_use_count(ext_pool_);
+  return n;
 }
 
 void EthPort::OnBurstFault() {
   ++counters_.burst_faults;
   link_down_ = true;
   link_check_ = kLinkCheckEvery;
-  // The interrupted burst may have taken some of tx_ already: leaked
-  // rather than risking a double free.
+}
+
+void EthPort::OnReceiveFault(rte_mbuf** burst) {
+  OnBurstFault();
+  if (!recovers_bursts_) return;
+  // The device stores a frame once it has copied all of it; the one it was
+  // copying when the fault came is lost with the peer.
+  for (uint16_t i = 0; i < config_.burst && burst[i] != nullptr; ++i) {
+    rte_pktmbuf_free(burst[i]);
+    ++counters_.burst_fault_frames;
+  }
+}
+
+void EthPort::OnTransmitFault() {
+  OnBurstFault();
+  if (recovers_bursts_) {
+    for (uint16_t i = 0; i < tx_count_; ++i) {
+      rte_mbuf* m = tx_[i];
+      // memif's copy mode frees a frame as a whole once it has copied it,
+      // which leaves only our hold; a frame with more was not taken.
+      if (rte_mbuf_refcnt_read(m) > 1) {
+        UnholdFrame(m);
+        ++counters_.burst_fault_frames;
+      } else {
+        ++counters_.tx_frames;
+      }
+      rte_pktmbuf_free(m);
+    }
+  }
   tx_count_ = 0;
 }
 
 void EthPort::Flush() {
   ReleaseDue();
-  if (tx_count_ == 0 || !LinkUsable()) return;
+  if (tx_count_ == 0) return;
+  if (!LinkUsable()) {
+    DropQueued();
+    return;
+  }
+  if (recovers_bursts_) {
+    for (uint16_t i = 0; i < tx_count_; ++i) HoldFrame(tx_[i]);
+  }
   uint16_t sent = 0;
   RDP_GUARDED_BURST(sent = rte_eth_tx_burst(config_.port_id, 0, tx_, tx_count_),
                     {
-                      OnBurstFault();
+                      OnTransmitFault();
                       return;
                     });
+  if (recovers_bursts_) {
+    // The device has finished with the frames it took (freed, or holding
+    // references of its own); the rest stay queued.
+    for (uint16_t i = 0; i < sent; ++i) rte_pktmbuf_free(tx_[i]);
+    for (uint16_t i = sent; i < tx_count_; ++i) UnholdFrame(tx_[i]);
+  }
   counters_.tx_frames += sent;
   if (sent < tx_count_) {
     // The device (or, for memif, the peer's ring) is full: keep the rest

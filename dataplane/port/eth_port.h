@@ -22,6 +22,7 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -63,6 +64,14 @@ struct PortConfig {
   // Register and DMA-map memory for zero copy even where the device reads
   // frames with the CPU (tests use it to exercise the path NICs take).
   bool map_external_memory = false;
+  // The device may unmap the memory its bursts work on from another thread
+  // (memif does when its peer leaves; see burst_guard.h). A burst cut short
+  // by that fault then loses nothing: the port holds a reference on every
+  // frame it hands to a transmit burst, so that it knows which frames the
+  // device had finished with, and it takes back the frames a receive burst
+  // had completed. Always on for memif in its copy mode; tests set it to
+  // exercise the path on other devices.
+  bool bursts_may_fault = false;
 };
 
 // The port id of a device the EAL probed, by name: a vdev name ("net_memif0",
@@ -84,6 +93,9 @@ struct PortCounters {
   rc::StatCounter tx_zero_copy;  // frames whose payload went out in place
   // Frames offered in place that were copied after all (no buffer free).
   rc::StatCounter tx_zero_copy_fallback;
+  // Of bursts cut short: frames received or queued that were lost with the
+  // departed peer (the device had not taken them, or no longer could).
+  rc::StatCounter burst_fault_frames;
 };
 
 class EthPort : public rc::FrameSink {
@@ -101,12 +113,13 @@ class EthPort : public rc::FrameSink {
   uint16_t Receive(Fn&& fn) {
     if (!LinkUsable()) return 0;
     rte_mbuf* burst[kMaxBurst];
+    // A burst that faults has filled some entries: empty ones tell which.
+    if (recovers_bursts_) std::fill_n(burst, config_.burst, nullptr);
     uint16_t n = 0;
     RDP_GUARDED_BURST(
         n = rte_eth_rx_burst(config_.port_id, 0, burst, config_.burst), {
-          // What the burst had taken is lost with the peer.
           n = 0;
-          OnBurstFault();
+          OnReceiveFault(burst);
         });
     for (uint16_t i = 0; i < n; ++i) {
       rte_mbuf* m = burst[i];
@@ -178,14 +191,29 @@ class EthPort : public rc::FrameSink {
 
   const wire::MacAddr& mac() const { return mac_; }
   const PortCounters& counters() const { return counters_; }
+  // Buffers of the port's pools in use (frames queued, delayed, in the
+  // device or held by a receiver). Any thread; approximate while the engine
+  // runs (DPDK's per-lcore caches), exact once it is idle.
+  uint32_t mbufs_in_use() const;
   uint16_t id() const { return config_.port_id; }
   uint32_t max_frame() const { return max_frame_; }
 
  private:
-  // Reads the link state; false (and the queued frames dropped) while down.
+  // Reads the link state; false while down.
   bool CheckLink();
-  // A guarded burst faulted: the peer's memory went away under it.
+  // Frees the frames queued for the device (the link is down).
+  void DropQueued();
+  // A guarded burst faulted: the peer's memory went away under it. The
+  // port counts it and treats the link as down until it comes back.
   void OnBurstFault();
+  // After a receive burst faulted: frees the frames it had completed in
+  // `burst` (when recovers_bursts_; else they are lost).
+  void OnReceiveFault(rte_mbuf** burst);
+  // After a transmit burst faulted: frees every queued frame exactly once,
+  // whether the device had finished with it (it dropped its reference) or
+  // not (when recovers_bursts_; else they are lost rather than risking a
+  // double free).
+  void OnTransmitFault();
   explicit EthPort(const PortConfig& config) : config_(config) {}
   // Zero-copy setup at Open, given what the device offers.
   void SetUpZeroCopy(const rte_eth_dev_info& info);
@@ -211,6 +239,8 @@ class EthPort : public rc::FrameSink {
   static constexpr uint32_t kLinkCheckEvery = 64;
   uint32_t link_check_ = kLinkCheckEvery;
   bool link_down_ = false;
+  // PortConfig::bursts_may_fault, or a memif port in copy mode.
+  bool recovers_bursts_ = false;
   rte_mbuf* pending_ = nullptr;  // reserved, not yet committed
   rte_mbuf* tx_[kMaxBurst];
   uint16_t tx_count_ = 0;

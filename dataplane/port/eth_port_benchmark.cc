@@ -90,8 +90,8 @@ void RunTransfers(benchmark::State& state, rc::WrOpcode opcode) {
   const int pb = rte_eth_from_rings((name + "b").c_str(), &ab, 1, &ba, 1, 0);
   PortConfig c;
   c.mbufs = 8191;
-  c.max_frame = static_cast<uint32_t>(
-      wire::FrameLength(wire::Opcode::kWriteFirst, pmtu));
+  c.max_frame =
+      static_cast<uint32_t>(wire::FrameLength(wire::Opcode::kWriteFirst, pmtu));
   c.zero_copy_min_payload = zero_copy ? 1 : 0;
   PortConfig ca = c, cb = c;
   ca.port_id = static_cast<uint16_t>(pa);
@@ -226,9 +226,9 @@ void BM_SendOnly(benchmark::State& state) {
   PortConfig c;
   c.port_id = static_cast<uint16_t>(p);
   // No MTU to raise: nothing receives these frames.
-  c.mbuf_data_room = static_cast<uint16_t>(
-      wire::FrameLength(wire::Opcode::kWriteFirst, 4096) +
-      RTE_PKTMBUF_HEADROOM);
+  c.mbuf_data_room =
+      static_cast<uint16_t>(wire::FrameLength(wire::Opcode::kWriteFirst, 4096) +
+                            RTE_PKTMBUF_HEADROOM);
   if (!zero_copy) c.zero_copy_min_payload = 0;
   auto port = EthPort::Open(c);
   if (!port.ok()) {

@@ -298,8 +298,8 @@ TEST_F(EthPortTest, BurstsOfOneFrameAndOfTheMostAllowed) {
 }
 
 TEST_F(EthPortTest, BurstOutOfRangeIsRefused) {
-  rte_ring* r = rte_ring_create("burst_bad", 64, 0,
-                                RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_ring* r =
+      rte_ring_create("burst_bad", 64, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
   ASSERT_NE(r, nullptr);
   const int id = rte_eth_from_rings("burst_bad_port", &r, 1, &r, 1, 0);
   ASSERT_GE(id, 0);
@@ -370,7 +370,8 @@ TEST_F(EthPortTest, FramesInFlightHoldTheirMemory) {
   fault::FaultSpec f;
   ASSERT_EQ(fault::ParseFaultSpec("delay_us=200000,seed=3", &f), "");
   ports.a->SetFaults(f);
-  for (size_t i = 0; i < memory.size(); ++i) memory[i] = static_cast<uint8_t>(i * 7);
+  for (size_t i = 0; i < memory.size(); ++i)
+    memory[i] = static_cast<uint8_t>(i * 7);
   owner_storage = std::make_unique<rc::MemoryOwner>(
       ports.a->RegisterExternalMemory(memory.data(), memory.size(), 4096));
   rc::MemoryOwner& owner = *owner_storage;
@@ -382,7 +383,7 @@ TEST_F(EthPortTest, FramesInFlightHoldTheirMemory) {
   EXPECT_EQ(ports.a->counters().tx_zero_copy, 3u);
   EXPECT_EQ(ports.a->delayed(), 3u);
   EXPECT_EQ(owner.references(), 6u);  // two pieces each
-  ports.a->Flush();  // not due yet
+  ports.a->Flush();                   // not due yet
   EXPECT_EQ(owner.references(), 6u);
 
   const Clock clock;
@@ -467,6 +468,176 @@ TEST_F(EthPortTest, ZeroCopyOffMeansCopyOnly) {
   std::vector<uint8_t> memory(4096);
   EXPECT_FALSE(
       ports.a->RegisterExternalMemory(memory.data(), memory.size(), 4096));
+}
+
+// A burst that faults because the device's memory went away under it, the
+// way DPDK's memif does when its peer leaves (see burst_guard.h), staged
+// with the ethdev callbacks: armed, a callback lets the "device" finish with
+// the first `finish` frames (a transmit burst frees them, as memif's copy
+// mode does) and then touches memory that is gone.
+struct StagedFault {
+  StagedFault() {
+    gone = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(gone, MAP_FAILED);
+  }
+  ~StagedFault() { munmap(gone, 4096); }
+  void Touch() {
+    armed = false;
+    ++faults;
+    *static_cast<volatile uint8_t*>(gone) = 1;
+  }
+  static uint16_t OnTransmit(uint16_t, uint16_t, rte_mbuf** pkts, uint16_t n,
+                             void* arg) {
+    auto* f = static_cast<StagedFault*>(arg);
+    if (!f->armed) return n;
+    for (uint16_t i = 0; i < f->finish && i < n; ++i) rte_pktmbuf_free(pkts[i]);
+    f->Touch();
+    return n;
+  }
+  static uint16_t OnReceive(uint16_t, uint16_t, rte_mbuf**, uint16_t n,
+                            uint16_t, void* arg) {
+    auto* f = static_cast<StagedFault*>(arg);
+    if (f->armed) f->Touch();
+    return n;
+  }
+
+  void* gone = nullptr;
+  bool armed = false;
+  uint16_t finish = 0;
+  int faults = 0;
+};
+
+// A transmit burst cut short frees every queued frame exactly once (the
+// ones the device had finished with and the ones it had not), so that no
+// buffer and no reference on client memory is lost, and the port goes on.
+TEST_F(EthPortTest, ATransmitBurstCutShortLosesNoBufferAndNoMemory) {
+  PortConfig base;
+  base.bursts_may_fault = true;
+  RingPair ports("txfault", base, /*zero_copy=*/true);
+  ASSERT_TRUE(ports.a && ports.b);
+  std::vector<uint8_t> memory(8192);
+  for (size_t i = 0; i < memory.size(); ++i) memory[i] = uint8_t(i * 13);
+  rc::MemoryOwner owner(
+      ports.a->RegisterExternalMemory(memory.data(), memory.size(), 4096));
+  ASSERT_TRUE(owner.zero_copy());
+  const uint32_t baseline = ports.a->mbufs_in_use() + ports.b->mbufs_in_use();
+  StagedFault fault;
+  fault.finish = 2;
+  const rte_eth_rxtx_callback* cb = rte_eth_add_tx_callback(
+      static_cast<uint16_t>(ports.pa), 0, &StagedFault::OnTransmit, &fault);
+  ASSERT_NE(cb, nullptr);
+  std::vector<uint8_t> expected;
+  for (int i = 0; i < 5; ++i) {
+    SendInPlace(*ports.a, memory.data() + 1000 * i, 1000, &owner, &expected);
+  }
+  EXPECT_EQ(ports.a->tx_pending(), 5u);
+  EXPECT_EQ(owner.references(), 10u);  // two pieces each
+  fault.armed = true;
+  ports.a->Flush();
+  EXPECT_EQ(fault.faults, 1);
+  EXPECT_EQ(ports.a->counters().burst_faults, 1u);
+  EXPECT_EQ(ports.a->counters().tx_frames, 2u);
+  EXPECT_EQ(ports.a->counters().burst_fault_frames, 3u);
+  EXPECT_EQ(ports.a->tx_pending(), 0u);
+  EXPECT_EQ(owner.references(), 0u);
+  EXPECT_EQ(ports.a->mbufs_in_use() + ports.b->mbufs_in_use(), baseline);
+
+  // The link is looked at again, and frames flow.
+  SendInPlace(*ports.a, memory.data() + 5000, 1900, &owner, &expected);
+  std::vector<uint8_t> got;
+  const Clock clock;
+  const uint64_t end = clock.NowNs() + 2'000'000'000;
+  while (got.empty() && clock.NowNs() < end) {
+    ports.a->Flush();
+    ports.b->Receive([&got](std::span<const uint8_t> frame) {
+      got.assign(frame.begin(), frame.end());
+    });
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(owner.references(), 0u);
+  EXPECT_EQ(ports.a->mbufs_in_use() + ports.b->mbufs_in_use(), baseline);
+  EXPECT_EQ(rte_eth_remove_tx_callback(static_cast<uint16_t>(ports.pa), 0, cb),
+            0);
+}
+
+// A receive burst cut short frees the frames it had completed.
+TEST_F(EthPortTest, AReceiveBurstCutShortLosesNoBuffer) {
+  PortConfig base;
+  base.bursts_may_fault = true;
+  RingPair ports("rxfault", base);
+  ASSERT_TRUE(ports.a && ports.b);
+  const uint32_t baseline = ports.a->mbufs_in_use() + ports.b->mbufs_in_use();
+  StagedFault fault;
+  const rte_eth_rxtx_callback* cb = rte_eth_add_rx_callback(
+      static_cast<uint16_t>(ports.pb), 0, &StagedFault::OnReceive, &fault);
+  ASSERT_NE(cb, nullptr);
+  const std::vector<uint8_t> frame(200, 0x42);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(ports.a->Send(frame));
+  ports.a->Flush();
+  EXPECT_EQ(ports.a->counters().tx_frames, 4u);
+  fault.armed = true;
+  int seen = 0;
+  ports.b->Receive([&seen](std::span<const uint8_t>) { ++seen; });
+  EXPECT_EQ(fault.faults, 1);
+  EXPECT_EQ(seen, 0);
+  EXPECT_EQ(ports.b->counters().burst_faults, 1u);
+  EXPECT_EQ(ports.b->counters().burst_fault_frames, 4u);
+  EXPECT_EQ(ports.a->mbufs_in_use() + ports.b->mbufs_in_use(), baseline);
+
+  ASSERT_TRUE(ports.a->Send(frame));
+  const Clock clock;
+  const uint64_t end = clock.NowNs() + 2'000'000'000;
+  while (seen == 0 && clock.NowNs() < end) {
+    ports.a->Flush();
+    ports.b->Receive([&seen](std::span<const uint8_t>) { ++seen; });
+  }
+  EXPECT_EQ(seen, 1);
+  EXPECT_EQ(ports.a->mbufs_in_use() + ports.b->mbufs_in_use(), baseline);
+  EXPECT_EQ(rte_eth_remove_rx_callback(static_cast<uint16_t>(ports.pb), 0, cb),
+            0);
+}
+
+// While the link is down, frames are dropped as they are flushed rather
+// than held for a link that may never come back: no buffer and no client
+// memory waits for it.
+TEST_F(EthPortTest, FramesForADownLinkAreDroppedNotHeld) {
+  PortConfig base;
+  RingPair ports("down", base, /*zero_copy=*/true);
+  ASSERT_TRUE(ports.a && ports.b);
+  std::vector<uint8_t> memory(8192, 0x3C);
+  rc::MemoryOwner owner(
+      ports.a->RegisterExternalMemory(memory.data(), memory.size(), 4096));
+  ASSERT_TRUE(owner.zero_copy());
+  const uint32_t baseline = ports.a->mbufs_in_use() + ports.b->mbufs_in_use();
+  ASSERT_EQ(rte_eth_dev_set_link_down(static_cast<uint16_t>(ports.pa)), 0);
+  // The port looks at the link every few dozen bursts.
+  for (int i = 0; i < 200; ++i)
+    ports.a->Receive([](std::span<const uint8_t>) {});
+  EXPECT_EQ(ports.a->counters().link_down, 1u);
+  std::vector<uint8_t> expected;
+  for (int i = 0; i < 40; ++i) {  // more than a burst
+    SendInPlace(*ports.a, memory.data() + 100 * i, 1000, &owner, &expected);
+    ports.a->Flush();
+  }
+  EXPECT_EQ(ports.a->tx_pending(), 0u);
+  EXPECT_EQ(ports.a->counters().tx_dropped, 40u);
+  EXPECT_EQ(ports.a->counters().tx_frames, 0u);
+  EXPECT_EQ(owner.references(), 0u);
+  EXPECT_EQ(ports.a->mbufs_in_use() + ports.b->mbufs_in_use(), baseline);
+
+  ASSERT_EQ(rte_eth_dev_set_link_up(static_cast<uint16_t>(ports.pa)), 0);
+  SendInPlace(*ports.a, memory.data(), 1900, &owner, &expected);
+  std::vector<uint8_t> got;
+  const Clock clock;
+  const uint64_t end = clock.NowNs() + 2'000'000'000;
+  while (got.empty() && clock.NowNs() < end) {
+    ports.a->Flush();
+    ports.b->Receive([&got](std::span<const uint8_t> frame) {
+      got.assign(frame.begin(), frame.end());
+    });
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(owner.references(), 0u);
 }
 
 }  // namespace
