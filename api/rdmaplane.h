@@ -173,14 +173,17 @@ typedef struct rdp_overlapped {
 
 /* [WSPRdmaWrite] Writes the SGL to the peer's buffer named by the
  * descriptor, at target_offset. Returns RDP_PENDING (completion later,
- * through ov) or an error. The SGL may live on the caller's stack. */
+ * through ov) or an error. The SGL may live on the caller's stack. At most
+ * 8 SGEs (more: RDP_ERR_INVALID); sgl and ov must not be NULL
+ * (RDP_ERR_FAULT). A request refused here was not posted. */
 int rdp_write(rdp_client* client, rdp_conn conn, const rdp_sge* sgl,
               uint32_t sge_count, const void* target_descriptor,
               uint32_t descriptor_length, uint32_t target_offset,
               uint32_t flags, rdp_overlapped* ov);
 
 /* [NdkRead] Reads the peer's memory at remote_address (inside the region of
- * the remote token, which is the peer's descriptor) into the SGL. */
+ * the remote token, which is the peer's descriptor) into the SGL. Returns
+ * and checks its arguments as rdp_write does. */
 int rdp_read(rdp_client* client, rdp_conn conn, const rdp_sge* sgl,
              uint32_t sge_count, uint64_t remote_address,
              const void* remote_token, uint32_t token_length, uint32_t flags,

@@ -12,6 +12,7 @@
 #include "api/client.h"
 #include "api/shm/layout.h"
 #include "api/status.h"
+#include "dataplane/fault/fault_model.h"
 #include "tests/testing/test_util.h"
 
 namespace rdmaplane {
@@ -122,27 +123,46 @@ TEST_F(SeedTest, RegisteredBufferIsWriteTargetAndReadSource) {
 
 // "Returns zero if successful" and "returns either the size of the
 // descriptor that it actually stored"
+// Guard bytes after the descriptor buffer show that nothing is written
+// beyond the size stored.
 TEST_F(SeedTest, SuccessReturnsZeroAndTheStoredSize) {
   uint8_t* buf = Buffer(server(), 100, 0);
   uint8_t desc[64];
+  std::memset(desc, 0xEE, sizeof(desc));
   uint32_t len = sizeof(desc);
   EXPECT_EQ(
       server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE, desc, &len),
       RDP_OK);
   EXPECT_EQ(len, RDP_DESCRIPTOR_BYTES);
+  for (uint32_t i = RDP_DESCRIPTOR_BYTES; i < sizeof(desc); ++i) {
+    EXPECT_EQ(desc[i], 0xEE) << "byte " << i << " after the descriptor";
+  }
 }
 
 // "the size of lpRdmaDescriptorBuffer is insufficient ... must return the
 // WSAEFAULT error code ... and store the required size at
 // lpdwDescriptorLength"
+// The buffer given is 8 bytes inside a larger one whose guard bytes must
+// stay as they were: the library writes nothing into a buffer too small.
 TEST_F(SeedTest, SmallDescriptorBufferIsFaultWithRequiredSize) {
   uint8_t* buf = Buffer(server(), 100, 0);
-  uint8_t desc[8];
-  uint32_t len = sizeof(desc);
-  EXPECT_EQ(
-      server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE, desc, &len),
-      RDP_ERR_FAULT);
+  uint8_t block[64];
+  std::memset(block, 0xEE, sizeof(block));
+  uint32_t len = 8;
+  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE,
+                                        block, &len),
+            RDP_ERR_FAULT);
   EXPECT_EQ(len, RDP_DESCRIPTOR_BYTES);
+  for (uint32_t i = 0; i < sizeof(block); ++i) {
+    EXPECT_EQ(block[i], 0xEE) << "byte " << i;
+  }
+  // Nothing was registered either: had the refused call taken a reference,
+  // the registration below would share it, and a second deregistration
+  // would succeed too.
+  Desc d = Register(server(), sconn(), buf, 100, RDP_MEM_WRITE);
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len), RDP_OK);
+  EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len),
+            RDP_ERR_INVALID);
 }
 
 // "lpBuffer is not contained completely within a valid part of the user
@@ -721,8 +741,9 @@ TEST_F(SeedTest, SilentSuccessOnlyReportsFailures) {
 
 // "NDK_OP_FLAG_READ_FENCE: all prior read requests must be complete before
 // the hardware begins processing this request." (Ordering at the wire level
-// is shown by dataplane/rc:qp_test ReadFenceWaitsForEarlierReads; here the
-// flag is accepted and the fenced read sees the earlier reads done.)
+// is shown by dataplane/rc:qp_test ReadFenceWaitsForEarlierReads, and end to
+// end by ReadFenceHoldsAWriteUntilTheReadHasLanded below; here the flag is
+// accepted on a read and the fenced read sees the earlier reads done.)
 TEST_F(SeedTest, ReadFenceOrdersAfterEarlierReads) {
   uint8_t* source = Buffer(server(), 1 << 20, 0x21);
   Desc d = Register(server(), sconn(), source, 1 << 20, RDP_MEM_READ);
@@ -740,6 +761,51 @@ TEST_F(SeedTest, ReadFenceOrdersAfterEarlierReads) {
   ASSERT_EQ(client().GetOverlappedResult(cconn(), &o2, true, nullptr), RDP_OK);
   EXPECT_NE(o1.status, RDP_PENDING);
   EXPECT_EQ(big[(1 << 20) - 1], 0x21);
+}
+
+// The fence as applications use it, end to end: a WRITE whose source is the
+// destination of an earlier READ carries what the READ brought only when it
+// is fenced. The connection's frames cross a link with 5 ms of delay (the
+// daemon's in-process copies would run in order anyway). Unfenced, the same
+// WRITE goes out at once with the buffer's old bytes, which shows that the
+// test tells the two apart.
+TEST_F(SeedTest, ReadFenceHoldsAWriteUntilTheReadHasLanded) {
+  control::DaemonOptions options;
+  ASSERT_EQ(
+      fault::ParseFaultSpec("delay_us=5000,seed=1", &options.link_faults), "");
+  options.retransmit_timeout_ns = 200'000'000;  // well above the delay
+  Start(options);
+  constexpr uint32_t kLen = 4096;
+  uint8_t* remote_source = Buffer(server(), kLen, 0x5D);
+  uint8_t* remote_target = Buffer(server(), 2 * kLen, 0);
+  Desc source = Register(server(), sconn(), remote_source, kLen, RDP_MEM_READ);
+  Desc target =
+      Register(server(), sconn(), remote_target, 2 * kLen, RDP_MEM_WRITE);
+  for (const bool fenced : {false, true}) {
+    SCOPED_TRACE(fenced ? "fenced" : "not fenced");
+    uint8_t* local = Buffer(client(), kLen, 0);
+    rdp_sge sge{local, kLen, Lkey(client(), local, kLen)};
+    rdp_overlapped read{}, write{};
+    ASSERT_EQ(client().Read(cconn(), &sge, 1, source.d()->address,
+                            source.bytes, source.len, 0, &read),
+              RDP_PENDING);
+    const uint32_t offset = fenced ? kLen : 0;
+    ASSERT_EQ(client().Write(cconn(), &sge, 1, target.bytes, target.len,
+                             offset, fenced ? RDP_FLAG_READ_FENCE : 0, &write),
+              RDP_PENDING);
+    ASSERT_EQ(client().GetOverlappedResult(cconn(), &write, true, nullptr),
+              RDP_OK);
+    ASSERT_EQ(client().GetOverlappedResult(cconn(), &read, true, nullptr),
+              RDP_OK);
+    const std::vector<uint8_t> landed(remote_target + offset,
+                                      remote_target + offset + kLen);
+    const std::vector<uint8_t> brought(kLen, 0x5D);
+    if (fenced) {
+      EXPECT_EQ(landed, brought);
+    } else {
+      EXPECT_EQ(landed, std::vector<uint8_t>(kLen, 0));
+    }
+  }
 }
 
 // "NDK_OP_FLAG_DEFER: ... may defer indicating the request to hardware"
@@ -892,10 +958,19 @@ TEST_F(SeedTest, ReadWithUnsupportedFlags) {
                             flags, &ov),
               RDP_ERR_INVALID);
   }
-  absl::SleepFor(absl::Milliseconds(10));
   EXPECT_EQ(dst[0], 0);
-  rdp_overlapped* done[1];
-  EXPECT_EQ(client().Poll(cconn(), done, 1), 0);
+  // Nothing was posted: a valid read afterwards (requests run in order) is
+  // the only completion there is.
+  uint8_t* other = Buffer(client(), 16, 0);
+  rdp_sge valid{other, 16, Lkey(client(), other, 16)};
+  rdp_overlapped ok{};
+  ASSERT_EQ(client().Read(cconn(), &valid, 1, d.d()->address, d.bytes, d.len,
+                          0, &ok),
+            RDP_PENDING);
+  EXPECT_EQ(client().GetOverlappedResult(cconn(), &ok, true, nullptr), RDP_OK);
+  EXPECT_EQ(dst[0], 0);
+  rdp_overlapped* done[2];
+  EXPECT_EQ(client().Poll(cconn(), done, 2), 0);
 }
 
 // WSPDeregisterRdmaMemory "dwDescriptorLength ... Size, in bytes, of the
@@ -1047,6 +1122,27 @@ TEST_F(SeedTest, PostingArgumentsAreChecked) {
             RDP_ERR_FAULT);
   EXPECT_EQ(client().Write(cconn(), nullptr, 1, d.bytes, d.len, 0, 0, &ov),
             RDP_ERR_FAULT);
+  // The same checks on rdp_read (NdkRead's nSge and pSgl).
+  uint8_t* source = Buffer(server(), 256, 0x6B);
+  Desc r = Register(server(), sconn(), source, 256, RDP_MEM_READ);
+  uint8_t* dst = Buffer(client(), 256, 0);
+  const uint32_t ld = Lkey(client(), dst, 256);
+  for (auto& e : sgl) e = {dst, 1, ld};
+  EXPECT_EQ(client().Read(cconn(), sgl, 9, r.d()->address, r.bytes, r.len, 0,
+                          &ov),
+            RDP_ERR_INVALID);
+  EXPECT_EQ(client().Read(cconn(), sgl, 1, r.d()->address, r.bytes, r.len, 0,
+                          nullptr),
+            RDP_ERR_FAULT);
+  EXPECT_EQ(client().Read(cconn(), nullptr, 1, r.d()->address, r.bytes, r.len,
+                          0, &ov),
+            RDP_ERR_FAULT);
+  // None of them reached the peer: a valid read afterwards (requests run in
+  // order) is the first and only completion, and the one that fills dst.
+  EXPECT_EQ(dst[0], 0);
+  EXPECT_EQ(ReadWait(client(), cconn(), dst, 8, ld, r, 0), RDP_OK);
+  EXPECT_EQ(dst[0], 0x6B);
+  EXPECT_EQ(dst[8], 0);
 }
 
 // WSPRegisterMemory's access flags hold for local keys too: a read-only
