@@ -152,11 +152,17 @@ TEST(EnginesTest, ConnectionsSpreadEvenlyAndEveryEngineCarriesTraffic) {
     ASSERT_EQ(status, RDP_OK);
     EXPECT_EQ(std::memcmp(source, back, n), 0);
   }
-  // Each connection's posted and completed counts are its own engine's.
+  // The counts are kept by the engine serving each connection: every
+  // connection's client side completed its WRITE and READ there, so each
+  // engine carried four requests (its two connections').
   const Json connections = Query(d, "connections");
+  std::map<uint64_t, uint64_t> completed_per_engine;
   for (const Json& c : connections.Array()) {
     EXPECT_EQ(c["posted"].U64(), c["completed"].U64());
+    completed_per_engine[c["engine"].U64()] += c["completed"].U64();
   }
+  EXPECT_EQ(completed_per_engine,
+            (std::map<uint64_t, uint64_t>{{0, 4}, {1, 4}, {2, 4}}));
 }
 
 // A session with connections on two engines has one doorbell socket, which

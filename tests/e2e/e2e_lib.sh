@@ -266,6 +266,43 @@ e2e_split_transfer() {
   e2e_log "split transfer $label: client and server ok"
 }
 
+# e2e_skip_round NAME REASON: an optional round of the test that cannot run
+# here: logged, and reported by e2e_finish as a skipped test case of its own
+# beside the test's.
+E2E_SKIPPED_ROUNDS=()
+e2e_skip_round() {
+  local name="$1"
+  shift
+  e2e_log "$name skipped: $*"
+  E2E_SKIPPED_ROUNDS+=("$name"$'\t'"$*")
+}
+
+# e2e_finish: the last step of a test that passed. With rounds skipped (and
+# under Bazel, which names the file in XML_OUTPUT_FILE), writes a JUnit XML
+# of one passed test case for the test and one skipped case per round, so
+# that deploy/test.sh counts them; otherwise Bazel's own XML stands.
+e2e_finish() {
+  [[ ${#E2E_SKIPPED_ROUNDS[@]} -gt 0 && -n ${XML_OUTPUT_FILE:-} ]] || return 0
+  local name="${TEST_TARGET:-$E2E_NAME}"
+  printf '%s\n' "${E2E_SKIPPED_ROUNDS[@]}" | E2E_TEST_NAME="$name" python3 -c '
+import os, sys
+from xml.sax.saxutils import quoteattr
+name = os.environ["E2E_TEST_NAME"]
+rounds = [line.rstrip("\n").split("\t", 1) for line in sys.stdin if line.strip()]
+out = ["<?xml version=\"1.0\" encoding=\"UTF-8\"?>", "<testsuites>",
+       f"  <testsuite name={quoteattr(name)} tests=\"{1 + len(rounds)}\" "
+       f"failures=\"0\" errors=\"0\" skipped=\"{len(rounds)}\">",
+       f"    <testcase name={quoteattr(name)} status=\"run\"/>"]
+for r, reason in rounds:
+    case = quoteattr(name + "/" + r)
+    out.append(f"    <testcase name={case} status=\"notrun\">")
+    out.append(f"      <skipped message={quoteattr(reason)}/>")
+    out.append("    </testcase>")
+out += ["  </testsuite>", "</testsuites>"]
+sys.stdout.write("\n".join(out) + "\n")
+' >"$XML_OUTPUT_FILE" || e2e_fail "cannot write $XML_OUTPUT_FILE to report the skipped rounds"
+}
+
 # e2e_skip REASON: ends a test that cannot run here as SKIPPED, visibly: it
 # prints "SKIPPED: REASON" and, under Bazel (which names the file in
 # XML_OUTPUT_FILE), writes a JUnit XML whose one test case carries

@@ -7,7 +7,11 @@
 #      nothing passed or failed;
 #   2. without XML_OUTPUT_FILE it exits 0 and prints the same line;
 #   3. called after e2e_install_traps, the EXIT trap still cleans up (the
-#      test's private folder is gone) and the status stays 0.
+#      test's private folder is gone) and the status stays 0;
+#   4. e2e_skip_round and e2e_finish: a test that passed with two optional
+#      rounds skipped writes one passed case and two skipped ones, each
+#      with its reason; with no round skipped it writes nothing (Bazel's own
+#      XML stands).
 #
 #   e2e_lib_test.sh E2E_LIB
 #
@@ -84,4 +88,34 @@ private="$(sed -n 's/^tmp=//p' <<<"$out")"
 [[ ! -e $private ]] || fail "the EXIT trap did not remove $private"
 grep -q '<skipped message="late"' "$tmp/after.xml" || fail "no skip in $(cat "$tmp/after.xml")"
 echo "ok: after e2e_install_traps"
+# --- 4. Skipped rounds ---------------------------------------------------------
+rounds_xml="$tmp/rounds.xml"
+XML_OUTPUT_FILE="$rounds_xml" TEST_TARGET=//x:rounds_test bash -c '
+  set -euo pipefail
+  E2E_NAME=rounds_test
+  source "$1"
+  e2e_skip_round "zero copy" "no <hugepages> here"
+  e2e_skip_round af_xdp "the driver refused"
+  e2e_finish
+' _ "$lib" >/dev/null || fail "e2e_finish with skipped rounds failed"
+python3 - "$rounds_xml" <<'PY' || fail "the rounds XML is wrong: $(cat "$rounds_xml")"
+import sys
+import xml.etree.ElementTree as ET
+cases = list(ET.parse(sys.argv[1]).getroot().iter("testcase"))
+names = [c.get("name") for c in cases]
+assert names == ["//x:rounds_test", "//x:rounds_test/zero copy",
+                 "//x:rounds_test/af_xdp"], names
+assert [c.find("skipped") is not None for c in cases] == [False, True, True]
+assert cases[1].find("skipped").get("message") == "no <hugepages> here"
+assert cases[2].find("skipped").get("message") == "the driver refused"
+print("ok: 1 passed case and 2 skipped rounds, reasons intact")
+PY
+rm -f "$rounds_xml"
+XML_OUTPUT_FILE="$rounds_xml" bash -c '
+  set -euo pipefail
+  source "$1"
+  e2e_finish
+' _ "$lib" || fail "e2e_finish without skipped rounds failed"
+[[ ! -e $rounds_xml ]] || fail "e2e_finish wrote an XML although no round was skipped"
+echo "ok: no skipped round, no XML"
 echo "e2e_lib_test: ok"

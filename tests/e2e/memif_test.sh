@@ -253,7 +253,8 @@ if e2e_hugepages 192; then
     e2e_fail "$((free_before - free_after)) hugepages stayed taken after daemon b4 stopped"
   e2e_log "round 4 done after $(e2e_since "$test_start") s; $free_after hugepages free again"
 else
-  e2e_log "round 4 skipped: $E2E_HUGE_WHY"
+  e2e_skip_round "memif zero copy" "$E2E_HUGE_WHY"
 fi
 
 e2e_log "ok in $(e2e_since "$test_start") s"
+e2e_finish

@@ -310,7 +310,7 @@ if start_pair 3 af_xdp; then
   stop_pair 3
   e2e_log "round 3 done after $(e2e_since "$test_start") s"
 else
-  e2e_log "af_xdp is not usable here (see the daemon's log above); going on without it"
+  e2e_skip_round "af_xdp" "af_xdp is not usable here (the daemon's log above says why)"
 fi
 
 # The network goes away with the namespaces; check that it did.
@@ -325,3 +325,4 @@ for v in "$veth_a" "$veth_b"; do
   fi
 done
 e2e_log "ok in $(e2e_since "$test_start") s"
+e2e_finish
