@@ -85,6 +85,20 @@ struct RingPair {
     rte_ring_free(ab);
     rte_ring_free(ba);
   }
+  // Flushes a until b receives a frame (at most 2 s); returns it, or
+  // nothing.
+  std::vector<uint8_t> NextFrameFromAToB() {
+    std::vector<uint8_t> got;
+    const Clock clock;
+    const uint64_t end = clock.NowNs() + 2'000'000'000;
+    while (got.empty() && clock.NowNs() < end) {
+      a->Flush();
+      b->Receive([&got](std::span<const uint8_t> frame) {
+        got.assign(frame.begin(), frame.end());
+      });
+    }
+    return got;
+  }
   // Moves everything still on its way (delayed, queued, in the rings) to
   // the receiving port, which frees it; `on_frame` sees each frame.
   template <typename Fn>
@@ -544,16 +558,7 @@ TEST_F(EthPortTest, ATransmitBurstCutShortLosesNoBufferAndNoMemory) {
 
   // The link is looked at again, and frames flow.
   SendInPlace(*ports.a, memory.data() + 5000, 1900, &owner, &expected);
-  std::vector<uint8_t> got;
-  const Clock clock;
-  const uint64_t end = clock.NowNs() + 2'000'000'000;
-  while (got.empty() && clock.NowNs() < end) {
-    ports.a->Flush();
-    ports.b->Receive([&got](std::span<const uint8_t> frame) {
-      got.assign(frame.begin(), frame.end());
-    });
-  }
-  EXPECT_EQ(got, expected);
+  EXPECT_EQ(ports.NextFrameFromAToB(), expected);
   EXPECT_EQ(owner.references(), 0u);
   EXPECT_EQ(ports.a->mbufs_in_use() + ports.b->mbufs_in_use(), baseline);
   EXPECT_EQ(rte_eth_remove_tx_callback(static_cast<uint16_t>(ports.pa), 0, cb),
@@ -627,16 +632,7 @@ TEST_F(EthPortTest, FramesForADownLinkAreDroppedNotHeld) {
 
   ASSERT_EQ(rte_eth_dev_set_link_up(static_cast<uint16_t>(ports.pa)), 0);
   SendInPlace(*ports.a, memory.data(), 1900, &owner, &expected);
-  std::vector<uint8_t> got;
-  const Clock clock;
-  const uint64_t end = clock.NowNs() + 2'000'000'000;
-  while (got.empty() && clock.NowNs() < end) {
-    ports.a->Flush();
-    ports.b->Receive([&got](std::span<const uint8_t> frame) {
-      got.assign(frame.begin(), frame.end());
-    });
-  }
-  EXPECT_EQ(got, expected);
+  EXPECT_EQ(ports.NextFrameFromAToB(), expected);
   EXPECT_EQ(owner.references(), 0u);
 }
 

@@ -29,16 +29,6 @@ void AppendRoceJson(const std::vector<GoldenFrame>& frames,
   for (const GoldenFrame& g : frames) objects->push_back(RoceJson(g));
 }
 
-std::string Hex(std::span<const uint8_t> bytes) {
-  std::string out;
-  char buf[3];
-  for (uint8_t b : bytes) {
-    std::snprintf(buf, sizeof(buf), "%02x", b);
-    out += buf;
-  }
-  return out;
-}
-
 void AppendCmJson(const std::vector<GoldenCmFrame>& frames,
                   std::vector<std::string>* objects) {
   char buf[1024];

@@ -27,6 +27,8 @@ void PutLe32(std::vector<uint8_t>& out, uint32_t v) {
 
 const char* Bool(bool b) { return b ? "true" : "false"; }
 
+}  // namespace
+
 std::string Hex(std::span<const uint8_t> bytes) {
   std::string out;
   char buf[3];
@@ -36,8 +38,6 @@ std::string Hex(std::span<const uint8_t> bytes) {
   }
   return out;
 }
-
-}  // namespace
 
 std::vector<uint8_t> Pcap(const std::vector<std::vector<uint8_t>>& frames) {
   std::vector<uint8_t> out;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ std::string JsonArray(const std::vector<std::string>& objects);
 
 // Writes `data` to `path`; false (with a message on stderr) on failure.
 bool WriteFile(const char* path, const void* data, size_t len);
+
+// Lower-case hex, two digits a byte.
+std::string Hex(std::span<const uint8_t> bytes);
 
 std::string Ipv4String(uint32_t ip);
 std::string MacString(const MacAddr& mac);
