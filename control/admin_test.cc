@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "api/shm/layout.h"
 #include "control/admin_test_server.h"
 #include "control/status_sample.h"
@@ -137,7 +138,6 @@ TEST_F(SocketPair, GivesUpOnAPeerThatDoesNotRead) {
   EXPECT_FALSE(SendAdminAnswer(sv_[0], 0, "", big));
   const double took = SecondsSince(start);
   EXPECT_GE(took, 0.09);  // it did wait for the peer a little
-  EXPECT_LT(took, 1.5);
 }
 
 TEST_F(SocketPair, GivesUpOnAPeerThatReadsTooSlowly) {
@@ -147,12 +147,15 @@ TEST_F(SocketPair, GivesUpOnAPeerThatReadsTooSlowly) {
             0);
   const std::string big = Pattern(16 << 20);
   std::atomic<bool> done{false};
-  // Drains the socket every 20 ms: never a 100 ms stall, but at most a few
-  // MiB per second, so 16 MiB cannot go out in 1 s.
+  std::atomic<size_t> received{0};
+  // Takes 64 KiB every 20 ms: never a 100 ms stall, but at most a few MiB
+  // in the second the answer may take, far from 16 MiB.
   std::thread reader([&] {
-    std::string buf(256 << 10, '\0');
+    std::string buf(64 << 10, '\0');
     while (!done) {
-      if (read(sv_[1], buf.data(), buf.size()) <= 0) break;
+      const ssize_t got = read(sv_[1], buf.data(), buf.size());
+      if (got <= 0) break;
+      received += static_cast<size_t>(got);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
@@ -162,8 +165,10 @@ TEST_F(SocketPair, GivesUpOnAPeerThatReadsTooSlowly) {
   done = true;
   shutdown(sv_[0], SHUT_RDWR);
   reader.join();
+  // It kept serving the steady reader until the whole answer's time was up,
+  // then gave up with most of the answer unsent.
   EXPECT_GE(took, 0.95);
-  EXPECT_LT(took, 1.6);
+  EXPECT_LT(received.load(), big.size() / 2);
 }
 
 TEST_F(SocketPair, GivesUpOnAGonePeerWithoutSigpipe) {
@@ -462,17 +467,21 @@ TEST(QueryDaemonTest, SocketPermissionDenied) {
 }
 
 TEST(QueryDaemonTest, SilentDaemonTimesOut) {
-  auto server = FakeAdminServer::Start(ShortSocketPath("silent"), [](int sock) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  });
+  // The server holds the connection, silent, until the query has returned:
+  // only the query's own timeout can end it.
+  absl::Notification answered;
+  auto server =
+      FakeAdminServer::Start(ShortSocketPath("silent"), [&](int sock) {
+        answered.WaitForNotificationWithTimeout(absl::Seconds(30));
+      });
   ASSERT_NE(server, nullptr);
   const auto start = Clock::now();
   absl::StatusOr<std::string> answer =
       QueryDaemon(server->path(), "status", false, absl::Milliseconds(200));
   const double took = SecondsSince(start);
+  answered.Notify();
   EXPECT_EQ(answer.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_GE(took, 0.19);
-  EXPECT_LT(took, 1.0);
 }
 
 TEST(QueryDaemonTest, DaemonClosesWithoutAnswering) {
@@ -727,10 +736,8 @@ TEST(QueryDaemonTest, FuzzedAnswersAreErrorsOrTheWholeBody) {
     const ExpectedQuery want = PredictQuery(bytes);
     const std::string_view topic =
         kStatusTopics[rng.below(kStatusTopics.size())];
-    const auto start = Clock::now();
     absl::StatusOr<std::string> answer =
         QueryDaemon(server->path(), topic, rng.percent(50), kTimeout);
-    ASSERT_LT(SecondsSince(start), 2.0) << "an answer took this long";
     ASSERT_EQ(answer.status().code(), want.code) << answer.status();
     if (want.code == absl::StatusCode::kOk) {
       ++answered;

@@ -217,9 +217,10 @@ void SessionServer::RefuseForLackOfDescriptors() {
   close(spare_fd_);
   const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
   if (fd >= 0) {
+    // Counted before the answer: a client that saw it sees the count.
+    counters_->Count(&ControlCounters::rejected_clients);
     Refuse(fd, shm::kStatusLimit,
            "the daemon is out of file descriptors (LimitNOFILE)");
-    counters_->Count(&ControlCounters::rejected_clients);
   }
   spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
@@ -235,10 +236,10 @@ void SessionServer::AcceptClients() {
     socklen_t len = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
         !Allowed(cred.uid, cred.gid)) {
+      counters_->Count(&ControlCounters::rejected_clients);
       Refuse(fd, shm::kStatusPermission,
              absl::StrCat("uid ", cred.uid,
                           " is not allowed by this daemon's policy"));
-      counters_->Count(&ControlCounters::rejected_clients);
       continue;
     }
     absl::StatusOr<UserAccounts::Charge> charge =
@@ -247,8 +248,8 @@ void SessionServer::AcceptClients() {
       const std::string why(charge.status().message());
       RDP_LOG_EVERY(kWarning, 10, "session of pid %d refused: %s",
                     static_cast<int>(cred.pid), why.c_str());
-      Refuse(fd, shm::kStatusLimit, why);
       counters_->Count(&ControlCounters::rejected_clients);
+      Refuse(fd, shm::kStatusLimit, why);
       continue;
     }
     // Setup messages are read without waiting (SetupReader), so a client

@@ -171,12 +171,11 @@ void Engine::Dispatch(std::span<const uint8_t> frame) {
 }
 
 uint32_t Engine::PollPort() {
-  uint32_t work = port_->Receive([this](std::span<const uint8_t> f) {
-    Dispatch(f);
-  });
+  uint32_t work =
+      port_->Receive([this](std::span<const uint8_t> f) { Dispatch(f); });
   ControlFrame f;
-  for (uint32_t i = 0; i < options_.budget &&
-                       from_control_.TryPop(&f) == shm::PopResult::kOk;
+  for (uint32_t i = 0;
+       i < options_.budget && from_control_.TryPop(&f) == shm::PopResult::kOk;
        ++i) {
     if (port_->Send({f.bytes, f.length})) {
       counters_.control_frames_out.fetch_add(1, std::memory_order_relaxed);
@@ -254,8 +253,8 @@ void Engine::AddPair(Endpoint* a, Endpoint* b) {
 
 void Engine::RemovePair(Endpoint* e, CloseReason reason,
                         CloseReason peer_reason) {
-  Submit({CommandType::kRemovePair, e, e->peer(), reason, peer_reason,
-          nullptr});
+  Submit(
+      {CommandType::kRemovePair, e, e->peer(), reason, peer_reason, nullptr});
 }
 
 void Engine::ApplyCommands() {
@@ -337,7 +336,9 @@ bool Engine::Sleep() {
     const timespec timeout{static_cast<time_t>(wait_ns / 1'000'000'000),
                            static_cast<long>(wait_ns % 1'000'000'000)};
     epoll_event events[16];
+    counters_.asleep.store(1, std::memory_order_relaxed);
     const int n = epoll_pwait2(epoll_fd_, events, 16, &timeout, nullptr);
+    counters_.asleep.store(0, std::memory_order_relaxed);
     for (int i = 0; i < n; ++i) {
       // Drain: an eventfd yields its counter, a socket its datagrams.
       const auto* route = static_cast<const WakeRoute*>(events[i].data.ptr);

@@ -13,6 +13,7 @@
 #include "api/shm/layout.h"
 #include "api/status.h"
 #include "dataplane/fault/fault_model.h"
+#include "tests/testing/counters.h"
 #include "tests/testing/test_util.h"
 
 namespace rdmaplane {
@@ -67,6 +68,13 @@ class SeedTest : public ::testing::Test {
     auto k = c.RegisterMemory(buf, n, RDP_MEM_READWRITE);
     EXPECT_TRUE(k.ok()) << k.status();
     return k.ok() ? *k : 0;
+  }
+
+  // Waits until the engine has taken `n` requests of the connections.
+  bool WaitUntilTaken(uint64_t n) {
+    return testing::WaitFor([&] {
+      return testing::SumOverConnections(*daemon_->daemon, "posted") >= n;
+    });
   }
 
   // Posts a write and waits; returns the final status.
@@ -149,8 +157,8 @@ TEST_F(SeedTest, SmallDescriptorBufferIsFaultWithRequiredSize) {
   uint8_t block[64];
   std::memset(block, 0xEE, sizeof(block));
   uint32_t len = 8;
-  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE,
-                                        block, &len),
+  EXPECT_EQ(server().RegisterRdmaMemory(sconn(), buf, 100, RDP_MEM_WRITE, block,
+                                        &len),
             RDP_ERR_FAULT);
   EXPECT_EQ(len, RDP_DESCRIPTOR_BYTES);
   for (uint32_t i = 0; i < sizeof(block); ++i) {
@@ -438,8 +446,11 @@ TEST_F(SeedTest, DeregisterWhileInUseIsInvalid) {
   rdp_overlapped ov{};
   ASSERT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, 0, &ov),
             RDP_PENDING);
-  // The engine takes the request within microseconds of the doorbell.
-  absl::SleepFor(absl::Milliseconds(100));
+  // The engine took the request and its first packet arrived.
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return testing::SumOverConnections(*daemon_->daemon, "posted") >= 1 &&
+           testing::SumOverConnections(*daemon_->daemon, "rx_packets") >= 1;
+  }));
   // The target is held by the half-received write, the source by the
   // outstanding request: neither can be released.
   EXPECT_EQ(server().DeregisterRdmaMemory(sconn(), d.bytes, d.len),
@@ -605,7 +616,7 @@ TEST_F(SeedTest, ClosingWithWorkOutstandingAbortsIt) {
   ASSERT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, RDP_FLAG_DEFER,
                            &deferred),
             RDP_PENDING);
-  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(WaitUntilTaken(1));
   ASSERT_TRUE(client().Disconnect(cconn()).ok());
   EXPECT_EQ(sent.status, RDP_ERR_ABORTED);
   EXPECT_EQ(deferred.status, RDP_ERR_ABORTED);
@@ -771,8 +782,8 @@ TEST_F(SeedTest, ReadFenceOrdersAfterEarlierReads) {
 // test tells the two apart.
 TEST_F(SeedTest, ReadFenceHoldsAWriteUntilTheReadHasLanded) {
   control::DaemonOptions options;
-  ASSERT_EQ(
-      fault::ParseFaultSpec("delay_us=5000,seed=1", &options.link_faults), "");
+  ASSERT_EQ(fault::ParseFaultSpec("delay_us=5000,seed=1", &options.link_faults),
+            "");
   options.retransmit_timeout_ns = 200'000'000;  // well above the delay
   Start(options);
   constexpr uint32_t kLen = 4096;
@@ -786,12 +797,12 @@ TEST_F(SeedTest, ReadFenceHoldsAWriteUntilTheReadHasLanded) {
     uint8_t* local = Buffer(client(), kLen, 0);
     rdp_sge sge{local, kLen, Lkey(client(), local, kLen)};
     rdp_overlapped read{}, write{};
-    ASSERT_EQ(client().Read(cconn(), &sge, 1, source.d()->address,
-                            source.bytes, source.len, 0, &read),
+    ASSERT_EQ(client().Read(cconn(), &sge, 1, source.d()->address, source.bytes,
+                            source.len, 0, &read),
               RDP_PENDING);
     const uint32_t offset = fenced ? kLen : 0;
-    ASSERT_EQ(client().Write(cconn(), &sge, 1, target.bytes, target.len,
-                             offset, fenced ? RDP_FLAG_READ_FENCE : 0, &write),
+    ASSERT_EQ(client().Write(cconn(), &sge, 1, target.bytes, target.len, offset,
+                             fenced ? RDP_FLAG_READ_FENCE : 0, &write),
               RDP_PENDING);
     ASSERT_EQ(client().GetOverlappedResult(cconn(), &write, true, nullptr),
               RDP_OK);
@@ -819,7 +830,15 @@ TEST_F(SeedTest, DeferWaitsForFlush) {
   ASSERT_EQ(client().Read(cconn(), &sge, 1, d.d()->address, d.bytes, d.len,
                           RDP_FLAG_DEFER, &ov),
             RDP_PENDING);
-  absl::SleepFor(absl::Milliseconds(20));
+  // The engine serves the other end's read from start to end meanwhile: it
+  // was free to start ours, had the doorbell rung.
+  uint8_t* probe = Buffer(client(), 64, 0x21);
+  Desc probe_desc = Register(client(), cconn(), probe, 64, RDP_MEM_READ);
+  uint8_t* landing = Buffer(server(), 64, 0);
+  ASSERT_EQ(ReadWait(server(), sconn(), landing, 64,
+                     Lkey(server(), landing, 64), probe_desc, 0),
+            RDP_OK);
+  ASSERT_EQ(landing[0], 0x21);
   EXPECT_EQ(client().GetOverlappedResult(cconn(), &ov, false, nullptr),
             RDP_PENDING);
   EXPECT_EQ(dst[0], 0);
@@ -935,7 +954,7 @@ TEST_F(SeedTest, DaemonGoneIsNetworkDown) {
   rdp_overlapped in_flight{}, later{};
   ASSERT_EQ(client().Write(cconn(), &sge, 1, d.bytes, d.len, 0, 0, &in_flight),
             RDP_PENDING);
-  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(WaitUntilTaken(1));
   daemon_->daemon->Stop();
   EXPECT_EQ(client().GetOverlappedResult(cconn(), &in_flight, true, nullptr),
             RDP_ERR_CONN_ABORTED);
@@ -964,9 +983,9 @@ TEST_F(SeedTest, ReadWithUnsupportedFlags) {
   uint8_t* other = Buffer(client(), 16, 0);
   rdp_sge valid{other, 16, Lkey(client(), other, 16)};
   rdp_overlapped ok{};
-  ASSERT_EQ(client().Read(cconn(), &valid, 1, d.d()->address, d.bytes, d.len,
-                          0, &ok),
-            RDP_PENDING);
+  ASSERT_EQ(
+      client().Read(cconn(), &valid, 1, d.d()->address, d.bytes, d.len, 0, &ok),
+      RDP_PENDING);
   EXPECT_EQ(client().GetOverlappedResult(cconn(), &ok, true, nullptr), RDP_OK);
   EXPECT_EQ(dst[0], 0);
   rdp_overlapped* done[2];
@@ -1128,9 +1147,9 @@ TEST_F(SeedTest, PostingArgumentsAreChecked) {
   uint8_t* dst = Buffer(client(), 256, 0);
   const uint32_t ld = Lkey(client(), dst, 256);
   for (auto& e : sgl) e = {dst, 1, ld};
-  EXPECT_EQ(client().Read(cconn(), sgl, 9, r.d()->address, r.bytes, r.len, 0,
-                          &ov),
-            RDP_ERR_INVALID);
+  EXPECT_EQ(
+      client().Read(cconn(), sgl, 9, r.d()->address, r.bytes, r.len, 0, &ov),
+      RDP_ERR_INVALID);
   EXPECT_EQ(client().Read(cconn(), sgl, 1, r.d()->address, r.bytes, r.len, 0,
                           nullptr),
             RDP_ERR_FAULT);

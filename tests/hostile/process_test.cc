@@ -204,7 +204,6 @@ TEST_F(ProcessTest, SigkillMidTransferIsReclaimedAndOthersUnaffected) {
     const auto fill = static_cast<uint8_t>(std::atoi(ready.c_str() + 6));
     ASSERT_NE(fill, 0);
 
-    absl::SleepFor(absl::Milliseconds(100));
     // Mid-transfer: the victim's blocks have covered the whole buffer (it
     // writes round and round) and it is still writing.
     EXPECT_TRUE(WaitFor([&] {

@@ -9,10 +9,13 @@
 #include <cstdint>
 #include <functional>
 #include <ostream>
+#include <string>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "control/admin.h"
 #include "control/daemon.h"
+#include "control/json_reader.h"
 
 namespace rdmaplane::testing {
 
@@ -76,6 +79,23 @@ inline ::testing::AssertionResult CountersReach(
   return ::testing::AssertionFailure()
          << "daemon holds " << HeldOf(daemon.Snapshot()) << ", expected "
          << want;
+}
+
+// `field` of the daemon's connections status (a number, e.g. "posted":
+// requests the engine took, or "rx_packets"), summed over its connections,
+// asked over its socket as rdmaplanectl does; 0 if the daemon does not
+// answer.
+inline uint64_t SumOverConnections(const control::Daemon& daemon,
+                                   const std::string& field) {
+  absl::StatusOr<std::string> text = control::QueryDaemon(
+      daemon.socket_path(), "connections", /*json=*/true, absl::Seconds(5));
+  if (!text.ok()) return 0;
+  const control::Json list = control::ParseOrDie(*text);
+  uint64_t total = 0;
+  for (const control::Json& c : list.Array()) {
+    total += c[field].U64();
+  }
+  return total;
 }
 
 }  // namespace rdmaplane::testing

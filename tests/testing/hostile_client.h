@@ -908,6 +908,18 @@ class HostileClientTest : public ::testing::Test {
     return testing::CountersReach(*daemon_, want, timeout);
   }
 
+  // Waits until the running good pair has completed two more verified
+  // rounds. The daemon has one engine, so the engine has gone over every
+  // connection's work (and every kick) since the call began.
+  ::testing::AssertionResult EngineWentRound() {
+    const uint64_t rounds = good_->rounds();
+    if (WaitFor([&] { return good_->rounds() >= rounds + 2; })) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure()
+           << "the good pair stopped: " << good_->error();
+  }
+
   // The daemon still serves: the good pair completes a verified transfer in
   // time, and a new client opens a session, listens, allocates and
   // registers.
