@@ -141,7 +141,8 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   qp.ack_req_every = 32;
   qp.retransmit_timeout_ns = c->remote ? options_.remote_retransmit_timeout_ns
                                        : options_.retransmit_timeout_ns;
-  qp.retry_count = 7;
+  // retry_count, READ depths: QpConfig's defaults, which the CM's REQ and
+  // REP announce.
   info.qp = qp;
   const rc::Clock* clock = engines_[0]->clock();
   if (c->remote) {
@@ -152,7 +153,8 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
                                             options_.link_faults);
 }
 
-// --- Listeners ----------------------------------------------------------------
+// --- Listeners
+// ----------------------------------------------------------------
 
 ControlResponse ConnectionTable::Listen(Session* s, const ControlRequest& r) {
   if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
@@ -209,7 +211,8 @@ void ConnectionTable::Refuse(std::deque<Connection*> queue) {
   for (Connection* c : queue) RefusePending(c);
 }
 
-// --- Connections inside the daemon ----------------------------------------------
+// --- Connections inside the daemon
+// ----------------------------------------------
 
 ControlResponse ConnectionTable::Connect(Session* s, const ControlRequest& r) {
   if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
@@ -285,7 +288,8 @@ ControlResponse ConnectionTable::Accept(Session* s, const ControlRequest& r) {
   return resp;
 }
 
-// --- Connections to other daemons ------------------------------------------------
+// --- Connections to other daemons
+// ------------------------------------------------
 
 void ConnectionTable::StartRemote(Connection* c) {
   Session* s = c->side[0];
@@ -317,7 +321,8 @@ void ConnectionTable::RefusePending(Connection* c) {
   memory_->DropScope(ScopeOf(c->id, 0));
 }
 
-// --- Closing ---------------------------------------------------------------------
+// --- Closing
+// ---------------------------------------------------------------------
 
 void ConnectionTable::Finish(Connection* c, int side,
                              engine::CloseReason reason) {
@@ -455,6 +460,10 @@ void ConnectionTable::AppendStatus(DaemonStatus* st) const {
         cs.timeouts = q.timeouts;
         cs.naks_sent = q.naks_sent;
         cs.naks_received = q.naks_received;
+        cs.access_errors = q.access_errors;
+        cs.invalid_requests = q.invalid_requests;
+        cs.pkey_violations = q.pkey_violations;
+        cs.bad_responses = q.bad_responses;
       }
       st->connections.push_back(std::move(cs));
     }

@@ -127,6 +127,10 @@ void ConnectionFields(JsonObject& o, const ConnectionStatus& c) {
   o.Field("timeouts", c.timeouts);
   o.Field("naks_sent", c.naks_sent);
   o.Field("naks_received", c.naks_received);
+  o.Field("access_errors", c.access_errors);
+  o.Field("invalid_requests", c.invalid_requests);
+  o.Field("pkey_violations", c.pkey_violations);
+  o.Field("bad_responses", c.bad_responses);
 }
 
 void RegistrationFields(JsonObject& o, const RegistrationStatus& r) {
@@ -326,31 +330,35 @@ std::string ClientsText(const DaemonStatus& s) {
 }
 
 std::string ConnectionsText(const DaemonStatus& s) {
-  Table t({{"ID", true},
-           {"SESSION", true},
-           {"SLOT", true},
-           {"SERVICE", false},
-           {"PEER", false},
-           {"STATE", false},
-           {"ENGINE", true},
-           {"LOCAL_QPN", true},
-           {"REMOTE_QPN", true},
-           {"POSTED", true},
-           {"COMPLETED", true},
-           {"TX_PKTS", true},
-           {"RX_PKTS", true},
-           {"RETX_PKTS", true},
-           {"TIMEOUTS", true},
-           {"NAKS_SENT", true},
-           {"NAKS_RCVD", true}});
+  Table t({{"ID", true},        {"SESSION", true},    {"SLOT", true},
+           {"SERVICE", false},  {"PEER", false},      {"STATE", false},
+           {"ENGINE", true},    {"LOCAL_QPN", true},  {"REMOTE_QPN", true},
+           {"POSTED", true},    {"COMPLETED", true},  {"TX_PKTS", true},
+           {"RX_PKTS", true},   {"RETX_PKTS", true},  {"TIMEOUTS", true},
+           {"NAKS_SENT", true}, {"NAKS_RCVD", true},  {"ACC_ERRS", true},
+           {"INV_REQS", true},  {"PKEY_DROPS", true}, {"BAD_RESPS", true}});
   for (const ConnectionStatus& c : s.connections) {
-    t.Row({absl::StrCat(c.id), absl::StrCat(c.session_id), absl::StrCat(c.slot),
-           Printable(c.service), Printable(c.peer), Printable(c.state),
-           absl::StrCat(c.engine), Hex(c.local_qpn), Hex(c.remote_qpn), absl::StrCat(c.posted),
-           absl::StrCat(c.completed), absl::StrCat(c.tx_packets),
-           absl::StrCat(c.rx_packets), absl::StrCat(c.retransmitted_packets),
-           absl::StrCat(c.timeouts), absl::StrCat(c.naks_sent),
-           absl::StrCat(c.naks_received)});
+    t.Row({absl::StrCat(c.id),
+           absl::StrCat(c.session_id),
+           absl::StrCat(c.slot),
+           Printable(c.service),
+           Printable(c.peer),
+           Printable(c.state),
+           absl::StrCat(c.engine),
+           Hex(c.local_qpn),
+           Hex(c.remote_qpn),
+           absl::StrCat(c.posted),
+           absl::StrCat(c.completed),
+           absl::StrCat(c.tx_packets),
+           absl::StrCat(c.rx_packets),
+           absl::StrCat(c.retransmitted_packets),
+           absl::StrCat(c.timeouts),
+           absl::StrCat(c.naks_sent),
+           absl::StrCat(c.naks_received),
+           absl::StrCat(c.access_errors),
+           absl::StrCat(c.invalid_requests),
+           absl::StrCat(c.pkey_violations),
+           absl::StrCat(c.bad_responses)});
   }
   return t.Render();
 }

@@ -35,8 +35,8 @@ struct ConnectionStatus {
   uint32_t session_id = 0;
   uint32_t slot = 0;
   std::string service;
-  std::string peer;   // "local" or the peer's IP address, e.g. "10.0.0.2"
-  std::string state;  // "pending", "connecting", "up", "closing"
+  std::string peer;     // "local" or the peer's IP address, e.g. "10.0.0.2"
+  std::string state;    // "pending", "connecting", "up", "closing"
   uint32_t engine = 0;  // index of the engine serving it
   uint32_t local_qpn = 0;
   uint32_t remote_qpn = 0;
@@ -48,6 +48,12 @@ struct ConnectionStatus {
   uint64_t timeouts = 0;
   uint64_t naks_sent = 0;
   uint64_t naks_received = 0;
+  // Requests this end's responder refused: remote access errors (bad key,
+  // rights or range) and invalid requests (unserved opcodes, bad lengths).
+  uint64_t access_errors = 0;
+  uint64_t invalid_requests = 0;
+  uint64_t pkey_violations = 0;  // frames of another partition, dropped
+  uint64_t bad_responses = 0;    // responses that broke the protocol
 };
 
 struct RegistrationStatus {

@@ -50,6 +50,10 @@ DaemonStatus SampleStatus() {
     c.timeouts = 1;
     c.naks_sent = 2;
     c.naks_received = 4;
+    c.access_errors = 5;
+    c.invalid_requests = 6;
+    c.pkey_violations = 8;
+    c.bad_responses = 9;
     s.connections.push_back(c);
     ++id;
   }

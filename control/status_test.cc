@@ -92,7 +92,11 @@ TEST(StatusTest, JsonConnectionsKeepOddServiceNames) {
     EXPECT_EQ(o["timeouts"].U64(), 1u);
     EXPECT_EQ(o["naks_sent"].U64(), 2u);
     EXPECT_EQ(o["naks_received"].U64(), 4u);
-    EXPECT_EQ(o.Object().size(), 17u);
+    EXPECT_EQ(o["access_errors"].U64(), 5u);
+    EXPECT_EQ(o["invalid_requests"].U64(), 6u);
+    EXPECT_EQ(o["pkey_violations"].U64(), 8u);
+    EXPECT_EQ(o["bad_responses"].U64(), 9u);
+    EXPECT_EQ(o.Object().size(), 21u);
   }
 }
 

@@ -117,6 +117,10 @@ void ConnectionFields(Dict& d, const ConnectionStatus& c) {
   d.U64("timeouts", c.timeouts);
   d.U64("naks_sent", c.naks_sent);
   d.U64("naks_received", c.naks_received);
+  d.U64("access_errors", c.access_errors);
+  d.U64("invalid_requests", c.invalid_requests);
+  d.U64("pkey_violations", c.pkey_violations);
+  d.U64("bad_responses", c.bad_responses);
 }
 
 void RegistrationFields(Dict& d, const RegistrationStatus& r) {

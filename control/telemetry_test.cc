@@ -173,7 +173,11 @@ TEST_F(TelemetryTest, ConnectionsByIdWithOddServiceNames) {
     EXPECT_EQ(o["timeouts"].U64(), 1u);
     EXPECT_EQ(o["naks_sent"].U64(), 2u);
     EXPECT_EQ(o["naks_received"].U64(), 4u);
-    EXPECT_EQ(o.Object().size(), 17u);
+    EXPECT_EQ(o["access_errors"].U64(), 5u);
+    EXPECT_EQ(o["invalid_requests"].U64(), 6u);
+    EXPECT_EQ(o["pkey_violations"].U64(), 8u);
+    EXPECT_EQ(o["bad_responses"].U64(), 9u);
+    EXPECT_EQ(o.Object().size(), 21u);
   }
 }
 
@@ -220,12 +224,12 @@ TEST_F(TelemetryTest, LongListsAreCutToOneReplyAndSaySo) {
   const uint64_t shown = list.Object().size() - 1;
   ASSERT_TRUE(list.Has("omitted"));
   EXPECT_EQ(shown + list["omitted"].U64(), 400u);
-  // About 450 bytes each: the budget is used, not wasted.
+  // About 540 bytes each: the budget is used, not wasted.
   EXPECT_GE(shown, 25u);
   EXPECT_GE(reply.size(), 14000u);
   for (const auto& [key, entry] : list.Object()) {
     if (key == "omitted") continue;
-    EXPECT_EQ(entry.Object().size(), 17u) << key;
+    EXPECT_EQ(entry.Object().size(), 21u) << key;
     EXPECT_EQ(entry["service"].Str(), std::string(127, 's'));
     EXPECT_EQ(entry["tx_packets"].U64(), 18446744073709551615ull);
   }

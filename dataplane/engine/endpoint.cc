@@ -4,7 +4,6 @@
 #include <time.h>
 
 #include <algorithm>
-
 #include <cstring>
 
 #include "api/shm/doorbell.h"
@@ -19,8 +18,7 @@ uint64_t MonotonicClock::NowNs() const {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
 }
 
-FrameQueue::FrameQueue()
-    : frames_(new uint8_t[size_t{kSlots} * kSlotBytes]) {}
+FrameQueue::FrameQueue() : frames_(new uint8_t[size_t{kSlots} * kSlotBytes]) {}
 
 std::span<uint8_t> FrameQueue::Reserve(size_t len) {
   if (tail_ - head_ == kSlots || len > kSlotBytes) return {};
@@ -39,8 +37,8 @@ std::span<const uint8_t> FrameQueue::Front() const {
 }
 
 std::span<uint8_t> LoopbackTx::Reserve(size_t max_len) {
-  std::span<uint8_t> slot = peer_rx_ != nullptr ? peer_rx_->Reserve(max_len)
-                                                 : std::span<uint8_t>{};
+  std::span<uint8_t> slot =
+      peer_rx_ != nullptr ? peer_rx_->Reserve(max_len) : std::span<uint8_t>{};
   reserved_in_peer_ = !slot.empty();
   if (slot.empty()) return {};  // link full: back-pressure
   return slot;
@@ -94,8 +92,8 @@ void Endpoint::SetPeer(wire::Qpn remote_qpn, wire::Psn recv_psn,
   info_.qp.remote_qpn = remote_qpn;
   info_.qp.recv_psn = recv_psn;
   info_.qp.path.dst_mac = mac;
-  qp_ = std::make_unique<rc::RcQp>(
-      WithDepth(info_.qp), rc::RcQp::Env{clock_, port_tx_, this, this});
+  qp_ = std::make_unique<rc::RcQp>(WithDepth(info_.qp),
+                                   rc::RcQp::Env{clock_, port_tx_, this, this});
 }
 
 void Endpoint::HandleFrame(const wire::ParsedPacket& pkt) {
@@ -112,6 +110,7 @@ bool Endpoint::TakeTransportError() {
 }
 
 void Endpoint::PublishState(shm::ConnectionState state) {
+  if (closed_) return;  // Close published the final state
   info_.header->connection_state[info_.slot].store(state,
                                                    std::memory_order_release);
 }
@@ -196,8 +195,8 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
     return shm::kStatusInvalid;
   }
   wr->wr_id = e.wr_id;
-  wr->opcode = e.op == shm::kSendWrite ? rc::WrOpcode::kWrite
-                                       : rc::WrOpcode::kRead;
+  wr->opcode =
+      e.op == shm::kSendWrite ? rc::WrOpcode::kWrite : rc::WrOpcode::kRead;
   wr->flags = ((e.flags & shm::kFlagSilentSuccess) ? rc::kWrSilentSuccess : 0) |
               ((e.flags & shm::kFlagReadFence) ? rc::kWrReadFence : 0);
   wr->num_sge = e.num_sge;
@@ -205,8 +204,8 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
   wr->rkey = wire::Rkey(e.rkey);
   uint64_t total = 0;
   // A write reads the local buffers, a read fills them.
-  const uint8_t access = e.op == shm::kSendWrite ? mr::kAccessLocal
-                                                 : mr::kAccessLocalWrite;
+  const uint8_t access =
+      e.op == shm::kSendWrite ? mr::kAccessLocal : mr::kAccessLocalWrite;
   for (uint32_t i = 0; i < e.num_sge; ++i) {
     const shm::SgeEntry& s = e.sge[i];
     total += s.length;
@@ -278,8 +277,7 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
   while (n < budget && !closed_ && !direct_copy_.active && ClientsLive()) {
     const uint32_t outstanding = pins_tail_ - pins_head_;
     if (outstanding >= kMaxOutstanding ||
-        outstanding + info_.completion.Size() >=
-            info_.completion.capacity()) {
+        outstanding + info_.completion.Size() >= info_.completion.capacity()) {
       break;
     }
     shm::SendEntry e;
@@ -289,7 +287,7 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
       // The client broke its own ring: its connection cannot go on.
       ++stats_.bad_entries;
       Close(CloseReason::kClientBroke);
-      if (peer_ != nullptr) peer_->Close(CloseReason::kPeerClosed);
+      if (peer_ != nullptr) peer_->PeerEnded();
       if (remote()) transport_error_ = true;
       break;
     }
@@ -338,10 +336,9 @@ void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, Pins& pins,
   if (len > 0) {
     // The checks the peer's responder makes (key, connection, access,
     // range), and its pin while the memory is used.
-    mem = peer_->Resolve(peer_->info_.qp.local_qpn, wr.rkey, wr.remote_va,
-                         len,
-                         write ? rc::RemoteAccess::kWrite
-                               : rc::RemoteAccess::kRead);
+    mem = peer_->Resolve(
+        peer_->info_.qp.local_qpn, wr.rkey, wr.remote_va, len,
+        write ? rc::RemoteAccess::kWrite : rc::RemoteAccess::kRead);
   }
   if (mem.check != rc::AccessCheck::kOk) {
     // As over the wire: NAK "remote access error", the requester fails the
@@ -452,6 +449,32 @@ void Endpoint::Complete(const rc::Completion& c) {
   PushCompletion(c.wr_id, status, op, c.byte_len);
 }
 
+uint32_t Endpoint::Receive(uint32_t budget) {
+  uint32_t work = 0;
+  while (rx_ != nullptr && work < budget && !rx_->empty()) {
+    wire::ParsedPacket pkt;
+    if (closed_) {
+      // Nothing of a closed connection reaches client memory.
+    } else if (wire::ParseFrame(rx_->Front(), &pkt) == wire::ParseError::kOk) {
+      qp_->HandleFrame(pkt);
+    } else {
+      ++stats_.rx_rejected;
+    }
+    rx_->Pop();
+    ++work;
+  }
+  return work;
+}
+
+void Endpoint::PeerEnded() {
+  // The frames are copies: taking them touches only this end's client
+  // memory, which must still be there.
+  if (!closed_ && CheckClient() == Liveness::kAlive) {
+    Receive(FrameQueue::kSlots);
+  }
+  Close(CloseReason::kPeerClosed);
+}
+
 void Endpoint::Close(CloseReason reason) {
   if (closed_) return;
   closed_ = true;
@@ -479,18 +502,7 @@ uint32_t Endpoint::Poll(uint32_t budget) {
   // while one may be dying, the turn waits for the answer.
   if (!closed_ && !ClientsLive()) return 1;
   // Frames from the peer first: they complete and free work.
-  while (rx_ != nullptr && work < budget && !rx_->empty()) {
-    wire::ParsedPacket pkt;
-    if (closed_) {
-      // Nothing of a closed connection reaches client memory.
-    } else if (wire::ParseFrame(rx_->Front(), &pkt) == wire::ParseError::kOk) {
-      qp_->HandleFrame(pkt);
-    } else {
-      ++stats_.rx_rejected;
-    }
-    rx_->Pop();
-    ++work;
-  }
+  work += Receive(budget);
   if (!closed_) {
     if (direct_copy_.active) {
       ContinueDirect();
@@ -504,14 +516,14 @@ uint32_t Endpoint::Poll(uint32_t budget) {
     work += qp_->Poll(budget);
     if (ABSL_PREDICT_FALSE(ring_broken_)) {
       Close(CloseReason::kClientBroke);
-      if (peer_ != nullptr) peer_->Close(CloseReason::kPeerClosed);
+      if (peer_ != nullptr) peer_->PeerEnded();
       if (remote()) transport_error_ = true;
     } else if (qp_->state() == rc::QpState::kError) {
       // A transport error breaks the connection for both ends, whatever
       // put the QP in the error state (retries exhausted, a NAK, a bad
       // response, a request our responder refused once its NAK is sent).
       Close(CloseReason::kTransportError);
-      if (peer_ != nullptr) peer_->Close(CloseReason::kPeerClosed);
+      if (peer_ != nullptr) peer_->PeerEnded();
       if (remote()) transport_error_ = true;
     }
   }

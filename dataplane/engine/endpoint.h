@@ -234,6 +234,14 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // Returns false when requests must not run this turn (closed, or a client
   // may be dying).
   bool ClientsLive();
+  // Frames from the in-process peer, up to `budget`.
+  uint32_t Receive(uint32_t budget);
+  // The in-process peer's end broke (a transport error, or its client broke
+  // its ring): as on a wire, the frames it sent before, the NAK that explains
+  // the break among them, arrive before the news of its end. (A client that
+  // exited or closed ends its connection at once: nothing it sent lands
+  // after that.)
+  void PeerEnded();
 
   EndpointInfo info_;
   mr::RegistrationTable* table_;

@@ -918,6 +918,26 @@ TEST_F(SeedTest, ReadBeyondRemoteMemory) {
   EXPECT_EQ(dst[0], 0);
 }
 
+// Over frames (a link with a delay), the refusing end counts what its
+// responder refused, and the status shows it for that connection.
+TEST_F(SeedTest, ARefusedRemoteAccessIsCountedWhereItWasRefused) {
+  control::DaemonOptions o;
+  o.link_faults.delay_ns = 1000;
+  Start(o);
+  uint8_t* source = Buffer(server(), 256, 0x55);
+  Desc d = Register(server(), sconn(), source, 256, RDP_MEM_READ);
+  uint8_t* dst = Buffer(client(), 512, 0);
+  Desc forged = d;
+  const_cast<shm::RdmaDescriptor*>(forged.d())->length = 4096;
+  EXPECT_EQ(ReadWait(client(), cconn(), dst, 512, Lkey(client(), dst, 512),
+                     forged, 0),
+            RDP_ERR_REMOTE_RESOURCES);
+  EXPECT_EQ(testing::SumOverConnections(*daemon_->daemon, "access_errors"), 1u);
+  EXPECT_EQ(testing::SumOverConnections(*daemon_->daemon, "invalid_requests"),
+            0u);
+  EXPECT_EQ(testing::SumOverConnections(*daemon_->daemon, "bad_responses"), 0u);
+}
+
 // "STATUS_SUCCESS The request was posted successfully. A completion entry
 // will be queued to the CQ when the work request is completed."
 TEST_F(SeedTest, CompletionIsQueued) {
