@@ -378,6 +378,7 @@ void ConnectionManager::OnReply(Connection* c, const wire::CmMessage& m,
   c->qpn[1] = m.qpn.value();
   c->psn[1] = m.start_psn.value();
   c->pmtu = std::min(c->pmtu, pmtu);
+  c->reads_out = std::min<uint32_t>(c->reads_out, m.responder_resources);
   c->cm = CmState::kEstablished;
   connections_->StartRemote(c);
   SendSimple(c, wire::CmType::kRtu);
@@ -472,6 +473,8 @@ void ConnectionManager::OnRequest(const wire::CmMessage& m,
   c->peer_mac = from.src_mac;
   c->service = service;
   c->pmtu = std::min(path_mtu_, pmtu);
+  c->reads_out = std::min<uint32_t>(c->reads_out, m.responder_resources);
+  c->reads_in = std::min<uint32_t>(c->reads_in, m.initiator_depth);
   c->comm_id = NextCommId();
   c->peer_comm_id = m.local_comm_id;
   c->cm_tid = m.transaction_id;
@@ -508,9 +511,9 @@ void ConnectionManager::SendRep(Connection* c) {
   // The REP has no MTU field: the MTU we chose (no more than the REQ's)
   // travels in its private data.
   wire::SetReplyPathMtu(wire::IbMtuCode(c->pmtu), &m);
-  const rc::QpConfig qp;
-  m.responder_resources = static_cast<uint8_t>(qp.max_dest_rd_atomic);
-  m.initiator_depth = static_cast<uint8_t>(qp.max_rd_atomic);
+  // No more than the REQ asked for, each way.
+  m.responder_resources = static_cast<uint8_t>(c->reads_in);
+  m.initiator_depth = static_cast<uint8_t>(c->reads_out);
   // How late our responder may acknowledge: an idle engine naps this long
   // before it looks at the port again.
   m.target_ack_delay =

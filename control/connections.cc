@@ -131,6 +131,10 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
     qp.path.src_ip = port_ip_;
     qp.path.dst_ip = c->peer_ip;
     qp.pmtu = c->pmtu;
+    // Never more READs in flight than the peer serves. A peer that serves
+    // none still gets one: it refuses it, and the connection breaks
+    // (RDP_ERR_CONN_ABORTED) instead of the READ waiting forever.
+    qp.max_rd_atomic = std::max<uint32_t>(1, c->reads_out);
   } else {
     qp.path.src_ip = 0x7F000001;  // in-process link: both ends are this host
     qp.path.dst_ip = 0x7F000001;

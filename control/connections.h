@@ -77,6 +77,12 @@ struct Connection {
   uint32_t peer_ip = 0;
   wire::MacAddr peer_mac;
   uint32_t pmtu = 0;
+  // READs our requester may keep outstanding at the peer (the responder
+  // resources its REQ or REP offered, at most our QPs' depth) and READs the
+  // peer may keep outstanding at us (its REQ's initiator depth, at most our
+  // responder resources), as the CM negotiated them.
+  uint32_t reads_out = rc::QpConfig{}.max_rd_atomic;
+  uint32_t reads_in = rc::QpConfig{}.max_dest_rd_atomic;
   // Connection manager (connection_manager.cc).
   uint32_t comm_id = 0;       // our communication id
   uint32_t peer_comm_id = 0;  // the peer's
