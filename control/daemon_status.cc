@@ -11,8 +11,12 @@
 
 #include <cstdio>
 #include <mutex>
+#include <string>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "control/daemon.h"
+#include "dataplane/engine/tsc.h"
 #include "dataplane/port/eth_port.h"
 
 namespace rdmaplane::control {
@@ -67,8 +71,8 @@ DaemonStatus Daemon::BuildStatus() const {
   connections_->AppendStatus(&st);
   memory_.AppendStatus(&st);
   const DaemonSnapshot snap = counters_.Snapshot();
-  auto add = [&st](const char* name, uint64_t v) {
-    st.counters.emplace_back(name, v);
+  auto add = [&st](std::string name, uint64_t v) {
+    st.counters.emplace_back(std::move(name), v);
   };
   // Live values: the snapshot may predate this very query.
   uint64_t arenas = 0;
@@ -108,6 +112,18 @@ DaemonStatus Daemon::BuildStatus() const {
   add("engine_control_frames_out", sum(&EngineCounters::control_frames_out));
   add("engine_control_frames_dropped",
       sum(&EngineCounters::control_frames_dropped));
+  // Each engine's cost and load: the cycles of its turns that did work
+  // (tsc_hz per second), its turns, the requests its endpoints took and
+  // their payload bytes.
+  add("tsc_hz", engine::TscHz());
+  for (size_t i = 0; i < engines_.size(); ++i) {
+    const EngineCounters& c = engines_[i]->counters();
+    const std::string engine = absl::StrCat("engine", i, "_");
+    add(engine + "busy_cycles", c.busy_cycles);
+    add(engine + "loops", c.loops.load(std::memory_order_relaxed));
+    add(engine + "requests", c.load.requests);
+    add(engine + "request_bytes", c.load.bytes);
+  }
   if (port_ != nullptr) {
     const port::PortCounters& pc = port_->counters();
     add("port_rx_frames", pc.rx_frames);

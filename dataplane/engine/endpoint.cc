@@ -301,6 +301,7 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
       continue;
     }
     if (direct_) {
+      CountLoad(wr);
       ExecuteDirect(wr, pins, e.op);
       ++stats_.posted;
       continue;
@@ -317,6 +318,7 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
     }
     ++pins_tail_;
     ++stats_.posted;
+    CountLoad(wr);
   }
   return n;
 }

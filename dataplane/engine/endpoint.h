@@ -41,6 +41,8 @@
 #include "dataplane/mr/registration_table.h"
 #include "dataplane/rc/interfaces.h"
 #include "dataplane/rc/qp.h"
+#include "dataplane/rc/sgl.h"
+#include "dataplane/rc/stat_counter.h"
 
 namespace rdmaplane::engine {
 
@@ -117,6 +119,13 @@ struct EndpointInfo {
   rc::QpConfig qp;
 };
 
+// What an engine's endpoints took from their clients, summed over the
+// endpoints' lives (the engine's thread writes, anyone reads).
+struct EngineLoad {
+  rc::StatCounter requests;
+  rc::StatCounter bytes;  // the requests' payload
+};
+
 struct EndpointStats {
   rc::StatCounter posted;
   rc::StatCounter completed;
@@ -168,6 +177,8 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   bool remote() const { return rx_ == nullptr; }
   const EndpointInfo& info() const { return info_; }
   const EndpointStats& stats() const { return stats_; }
+  // The engine that serves it counts its requests here (engine thread).
+  void set_load(EngineLoad* load) { load_ = load; }
   const rc::QpStats& qp_stats() const { return qp_->stats(); }
   // Why the queue pair broke (rc::RcQp::error_status).
   rc::WcStatus qp_error() const { return qp_->error_status(); }
@@ -273,7 +284,14 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // directly instead of as RoCEv2 frames through the loopback link.
   bool direct_ = false;
   bool transport_error_ = false;  // not yet taken by the engine
+  void CountLoad(const rc::WorkRequest& wr) {
+    if (load_ == nullptr) return;
+    ++load_->requests;
+    load_->bytes += rc::SglLength(wr);
+  }
+
   EndpointStats stats_;
+  EngineLoad* load_ = nullptr;
 };
 
 }  // namespace rdmaplane::engine

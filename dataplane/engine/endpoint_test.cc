@@ -91,8 +91,7 @@ constexpr uint64_t kClientVa = 0x7f0000000000ull;
 
 class EndpointTest : public ::testing::Test {
  protected:
-  EndpointTest()
-      : table_(64, 1), source_(kBytes, 0x5A), target_(kBytes, 0) {
+  EndpointTest() : table_(64, 1), source_(kBytes, 0x5A), target_(kBytes, 0) {
     a_ = Make(a_region_, kRequester, kRequesterScope, 2, 3);
     b_ = Make(b_region_, kResponder, kResponderScope, 3, 2);
     a_->Wire(b_.get());
@@ -200,8 +199,7 @@ TEST_F(EndpointTest, TheFirstCloseReasonWins) {
 TEST_F(EndpointTest, EveryReasonHasItsStateAndStatus) {
   EXPECT_EQ(OutcomeOf(CloseReason::kClosedByClient).status,
             shm::kStatusAborted);
-  EXPECT_EQ(OutcomeOf(CloseReason::kPeerClosed).status,
-            shm::kStatusConnReset);
+  EXPECT_EQ(OutcomeOf(CloseReason::kPeerClosed).status, shm::kStatusConnReset);
   EXPECT_EQ(OutcomeOf(CloseReason::kTransportError).status,
             shm::kStatusConnAborted);
   EXPECT_EQ(OutcomeOf(CloseReason::kClientBroke).status,
@@ -251,8 +249,8 @@ TEST_F(EndpointTest, ABrokenCompletionRingAbortsTheConnection) {
   // The client moves its consumer index back a whole ring: the room the
   // endpoint kept for the request is gone.
   auto* consumer = reinterpret_cast<std::atomic<uint32_t>*>(
-      a_region_.memory.get() + sizeof(shm::SessionHeader) +
-      Region::kSendBytes + shm::kRingConsumerOffset);
+      a_region_.memory.get() + sizeof(shm::SessionHeader) + Region::kSendBytes +
+      shm::kRingConsumerOffset);
   consumer->store(consumer->load() - shm::kCompletionRingEntries);
   for (int i = 0; i < 8 && a_region_.final_status() == 0; ++i) a_->Poll(32);
   EXPECT_EQ(a_region_.final_status(), shm::kStatusConnAborted);
@@ -311,9 +309,10 @@ TEST_F(EndpointTest, AMarkedMutexOfALiveProcessOnlyDelaysRequests) {
   close(pidfd);
 }
 
-// --- An endpoint towards another daemon ---------------------------------------
-// Its frames go through a port; it closes as for any transport error once
-// its queue pair enters the error state, whatever put it there.
+// --- An endpoint towards another daemon
+// --------------------------------------- Its frames go through a port; it
+// closes as for any transport error once its queue pair enters the error state,
+// whatever put it there.
 
 // Frames the endpoint sends, kept for inspection.
 class CaptureSink : public rc::FrameSink {

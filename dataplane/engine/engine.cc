@@ -12,6 +12,7 @@
 #include <cstring>
 #include <new>
 
+#include "dataplane/engine/tsc.h"
 #include "dataplane/port/eth_port.h"
 #include "dataplane/wire/cm.h"
 #include "dataplane/wire/roce.h"
@@ -266,6 +267,7 @@ void Engine::ApplyCommands() {
       for (Endpoint* e : {c.a, c.b}) {
         e->PublishState(shm::kConnUp);
         if (count_ < options_.max_endpoints) {
+          e->set_load(&counters_.load);
           endpoints_[count_++] = e;
           Watch(e->info().wake);
         }
@@ -273,6 +275,7 @@ void Engine::ApplyCommands() {
     } else if (c.type == CommandType::kAddRemote) {
       c.a->PublishState(shm::kConnUp);
       if (count_ < options_.max_endpoints) {
+        c.a->set_load(&counters_.load);
         endpoints_[count_++] = c.a;
         by_qpn_[c.a->info().qp.local_qpn.value()] = c.a;
         Watch(c.a->info().wake);
@@ -362,6 +365,7 @@ bool Engine::Sleep() {
 
 void Engine::Run() {
   while (!stop_.load(std::memory_order_acquire)) {
+    const uint64_t turn_start = ReadTsc();
     ApplyCommands();
     uint32_t work = port_ != nullptr ? PollPort() : 0;
     for (uint32_t i = 0; i < count_; ++i) {
@@ -379,6 +383,7 @@ void Engine::Run() {
     // Only this thread writes it: a plain store, no locked instruction.
     counters_.loops.store(counters_.loops.load(std::memory_order_relaxed) + 1,
                           std::memory_order_relaxed);
+    if (work > 0) counters_.busy_cycles += ReadTsc() - turn_start;
     switch (idle_.AfterTurn(work > 0, [this] { return clock_.NowNs(); })) {
       case IdlePolicy::Action::kPoll:
         break;

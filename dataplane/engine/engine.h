@@ -53,7 +53,7 @@ struct EngineOptions {
   // in the registration table.
   uint32_t reader_index = 0;
   uint32_t max_endpoints = 1024;
-  uint32_t budget = 32;            // frames or requests per endpoint per turn
+  uint32_t budget = 32;  // frames or requests per endpoint per turn
   // Adaptive idle (see idle_policy.h): empty turns spun back to back, then
   // time without work, yielding the CPU between turns, before sleeping.
   uint32_t idle_spins = 64;
@@ -87,12 +87,16 @@ struct EngineCounters {
   std::atomic<uint64_t> sleeps{0};
   std::atomic<uint64_t> wakeups{0};
   std::atomic<uint64_t> asleep{0};  // 1 while the engine sleeps (a gauge)
-  std::atomic<uint64_t> kicks_passed_on{0};  // to sibling engines
-  std::atomic<uint64_t> rx_unknown_qpn{0};    // no endpoint has the QPN
-  std::atomic<uint64_t> rx_rejected{0};       // malformed RoCE frames
-  std::atomic<uint64_t> control_frames_in{0};   // to the control plane
-  std::atomic<uint64_t> control_frames_out{0};  // from the control plane
+  std::atomic<uint64_t> kicks_passed_on{0};         // to sibling engines
+  std::atomic<uint64_t> rx_unknown_qpn{0};          // no endpoint has the QPN
+  std::atomic<uint64_t> rx_rejected{0};             // malformed RoCE frames
+  std::atomic<uint64_t> control_frames_in{0};       // to the control plane
+  std::atomic<uint64_t> control_frames_out{0};      // from the control plane
   std::atomic<uint64_t> control_frames_dropped{0};  // a ring was full
+  // TSC cycles of the loop turns that did work (TscHz() per second), and
+  // what the engine's endpoints took from their clients.
+  rc::StatCounter busy_cycles;
+  EngineLoad load;
 };
 
 class Engine {

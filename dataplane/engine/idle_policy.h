@@ -63,9 +63,9 @@ class IdlePolicy {
   PollMode mode_;
   uint32_t idle_spins_;
   uint64_t idle_ns_;
-  uint32_t idle_ = 0;          // empty turns in a row
+  uint32_t idle_ = 0;  // empty turns in a row
   uint32_t naps_ = 0;
-  uint64_t sleep_at_ns_ = 0;   // when this idle stretch ends in sleep
+  uint64_t sleep_at_ns_ = 0;  // when this idle stretch ends in sleep
 };
 
 }  // namespace rdmaplane::engine

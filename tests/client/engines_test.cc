@@ -165,6 +165,19 @@ TEST(EnginesTest, ConnectionsSpreadEvenlyAndEveryEngineCarriesTraffic) {
   }
   EXPECT_EQ(completed_per_engine,
             (std::map<uint64_t, uint64_t>{{0, 4}, {1, 4}, {2, 4}}));
+  // Each engine's own counters say the same, with the bytes of its four
+  // requests and the cycles it spent on them.
+  const Json counters = Query(d, "counters");
+  EXPECT_GT(counters["tsc_hz"].U64(), 0u);
+  for (int e = 0; e < 3; ++e) {
+    const std::string prefix = "engine" + std::to_string(e) + "_";
+    SCOPED_TRACE(prefix);
+    EXPECT_EQ(counters[prefix + "requests"].U64(), 4u);
+    EXPECT_EQ(counters[prefix + "request_bytes"].U64(), 4u * n);
+    EXPECT_GT(counters[prefix + "busy_cycles"].U64(), 0u);
+    EXPECT_GT(counters[prefix + "loops"].U64(), 0u);
+  }
+  EXPECT_FALSE(counters.Has("engine3_requests")) << "only three engines";
 }
 
 // A session with connections on two engines has one doorbell socket, which
