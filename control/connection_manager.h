@@ -22,6 +22,7 @@
 #ifndef RDMAPLANE_CONTROL_CONNECTION_MANAGER_H_
 #define RDMAPLANE_CONTROL_CONNECTION_MANAGER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -61,6 +62,8 @@ class ConnectionManager : public PeerLink {
   void DrainControlFrames();
   // Retransmissions and time-outs.
   void Tick();
+  // DREQs not answered yet (repeated by Tick until the peer's DREP).
+  size_t farewells() const { return farewells_.size(); }
 
   // PeerLink
   void Accepted(Connection* c) override;

@@ -170,6 +170,14 @@ void Daemon::ControlLoop() {
   // that clients see their connections aborted.
   sessions_->Shutdown();
   UpdateGauges();
+  // Peer daemons are told (DREQ) and answer (DREP): wait a little for the
+  // answers, repeating the DREQs as usual, so that a farewell is not lost
+  // with a port that closes before the peer read it.
+  const absl::Time farewell_end = absl::Now() + absl::Milliseconds(300);
+  while (cm_ != nullptr && cm_->farewells() > 0 && absl::Now() < farewell_end) {
+    reactor_.RunOnce(10);
+    cm_->Tick();
+  }
 }
 
 void Daemon::UpdateGauges() {
@@ -264,6 +272,32 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
 // --- The data port
 // -------------------------------------------------------------
 
+namespace {
+
+// memif's buffers are the memif client's: it creates the shared rings and
+// their buffers (bsize, 2048 bytes unless told), and both directions use
+// them. A frame longer than one buffer is chained over several, which
+// DPDK 22.11's memif does not carry reliably under load (frames are
+// received several times and the link stalls). So the daemon as memif
+// client asks for buffers that hold a whole frame of its path MTU, unless
+// the device string sets bsize itself; in its own zero-copy mode the
+// buffers are its packet buffers, and are left alone.
+std::string MemifDevice(const std::string& device, uint32_t path_mtu) {
+  if (device.rfind("net_memif", 0) != 0 ||
+      device.find("role=client") == std::string::npos ||
+      device.find("bsize=") != std::string::npos ||
+      device.find("zero-copy=yes") != std::string::npos) {
+    return device;
+  }
+  const uint32_t frame = static_cast<uint32_t>(
+      wire::FrameLength(wire::Opcode::kWriteFirst, path_mtu));
+  uint32_t bsize = 2048;
+  while (bsize < frame) bsize *= 2;
+  return bsize == 2048 ? device : absl::StrCat(device, ",bsize=", bsize);
+}
+
+}  // namespace
+
 absl::Status Daemon::StartPort() {
   const DataPortOptions& p = options_.port;
   if (p.device.empty()) return absl::OkStatus();
@@ -277,7 +311,7 @@ absl::Status Daemon::StartPort() {
   const bool vdev = p.device.rfind("net_", 0) == 0;
   eal.allow_pci = !vdev;
   if (vdev) {
-    eal.args.push_back("--vdev=" + p.device);
+    eal.args.push_back("--vdev=" + MemifDevice(p.device, options_.path_mtu));
   } else {
     eal.args.push_back("-a");
     eal.args.push_back(p.device);

@@ -62,7 +62,7 @@ ABSL_FLAG(uint64_t, max_connections_per_user, 256,
           "unlimited)");
 ABSL_FLAG(uint32_t, mtu, 4096,
           "RoCE path MTU: 256, 512, 1024, 2048 or 4096 (frames must fit the "
-          "data port: memif and af_packet take 1024)");
+          "data port: memif takes 4096, af_packet 1024)");
 ABSL_FLAG(std::string, port, "",
           "data port: a DPDK vdev (net_memif0,role=server,socket=PATH; "
           "net_af_packet0,iface=IF; net_af_xdp0,iface=IF; net_tap0,iface=IF) "

@@ -81,7 +81,7 @@ wait_for_socket() {
   return 1
 }
 
-common=(--mtu=1024 --poll_mode=adaptive)
+common=(--poll_mode=adaptive)
 if [[ -n $faults ]]; then common+=("--port_faults=$faults"); fi
 
 echo "demo: starting daemon A (10.0.0.1, memif server) and daemon B (10.0.0.2, memif client)" >&2

@@ -419,12 +419,12 @@ check_config() {
 check_config "deploy/rdmaplaned.conf" \
   "socket=/run/rdmaplane/rdmaplane.sock|port=net_af_packet0,iface=eth1|ip=198.51.100.1|mtu=1024|poll_mode=adaptive|hugepages=0|file_prefix=rdmaplane" \
   --flagfile="$conf"
-check_config "deploy/rdmaplaned-memif.conf" "mtu=1024|poll_mode=adaptive|hugepages=0" \
+check_config "deploy/rdmaplaned-memif.conf" "mtu=4096|poll_mode=adaptive|hugepages=0" \
   --flagfile="$memif_conf"
 d="$tmp/memif"
 mkdir -p "$d"
 check_config "the memif example with one daemon's own flags (docs/operations.md)" \
-  "socket=$d/a.sock|port=net_memif0,role=server,socket=$d/memif.sock,socket-abstract=no|ip=198.51.100.1|file_prefix=rdmaplane-test-a|mtu=1024" \
+  "socket=$d/a.sock|port=net_memif0,role=server,socket=$d/memif.sock,socket-abstract=no|ip=198.51.100.1|file_prefix=rdmaplane-test-a|mtu=4096" \
   --flagfile="$memif_conf" --socket="$d/a.sock" --file_prefix=rdmaplane-test-a \
   --ip=198.51.100.1 --port="net_memif0,role=server,socket=$d/memif.sock,socket-abstract=no"
 

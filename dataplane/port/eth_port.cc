@@ -203,8 +203,11 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   if (raise_mtu) {
     // The IP packet: the frame (which has no FCS) but its Ethernet header.
     const uint32_t mtu = c.max_frame - RTE_ETHER_HDR_LEN;
+    // memif has no MTU of its own: in copy mode its rings carry a frame of
+    // any length in chained buffers (MEMIF_DESC_FLAG_NEXT), whatever
+    // frame limit its driver reports.
     if (int m = rte_eth_dev_set_mtu(c.port_id, static_cast<uint16_t>(mtu));
-        m != 0) {
+        m != 0 && !MemifCopyMode(info)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the port refuses an MTU of ", mtu, " for ", c.max_frame,
           "-byte frames: ", rte_strerror(-m), " (choose a smaller path MTU)"));

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Two rdmaplaned daemons joined by a memif link, end to end:
-#   1. RDMA WRITE and READ of 1 B .. 4 MiB each way (depth 4, 2 clients with
+#   1. at the default path MTU, 4096 (one frame per memif buffer): RDMA
+#      WRITE and READ of 1 B .. 4 MiB each way (depth 4, 2 clients with
 #      2 connections each), every byte checked by rdmaplane_transfer; then
 #      1 B .. 256 KiB with 256 requests outstanding per connection (its
 #      whole send queue); then the two-host procedure of docs/operations.md
 #      with rdmaplane_transfer's split mode (a --listen server with a session
-#      on A, a --connect client on B), both ends checking every byte;
+#      on A, a --connect client on B), both ends checking every byte; each
+#      daemon received exactly the frames the other sent;
 #   2. a connect to a service nobody listens on at the peer is refused
 #      (RDP_ERR_REFUSED, naming the service), and a connect to an address no
 #      daemon has (10.0.0.99) times out (RDP_ERR_TIMEOUT) within 5 s, after
@@ -52,6 +54,14 @@ ip_a=10.0.0.1
 ip_b=10.0.0.2
 ip_nobody=10.0.0.99
 
+# status_field NAME FIELD: FIELD of daemon NAME's status (rdmaplanectl).
+status_field() {
+  local json
+  json="$(timeout --kill-after=5 15 "$E2E_CTL" --socket="${E2E_SOCK[$1]}" --json \
+    --timeout=5s status)" || e2e_fail "rdmaplanectl status of daemon $1 failed"
+  python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$json" "$2"
+}
+
 # run_pair ROUND SIZES FAULTY [DAEMON_FLAGS...]: starts the memif server
 # daemon A and the client daemon B, transfers, probes, and stops both.
 # FAULTY (yes or no) says whether DAEMON_FLAGS inject port faults.
@@ -63,7 +73,9 @@ run_pair() {
   # private folder's name; it never clashes with another test's link.
   local memif="$E2E_TMP/memif$round.sock"
   local prefix_a="rdp-e2e-$$-a$round" prefix_b="rdp-e2e-$$-b$round"
-  local common=(--mtu=1024 --log_level=debug "$@")
+  # The default path MTU, 4096: each frame fits one of memif's buffers,
+  # which the memif client (B) sizes to fit.
+  local common=(--log_level=debug "$@")
 
   # The memif server must be up before the client daemon starts.
   e2e_start_daemon "a$round" "$sock_a" "$prefix_a" \
@@ -94,6 +106,27 @@ run_pair() {
     "$ip_a" --sizes=1,4096,65536,1048576 --depth=16 --timeout_s=60
 
   local name
+  if [[ $faulty == no ]]; then
+    # No frame was lost or received twice inside the link: each daemon
+    # received exactly the frames the other sent (read again while a
+    # farewell may still be crossing).
+    local tries sent_a sent_b got_a got_b
+    for tries in $(seq 50); do
+      e2e_counters "a$round" >/dev/null
+      e2e_counters "b$round" >/dev/null
+      e2e_counter "a$round" port_tx_frames; sent_a=$E2E_VALUE
+      e2e_counter "a$round" port_rx_frames; got_a=$E2E_VALUE
+      e2e_counter "b$round" port_tx_frames; sent_b=$E2E_VALUE
+      e2e_counter "b$round" port_rx_frames; got_b=$E2E_VALUE
+      ((sent_a == got_b && sent_b == got_a)) && break
+      sleep 0.1
+    done
+    ((sent_a == got_b)) || e2e_fail "daemon a$round sent $sent_a frames, b$round received $got_b"
+    ((sent_b == got_a)) || e2e_fail "daemon b$round sent $sent_b frames, a$round received $got_a"
+    e2e_log "every frame arrived once: $sent_a from a$round, $sent_b from b$round"
+    [[ $(status_field "a$round" mtu) == 4096 && $(status_field "b$round" mtu) == 4096 ]] ||
+      e2e_fail "the daemons do not run at path MTU 4096"
+  fi
   for name in "a$round" "b$round"; do
     e2e_counters "$name"
     e2e_counter "$name" port_tx_frames
@@ -176,14 +209,6 @@ check_mtu_512() {
     e2e_fail "daemon $name sent its 2 MiB in $frames frames: more than 512 bytes a frame, so not path MTU 512"
   ((frames < 8192)) ||
     e2e_fail "daemon $name sent its 2 MiB in $frames frames: 256 bytes a frame or less, not path MTU 512"
-}
-
-# status_field NAME FIELD: prints FIELD of `rdmaplanectl --json status`.
-status_field() {
-  local json
-  json="$(timeout --kill-after=5 15 "$E2E_CTL" --socket="${E2E_SOCK[$1]}" --json \
-    --timeout=5s status)" || e2e_fail "rdmaplanectl status of daemon $1 failed"
-  python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$json" "$2"
 }
 
 e2e_log "round 3: path MTU 512 on A, 1024 on B"
