@@ -514,6 +514,34 @@ TEST_F(ConnectionManagerTest, APassiveConnectionIsQueuedAcceptedAndCompleted) {
       << "the REP is still repeated after the RTU";
 }
 
+// The active side may refuse our REP (IBA: REJ with Message REJected =
+// REP): the connection the listener accepted ends as reset, and the REP is
+// not repeated.
+TEST_F(ConnectionManagerTest, ARejectedReplyEndsTheAcceptedConnection) {
+  ASSERT_EQ(connections_.Listen(&listener_.s, Op(shm::kOpListen)).status,
+            shm::kStatusOk);
+  InjectCm(PeerReq(kForeignTid, "svc"));
+  std::optional<wire::CmMessage> mra = NextCm();
+  ASSERT_TRUE(mra);
+  ASSERT_EQ(mra->type, wire::CmType::kMra);
+  const shm::ControlResponse accepted =
+      connections_.Accept(&listener_.s, Op(shm::kOpAccept));
+  ASSERT_EQ(accepted.status, shm::kStatusOk) << accepted.message;
+  std::optional<wire::CmMessage> rep = NextCm();
+  ASSERT_TRUE(rep);
+  ASSERT_EQ(rep->type, wire::CmType::kRep);
+  wire::CmMessage rej =
+      PeerAnswer(wire::CmType::kRej, kForeignTid, rep->local_comm_id);
+  rej.refers_to = wire::CmRefersTo::kRep;
+  rej.reject_reason = wire::kRejConsumer;
+  InjectCm(rej);
+  // At most one repetition crossed the REJ.
+  EXPECT_LE(FramesWithin(3 * kRepIntervalNs).size(), 1u)
+      << "the REP is still repeated after the REJ";
+  EXPECT_EQ(listener_.state(accepted.connection), shm::kConnReset);
+  EXPECT_EQ(engine_.endpoint_count(), 0u);
+}
+
 TEST_F(ConnectionManagerTest, AnActiveConnectSaysWhatTheDaemonDoes) {
   std::optional<wire::CmMessage> req = ConnectAndTakeReq();
   ASSERT_TRUE(req);
