@@ -386,6 +386,15 @@ void ConnectionManager::OnReply(Connection* c, const wire::CmMessage& m,
 }
 
 void ConnectionManager::OnReject(Connection* c, const wire::CmMessage& m) {
+  if (c->cm == CmState::kRepSent) {
+    // The active side refused our REP: the connection our listener
+    // accepted ends as if the peer had closed it (no DREQ: the peer holds
+    // no connection to end).
+    c->cm = CmState::kNone;
+    c->peer_comm_id = 0;
+    connections_->PeerClosed(c, engine::CloseReason::kPeerClosed);
+    return;
+  }
   if (c->cm != CmState::kReqSent && c->cm != CmState::kWaitingAccept &&
       c->cm != CmState::kResolving) {
     return;

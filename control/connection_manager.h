@@ -9,7 +9,7 @@
 //               returns, its requests wait in the ring ... REP: the endpoint
 //               starts, RTU.
 // Passive side: REQ -> queued for the listener, MRA ... Accept: the endpoint
-//               starts, REP ... RTU.
+//               starts, REP ... RTU (or REJ of the REP: our end is reset).
 // Either side:  close -> DREQ (repeated until DREP); the peer's side of the
 //               connection completes its work as reset. A transport error
 //               (retries exhausted: the peer vanished) closes ours and sends
