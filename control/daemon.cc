@@ -1,16 +1,20 @@
 #include "control/daemon.h"
 
+#include <rte_errno.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "api/shm/doorbell.h"
 #include "control/connection_manager.h"
+#include "control/log.h"
 #include "control/reply.h"
 #include "control/telemetry.h"
 #include "dataplane/port/dpdk_env.h"
@@ -62,7 +66,7 @@ Daemon::Daemon(const DaemonOptions& options)
   for (auto& e : engines_) e->SetSiblings(wake_fds);
   ConnectionOptions co;
   co.max_connections = options_.max_connections;
-  co.path_mtu = options_.path_mtu;
+  co.path_mtu = options_.path_mtu != 0 ? options_.path_mtu : 4096;
   co.retransmit_timeout_ns = options_.retransmit_timeout_ns;
   co.remote_retransmit_timeout_ns = options_.remote_retransmit_timeout_ns;
   co.link_faults = options_.link_faults;
@@ -296,6 +300,65 @@ std::string MemifDevice(const std::string& device, uint32_t path_mtu) {
   return bsize == 2048 ? device : absl::StrCat(device, ",bsize=", bsize);
 }
 
+// af_packet's ring slots (framesz, 2048 bytes unless told) must hold a
+// whole frame behind the kernel's slot header, and its receive ring must
+// hold what arrives while the engine is busy elsewhere: its default of 512
+// slots is half a window of 64 KiB WRITEs at path MTU 1024, and a full ring
+// drops frames. So the daemon sizes the slots for its path MTU and the
+// rings for about 8 MiB of slots (about 2000 frames at path MTU 4096; the
+// kernel rounds each block up to a power of two pages, so about 16 MiB a
+// ring, and the transmit ring is as large), unless the device string sets any of
+// them. DPDK 22.11's af_packet places slot i at i * framesz, so a block
+// (a whole number of pages) must hold a whole number of slots, with no
+// gap at its end where the kernel would skip ahead.
+constexpr uint32_t kPacketSlotOverhead = 80;  // header, address, alignment
+constexpr uint32_t kPacketRingBytes = 8u << 20;
+constexpr uint32_t kPacketPage = 4096;
+
+bool IsAfPacket(const std::string& device) {
+  return device.rfind("net_af_packet", 0) == 0 ||
+         device.rfind("eth_af_packet", 0) == 0;
+}
+
+uint32_t PacketSlotBytes(uint32_t max_frame) {
+  const uint32_t need = max_frame + kPacketSlotOverhead;
+  return need <= 2048 ? 2048 : (need + 255) / 256 * 256;
+}
+
+std::string AfPacketDevice(const std::string& device, uint32_t max_frame) {
+  if (!IsAfPacket(device) || device.find("framesz=") != std::string::npos ||
+      device.find("blocksz=") != std::string::npos ||
+      device.find("framecnt=") != std::string::npos) {
+    return device;
+  }
+  const uint32_t slot = PacketSlotBytes(max_frame);
+  const uint32_t per_block = kPacketPage / std::gcd(slot, kPacketPage);
+  const uint32_t want = std::max(512u, kPacketRingBytes / slot);
+  const uint32_t blocks = (want + per_block - 1) / per_block;
+  return absl::StrCat(device, ",framesz=", slot, ",blocksz=", slot * per_block,
+                      ",framecnt=", blocks * per_block);
+}
+
+// The af_packet slot size the device string asks for, or 0.
+uint32_t GivenSlotBytes(const std::string& device) {
+  const size_t at = device.find("framesz=");
+  if (at == std::string::npos) return 0;
+  return static_cast<uint32_t>(
+      std::strtoul(device.c_str() + at + std::strlen("framesz="), nullptr, 0));
+}
+
+// The room XDP keeps in front of a frame in each receive buffer
+// (XDP_PACKET_HEADROOM).
+constexpr uint32_t kXdpHeadroom = 256;
+
+// The largest path MTU whose frames are at most `frame` bytes.
+uint32_t LargestPathMtu(uint32_t frame) {
+  for (uint32_t mtu = 4096; mtu > 256; mtu /= 2) {
+    if (wire::FrameLength(wire::Opcode::kWriteFirst, mtu) <= frame) return mtu;
+  }
+  return 256;
+}
+
 }  // namespace
 
 absl::Status Daemon::StartPort() {
@@ -310,8 +373,20 @@ absl::Status Daemon::StartPort() {
   eal.file_prefix = p.file_prefix;
   const bool vdev = p.device.rfind("net_", 0) == 0;
   eal.allow_pci = !vdev;
+  // memif (in its copy mode) and af_packet carry path MTU 4096 in buffers
+  // and ring slots sized for it; other devices are asked below.
+  const bool sized_here =
+      IsAfPacket(p.device) || (p.device.rfind("net_memif", 0) == 0 &&
+                               p.device.find("zero-copy=yes") == std::string::npos);
+  if (options_.path_mtu == 0 && sized_here) options_.path_mtu = 4096;
   if (vdev) {
-    eal.args.push_back("--vdev=" + MemifDevice(p.device, options_.path_mtu));
+    std::string device = p.device;
+    if (options_.path_mtu != 0) {
+      const uint32_t frame = static_cast<uint32_t>(
+          wire::FrameLength(wire::Opcode::kWriteFirst, options_.path_mtu));
+      device = AfPacketDevice(MemifDevice(device, options_.path_mtu), frame);
+    }
+    eal.args.push_back("--vdev=" + device);
   } else {
     eal.args.push_back("-a");
     eal.args.push_back(p.device);
@@ -336,14 +411,38 @@ absl::Status Daemon::StartPort() {
   dpdk_ = true;
   absl::StatusOr<uint16_t> id = port::FindPort(p.device);
   if (!id.ok()) return id.status();
+  if (options_.path_mtu == 0) {
+    // Whatever the device takes: its largest frame (and, where it is Ethernet's
+    // default, the MTU no larger).
+    rte_eth_dev_info info;
+    if (int r = rte_eth_dev_info_get(*id, &info); r != 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "data port ", p.device, ": dev_info: ", rte_strerror(-r)));
+    }
+    options_.path_mtu = LargestPathMtu(info.max_rx_pktlen);
+    RDP_LOG(kInfo, "path MTU %u: the largest the data port carries",
+            options_.path_mtu);
+  }
   port::PortConfig pc;
   pc.port_id = *id;
   pc.mbufs = p.mbufs;
   pc.burst = static_cast<uint16_t>(options_.burst);
   pc.max_frame = static_cast<uint32_t>(
       wire::FrameLength(wire::Opcode::kWriteFirst, options_.path_mtu));
+  // af_packet copies a whole ring slot's worth into each receive buffer
+  // (it checks that one fits at queue setup).
+  uint32_t room = pc.max_frame;
+  if (IsAfPacket(p.device)) {
+    const uint32_t given = GivenSlotBytes(p.device);
+    const uint32_t slot = given != 0 ? given : PacketSlotBytes(pc.max_frame);
+    room = std::max(room, slot);
+  }
+  // af_xdp receives into the buffers themselves, behind XDP's headroom.
+  if (p.device.rfind("net_af_xdp", 0) == 0) {
+    room = pc.max_frame + kXdpHeadroom;
+  }
   pc.mbuf_data_room = static_cast<uint16_t>(std::max<uint32_t>(
-      RTE_MBUF_DEFAULT_BUF_SIZE, pc.max_frame + RTE_PKTMBUF_HEADROOM));
+      RTE_MBUF_DEFAULT_BUF_SIZE, room + RTE_PKTMBUF_HEADROOM));
   // Frames to an overriding MAC must be received too.
   pc.promiscuous = p.mac.has_value();
   if (!p.zero_copy) pc.zero_copy_min_payload = 0;

@@ -100,7 +100,11 @@ struct DaemonOptions {
   // no timer is due. Tests raise it, so that a lost wake-up shows as a
   // hang rather than as a short delay.
   uint64_t engine_max_sleep_ns = 10'000'000;
-  uint32_t path_mtu = 4096;
+  // RoCE path MTU towards other daemons: 256..4096, or 0 for the largest
+  // the data port carries (4096 over memif and af_packet; otherwise what
+  // the device reports as its largest frame allows). Connections between
+  // this daemon's own clients use 4096 unless it is set.
+  uint32_t path_mtu = 0;
   // First retransmission timeout of a connection inside this daemon, and of
   // one to another daemon (whose engine may be descheduled for a while on a
   // busy host); doubled after each timeout without progress.

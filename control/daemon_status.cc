@@ -49,7 +49,9 @@ DaemonStatus Daemon::BuildStatus() const {
   st.socket = options_.socket_path;
   st.poll_mode =
       options_.poll_mode == engine::PollMode::kBusy ? "busy" : "adaptive";
-  st.mtu = options_.path_mtu;
+  // Before a data port resolves it, the MTU of connections inside the
+  // daemon.
+  st.mtu = options_.path_mtu != 0 ? options_.path_mtu : 4096;
   st.engines = static_cast<uint32_t>(engines_.size());
   if (port_ != nullptr) {
     st.data_port = options_.port.device;
@@ -128,6 +130,7 @@ DaemonStatus Daemon::BuildStatus() const {
     const port::PortCounters& pc = port_->counters();
     add("port_rx_frames", pc.rx_frames);
     add("port_tx_frames", pc.tx_frames);
+    add("port_rx_dropped", port_->rx_dropped());
     add("port_tx_dropped", pc.tx_dropped);
     add("port_tx_backpressure", pc.tx_backpressure);
     add("port_link_down", pc.link_down);

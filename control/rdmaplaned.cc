@@ -60,9 +60,10 @@ ABSL_FLAG(uint64_t, max_registrations_per_user, 16384,
 ABSL_FLAG(uint64_t, max_connections_per_user, 256,
           "connection ends one uid's sessions may hold in all (0: "
           "unlimited)");
-ABSL_FLAG(uint32_t, mtu, 4096,
-          "RoCE path MTU: 256, 512, 1024, 2048 or 4096 (frames must fit the "
-          "data port: memif takes 4096, af_packet 1024)");
+ABSL_FLAG(uint32_t, mtu, 0,
+          "RoCE path MTU towards other daemons: 256, 512, 1024, 2048 or "
+          "4096; 0 (default): the largest the data port carries (4096 over "
+          "memif and af_packet, whose interface MTU is raised to fit)");
 ABSL_FLAG(std::string, port, "",
           "data port: a DPDK vdev (net_memif0,role=server,socket=PATH; "
           "net_af_packet0,iface=IF; net_af_xdp0,iface=IF; net_tap0,iface=IF) "
@@ -224,8 +225,10 @@ int main(int argc, char** argv) {
   }
   options.path_mtu = absl::GetFlag(FLAGS_mtu);
   const uint32_t m = options.path_mtu;
-  if (m != 256 && m != 512 && m != 1024 && m != 2048 && m != 4096) {
-    std::fprintf(stderr, "rdmaplaned: --mtu must be 256..4096, a power of 2\n");
+  if (m != 0 && m != 256 && m != 512 && m != 1024 && m != 2048 && m != 4096) {
+    std::fprintf(stderr,
+                 "rdmaplaned: --mtu must be 256..4096, a power of 2, or 0 "
+                 "(the largest the data port carries)\n");
     return 2;
   }
   const uint32_t rto_us = absl::GetFlag(FLAGS_retransmit_timeout_us);
@@ -315,7 +318,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (absl::GetFlag(FLAGS_check_config)) {
-    std::printf("socket=%s\npoll_mode=%s\nmtu=%u\nport=%s\nip=%s\n"
+    std::printf("socket=%s\npoll_mode=%s\nmtu=%s\nport=%s\nip=%s\n"
                 "hugepages=%d\nburst=%u\nengines=%u\nengine_lcores=%s\nfile_prefix=%s\n"
                 "max_connections=%u\nmax_registrations=%u\n"
                 "max_sessions_per_user=%llu\nmax_arenas_per_user=%llu\n"
@@ -324,7 +327,9 @@ int main(int argc, char** argv) {
                 "max_connections_per_user=%llu\nconfig: ok\n",
                 options.socket_path.empty() ? "(default)"
                                             : options.socket_path.c_str(),
-                mode.c_str(), options.path_mtu,
+                mode.c_str(),
+                options.path_mtu == 0 ? "auto"
+                                      : absl::StrCat(options.path_mtu).c_str(),
                 port.device.empty() ? "(none)" : port.device.c_str(),
                 ip.empty() ? "(none)" : ip.c_str(), port.hugepages ? 1 : 0,
                 options.burst, options.engines,
@@ -359,6 +364,14 @@ int main(int argc, char** argv) {
   if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
     RDP_LOG(kInfo, "open-file limit %llu",
             static_cast<unsigned long long>(files.rlim_cur));
+  }
+  // af_packet's rings are locked in memory (about 32 MiB at path MTU 4096):
+  // take what the hard limit allows (systemd's LimitMEMLOCK sets it).
+  rlimit locked{};
+  if (getrlimit(RLIMIT_MEMLOCK, &locked) == 0 &&
+      locked.rlim_cur < locked.rlim_max) {
+    locked.rlim_cur = locked.rlim_max;
+    setrlimit(RLIMIT_MEMLOCK, &locked);
   }
 
   rdmaplane::control::Daemon daemon(options);

@@ -98,6 +98,10 @@ class LoopbackTx : public rc::FrameSink {
 struct WakeRoute {
   static constexpr uint32_t kMaxEngines = 32;
   int fd = -1;
+  // Whether the engine reads the fd empty when it fires (an eventfd, a
+  // socket of kicks); false for one that stays readable while there is
+  // work and must not be read (af_packet's socket).
+  bool drain = true;
   // Bit i: engine i watches the socket. Set and cleared by engine i;
   // read by the others when they forward a kick.
   std::atomic<uint32_t> engines{0};

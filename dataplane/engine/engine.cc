@@ -60,6 +60,7 @@ void Engine::AttachPort(port::EthPort* port) {
   port_ = port;
   if (port_->rx_interrupt_fd() >= 0) {
     port_route_.fd = port_->rx_interrupt_fd();
+    port_route_.drain = port_->rx_interrupt_drains();
     AddToEpoll(&port_route_);
   }
 }
@@ -172,8 +173,17 @@ void Engine::Dispatch(std::span<const uint8_t> frame) {
 }
 
 uint32_t Engine::PollPort() {
-  uint32_t work =
-      port_->Receive([this](std::span<const uint8_t> f) { Dispatch(f); });
+  // Receive first and more than one burst while full ones come: a turn may
+  // send a burst for every endpoint, and a receive side that takes one
+  // burst a turn falls behind its peer until the device's ring overflows
+  // (af_packet's kernel ring drops what does not fit).
+  uint32_t work = 0;
+  for (uint32_t i = 0; i < kRxBurstsPerTurn; ++i) {
+    const uint16_t n =
+        port_->Receive([this](std::span<const uint8_t> f) { Dispatch(f); });
+    work += n;
+    if (n < port_->burst()) break;
+  }
   ControlFrame f;
   for (uint32_t i = 0;
        i < options_.budget && from_control_.TryPop(&f) == shm::PopResult::kOk;
@@ -345,6 +355,7 @@ bool Engine::Sleep() {
     for (int i = 0; i < n; ++i) {
       // Drain: an eventfd yields its counter, a socket its datagrams.
       const auto* route = static_cast<const WakeRoute*>(events[i].data.ptr);
+      if (!route->drain) continue;
       uint8_t sink[64];
       bool drained = false;
       while (read(route->fd, sink, sizeof(sink)) > 0) drained = true;

@@ -186,6 +186,8 @@ class Engine {
   int epoll_fd_ = -1;
   WakeRoute own_route_;
   WakeRoute port_route_;
+  // Receive bursts a turn takes at most while they come back full.
+  static constexpr uint32_t kRxBurstsPerTurn = 4;
   std::unique_ptr<int[]> sibling_fds_;
   uint32_t siblings_ = 0;
   struct AlignedDelete {

@@ -6,9 +6,16 @@
 #include <rte_errno.h>
 #include <rte_mbuf_pool_ops.h>
 #include <rte_memory.h>
+#include <dirent.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/base/optimization.h"
@@ -77,6 +84,93 @@ bool MemifCopyMode(const rte_eth_dev_info& info) {
   const rte_devargs* args = rte_dev_devargs(info.device);
   return args == nullptr || args->args == nullptr ||
          std::strstr(args->args, "zero-copy=yes") == nullptr;
+}
+
+bool IsDriver(const rte_eth_dev_info& info, const char* name) {
+  return info.driver_name != nullptr && std::strcmp(info.driver_name, name) == 0;
+}
+
+// A numeric devarg of the device ("framesz=4352"), or `otherwise`.
+uint32_t DevargOr(const rte_eth_dev_info& info, const char* key,
+                  uint32_t otherwise) {
+  if (info.device == nullptr) return otherwise;
+  const rte_devargs* args = rte_dev_devargs(info.device);
+  if (args == nullptr || args->args == nullptr) return otherwise;
+  const std::string want = absl::StrCat(key, "=");
+  for (const char* p = std::strstr(args->args, want.c_str()); p != nullptr;
+       p = std::strstr(p + 1, want.c_str())) {
+    if (p == args->args || p[-1] == ',') {
+      return static_cast<uint32_t>(std::strtoul(p + want.size(), nullptr, 0));
+    }
+  }
+  return otherwise;
+}
+
+// The AF_PACKET sockets of this process bound to interface `if_index`:
+// those of the af_packet PMD, one per queue pair, which DPDK 22.11 keeps to
+// itself. The port reads their drop counts and sleeps on the first.
+std::vector<int> PacketSockets(int if_index) {
+  std::vector<int> fds;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return fds;
+  const int own = dirfd(dir);
+  while (const dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == own) continue;
+    int domain = 0;
+    socklen_t len = sizeof(domain);
+    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_DOMAIN, &domain,
+                   &len) != 0 ||
+        domain != AF_PACKET) {
+      continue;
+    }
+    sockaddr_ll addr{};
+    socklen_t addr_len = sizeof(addr);
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr),
+                    &addr_len) == 0 &&
+        addr.sll_ifindex == if_index) {
+      fds.push_back(static_cast<int>(fd));
+    }
+  }
+  closedir(dir);
+  std::sort(fds.begin(), fds.end());
+  return fds;
+}
+
+// The kernel's receive offset of a frame in an af_packet (TPACKET_V2) ring
+// slot: the slot header and address, aligned so that the IP header is.
+constexpr uint32_t kPacketRxOffset = 66;
+// Its transmit offset: the slot header without the address.
+constexpr uint32_t kPacketTxOffset = 32;
+
+// Raises the MTU of interface `if_index` to `mtu` if it is lower, as the
+// af_packet PMD would if DPDK's ethdev let it (it refuses any MTU above the
+// PMD's reported 1518-byte frame).
+absl::Status RaiseInterfaceMtu(int if_index, uint32_t mtu) {
+  ifreq ifr{};
+  if (if_indextoname(static_cast<unsigned>(if_index), ifr.ifr_name) ==
+      nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("no interface with index ", if_index));
+  }
+  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return absl::UnavailableError("socket for SIOCSIFMTU");
+  absl::Status st;
+  if (ioctl(s, SIOCGIFMTU, &ifr) != 0) {
+    st = absl::UnavailableError(absl::StrCat("cannot read the MTU of ",
+                                             ifr.ifr_name, ": ",
+                                             std::strerror(errno)));
+  } else if (static_cast<uint32_t>(ifr.ifr_mtu) < mtu) {
+    ifr.ifr_mtu = static_cast<int>(mtu);
+    if (ioctl(s, SIOCSIFMTU, &ifr) != 0) {
+      st = absl::InvalidArgumentError(absl::StrCat(
+          "cannot raise the MTU of ", ifr.ifr_name, " to ", mtu, ": ",
+          std::strerror(errno), " (choose a smaller path MTU)"));
+    }
+  }
+  close(s);
+  return st;
 }
 
 // A reference more on every segment of frame `m`, or one less (segments of
@@ -206,11 +300,30 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
     // memif has no MTU of its own: in copy mode its rings carry a frame of
     // any length in chained buffers (MEMIF_DESC_FLAG_NEXT), whatever
     // frame limit its driver reports.
+    // af_packet carries what its ring slots hold (framesz), on an
+    // interface whose MTU ethdev will not let the PMD raise: the port
+    // raises it.
     if (int m = rte_eth_dev_set_mtu(c.port_id, static_cast<uint16_t>(mtu));
         m != 0 && !MemifCopyMode(info)) {
+      if (!IsDriver(info, "net_af_packet")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the port refuses an MTU of ", mtu, " for ",
+                         c.max_frame, "-byte frames: ", rte_strerror(-m),
+                         " (choose a smaller path MTU)"));
+      }
+      if (absl::Status st = RaiseInterfaceMtu(info.if_index, mtu); !st.ok()) {
+        return st;
+      }
+    }
+  }
+  if (IsDriver(info, "net_af_packet")) {
+    const uint32_t slot = DevargOr(info, "framesz", 2048);
+    if (c.max_frame + kPacketRxOffset > slot) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the port refuses an MTU of ", mtu, " for ", c.max_frame,
-          "-byte frames: ", rte_strerror(-m), " (choose a smaller path MTU)"));
+          "af_packet ring slots of ", slot, " bytes (framesz) hold frames of ",
+          slot > kPacketRxOffset ? slot - kPacketRxOffset : 0,
+          " bytes, not ", c.max_frame, " (give framesz=",
+          c.max_frame + kPacketRxOffset, " or more, or a smaller path MTU)"));
     }
   }
   uint16_t rxd = c.rx_descriptors, txd = c.tx_descriptors;
@@ -245,6 +358,17 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
     const int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(c.port_id, 0);
     if (fd >= 0 && rte_eth_dev_rx_intr_disable(c.port_id, 0) != -ENOTSUP) {
       port->rx_intr_fd_ = fd;
+      port->rx_intr_is_dpdk_ = true;
+    }
+  }
+  if (IsDriver(info, "net_af_packet")) {
+    port->packet_fds_ = PacketSockets(info.if_index);
+    // Its socket is readable while frames wait in the receive ring: an
+    // engine sleeps on it instead of napping, during which the ring could
+    // fill and the kernel drop what follows.
+    if (c.rx_interrupts && port->rx_intr_fd_ < 0 &&
+        !port->packet_fds_.empty()) {
+      port->rx_intr_fd_ = port->packet_fds_.front();
     }
   }
   return port;
@@ -315,6 +439,11 @@ EthPort::~EthPort() {
     rte_pktmbuf_free(delayed_[i].mbuf);
   }
   for (uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
+  {
+    // af_packet closes its sockets when stopped.
+    std::lock_guard<std::mutex> lock(drops_mu_);
+    packet_fds_.clear();
+  }
   if (started_) {
     // Frames the device has sent but not yet given back (their pieces
     // still reference client memory).
@@ -354,11 +483,28 @@ bool EthPort::Send(std::span<const uint8_t> frame) {
 }
 
 void EthPort::ArmRxInterrupt() {
-  if (rx_intr_fd_ >= 0) rte_eth_dev_rx_intr_enable(config_.port_id, 0);
+  if (rx_intr_is_dpdk_) rte_eth_dev_rx_intr_enable(config_.port_id, 0);
 }
 
 void EthPort::DisarmRxInterrupt() {
-  if (rx_intr_fd_ >= 0) rte_eth_dev_rx_intr_disable(config_.port_id, 0);
+  if (rx_intr_is_dpdk_) rte_eth_dev_rx_intr_disable(config_.port_id, 0);
+}
+
+uint64_t EthPort::rx_dropped() const {
+  uint64_t dropped = 0;
+  rte_eth_stats stats;
+  if (started_ && rte_eth_stats_get(config_.port_id, &stats) == 0) {
+    dropped += stats.imissed;
+  }
+  std::lock_guard<std::mutex> lock(drops_mu_);
+  for (int fd : packet_fds_) {
+    tpacket_stats st{};
+    socklen_t len = sizeof(st);
+    if (getsockopt(fd, SOL_PACKET, PACKET_STATISTICS, &st, &len) == 0) {
+      packet_drops_ += st.tp_drops;
+    }
+  }
+  return dropped + packet_drops_;
 }
 
 void EthPort::SetFaults(const fault::FaultSpec& spec) {

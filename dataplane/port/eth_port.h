@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -175,8 +176,11 @@ class EthPort : public rc::FrameSink {
 
   // Receive interrupt: an fd that becomes readable when a frame arrives
   // while armed, or -1 when the PMD has none. Arm before sleeping, Disarm
-  // after; the engine drains the fd.
+  // after. The engine drains the fd when rx_interrupt_drains(); else it is
+  // readable for as long as frames wait (af_packet's socket, whose ring
+  // receives them) and must not be read.
   int rx_interrupt_fd() const { return rx_intr_fd_; }
+  bool rx_interrupt_drains() const { return rx_intr_is_dpdk_; }
   void ArmRxInterrupt();
   void DisarmRxInterrupt();
 
@@ -191,11 +195,17 @@ class EthPort : public rc::FrameSink {
 
   const wire::MacAddr& mac() const { return mac_; }
   const PortCounters& counters() const { return counters_; }
+  // Frames that reached the port but were lost before the engine received
+  // them, since Open: the device's missed and no-buffer counts and, for
+  // af_packet, what the kernel dropped because the socket's receive ring
+  // was full. Any thread.
+  uint64_t rx_dropped() const;
   // Buffers of the port's pools in use (frames queued, delayed, in the
   // device or held by a receiver). Any thread; approximate while the engine
   // runs (DPDK's per-lcore caches), exact once it is idle.
   uint32_t mbufs_in_use() const;
   uint16_t id() const { return config_.port_id; }
+  uint16_t burst() const { return config_.burst; }
   uint32_t max_frame() const { return max_frame_; }
 
  private:
@@ -236,6 +246,12 @@ class EthPort : public rc::FrameSink {
   wire::MacAddr mac_;
   uint32_t max_frame_ = 0;
   int rx_intr_fd_ = -1;
+  bool rx_intr_is_dpdk_ = false;  // else af_packet's socket (never read)
+  // af_packet: the PMD's packet sockets on the interface, for their drop
+  // counts (the kernel resets them on each read: summed here).
+  std::vector<int> packet_fds_;
+  mutable std::mutex drops_mu_;
+  mutable uint64_t packet_drops_ = 0;
   static constexpr uint32_t kLinkCheckEvery = 64;
   uint32_t link_check_ = kLinkCheckEvery;
   bool link_down_ = false;

@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
 # Two rdmaplaned daemons in two network namespaces joined by a veth pair,
 # each using its end of the pair as its DPDK data port (root only):
-#   1. af_packet: RDMA WRITE and READ of 1 B .. 4 MiB each way (depth 4,
-#      2 clients with 3 connections each), every byte checked; the two-host
+#   1. af_packet at the daemons' default path MTU, 4096 (each daemon raises
+#      its veth's MTU to fit): RDMA WRITE and READ of 1 B .. 4 MiB each way
+#      (depth 4, 2 clients with 3 connections each), every byte checked;
+#      no frame lost at a receiving port (port_rx_dropped: the kernel's
+#      drops at af_packet's receive ring); the two-host
 #      procedure of docs/operations.md (rdmaplane_transfer's split mode, the
 #      server on A, the client on B, both checking every byte); a connect to
 #      a service nobody listens on is refused, one to an address nobody has
 #      times out within 5 s; SIGTERM stops both with status 0 within 5 s,
 #      leaving no socket and no DPDK runtime folder;
 #   2. the same transfer up to 1 MiB with 5 % loss on both daemons' transmit
-#      side (standing in for netem, which this kernel lacks);
-#   3. af_xdp on the same veths, when the daemons can open it (optional: if
+#      side (standing in for netem, which this kernel lacks), at path MTU
+#      4096;
+#   3. af_packet with receive rings of 32 slots (framecnt=32), too few for a
+#      window of frames: the kernel drops frames at the ring, both daemons
+#      count them in port_rx_dropped, and the transfer still delivers every
+#      byte; A at path MTU 1024 and B at 4096, so the connections run at
+#      the smaller of the two;
+#   4. af_xdp on the same veths, when the daemons can open it (optional: if
 #      a daemon cannot start with af_xdp here, the reason is printed and the
 #      test goes on): the same transfer, and every frame the daemons' ports
 #      took for transmission was sent by the kernel; no XDP program may stay
@@ -151,22 +160,27 @@ for pair in "$ns_a:$veth_a" "$ns_b:$veth_b"; do
 done
 
 # start_pair ROUND DRIVER [DAEMON_FLAGS...]: starts daemon A in ns_a and B in
-# ns_b on their veth ends with DPDK driver DRIVER (af_packet or af_xdp).
-# Returns 1 (with the reason printed, and nothing left running) when either
-# could not start.
+# ns_b on their veth ends with DPDK driver DRIVER (af_packet or af_xdp), at
+# their default path MTU unless DAEMON_FLAGS say otherwise. PORT_ARGS_A and
+# PORT_ARGS_B are appended to each one's device string, A_FLAGS given to A
+# only. Returns 1 (with the reason printed, and nothing left running) when
+# either could not start.
+PORT_ARGS_A="" PORT_ARGS_B="" A_FLAGS=()
 start_pair() {
   local round="$1" driver="$2"
   shift 2
-  local common=(--mtu=1024 --log_level=debug "$@")
+  local common=(--log_level=debug "$@")
   if ! e2e_start_daemon "a$round" "$E2E_TMP/a$round.sock" "rdp-e2e-$$-a$round" \
     ip netns exec "$ns_a" "$daemon_bin" --socket="$E2E_TMP/a$round.sock" \
-    --file_prefix="rdp-e2e-$$-a$round" --port="net_${driver}0,iface=$veth_a" \
-    --ip="$ip_a" "${common[@]}"; then
+    --file_prefix="rdp-e2e-$$-a$round" \
+    --port="net_${driver}0,iface=$veth_a$PORT_ARGS_A" \
+    --ip="$ip_a" "${common[@]}" "${A_FLAGS[@]+"${A_FLAGS[@]}"}"; then
     return 1
   fi
   if ! e2e_start_daemon "b$round" "$E2E_TMP/b$round.sock" "rdp-e2e-$$-b$round" \
     ip netns exec "$ns_b" "$daemon_bin" --socket="$E2E_TMP/b$round.sock" \
-    --file_prefix="rdp-e2e-$$-b$round" --port="net_${driver}0,iface=$veth_b" \
+    --file_prefix="rdp-e2e-$$-b$round" \
+    --port="net_${driver}0,iface=$veth_b$PORT_ARGS_B" \
     --ip="$ip_b" "${common[@]}"; then
     e2e_stop_daemon "a$round" || true
     return 1
@@ -184,10 +198,12 @@ transfer() {
     --clients=2 --timeout_s=30
 }
 
-# check_counters ROUND FAULTY: both daemons sent frames on their ports, and
-# dropped some on purpose exactly when FAULTY is yes (--port_faults on).
+# check_counters ROUND FAULTY [RX_DROPS]: both daemons sent frames on their
+# ports, and dropped some on purpose exactly when FAULTY is yes
+# (--port_faults on); no frame was lost on the way in (port_rx_dropped),
+# unless RX_DROPS is yes, and then both lost some there.
 check_counters() {
-  local round="$1" faulty="$2" name
+  local round="$1" faulty="$2" rx_drops="${3:-no}" name
   for name in "a$round" "b$round"; do
     e2e_counters "$name"
     e2e_counter "$name" port_tx_frames
@@ -198,6 +214,30 @@ check_counters() {
     else
       ((E2E_VALUE == 0)) || e2e_fail "daemon $name dropped $E2E_VALUE frames without --port_faults"
     fi
+    e2e_counter "$name" port_rx_dropped
+    if [[ $rx_drops == yes ]]; then
+      ((E2E_VALUE > 0)) || e2e_fail "daemon $name counted no receive drop with a ring of 32 slots"
+    else
+      ((E2E_VALUE == 0)) || e2e_fail "daemon $name lost $E2E_VALUE received frames before its engine saw them"
+    fi
+  done
+}
+
+# check_mtu ROUND WANT_A WANT_B: the daemons' path MTUs (rdmaplanectl
+# status) and, at 4096, their veths' MTUs raised to carry such frames (the
+# IP packet of a first WRITE frame: 4156 bytes).
+check_mtu() {
+  local round="$1" want_a="$2" want_b="$3" entry name ns v want got link
+  for entry in "a$round:$ns_a:$veth_a:$want_a" "b$round:$ns_b:$veth_b:$want_b"; do
+    IFS=: read -r name ns v want <<<"$entry"
+    got="$(timeout 15 "$E2E_CTL" --socket="${E2E_SOCK[$name]}" --timeout=5s status |
+      awk '$1 == "mtu" { print $2 }')" || e2e_fail "rdmaplanectl status of daemon $name failed"
+    [[ $got == "$want" ]] || e2e_fail "daemon $name runs path MTU '$got', not $want"
+    link="$(ip -n "$ns" link show dev "$v")" || e2e_fail "cannot read $v in $ns"
+    if [[ $want == 4096 && ! $link =~ mtu\ (4[1-9][0-9][0-9]|[5-9][0-9]{3}|[0-9]{5}) ]]; then
+      e2e_fail "the MTU of $v was not raised for path MTU 4096: $link"
+    fi
+    e2e_log "daemon $name: path MTU $got; $v: $(grep -o 'mtu [0-9]*' <<<"$link")"
   done
 }
 
@@ -262,8 +302,9 @@ af_xdp_tx_lost() {
   [[ $lost -eq 1 ]]
 }
 
-e2e_log "round 1: af_packet on the veth pair"
+e2e_log "round 1: af_packet on the veth pair, default path MTU (4096)"
 start_pair 1 af_packet || e2e_fail "the daemons did not start with af_packet"
+check_mtu 1 4096 4096
 transfer 1 1,4096,65536,1048576,4194304 3 || e2e_fail "$E2E_TRANSFER_ERROR"
 # The two-host procedure of docs/operations.md, split mode: the server with
 # a session on A (in ns_a), the client on B (in ns_b); the RDMA connection
@@ -282,10 +323,25 @@ e2e_log "round 1 done after $(e2e_since "$test_start") s"
 e2e_log "round 2: af_packet with 5 % loss on both transmit sides (in place of netem)"
 start_pair 2 af_packet --port_faults=loss=0.05,seed=11 ||
   e2e_fail "the daemons did not start with af_packet and --port_faults"
+check_mtu 2 4096 4096
 transfer 2 1,4096,65536,1048576 2 || e2e_fail "$E2E_TRANSFER_ERROR"
 check_counters 2 yes
 stop_pair 2
 e2e_log "round 2 done after $(e2e_since "$test_start") s"
+
+# Receive rings far smaller than a window: the kernel drops what does not
+# fit, and the count must show it (a clean link is not enough to prove
+# the counter). A at path MTU 1024, B at 4096: the connections run at 1024.
+e2e_log "round 3: af_packet with receive rings of 32 slots, path MTU 1024 on A and 4096 on B"
+PORT_ARGS_A=",framesz=4352,blocksz=69632,framecnt=32" PORT_ARGS_B="$PORT_ARGS_A"
+A_FLAGS=(--mtu=1024)
+start_pair 3 af_packet || e2e_fail "the daemons did not start with rings of 32 slots"
+PORT_ARGS_A="" PORT_ARGS_B="" A_FLAGS=()
+check_mtu 3 1024 4096
+transfer 3 1,4096,65536,1048576 2 || e2e_fail "$E2E_TRANSFER_ERROR"
+check_counters 3 no yes
+stop_pair 3
+e2e_log "round 3 done after $(e2e_since "$test_start") s"
 
 # af_xdp is optional: where a daemon cannot open it, the reason is printed
 # and the test goes on. Where it opens, nothing may be lost: DPDK 22.11's
@@ -293,22 +349,30 @@ e2e_log "round 2 done after $(e2e_since "$test_start") s"
 # gives af_xdp ports a pool without gaps for it (dataplane/port/eth_port.cc,
 # NeedsDensePool); frames in mbufs outside the region would be dropped by
 # the kernel without an error.
-e2e_log "round 3: af_xdp on the veth pair (optional)"
+e2e_log "round 4: af_xdp on the veth pair (optional)"
+# The veths carried path MTU 4096 above; XDP on a veth takes frames of at
+# most a page, so give them back Ethernet's MTU: the af_xdp daemons raise it
+# to what their path MTU needs (the largest the PMD carries: 2048).
+for pair in "$ns_a:$veth_a" "$ns_b:$veth_b"; do
+  ip -n "${pair%%:*}" link set dev "${pair#*:}" mtu 1500 ||
+    e2e_fail "cannot set the MTU of ${pair#*:} back to 1500"
+done
 kernel_tx "$ns_a" "$veth_a"
 tx_a="$E2E_VALUE"
 kernel_tx "$ns_b" "$veth_b"
 tx_b="$E2E_VALUE"
-if start_pair 3 af_xdp; then
-  if ! transfer 3 1,4096,65536,1048576,4194304 3; then
-    af_xdp_tx_lost 3 "$tx_a" "$tx_b" || true
+if start_pair 4 af_xdp; then
+  check_mtu 4 2048 2048
+  if ! transfer 4 1,4096,65536,1048576,4194304 3; then
+    af_xdp_tx_lost 4 "$tx_a" "$tx_b" || true
     e2e_fail "af_xdp: $E2E_TRANSFER_ERROR"
   fi
-  check_counters 3 no
-  if af_xdp_tx_lost 3 "$tx_a" "$tx_b"; then
+  check_counters 4 no
+  if af_xdp_tx_lost 4 "$tx_a" "$tx_b"; then
     e2e_fail "af_xdp: the kernel sent fewer frames than the daemons' ports took"
   fi
-  stop_pair 3
-  e2e_log "round 3 done after $(e2e_since "$test_start") s"
+  stop_pair 4
+  e2e_log "round 4 done after $(e2e_since "$test_start") s"
 else
   e2e_skip_round "af_xdp" "af_xdp is not usable here (the daemon's log above says why)"
 fi
