@@ -55,10 +55,11 @@
 // payload bytes. engine_busy_s is the time the daemons' engines spent in
 // turns that did work, from their counters (sum of engine<N>_busy_cycles
 // over tsc_hz, asked over the socket as `rdmaplanectl counters` does) at
-// both ends of the window; an adaptive engine's idle spinning and sleeping
-// is in cpu_s but not in engine_busy_s. The daemons' figures have the
-// resolution of a clock tick (usually 10 ms); each reading costs the
-// daemon's control thread one short answer.
+// both ends of the window. The JSON lists the daemons ("daemons": label,
+// socket, pid and path MTU from their status); an adaptive engine's idle
+// spinning and sleeping is in cpu_s but not in engine_busy_s. The daemons'
+// figures have the resolution of a clock tick (usually 10 ms); each reading
+// costs the daemon's control thread one short answer.
 //
 // Progress goes to stderr, a table to stdout, every figure to --json FILE.
 // Exit status: 0 ok, 1 a run failed (or a daemon could not be reached), 2
@@ -192,6 +193,7 @@ struct Daemon {
   std::string label;  // "daemon", "daemon_a", "daemon_b"
   std::string socket;
   pid_t pid = 0;
+  uint32_t mtu = 0;  // its path MTU ("status": mtu)
 };
 
 // CPU time and engine work at one instant, per process.
@@ -451,7 +453,15 @@ class Bench {
                             pid.status().message());
       }
       if (!daemons_.empty() && daemons_[0].pid == *pid) break;
-      daemons_.push_back(Daemon{label, socket, *pid});
+      absl::StatusOr<std::string> status = rdmaplane::control::QueryDaemon(
+          socket, "status", /*json=*/true, absl::Seconds(5));
+      double mtu = 0;
+      if (!status.ok() || !JsonCounter(*status, "mtu", &mtu)) {
+        return absl::StrCat("the status of the daemon at ", socket, ": ",
+                            status.ok() ? "no mtu" : status.status().message());
+      }
+      daemons_.push_back(
+          Daemon{label, socket, *pid, static_cast<uint32_t>(mtu)});
     }
     return "";
   }
@@ -864,10 +874,12 @@ bool WriteJson(const std::string& path, const Options& o, const Bench& bench,
       sysconf(_SC_CLK_TCK));
   const std::vector<Daemon>& daemons = bench.daemons();
   for (size_t i = 0; i < daemons.size(); ++i) {
-    std::fprintf(f, "%s{\"label\": \"%s\", \"socket\": %s, \"pid\": %d}",
+    std::fprintf(f,
+                 "%s{\"label\": \"%s\", \"socket\": %s, \"pid\": %d, "
+                 "\"mtu\": %u}",
                  i ? ", " : "", daemons[i].label.c_str(),
                  JsonString(daemons[i].socket).c_str(),
-                 static_cast<int>(daemons[i].pid));
+                 static_cast<int>(daemons[i].pid), daemons[i].mtu);
   }
   std::fprintf(f, "],\n  \"results\": [");
   for (size_t i = 0; i < results.size(); ++i) {
@@ -884,11 +896,11 @@ bool WriteJson(const std::string& path, const Options& o, const Bench& bench,
       std::fprintf(f,
                    "\"depth\": %u, \"connections\": %u, \"requests\": %" PRIu64
                    ", \"seconds\": %.6f, \"gbps\": %.6f, \"mops\": %.6f, "
-                   "\"cpu_s_per_gb\": %.6g",
+                   "\"cpu_s_per_gb\": %.9g",
                    o.depth, o.connections, r.requests, r.seconds, r.gbps,
                    r.mops, CpuSecondsPerGb(r));
     }
-    std::fprintf(f, ", \"cpu_s\": %.9f, \"cpu_us_per_op\": %.6g", r.cpu.Total(),
+    std::fprintf(f, ", \"cpu_s\": %.9f, \"cpu_us_per_op\": %.9g", r.cpu.Total(),
                  CpuMicrosPerOp(r));
     std::fprintf(f, ", \"cpu_s_by_process\": {\"client\": %.9f",
                  r.cpu.client_s);
