@@ -2,12 +2,18 @@
 # bench/compare's pipeline end to end in quick mode: every tool runs (very
 # briefly), and the report must hold every figure behind the project's
 # performance targets and every other figure, each ratio, positive numbers,
-# the markdown table and two real PNG files. The figures themselves are not
-# judged here (quick runs are too short), only that each was measured, and
-# that the report agrees with itself: bench/report_check.py recomputes every
-# ratio of latest.json from its figure and baseline and matches every value
-# latest.md prints to latest.json; fed a report with one ratio off, one
-# figure without a ratio, or one printed value off, it must fail.
+# the markdown table and three real PNG files. The figures themselves are
+# not judged here (quick runs are too short), only that each was measured,
+# and that the report agrees with itself: bench/report_check.py recomputes
+# every ratio of latest.json, the median of its rounds' pairs, from the
+# figure's and the baseline's rounds and matches every value latest.md
+# prints to latest.json; fed a report with one ratio off, one baseline
+# window off, one figure without a ratio, or one printed value off, it must
+# fail. The run is made with --check: it exits 0, or 3 naming on stderr
+# each target latest.json shows missed. report.py --check on the run's raw
+# measurements doctored so that every target is met exits 0, and with one
+# figure then made far too slow exits 3 naming the targets it misses, with
+# value and bound.
 #
 #   compare_smoke_test.sh COMPARE_RUN REPORT_PY REPORT_CHECK RDMAPLANED \
 #       CONTROL_BENCHMARK RDMAPLANE_PERF MEMCPY_BW TCP_BENCH PIN_COST \
@@ -23,6 +29,10 @@ report_py="$2"
 report_check="$3"
 shift 3
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+kept=""
+# shellcheck disable=SC2317  # the EXIT trap
+cleanup() { if [[ -n $kept ]]; then rm -rf -- "$kept"; fi; }
+trap cleanup EXIT
 bin="$tmp/bin"
 out="$tmp/out"
 mkdir -p "$bin"
@@ -47,10 +57,32 @@ grep -q "missing figures" "$tmp/empty/stdout" ||
   fail "report.py did not name the missing figures"
 
 status=0
-"$compare_run" --quick --bin_dir="$bin" --out="$out" >"$tmp/stdout" ||
-  status=$?
+"$compare_run" --quick --check --keep --bin_dir="$bin" --out="$out" \
+  >"$tmp/stdout" 2>"$tmp/stderr" || status=$?
 cat "$tmp/stdout"
-((status == 0)) || fail "compare_run.sh --quick exited with $status"
+cat "$tmp/stderr" >&2
+kept="$(sed -n 's/^compare: raw results kept in //p' "$tmp/stderr")"
+[[ -n $kept && -d $kept/raw ]] || fail "--keep did not keep the raw results"
+((status == 0 || status == 3)) ||
+  fail "compare_run.sh --quick --check exited with $status"
+# --check: exit 3 exactly when latest.json shows a missed target, each
+# named on stderr.
+python3 - "$out/latest.json" "$tmp/stderr" "$status" <<'EOF' ||
+import json
+import sys
+
+doc = json.load(open(sys.argv[1]))
+err = open(sys.argv[2]).read()
+missed = [t["key"] for t in doc["targets"] if t["met"] is False]
+if (int(sys.argv[3]) == 3) != bool(missed):
+    sys.exit("exit status %s with missed targets %r" % (sys.argv[3], missed))
+for key in missed:
+    if "report: target missed: %s = " % key not in err:
+        sys.exit("--check did not name the missed target " + key)
+print("--check: exit %s, %d missed target(s) named" % (sys.argv[3],
+                                                       len(missed)))
+EOF
+  fail "--check and the targets of latest.json disagree"
 
 python3 - "$out/latest.json" "$report_py" <<'EOF' || fail "latest.json"
 import importlib.util
@@ -66,7 +98,13 @@ keys = ["memcpy_gbps", "memcpy_64k_gbps", "tcp_gbps", "tcp_pingpong_p50_us", "wr
         "read_gbps_64k", "write_lat_p50_us_8b", "read_lat_p50_us_8b",
         "write_mops_64b", "reg_hit_ns", "reg_roundtrip_us",
         "write_gbps_64k_vs_tcp", "write_gbps_64k_vs_memcpy",
-        "write_lat_p50_us_8b_vs_tcp"]
+        "write_lat_p50_us_8b_vs_tcp", "memif_payload_gbps_4096",
+        "write_gbps_64k_memif_vs_memif", "write_gbps_64k_memif_vs_tcp",
+        "read_gbps_64k_memif_vs_tcp", "write_cpu_s_per_gb_64k_memif_vs_tcp",
+        "write_lat_p50_us_8b_memif_vs_tcp_busy",
+        "write_lat_p99_us_8b_memif_vs_tcp_busy",
+        "write_mops_64b_memif_vs_memif", "tcp_cpu_s_per_gb",
+        "tcp_pingpong_cpu_us_per_op", "write_cpu_us_per_op_64b_vs_tcp"]
 bad = []
 for k in keys + report.REQUIRED:
     v = doc.get(k)
@@ -80,10 +118,24 @@ if doc.get("missing") or doc.get("failures"):
 for k in ("units", "machine", "run", "targets", "curves", "latency"):
     if not doc.get(k):
         sys.exit("no " + k)
-if len(doc["targets"]) != 6 or any(t["met"] is None for t in doc["targets"]):
+if [t["key"] for t in doc["targets"]] != [t[0] for t in report.TARGETS] or \
+        any(t["met"] is None for t in doc["targets"]):
     sys.exit("targets not all evaluated: %r" % doc["targets"])
+for t in doc["targets"]:
+    if "_vs_" in t["key"] and t.get("pairs") != 1:
+        sys.exit("target %s: %r pairs in one round" % (t["key"],
+                                                        t.get("pairs")))
 if doc["ratio_of"]["write_gbps_64k_vs_memcpy"]["baseline"] != "memcpy_64k_gbps":
     sys.exit("64 KiB bandwidth is not compared with 64 KiB memcpy copies")
+if doc["ratio_of"]["write_gbps_64k_memif_vs_memif"] != {
+        "figure": "write_gbps_64k_memif",
+        "baseline": "memif_payload_gbps_4096",
+        "baseline_windows": "memif_payload_gbps_4096@memif"}:
+    sys.exit("memif 64 KiB WRITEs are not paired with raw memif at path MTU "
+             "4096: %r" % doc["ratio_of"]["write_gbps_64k_memif_vs_memif"])
+if doc["run"]["mtu"] != 4096:
+    sys.exit("the memif daemons ran path MTU %r, not their default 4096" %
+             doc["run"]["mtu"])
 if doc["profile"] or "--quick" not in doc.get("profile_note", ""):
     sys.exit("quick mode: no profile expected, and a note saying why: %r" %
              doc.get("profile_note"))
@@ -92,12 +144,13 @@ if not doc["machine"]["load_start"]:
 for setup in ("local", "memif"):
     for mode in ("write_bw", "read_bw"):
         pts = doc["curves"].get(setup, {}).get(mode, [])
-        if len(pts) < 3 or any(p["gbps"] <= 0 for p in pts):
+        if len(pts) < 3 or any(p["gbps"] <= 0 or p["cpu_s_per_gb"] <= 0
+                               for p in pts):
             sys.exit("curve %s %s: %r" % (setup, mode, pts))
 print("latest.json: %d keys checked" % len(set(keys + report.REQUIRED)))
 EOF
 
-grep -q '^| figure | rdmaplane | rounds | baseline | baseline value | ratio | target | met |$' \
+grep -q '^| figure | rdmaplane | rounds | baseline | baseline value | ratio | pairs | target | met |$' \
   "$out/latest.md" || fail "latest.md has no comparison table"
 grep -q 'WRITE 64 KiB bandwidth, one daemon' "$out/latest.md" ||
   fail "latest.md lacks the WRITE bandwidth row"
@@ -131,6 +184,12 @@ off = dict(doc, ratios=dict(doc["ratios"]))
 off["write_gbps_64k_vs_tcp"] *= 1.1
 off["ratios"]["write_gbps_64k_vs_tcp"] = off["write_gbps_64k_vs_tcp"]
 json.dump(off, open(sys.argv[3] + "/ratio_off.json", "w"))
+# One baseline window twice what was measured: the ratios paired with it
+# no longer follow.
+win = dict(doc, rounds=dict(doc["rounds"]))
+win["rounds"]["tcp_gbps@memif"] = [2 * v for v in
+                                   win["rounds"]["tcp_gbps@memif"]]
+json.dump(win, open(sys.argv[3] + "/window_off.json", "w"))
 # A figure whose only ratio is gone.
 gone = dict(doc, ratios=dict(doc["ratios"]), ratio_of=dict(doc["ratio_of"]))
 for d in (gone, gone["ratios"], gone["ratio_of"]):
@@ -150,15 +209,86 @@ open(sys.argv[3] + "/value_off.md", "w").write("\n".join(lines))
 EOF
   fail "could not write the broken reports"
 must_fail ratio_off "write_gbps_64k_vs_tcp = " "$broken/ratio_off.json"
+must_fail window_off "write_gbps_64k_memif_vs_tcp = " "$broken/window_off.json"
 must_fail no_ratio "reg_dereg_pair_us has no ratio" "$broken/no_ratio.json"
 must_fail value_off "read_gbps_64k_vs_tcp: latest.md shows" \
   "$out/latest.json" "$broken/value_off.md"
 cmp -s "$out/latest.md" <(tail -c "$(wc -c <"$out/latest.md")" "$tmp/stdout") ||
   fail "the printed table is not latest.md"
-for png in bw_vs_size.png latency_cdf.png; do
+for png in bw_vs_size.png cpu_vs_size.png latency_cdf.png; do
   [[ -s $out/$png ]] || fail "$png is missing"
   [[ "$(head -c 8 "$out/$png" | od -An -tx1 | tr -d ' \n')" == 89504e470d0a1a0a ]] ||
     fail "$png is not a PNG file"
 done
 if ls "$out"/*.tmp >/dev/null 2>&1; then fail "temporary files left in $out"; fi
+
+# report.py --check on doctored measurements: every rdmaplane figure made
+# far better than any target asks, then one made far worse.
+doctor() {  # doctor DIR FACTOR FILE_GLOB: rdmaplane's figures FACTOR x better
+  python3 - "$@" <<'EOF'
+import glob
+import json
+import os
+import sys
+
+raw, factor, pattern = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+faster = ("gbps", "mops")
+slower = ("p50_us", "p90_us", "p99_us", "max_us", "min_us", "mean_us",
+          "cpu_s_per_gb", "cpu_us_per_op")
+for path in glob.glob(os.path.join(raw, pattern)):
+    doc = json.load(open(path))
+    if doc.get("tool") == "rdmaplane_perf":
+        for r in doc["results"]:
+            for k in faster:
+                if k in r:
+                    r[k] *= factor
+            for k in slower:
+                if k in r:
+                    r[k] /= factor
+    elif "benchmarks" in doc:
+        for b in doc["benchmarks"]:
+            b["real_time"] /= factor
+    else:
+        continue
+    json.dump(doc, open(path, "w"))
+EOF
+}
+check_report() {  # check_report NAME: report.py --check on $tmp/NAME/raw
+  python3 "$report_py" --raw="$tmp/$1/raw" --out="$tmp/$1/out" \
+    --load="$tmp/empty/load.txt" --rounds=1 --check=1 \
+    >"$tmp/$1/stdout" 2>"$tmp/$1/stderr"
+}
+mkdir -p "$tmp/met" "$tmp/missed"
+cp -r "$kept/raw" "$tmp/met/raw"
+doctor "$tmp/met/raw" 1000 'r1_*.json' || fail "could not doctor the raw files"
+check_report met || fail "report.py --check with every target met exited \
+non-zero: $(cat "$tmp/met/stderr")"
+if grep -q "target missed" "$tmp/met/stderr"; then
+  fail "report.py --check named a missed target with all met"
+fi
+echo "report.py --check: 0 with every target met"
+cp -r "$tmp/met/raw" "$tmp/missed/raw"
+doctor "$tmp/missed/raw" 1e-6 'r1_memif_adaptive_bw.json' ||
+  fail "could not doctor the raw files"
+status=0
+check_report missed || status=$?
+((status == 3)) || fail "report.py --check with missed targets exited \
+$status: $(cat "$tmp/missed/stderr")"
+for key in write_gbps_64k_memif_vs_tcp write_gbps_64k_memif_vs_memif \
+  read_gbps_64k_memif_vs_tcp read_gbps_64k_memif_vs_memif \
+  write_cpu_s_per_gb_64k_memif_vs_tcp; do
+  grep -q "^report: target missed: $key = .*, bound [<>]= [0-9.]*x$" \
+    "$tmp/missed/stderr" ||
+    fail "report.py --check did not name $key: $(cat "$tmp/missed/stderr")"
+done
+if (($(grep -c "target missed" "$tmp/missed/stderr") != 5)); then
+  fail "report.py --check named other targets: $(cat "$tmp/missed/stderr")"
+fi
+python3 "$report_check" "$tmp/missed/out/latest.json" \
+  "$tmp/missed/out/latest.md" || fail "the doctored report disagrees"
+# Without --check a missed target leaves the exit status alone.
+python3 "$report_py" --raw="$tmp/missed/raw" --out="$tmp/missed/out2" \
+  --load="$tmp/empty/load.txt" --rounds=1 >/dev/null 2>&1 ||
+  fail "report.py without --check failed on missed targets"
+echo "report.py --check: 3 naming each missed target"
 echo "PASS"

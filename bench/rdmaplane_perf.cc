@@ -43,20 +43,45 @@
 // source (untimed; --noverify skips both). A failed request or a byte that
 // did not arrive fails the run.
 //
+// CPU cost: for every result, the CPU time every process involved spent
+// in exactly its measurement window (from the clock's start to its stop):
+// this process (getrusage, user + system), and each daemon it talks to
+// (user + system of /proc/PID/stat, in clock ticks; the daemon's pid is
+// the peer of a connection to its socket, SO_PEERCRED). cpu_s is their
+// sum, cpu_s_by_process each ("client", and "daemon" for one daemon or
+// "daemon_a" (--listen_socket) and "daemon_b" (--connect_socket));
+// cpu_us_per_op is cpu_s in microseconds per request (per sample for
+// latency modes) and, for bandwidth modes, cpu_s_per_gb CPU seconds per 1e9
+// payload bytes. engine_busy_s is the time the daemons' engines spent in
+// turns that did work, from their counters (sum of engine<N>_busy_cycles
+// over tsc_hz, asked over the socket as `rdmaplanectl counters` does) at
+// both ends of the window. The JSON lists the daemons ("daemons": label,
+// socket, pid and path MTU from their status); an adaptive engine's idle
+// spinning and sleeping is in cpu_s but not in engine_busy_s. The daemons'
+// figures have the resolution of a clock tick (usually 10 ms); each reading
+// costs the daemon's control thread one short answer.
+//
 // Progress goes to stderr, a table to stdout, every figure to --json FILE.
 // Exit status: 0 ok, 1 a run failed (or a daemon could not be reached), 2
 // usage.
 //
 // Single-threaded: one thread posts and polls every connection.
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -68,6 +93,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "api/client.h"
+#include "control/admin.h"
 
 ABSL_FLAG(std::string, listen_socket, "",
           "socket of the daemon whose client is the target (registers memory)");
@@ -162,9 +188,38 @@ struct Connection {
   uint64_t next_slot = 0;
 };
 
+// One daemon this process talks to, for its CPU time.
+struct Daemon {
+  std::string label;  // "daemon", "daemon_a", "daemon_b"
+  std::string socket;
+  pid_t pid = 0;
+  uint32_t mtu = 0;  // its path MTU ("status": mtu)
+};
+
+// CPU time and engine work at one instant, per process.
+struct CpuReading {
+  double client_s = 0;
+  std::vector<double> daemon_s;  // per Daemon
+  std::vector<double> busy_s;    // engines' busy seconds, per Daemon
+};
+
+// What one measurement window cost.
+struct CpuCost {
+  double client_s = 0;
+  std::vector<double> daemon_s;
+  double engine_busy_s = 0;
+  std::vector<double> busy_s;
+  double Total() const {
+    double t = client_s;
+    for (double d : daemon_s) t += d;
+    return t;
+  }
+};
+
 struct Result {
   Mode mode;
   uint32_t size = 0;
+  CpuCost cpu;
   // Bandwidth.
   uint64_t requests = 0;
   double seconds = 0;
@@ -175,6 +230,18 @@ struct Result {
   double p50 = 0, p90 = 0, p99 = 0, max = 0, min = 0, mean = 0;
 };
 
+// CPU microseconds (every process) per request or sample.
+double CpuMicrosPerOp(const Result& r) {
+  return r.requests > 0 ? r.cpu.Total() * 1e6 / static_cast<double>(r.requests)
+                        : 0;
+}
+
+// CPU seconds (every process) per 1e9 payload bytes.
+double CpuSecondsPerGb(const Result& r) {
+  const double bytes = static_cast<double>(r.requests) * r.size;
+  return bytes > 0 ? r.cpu.Total() / (bytes / 1e9) : 0;
+}
+
 double Micros(Clock::duration d) {
   return std::chrono::duration<double, std::micro>(d).count();
 }
@@ -183,6 +250,97 @@ double Percentile(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0;
   const size_t i = static_cast<size_t>(q * static_cast<double>(sorted.size()));
   return sorted[std::min(i, sorted.size() - 1)];
+}
+
+// The pid of the process that listens on the Unix socket `path`: the peer
+// of a connection made only to ask (SO_PEERCRED); the daemon sees a
+// connection closed before its hello.
+absl::StatusOr<pid_t> SocketPeerPid(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError("socket path too long");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(std::strerror(errno));
+  ucred peer{};
+  socklen_t len = sizeof(peer);
+  const bool ok =
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) return absl::UnavailableError(std::strerror(err));
+  if (peer.pid <= 0) return absl::UnavailableError("no peer pid");
+  return peer.pid;
+}
+
+// User + system CPU seconds of this process (every thread).
+double OwnCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+// User + system CPU seconds of process `pid` (every thread), from
+// /proc/PID/stat (fields 14 and 15, clock ticks); -1 when unreadable.
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
+  std::stringstream text;
+  text << f.rdbuf();
+  const std::string s = text.str();
+  // The command name (field 2) is in parentheses and may hold spaces.
+  const size_t close_paren = s.rfind(')');
+  if (!f || close_paren == std::string::npos) return -1;
+  std::istringstream rest(s.substr(close_paren + 1));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  // Fields 3..13, then utime (14) and stime (15).
+  for (int i = 3; i <= 13; ++i) rest >> field;
+  if (!(rest >> utime >> stime)) return -1;
+  static const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return static_cast<double>(utime + stime) / ticks;
+}
+
+// The value of "key" in a flat JSON object of numbers, as rdmaplanectl
+// counters --json renders it; false when absent.
+bool JsonCounter(const std::string& json, const std::string& key,
+                 double* value) {
+  const std::string quoted = absl::StrCat("\"", key, "\":");
+  const size_t at = json.find(quoted);
+  if (at == std::string::npos) return false;
+  const std::string number(json.substr(at + quoted.size(), 24));
+  char* end = nullptr;
+  *value = std::strtod(number.c_str(), &end);
+  return end != number.c_str();
+}
+
+// Seconds the engines of the daemon at `socket` spent in busy turns: the sum
+// of engine<N>_busy_cycles over tsc_hz.
+absl::StatusOr<double> EngineBusySeconds(const std::string& socket) {
+  absl::StatusOr<std::string> json = rdmaplane::control::QueryDaemon(
+      socket, "counters", /*json=*/true, absl::Seconds(5));
+  if (!json.ok()) return json.status();
+  double tsc_hz = 0;
+  if (!JsonCounter(*json, "tsc_hz", &tsc_hz) || !(tsc_hz > 0)) {
+    return absl::DataLossError("its counters have no tsc_hz");
+  }
+  double cycles = 0;
+  int engines = 0;
+  for (;; ++engines) {
+    double c = 0;
+    if (!JsonCounter(*json, absl::StrCat("engine", engines, "_busy_cycles"),
+                     &c)) {
+      break;
+    }
+    cycles += c;
+  }
+  if (engines == 0) {
+    return absl::DataLossError("its counters have no engine0_busy_cycles");
+  }
+  return cycles / tsc_hz;
 }
 
 class Bench {
@@ -215,6 +373,7 @@ class Bench {
                           poster.status().message());
     }
     poster_ = std::move(*poster);
+    if (std::string e = FindDaemons(); !e.empty()) return e;
     if (absl::Status s = target_->Listen(o_.service); !s.ok()) {
       return absl::StrCat("listen: ", s.message());
     }
@@ -264,6 +423,8 @@ class Bench {
     target_.reset();
   }
 
+  const std::vector<Daemon>& daemons() const { return daemons_; }
+
   bool hugepages() const {
     return poster_ != nullptr && poster_->hugepages() && target_->hugepages();
   }
@@ -277,6 +438,69 @@ class Bench {
   }
 
  private:
+  // The daemons behind the two sockets, by their pids (one when both
+  // sockets are the same daemon's).
+  std::string FindDaemons() {
+    const bool two = o_.connect_socket != o_.listen_socket;
+    for (const auto& [label, socket] :
+         {std::pair<std::string, std::string>{two ? "daemon_a" : "daemon",
+                                              o_.listen_socket},
+          {"daemon_b", o_.connect_socket}}) {
+      if (label == "daemon_b" && !two) break;
+      absl::StatusOr<pid_t> pid = SocketPeerPid(socket);
+      if (!pid.ok()) {
+        return absl::StrCat("the pid of the daemon at ", socket, ": ",
+                            pid.status().message());
+      }
+      if (!daemons_.empty() && daemons_[0].pid == *pid) break;
+      absl::StatusOr<std::string> status = rdmaplane::control::QueryDaemon(
+          socket, "status", /*json=*/true, absl::Seconds(5));
+      double mtu = 0;
+      if (!status.ok() || !JsonCounter(*status, "mtu", &mtu)) {
+        return absl::StrCat("the status of the daemon at ", socket, ": ",
+                            status.ok() ? "no mtu" : status.status().message());
+      }
+      daemons_.push_back(
+          Daemon{label, socket, *pid, static_cast<uint32_t>(mtu)});
+    }
+    return "";
+  }
+
+  // CPU time and engine work now; "" or what could not be read.
+  std::string ReadCpu(CpuReading* c) {
+    c->daemon_s.clear();
+    c->busy_s.clear();
+    for (const Daemon& d : daemons_) {
+      absl::StatusOr<double> busy = EngineBusySeconds(d.socket);
+      if (!busy.ok()) {
+        return absl::StrCat("engine counters of the daemon at ", d.socket, ": ",
+                            busy.status().message());
+      }
+      c->busy_s.push_back(*busy);
+    }
+    for (const Daemon& d : daemons_) {
+      const double s = ProcessCpuSeconds(d.pid);
+      if (s < 0) {
+        return absl::StrCat("cannot read /proc/", d.pid,
+                            "/stat (the daemon at ", d.socket, ")");
+      }
+      c->daemon_s.push_back(s);
+    }
+    c->client_s = OwnCpuSeconds();
+    return "";
+  }
+
+  static CpuCost Cost(const CpuReading& a, const CpuReading& b) {
+    CpuCost cost;
+    cost.client_s = b.client_s - a.client_s;
+    for (size_t i = 0; i < a.daemon_s.size(); ++i) {
+      cost.daemon_s.push_back(b.daemon_s[i] - a.daemon_s[i]);
+      cost.busy_s.push_back(b.busy_s[i] - a.busy_s[i]);
+      cost.engine_busy_s += cost.busy_s.back();
+    }
+    return cost;
+  }
+
   // Message-sized slots the requests of `size` bytes rotate over.
   uint64_t Slots(uint32_t size) const {
     const uint64_t fit = region_ / size;
@@ -350,6 +574,10 @@ class Bench {
     uint64_t measured = 0;
     bool timing = warmup_total == 0;
     bool posting = true;
+    CpuReading cpu_start, cpu_stop;
+    if (timing) {
+      if (std::string e = ReadCpu(&cpu_start); !e.empty()) return e;
+    }
     Clock::time_point start = Clock::now(), stop{};
     Clock::time_point last_progress = start;
     uint64_t outstanding = n * o_.depth;
@@ -381,10 +609,12 @@ class Bench {
                                    : now - start >= duration) {
               posting = false;
               stop = now;
+              if (std::string e = ReadCpu(&cpu_stop); !e.empty()) return e;
             }
           } else if (!timing && completed >= warmup_total) {
             timing = true;
-            start = now;
+            if (std::string e = ReadCpu(&cpu_start); !e.empty()) return e;
+            start = Clock::now();
           }
           if (posting) {
             const int st = Post(c, mode, size, c.next_slot++, ov);
@@ -416,6 +646,7 @@ class Bench {
             now - start >= duration) {
           posting = false;
           stop = now;
+          if (std::string e = ReadCpu(&cpu_stop); !e.empty()) return e;
         }
       }
     }
@@ -423,6 +654,7 @@ class Bench {
       if (std::string e = Verify(mode, size); !e.empty()) return e;
     }
     r->requests = measured;
+    r->cpu = Cost(cpu_start, cpu_stop);
     r->seconds = std::chrono::duration<double>(stop - start).count();
     if (r->seconds > 0) {
       r->gbps = static_cast<double>(measured) * size / r->seconds / 1e9;
@@ -439,13 +671,18 @@ class Bench {
     const uint64_t warmup_total = o_.warmup * conns_.size();
     r->samples.reserve(measured_total > 0 ? measured_total : 1 << 20);
     Clock::time_point start{};
+    CpuReading cpu_start, cpu_stop;
     rdp_overlapped* done[1];
     for (uint64_t i = 0;; ++i) {
-      if (i == warmup_total) start = Clock::now();
+      if (i == warmup_total) {
+        if (std::string e = ReadCpu(&cpu_start); !e.empty()) return e;
+        start = Clock::now();
+      }
       if (i >= warmup_total) {
         const uint64_t taken = i - warmup_total;
         if (measured_total > 0 ? taken >= measured_total
                                : Clock::now() - start >= duration) {
+          if (std::string e = ReadCpu(&cpu_stop); !e.empty()) return e;
           break;
         }
       }
@@ -478,6 +715,7 @@ class Bench {
       }
       if (i >= warmup_total) r->samples.push_back(Micros(t1 - t0));
     }
+    r->cpu = Cost(cpu_start, cpu_stop);
     std::vector<double> sorted = r->samples;
     std::sort(sorted.begin(), sorted.end());
     r->requests = sorted.size();
@@ -495,6 +733,7 @@ class Bench {
   const Options& o_;
   std::unique_ptr<Client> target_, poster_;
   std::vector<Connection> conns_;
+  std::vector<Daemon> daemons_;
   uint64_t region_ = 0;
   uint32_t runs_ = 0;
 };
@@ -615,18 +854,34 @@ bool WriteJson(const std::string& path, const Options& o, const Bench& bench,
       "{\n  \"tool\": \"rdmaplane_perf\",\n  \"units\": {\"gbps\": \"GB/s "
       "(1e9 payload bytes per second)\", \"mops\": \"1e6 requests per "
       "second\", \"us\": \"microseconds from post to completion (one round "
-      "trip)\"},\n  \"config\": {\"listen_socket\": %s, \"connect_socket\": "
+      "trip)\", \"cpu_s\": \"user + system CPU seconds in the measurement "
+      "window, every process\", \"cpu_us_per_op\": \"CPU microseconds per "
+      "request\", \"cpu_s_per_gb\": \"CPU seconds per 1e9 payload bytes\", "
+      "\"engine_busy_s\": \"seconds the daemons' engines spent in turns "
+      "that did work\"},\n  \"config\": {\"listen_socket\": %s, "
+      "\"connect_socket\": "
       "%s, \"peer\": %s, \"depth\": %u, \"connections\": %u, \"iterations\": "
       "%" PRIu64 ", \"duration_s\": %g, \"warmup\": %" PRIu64
       ", \"region_bytes\": %" PRIu64
       ", \"verified\": %s, \"yield_after\": %u, \"hugepages\": %s},\n  \"ok\": "
       "%s,\n  \"error\": "
-      "%s,\n  \"results\": [",
+      "%s,\n  \"clk_tck\": %ld,\n  \"daemons\": [",
       JsonString(o.listen_socket).c_str(), JsonString(o.connect_socket).c_str(),
       JsonString(o.peer).c_str(), o.depth, o.connections, o.iterations,
       o.duration_s, o.warmup, bench.region_bytes(), o.verify ? "true" : "false",
       o.yield_after, bench.hugepages() ? "true" : "false",
-      error.empty() ? "true" : "false", JsonString(error).c_str());
+      error.empty() ? "true" : "false", JsonString(error).c_str(),
+      sysconf(_SC_CLK_TCK));
+  const std::vector<Daemon>& daemons = bench.daemons();
+  for (size_t i = 0; i < daemons.size(); ++i) {
+    std::fprintf(f,
+                 "%s{\"label\": \"%s\", \"socket\": %s, \"pid\": %d, "
+                 "\"mtu\": %u}",
+                 i ? ", " : "", daemons[i].label.c_str(),
+                 JsonString(daemons[i].socket).c_str(),
+                 static_cast<int>(daemons[i].pid), daemons[i].mtu);
+  }
+  std::fprintf(f, "],\n  \"results\": [");
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     std::fprintf(f, "%s\n    {\"mode\": \"%s\", \"bytes\": %u, ", i ? "," : "",
@@ -635,15 +890,32 @@ bool WriteJson(const std::string& path, const Options& o, const Bench& bench,
       std::fprintf(f,
                    "\"samples\": %" PRIu64
                    ", \"p50_us\": %.3f, \"p90_us\": %.3f, \"p99_us\": %.3f, "
-                   "\"max_us\": %.3f, \"min_us\": %.3f, \"mean_us\": %.3f}",
+                   "\"max_us\": %.3f, \"min_us\": %.3f, \"mean_us\": %.3f",
                    r.requests, r.p50, r.p90, r.p99, r.max, r.min, r.mean);
     } else {
       std::fprintf(f,
                    "\"depth\": %u, \"connections\": %u, \"requests\": %" PRIu64
-                   ", \"seconds\": %.6f, \"gbps\": %.6f, \"mops\": %.6f}",
+                   ", \"seconds\": %.6f, \"gbps\": %.6f, \"mops\": %.6f, "
+                   "\"cpu_s_per_gb\": %.9g",
                    o.depth, o.connections, r.requests, r.seconds, r.gbps,
-                   r.mops);
+                   r.mops, CpuSecondsPerGb(r));
     }
+    std::fprintf(f, ", \"cpu_s\": %.9f, \"cpu_us_per_op\": %.9g", r.cpu.Total(),
+                 CpuMicrosPerOp(r));
+    std::fprintf(f, ", \"cpu_s_by_process\": {\"client\": %.9f",
+                 r.cpu.client_s);
+    for (size_t d = 0; d < r.cpu.daemon_s.size() && d < daemons.size(); ++d) {
+      std::fprintf(f, ", \"%s\": %.9f", daemons[d].label.c_str(),
+                   r.cpu.daemon_s[d]);
+    }
+    std::fprintf(f,
+                 "}, \"engine_busy_s\": %.9f, \"engine_busy_s_by_process\": {",
+                 r.cpu.engine_busy_s);
+    for (size_t d = 0; d < r.cpu.busy_s.size() && d < daemons.size(); ++d) {
+      std::fprintf(f, "%s\"%s\": %.9f", d ? ", " : "", daemons[d].label.c_str(),
+                   r.cpu.busy_s[d]);
+    }
+    std::fprintf(f, "}}");
   }
   std::fprintf(f, "\n  ]\n}\n");
   if (std::fclose(f) != 0) {
@@ -674,13 +946,14 @@ bool WriteSamples(const std::string& path, const std::vector<Result>& results) {
 void PrintRow(const Options& o, const Result& r) {
   if (IsLatency(r.mode)) {
     std::printf("%-9s %8u %5s %5u %10" PRIu64
-                " %9s %9s %8.2f %8.2f %8.2f %9.2f\n",
+                " %9s %9s %8.2f %8.2f %8.2f %9.2f %10.3f\n",
                 ModeName(r.mode), r.size, "1", o.connections, r.requests, "-",
-                "-", r.p50, r.p90, r.p99, r.max);
+                "-", r.p50, r.p90, r.p99, r.max, CpuMicrosPerOp(r));
   } else {
-    std::printf("%-9s %8u %5u %5u %10" PRIu64 " %9.3f %9.3f %8s %8s %8s %9s\n",
+    std::printf("%-9s %8u %5u %5u %10" PRIu64
+                " %9.3f %9.3f %8s %8s %8s %9s %10.3f\n",
                 ModeName(r.mode), r.size, o.depth, o.connections, r.requests,
-                r.gbps, r.mops, "-", "-", "-", "-");
+                r.gbps, r.mops, "-", "-", "-", "-", CpuMicrosPerOp(r));
   }
   std::fflush(stdout);
 }
@@ -708,9 +981,9 @@ int main(int argc, char** argv) {
                  o.peer.empty() ? "inside one daemon" : "to peer ",
                  o.peer.c_str(), o.connections, o.depth, length.c_str(),
                  bench.hugepages() ? "hugepages" : "regular pages");
-    std::printf("%-9s %8s %5s %5s %10s %9s %9s %8s %8s %8s %9s\n", "mode",
+    std::printf("%-9s %8s %5s %5s %10s %9s %9s %8s %8s %8s %9s %10s\n", "mode",
                 "bytes", "depth", "conns", "requests", "GB/s", "Mops", "p50_us",
-                "p90_us", "p99_us", "max_us");
+                "p90_us", "p99_us", "max_us", "cpu_us/op");
     for (Mode mode : o.modes) {
       for (uint32_t size : o.sizes) {
         Result r;
@@ -719,14 +992,17 @@ int main(int argc, char** argv) {
         if (IsLatency(mode)) {
           std::fprintf(stderr,
                        "rdmaplane_perf: %s %u B: p50 %.2f us, p99 %.2f us "
-                       "(%" PRIu64 " samples)\n",
-                       ModeName(mode), size, r.p50, r.p99, r.requests);
+                       "(%" PRIu64 " samples), %.3f CPU s\n",
+                       ModeName(mode), size, r.p50, r.p99, r.requests,
+                       r.cpu.Total());
         } else {
           std::fprintf(stderr,
                        "rdmaplane_perf: %s %u B: %.3f GB/s, %.3f Mops "
-                       "(%" PRIu64 " requests in %.2f s)\n",
+                       "(%" PRIu64
+                       " requests in %.2f s), %.3f CPU s, %.3g "
+                       "CPU s per GB\n",
                        ModeName(mode), size, r.gbps, r.mops, r.requests,
-                       r.seconds);
+                       r.seconds, r.cpu.Total(), CpuSecondsPerGb(r));
         }
         PrintRow(o, r);
         results.push_back(std::move(r));

@@ -6,6 +6,10 @@
 #      exactly iterations x connections requests (or samples) in each, the
 #      --json file valid and agreeing with the table, --samples holding
 #      every latency sample; progress on stderr, only the table on stdout;
+#      every result carries its CPU cost (cpu_s, cpu_s_by_process with the
+#      client and the daemon, engine_busy_s, cpu_us_per_op and, for
+#      bandwidth, cpu_s_per_gb), positive and adding up, and the daemon's
+#      pid is the one started here;
 #   2. --duration_s (no --iterations): each bandwidth window lasts at least
 #      that long, and the whole run at least that long per mode; --noverify
 #      is recorded;
@@ -122,7 +126,7 @@ run_perf() {
 check() {
   local name="$1"
   shift
-  python3 - "$tmp/$name" "$@" <<'EOF' || fail "$name: see above"
+  python3 - "$tmp/$name" "daemon_pid=$daemon_pid" "$@" <<'EOF' || fail "$name: see above"
 import json
 import os
 import sys
@@ -151,13 +155,13 @@ def close(a, b, decimals):
 out = open(base + ".out").read().splitlines()
 err = open(base + ".err").read()
 header = ("mode         bytes depth conns   requests      GB/s      Mops   "
-          "p50_us   p90_us   p99_us    max_us")
+          "p50_us   p90_us   p99_us    max_us  cpu_us/op")
 if not out or out[0] != header:
     bad("stdout does not start with the table header: %r" % out[:1])
 rows = [line.split() for line in out[1:]]
 expected_keys = [(m, s) for m in modes for s in sizes]
-if [(r[0], int(r[1])) for r in rows if len(r) == 11] != expected_keys or \
-        any(len(r) != 11 for r in rows):
+if [(r[0], int(r[1])) for r in rows if len(r) == 12] != expected_keys or \
+        any(len(r) != 12 for r in rows):
     bad("table rows %r, expected one per mode and size %r" %
         ([r[:2] for r in rows], expected_keys))
 if any(line.startswith("rdmaplane_perf:") for line in out):
@@ -188,7 +192,7 @@ if [(r.get("mode"), r.get("bytes")) for r in results] != expected_keys:
                              for r in results])
 for res, row in zip(results, rows):
     what = "%s %d B" % (res.get("mode"), res.get("bytes"))
-    if len(row) != 11:
+    if len(row) != 12:
         continue
     latency = res["mode"].endswith("_lat")
     count = res["samples"] if latency else res["requests"]
@@ -207,11 +211,12 @@ for res, row in zip(results, rows):
                                 "max_us")]
         if not 0 < ps[0] <= ps[1] <= ps[2] <= ps[3] <= ps[4]:
             bad("%s: percentiles out of order: %r" % (what, ps))
-        for col, k in zip(row[7:], ("p50_us", "p90_us", "p99_us", "max_us")):
+        for col, k in zip(row[7:11], ("p50_us", "p90_us", "p99_us",
+                                      "max_us")):
             if not close(float(col), res[k], 2):
                 bad("%s: table %s %s, json %r" % (what, k, col, res[k]))
     else:
-        if row[2:4] != [str(depth), str(conns)] or row[7:] != ["-"] * 4:
+        if row[2:4] != [str(depth), str(conns)] or row[7:11] != ["-"] * 4:
             bad("%s: row %r" % (what, row))
         if res.get("depth") != depth or res.get("connections") != conns:
             bad("%s: json depth/connections %r/%r" % (
@@ -233,6 +238,52 @@ for res, row in zip(results, rows):
         if iterations == 0 and res["seconds"] < duration:
             bad("%s: measured %g s, less than --duration_s=%g" % (
                 what, res["seconds"], duration))
+    # CPU cost of the window: present, positive, adding up.
+    by = res.get("cpu_s_by_process")
+    cpu = res.get("cpu_s")
+    if not isinstance(by, dict) or set(by) != {"client", "daemon"}:
+        bad("%s: cpu_s_by_process %r" % (what, by))
+        continue
+    if not (isinstance(cpu, float) and cpu > 0 and by["client"] > 0 and
+            by["daemon"] >= 0 and res.get("engine_busy_s", 0) > 0 and
+            res.get("cpu_us_per_op", 0) > 0):
+        bad("%s: CPU figures not positive: cpu_s %r, by process %r, "
+            "engine_busy_s %r, cpu_us_per_op %r" % (
+                what, cpu, by, res.get("engine_busy_s"),
+                res.get("cpu_us_per_op")))
+        continue
+    # The daemon's CPU time has the resolution of a clock tick: only a
+    # timed window is long enough to be sure to see some.
+    if iterations == 0 and not by["daemon"] > 0:
+        bad("%s: the daemon used no CPU in %g s" % (what, res["seconds"]))
+    if abs(cpu - by["client"] - by["daemon"]) > 2e-9:
+        bad("%s: cpu_s %r is not the sum of %r" % (what, cpu, by))
+    if res.get("engine_busy_s_by_process") != {"daemon":
+                                                res["engine_busy_s"]}:
+        bad("%s: engine_busy_s_by_process %r" % (
+            what, res.get("engine_busy_s_by_process")))
+    # cpu_s is printed to 1e-9 s, the derived figures to 9 digits.
+    per_op = cpu * 1e6 / count
+    if abs(res["cpu_us_per_op"] - per_op) > 1e-5 * per_op + 1e-3 / count:
+        bad("%s: cpu_us_per_op %r, cpu_s x 1e6 / requests %r" % (
+            what, res["cpu_us_per_op"], per_op))
+    if not close(float(row[11]), res["cpu_us_per_op"], 3):
+        bad("%s: table cpu_us/op %s, json %r" % (what, row[11],
+                                                 res["cpu_us_per_op"]))
+    if latency:
+        if "cpu_s_per_gb" in res:
+            bad("%s: cpu_s_per_gb in a latency result" % what)
+    else:
+        per_gb = cpu / (res["requests"] * res["bytes"] / 1e9)
+        if not abs(res.get("cpu_s_per_gb", 0) - per_gb) <= 1e-5 * per_gb + \
+                1e-9 / (res["requests"] * res["bytes"] / 1e9):
+            bad("%s: cpu_s_per_gb %r, cpu_s per 1e9 bytes %r" % (
+                what, res.get("cpu_s_per_gb"), per_gb))
+daemons = doc.get("daemons")
+if daemons != [{"label": "daemon", "socket": cfg.get("listen_socket"),
+                "pid": int(want["daemon_pid"]), "mtu": 4096}]:
+    bad("json daemons %r, expected the daemon started here (pid %s)" % (
+        daemons, want["daemon_pid"]))
 
 if os.path.exists(base + ".samples"):
     got = {}

@@ -4,16 +4,22 @@
 Reads the files bench/compare_run.sh leaves in --raw (JSON from
 rdmaplane_perf, memcpy_bw, pin_cost, tcp_bench and control_benchmark, the
 text lines of memif_rate, latency samples), takes the median of the rounds
-for every figure, computes each rdmaplane figure's ratio to its baseline and
-checks the targets, then writes into --out:
+for every figure and, for every rdmaplane figure with a baseline, the median
+of the rounds' paired ratios (each round's figure over the baseline window
+measured next to it in that round), checks the targets, then writes into
+--out:
 
-  latest.json      every figure, ratio, target, curve and round
+  latest.json      every figure, ratio (with its pairs), target, curve and
+                   round
   latest.md        the tables
   bw_vs_size.png   bandwidth against message size (gnuplot)
+  cpu_vs_size.png  CPU seconds per GB against message size (gnuplot)
   latency_cdf.png  8-byte latency CDFs (gnuplot)
 
 and prints latest.md. Standard library only. Exit status 1 when a figure
-is missing (a measurement failed) or gnuplot failed.
+is missing (a measurement failed) or gnuplot failed; with --check=1, 3 when
+every figure is there but a target was missed (each named on stderr with
+its value and bound); else 0.
 """
 
 import argparse
@@ -37,8 +43,13 @@ UNITS = {
           "post to completion (request and acknowledgment or response), a "
           "TCP ping-pong from send to echo received",
     "ns": "nanoseconds",
-    "ratio": "rdmaplane figure divided by its baseline (for latencies and "
-             "times, lower is better)",
+    "s/GB": "CPU seconds (user + system, every process involved) per 1e9 "
+            "payload bytes",
+    "us/op": "CPU microseconds (user + system, every process involved) per "
+             "request (rdmaplane) or per round trip (TCP ping-pong)",
+    "ratio": "median over the rounds of the rdmaplane figure divided by "
+             "the baseline measured next to it in the same round (for "
+             "latencies, times and CPU costs, lower is better)",
 }
 
 # key -> (description, unit)
@@ -53,6 +64,8 @@ FIGURES = {
     "pin_4k_ns": ("mlock+munlock of 4 KiB (the least a pinning registration "
                   "costs)", "ns"),
     "tcp_gbps": ("kernel TCP loopback, 64 KiB sends", "GB/s"),
+    "tcp_cpu_s_per_gb": ("kernel TCP loopback, 64 KiB sends: CPU of both "
+                         "ends per GB", "s/GB"),
     "tcp_pingpong_p50_us": ("kernel TCP loopback, 8 B ping-pong p50, "
                             "blocking sockets", "us"),
     "tcp_pingpong_p99_us": ("kernel TCP loopback, 8 B ping-pong p99, "
@@ -61,10 +74,18 @@ FIGURES = {
                                  "both sides spinning", "us"),
     "tcp_pingpong_busy_p99_us": ("kernel TCP loopback, 8 B ping-pong p99, "
                                  "both sides spinning", "us"),
-    "memif_mfps_1098": ("raw memif frame rate, 1098-byte frames", "Mfps"),
-    "memif_gbps_1098": ("raw memif, 1098-byte frames", "GB/s"),
-    "memif_payload_gbps_1024": ("raw memif, the 1024-byte payload of "
-                                "1098-byte frames (path MTU 1024)", "GB/s"),
+    "tcp_pingpong_cpu_us_per_op": ("kernel TCP loopback, 8 B ping-pong, "
+                                   "blocking sockets: CPU of both ends per "
+                                   "round trip", "us/op"),
+    "tcp_pingpong_busy_cpu_us_per_op": ("kernel TCP loopback, 8 B "
+                                        "ping-pong, both sides spinning: CPU "
+                                        "of both ends per round trip",
+                                        "us/op"),
+    "memif_mfps_4170": ("raw memif frame rate, 4170-byte frames (a WRITE "
+                        "packet at path MTU 4096)", "Mfps"),
+    "memif_gbps_4170": ("raw memif, 4170-byte frames", "GB/s"),
+    "memif_payload_gbps_4096": ("raw memif, the 4096-byte payload of "
+                                "4170-byte frames (path MTU 4096)", "GB/s"),
     "memif_mfps_64": ("raw memif frame rate, 64-byte frames", "Mfps"),
     "reg_hit_ns": ("registration cache hit in the daemon "
                    "(RegistrationCache::Register)", "ns"),
@@ -86,9 +107,13 @@ SETUP_FIGURES = {
     "read_lat_p50_us_8b": ("lat", "read_lat", 8, "p50_us"),
     "write_lat_p99_us_8b": ("lat", "write_lat", 8, "p99_us"),
     "read_lat_p99_us_8b": ("lat", "read_lat", 8, "p99_us"),
+    "write_cpu_s_per_gb_64k": ("bw", "write_bw", 65536, "cpu_s_per_gb"),
+    "read_cpu_s_per_gb_64k": ("bw", "read_bw", 65536, "cpu_s_per_gb"),
+    "write_cpu_us_per_op_64b": ("mops", "write_bw", 64, "cpu_us_per_op"),
 }
 SETUP_UNITS = {"gbps": "GB/s", "mops": "Mops", "p50_us": "us",
-               "p99_us": "us"}
+               "p99_us": "us", "cpu_s_per_gb": "s/GB",
+               "cpu_us_per_op": "us/op"}
 SETUP_NAMES = {"local": "inside one daemon (two clients, one engine)",
                "memif": "between two daemons over memif"}
 
@@ -116,7 +141,9 @@ def ratio(key, value, base, base_value):
 
 
 # (figure, name, baseline): the ratio key is FIGURE_vs_NAME. Every rdmaplane
-# figure has at least one (checked below).
+# figure has at least one (checked below). Each ratio pairs the figure of a
+# round with the baseline's window next to it in that round: the baseline
+# measured in the figure's setup (pairing()).
 RATIOS = [
     ("write_gbps_64k", "tcp", "tcp_gbps"),
     ("write_gbps_64k", "memcpy", "memcpy_64k_gbps"),
@@ -125,18 +152,28 @@ RATIOS = [
     ("write_gbps_64k_hot", "memcpy_hot", "memcpy_hot_gbps"),
     ("read_gbps_64k_hot", "memcpy_hot", "memcpy_hot_gbps"),
     ("write_mops_64b", "memif", "memif_mfps_64"),
+    ("write_cpu_s_per_gb_64k", "tcp", "tcp_cpu_s_per_gb"),
+    ("read_cpu_s_per_gb_64k", "tcp", "tcp_cpu_s_per_gb"),
+    ("write_cpu_us_per_op_64b", "tcp", "tcp_pingpong_cpu_us_per_op"),
+    ("write_cpu_us_per_op_64b", "tcp_busy",
+     "tcp_pingpong_busy_cpu_us_per_op"),
     ("reg_hit_ns", "pin", "pin_4k_ns"),
     ("reg_roundtrip_us", "tcp", "tcp_pingpong_p50_us"),
     ("reg_roundtrip_us", "tcp_busy", "tcp_pingpong_busy_p50_us"),
     # A pinning registration and its deregistration are mlock and munlock.
     ("reg_dereg_pair_us", "pin", "pin_4k_ns"),
-    ("write_gbps_64k_memif", "memif", "memif_payload_gbps_1024"),
+    ("write_gbps_64k_memif", "memif", "memif_payload_gbps_4096"),
     ("write_gbps_64k_memif", "tcp", "tcp_gbps"),
-    ("read_gbps_64k_memif", "memif", "memif_payload_gbps_1024"),
+    ("read_gbps_64k_memif", "memif", "memif_payload_gbps_4096"),
     ("read_gbps_64k_memif", "tcp", "tcp_gbps"),
     ("write_gbps_64k_hot_memif", "memcpy_hot", "memcpy_hot_gbps"),
     ("read_gbps_64k_hot_memif", "memcpy_hot", "memcpy_hot_gbps"),
     ("write_mops_64b_memif", "memif", "memif_mfps_64"),
+    ("write_cpu_s_per_gb_64k_memif", "tcp", "tcp_cpu_s_per_gb"),
+    ("read_cpu_s_per_gb_64k_memif", "tcp", "tcp_cpu_s_per_gb"),
+    ("write_cpu_us_per_op_64b_memif", "tcp", "tcp_pingpong_cpu_us_per_op"),
+    ("write_cpu_us_per_op_64b_memif", "tcp_busy",
+     "tcp_pingpong_busy_cpu_us_per_op"),
 ] + [
     # Round trips against TCP's, blocking and spinning, percentile for
     # percentile.
@@ -151,7 +188,8 @@ RATIOS = [
 def _check_ratios():
     """Each ratio divides like by like, and every rdmaplane figure has one."""
     kinds = {"GB/s": "bandwidth", "Mops": "rate", "Mfps": "rate",
-             "us": "time", "ns": "time"}
+             "us": "time", "ns": "time", "s/GB": "CPU per byte",
+             "us/op": "CPU per request"}
     for key, _, base in RATIOS:
         if kinds[figure_unit(key)] != kinds[figure_unit(base)]:
             raise AssertionError("ratio of %s to %s" % (key, base))
@@ -164,27 +202,51 @@ def _check_ratios():
 
 _check_ratios()
 
+
+def pairing(key):
+    """The setup whose baseline windows a figure is paired with: its own
+    ("memif" for *_memif figures; "local" for the rest, the registration
+    figures included, which run between the one-daemon windows)."""
+    return "memif" if key.endswith("_memif") else "local"
+
+
 # The project's performance targets on this machine: key, ">=" or "<=",
-# bound (a ratio for _vs_ keys, else in the figure's unit).
+# bound (a ratio for _vs_ keys, checked against the median of the paired
+# ratios, else in the figure's unit, against the median of the rounds).
 TARGETS = [
+    # Inside one daemon.
     ("write_gbps_64k_vs_tcp", ">=", 3.0),
     ("write_gbps_64k_vs_memcpy", ">=", 0.4),
     ("write_lat_p50_us_8b_vs_tcp", "<=", 0.1),
     ("write_mops_64b", ">=", 2.0),
     ("reg_hit_ns", "<=", 100.0),
     ("reg_roundtrip_us", "<=", 10.0),
+    # Between two daemons over memif.
+    ("write_gbps_64k_memif_vs_tcp", ">=", 2.0),
+    ("read_gbps_64k_memif_vs_tcp", ">=", 2.0),
+    ("write_gbps_64k_memif_vs_memif", ">=", 0.5),
+    ("read_gbps_64k_memif_vs_memif", ">=", 0.5),
+    ("write_cpu_s_per_gb_64k_memif_vs_tcp", "<=", 0.5),
+    ("write_lat_p50_us_8b_memif_vs_tcp_busy", "<=", 0.5),
+    ("write_lat_p99_us_8b_memif_vs_tcp_busy", "<=", 0.5),
+    ("write_mops_64b_memif", ">=", 2.0),
 ]
 
 # Keys the report must have (the smoke test checks them too).
 REQUIRED = (
     ["memcpy_gbps", "memcpy_64k_gbps", "tcp_gbps", "tcp_pingpong_p50_us",
+     "tcp_pingpong_busy_p50_us", "tcp_cpu_s_per_gb",
+     "tcp_pingpong_cpu_us_per_op", "tcp_pingpong_busy_cpu_us_per_op",
      "write_gbps_64k",
      "read_gbps_64k", "write_lat_p50_us_8b", "read_lat_p50_us_8b",
      "write_mops_64b", "reg_hit_ns", "reg_roundtrip_us", "pin_4k_ns",
-     "memif_mfps_1098", "memif_payload_gbps_1024", "memif_mfps_64",
+     "memif_mfps_4170", "memif_payload_gbps_4096", "memif_mfps_64",
      "write_gbps_64k_memif", "read_gbps_64k_memif",
      "write_lat_p50_us_8b_memif", "read_lat_p50_us_8b_memif",
-     "write_mops_64b_memif"]
+     "write_mops_64b_memif", "write_cpu_s_per_gb_64k",
+     "read_cpu_s_per_gb_64k", "write_cpu_s_per_gb_64k_memif",
+     "read_cpu_s_per_gb_64k_memif", "write_cpu_us_per_op_64b",
+     "write_cpu_us_per_op_64b_memif"]
     + ["%s_vs_%s" % (f, b) for f, b, _ in RATIOS])
 
 
@@ -196,11 +258,12 @@ def load_json(path):
         return None
 
 
-def round_files(raw, pattern):
-    """{round: path} for files named r<N>_<pattern>."""
+def round_files(raw, name):
+    """{round: path} for files named exactly r<N>_<name>."""
     out = {}
-    for path in glob.glob(os.path.join(raw, "r*_" + pattern)):
-        m = re.match(r"r(\d+)_", os.path.basename(path))
+    for path in glob.glob(os.path.join(raw, "r*_" + name)):
+        m = re.match(r"r(\d+)_" + re.escape(name) + "$",
+                     os.path.basename(path))
         if m:
             out[int(m.group(1))] = path
     return out
@@ -243,8 +306,41 @@ def memif_rate(path):
     return None
 
 
+# Baselines measured in each setup's paired windows: (file after rR_SETUP_,
+# [(key, reader)]). A baseline's windows of one setup are "KEY@SETUP" in
+# the rounds; its figure is the median of all its windows.
+def _tcp(phase, field):
+    return lambda doc: (doc or {}).get(phase, {}).get(field)
+
+
+def _memcpy(doc):
+    return (doc or {}).get("median_gbps")
+
+
+SETUP_BASELINES = [
+    ("memcpy_64k.json", [("memcpy_64k_gbps", _memcpy)]),
+    ("memcpy_hot.json", [("memcpy_hot_gbps", _memcpy)]),
+    ("pin.json", [("pin_4k_ns", lambda d: (d or {}).get("median_ns"))]),
+    ("tcp_stream.json", [("tcp_gbps", _tcp("stream", "gbps")),
+                         ("tcp_cpu_s_per_gb",
+                          _tcp("stream", "cpu_s_per_gb"))]),
+    ("tcp_blocking.json", [
+        ("tcp_pingpong_p50_us", _tcp("pingpong", "p50_us")),
+        ("tcp_pingpong_p99_us", _tcp("pingpong", "p99_us")),
+        ("tcp_pingpong_cpu_us_per_op", _tcp("pingpong", "cpu_us_per_op"))]),
+    ("tcp_busy.json", [
+        ("tcp_pingpong_busy_p50_us", _tcp("pingpong_busy", "p50_us")),
+        ("tcp_pingpong_busy_p99_us", _tcp("pingpong_busy", "p99_us")),
+        ("tcp_pingpong_busy_cpu_us_per_op",
+         _tcp("pingpong_busy", "cpu_us_per_op"))]),
+]
+MEMIF_FRAME_4096 = 4170  # a WRITE's first packet at path MTU 4096
+
+
 def collect_rounds(raw, local_modes, memif_modes):
-    """{key: {round: value}} for every figure measured per round."""
+    """{key: {round: value}} for every figure measured per round: baseline
+    windows as KEY@SETUP, rdmaplane figures as KEY@SETUP_MODE, the rest by
+    their keys."""
     values = {}
 
     def put(key, r, v):
@@ -252,34 +348,27 @@ def collect_rounds(raw, local_modes, memif_modes):
             values.setdefault(key, {})[r] = float(v)
 
     for r, p in round_files(raw, "memcpy.json").items():
-        put("memcpy_gbps", r, (load_json(p) or {}).get("median_gbps"))
-    for r, p in round_files(raw, "memcpy_64k.json").items():
-        put("memcpy_64k_gbps", r, (load_json(p) or {}).get("median_gbps"))
-    for r, p in round_files(raw, "memcpy_hot.json").items():
-        put("memcpy_hot_gbps", r, (load_json(p) or {}).get("median_gbps"))
-    for r, p in round_files(raw, "pin.json").items():
-        put("pin_4k_ns", r, (load_json(p) or {}).get("median_ns"))
-    for r, p in round_files(raw, "tcp.json").items():
-        doc = load_json(p) or {}
-        put("tcp_gbps", r, doc.get("stream", {}).get("gbps"))
-        put("tcp_pingpong_p50_us", r, doc.get("pingpong", {}).get("p50_us"))
-        put("tcp_pingpong_p99_us", r, doc.get("pingpong", {}).get("p99_us"))
-        put("tcp_pingpong_busy_p50_us", r,
-            doc.get("pingpong_busy", {}).get("p50_us"))
-        put("tcp_pingpong_busy_p99_us", r,
-            doc.get("pingpong_busy", {}).get("p99_us"))
-    for r, p in round_files(raw, "memif_1098.txt").items():
-        got = memif_rate(p)
-        if got:
-            fps, frame = got
-            put("memif_mfps_1098", r, fps / 1e6)
-            put("memif_gbps_1098", r, fps * frame / 1e9)
-            put("memif_payload_gbps_1024", r, fps * 1024 / 1e9)
-    for r, p in round_files(raw, "memif_64.txt").items():
-        got = memif_rate(p)
-        if got:
-            put("memif_mfps_64", r, got[0] / 1e6)
-    for r, p in round_files(raw, "control.json").items():
+        put("memcpy_gbps", r, _memcpy(load_json(p)))
+    for setup in ("local", "memif"):
+        for name, keys in SETUP_BASELINES:
+            for r, p in round_files(raw, "%s_%s" % (setup, name)).items():
+                doc = load_json(p)
+                for key, read in keys:
+                    put("%s@%s" % (key, setup), r, read(doc))
+        for frame in (MEMIF_FRAME_4096, 64):
+            for r, p in round_files(
+                    raw, "%s_memif_%d.txt" % (setup, frame)).items():
+                got = memif_rate(p)
+                if not got:
+                    continue
+                fps, size = got
+                put("memif_mfps_%d@%s" % (frame, setup), r, fps / 1e6)
+                if frame == MEMIF_FRAME_4096:
+                    put("memif_gbps_%d@%s" % (frame, setup), r,
+                        fps * size / 1e9)
+                    put("memif_payload_gbps_4096@%s" % setup, r,
+                        fps * 4096 / 1e9)
+    for r, p in round_files(raw, "local_control.json").items():
         t = control_times(load_json(p))
         put("reg_hit_ns", r, t.get("BM_CacheRegisterHit"))
         rt = t.get("BM_ReRegisterMemoryHit/real_time")
@@ -295,6 +384,16 @@ def collect_rounds(raw, local_modes, memif_modes):
                     res = perf_result(load_json(p), pmode, size)
                     put(name, r, res.get(field) if res else None)
     return values
+
+
+def path_mtu(raw, setup, mode):
+    """The path MTU the daemons of a setup reported, or None."""
+    for _, path in sorted(round_files(
+            raw, "%s_%s_bw.json" % (setup, mode)).items()):
+        for d in (load_json(path) or {}).get("daemons", []):
+            if d.get("mtu"):
+                return d["mtu"]
+    return None
 
 
 PROFILE_LINE = re.compile(
@@ -321,8 +420,8 @@ def median(by_round):
 
 
 def sweep(raw, setup):
-    """{mode: [{bytes, gbps, mops, rounds}]}: per size, the median of the
-    rounds' sweeps."""
+    """{mode: [{bytes, gbps, mops, cpu_s_per_gb, rounds}]}: per size, the
+    median of the rounds' sweeps."""
     by = {}
     for _, path in sorted(round_files(raw, "%s_sweep.json" % setup).items()):
         doc = load_json(path)
@@ -336,6 +435,8 @@ def sweep(raw, setup):
             "bytes": b,
             "gbps": statistics.median(x["gbps"] for x in runs),
             "mops": statistics.median(x["mops"] for x in runs),
+            "cpu_s_per_gb": statistics.median(
+                x.get("cpu_s_per_gb", 0.0) for x in runs),
             "rounds": len(runs),
         } for b, runs in sorted(sizes.items())]
     return curves
@@ -421,7 +522,7 @@ def write_atomically(path, text):
 
 
 def plots(out, work, report, raw):
-    """Writes the two PNGs; returns an error message or None."""
+    """Writes the three PNGs; returns an error message or None."""
     terminal = "set terminal pngcairo size 960,600 font 'sans,10'\n"
     # Bandwidth against message size.
     series = []
@@ -441,8 +542,8 @@ def plots(out, work, report, raw):
                           (dat, title))
     for key, title in (("memcpy_64k_gbps", "memcpy, one core, 64 KiB copies"),
                        ("tcp_gbps", "TCP loopback, 64 KiB sends"),
-                       ("memif_payload_gbps_1024",
-                        "raw memif, 1 KiB payloads")):
+                       ("memif_payload_gbps_4096",
+                        "raw memif, 4 KiB payloads")):
         v = report["figures"].get(key)
         if v:
             series.append("%.6g with lines dt 2 lw 2 title '%s (%.2f GB/s)'" %
@@ -464,6 +565,45 @@ def plots(out, work, report, raw):
         return err
     os.replace(os.path.join(out, "bw_vs_size.png.tmp"),
                os.path.join(out, "bw_vs_size.png"))
+    # CPU seconds per GB against message size.
+    series = []
+    for setup in ("local", "memif"):
+        for mode in ("write_bw", "read_bw"):
+            pts = [p for p in report["curves"].get(setup, {}).get(mode, [])
+                   if p.get("cpu_s_per_gb", 0) > 0]
+            if not pts:
+                continue
+            dat = os.path.join(work, "cpu_%s_%s.dat" % (setup, mode))
+            with open(dat, "w") as f:
+                for p in pts:
+                    f.write("%d %.6g\n" % (p["bytes"], p["cpu_s_per_gb"]))
+            title = "%s %s" % (mode.split("_")[0].upper(),
+                               "one daemon" if setup == "local" else
+                               "two daemons, memif")
+            series.append("'%s' using 1:2 with linespoints lw 2 title '%s'" %
+                          (dat, title))
+    v = report["figures"].get("tcp_cpu_s_per_gb")
+    if v:
+        series.append("%.6g with lines dt 2 lw 2 title 'TCP loopback, 64 KiB "
+                      "sends (%.3g s/GB)'" % (v, v))
+    if not series:
+        return "no CPU figures to plot"
+    script = terminal + (
+        "set output '%s'\n"
+        "set title 'CPU seconds per GB moved, every process (client and "
+        "daemons), against message size (median of the rounds)'\n"
+        "set logscale x 2\nset logscale y 10\nset format y '%%g'\n"
+        "set format x '%%.0b%%B'\n"
+        "set xlabel 'message size (bytes)'\n"
+        "set ylabel 'CPU seconds per 1e9 payload bytes'\n"
+        "set key right top\nset grid\n"
+        "plot %s\n") % (os.path.join(out, "cpu_vs_size.png.tmp"),
+                        ", \\\n     ".join(series))
+    err = gnuplot(script, work)
+    if err:
+        return err
+    os.replace(os.path.join(out, "cpu_vs_size.png.tmp"),
+               os.path.join(out, "cpu_vs_size.png"))
     # Latency CDFs.
     series = []
     cdfs = [("local_lat.samples", "write_lat", "WRITE 8 B, one daemon"),
@@ -507,11 +647,14 @@ def plots(out, work, report, raw):
 TABLE_ROWS = [
     ("WRITE 64 KiB bandwidth, one daemon", "write_gbps_64k"),
     ("READ 64 KiB bandwidth, one daemon", "read_gbps_64k"),
+    ("WRITE 64 KiB CPU per GB, one daemon", "write_cpu_s_per_gb_64k"),
+    ("READ 64 KiB CPU per GB, one daemon", "read_cpu_s_per_gb_64k"),
     ("WRITE 8 B latency p50, one daemon", "write_lat_p50_us_8b"),
     ("READ 8 B latency p50, one daemon", "read_lat_p50_us_8b"),
     ("WRITE 8 B latency p99, one daemon", "write_lat_p99_us_8b"),
     ("READ 8 B latency p99, one daemon", "read_lat_p99_us_8b"),
     ("64 B WRITEs per engine core, one daemon", "write_mops_64b"),
+    ("64 B WRITE CPU per request, one daemon", "write_cpu_us_per_op_64b"),
     ("WRITE 64 KiB bandwidth, one daemon, cache-hot", "write_gbps_64k_hot"),
     ("READ 64 KiB bandwidth, one daemon, cache-hot", "read_gbps_64k_hot"),
     ("registration cache hit", "reg_hit_ns"),
@@ -519,11 +662,14 @@ TABLE_ROWS = [
     ("register + deregister", "reg_dereg_pair_us"),
     ("WRITE 64 KiB bandwidth, memif", "write_gbps_64k_memif"),
     ("READ 64 KiB bandwidth, memif", "read_gbps_64k_memif"),
+    ("WRITE 64 KiB CPU per GB, memif", "write_cpu_s_per_gb_64k_memif"),
+    ("READ 64 KiB CPU per GB, memif", "read_cpu_s_per_gb_64k_memif"),
     ("WRITE 8 B latency p50, memif", "write_lat_p50_us_8b_memif"),
     ("READ 8 B latency p50, memif", "read_lat_p50_us_8b_memif"),
     ("WRITE 8 B latency p99, memif", "write_lat_p99_us_8b_memif"),
     ("READ 8 B latency p99, memif", "read_lat_p99_us_8b_memif"),
     ("64 B WRITEs per engine core, memif", "write_mops_64b_memif"),
+    ("64 B WRITE CPU per request, memif", "write_cpu_us_per_op_64b_memif"),
     ("WRITE 64 KiB bandwidth, memif, cache-hot", "write_gbps_64k_hot_memif"),
     ("READ 64 KiB bandwidth, memif, cache-hot", "read_gbps_64k_hot_memif"),
 ]
@@ -531,23 +677,53 @@ TABLE_ROWS = [
 # Short names of the baselines in that table.
 BASELINE_NAMES = {
     "tcp_gbps": "TCP loopback, 64 KiB sends",
+    "tcp_cpu_s_per_gb": "TCP loopback, 64 KiB sends, CPU per GB",
     "memcpy_64k_gbps": "memcpy, one core, 64 KiB copies",
     "memcpy_hot_gbps": "memcpy, one core, 1 MiB",
     "tcp_pingpong_p50_us": "TCP 8 B ping-pong p50",
     "tcp_pingpong_p99_us": "TCP 8 B ping-pong p99",
     "tcp_pingpong_busy_p50_us": "TCP 8 B ping-pong p50, spinning",
     "tcp_pingpong_busy_p99_us": "TCP 8 B ping-pong p99, spinning",
+    "tcp_pingpong_cpu_us_per_op": "TCP 8 B ping-pong, CPU per round trip",
+    "tcp_pingpong_busy_cpu_us_per_op":
+        "TCP 8 B ping-pong, spinning, CPU per round trip",
     "memif_mfps_64": "raw memif, 64 B frames",
     "pin_4k_ns": "mlock+munlock 4 KiB",
-    "memif_payload_gbps_1024": "raw memif, 1 KiB payloads",
+    "memif_payload_gbps_4096": "raw memif, 4 KiB payloads",
 }
 
 # The table of every baseline, in this order.
 BASELINES = ["memcpy_gbps", "memcpy_64k_gbps", "memcpy_hot_gbps", "tcp_gbps",
-             "tcp_pingpong_p50_us", "tcp_pingpong_p99_us",
-             "tcp_pingpong_busy_p50_us", "tcp_pingpong_busy_p99_us",
-             "memif_mfps_1098", "memif_gbps_1098", "memif_payload_gbps_1024",
+             "tcp_cpu_s_per_gb", "tcp_pingpong_p50_us", "tcp_pingpong_p99_us",
+             "tcp_pingpong_cpu_us_per_op", "tcp_pingpong_busy_p50_us",
+             "tcp_pingpong_busy_p99_us", "tcp_pingpong_busy_cpu_us_per_op",
+             "memif_mfps_4170", "memif_gbps_4170", "memif_payload_gbps_4096",
              "memif_mfps_64", "pin_4k_ns"]
+
+
+def paired_ratio(key, base, figure_rounds, baseline_rounds):
+    """The pairs of one ratio: each round's figure over the baseline window
+    of the same round, with their median, lowest, highest and count."""
+    ratios = [ratio(key, f, base, b)
+              for f, b in zip(figure_rounds, baseline_rounds)]
+    got = [x for x in ratios if x is not None]
+    return {
+        "ratios": ratios,
+        "median": statistics.median(got) if got else None,
+        "min": min(got) if got else None,
+        "max": max(got) if got else None,
+        "count": len(got),
+    }
+
+
+def fmt_pairs(p):
+    """'0.9x - 1.1x (5)': the spread of a ratio's pairs and their count."""
+    if not p or not p["count"]:
+        return "-"
+    if p["count"] == 1:
+        return "(1)"
+    return "%s - %s (%d)" % (fmt_ratio(p["min"]), fmt_ratio(p["max"]),
+                             p["count"])
 
 
 def markdown(report):
@@ -555,13 +731,16 @@ def markdown(report):
     r = report["ratios"]
     run = report["run"]
     m = report["machine"]
+    pairs = report["pairs"]
     lines = []
     lines.append("# rdmaplane comparison, %s" % run["date"])
     lines.append("")
     lines.append(
         "%d CPUs (%s), kernel %s; load average %s at the start, %s at the end; "
-        "%d round(s): medians shown, \"rounds\" is the lowest and highest "
-        "round%s; %d s; commit %s%s." %
+        "%d round(s): figures are medians of the rounds (\"rounds\": the "
+        "lowest and highest), ratios medians of the rounds' paired ratios "
+        "(\"pairs\": the lowest and highest, and how many)%s; %d s; commit "
+        "%s%s." %
         (m["cpus"], m["cpu_model"], m["kernel"], m["load_start"],
          m["load_end"], run["rounds"],
          ", quick mode (not for reading)" if run["quick"] else "",
@@ -570,16 +749,19 @@ def markdown(report):
          if run["dirty"] else ""))
     lines.append(
         "rdmaplane figures: inside one daemon with --poll_mode=%s; over memif "
-        "with --poll_mode=%s, --mtu=1024. CPUs: %s. Bandwidth runs spread their "
-        "requests over %d MiB per side, like memcpy's buffers (cache-hot "
-        "runs: over 16 messages). GB/s is 1e9 bytes per second; latencies "
-        "are round trips." %
+        "with --poll_mode=%s, path MTU %s. Each figure with a baseline is "
+        "measured in a window of %g s next to the baseline's, in every "
+        "round. CPUs: %s. Bandwidth runs spread their requests over %d MiB "
+        "per side, like memcpy's buffers (cache-hot runs: over 16 "
+        "messages). GB/s is 1e9 bytes per second; latencies are round "
+        "trips; CPU is user + system time of every process involved." %
         (run["poll_mode_used"]["local"], run["poll_mode_used"]["memif"],
-         run["cpu_placement"], run["region_mib"]))
+         run["mtu"] if run["mtu"] is not None else "unknown",
+         run["pair_seconds"], run["cpu_placement"], run["region_mib"]))
     lines.append("")
     lines.append("| figure | rdmaplane | rounds | baseline | baseline value "
-                 "| ratio | target | met |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+                 "| ratio | pairs | target | met |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     targets = {t["key"]: t for t in report["targets"]}
 
     def target_text(key):
@@ -603,13 +785,13 @@ def markdown(report):
 
     for title, key in TABLE_ROWS:
         unit = figure_unit(key)
-        pairs = [(b, base) for fig, b, base in RATIOS if fig == key]
+        rows = [(b, base) for fig, b, base in RATIOS if fig == key]
         own_target, own_met = target_text(key)
-        if not pairs:
-            lines.append("| %s | %s | %s | - | - | - | %s | %s |" %
+        if not rows:
+            lines.append("| %s | %s | %s | - | - | - | - | %s | %s |" %
                          (title, fmt(f.get(key), unit), spread(key),
                           own_target, own_met))
-        for i, (b, base) in enumerate(pairs):
+        for i, (b, base) in enumerate(rows):
             rkey = "%s_vs_%s" % (key, b)
             tt, met = target_text(rkey)
             if i == 0 and own_target:
@@ -617,13 +799,21 @@ def markdown(report):
                            own_met if not tt else
                            ("yes" if own_met == "yes" and met == "yes"
                             else "**no**"))
-            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            p = pairs.get(rkey, {})
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 title if i == 0 else "", fmt(f.get(key), unit) if i == 0
                 else "", spread(key) if i == 0 else "",
-                BASELINE_NAMES[base], fmt(f.get(base), figure_unit(base)),
-                fmt_ratio(r.get(rkey)), tt, met))
+                BASELINE_NAMES[base],
+                fmt(p.get("baseline_median"), figure_unit(base)),
+                fmt_ratio(r.get(rkey)), fmt_pairs(p), tt, met))
     lines.append("")
-    lines.append("Baselines measured in the same run:")
+    lines.append("The baseline value beside each ratio is the median of the "
+                 "windows it was paired with (those of the figure's setup); "
+                 "a ratio is the median of the rounds' ratios, not the "
+                 "quotient of the two medians.")
+    lines.append("")
+    lines.append("Baselines measured in the same run (median of all their "
+                 "windows):")
     lines.append("")
     lines.append("| baseline | value |")
     lines.append("|---|---|")
@@ -632,16 +822,19 @@ def markdown(report):
         lines.append("| %s | %s |" % (desc, fmt(f.get(key), unit)))
     lines.append("")
     lines.append("Poll modes (both measured in this run; the first of each "
-                 "setup is the one used above):")
+                 "setup is the one used above, in paired windows; the other "
+                 "in short unpaired runs):")
     lines.append("")
-    lines.append("| setup | poll mode | WRITE 64 KiB | READ 64 KiB | 64 B "
-                 "WRITEs | WRITE 8 B p50 | READ 8 B p50 | WRITE 8 B p99 |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("| setup | poll mode | WRITE 64 KiB | READ 64 KiB | WRITE "
+                 "64 KiB CPU | 64 B WRITEs | WRITE 8 B p50 | READ 8 B p50 | "
+                 "WRITE 8 B p99 |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for setup, modes in report["poll_modes"].items():
         for mode, v in modes.items():
-            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 setup, mode, fmt(v.get("write_gbps_64k"), "GB/s"),
                 fmt(v.get("read_gbps_64k"), "GB/s"),
+                fmt(v.get("write_cpu_s_per_gb_64k"), "s/GB"),
                 fmt(v.get("write_mops_64b"), "Mops"),
                 fmt(v.get("write_lat_p50_us_8b"), "us"),
                 fmt(v.get("read_lat_p50_us_8b"), "us"),
@@ -650,8 +843,9 @@ def markdown(report):
     sizes = sorted({p["bytes"] for c in report["curves"].values()
                     for pts in c.values() for p in pts})
     if sizes:
-        lines.append("Bandwidth against message size, GB/s (median of the "
-                     "rounds; depth 16, one connection, 64 MiB per side):")
+        lines.append("Bandwidth against message size, GB/s, and CPU seconds "
+                     "per GB (median of the rounds; depth 16, one "
+                     "connection, 64 MiB per side):")
         lines.append("")
         lines.append("| size | WRITE, one daemon | READ, one daemon | WRITE, "
                      "memif | READ, memif |")
@@ -662,7 +856,9 @@ def markdown(report):
                 for mode in ("write_bw", "read_bw"):
                     pts = [p for p in report["curves"].get(setup, {}).get(
                         mode, []) if p["bytes"] == s]
-                    cells.append(fmt(pts[0]["gbps"]) if pts else "-")
+                    cells.append("%s (%s s/GB)" % (
+                        fmt(pts[0]["gbps"]), fmt(pts[0]["cpu_s_per_gb"]))
+                        if pts else "-")
             lines.append("| %s | %s |" % (size_name(s), " | ".join(cells)))
         lines.append("")
     if report["profile"]:
@@ -689,6 +885,7 @@ def markdown(report):
         lines.append("Failed measurements: " + "; ".join(report["failures"]))
     lines.append("")
     lines.append("![bandwidth against message size](bw_vs_size.png)")
+    lines.append("![CPU per GB against message size](cpu_vs_size.png)")
     lines.append("![latency CDF](latency_cdf.png)")
     return "\n".join(lines) + "\n"
 
@@ -709,25 +906,44 @@ def main():
     ap.add_argument("--cpu_model", default="")
     ap.add_argument("--kernel", default="")
     ap.add_argument("--hugepages_free", type=int, default=0)
-    ap.add_argument("--local_modes", default="busy adaptive")
+    ap.add_argument("--local_modes", default="adaptive busy")
     ap.add_argument("--memif_modes", default="adaptive busy")
     ap.add_argument("--failures", default="")
     ap.add_argument("--region_mib", type=int, default=64)
+    ap.add_argument("--memif_mtu", type=int, default=4096,
+                    help="the path MTU the memif daemons were meant to run")
+    ap.add_argument("--pair_seconds", type=float, default=2.0,
+                    help="length of each paired window")
     ap.add_argument("--pinned", type=int, default=0)
     ap.add_argument("--profile_note", default="",
                     help="why there is no profile, when there is none")
+    ap.add_argument("--check", type=int, default=0,
+                    help="1: exit 3 when a target is missed, naming each "
+                         "on stderr")
     a = ap.parse_args()
 
     local_modes = a.local_modes.split()
     memif_modes = a.memif_modes.split()
     by_round = collect_rounds(a.raw, local_modes, memif_modes)
+
+    def per_round(vals):
+        return [vals.get(r) for r in range(1, a.rounds + 1)]
+
     figures = {}
     rounds = {}
+    # Baselines: every window of every setup ("KEY@SETUP"); the figure is
+    # the median of them all.
+    windows = {}
     for key, vals in sorted(by_round.items()):
-        if "@" in key:
-            continue
-        figures[key] = median(vals)
-        rounds[key] = [vals.get(r) for r in range(1, a.rounds + 1)]
+        name, _, where = key.partition("@")
+        if where in ("local", "memif"):
+            rounds[key] = per_round(vals)
+            windows.setdefault(name, []).extend(vals.values())
+        elif not where:
+            figures[key] = median(vals)
+            rounds[key] = per_round(vals)
+    for name, vals in windows.items():
+        figures[name] = statistics.median(vals)
     poll_modes = {"local": {}, "memif": {}}
     for setup, modes in (("local", local_modes), ("memif", memif_modes)):
         for i, mode in enumerate(modes):
@@ -736,25 +952,44 @@ def main():
                 vals = by_round.get("%s@%s_%s" % (key, setup, mode), {})
                 v[key] = median(vals)
                 flat = key if setup == "local" else key + "_memif"
-                rounds["%s@%s" % (flat, mode)] = [
-                    vals.get(r) for r in range(1, a.rounds + 1)]
+                rounds["%s@%s" % (flat, mode)] = per_round(vals)
                 if i == 0:
                     figures[flat] = v[key]
             poll_modes[setup][mode] = v
+    used_mode = {"local": local_modes[0], "memif": memif_modes[0]}
+
+    def figure_rounds(key):
+        """A figure's values round by round (the headline poll mode's)."""
+        if key in SETUP_FIGURES or key[:-len("_memif")] in SETUP_FIGURES:
+            return rounds.get("%s@%s" % (key, used_mode[pairing(key)]),
+                              [None] * a.rounds)
+        return rounds.get(key, [None] * a.rounds)
+
     ratios = {}
     ratio_of = {}
+    pairs = {}
     for key, name, base in RATIOS:
         rkey = "%s_vs_%s" % (key, name)
-        ratios[rkey] = ratio(key, figures.get(key), base, figures.get(base))
-        ratio_of[rkey] = {"figure": key, "baseline": base}
+        windows_key = "%s@%s" % (base, pairing(key))
+        base_rounds = rounds.get(windows_key, [None] * a.rounds)
+        p = paired_ratio(key, base, figure_rounds(key), base_rounds)
+        got = [b for b in base_rounds if b is not None]
+        p["baseline_median"] = statistics.median(got) if got else None
+        pairs[rkey] = p
+        ratios[rkey] = p["median"]
+        ratio_of[rkey] = {"figure": key, "baseline": base,
+                          "baseline_windows": windows_key}
     targets = []
     for key, op, bound in TARGETS:
         v = ratios.get(key, figures.get(key))
         met = None if v is None else (v >= bound if op == ">=" else
                                       v <= bound)
-        targets.append({"key": key, "op": op, "bound": bound,
-                        "unit": "ratio" if "_vs_" in key else
-                        figure_unit(key), "value": v, "met": met})
+        t = {"key": key, "op": op, "bound": bound,
+             "unit": "ratio" if "_vs_" in key else figure_unit(key),
+             "value": v, "met": met}
+        if key in pairs:
+            t["pairs"] = pairs[key]["count"]
+        targets.append(t)
     curves = {"local": sweep(a.raw, "local"), "memif": sweep(a.raw, "memif")}
     profile_note = a.profile_note
     has_profile_file = os.path.exists(os.path.join(a.raw, "profile.txt"))
@@ -786,8 +1021,9 @@ def main():
             if len(parts) == 4:
                 load[parts[0]] = [float(x) for x in parts[1:]]
     failures = [x for x in a.failures.splitlines() if x.strip()]
+    mtu = path_mtu(a.raw, "memif", memif_modes[0])
     report = {
-        "schema": 1,
+        "schema": 2,
         "units": UNITS,
         "run": {
             "date": datetime.datetime.now(datetime.timezone.utc).strftime(
@@ -798,10 +1034,18 @@ def main():
             "commit": a.commit,
             "dirty": bool(a.dirty_files),
             "dirty_files": [x for x in a.dirty_files.split(",") if x],
-            "statistic": "median of the rounds",
-            "poll_mode_used": {"local": local_modes[0],
-                               "memif": memif_modes[0]},
-            "mtu": 1024,
+            "statistic": "figures: median of the rounds (baselines: of all "
+                         "their windows); ratios: median of the rounds' "
+                         "paired ratios",
+            "pairing": "each round measures every rdmaplane figure that has "
+                       "a baseline in a window next to the baseline's "
+                       "window of the same setup, with the daemons running; "
+                       "a round's ratio divides the two",
+            "pair_seconds": a.pair_seconds,
+            "poll_mode_used": used_mode,
+            "mtu": mtu,
+            "mtu_expected": a.memif_mtu,
+            "memif_frame": MEMIF_FRAME_4096,
             "region_mib": a.region_mib,
             "cpu_placement": (
                 "one daemon on CPU 1 and rdmaplane_perf on CPU 0; memif "
@@ -826,6 +1070,7 @@ def main():
         "figures": figures,
         "ratios": ratios,
         "ratio_of": ratio_of,
+        "pairs": pairs,
         "targets": targets,
         "poll_modes": poll_modes,
         "curves": curves,
@@ -848,6 +1093,10 @@ def main():
     doc = dict(flat)
     doc.update(report)
     missing = [k for k in REQUIRED if doc.get(k) is None]
+    wrong_mtu = mtu is not None and mtu != a.memif_mtu
+    if wrong_mtu:
+        doc["failures"].append("the memif daemons ran path MTU %s, not %d" %
+                               (mtu, a.memif_mtu))
     doc["missing"] = missing
 
     os.makedirs(a.out, exist_ok=True)
@@ -871,7 +1120,23 @@ def main():
               file=sys.stderr)
     if plot_error:
         print("report: " + plot_error, file=sys.stderr)
-    return 1 if missing or plot_error else 0
+    missed = [t for t in targets if t["met"] is False]
+    if a.check:
+        for t in missed:
+            what = ("median of %d pair(s)" % t["pairs"]
+                    if "pairs" in t else "median of the rounds")
+            print("report: target missed: %s = %s (%s), bound %s %s" % (
+                t["key"], fmt_ratio(t["value"]) if "_vs_" in t["key"]
+                else fmt(t["value"], t["unit"]), what, t["op"],
+                ("%gx" % t["bound"]) if "_vs_" in t["key"]
+                else "%g %s" % (t["bound"], t["unit"])), file=sys.stderr)
+    if wrong_mtu:
+        print("report: " + doc["failures"][-1], file=sys.stderr)
+    if missing or plot_error or wrong_mtu:
+        return 1
+    if a.check and missed:
+        return 3
+    return 0
 
 
 if __name__ == "__main__":

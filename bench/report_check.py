@@ -3,20 +3,28 @@
 
   report_check.py LATEST_JSON [LATEST_MD]
 
-With LATEST_JSON alone: every `_vs_` ratio equals its figure divided by
-its baseline (times converted to seconds first, the unit read from the
-key: `_ns`, `_us`), as latest.json's `ratio_of` pairs them, the figure
-being the key's part before `_vs_`; the flat ratio keys and `ratios` agree;
-and every rdmaplane figure (write_*, read_*, reg_*) carries at least one
-ratio. With LATEST_MD too: every figure, baseline value and ratio printed
-in latest.md's comparison table, and every value of its baseline table,
-is the JSON's (within the printed precision), every ratio of the JSON is
-printed once, and every target shows its unit (`x` for ratios).
+With LATEST_JSON alone: every `_vs_` ratio is recomputed from the rounds
+the report lists (`rounds`): for each round, the figure's value (its
+headline poll mode's, `FIGURE@MODE`, or `FIGURE` for the registration
+figures) over the baseline window of the same round that `ratio_of` names
+(`BASELINE@SETUP`, which must be the figure's own setup: `memif` for
+`*_memif` figures, else `local`), times converted to seconds first (the
+unit read from the key: `_ns`, `_us`); the ratio is the median of those
+pairs, and `pairs` must hold the same per-round ratios, median, lowest,
+highest, count and baseline median. The flat ratio keys and `ratios`
+agree; each rdmaplane figure is the median of its rounds and each baseline
+the median of all its windows; and every rdmaplane figure (write_*, read_*,
+reg_*) carries at least one ratio. With LATEST_MD too: every figure,
+baseline value (the median of the windows paired), ratio and spread of
+pairs printed in latest.md's comparison table, and every value of its
+baseline table, is the JSON's (within the printed precision), every ratio
+of the JSON is printed once, and every target shows its unit (`x` for
+ratios).
 
 Prints what disagrees and exits 1; exits 0 when all agrees. Used by
 //bench:compare_smoke_test, which also feeds it broken reports to see it
 fail. The titles and names of latest.md are looked up in bench/report.py
-(next to this file); the values are compared, not recomputed with it.
+(next to this file); the values are recomputed here, not with it.
 """
 
 import decimal
@@ -51,8 +59,25 @@ def is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def median(values):
+    values = sorted(values)
+    n = len(values)
+    if n == 0:
+        return None
+    return (values[n // 2] if n % 2 else
+            (values[n // 2 - 1] + values[n // 2]) / 2)
+
+
+def close_to(a, b):
+    return is_number(a) and is_number(b) and abs(a - b) <= 1e-9 * max(
+        abs(a), abs(b)) + 1e-15
+
+
 def check_json(doc, bad):
     ratio_of = doc.get("ratio_of") or {}
+    pairs = doc.get("pairs") or {}
+    rounds = doc.get("rounds") or {}
+    used = (doc.get("run") or {}).get("poll_mode_used") or {}
     ratio_keys = sorted(k for k in doc if "_vs_" in k)
     if not ratio_keys:
         bad("latest.json has no ratio")
@@ -69,21 +94,67 @@ def check_json(doc, bad):
             bad("%s: no ratio_of entry" % rkey)
             continue
         fkey, bkey = pair.get("figure"), pair.get("baseline")
+        windows = pair.get("baseline_windows")
         if fkey != rkey.split("_vs_")[0]:
             bad("%s: ratio_of names the figure %r" % (rkey, fkey))
             continue
-        f, b = doc.get(fkey), doc.get(bkey)
-        if not (is_number(f) and is_number(b) and b > 0 and is_number(value)):
-            bad("%s: figure %s=%r, baseline %s=%r, ratio %r" % (
-                rkey, fkey, f, bkey, b, value))
+        setup = "memif" if fkey.endswith("_memif") else "local"
+        if windows != "%s@%s" % (bkey, setup):
+            bad("%s: paired with the windows %r, not %s@%s" % (
+                rkey, windows, bkey, setup))
             continue
         if (seconds_per_unit(fkey) == 1.0) != (seconds_per_unit(bkey) == 1.0):
             bad("%s: %s and %s are not both times" % (rkey, fkey, bkey))
             continue
-        want = f * seconds_per_unit(fkey) / (b * seconds_per_unit(bkey))
-        if abs(value - want) > 1e-9 * abs(want):
-            bad("%s = %r, but %s / %s = %r / %r = %r" % (
-                rkey, value, fkey, bkey, f, b, want))
+        frounds = rounds.get("%s@%s" % (fkey, used.get(setup)),
+                             rounds.get(fkey))
+        brounds = rounds.get(windows)
+        if not isinstance(frounds, list) or not isinstance(brounds, list) \
+                or len(frounds) != len(brounds):
+            bad("%s: rounds of %s (%r) and %s (%r)" % (
+                rkey, fkey, frounds, windows, brounds))
+            continue
+        # The figure is the median of its rounds.
+        fvals = [v for v in frounds if is_number(v)]
+        if not close_to(doc.get(fkey), median(fvals)):
+            bad("%s = %r, but the median of its rounds %r is %r" % (
+                fkey, doc.get(fkey), frounds, median(fvals)))
+        want = [f * seconds_per_unit(fkey) / (b * seconds_per_unit(bkey))
+                if is_number(f) and is_number(b) and b > 0 else None
+                for f, b in zip(frounds, brounds)]
+        got = [x for x in want if x is not None]
+        if not got:
+            bad("%s: no round has both %s and %s" % (rkey, fkey, windows))
+            continue
+        if not close_to(value, median(got)):
+            bad("%s = %r, but the median of its %d pairs %s / %s is %r" % (
+                rkey, value, len(got), fkey, windows, median(got)))
+        p = pairs.get(rkey) or {}
+        listed = p.get("ratios")
+        if not isinstance(listed, list) or len(listed) != len(want) or any(
+                (x is None) != (y is None) or (x is not None and
+                                               not close_to(x, y))
+                for x, y in zip(listed, want)):
+            bad("%s: pairs %r, recomputed %r" % (rkey, listed, want))
+        bvals = [v for v in brounds if is_number(v)]
+        for k, v in (("median", median(got)), ("min", min(got)),
+                     ("max", max(got)), ("baseline_median", median(bvals))):
+            if not close_to(p.get(k), v):
+                bad("%s: pairs %s %r, recomputed %r" % (rkey, k, p.get(k), v))
+        if p.get("count") != len(got):
+            bad("%s: pairs count %r, recomputed %d" % (
+                rkey, p.get("count"), len(got)))
+    # Each baseline is the median of all its windows, every setup's.
+    windows = {}
+    for key, vals in rounds.items():
+        name, _, where = key.partition("@")
+        if where in ("local", "memif"):
+            windows.setdefault(name, []).extend(
+                v for v in vals if is_number(v))
+    for name, vals in windows.items():
+        if vals and not close_to(doc.get(name), median(vals)):
+            bad("%s = %r, but the median of its %d windows is %r" % (
+                name, doc.get(name), len(vals), median(vals)))
     with_ratio = {r.split("_vs_")[0] for r in ratio_keys}
     for key, v in doc.items():
         if (key.startswith(("write_", "read_", "reg_")) and "_vs_" not in key
@@ -119,7 +190,7 @@ def check_md(doc, md, report, bad):
     lines = md.splitlines()
     try:
         start = lines.index("| figure | rdmaplane | rounds | baseline | "
-                            "baseline value | ratio | target | met |")
+                            "baseline value | ratio | pairs | target | met |")
     except ValueError:
         bad("latest.md has no comparison table")
         return
@@ -129,10 +200,11 @@ def check_md(doc, md, report, bad):
         if not line.startswith("|"):
             break
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) != 8:
+        if len(cells) != 9:
             bad("comparison row with %d cells: %r" % (len(cells), line))
             continue
-        title, value, _, base_name, base_value, ratio, target, _ = cells
+        (title, value, _, base_name, base_value, ratio, spread, target,
+         _) = cells
         if title:
             if title not in titles:
                 bad("unknown figure in latest.md: %r" % title)
@@ -146,16 +218,32 @@ def check_md(doc, md, report, bad):
         if base is None:
             bad("%s: unknown baseline %r" % (key, base_name))
             continue
-        agree("%s (baseline of %s)" % (base, key), base_value, doc.get(base))
         rkeys = [r for r, p in doc.get("ratio_of", {}).items()
                  if p.get("figure") == key and p.get("baseline") == base]
         if len(rkeys) != 1:
             bad("%s against %s: ratio keys %r" % (key, base, rkeys))
             continue
+        p = doc.get("pairs", {}).get(rkeys[0], {})
+        agree("%s (baseline of %s)" % (base, key), base_value,
+              p.get("baseline_median"))
         agree(rkeys[0], ratio, doc.get(rkeys[0]))
+        m = re.match(r"^(\S+) - (\S+) \((\d+)\)$|^\((\d+)\)$", spread)
+        if not m:
+            bad("%s: pairs shown as %r" % (rkeys[0], spread))
+        elif m.group(4) is not None:
+            if p.get("count") != 1:
+                bad("%s: latest.md shows 1 pair, latest.json %r" % (
+                    rkeys[0], p.get("count")))
+        else:
+            agree(rkeys[0] + " (lowest pair)", m.group(1), p.get("min"))
+            agree(rkeys[0] + " (highest pair)", m.group(2), p.get("max"))
+            if int(m.group(3)) != p.get("count"):
+                bad("%s: latest.md shows %s pairs, latest.json %r" % (
+                    rkeys[0], m.group(3), p.get("count")))
         shown.append(rkeys[0])
         for part in filter(None, (p.strip() for p in target.split(","))):
-            m = re.match(r"^[≥≤] ([0-9.]+)(x| (Mops|ns|us|GB/s))$", part)
+            m = re.match(r"^[≥≤] ([0-9.]+)(x| (Mops|ns|us|GB/s|s/GB|us/op))$",
+                         part)
             if not m:
                 bad("%s: target %r shows no unit" % (key, part))
                 continue

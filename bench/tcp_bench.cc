@@ -21,6 +21,19 @@
 //    sides spinning on non-blocking recv() (--busy_pingpong_seconds; 0 skips
 //    it), which costs both cores.
 //
+// A phase whose seconds are 0 is skipped (at least one runs), so that
+// bench/compare can run each next to the rdmaplane figure it is compared
+// with. Each phase also reports its CPU cost: the user + system time of its
+// two threads (getrusage RUSAGE_THREAD, from each thread's start in the
+// phase to its end), cpu_s (their sum) and cpu_s_by_thread ("client":
+// sender or pinger, "server": receiver or echoer), cpu_s_per_gb (CPU
+// seconds per 1e9 payload bytes: the bytes received when streaming, one
+// message per round trip in a ping-pong, as an RDMA WRITE carries its
+// payload one way) and cpu_us_per_op (CPU microseconds per send of
+// --send_bytes when streaming, per round trip in a ping-pong). A
+// ping-pong's CPU time and operations include its 1000 warm-up round
+// trips.
+//
 // Progress on stderr, a table on stdout, --json FILE with every figure,
 // --samples FILE with one blocking ping-pong round trip (microseconds) per
 // line, in the order taken.
@@ -29,6 +42,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -46,10 +60,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 
-ABSL_FLAG(double, seconds, 3.0, "how long to stream for the throughput");
+ABSL_FLAG(double, seconds, 3.0,
+          "how long to stream for the throughput (0: skip)");
 ABSL_FLAG(uint32_t, send_bytes, 64 << 10, "bytes per send() when streaming");
 ABSL_FLAG(double, pingpong_seconds, 2.0,
-          "how long to ping-pong with blocking sockets");
+          "how long to ping-pong with blocking sockets (0: skip)");
 ABSL_FLAG(double, busy_pingpong_seconds, 1.0,
           "how long to ping-pong with both sides spinning (0: skip)");
 ABSL_FLAG(uint32_t, message_bytes, 8, "ping-pong message size");
@@ -87,6 +102,30 @@ void PinTo(int cpu) {
     std::exit(1);
   }
 }
+
+// User + system CPU seconds of the calling thread.
+double ThreadCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+// The CPU cost of one phase: each end's thread.
+struct Cpu {
+  double client_s = 0, server_s = 0;
+  uint64_t ops = 0;  // sends, or round trips
+  uint64_t payload_bytes = 0;
+  double Total() const { return client_s + server_s; }
+  double PerOpUs() const {
+    return ops > 0 ? Total() * 1e6 / static_cast<double>(ops) : 0;
+  }
+  double PerGb() const {
+    return payload_bytes > 0
+               ? Total() / (static_cast<double>(payload_bytes) / 1e9)
+               : 0;
+  }
+};
 
 void NoDelay(int fd) {
   const int one = 1;
@@ -151,6 +190,7 @@ struct Throughput {
   uint64_t bytes = 0;
   double seconds = 0;
   double gbps = 0;
+  Cpu cpu;
 };
 
 Throughput Stream(double seconds, uint32_t send_bytes, int server_cpu) {
@@ -158,6 +198,7 @@ Throughput Stream(double seconds, uint32_t send_bytes, int server_cpu) {
   Throughput t;
   std::thread receiver([&, fd = server] {
     PinTo(server_cpu);
+    const double cpu0 = ThreadCpuSeconds();
     std::vector<uint8_t> buf(256 << 10);
     Clock::time_point first{}, last{};
     while (true) {
@@ -169,16 +210,21 @@ Throughput Stream(double seconds, uint32_t send_bytes, int server_cpu) {
       t.bytes += static_cast<uint64_t>(r);
     }
     t.seconds = Seconds(last - first);
+    t.cpu.server_s = ThreadCpuSeconds() - cpu0;
   });
   std::vector<uint8_t> buf(send_bytes, 0x5A);
+  const double cpu0 = ThreadCpuSeconds();
   const Clock::time_point end =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(seconds));
   while (Clock::now() < end) {
     if (!SendAll(client, buf.data(), buf.size(), 0)) Die("send");
+    ++t.cpu.ops;
   }
   shutdown(client, SHUT_WR);
+  t.cpu.client_s = ThreadCpuSeconds() - cpu0;
   receiver.join();
+  t.cpu.payload_bytes = t.bytes;
   close(client);
   close(server);
   t.gbps = t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0;
@@ -188,6 +234,7 @@ Throughput Stream(double seconds, uint32_t send_bytes, int server_cpu) {
 struct Latency {
   std::vector<double> us;  // round trips in the order taken
   double p50 = 0, p90 = 0, p99 = 0, max = 0, mean = 0;
+  Cpu cpu;  // warm-up included
 };
 
 double Percentile(const std::vector<double>& sorted, double q) {
@@ -199,15 +246,18 @@ double Percentile(const std::vector<double>& sorted, double q) {
 Latency PingPong(double seconds, uint32_t message, bool busy, int server_cpu) {
   auto [server, client] = ConnectedPair();
   const int flags = busy ? MSG_DONTWAIT : 0;
+  Latency l;
   std::thread echoer([&, fd = server] {
     PinTo(server_cpu);
+    const double cpu0 = ThreadCpuSeconds();
     std::vector<uint8_t> buf(message);
     while (RecvAll(fd, buf.data(), buf.size(), flags)) {
       if (!SendAll(fd, buf.data(), buf.size(), 0)) break;
     }
+    l.cpu.server_s = ThreadCpuSeconds() - cpu0;
   });
   std::vector<uint8_t> buf(message, 0x5A);
-  Latency l;
+  const double cpu0 = ThreadCpuSeconds();
   l.us.reserve(1 << 20);
   auto one = [&]() {
     const Clock::time_point t0 = Clock::now();
@@ -217,13 +267,17 @@ Latency PingPong(double seconds, uint32_t message, bool busy, int server_cpu) {
     }
     return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   };
-  for (int i = 0; i < 1000; ++i) one();  // warm-up
+  constexpr int kWarmup = 1000;
+  for (int i = 0; i < kWarmup; ++i) one();
   const Clock::time_point end =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(seconds));
   while (Clock::now() < end) l.us.push_back(one());
   shutdown(client, SHUT_WR);
+  l.cpu.client_s = ThreadCpuSeconds() - cpu0;
   echoer.join();
+  l.cpu.ops = kWarmup + l.us.size();
+  l.cpu.payload_bytes = l.cpu.ops * message;
   close(client);
   close(server);
   std::vector<double> sorted = l.us;
@@ -238,11 +292,23 @@ Latency PingPong(double seconds, uint32_t message, bool busy, int server_cpu) {
   return l;
 }
 
+// The CPU fields of a phase's JSON object, each after ", ".
+void PrintCpu(FILE* f, const Cpu& c) {
+  std::fprintf(f,
+               ", \"ops\": %llu, \"cpu_s\": %.6f, \"cpu_s_by_thread\": "
+               "{\"client\": %.6f, \"server\": %.6f}, \"cpu_s_per_gb\": %.6g, "
+               "\"cpu_us_per_op\": %.6g",
+               static_cast<unsigned long long>(c.ops), c.Total(), c.client_s,
+               c.server_s, c.PerGb(), c.PerOpUs());
+}
+
 void PrintLatency(FILE* f, const char* name, const Latency& l) {
   std::fprintf(f,
                "\"%s\": {\"samples\": %zu, \"p50_us\": %.3f, \"p90_us\": "
-               "%.3f, \"p99_us\": %.3f, \"max_us\": %.3f, \"mean_us\": %.3f}",
+               "%.3f, \"p99_us\": %.3f, \"max_us\": %.3f, \"mean_us\": %.3f",
                name, l.us.size(), l.p50, l.p90, l.p99, l.max, l.mean);
+  PrintCpu(f, l.cpu);
+  std::fprintf(f, "}");
 }
 
 }  // namespace
@@ -258,26 +324,32 @@ int main(int argc, char** argv) {
   const uint32_t message = absl::GetFlag(FLAGS_message_bytes);
   const int client_cpu = absl::GetFlag(FLAGS_client_cpu);
   const int server_cpu = absl::GetFlag(FLAGS_server_cpu);
-  if (seconds <= 0 || pp_seconds <= 0 || busy_seconds < 0 || send_bytes == 0 ||
+  if (seconds < 0 || pp_seconds < 0 || busy_seconds < 0 ||
+      !(seconds > 0 || pp_seconds > 0 || busy_seconds > 0) || send_bytes == 0 ||
       send_bytes > (64u << 20) || message == 0 || message > (1u << 20) ||
       client_cpu < -1 || client_cpu >= CPU_SETSIZE || server_cpu < -1 ||
       server_cpu >= CPU_SETSIZE) {
     std::fprintf(stderr,
-                 "tcp_bench: need positive seconds, send_bytes 1..64 MiB, "
-                 "message_bytes 1..1 MiB, CPUs -1..%d\n",
+                 "tcp_bench: need seconds >= 0 (some positive), send_bytes "
+                 "1..64 MiB, message_bytes 1..1 MiB, CPUs -1..%d\n",
                  CPU_SETSIZE - 1);
     return 2;
   }
   // The main thread is the client end; each server end pins itself.
   PinTo(client_cpu);
-  std::fprintf(stderr, "tcp_bench: streaming %u-byte sends for %.1f s\n",
-               send_bytes, seconds);
-  const Throughput t = Stream(seconds, send_bytes, server_cpu);
-  std::fprintf(stderr,
-               "tcp_bench: %u-byte ping-pong, blocking sockets, %.1f s\n",
-               message, pp_seconds);
-  const Latency blocking =
-      PingPong(pp_seconds, message, /*busy=*/false, server_cpu);
+  Throughput t;
+  if (seconds > 0) {
+    std::fprintf(stderr, "tcp_bench: streaming %u-byte sends for %.1f s\n",
+                 send_bytes, seconds);
+    t = Stream(seconds, send_bytes, server_cpu);
+  }
+  Latency blocking;
+  if (pp_seconds > 0) {
+    std::fprintf(stderr,
+                 "tcp_bench: %u-byte ping-pong, blocking sockets, %.1f s\n",
+                 message, pp_seconds);
+    blocking = PingPong(pp_seconds, message, /*busy=*/false, server_cpu);
+  }
   Latency busy;
   if (busy_seconds > 0) {
     std::fprintf(stderr,
@@ -285,15 +357,24 @@ int main(int argc, char** argv) {
                  message, busy_seconds);
     busy = PingPong(busy_seconds, message, /*busy=*/true, server_cpu);
   }
-  std::printf("%-36s %12s\n", "tcp loopback", "value");
-  std::printf("%-36s %9.3f GB/s\n", "stream, 64 KiB sends", t.gbps);
-  std::printf("%-36s %9.2f us (p90 %.2f, p99 %.2f, %zu samples)\n",
-              "ping-pong round trip p50, blocking", blocking.p50, blocking.p90,
-              blocking.p99, blocking.us.size());
+  std::printf("%-36s %12s %14s\n", "tcp loopback", "value", "CPU");
+  if (seconds > 0) {
+    std::printf("%-36s %9.3f GB/s %9.3f s/GB\n", "stream, 64 KiB sends", t.gbps,
+                t.cpu.PerGb());
+  }
+  if (pp_seconds > 0) {
+    std::printf(
+        "%-36s %9.2f us %9.2f us/op (p90 %.2f, p99 %.2f, %zu "
+        "samples)\n",
+        "ping-pong round trip p50, blocking", blocking.p50,
+        blocking.cpu.PerOpUs(), blocking.p90, blocking.p99, blocking.us.size());
+  }
   if (busy_seconds > 0) {
-    std::printf("%-36s %9.2f us (p90 %.2f, p99 %.2f, %zu samples)\n",
-                "ping-pong round trip p50, spinning", busy.p50, busy.p90,
-                busy.p99, busy.us.size());
+    std::printf(
+        "%-36s %9.2f us %9.2f us/op (p90 %.2f, p99 %.2f, %zu "
+        "samples)\n",
+        "ping-pong round trip p50, spinning", busy.p50, busy.cpu.PerOpUs(),
+        busy.p90, busy.p99, busy.us.size());
   }
   if (const std::string path = absl::GetFlag(FLAGS_samples); !path.empty()) {
     FILE* f = std::fopen(path.c_str(), "w");
@@ -306,13 +387,26 @@ int main(int argc, char** argv) {
     if (f == nullptr) Die(path.c_str());
     std::fprintf(f,
                  "{\"tool\": \"tcp_bench\", \"units\": {\"gbps\": \"GB/s (1e9 "
-                 "bytes per second)\", \"us\": \"microseconds, round trip\"}, "
-                 "\"stream\": {\"send_bytes\": %u, \"bytes\": %llu, "
-                 "\"seconds\": %.4f, \"gbps\": %.4f}, \"message_bytes\": %u, "
-                 "\"client_cpu\": %d, \"server_cpu\": %d, ",
-                 send_bytes, static_cast<unsigned long long>(t.bytes),
-                 t.seconds, t.gbps, message, client_cpu, server_cpu);
-    PrintLatency(f, "pingpong", blocking);
+                 "bytes per second)\", \"us\": \"microseconds, round trip\", "
+                 "\"cpu_s\": \"user + system CPU seconds of both ends' "
+                 "threads\", \"cpu_s_per_gb\": \"CPU seconds per 1e9 payload "
+                 "bytes\", \"cpu_us_per_op\": \"CPU microseconds per send "
+                 "(stream) or round trip (ping-pong)\"}, \"message_bytes\": "
+                 "%u, \"client_cpu\": %d, \"server_cpu\": %d",
+                 message, client_cpu, server_cpu);
+    if (seconds > 0) {
+      std::fprintf(f,
+                   ", \"stream\": {\"send_bytes\": %u, \"bytes\": %llu, "
+                   "\"seconds\": %.4f, \"gbps\": %.4f",
+                   send_bytes, static_cast<unsigned long long>(t.bytes),
+                   t.seconds, t.gbps);
+      PrintCpu(f, t.cpu);
+      std::fprintf(f, "}");
+    }
+    if (pp_seconds > 0) {
+      std::fprintf(f, ", ");
+      PrintLatency(f, "pingpong", blocking);
+    }
     if (busy_seconds > 0) {
       std::fprintf(f, ", ");
       PrintLatency(f, "pingpong_busy", busy);
