@@ -12,11 +12,26 @@
 
 namespace rdmaplane::engine {
 
-uint64_t MonotonicClock::NowNs() const {
+namespace {
+
+uint64_t ReadMonotonic() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
 }
+
+// The time of this thread's current engine turn, or 0 outside one.
+thread_local uint64_t turn_now_ns = 0;
+
+}  // namespace
+
+uint64_t MonotonicClock::NowNs() const {
+  return turn_now_ns != 0 ? turn_now_ns : ReadMonotonic();
+}
+
+void MonotonicClock::BeginTurn() { turn_now_ns = ReadMonotonic(); }
+
+void MonotonicClock::EndTurn() { turn_now_ns = 0; }
 
 FrameQueue::FrameQueue() : frames_(new uint8_t[size_t{kSlots} * kSlotBytes]) {}
 

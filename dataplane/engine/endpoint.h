@@ -46,9 +46,16 @@
 
 namespace rdmaplane::engine {
 
+// CLOCK_MONOTONIC, read once per engine turn: between BeginTurn and
+// EndTurn, NowNs on the calling thread returns the time BeginTurn read, so
+// that a turn serving many QPs (each checking its timers) reads the clock
+// once. Elsewhere (other threads, an engine between turns) it reads the
+// clock.
 class MonotonicClock : public rc::Clock {
  public:
   uint64_t NowNs() const override;
+  static void BeginTurn();
+  static void EndTurn();
 };
 
 // Fixed-size FIFO of frames, filled by the peer's transmitter: the loopback

@@ -377,6 +377,7 @@ bool Engine::Sleep() {
 void Engine::Run() {
   while (!stop_.load(std::memory_order_acquire)) {
     const uint64_t turn_start = ReadTsc();
+    MonotonicClock::BeginTurn();
     ApplyCommands();
     uint32_t work = port_ != nullptr ? PollPort() : 0;
     for (uint32_t i = 0; i < count_; ++i) {
@@ -390,6 +391,7 @@ void Engine::Run() {
       }
     }
     if (port_ != nullptr) port_->Flush();
+    MonotonicClock::EndTurn();
     table_->Quiescent(options_.reader_index);
     // Only this thread writes it: a plain store, no locked instruction.
     counters_.loops.store(counters_.loops.load(std::memory_order_relaxed) + 1,
