@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -994,8 +995,12 @@ int Client::GetOverlappedResult(rdp_conn conn, rdp_overlapped* ov, bool wait,
   if (!finished() && wait) {
     // Most completions arrive within microseconds: look for a moment before
     // sleeping, since a wake-up costs more than that.
+    // Yield now and then: an engine sharing this CPU is what would finish
+    // the request, and it cannot while this thread spins.
     const absl::Time spin_until = absl::Now() + absl::Microseconds(20);
-    while (absl::Now() < spin_until && !finished()) {
+    for (uint32_t polls = 1; absl::Now() < spin_until && !finished();
+         ++polls) {
+      if (polls % 64 == 0) sched_yield();
     }
   }
   if (!finished() && wait) {

@@ -31,7 +31,12 @@
 // Polling never sleeps, but after --yield_after empty polls in a row the
 // tool yields its CPU once (sched_yield): where the engine has no core of
 // its own (2 CPUs shared with other work) it would otherwise wait for the
-// scheduler's next time slice, milliseconds, while the tool spins.
+// scheduler's next time slice, milliseconds, while the tool spins. The
+// default, 64 polls (a few microseconds), matters between two daemons on
+// two CPUs, where the tool shares a CPU with one of them: against 1000,
+// 8 B WRITE p50 over memif was 5 us against 17 us and 64 B WRITEs 2.0
+// against 0.8 Mops; inside one daemon, with a CPU each, it made no
+// difference (docs/performance.md).
 //
 // Requests take message-sized slots of a buffer in turn, at the same
 // offset on both sides. By default the buffer is `depth` messages (at most
@@ -123,7 +128,7 @@ ABSL_FLAG(uint64_t, warmup, 64,
           "requests per connection completed before the clock starts");
 ABSL_FLAG(int32_t, timeout_s, 20,
           "fail when no request completes for this long");
-ABSL_FLAG(uint32_t, yield_after, 1000,
+ABSL_FLAG(uint32_t, yield_after, 64,
           "give the CPU away (sched_yield) after this many polls in a row "
           "found nothing, so an engine sharing this CPU gets to run; 0: "
           "never");
@@ -171,7 +176,7 @@ struct Options {
   uint64_t iterations = 0, warmup = 64;
   double duration_s = 1.0;
   bool verify = true;
-  uint32_t yield_after = 1000;
+  uint32_t yield_after = 64;
   absl::Duration timeout;
 };
 
