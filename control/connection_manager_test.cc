@@ -9,9 +9,7 @@
 #include "control/connection_manager.h"
 
 #include <gtest/gtest.h>
-#include <rte_eth_ring.h>
 #include <rte_ethdev.h>
-#include <rte_ring.h>
 
 #include <cstdio>
 #include <cstring>
@@ -28,11 +26,13 @@
 #include "control/counters.h"
 #include "control/memory_service.h"
 #include "control/sessions.h"
+#include "control/testing/fake_session.h"
 #include "control/user_accounts.h"
 #include "dataplane/engine/engine.h"
 #include "dataplane/mr/registration_table.h"
 #include "dataplane/port/dpdk_env.h"
 #include "dataplane/port/eth_port.h"
+#include "dataplane/port/testing/ring_pair.h"
 #include "dataplane/wire/arp.h"
 #include "dataplane/wire/cm.h"
 #include "dataplane/wire/roce.h"
@@ -58,57 +58,6 @@ constexpr uint64_t kPatienceNs = 5'000'000'000;
 constexpr uint64_t kRepIntervalNs = 250'000'000;
 constexpr uint64_t kDreqIntervalNs = 100'000'000;
 
-struct AlignedDelete {
-  void operator()(uint8_t* p) const {
-    ::operator delete[](p, std::align_val_t(4096));
-  }
-};
-
-// A session as SessionServer leaves it after a hello: a region in plain
-// memory with its control response ring and every slot's rings attached.
-class FakeSession {
- public:
-  FakeSession(uint32_t id, uid_t uid)
-      : memory_(static_cast<uint8_t*>(::operator new[](
-            shm::SessionRegionBytes(), std::align_val_t(4096)))) {
-    std::memset(memory_.get(), 0, shm::SessionRegionBytes());
-    s.id = id;
-    s.uid = uid;
-    s.header = new (memory_.get()) shm::SessionHeader{};
-    uint64_t offset = sizeof(shm::SessionHeader);
-    const size_t responses =
-        shm::SpscRing<shm::ControlResponse>::BytesFor(shm::kControlRingEntries);
-    s.responses = *shm::SpscRing<shm::ControlResponse>::Create(
-        memory_.get() + offset, responses, shm::kControlRingEntries);
-    offset += (responses + 63) / 64 * 64;
-    for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
-      const size_t send =
-          shm::SpscRing<shm::SendEntry>::BytesFor(shm::kSendRingEntries);
-      const size_t completion = shm::SpscRing<shm::CompletionEntry>::BytesFor(
-          shm::kCompletionRingEntries);
-      s.send[i] = *shm::SpscRing<shm::SendEntry>::Create(
-          memory_.get() + offset, send, shm::kSendRingEntries);
-      offset += (send + 63) / 64 * 64;
-      s.completion[i] = *shm::SpscRing<shm::CompletionEntry>::Create(
-          memory_.get() + offset, completion, shm::kCompletionRingEntries);
-      offset += (completion + 63) / 64 * 64;
-    }
-  }
-  uint32_t state(uint32_t slot) const {
-    return s.header->connection_state[slot].load();
-  }
-  // The next answer the daemon gave to a control request.
-  std::optional<shm::ControlResponse> TakeAnswer() {
-    shm::ControlResponse r;
-    if (s.responses.TryPop(&r) != shm::PopResult::kOk) return std::nullopt;
-    return r;
-  }
-  Session s;
-
- private:
-  std::unique_ptr<uint8_t[], AlignedDelete> memory_;
-};
-
 shm::ControlRequest Op(uint32_t op, const char* service = "svc",
                        uint32_t connection = 0) {
   shm::ControlRequest r{};
@@ -118,46 +67,14 @@ shm::ControlRequest Op(uint32_t op, const char* service = "svc",
   return r;
 }
 
-// Two DPDK ports joined back to back by a pair of rings: `ours` for the
-// engine, `peer` for the test.
-struct RingPair {
-  explicit RingPair(const std::string& name) {
-    const std::string n_ab = name + "_ab", n_ba = name + "_ba";
-    ab = rte_ring_create(n_ab.c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
-    ba = rte_ring_create(n_ba.c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
-    EXPECT_TRUE(ab && ba);
-    pa = rte_eth_from_rings((name + "_a").c_str(), &ba, 1, &ab, 1, 0);
-    pb = rte_eth_from_rings((name + "_b").c_str(), &ab, 1, &ba, 1, 0);
-    EXPECT_GE(pa, 0);
-    EXPECT_GE(pb, 0);
-    port::PortConfig c;
-    c.mbufs = 2047;
-    c.zero_copy_min_payload = 0;
-    c.port_id = static_cast<uint16_t>(pa);
-    auto oa = port::EthPort::Open(c);
-    c.port_id = static_cast<uint16_t>(pb);
-    auto ob = port::EthPort::Open(c);
-    EXPECT_TRUE(oa.ok()) << oa.status();
-    EXPECT_TRUE(ob.ok()) << ob.status();
-    if (oa.ok()) ours = std::move(*oa);
-    if (ob.ok()) peer = std::move(*ob);
-  }
-  ~RingPair() {
-    ours.reset();
-    peer.reset();
-    rte_eth_dev_close(static_cast<uint16_t>(pa));
-    rte_eth_dev_close(static_cast<uint16_t>(pb));
-    rte_ring_free(ab);
-    rte_ring_free(ba);
-  }
-
-  rte_ring* ab = nullptr;
-  rte_ring* ba = nullptr;
-  int pa = -1;
-  int pb = -1;
-  std::unique_ptr<port::EthPort> ours;
-  std::unique_ptr<port::EthPort> peer;
-};
+// Two DPDK ports joined back to back: `a` for the engine, `b` for the
+// test, playing the peer daemon.
+port::PortConfig PlainPorts() {
+  port::PortConfig c;
+  c.mbufs = 2047;
+  c.zero_copy_min_payload = 0;
+  return c;
+}
 
 std::string UniqueName() {
   static int n = 0;
@@ -214,7 +131,7 @@ class ConnectionManagerTest : public ::testing::Test {
   static void TearDownTestSuite() { port::ShutdownDpdk(); }
 
   ConnectionManagerTest()
-      : ports_(UniqueName()),
+      : ports_(UniqueName(), PlainPorts()),
         table_(64, 1),
         accounts_(UserLimits{}),
         memory_(&table_, 64, &accounts_),
@@ -225,9 +142,9 @@ class ConnectionManagerTest : public ::testing::Test {
         listener_(2, 1000) {}
 
   void SetUp() override {
-    ASSERT_TRUE(ports_.ours && ports_.peer);
-    engine_.AttachPort(ports_.ours.get());
-    connections_.AttachPort(ports_.ours.get(), kOurMac, kOurIp, &cm_);
+    ASSERT_TRUE(ports_.a && ports_.b);
+    engine_.AttachPort(ports_.a.get());
+    connections_.AttachPort(ports_.a.get(), kOurMac, kOurIp, &cm_);
     engine_.Start();
   }
 
@@ -256,8 +173,8 @@ class ConnectionManagerTest : public ::testing::Test {
   void Turn(Drive drive) {
     cm_.DrainControlFrames();
     if (drive == Drive::kWithTimers) cm_.Tick();
-    ports_.peer->Flush();
-    ports_.peer->Receive([this](std::span<const uint8_t> f) {
+    ports_.b->Flush();
+    ports_.b->Receive([this](std::span<const uint8_t> f) {
       inbox_.emplace_back(f.begin(), f.end());
     });
     std::this_thread::yield();
@@ -283,14 +200,18 @@ class ConnectionManagerTest : public ::testing::Test {
     return got;
   }
 
+  // The next frame, which must come.
+  std::optional<std::vector<uint8_t>> ExpectFrame(Drive drive) {
+    std::optional<std::vector<uint8_t>> f = NextFrame(drive);
+    if (!f) ADD_FAILURE() << "no frame";
+    return f;
+  }
+
   // The next frame, which must be a CM message (its path in `path`).
   std::optional<wire::CmMessage> NextCm(Drive drive = Drive::kFramesOnly,
                                         wire::Path* path = nullptr) {
-    std::optional<std::vector<uint8_t>> f = NextFrame(drive);
-    if (!f) {
-      ADD_FAILURE() << "no frame";
-      return std::nullopt;
-    }
+    std::optional<std::vector<uint8_t>> f = ExpectFrame(drive);
+    if (!f) return std::nullopt;
     wire::CmMessage m;
     wire::Path p;
     if (!wire::ParseCmFrame(*f, &m, &p)) {
@@ -309,11 +230,8 @@ class ConnectionManagerTest : public ::testing::Test {
   // The next frame, which must be ARP (its Ethernet destination in `dst`).
   std::optional<wire::ArpMessage> NextArp(Drive drive = Drive::kFramesOnly,
                                           wire::MacAddr* dst = nullptr) {
-    std::optional<std::vector<uint8_t>> f = NextFrame(drive);
-    if (!f) {
-      ADD_FAILURE() << "no frame";
-      return std::nullopt;
-    }
+    std::optional<std::vector<uint8_t>> f = ExpectFrame(drive);
+    if (!f) return std::nullopt;
     wire::ArpMessage m;
     if (!wire::ParseArp(*f, &m)) {
       ADD_FAILURE() << "not an ARP frame";
@@ -324,8 +242,8 @@ class ConnectionManagerTest : public ::testing::Test {
   }
 
   void Inject(std::span<const uint8_t> frame) {
-    ASSERT_TRUE(ports_.peer->Send(frame));
-    ports_.peer->Flush();
+    ASSERT_TRUE(ports_.b->Send(frame));
+    ports_.b->Flush();
   }
   void InjectCm(const wire::CmMessage& m) {
     uint8_t out[wire::kCmFrameLen];
@@ -391,7 +309,7 @@ class ConnectionManagerTest : public ::testing::Test {
                        req->transaction_id};
   }
 
-  RingPair ports_;
+  port::RingPair ports_;
   mr::RegistrationTable table_;
   UserAccounts accounts_;
   MemoryService memory_;

@@ -14,52 +14,10 @@
 #include <vector>
 
 #include "api/shm/layout.h"
+#include "control/testing/fake_session.h"
 
 namespace rdmaplane::control {
 namespace {
-
-struct AlignedDelete {
-  void operator()(uint8_t* p) const {
-    ::operator delete[](p, std::align_val_t(4096));
-  }
-};
-
-// A session as SessionServer leaves it after a hello: a region in plain
-// memory, every slot's rings attached.
-class FakeSession {
- public:
-  FakeSession(uint32_t id, uid_t uid)
-      : memory_(static_cast<uint8_t*>(::operator new[](
-            shm::SessionRegionBytes(), std::align_val_t(4096)))) {
-    std::memset(memory_.get(), 0, shm::SessionRegionBytes());
-    s.id = id;
-    s.uid = uid;
-    s.header = new (memory_.get()) shm::SessionHeader{};
-    uint64_t offset = sizeof(shm::SessionHeader);
-    for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
-      const size_t send =
-          shm::SpscRing<shm::SendEntry>::BytesFor(shm::kSendRingEntries);
-      const size_t completion = shm::SpscRing<shm::CompletionEntry>::BytesFor(
-          shm::kCompletionRingEntries);
-      s.send[i] = *shm::SpscRing<shm::SendEntry>::Create(
-          memory_.get() + offset, send, shm::kSendRingEntries);
-      offset += (send + 63) / 64 * 64;
-      s.completion[i] = *shm::SpscRing<shm::CompletionEntry>::Create(
-          memory_.get() + offset, completion, shm::kCompletionRingEntries);
-      offset += (completion + 63) / 64 * 64;
-    }
-  }
-  uint32_t state(uint32_t slot) const {
-    return s.header->connection_state[slot].load();
-  }
-  int32_t final_status(uint32_t slot) const {
-    return s.header->final_status[slot].load();
-  }
-  Session s;
-
- private:
-  std::unique_ptr<uint8_t[], AlignedDelete> memory_;
-};
 
 shm::ControlRequest Op(uint32_t op, const char* service = "svc",
                        uint32_t connection = 0) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dataplane/port/dpdk_env.h"
+#include "dataplane/port/testing/ring_pair.h"
 #include "dataplane/rc/memory_owner.h"
 #include "dataplane/rc/qp.h"
 #include "dataplane/wire/icrc.h"
@@ -52,77 +53,12 @@ class Memory : public rc::RemoteMemory {
   rc::MemoryOwner* owner_;
 };
 
-// Two ports joined back to back by a pair of rings.
-struct RingPair {
-  RingPair(const std::string& name, const PortConfig& base,
-           bool zero_copy = false) {
-    const std::string n_ab = name + "_ab", n_ba = name + "_ba";
-    ab = rte_ring_create(n_ab.c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
-    ba = rte_ring_create(n_ba.c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
-    EXPECT_TRUE(ab && ba);
-    pa = rte_eth_from_rings((name + "_a").c_str(), &ba, 1, &ab, 1, 0);
-    pb = rte_eth_from_rings((name + "_b").c_str(), &ab, 1, &ba, 1, 0);
-    EXPECT_GE(pa, 0);
-    EXPECT_GE(pb, 0);
-    PortConfig ca = base, cb = base;
-    ca.port_id = static_cast<uint16_t>(pa);
-    cb.port_id = static_cast<uint16_t>(pb);
-    // With zero copy, every payload of 256 bytes or more goes in place
-    // (the path MTU here is 1024).
-    ca.zero_copy_min_payload = cb.zero_copy_min_payload = zero_copy ? 256 : 0;
-    auto oa = EthPort::Open(ca);
-    auto ob = EthPort::Open(cb);
-    EXPECT_TRUE(oa.ok()) << oa.status();
-    EXPECT_TRUE(ob.ok()) << ob.status();
-    if (oa.ok()) a = std::move(*oa);
-    if (ob.ok()) b = std::move(*ob);
-  }
-  ~RingPair() {
-    a.reset();
-    b.reset();
-    rte_eth_dev_close(static_cast<uint16_t>(pa));
-    rte_eth_dev_close(static_cast<uint16_t>(pb));
-    rte_ring_free(ab);
-    rte_ring_free(ba);
-  }
-  // Flushes a until b receives a frame (at most 2 s); returns it, or
-  // nothing.
-  std::vector<uint8_t> NextFrameFromAToB() {
-    std::vector<uint8_t> got;
-    const Clock clock;
-    const uint64_t end = clock.NowNs() + 2'000'000'000;
-    while (got.empty() && clock.NowNs() < end) {
-      a->Flush();
-      b->Receive([&got](std::span<const uint8_t> frame) {
-        got.assign(frame.begin(), frame.end());
-      });
-    }
-    return got;
-  }
-  // Moves everything still on its way (delayed, queued, in the rings) to
-  // the receiving port, which frees it; `on_frame` sees each frame.
-  template <typename Fn>
-  void Drain(Fn on_frame, uint64_t timeout_ns = 2'000'000'000) {
-    const Clock clock;
-    const uint64_t end = clock.NowNs() + timeout_ns;
-    uint32_t quiet = 0;
-    while (quiet < 100 && clock.NowNs() < end) {
-      a->Flush();
-      b->Flush();
-      const uint16_t n = a->Receive(on_frame) + b->Receive(on_frame);
-      const bool idle = n == 0 && a->delayed() == 0 && b->delayed() == 0 &&
-                        a->tx_pending() == 0 && b->tx_pending() == 0;
-      quiet = idle ? quiet + 1 : 0;
-    }
-  }
-
-  rte_ring* ab = nullptr;
-  rte_ring* ba = nullptr;
-  int pa = -1;
-  int pb = -1;
-  std::unique_ptr<EthPort> a;
-  std::unique_ptr<EthPort> b;
-};
+// `base` with zero copy on or off: on, every payload of 256 bytes or more
+// goes in place (the path MTU here is 1024).
+PortConfig ZeroCopy(PortConfig base, bool on) {
+  base.zero_copy_min_payload = on ? 256 : 0;
+  return base;
+}
 
 class Sink : public rc::CompletionSink {
  public:
@@ -180,7 +116,7 @@ void Transfer(const fault::FaultSpec& faults, const std::string& name,
   PortConfig base;
   base.mbufs = 4095;
   base.burst = burst;
-  RingPair ports(name, base, zero_copy);
+  RingPair ports(name, ZeroCopy(base, zero_copy));
   ASSERT_TRUE(ports.a && ports.b);
   std::unique_ptr<EthPort>* a = &ports.a;
   std::unique_ptr<EthPort>* b = &ports.b;
@@ -379,7 +315,7 @@ TEST_F(EthPortTest, FramesInFlightHoldTheirMemory) {
   std::vector<uint8_t> memory(8192);
   std::unique_ptr<rc::MemoryOwner> owner_storage;
   PortConfig base;
-  RingPair ports("held", base, /*zero_copy=*/true);
+  RingPair ports("held", ZeroCopy(base, /*zero_copy=*/true));
   ASSERT_TRUE(ports.a && ports.b);
   fault::FaultSpec f;
   ASSERT_EQ(fault::ParseFaultSpec("delay_us=200000,seed=3", &f), "");
@@ -420,7 +356,7 @@ TEST_F(EthPortTest, ClosingThePortReleasesHeldFrames) {
   std::vector<uint8_t> memory(4096, 0x5A);
   std::unique_ptr<rc::MemoryOwner> owner_storage;
   PortConfig base;
-  RingPair ports("closing", base, /*zero_copy=*/true);
+  RingPair ports("closing", ZeroCopy(base, /*zero_copy=*/true));
   ASSERT_TRUE(ports.a && ports.b);
   fault::FaultSpec f;
   ASSERT_EQ(fault::ParseFaultSpec("delay_us=1000000,seed=3", &f), "");
@@ -447,7 +383,7 @@ TEST_F(EthPortTest, ExternalMemoryIsRegisteredAndMappedWhereNeeded) {
       mem, [len](void* p) { munmap(p, len); });
   PortConfig base;
   base.map_external_memory = true;
-  RingPair ports("mapped", base, /*zero_copy=*/true);
+  RingPair ports("mapped", ZeroCopy(base, /*zero_copy=*/true));
   ASSERT_TRUE(ports.a && ports.b);
   auto* bytes = static_cast<uint8_t*>(mem);
   EXPECT_FALSE(ports.a->RegisterExternalMemory(bytes + 8, 4096, 4096));
@@ -475,7 +411,7 @@ TEST_F(EthPortTest, ExternalMemoryIsRegisteredAndMappedWhereNeeded) {
 
 TEST_F(EthPortTest, ZeroCopyOffMeansCopyOnly) {
   PortConfig base;
-  RingPair ports("off", base, /*zero_copy=*/false);
+  RingPair ports("off", ZeroCopy(base, /*zero_copy=*/false));
   ASSERT_TRUE(ports.a && ports.b);
   EXPECT_FALSE(ports.a->zero_copy());
   EXPECT_EQ(ports.a->min_gather_payload(), 0u);
@@ -527,7 +463,7 @@ struct StagedFault {
 TEST_F(EthPortTest, ATransmitBurstCutShortLosesNoBufferAndNoMemory) {
   PortConfig base;
   base.bursts_may_fault = true;
-  RingPair ports("txfault", base, /*zero_copy=*/true);
+  RingPair ports("txfault", ZeroCopy(base, /*zero_copy=*/true));
   ASSERT_TRUE(ports.a && ports.b);
   std::vector<uint8_t> memory(8192);
   for (size_t i = 0; i < memory.size(); ++i) memory[i] = uint8_t(i * 13);
@@ -569,7 +505,7 @@ TEST_F(EthPortTest, ATransmitBurstCutShortLosesNoBufferAndNoMemory) {
 TEST_F(EthPortTest, AReceiveBurstCutShortLosesNoBuffer) {
   PortConfig base;
   base.bursts_may_fault = true;
-  RingPair ports("rxfault", base);
+  RingPair ports("rxfault", ZeroCopy(base, false));
   ASSERT_TRUE(ports.a && ports.b);
   const uint32_t baseline = ports.a->mbufs_in_use() + ports.b->mbufs_in_use();
   StagedFault fault;
@@ -607,7 +543,7 @@ TEST_F(EthPortTest, AReceiveBurstCutShortLosesNoBuffer) {
 // memory waits for it.
 TEST_F(EthPortTest, FramesForADownLinkAreDroppedNotHeld) {
   PortConfig base;
-  RingPair ports("down", base, /*zero_copy=*/true);
+  RingPair ports("down", ZeroCopy(base, /*zero_copy=*/true));
   ASSERT_TRUE(ports.a && ports.b);
   std::vector<uint8_t> memory(8192, 0x3C);
   rc::MemoryOwner owner(
