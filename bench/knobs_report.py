@@ -30,7 +30,7 @@ import report  # noqa: E402  (bench/report.py: shared helpers)
 KNOBS = {
     "burst": ("32", "--burst: frames or requests an engine moves per "
                     "connection and turn, and frames per port burst"),
-    "mtu": ("1024", "--mtu: RoCE path MTU between two daemons over memif"),
+    "mtu": ("4096", "--mtu: RoCE path MTU between two daemons over memif"),
     "hugepages": ("off", "clients' arenas (and, over memif, the daemons' DPDK "
                          "memory) on 2 MiB hugepages or regular pages"),
     "memif_zero_copy": ("copy", "the memif link in copy mode or in memif's "

@@ -33,7 +33,7 @@ fail() {
 
 mkdir -p "$tmp/empty/raw"
 if python3 "$knobs_report" --raw="$tmp/empty/raw" --out="$tmp/empty/out" \
-  --bursts="1 32" --mtus="512 1024" >"$tmp/empty/stdout" 2>"$tmp/empty/stderr"; then
+  --bursts="1 32" --mtus="1024 4096" >"$tmp/empty/stdout" 2>"$tmp/empty/stderr"; then
   fail "knobs_report.py accepted a run without measurements"
 fi
 grep -q "no figure for" "$tmp/empty/stderr" ||
