@@ -130,7 +130,9 @@ class SpscRing {
   bool valid() const { return base_ != nullptr; }
   uint32_t capacity() const { return capacity_; }
 
-  // Producer side. Returns false when the ring is full.
+  // Producer side. Returns false when the ring is full. Reads the
+  // consumer's index every time: a consumer in another process that moves
+  // it where it cannot be (ahead of the producer, or back) is seen at once.
   bool TryPush(const T& entry) {
     const uint32_t head = producer()->value.load(std::memory_order_relaxed);
     // Pairs with the consumer's release store in TryPop: slots it freed are
@@ -143,13 +145,21 @@ class SpscRing {
     return true;
   }
 
-  // Consumer side.
+  // Consumer side. Keeps the producer's index as last read and reads it
+  // again only when that copy says the ring is empty: the index lives on a
+  // cache line the producer's CPU writes, and reading it for every entry
+  // costs a transfer of that line each time (a burst of entries then costs
+  // one). The copy is never ahead of what the producer published, so every
+  // entry popped was published; a copy left behind by another handle of
+  // the same ring (past the capacity from our index) is read again.
   PopResult TryPop(T* out) {
     const uint32_t tail = consumer()->value.load(std::memory_order_relaxed);
-    // Pairs with the producer's release store in TryPush.
-    const uint32_t head = producer()->value.load(std::memory_order_acquire);
-    if (head == tail) return PopResult::kEmpty;
-    if (head - tail > capacity_) return PopResult::kCorrupted;
+    if (seen_head_ - tail - 1 >= capacity_) {  // empty, or a stale copy
+      // Pairs with the producer's release store in TryPush.
+      seen_head_ = producer()->value.load(std::memory_order_acquire);
+      if (seen_head_ == tail) return PopResult::kEmpty;
+      if (seen_head_ - tail > capacity_) return PopResult::kCorrupted;
+    }
     std::memcpy(out, slot(tail), sizeof(T));
     // Pairs with the producer's acquire load of the consumer index.
     consumer()->value.store(tail + 1, std::memory_order_release);
@@ -180,6 +190,8 @@ class SpscRing {
   uint8_t* base_ = nullptr;
   uint32_t capacity_ = 0;
   uint32_t mask_ = 0;
+  // The producer's index as last read by TryPop.
+  uint32_t seen_head_ = 0;
 };
 
 }  // namespace rdmaplane::shm

@@ -124,7 +124,8 @@ void BM_CrossCore(benchmark::State& state) {
   std::atomic<bool> stop{false};
   std::atomic<bool> producer_pinned{false};
   // Pushes until told to stop; whatever is left in the ring is discarded.
-  std::thread producer([&] {
+  // Through a handle of its own, as another process would hold.
+  std::thread producer([&, own = ring]() mutable {
     producer_pinned.store(PinCurrentThread(kProducerCpu),
                           std::memory_order_relaxed);
     T entry{};
@@ -132,7 +133,7 @@ void BM_CrossCore(benchmark::State& state) {
     Backoff backoff;
     while (!stop.load(std::memory_order_relaxed)) {
       SeqOf(entry) = seq;
-      if (ring.TryPush(entry)) {
+      if (own.TryPush(entry)) {
         ++seq;
         backoff.Reset();
       } else {
@@ -174,20 +175,22 @@ void BM_CrossCoreRoundTrip(benchmark::State& state) {
   }
   std::atomic<bool> stop{false};
   std::atomic<bool> server_pinned{false};
-  // Echoes each request back with its payload incremented.
-  std::thread server([&] {
+  // Echoes each request back with its payload incremented, through handles
+  // of its own, as another process would hold.
+  std::thread server([&, own_requests = requests,
+                      own_responses = responses]() mutable {
     server_pinned.store(PinCurrentThread(kProducerCpu),
                         std::memory_order_relaxed);
     Backoff backoff;
     Entry16 entry;
     while (!stop.load(std::memory_order_relaxed)) {
-      if (requests.TryPop(&entry) != PopResult::kOk) {
+      if (own_requests.TryPop(&entry) != PopResult::kOk) {
         backoff.Pause();
         continue;
       }
       backoff.Reset();
       ++entry.payload;
-      while (!responses.TryPush(entry)) backoff.Pause();
+      while (!own_responses.TryPush(entry)) backoff.Pause();
     }
   });
 
