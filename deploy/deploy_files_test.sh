@@ -450,8 +450,8 @@ refused() {
   fi
 }
 refused 2 "rdmaplaned: --poll_mode is busy or adaptive" --poll_mode=bogus
-refused 2 "rdmaplaned: --mtu must be 256..4096, a power of 2" --mtu=1000
-refused 2 "rdmaplaned: --mtu must be 256..4096, a power of 2" --mtu=8192
+refused 2 "rdmaplaned: --mtu must be 256..4096, a power of 2, or 0 (the largest the data port carries)" --mtu=1000
+refused 2 "rdmaplaned: --mtu must be 256..4096, a power of 2, or 0 (the largest the data port carries)" --mtu=8192
 refused 2 "rdmaplaned: --max_connections must be 1..65536" --max_connections=0
 refused 2 "rdmaplaned: --port needs --ip" --port=net_memif0
 refused 2 "rdmaplaned: --ip is an IPv4 address, got '300.1.1.1'" --ip=300.1.1.1
