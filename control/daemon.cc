@@ -1,6 +1,9 @@
 #include "control/daemon.h"
 
+#include <net/if.h>
 #include <rte_errno.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -359,6 +362,30 @@ uint32_t LargestPathMtu(uint32_t frame) {
   return 256;
 }
 
+// The MTU of the kernel interface a device string names (iface=IF: af_packet,
+// af_xdp, tap), as it is now in this network namespace; 0 when there is none
+// or it cannot be read.
+uint32_t InterfaceMtu(const std::string& device) {
+  const size_t at = device.find("iface=");
+  if (at == std::string::npos) return 0;
+  const size_t start = at + std::strlen("iface=");
+  const std::string name = device.substr(start, device.find(',', start) - start);
+  ifreq ifr{};
+  if (name.empty() || name.size() >= sizeof(ifr.ifr_name)) return 0;
+  std::memcpy(ifr.ifr_name, name.data(), name.size());
+  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return 0;
+  const int r = ioctl(s, SIOCGIFMTU, &ifr);
+  close(s);
+  return r == 0 && ifr.ifr_mtu > 0 ? static_cast<uint32_t>(ifr.ifr_mtu) : 0;
+}
+
+// The largest path MTU a kernel interface of MTU `mtu` carries as it is
+// (its IP packets: frames without their Ethernet header).
+uint32_t PathMtuForInterface(uint32_t mtu) {
+  return LargestPathMtu(mtu + RTE_ETHER_HDR_LEN);
+}
+
 }  // namespace
 
 absl::Status Daemon::StartPort() {
@@ -373,12 +400,20 @@ absl::Status Daemon::StartPort() {
   eal.file_prefix = p.file_prefix;
   const bool vdev = p.device.rfind("net_", 0) == 0;
   eal.allow_pci = !vdev;
-  // memif (in its copy mode) and af_packet carry path MTU 4096 in buffers
-  // and ring slots sized for it; other devices are asked below.
-  const bool sized_here =
-      IsAfPacket(p.device) || (p.device.rfind("net_memif", 0) == 0 &&
-                               p.device.find("zero-copy=yes") == std::string::npos);
-  if (options_.path_mtu == 0 && sized_here) options_.path_mtu = 4096;
+  // Without --mtu: memif in its copy mode carries path MTU 4096 in buffers
+  // sized for it; af_packet carries what its interface's MTU lets through,
+  // in ring slots sized for it (an interface shared with the kernel keeps
+  // its MTU unless --mtu asks for more); other devices are asked below.
+  if (options_.path_mtu == 0 && p.device.rfind("net_memif", 0) == 0 &&
+      p.device.find("zero-copy=yes") == std::string::npos) {
+    options_.path_mtu = 4096;
+  }
+  if (options_.path_mtu == 0 && IsAfPacket(p.device)) {
+    const uint32_t mtu = InterfaceMtu(p.device);
+    options_.path_mtu = PathMtuForInterface(mtu != 0 ? mtu : 1500);
+    RDP_LOG(kInfo, "path MTU %u: the largest the interface's MTU (%u) carries",
+            options_.path_mtu, mtu);
+  }
   if (vdev) {
     std::string device = p.device;
     if (options_.path_mtu != 0) {
@@ -420,6 +455,10 @@ absl::Status Daemon::StartPort() {
           "data port ", p.device, ": dev_info: ", rte_strerror(-r)));
     }
     options_.path_mtu = LargestPathMtu(info.max_rx_pktlen);
+    if (const uint32_t mtu = InterfaceMtu(p.device); mtu != 0) {
+      options_.path_mtu =
+          std::min(options_.path_mtu, PathMtuForInterface(mtu));
+    }
     RDP_LOG(kInfo, "path MTU %u: the largest the data port carries",
             options_.path_mtu);
   }

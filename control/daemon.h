@@ -101,9 +101,12 @@ struct DaemonOptions {
   // hang rather than as a short delay.
   uint64_t engine_max_sleep_ns = 10'000'000;
   // RoCE path MTU towards other daemons: 256..4096, or 0 for the largest
-  // the data port carries (4096 over memif and af_packet; otherwise what
-  // the device reports as its largest frame allows). Connections between
-  // this daemon's own clients use 4096 unless it is set.
+  // the data port carries as it is: 4096 over memif; over a kernel
+  // interface (af_packet, af_xdp, tap) what its MTU carries, which the
+  // daemon leaves alone; otherwise what the device reports as its largest
+  // frame allows. An explicit MTU raises the interface's where needed.
+  // Connections between this daemon's own clients use 4096 unless it is
+  // set.
   uint32_t path_mtu = 0;
   // First retransmission timeout of a connection inside this daemon, and of
   // one to another daemon (whose engine may be descheduled for a while on a

@@ -62,8 +62,11 @@ ABSL_FLAG(uint64_t, max_connections_per_user, 256,
           "unlimited)");
 ABSL_FLAG(uint32_t, mtu, 0,
           "RoCE path MTU towards other daemons: 256, 512, 1024, 2048 or "
-          "4096; 0 (default): the largest the data port carries (4096 over "
-          "memif and af_packet, whose interface MTU is raised to fit)");
+          "4096; 0 (default): the largest the data port carries as it is "
+          "(4096 over memif; over af_packet, af_xdp and tap what the "
+          "interface's MTU carries, e.g. 1024 at 1500 and 4096 at 4156 or "
+          "more); an explicit value raises the interface's MTU where "
+          "needed");
 ABSL_FLAG(std::string, port, "",
           "data port: a DPDK vdev (net_memif0,role=server,socket=PATH; "
           "net_af_packet0,iface=IF; net_af_xdp0,iface=IF; net_tap0,iface=IF) "

@@ -417,7 +417,7 @@ check_config() {
     || fail "rdmaplaned --check_config of $what printed no$missing: $out"
 }
 check_config "deploy/rdmaplaned.conf" \
-  "socket=/run/rdmaplane/rdmaplane.sock|port=net_af_packet0,iface=eth1|ip=198.51.100.1|mtu=1024|poll_mode=adaptive|hugepages=0|file_prefix=rdmaplane" \
+  "socket=/run/rdmaplane/rdmaplane.sock|port=net_af_packet0,iface=eth1|ip=198.51.100.1|mtu=auto|poll_mode=adaptive|hugepages=0|file_prefix=rdmaplane" \
   --flagfile="$conf"
 check_config "deploy/rdmaplaned-memif.conf" "mtu=4096|poll_mode=adaptive|hugepages=0" \
   --flagfile="$memif_conf"

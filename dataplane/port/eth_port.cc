@@ -144,6 +144,20 @@ constexpr uint32_t kPacketRxOffset = 66;
 // Its transmit offset: the slot header without the address.
 constexpr uint32_t kPacketTxOffset = 32;
 
+// The MTU of kernel interface `if_index` (af_packet, af_xdp, tap), or 0.
+uint32_t KernelInterfaceMtu(int if_index) {
+  ifreq ifr{};
+  if (if_index <= 0 ||
+      if_indextoname(static_cast<unsigned>(if_index), ifr.ifr_name) == nullptr) {
+    return 0;
+  }
+  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return 0;
+  const int r = ioctl(s, SIOCGIFMTU, &ifr);
+  close(s);
+  return r == 0 && ifr.ifr_mtu > 0 ? static_cast<uint32_t>(ifr.ifr_mtu) : 0;
+}
+
 // Raises the MTU of interface `if_index` to `mtu` if it is lower, as the
 // af_packet PMD would if DPDK's ethdev let it (it refuses any MTU above the
 // PMD's reported 1518-byte frame).
@@ -302,8 +316,12 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
     // frame limit its driver reports.
     // af_packet carries what its ring slots hold (framesz), on an
     // interface whose MTU ethdev will not let the PMD raise: the port
-    // raises it.
-    if (int m = rte_eth_dev_set_mtu(c.port_id, static_cast<uint16_t>(mtu));
+    // raises it. A kernel interface whose MTU is large enough already is
+    // left as it is (ethdev would set it to exactly `mtu`, lowering it).
+    const uint32_t have = KernelInterfaceMtu(static_cast<int>(info.if_index));
+    if (int m = have >= mtu ? 0
+                            : rte_eth_dev_set_mtu(c.port_id,
+                                                  static_cast<uint16_t>(mtu));
         m != 0 && !MemifCopyMode(info)) {
       if (!IsDriver(info, "net_af_packet")) {
         return absl::InvalidArgumentError(

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Two rdmaplaned daemons in two network namespaces joined by a veth pair,
 # each using its end of the pair as its DPDK data port (root only):
-#   1. af_packet at the daemons' default path MTU, 4096 (each daemon raises
-#      its veth's MTU to fit): RDMA WRITE and READ of 1 B .. 4 MiB each way
+#   1. af_packet on veths of MTU 9000, where the daemons' default path MTU
+#      is 4096: RDMA WRITE and READ of 1 B .. 4 MiB each way
 #      (depth 4, 2 clients with 3 connections each), every byte checked;
 #      no frame lost at a receiving port (port_rx_dropped: the kernel's
 #      drops at af_packet's receive ring); the two-host
@@ -12,14 +12,15 @@
 #      times out within 5 s; SIGTERM stops both with status 0 within 5 s,
 #      leaving no socket and no DPDK runtime folder;
 #   2. the same transfer up to 1 MiB with 5 % loss on both daemons' transmit
-#      side (standing in for netem, which this kernel lacks), at path MTU
-#      4096;
+#      side (standing in for netem, which this kernel lacks), with --mtu=4096
+#      on veths of MTU 1500, which the daemons raise to 4156;
 #   3. af_packet with receive rings of 32 slots (framecnt=32), too few for a
 #      window of frames: the kernel drops frames at the ring, both daemons
 #      count them in port_rx_dropped, and the transfer still delivers every
-#      byte; A at path MTU 1024 and B at 4096, so the connections run at
-#      the smaller of the two;
-#   4. af_xdp on the same veths, when the daemons can open it (optional: if
+#      byte; on veths of MTU 1500, A at its default (1024: what its veth
+#      carries, which it leaves as it is) and B at --mtu=4096, so the
+#      connections run at the smaller of the two;
+#   4. af_xdp on the same veths (MTU 2200: the default path MTU is 2048), when the daemons can open it (optional: if
 #      a daemon cannot start with af_xdp here, the reason is printed and the
 #      test goes on): the same transfer, and every frame the daemons' ports
 #      took for transmission was sent by the kernel; no XDP program may stay
@@ -165,7 +166,7 @@ done
 # PORT_ARGS_B are appended to each one's device string, A_FLAGS given to A
 # only. Returns 1 (with the reason printed, and nothing left running) when
 # either could not start.
-PORT_ARGS_A="" PORT_ARGS_B="" A_FLAGS=()
+PORT_ARGS_A="" PORT_ARGS_B="" A_FLAGS=() B_FLAGS=()
 start_pair() {
   local round="$1" driver="$2"
   shift 2
@@ -181,7 +182,7 @@ start_pair() {
     ip netns exec "$ns_b" "$daemon_bin" --socket="$E2E_TMP/b$round.sock" \
     --file_prefix="rdp-e2e-$$-b$round" \
     --port="net_${driver}0,iface=$veth_b$PORT_ARGS_B" \
-    --ip="$ip_b" "${common[@]}"; then
+    --ip="$ip_b" "${common[@]}" "${B_FLAGS[@]+"${B_FLAGS[@]}"}"; then
     e2e_stop_daemon "a$round" || true
     return 1
   fi
@@ -221,6 +222,21 @@ check_counters() {
       ((E2E_VALUE == 0)) || e2e_fail "daemon $name lost $E2E_VALUE received frames before its engine saw them"
     fi
   done
+}
+
+# set_veth_mtu MTU: both veth ends' MTU.
+set_veth_mtu() {
+  local pair
+  for pair in "$ns_a:$veth_a" "$ns_b:$veth_b"; do
+    ip -n "${pair%%:*}" link set dev "${pair#*:}" mtu "$1" ||
+      e2e_fail "cannot set the MTU of ${pair#*:} to $1"
+  done
+}
+
+# veth_mtu NS IFACE: sets E2E_VALUE to the interface's MTU.
+veth_mtu() {
+  E2E_VALUE="$(ip netns exec "$1" cat "/sys/class/net/$2/mtu")" ||
+    e2e_fail "cannot read the MTU of $2 in $1"
 }
 
 # check_mtu ROUND WANT_A WANT_B: the daemons' path MTUs (rdmaplanectl
@@ -302,7 +318,8 @@ af_xdp_tx_lost() {
   [[ $lost -eq 1 ]]
 }
 
-e2e_log "round 1: af_packet on the veth pair, default path MTU (4096)"
+e2e_log "round 1: af_packet on the veth pair (MTU 9000), default path MTU (4096)"
+set_veth_mtu 9000
 start_pair 1 af_packet || e2e_fail "the daemons did not start with af_packet"
 check_mtu 1 4096 4096
 transfer 1 1,4096,65536,1048576,4194304 3 || e2e_fail "$E2E_TRANSFER_ERROR"
@@ -321,7 +338,8 @@ e2e_log "round 1 done after $(e2e_since "$test_start") s"
 # Sizes up to 1 MiB: go-back-N over af_packet at this loss takes about a
 # minute for the 4 MiB round alone.
 e2e_log "round 2: af_packet with 5 % loss on both transmit sides (in place of netem)"
-start_pair 2 af_packet --port_faults=loss=0.05,seed=11 ||
+set_veth_mtu 1500
+start_pair 2 af_packet --mtu=4096 --port_faults=loss=0.05,seed=11 ||
   e2e_fail "the daemons did not start with af_packet and --port_faults"
 check_mtu 2 4096 4096
 transfer 2 1,4096,65536,1048576 2 || e2e_fail "$E2E_TRANSFER_ERROR"
@@ -331,13 +349,18 @@ e2e_log "round 2 done after $(e2e_since "$test_start") s"
 
 # Receive rings far smaller than a window: the kernel drops what does not
 # fit, and the count must show it (a clean link is not enough to prove
-# the counter). A at path MTU 1024, B at 4096: the connections run at 1024.
-e2e_log "round 3: af_packet with receive rings of 32 slots, path MTU 1024 on A and 4096 on B"
+# the counter). On veths of MTU 1500, A at its default (1024, leaving its
+# veth as it is), B at --mtu=4096: the connections run at 1024.
+e2e_log "round 3: af_packet with receive rings of 32 slots, path MTU 1024 on A (default on MTU 1500) and 4096 on B"
+set_veth_mtu 1500
 PORT_ARGS_A=",framesz=4352,blocksz=69632,framecnt=32" PORT_ARGS_B="$PORT_ARGS_A"
-A_FLAGS=(--mtu=1024)
+B_FLAGS=(--mtu=4096)
 start_pair 3 af_packet || e2e_fail "the daemons did not start with rings of 32 slots"
-PORT_ARGS_A="" PORT_ARGS_B="" A_FLAGS=()
+PORT_ARGS_A="" PORT_ARGS_B="" B_FLAGS=()
 check_mtu 3 1024 4096
+veth_mtu "$ns_a" "$veth_a"
+[[ $E2E_VALUE == 1500 ]] ||
+  e2e_fail "daemon a3 changed the MTU of $veth_a to $E2E_VALUE without --mtu"
 transfer 3 1,4096,65536,1048576 2 || e2e_fail "$E2E_TRANSFER_ERROR"
 check_counters 3 no yes
 stop_pair 3
@@ -350,19 +373,18 @@ e2e_log "round 3 done after $(e2e_since "$test_start") s"
 # NeedsDensePool); frames in mbufs outside the region would be dropped by
 # the kernel without an error.
 e2e_log "round 4: af_xdp on the veth pair (optional)"
-# The veths carried path MTU 4096 above; XDP on a veth takes frames of at
-# most a page, so give them back Ethernet's MTU: the af_xdp daemons raise it
-# to what their path MTU needs (the largest the PMD carries: 2048).
-for pair in "$ns_a:$veth_a" "$ns_b:$veth_b"; do
-  ip -n "${pair%%:*}" link set dev "${pair#*:}" mtu 1500 ||
-    e2e_fail "cannot set the MTU of ${pair#*:} back to 1500"
-done
+# XDP on a veth takes frames of at most a page: MTU 2200, on which the
+# daemons' default path MTU is the largest af_xdp carries, 2048.
+set_veth_mtu 2200
 kernel_tx "$ns_a" "$veth_a"
 tx_a="$E2E_VALUE"
 kernel_tx "$ns_b" "$veth_b"
 tx_b="$E2E_VALUE"
 if start_pair 4 af_xdp; then
   check_mtu 4 2048 2048
+  veth_mtu "$ns_a" "$veth_a"
+  [[ $E2E_VALUE == 2200 ]] ||
+    e2e_fail "daemon a4 changed the MTU of $veth_a from 2200 to $E2E_VALUE (it carries 2048 as it is)"
   if ! transfer 4 1,4096,65536,1048576,4194304 3; then
     af_xdp_tx_lost 4 "$tx_a" "$tx_b" || true
     e2e_fail "af_xdp: $E2E_TRANSFER_ERROR"
