@@ -186,6 +186,11 @@ class RcQp {
   uint32_t sq_head_ = 0;
   uint32_t sq_send_ = 0;
   uint32_t sq_tail_ = 0;
+  // Where the oldest unfinished READ may be: every WQE in [sq_head_,
+  // read_scan_) was sent and is no READ or a finished one (neither ever
+  // changes back), so a read response's search starts here rather than
+  // at sq_head_. Behind sq_head_ after retirements: start there.
+  uint32_t read_scan_ = 0;
   uint32_t send_offset_ = 0;   // bytes of wqe_at(sq_send_) already sent
   wire::Psn next_psn_;         // PSN of the next packet to send
   wire::Psn alloc_psn_;        // PSN the next posted WQE starts at

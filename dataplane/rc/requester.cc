@@ -281,8 +281,9 @@ void RcQp::HandleReadResponse(const wire::ParsedPacket& pkt) {
   }
   // Responses come in PSN order for the oldest unfinished read.
   Wqe* read = nullptr;
-  for (uint32_t idx = sq_head_; idx != sq_tail_; ++idx) {
-    Wqe& w = wqe_at(idx);
+  if (read_scan_ - sq_head_ > sq_tail_ - sq_head_) read_scan_ = sq_head_;
+  for (; read_scan_ != sq_tail_; ++read_scan_) {
+    Wqe& w = wqe_at(read_scan_);
     if (!w.started) break;
     if (w.wr.opcode == WrOpcode::kRead && !w.read_done) {
       read = &w;
