@@ -149,12 +149,15 @@ class SpscRing {
   // again only when that copy says the ring is empty: the index lives on a
   // cache line the producer's CPU writes, and reading it for every entry
   // costs a transfer of that line each time (a burst of entries then costs
-  // one). The copy is never ahead of what the producer published, so every
-  // entry popped was published; a copy left behind by another handle of
-  // the same ring (past the capacity from our index) is read again.
+  // one). The copy is trusted only while the consumer index is still the
+  // one this handle stored after its last pop: then the copy was read after
+  // every entry before it was published, and is never ahead of what the
+  // producer published. Another handle of the same ring (a copy, a new
+  // Attach) or a peer rewriting the index makes this handle read again.
   PopResult TryPop(T* out) {
     const uint32_t tail = consumer()->value.load(std::memory_order_relaxed);
-    if (seen_head_ - tail - 1 >= capacity_) {  // empty, or a stale copy
+    if (tail != popped_to_ ||
+        seen_head_ - tail - 1 >= capacity_) {  // empty, or not ours
       // Pairs with the producer's release store in TryPush.
       seen_head_ = producer()->value.load(std::memory_order_acquire);
       if (seen_head_ == tail) return PopResult::kEmpty;
@@ -163,6 +166,7 @@ class SpscRing {
     std::memcpy(out, slot(tail), sizeof(T));
     // Pairs with the producer's acquire load of the consumer index.
     consumer()->value.store(tail + 1, std::memory_order_release);
+    popped_to_ = tail + 1;
     return PopResult::kOk;
   }
 
@@ -190,8 +194,10 @@ class SpscRing {
   uint8_t* base_ = nullptr;
   uint32_t capacity_ = 0;
   uint32_t mask_ = 0;
-  // The producer's index as last read by TryPop.
+  // The producer's index as last read by TryPop, and the consumer index
+  // this handle stored after its last pop (the copy is only good with it).
   uint32_t seen_head_ = 0;
+  uint32_t popped_to_ = 0;
 };
 
 }  // namespace rdmaplane::shm

@@ -416,6 +416,35 @@ TEST_F(SpscRingUntrusted, ProducerIndexTooFarAheadIsCorrupted) {
   EXPECT_EQ(out, kSentinel);
 }
 
+TEST_F(SpscRingUntrusted, AFreshHandleNearTheIndexWrapPopsNothingUnpublished) {
+  // Indices run on across connections; a handle attached when they are just
+  // below 2^32 must not take its initial copy of the producer's index (0)
+  // for entries published.
+  ProducerIndex(base_).store(0xFFFFFFFCu);
+  ConsumerIndex(base_).store(0xFFFFFFFCu);
+  auto attached = Ring::Attach(base_, kLen);
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  Ring fresh = *attached;
+  uint64_t out = 0;
+  EXPECT_EQ(fresh.TryPop(&out), PopResult::kEmpty);
+  EXPECT_EQ(ConsumerIndex(base_).load(), 0xFFFFFFFCu);
+}
+
+TEST_F(SpscRingUntrusted, AStaleCopyOfAHandleRereadsTheProducerIndex) {
+  // `a` pops once with a copy of the producer's index (3); `stale` is a copy
+  // of `a` then. After `a` pops again, a peer rewinds the producer index to
+  // the tail: `stale` must see an empty ring, not pop from its copy.
+  for (uint64_t v = 1; v <= 3; ++v) ASSERT_TRUE(ring_.TryPush(v));
+  Ring a = ring_;
+  uint64_t out = 0;
+  ASSERT_EQ(a.TryPop(&out), PopResult::kOk);
+  Ring stale = a;
+  ASSERT_EQ(a.TryPop(&out), PopResult::kOk);
+  ProducerIndex(base_).store(2);
+  EXPECT_EQ(stale.TryPop(&out), PopResult::kEmpty);
+  EXPECT_EQ(ConsumerIndex(base_).load(), 2u);
+}
+
 TEST_F(SpscRingUntrusted, ConsumerIndexAheadOfProducerBlocksPushes) {
   // A consumer that claims to have read more than was written must not make
   // the producer overwrite unread slots or write outside the ring.
