@@ -347,7 +347,7 @@ uint32_t GivenSlotBytes(const std::string& device) {
   const size_t at = device.find("framesz=");
   if (at == std::string::npos) return 0;
   return static_cast<uint32_t>(
-      std::strtoul(device.c_str() + at + std::strlen("framesz="), nullptr, 0));
+      std::strtoul(device.c_str() + at + std::strlen("framesz="), nullptr, 10));
 }
 
 // The room XDP keeps in front of a frame in each receive buffer
@@ -479,6 +479,12 @@ absl::Status Daemon::StartPort() {
   // af_xdp receives into the buffers themselves, behind XDP's headroom.
   if (p.device.rfind("net_af_xdp", 0) == 0) {
     room = pc.max_frame + kXdpHeadroom;
+  }
+  if (room + RTE_PKTMBUF_HEADROOM > UINT16_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data port ", p.device, ": packet buffers of ", room,
+        " bytes (for the frames or af_packet's framesz) are larger than a "
+        "DPDK buffer can be (", UINT16_MAX - RTE_PKTMBUF_HEADROOM, ")"));
   }
   pc.mbuf_data_room = static_cast<uint16_t>(std::max<uint32_t>(
       RTE_MBUF_DEFAULT_BUF_SIZE, room + RTE_PKTMBUF_HEADROOM));

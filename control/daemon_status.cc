@@ -106,6 +106,7 @@ DaemonStatus Daemon::BuildStatus() const {
   add("engine_loops", sum(&EngineCounters::loops));
   add("engine_sleeps", sum(&EngineCounters::sleeps));
   add("engine_wakeups", sum(&EngineCounters::wakeups));
+  add("engine_port_socket_errors", sum(&EngineCounters::port_socket_errors));
   add("engines_asleep", sum(&EngineCounters::asleep));
   add("engine_kicks_passed_on", sum(&EngineCounters::kicks_passed_on));
   add("engine_rx_unknown_qpn", sum(&EngineCounters::rx_unknown_qpn));

@@ -355,7 +355,17 @@ bool Engine::Sleep() {
     for (int i = 0; i < n; ++i) {
       // Drain: an eventfd yields its counter, a socket its datagrams.
       const auto* route = static_cast<const WakeRoute*>(events[i].data.ptr);
-      if (!route->drain) continue;
+      if (!route->drain) {
+        // af_packet's socket reports a pending socket error (ENETDOWN
+        // after its interface went down) until it is taken: take it, or
+        // every sleep would end at once from then on.
+        if ((events[i].events & (EPOLLERR | EPOLLHUP)) != 0 &&
+            route == &port_route_) {
+          port_->ClearRxInterruptError();
+          counters_.port_socket_errors.fetch_add(1, std::memory_order_relaxed);
+        }
+        continue;
+      }
       uint8_t sink[64];
       bool drained = false;
       while (read(route->fd, sink, sizeof(sink)) > 0) drained = true;

@@ -93,6 +93,9 @@ struct EngineCounters {
   std::atomic<uint64_t> loops{0};
   std::atomic<uint64_t> sleeps{0};
   std::atomic<uint64_t> wakeups{0};
+  // Errors taken from the data port's socket (af_packet: its interface
+  // went down).
+  std::atomic<uint64_t> port_socket_errors{0};
   std::atomic<uint64_t> asleep{0};  // 1 while the engine sleeps (a gauge)
   std::atomic<uint64_t> kicks_passed_on{0};         // to sibling engines
   std::atomic<uint64_t> rx_unknown_qpn{0};          // no endpoint has the QPN

@@ -100,7 +100,7 @@ uint32_t DevargOr(const rte_eth_dev_info& info, const char* key,
   for (const char* p = std::strstr(args->args, want.c_str()); p != nullptr;
        p = std::strstr(p + 1, want.c_str())) {
     if (p == args->args || p[-1] == ',') {
-      return static_cast<uint32_t>(std::strtoul(p + want.size(), nullptr, 0));
+      return static_cast<uint32_t>(std::strtoul(p + want.size(), nullptr, 10));
     }
   }
   return otherwise;
@@ -278,6 +278,11 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot create the mbuf pool: ", rte_strerror(rte_errno)));
   }
+  if (c.mbuf_data_room <= RTE_PKTMBUF_HEADROOM) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "packet buffers of ", c.mbuf_data_room, " bytes leave no room after ",
+        "their ", RTE_PKTMBUF_HEADROOM, "-byte headroom"));
+  }
   const uint32_t room = c.mbuf_data_room - RTE_PKTMBUF_HEADROOM;
   if (c.max_frame > room) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -336,6 +341,17 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
   }
   if (IsDriver(info, "net_af_packet")) {
     const uint32_t slot = DevargOr(info, "framesz", 2048);
+    const uint32_t block = DevargOr(
+        info, "blocksz", static_cast<uint32_t>(sysconf(_SC_PAGESIZE)));
+    // DPDK 22.11 looks for slot i at i * framesz, the kernel puts it at the
+    // start of its block plus its place there: a gap at a block's end puts
+    // every slot after it where the kernel does not.
+    if (slot == 0 || block % slot != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "af_packet blocks of ", block, " bytes (blocksz) do not hold a whole "
+          "number of ", slot, "-byte slots (framesz): DPDK would look for "
+          "frames where the kernel does not put them"));
+    }
     if (c.max_frame + kPacketRxOffset > slot) {
       return absl::InvalidArgumentError(absl::StrCat(
           "af_packet ring slots of ", slot, " bytes (framesz) hold frames of ",
@@ -506,6 +522,13 @@ void EthPort::ArmRxInterrupt() {
 
 void EthPort::DisarmRxInterrupt() {
   if (rx_intr_is_dpdk_) rte_eth_dev_rx_intr_disable(config_.port_id, 0);
+}
+
+void EthPort::ClearRxInterruptError() {
+  if (rx_intr_fd_ < 0 || rx_intr_is_dpdk_) return;
+  int error = 0;
+  socklen_t len = sizeof(error);
+  getsockopt(rx_intr_fd_, SOL_SOCKET, SO_ERROR, &error, &len);
 }
 
 uint64_t EthPort::rx_dropped() const {

@@ -183,6 +183,9 @@ class EthPort : public rc::FrameSink {
   bool rx_interrupt_drains() const { return rx_intr_is_dpdk_; }
   void ArmRxInterrupt();
   void DisarmRxInterrupt();
+  // Takes (and so clears) a pending error of the receive interrupt's
+  // socket when it is one (af_packet); the engine's thread.
+  void ClearRxInterruptError();
 
   // Fault injection on transmit (this kernel has no netem): loss,
   // duplication, reordering and delay from a seeded model. Control thread,
