@@ -14,8 +14,8 @@
 #   there (else a structural check), and the settings it must have;
 # - the flagfiles (the two examples and the ConfigMap's): Abseil syntax,
 #   every flag name known to rdmaplaned (--helpfull; a format it cannot read
-#   fails), every flag it has documented in docs/operations.md, and both
-#   examples accepted by --check_config;
+#   fails), every flag it has documented in docs/operations.md, and all
+#   three accepted by --check_config;
 # - bad flag values: exit status 2 and a one-line reason (what the systemd
 #   unit's RestartPreventExitStatus=2 relies on); what Abseil's parser
 #   refuses: exit status 1.
@@ -421,6 +421,11 @@ check_config "deploy/rdmaplaned.conf" \
   --flagfile="$conf"
 check_config "deploy/rdmaplaned-memif.conf" "mtu=4096|poll_mode=adaptive|hugepages=0" \
   --flagfile="$memif_conf"
+# The ConfigMap's flagfile leaves --mtu unset: each node's daemon takes
+# the largest path MTU its interface carries.
+check_config "the ConfigMap's flagfile" \
+  "socket=/run/rdmaplane/rdmaplane.sock|mtu=auto|poll_mode=adaptive|hugepages=1|file_prefix=rdmaplane" \
+  --flagfile="$tmp/configmap.conf"
 d="$tmp/memif"
 mkdir -p "$d"
 check_config "the memif example with one daemon's own flags (docs/operations.md)" \
