@@ -58,15 +58,6 @@ constexpr uint64_t kPatienceNs = 5'000'000'000;
 constexpr uint64_t kRepIntervalNs = 250'000'000;
 constexpr uint64_t kDreqIntervalNs = 100'000'000;
 
-shm::ControlRequest Op(uint32_t op, const char* service = "svc",
-                       uint32_t connection = 0) {
-  shm::ControlRequest r{};
-  r.op = op;
-  r.connection = connection;
-  std::snprintf(r.service, sizeof(r.service), "%s", service);
-  return r;
-}
-
 // Two DPDK ports joined back to back: `a` for the engine, `b` for the
 // test, playing the peer daemon.
 port::PortConfig PlainPorts() {

@@ -19,15 +19,6 @@
 namespace rdmaplane::control {
 namespace {
 
-shm::ControlRequest Op(uint32_t op, const char* service = "svc",
-                       uint32_t connection = 0) {
-  shm::ControlRequest r{};
-  r.op = op;
-  r.connection = connection;
-  std::snprintf(r.service, sizeof(r.service), "%s", service);
-  return r;
-}
-
 class ConnectionsTest : public ::testing::Test {
  protected:
   explicit ConnectionsTest(uint32_t max_connections = 512,

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -68,6 +69,17 @@ class FakeSession {
  private:
   std::unique_ptr<uint8_t[], AlignedDelete> memory_;
 };
+
+// A control request of type `op` for `service` (and connection slot
+// `connection`), as a client's library sends it.
+inline shm::ControlRequest Op(uint32_t op, const char* service = "svc",
+                              uint32_t connection = 0) {
+  shm::ControlRequest r{};
+  r.op = op;
+  r.connection = connection;
+  std::snprintf(r.service, sizeof(r.service), "%s", service);
+  return r;
+}
 
 }  // namespace rdmaplane::control
 
