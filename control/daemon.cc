@@ -1,9 +1,6 @@
 #include "control/daemon.h"
 
-#include <net/if.h>
 #include <rte_errno.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -369,15 +366,8 @@ uint32_t InterfaceMtu(const std::string& device) {
   const size_t at = device.find("iface=");
   if (at == std::string::npos) return 0;
   const size_t start = at + std::strlen("iface=");
-  const std::string name = device.substr(start, device.find(',', start) - start);
-  ifreq ifr{};
-  if (name.empty() || name.size() >= sizeof(ifr.ifr_name)) return 0;
-  std::memcpy(ifr.ifr_name, name.data(), name.size());
-  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return 0;
-  const int r = ioctl(s, SIOCGIFMTU, &ifr);
-  close(s);
-  return r == 0 && ifr.ifr_mtu > 0 ? static_cast<uint32_t>(ifr.ifr_mtu) : 0;
+  return port::InterfaceMtu(
+      device.substr(start, device.find(',', start) - start));
 }
 
 // The largest path MTU a kernel interface of MTU `mtu` carries as it is

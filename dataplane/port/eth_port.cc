@@ -141,26 +141,19 @@ std::vector<int> PacketSockets(int if_index) {
 // The kernel's receive offset of a frame in an af_packet (TPACKET_V2) ring
 // slot: the slot header and address, aligned so that the IP header is.
 constexpr uint32_t kPacketRxOffset = 66;
-// Its transmit offset: the slot header without the address.
-constexpr uint32_t kPacketTxOffset = 32;
-
 // The MTU of kernel interface `if_index` (af_packet, af_xdp, tap), or 0.
 uint32_t KernelInterfaceMtu(int if_index) {
-  ifreq ifr{};
+  char name[IF_NAMESIZE];
   if (if_index <= 0 ||
-      if_indextoname(static_cast<unsigned>(if_index), ifr.ifr_name) == nullptr) {
+      if_indextoname(static_cast<unsigned>(if_index), name) == nullptr) {
     return 0;
   }
-  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return 0;
-  const int r = ioctl(s, SIOCGIFMTU, &ifr);
-  close(s);
-  return r == 0 && ifr.ifr_mtu > 0 ? static_cast<uint32_t>(ifr.ifr_mtu) : 0;
+  return InterfaceMtu(name);
 }
 
-// Raises the MTU of interface `if_index` to `mtu` if it is lower, as the
-// af_packet PMD would if DPDK's ethdev let it (it refuses any MTU above the
-// PMD's reported 1518-byte frame).
+// Sets the MTU of interface `if_index` to `mtu` (the caller saw it lower),
+// as the af_packet PMD would if DPDK's ethdev let it (it refuses any MTU
+// above the PMD's reported 1518-byte frame).
 absl::Status RaiseInterfaceMtu(int if_index, uint32_t mtu) {
   ifreq ifr{};
   if (if_indextoname(static_cast<unsigned>(if_index), ifr.ifr_name) ==
@@ -170,18 +163,12 @@ absl::Status RaiseInterfaceMtu(int if_index, uint32_t mtu) {
   }
   const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0) return absl::UnavailableError("socket for SIOCSIFMTU");
+  ifr.ifr_mtu = static_cast<int>(mtu);
   absl::Status st;
-  if (ioctl(s, SIOCGIFMTU, &ifr) != 0) {
-    st = absl::UnavailableError(absl::StrCat("cannot read the MTU of ",
-                                             ifr.ifr_name, ": ",
-                                             std::strerror(errno)));
-  } else if (static_cast<uint32_t>(ifr.ifr_mtu) < mtu) {
-    ifr.ifr_mtu = static_cast<int>(mtu);
-    if (ioctl(s, SIOCSIFMTU, &ifr) != 0) {
-      st = absl::InvalidArgumentError(absl::StrCat(
-          "cannot raise the MTU of ", ifr.ifr_name, " to ", mtu, ": ",
-          std::strerror(errno), " (choose a smaller path MTU)"));
-    }
+  if (ioctl(s, SIOCSIFMTU, &ifr) != 0) {
+    st = absl::InvalidArgumentError(absl::StrCat(
+        "cannot raise the MTU of ", ifr.ifr_name, " to ", mtu, ": ",
+        std::strerror(errno), " (choose a smaller path MTU)"));
   }
   close(s);
   return st;
@@ -246,6 +233,17 @@ rte_mempool* CreatePacketPool(const std::string& name, const PortConfig& c,
 }
 
 }  // namespace
+
+uint32_t InterfaceMtu(const std::string& name) {
+  ifreq ifr{};
+  if (name.empty() || name.size() >= sizeof(ifr.ifr_name)) return 0;
+  std::memcpy(ifr.ifr_name, name.data(), name.size());
+  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return 0;
+  const int r = ioctl(s, SIOCGIFMTU, &ifr);
+  close(s);
+  return r == 0 && ifr.ifr_mtu > 0 ? static_cast<uint32_t>(ifr.ifr_mtu) : 0;
+}
 
 absl::StatusOr<uint16_t> FindPort(const std::string& device) {
   const std::string name = device.substr(0, device.find(','));

@@ -79,6 +79,10 @@ struct PortConfig {
 // the part of its --vdev argument before the first comma) or a PCI address.
 absl::StatusOr<uint16_t> FindPort(const std::string& device);
 
+// The MTU of kernel interface `name` in this network namespace, or 0 when
+// there is none or it cannot be read.
+uint32_t InterfaceMtu(const std::string& name);
+
 struct PortCounters {
   rc::StatCounter rx_frames;
   rc::StatCounter tx_frames;
