@@ -353,8 +353,10 @@ memif_daemons() {  # memif_daemons ROUND MODE FIRST
   if start_memif_pair "r$r" "$bin/rdmaplaned" --poll_mode="$mode" \
     --log_level=warning; then
     tool_cpu=("${memif_client_cpu[@]}")
+    # rdmaplane_perf shares its CPU with daemon A, whose engine has the
+    # work it waits for: it gives the CPU away after every empty poll.
     local endpoint=(--listen_socket="$MEMIF_A" --connect_socket="$MEMIF_B"
-      --peer=10.0.0.1)
+      --peer=10.0.0.1 --yield_after=1)
     if ((first)); then
       paired "$r" memif "$mode" "${endpoint[@]}"
     else
