@@ -70,6 +70,7 @@ for b in rdmaplaned rdmaplanectl; do
   printf '#!/bin/sh\necho %s "$@"\n' "$b" >"$fakebin/$b"
   chmod 0755 "$fakebin/$b"
 done
+printf 'not a real library\n' >"$fakebin/librdmaplane.so.1"
 
 # --- install.sh -----------------------------------------------------------------
 echo "== install.sh"
@@ -86,7 +87,7 @@ fi
 if ! $etc_existed && [[ -e /etc/rdmaplane ]]; then
   fail "--dry-run created /etc/rdmaplane"
 fi
-grep -q 'would run: bazel build -c opt //control:rdmaplaned //control:rdmaplanectl' <<<"$out" \
+grep -q 'would run: bazel build -c opt //control:rdmaplaned //control:rdmaplanectl //api:librdmaplane.so.1' <<<"$out" \
   && pass "--dry-run shows the Bazel build" || fail "--dry-run does not show the Bazel build: $out"
 grep -q "would run: install -m 0755 .*/rdmaplaned $dry/sbin/rdmaplaned" <<<"$out" \
   && pass "--dry-run shows rdmaplaned going to PREFIX/sbin" || fail "--dry-run: no rdmaplaned install to $dry/sbin"
@@ -111,6 +112,12 @@ check_mode "$root/usr/bin/rdmaplanectl" 755
 check_mode "$root/usr/libexec/rdmaplane/reserve-hugepages.sh" 755
 check_mode "$root/etc/systemd/system/rdmaplaned.service" 644
 check_mode "$root/etc/rdmaplane/rdmaplaned.conf" 644
+check_mode "$root/usr/lib/librdmaplane.so.1" 755
+check_mode "$root/usr/include/rdmaplane.h" 644
+check_mode "$root/usr/lib/pkgconfig/rdmaplane.pc" 644
+[[ $(readlink "$root/usr/lib/librdmaplane.so") == librdmaplane.so.1 ]] \
+  && pass "librdmaplane.so links to librdmaplane.so.1" || fail "no librdmaplane.so -> librdmaplane.so.1 link"
+expect_grep "$root/usr/lib/pkgconfig/rdmaplane.pc" "^prefix=$root/usr\$" "rdmaplane.pc names the prefix"
 installed_unit="$root/etc/systemd/system/rdmaplaned.service"
 expect_grep "$installed_unit" "^ExecStart=$root/usr/sbin/rdmaplaned --flagfile=$root/etc/rdmaplane/rdmaplaned.conf\$" \
   "the installed unit names the installed daemon and config"

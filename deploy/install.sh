@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds rdmaplaned and rdmaplanectl and installs them as a systemd service.
+# Builds rdmaplaned, rdmaplanectl and the client library, installs the
+# daemon as a systemd service and the library for programs built elsewhere.
 #
 #   deploy/install.sh                    # build, install under /usr/local, /etc
 #   deploy/install.sh --dry-run          # print every step, change nothing
@@ -7,14 +8,21 @@
 #
 # Options (all also accept "--option VALUE"):
 #   --prefix=DIR      binaries in DIR/sbin (rdmaplaned), DIR/bin (rdmaplanectl)
-#                     and DIR/libexec/rdmaplane (reserve-hugepages.sh);
-#                     default /usr/local
+#                     and DIR/libexec/rdmaplane (reserve-hugepages.sh); the
+#                     client library in DIR/lib (librdmaplane.so.1, and
+#                     librdmaplane.so for the linker), its header in
+#                     DIR/include (rdmaplane.h) and DIR/lib/pkgconfig/
+#                     rdmaplane.pc, so that
+#                       cc app.c $(pkg-config --cflags --libs rdmaplane)
+#                     builds a client; default /usr/local
 #   --sysconfdir=DIR  DIR/rdmaplane/rdmaplaned.conf and
 #                     DIR/systemd/system/rdmaplaned.service; default /etc
 #   --destdir=DIR     stage everything under DIR (for packaging); the unit
 #                     still names the final paths
-#   --binaries=DIR    install DIR/rdmaplaned and DIR/rdmaplanectl as they are
-#                     instead of building them with Bazel
+#   --binaries=DIR    install DIR/rdmaplaned, DIR/rdmaplanectl and
+#                     DIR/librdmaplane.so.1 (or, in Bazel's layout,
+#                     DIR/../api/librdmaplane.so.1: --binaries=bazel-bin/control
+#                     works) as they are instead of building them with Bazel
 #   --dry-run         print what would be done; build and change nothing
 #   -h, --help        this text
 #
@@ -87,6 +95,9 @@ sysconfdir="${sysconfdir%/}"
 sbindir="${prefix%/}/sbin"
 bindir="${prefix%/}/bin"
 libexecdir="${prefix%/}/libexec/rdmaplane"
+libdir="${prefix%/}/lib"
+includedir="${prefix%/}/include"
+pkgconfigdir="$libdir/pkgconfig"
 confdir="${sysconfdir%/}/rdmaplane"
 unitdir="${sysconfdir%/}/systemd/system"
 # ... and where the files are written.
@@ -115,16 +126,23 @@ run() {
 unit_src="$REPO_ROOT/deploy/rdmaplaned.service"
 conf_src="$REPO_ROOT/deploy/rdmaplaned.conf"
 hugepages_src="$REPO_ROOT/deploy/reserve-hugepages.sh"
-for f in "$unit_src" "$conf_src" "$hugepages_src"; do
+header_src="$REPO_ROOT/api/rdmaplane.h"
+pc_src="$REPO_ROOT/api/rdmaplane.pc.in"
+for f in "$unit_src" "$conf_src" "$hugepages_src" "$header_src" "$pc_src"; do
   [[ -f $f ]] || die "missing $f (run this script from a complete source tree)"
 done
 
 # --- Build -------------------------------------------------------------------
 if [[ -n $binaries ]]; then
   bin_src="$binaries"
+  lib_src="$binaries"
+  if [[ ! -e $lib_src/librdmaplane.so.1 && -e $binaries/../api/librdmaplane.so.1 ]]; then
+    lib_src="$binaries/../api"
+  fi
 else
   bin_src="$REPO_ROOT/bazel-bin/control"
-  build=(bazel build -c opt //control:rdmaplaned //control:rdmaplanectl)
+  lib_src="$REPO_ROOT/bazel-bin/api"
+  build=(bazel build -c opt //control:rdmaplaned //control:rdmaplanectl //api:librdmaplane.so.1)
   # Under sudo, build as the invoking user: Bazel's cache and the bazel-*
   # links in the tree stay theirs, not root's.
   if [[ $EUID -eq 0 && -n ${SUDO_USER:-} && $SUDO_USER != root ]] && command -v sudo >/dev/null 2>&1; then
@@ -143,6 +161,7 @@ if ! $dry_run; then
   for b in rdmaplaned rdmaplanectl; do
     [[ -x $bin_src/$b ]] || die "$bin_src/$b is missing or not executable"
   done
+  [[ -f $lib_src/librdmaplane.so.1 ]] || die "$lib_src/librdmaplane.so.1 is missing"
 fi
 
 # --- Install -----------------------------------------------------------------
@@ -159,6 +178,19 @@ run install -d -m 0755 "$(stage "$sbindir")" "$(stage "$bindir")" "$(stage "$lib
 run install -m 0755 "$bin_src/rdmaplaned" "$(stage "$sbindir")/rdmaplaned"
 run install -m 0755 "$bin_src/rdmaplanectl" "$(stage "$bindir")/rdmaplanectl"
 run install -m 0755 "$hugepages_src" "$(stage "$libexecdir")/reserve-hugepages.sh"
+
+log "installing the client library to $(stage "$libdir"), rdmaplane.h to $(stage "$includedir")"
+run install -d -m 0755 "$(stage "$libdir")" "$(stage "$includedir")" "$(stage "$pkgconfigdir")"
+run install -m 0755 "$lib_src/librdmaplane.so.1" "$(stage "$libdir")/librdmaplane.so.1"
+run ln -sfn librdmaplane.so.1 "$(stage "$libdir")/librdmaplane.so"
+run install -m 0644 "$header_src" "$(stage "$includedir")/rdmaplane.h"
+# The .pc file names the final prefix (not the staging directory).
+if $dry_run; then
+  printf 'install: would write %s with prefix=%s\n' "$(stage "$pkgconfigdir")/rdmaplane.pc" "$prefix"
+else
+  sed -e "s#@prefix@#${prefix}#g" "$pc_src" >"$(stage "$pkgconfigdir")/rdmaplane.pc"
+  chmod 0644 "$(stage "$pkgconfigdir")/rdmaplane.pc"
+fi
 
 # The unit names /usr/local and /etc; point it at the chosen locations.
 log "installing the systemd unit to $(stage "$unitdir")/rdmaplaned.service"
@@ -185,6 +217,9 @@ else
 fi
 
 if $system_install; then
+  if command -v ldconfig >/dev/null 2>&1; then
+    run ldconfig
+  fi
   if ! getent group rdmaplane >/dev/null 2>&1; then
     log "creating the system group rdmaplane (may use the client socket)"
     run groupadd --system rdmaplane

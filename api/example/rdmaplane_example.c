@@ -16,6 +16,10 @@
  * Every call's status is checked; on any failure the program names the call
  * and the status (rdp_status_name) on stderr and exits with 1. On success
  * the last line it prints is "example: ok".
+ *
+ * Outside this tree, against an installed rdmaplane (deploy/install.sh):
+ *
+ *   cc -std=c11 rdmaplane_example.c $(pkg-config --cflags --libs rdmaplane)
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -25,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api/rdmaplane.h"
+#include <rdmaplane.h>
 
 enum { kBytes = 64 * 1024 };
 
