@@ -14,22 +14,16 @@ namespace rdmaplane::engine {
 
 namespace {
 
-uint64_t ReadMonotonic() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
-}
-
 // The time of this thread's current engine turn, or 0 outside one.
 thread_local uint64_t turn_now_ns = 0;
 
 }  // namespace
 
 uint64_t MonotonicClock::NowNs() const {
-  return turn_now_ns != 0 ? turn_now_ns : ReadMonotonic();
+  return turn_now_ns != 0 ? turn_now_ns : rc::MonotonicNowNs();
 }
 
-void MonotonicClock::BeginTurn() { turn_now_ns = ReadMonotonic(); }
+void MonotonicClock::BeginTurn() { turn_now_ns = rc::MonotonicNowNs(); }
 
 void MonotonicClock::EndTurn() { turn_now_ns = 0; }
 

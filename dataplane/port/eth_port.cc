@@ -25,12 +25,6 @@ namespace rdmaplane::port {
 namespace {
 constexpr uint32_t kScratchBytes = 16384;
 
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
-}
-
 bool Later(const auto& a, const auto& b) {
   return a.due_ns != b.due_ns ? a.due_ns > b.due_ns : a.seq > b.seq;
 }
@@ -571,7 +565,7 @@ void EthPort::Delay(rte_mbuf* m, uint64_t delay_ns, bool reordered) {
     return;
   }
   ++counters_.fault_delayed;
-  const uint64_t due = order_.Due(NowNs(), delay_ns, reordered);
+  const uint64_t due = order_.Due(rc::MonotonicNowNs(), delay_ns, reordered);
   delayed_[delayed_count_++] = {due, delayed_seq_++, m};
   std::push_heap(
       delayed_.get(), delayed_.get() + delayed_count_,
@@ -580,7 +574,7 @@ void EthPort::Delay(rte_mbuf* m, uint64_t delay_ns, bool reordered) {
 
 void EthPort::ReleaseDue() {
   if (delayed_count_ == 0) return;
-  const uint64_t now = NowNs();
+  const uint64_t now = rc::MonotonicNowNs();
   auto later = [](const Delayed& a, const Delayed& b) { return Later(a, b); };
   while (delayed_count_ > 0 && delayed_[0].due_ns <= now &&
          tx_count_ < config_.burst) {

@@ -34,14 +34,6 @@ constexpr uint32_t kRegion = 4 << 20;
 constexpr uint32_t kOutstanding = 8;
 constexpr wire::Rkey kRkey{7};
 
-class MonotonicClock : public rc::Clock {
- public:
-  uint64_t NowNs() const override {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
-  }
-};
 
 class Region : public rc::RemoteMemory {
  public:
@@ -109,7 +101,7 @@ void RunTransfers(benchmark::State& state, rc::WrOpcode opcode) {
   remote_owner = std::make_unique<rc::MemoryOwner>(
       (*b)->RegisterExternalMemory(remote.data(), kRegion, 4096));
   {
-    MonotonicClock clock;
+    rc::SystemClock clock;
     Region mem_a(local.data(), local_owner.get());
     Region mem_b(remote.data(), remote_owner.get());
     Done done_a, done_b;

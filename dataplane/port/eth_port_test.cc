@@ -25,14 +25,7 @@
 namespace rdmaplane::port {
 namespace {
 
-class Clock : public rc::Clock {
- public:
-  uint64_t NowNs() const override {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1'000'000'000ull + ts.tv_nsec;
-  }
-};
+using Clock = rc::SystemClock;
 
 class Memory : public rc::RemoteMemory {
  public:

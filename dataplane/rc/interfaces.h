@@ -7,6 +7,8 @@
 #ifndef RDMAPLANE_DATAPLANE_RC_INTERFACES_H_
 #define RDMAPLANE_DATAPLANE_RC_INTERFACES_H_
 
+#include <time.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +24,21 @@ class Clock {
  public:
   virtual ~Clock() = default;
   virtual uint64_t NowNs() const = 0;
+};
+
+// CLOCK_MONOTONIC in nanoseconds: the time of every real clock here.
+inline uint64_t MonotonicNowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull +
+         static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// A Clock that reads CLOCK_MONOTONIC on every call (ports and tests; the
+// engine's MonotonicClock reads it once a turn).
+class SystemClock : public Clock {
+ public:
+  uint64_t NowNs() const override { return MonotonicNowNs(); }
 };
 
 // Payload bytes of a frame left where they are (zero-copy transmit):

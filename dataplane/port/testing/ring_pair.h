@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <rte_eth_ring.h>
 #include <rte_ring.h>
-#include <time.h>
 
 #include <cstdint>
 #include <memory>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "dataplane/port/eth_port.h"
+#include "dataplane/rc/interfaces.h"
 
 namespace rdmaplane::port {
 
@@ -57,8 +57,8 @@ class RingPair {
   // nothing.
   std::vector<uint8_t> NextFrameFromAToB() {
     std::vector<uint8_t> got;
-    const uint64_t end = NowNs() + 2'000'000'000;
-    while (got.empty() && NowNs() < end) {
+    const uint64_t end = rc::MonotonicNowNs() + 2'000'000'000;
+    while (got.empty() && rc::MonotonicNowNs() < end) {
       a->Flush();
       b->Receive([&got](std::span<const uint8_t> frame) {
         got.assign(frame.begin(), frame.end());
@@ -71,9 +71,9 @@ class RingPair {
   // the receiving port, which frees it; `on_frame` sees each frame.
   template <typename Fn>
   void Drain(Fn on_frame, uint64_t timeout_ns = 2'000'000'000) {
-    const uint64_t end = NowNs() + timeout_ns;
+    const uint64_t end = rc::MonotonicNowNs() + timeout_ns;
     uint32_t quiet = 0;
-    while (quiet < 100 && NowNs() < end) {
+    while (quiet < 100 && rc::MonotonicNowNs() < end) {
       a->Flush();
       b->Flush();
       const uint16_t n = a->Receive(on_frame) + b->Receive(on_frame);
@@ -89,12 +89,6 @@ class RingPair {
   int pb = -1;
 
  private:
-  static uint64_t NowNs() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + ts.tv_nsec;
-  }
-
   rte_ring* ab_ = nullptr;
   rte_ring* ba_ = nullptr;
 };
