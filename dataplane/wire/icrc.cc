@@ -20,53 +20,43 @@ void MaskVariantFields(uint8_t* hdr) {
   hdr[20 + 8 + 4] = 0xFF;            // BTH FECN/BECN/resv6
 }
 
-// Copies IPv4, UDP and BTH behind eight 0xFF bytes with the fields that may
-// change in flight (TOS, TTL, IP checksum, UDP checksum, BTH resv8a/FECN/BECN)
-// set to ones, and returns the CRC of that block.
-uint32_t MaskedHeaderCrc(const uint8_t* ip_udp_bth) {
-  uint8_t block[kPseudoLrhLen + kMaskedLen];
-  std::memset(block, 0xFF, kPseudoLrhLen);
-  uint8_t* hdr = block + kPseudoLrhLen;
-  std::memcpy(hdr, ip_udp_bth, kMaskedLen);
-  MaskVariantFields(hdr);
-  return crc32_gzip_refl(0, block, sizeof(block));
-}
-
-}  // namespace
-
 // Frames this short (small WRITEs, ACKs, read requests) go through one CRC
 // call: the masked headers and what follows copied into one block. ISA-L's
 // CRC has a fixed cost per call that outweighs copying a few hundred bytes.
 constexpr size_t kOneBlockMax = 512;
 
+// Copies the `len` bytes at `ip_udp_bth` (IPv4, UDP, BTH and whatever
+// follows; kMaskedLen <= len <= kOneBlockMax) behind eight 0xFF bytes, with
+// the variant fields set to ones, and returns the CRC of that block.
+uint32_t MaskedBlockCrc(const uint8_t* ip_udp_bth, size_t len) {
+  uint8_t block[kPseudoLrhLen + kOneBlockMax];
+  std::memset(block, 0xFF, kPseudoLrhLen);
+  uint8_t* hdr = block + kPseudoLrhLen;
+  std::memcpy(hdr, ip_udp_bth, len);
+  MaskVariantFields(hdr);
+  return crc32_gzip_refl(0, block, kPseudoLrhLen + len);
+}
+
+}  // namespace
+
 uint32_t ComputeIcrc(std::span<const uint8_t> ip_to_end) {
   if (ip_to_end.size() <= kOneBlockMax) {
-    uint8_t block[kPseudoLrhLen + kOneBlockMax];
-    std::memset(block, 0xFF, kPseudoLrhLen);
-    uint8_t* hdr = block + kPseudoLrhLen;
-    std::memcpy(hdr, ip_to_end.data(), ip_to_end.size());
-    MaskVariantFields(hdr);
-    return crc32_gzip_refl(0, block, kPseudoLrhLen + ip_to_end.size());
+    return MaskedBlockCrc(ip_to_end.data(), ip_to_end.size());
   }
-  uint32_t crc = MaskedHeaderCrc(ip_to_end.data());
-  return crc32_gzip_refl(crc, ip_to_end.data() + kMaskedLen,
+  return crc32_gzip_refl(MaskedBlockCrc(ip_to_end.data(), kMaskedLen),
+                         ip_to_end.data() + kMaskedLen,
                          ip_to_end.size() - kMaskedLen);
 }
 
 uint32_t ComputeIcrc(std::span<const uint8_t> ip_udp_bth,
                      std::span<const uint8_t> rest) {
-  uint32_t crc = MaskedHeaderCrc(ip_udp_bth.data());
-  crc = crc32_gzip_refl(crc, ip_udp_bth.data() + kMaskedLen,
-                        ip_udp_bth.size() - kMaskedLen);
-  return crc32_gzip_refl(crc, rest.data(), rest.size());
+  return ExtendIcrc(ComputeIcrc(ip_udp_bth), rest);
 }
 
+// The headers of a frame and what follows them in their buffer: the ICRC
+// of those bytes, to be extended.
 uint32_t StartIcrc(std::span<const uint8_t> ip_udp_bth) {
-  // The headers of a frame: one call (see ComputeIcrc).
-  if (ip_udp_bth.size() <= kOneBlockMax) return ComputeIcrc(ip_udp_bth);
-  const uint32_t crc = MaskedHeaderCrc(ip_udp_bth.data());
-  return crc32_gzip_refl(crc, ip_udp_bth.data() + kMaskedLen,
-                         ip_udp_bth.size() - kMaskedLen);
+  return ComputeIcrc(ip_udp_bth);
 }
 
 uint32_t ExtendIcrc(uint32_t icrc, std::span<const uint8_t> bytes) {
