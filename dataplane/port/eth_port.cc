@@ -132,6 +132,16 @@ std::vector<int> PacketSockets(int if_index) {
   return fds;
 }
 
+// ioctl `request` (SIOCGIFMTU, SIOCSIFMTU) about interface ifr->ifr_name:
+// 0, or the errno of the socket or the ioctl.
+int InterfaceIoctl(unsigned long request, ifreq* ifr) {
+  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return errno;
+  const int err = ioctl(s, request, ifr) == 0 ? 0 : errno;
+  close(s);
+  return err;
+}
+
 // The kernel's receive offset of a frame in an af_packet (TPACKET_V2) ring
 // slot: the slot header and address, aligned so that the IP header is.
 constexpr uint32_t kPacketRxOffset = 66;
@@ -155,17 +165,13 @@ absl::Status RaiseInterfaceMtu(int if_index, uint32_t mtu) {
     return absl::UnavailableError(
         absl::StrCat("no interface with index ", if_index));
   }
-  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return absl::UnavailableError("socket for SIOCSIFMTU");
   ifr.ifr_mtu = static_cast<int>(mtu);
-  absl::Status st;
-  if (ioctl(s, SIOCSIFMTU, &ifr) != 0) {
-    st = absl::InvalidArgumentError(absl::StrCat(
+  if (const int err = InterfaceIoctl(SIOCSIFMTU, &ifr); err != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
         "cannot raise the MTU of ", ifr.ifr_name, " to ", mtu, ": ",
-        std::strerror(errno), " (choose a smaller path MTU)"));
+        std::strerror(err), " (choose a smaller path MTU)"));
   }
-  close(s);
-  return st;
+  return absl::OkStatus();
 }
 
 // A reference more on every segment of frame `m`, or one less (segments of
@@ -232,11 +238,9 @@ uint32_t InterfaceMtu(const std::string& name) {
   ifreq ifr{};
   if (name.empty() || name.size() >= sizeof(ifr.ifr_name)) return 0;
   std::memcpy(ifr.ifr_name, name.data(), name.size());
-  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return 0;
-  const int r = ioctl(s, SIOCGIFMTU, &ifr);
-  close(s);
-  return r == 0 && ifr.ifr_mtu > 0 ? static_cast<uint32_t>(ifr.ifr_mtu) : 0;
+  return InterfaceIoctl(SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > 0
+             ? static_cast<uint32_t>(ifr.ifr_mtu)
+             : 0;
 }
 
 absl::StatusOr<uint16_t> FindPort(const std::string& device) {
