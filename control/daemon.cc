@@ -66,7 +66,7 @@ Daemon::Daemon(const DaemonOptions& options)
   for (auto& e : engines_) e->SetSiblings(wake_fds);
   ConnectionOptions co;
   co.max_connections = options_.max_connections;
-  co.path_mtu = options_.path_mtu != 0 ? options_.path_mtu : 4096;
+  co.path_mtu = PathMtu();
   co.retransmit_timeout_ns = options_.retransmit_timeout_ns;
   co.remote_retransmit_timeout_ns = options_.remote_retransmit_timeout_ns;
   co.link_faults = options_.link_faults;
@@ -286,6 +286,13 @@ namespace {
 // client asks for buffers that hold a whole frame of its path MTU, unless
 // the device string sets bsize itself; in its own zero-copy mode the
 // buffers are its packet buffers, and are left alone.
+// The largest RoCE path MTU.
+constexpr uint32_t kLargestPathMtu = wire::IbMtuBytes(wire::kIbMtu4096);
+
+bool HasArg(const std::string& device, std::string_view key) {
+  return port::DeviceArg(device, key).has_value();
+}
+
 std::string MemifDevice(const std::string& device, uint32_t path_mtu) {
   if (device.rfind("net_memif", 0) != 0 ||
       device.find("role=client") == std::string::npos ||
@@ -326,9 +333,8 @@ uint32_t PacketSlotBytes(uint32_t max_frame) {
 }
 
 std::string AfPacketDevice(const std::string& device, uint32_t max_frame) {
-  if (!IsAfPacket(device) || device.find("framesz=") != std::string::npos ||
-      device.find("blocksz=") != std::string::npos ||
-      device.find("framecnt=") != std::string::npos) {
+  if (!IsAfPacket(device) || HasArg(device, "framesz") ||
+      HasArg(device, "blocksz") || HasArg(device, "framecnt")) {
     return device;
   }
   const uint32_t slot = PacketSlotBytes(max_frame);
@@ -341,10 +347,10 @@ std::string AfPacketDevice(const std::string& device, uint32_t max_frame) {
 
 // The af_packet slot size the device string asks for, or 0.
 uint32_t GivenSlotBytes(const std::string& device) {
-  const size_t at = device.find("framesz=");
-  if (at == std::string::npos) return 0;
-  return static_cast<uint32_t>(
-      std::strtoul(device.c_str() + at + std::strlen("framesz="), nullptr, 10));
+  const std::optional<std::string_view> slot = port::DeviceArg(device, "framesz");
+  return slot ? static_cast<uint32_t>(
+                    std::strtoul(std::string(*slot).c_str(), nullptr, 10))
+              : 0;
 }
 
 // The room XDP keeps in front of a frame in each receive buffer
@@ -353,7 +359,7 @@ constexpr uint32_t kXdpHeadroom = 256;
 
 // The largest path MTU whose frames are at most `frame` bytes.
 uint32_t LargestPathMtu(uint32_t frame) {
-  for (uint32_t mtu = 4096; mtu > 256; mtu /= 2) {
+  for (uint32_t mtu = kLargestPathMtu; mtu > 256; mtu /= 2) {
     if (wire::FrameLength(wire::Opcode::kWriteFirst, mtu) <= frame) return mtu;
   }
   return 256;
@@ -363,11 +369,8 @@ uint32_t LargestPathMtu(uint32_t frame) {
 // af_xdp, tap), as it is now in this network namespace; 0 when there is none
 // or it cannot be read.
 uint32_t InterfaceMtu(const std::string& device) {
-  const size_t at = device.find("iface=");
-  if (at == std::string::npos) return 0;
-  const size_t start = at + std::strlen("iface=");
-  return port::InterfaceMtu(
-      device.substr(start, device.find(',', start) - start));
+  const std::optional<std::string_view> iface = port::DeviceArg(device, "iface");
+  return iface ? port::InterfaceMtu(std::string(*iface)) : 0;
 }
 
 // The largest path MTU a kernel interface of MTU `mtu` carries as it is
@@ -396,7 +399,7 @@ absl::Status Daemon::StartPort() {
   // its MTU unless --mtu asks for more); other devices are asked below.
   if (options_.path_mtu == 0 && p.device.rfind("net_memif", 0) == 0 &&
       p.device.find("zero-copy=yes") == std::string::npos) {
-    options_.path_mtu = 4096;
+    options_.path_mtu = kLargestPathMtu;
   }
   if (options_.path_mtu == 0 && IsAfPacket(p.device)) {
     const uint32_t mtu = InterfaceMtu(p.device);

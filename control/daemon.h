@@ -163,6 +163,13 @@ class Daemon {
   void StopPort();
   uint64_t NowNs() const { return engines_[0]->clock()->NowNs(); }
   engine::Engine& port_engine() const { return *engines_[0]; }
+  // The path MTU of connections inside the daemon, and of those to other
+  // daemons once StartPort has resolved --mtu=0: the largest, 4096, unless
+  // set.
+  uint32_t PathMtu() const {
+    return options_.path_mtu != 0 ? options_.path_mtu
+                                  : wire::IbMtuBytes(wire::kIbMtu4096);
+  }
   // options.engines, within what the engines can address.
   static uint32_t EngineCount(const DaemonOptions& options) {
     return std::clamp<uint32_t>(options.engines, 1,

@@ -49,9 +49,7 @@ DaemonStatus Daemon::BuildStatus() const {
   st.socket = options_.socket_path;
   st.poll_mode =
       options_.poll_mode == engine::PollMode::kBusy ? "busy" : "adaptive";
-  // Before a data port resolves it, the MTU of connections inside the
-  // daemon.
-  st.mtu = options_.path_mtu != 0 ? options_.path_mtu : 4096;
+  st.mtu = PathMtu();
   st.engines = static_cast<uint32_t>(engines_.size());
   if (port_ != nullptr) {
     st.data_port = options_.port.device;

@@ -90,14 +90,10 @@ uint32_t DevargOr(const rte_eth_dev_info& info, const char* key,
   if (info.device == nullptr) return otherwise;
   const rte_devargs* args = rte_dev_devargs(info.device);
   if (args == nullptr || args->args == nullptr) return otherwise;
-  const std::string want = absl::StrCat(key, "=");
-  for (const char* p = std::strstr(args->args, want.c_str()); p != nullptr;
-       p = std::strstr(p + 1, want.c_str())) {
-    if (p == args->args || p[-1] == ',') {
-      return static_cast<uint32_t>(std::strtoul(p + want.size(), nullptr, 10));
-    }
-  }
-  return otherwise;
+  const std::optional<std::string_view> value = DeviceArg(args->args, key);
+  return value ? static_cast<uint32_t>(
+                     std::strtoul(std::string(*value).c_str(), nullptr, 10))
+               : otherwise;
 }
 
 // The AF_PACKET sockets of this process bound to interface `if_index`:
@@ -241,6 +237,21 @@ uint32_t InterfaceMtu(const std::string& name) {
   return InterfaceIoctl(SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > 0
              ? static_cast<uint32_t>(ifr.ifr_mtu)
              : 0;
+}
+
+std::optional<std::string_view> DeviceArg(std::string_view device,
+                                          std::string_view key) {
+  while (!device.empty()) {
+    const size_t comma = device.find(',');
+    const std::string_view arg = device.substr(0, comma);
+    if (arg.size() > key.size() && arg.substr(0, key.size()) == key &&
+        arg[key.size()] == '=') {
+      return arg.substr(key.size() + 1);
+    }
+    if (comma == std::string_view::npos) break;
+    device.remove_prefix(comma + 1);
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<uint16_t> FindPort(const std::string& device) {

@@ -26,8 +26,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -82,6 +84,12 @@ absl::StatusOr<uint16_t> FindPort(const std::string& device);
 // The MTU of kernel interface `name` in this network namespace, or 0 when
 // there is none or it cannot be read.
 uint32_t InterfaceMtu(const std::string& name);
+
+// The value of argument `key` in a DPDK device string or its arguments
+// ("net_af_packet0,iface=veth0,framesz=4352": "iface" gives "veth0"), or
+// nullopt when it has none.
+std::optional<std::string_view> DeviceArg(std::string_view device,
+                                          std::string_view key);
 
 struct PortCounters {
   rc::StatCounter rx_frames;
