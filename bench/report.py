@@ -210,6 +210,19 @@ def pairing(key):
     return "memif" if key.endswith("_memif") else "local"
 
 
+def headline_rounds(rounds, used_mode, key):
+    """A figure's values round by round, or None: those of the headline
+    poll mode (`used_mode`: setup -> mode) for figures measured in both."""
+    return rounds.get(key) or rounds.get(
+        "%s@%s" % (key, used_mode[pairing(key)]))
+
+
+def fmt_bound(t):
+    """A target's bound: "3x" for a ratio, else with its unit."""
+    return ("%gx" % t["bound"]) if "_vs_" in t["key"] else (
+        "%g %s" % (t["bound"], t["unit"]))
+
+
 # The project's performance targets on this machine: key, ">=" or "<=",
 # bound (a ratio for _vs_ keys, checked against the median of the paired
 # ratios, else in the figure's unit, against the median of the rounds).
@@ -521,25 +534,49 @@ def write_atomically(path, text):
     os.replace(tmp, path)
 
 
-def plots(out, work, report, raw):
-    """Writes the three PNGs; returns an error message or None."""
-    terminal = "set terminal pngcairo size 960,600 font 'sans,10'\n"
-    # Bandwidth against message size.
+def size_series(report, work, prefix, value):
+    """One gnuplot series per setup and mode of the size sweep: `value(p)`
+    of each point, or None to leave the point out, written to a .dat file
+    named PREFIXSETUP_MODE.dat."""
     series = []
     for setup in ("local", "memif"):
         for mode in ("write_bw", "read_bw"):
-            pts = report["curves"].get(setup, {}).get(mode, [])
+            pts = [(p["bytes"], value(p))
+                   for p in report["curves"].get(setup, {}).get(mode, [])]
+            pts = [(b, v) for b, v in pts if v is not None]
             if not pts:
                 continue
-            dat = os.path.join(work, "%s_%s.dat" % (setup, mode))
+            dat = os.path.join(work, "%s%s_%s.dat" % (prefix, setup, mode))
             with open(dat, "w") as f:
-                for p in pts:
-                    f.write("%d %.6g\n" % (p["bytes"], max(p["gbps"], 1e-6)))
+                for b, v in pts:
+                    f.write("%d %.6g\n" % (b, v))
             title = "%s %s" % (mode.split("_")[0].upper(),
                                "one daemon" if setup == "local" else
                                "two daemons, memif")
             series.append("'%s' using 1:2 with linespoints lw 2 title '%s'" %
                           (dat, title))
+    return series
+
+
+def render(out, work, name, settings, series):
+    """Draws `series` with gnuplot `settings` into OUT/NAME (written beside
+    and then renamed); returns an error message or None."""
+    tmp = os.path.join(out, name + ".tmp")
+    script = ("set terminal pngcairo size 960,600 font 'sans,10'\n"
+              "set output '%s'\n%splot %s\n") % (
+                  tmp, settings, ", \\\n     ".join(series))
+    err = gnuplot(script, work)
+    if err:
+        return err
+    os.replace(tmp, os.path.join(out, name))
+    return None
+
+
+def plots(out, work, report, raw):
+    """Writes the three PNGs; returns an error message or None."""
+    # Bandwidth against message size.
+    series = size_series(report, work, "",
+                         lambda p: max(p["gbps"], 1e-6))
     for key, title in (("memcpy_64k_gbps", "memcpy, one core, 64 KiB copies"),
                        ("tcp_gbps", "TCP loopback, 64 KiB sends"),
                        ("memif_payload_gbps_4096",
@@ -550,60 +587,35 @@ def plots(out, work, report, raw):
                           (v, title, v))
     if not series:
         return "no bandwidth data to plot"
-    script = terminal + (
-        "set output '%s'\n"
+    err = render(out, work, "bw_vs_size.png", (
         "set title 'rdmaplane bandwidth against message size (depth 16, one "
         "connection, 64 MiB per side; median of the rounds)'\n"
-        "set logscale x 2\nset logscale y 10\nset format y '%%g'\n"
-        "set format x '%%.0b%%B'\n"
+        "set logscale x 2\nset logscale y 10\nset format y '%g'\n"
+        "set format x '%.0b%B'\n"
         "set xlabel 'message size (bytes)'\nset ylabel 'GB/s (1e9 B/s)'\n"
-        "set key right bottom\nset grid\n"
-        "plot %s\n") % (os.path.join(out, "bw_vs_size.png.tmp"),
-                        ", \\\n     ".join(series))
-    err = gnuplot(script, work)
+        "set key right bottom\nset grid\n"), series)
     if err:
         return err
-    os.replace(os.path.join(out, "bw_vs_size.png.tmp"),
-               os.path.join(out, "bw_vs_size.png"))
     # CPU seconds per GB against message size.
-    series = []
-    for setup in ("local", "memif"):
-        for mode in ("write_bw", "read_bw"):
-            pts = [p for p in report["curves"].get(setup, {}).get(mode, [])
-                   if p.get("cpu_s_per_gb", 0) > 0]
-            if not pts:
-                continue
-            dat = os.path.join(work, "cpu_%s_%s.dat" % (setup, mode))
-            with open(dat, "w") as f:
-                for p in pts:
-                    f.write("%d %.6g\n" % (p["bytes"], p["cpu_s_per_gb"]))
-            title = "%s %s" % (mode.split("_")[0].upper(),
-                               "one daemon" if setup == "local" else
-                               "two daemons, memif")
-            series.append("'%s' using 1:2 with linespoints lw 2 title '%s'" %
-                          (dat, title))
+    series = size_series(
+        report, work, "cpu_",
+        lambda p: p["cpu_s_per_gb"] if p.get("cpu_s_per_gb", 0) > 0 else None)
     v = report["figures"].get("tcp_cpu_s_per_gb")
     if v:
         series.append("%.6g with lines dt 2 lw 2 title 'TCP loopback, 64 KiB "
                       "sends (%.3g s/GB)'" % (v, v))
     if not series:
         return "no CPU figures to plot"
-    script = terminal + (
-        "set output '%s'\n"
+    err = render(out, work, "cpu_vs_size.png", (
         "set title 'CPU seconds per GB moved, every process (client and "
         "daemons), against message size (median of the rounds)'\n"
-        "set logscale x 2\nset logscale y 10\nset format y '%%g'\n"
-        "set format x '%%.0b%%B'\n"
+        "set logscale x 2\nset logscale y 10\nset format y '%g'\n"
+        "set format x '%.0b%B'\n"
         "set xlabel 'message size (bytes)'\n"
         "set ylabel 'CPU seconds per 1e9 payload bytes'\n"
-        "set key right top\nset grid\n"
-        "plot %s\n") % (os.path.join(out, "cpu_vs_size.png.tmp"),
-                        ", \\\n     ".join(series))
-    err = gnuplot(script, work)
+        "set key right top\nset grid\n"), series)
     if err:
         return err
-    os.replace(os.path.join(out, "cpu_vs_size.png.tmp"),
-               os.path.join(out, "cpu_vs_size.png"))
     # Latency CDFs.
     series = []
     cdfs = [("local_lat.samples", "write_lat", "WRITE 8 B, one daemon"),
@@ -625,21 +637,12 @@ def plots(out, work, report, raw):
                       (dat, title))
     if not series:
         return "no latency samples to plot"
-    script = terminal + (
-        "set output '%s'\n"
+    return render(out, work, "latency_cdf.png", (
         "set title 'Round-trip latency CDF, 8-byte messages, one request "
         "outstanding (all rounds)'\n"
         "set logscale x 10\nset xlabel 'microseconds'\n"
         "set ylabel 'fraction of requests'\nset yrange [0:1]\n"
-        "set key right bottom\nset grid\n"
-        "plot %s\n") % (os.path.join(out, "latency_cdf.png.tmp"),
-                        ", \\\n     ".join(series))
-    err = gnuplot(script, work)
-    if err:
-        return err
-    os.replace(os.path.join(out, "latency_cdf.png.tmp"),
-               os.path.join(out, "latency_cdf.png"))
-    return None
+        "set key right bottom\nset grid\n"), series)
 
 
 # The comparison table of latest.md: (title, figure key), one row per
@@ -768,16 +771,12 @@ def markdown(report):
         t = targets.get(key)
         if not t:
             return "", ""
-        # A ratio reads "3x"; an absolute bound carries its unit.
-        bound = ("%gx" % t["bound"]) if "_vs_" in key else (
-            "%g %s" % (t["bound"], t["unit"]))
         met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**no**")
-        return "%s %s" % ("≥" if t["op"] == ">=" else "≤", bound), met
+        return "%s %s" % ("≥" if t["op"] == ">=" else "≤", fmt_bound(t)), met
 
     def spread(key):
-        vals = [v for v in report["rounds"].get(
-            key, report["rounds"].get(key + "@" + run["poll_mode_used"][
-                "memif" if key.endswith("_memif") else "local"], []))
+        vals = [v for v in headline_rounds(
+            report["rounds"], run["poll_mode_used"], key) or []
             if v is not None]
         if len(vals) < 2:
             return ""
@@ -958,13 +957,6 @@ def main():
             poll_modes[setup][mode] = v
     used_mode = {"local": local_modes[0], "memif": memif_modes[0]}
 
-    def figure_rounds(key):
-        """A figure's values round by round (the headline poll mode's)."""
-        if key in SETUP_FIGURES or key[:-len("_memif")] in SETUP_FIGURES:
-            return rounds.get("%s@%s" % (key, used_mode[pairing(key)]),
-                              [None] * a.rounds)
-        return rounds.get(key, [None] * a.rounds)
-
     ratios = {}
     ratio_of = {}
     pairs = {}
@@ -972,7 +964,10 @@ def main():
         rkey = "%s_vs_%s" % (key, name)
         windows_key = "%s@%s" % (base, pairing(key))
         base_rounds = rounds.get(windows_key, [None] * a.rounds)
-        p = paired_ratio(key, base, figure_rounds(key), base_rounds)
+        p = paired_ratio(
+            key, base,
+            headline_rounds(rounds, used_mode, key) or [None] * a.rounds,
+            base_rounds)
         got = [b for b in base_rounds if b is not None]
         p["baseline_median"] = statistics.median(got) if got else None
         pairs[rkey] = p
@@ -1093,10 +1088,11 @@ def main():
     doc = dict(flat)
     doc.update(report)
     missing = [k for k in REQUIRED if doc.get(k) is None]
-    wrong_mtu = mtu is not None and mtu != a.memif_mtu
-    if wrong_mtu:
-        doc["failures"].append("the memif daemons ran path MTU %s, not %d" %
-                               (mtu, a.memif_mtu))
+    mtu_error = None
+    if mtu is not None and mtu != a.memif_mtu:
+        mtu_error = "the memif daemons ran path MTU %s, not %d" % (
+            mtu, a.memif_mtu)
+        doc["failures"].append(mtu_error)
     doc["missing"] = missing
 
     os.makedirs(a.out, exist_ok=True)
@@ -1128,11 +1124,10 @@ def main():
             print("report: target missed: %s = %s (%s), bound %s %s" % (
                 t["key"], fmt_ratio(t["value"]) if "_vs_" in t["key"]
                 else fmt(t["value"], t["unit"]), what, t["op"],
-                ("%gx" % t["bound"]) if "_vs_" in t["key"]
-                else "%g %s" % (t["bound"], t["unit"])), file=sys.stderr)
-    if wrong_mtu:
-        print("report: " + doc["failures"][-1], file=sys.stderr)
-    if missing or plot_error or wrong_mtu:
+                fmt_bound(t)), file=sys.stderr)
+    if mtu_error:
+        print("report: " + mtu_error, file=sys.stderr)
+    if missing or plot_error or mtu_error:
         return 1
     if a.check and missed:
         return 3

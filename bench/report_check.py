@@ -32,6 +32,7 @@ import importlib.util
 import json
 import os
 import re
+import statistics
 import sys
 
 sys.dont_write_bytecode = True
@@ -60,12 +61,7 @@ def is_number(v):
 
 
 def median(values):
-    values = sorted(values)
-    n = len(values)
-    if n == 0:
-        return None
-    return (values[n // 2] if n % 2 else
-            (values[n // 2 - 1] + values[n // 2]) / 2)
+    return statistics.median(values) if values else None
 
 
 def close_to(a, b):
