@@ -51,8 +51,11 @@
 // CPU cost: for every result, the CPU time every process involved spent
 // in exactly its measurement window (from the clock's start to its stop):
 // this process (getrusage, user + system), and each daemon it talks to
-// (user + system of /proc/PID/stat, in clock ticks; the daemon's pid is
-// the peer of a connection to its socket, SO_PEERCRED). cpu_s is their
+// (user + system of /proc/PID/stat, in clock ticks, "clk_tck" a second;
+// the daemon's pid is the peer of a connection to its socket, SO_PEERCRED,
+// which holds across PID namespaces as the daemon's own getpid() would
+// not; the daemon counts that connection as a session reclaimed before
+// its hello). cpu_s is their
 // sum, cpu_s_by_process each ("client", and "daemon" for one daemon or
 // "daemon_a" (--listen_socket) and "daemon_b" (--connect_socket));
 // cpu_us_per_op is cpu_s in microseconds per request (per sample for
@@ -201,22 +204,20 @@ struct Daemon {
   uint32_t mtu = 0;  // its path MTU ("status": mtu)
 };
 
-// CPU time and engine work at one instant, per process.
-struct CpuReading {
+// CPU time and engine work per process: at one instant, or what one
+// measurement window cost (the difference of two instants).
+struct CpuTimes {
   double client_s = 0;
   std::vector<double> daemon_s;  // per Daemon
   std::vector<double> busy_s;    // engines' busy seconds, per Daemon
-};
-
-// What one measurement window cost.
-struct CpuCost {
-  double client_s = 0;
-  std::vector<double> daemon_s;
-  double engine_busy_s = 0;
-  std::vector<double> busy_s;
   double Total() const {
     double t = client_s;
     for (double d : daemon_s) t += d;
+    return t;
+  }
+  double EngineBusy() const {
+    double t = 0;
+    for (double b : busy_s) t += b;
     return t;
   }
 };
@@ -224,7 +225,7 @@ struct CpuCost {
 struct Result {
   Mode mode;
   uint32_t size = 0;
-  CpuCost cpu;
+  CpuTimes cpu;
   // Bandwidth.
   uint64_t requests = 0;
   double seconds = 0;
@@ -447,32 +448,35 @@ class Bench {
   // sockets are the same daemon's).
   std::string FindDaemons() {
     const bool two = o_.connect_socket != o_.listen_socket;
-    for (const auto& [label, socket] :
-         {std::pair<std::string, std::string>{two ? "daemon_a" : "daemon",
-                                              o_.listen_socket},
-          {"daemon_b", o_.connect_socket}}) {
-      if (label == "daemon_b" && !two) break;
-      absl::StatusOr<pid_t> pid = SocketPeerPid(socket);
-      if (!pid.ok()) {
-        return absl::StrCat("the pid of the daemon at ", socket, ": ",
-                            pid.status().message());
-      }
-      if (!daemons_.empty() && daemons_[0].pid == *pid) break;
-      absl::StatusOr<std::string> status = rdmaplane::control::QueryDaemon(
-          socket, "status", /*json=*/true, absl::Seconds(5));
-      double mtu = 0;
-      if (!status.ok() || !JsonCounter(*status, "mtu", &mtu)) {
-        return absl::StrCat("the status of the daemon at ", socket, ": ",
-                            status.ok() ? "no mtu" : status.status().message());
-      }
-      daemons_.push_back(
-          Daemon{label, socket, *pid, static_cast<uint32_t>(mtu)});
+    if (std::string e = AddDaemon(two ? "daemon_a" : "daemon", o_.listen_socket);
+        !e.empty() || !two) {
+      return e;
     }
+    return AddDaemon("daemon_b", o_.connect_socket);
+  }
+
+  // Adds the daemon at `socket`, unless it is daemons_[0] again; "" or
+  // what could not be read.
+  std::string AddDaemon(const std::string& label, const std::string& socket) {
+    absl::StatusOr<pid_t> pid = SocketPeerPid(socket);
+    if (!pid.ok()) {
+      return absl::StrCat("the pid of the daemon at ", socket, ": ",
+                          pid.status().message());
+    }
+    if (!daemons_.empty() && daemons_[0].pid == *pid) return "";
+    absl::StatusOr<std::string> status = rdmaplane::control::QueryDaemon(
+        socket, "status", /*json=*/true, absl::Seconds(5));
+    double mtu = 0;
+    if (!status.ok() || !JsonCounter(*status, "mtu", &mtu)) {
+      return absl::StrCat("the status of the daemon at ", socket, ": ",
+                          status.ok() ? "no mtu" : status.status().message());
+    }
+    daemons_.push_back(Daemon{label, socket, *pid, static_cast<uint32_t>(mtu)});
     return "";
   }
 
   // CPU time and engine work now; "" or what could not be read.
-  std::string ReadCpu(CpuReading* c) {
+  std::string ReadCpu(CpuTimes* c) {
     c->daemon_s.clear();
     c->busy_s.clear();
     for (const Daemon& d : daemons_) {
@@ -495,13 +499,12 @@ class Bench {
     return "";
   }
 
-  static CpuCost Cost(const CpuReading& a, const CpuReading& b) {
-    CpuCost cost;
+  static CpuTimes Cost(const CpuTimes& a, const CpuTimes& b) {
+    CpuTimes cost;
     cost.client_s = b.client_s - a.client_s;
     for (size_t i = 0; i < a.daemon_s.size(); ++i) {
       cost.daemon_s.push_back(b.daemon_s[i] - a.daemon_s[i]);
       cost.busy_s.push_back(b.busy_s[i] - a.busy_s[i]);
-      cost.engine_busy_s += cost.busy_s.back();
     }
     return cost;
   }
@@ -579,12 +582,18 @@ class Bench {
     uint64_t measured = 0;
     bool timing = warmup_total == 0;
     bool posting = true;
-    CpuReading cpu_start, cpu_stop;
+    CpuTimes cpu_start, cpu_stop;
     if (timing) {
       if (std::string e = ReadCpu(&cpu_start); !e.empty()) return e;
     }
     Clock::time_point start = Clock::now(), stop{};
     Clock::time_point last_progress = start;
+    // The measurement window ends: no more posts, the clock and CPU stop.
+    auto end_window = [&](Clock::time_point now) {
+      posting = false;
+      stop = now;
+      return ReadCpu(&cpu_stop);
+    };
     uint64_t outstanding = n * o_.depth;
     rdp_overlapped* done[64];
     uint64_t loops = 0;
@@ -612,9 +621,7 @@ class Bench {
             ++measured;
             if (measured_total > 0 ? measured >= measured_total
                                    : now - start >= duration) {
-              posting = false;
-              stop = now;
-              if (std::string e = ReadCpu(&cpu_stop); !e.empty()) return e;
+              if (std::string e = end_window(now); !e.empty()) return e;
             }
           } else if (!timing && completed >= warmup_total) {
             timing = true;
@@ -649,9 +656,7 @@ class Bench {
         // A duration run must end even if the window saw no completion.
         if (timing && posting && measured_total == 0 &&
             now - start >= duration) {
-          posting = false;
-          stop = now;
-          if (std::string e = ReadCpu(&cpu_stop); !e.empty()) return e;
+          if (std::string e = end_window(now); !e.empty()) return e;
         }
       }
     }
@@ -676,7 +681,7 @@ class Bench {
     const uint64_t warmup_total = o_.warmup * conns_.size();
     r->samples.reserve(measured_total > 0 ? measured_total : 1 << 20);
     Clock::time_point start{};
-    CpuReading cpu_start, cpu_stop;
+    CpuTimes cpu_start, cpu_stop;
     rdp_overlapped* done[1];
     for (uint64_t i = 0;; ++i) {
       if (i == warmup_total) {
@@ -915,7 +920,7 @@ bool WriteJson(const std::string& path, const Options& o, const Bench& bench,
     }
     std::fprintf(f,
                  "}, \"engine_busy_s\": %.9f, \"engine_busy_s_by_process\": {",
-                 r.cpu.engine_busy_s);
+                 r.cpu.EngineBusy());
     for (size_t d = 0; d < r.cpu.busy_s.size() && d < daemons.size(); ++d) {
       std::fprintf(f, "%s\"%s\": %.9f", d ? ", " : "", daemons[d].label.c_str(),
                    r.cpu.busy_s[d]);

@@ -302,13 +302,20 @@ void PrintCpu(FILE* f, const Cpu& c) {
                c.server_s, c.PerGb(), c.PerOpUs());
 }
 
+// The JSON member of a ping-pong, behind a comma.
 void PrintLatency(FILE* f, const char* name, const Latency& l) {
   std::fprintf(f,
-               "\"%s\": {\"samples\": %zu, \"p50_us\": %.3f, \"p90_us\": "
+               ", \"%s\": {\"samples\": %zu, \"p50_us\": %.3f, \"p90_us\": "
                "%.3f, \"p99_us\": %.3f, \"max_us\": %.3f, \"mean_us\": %.3f",
                name, l.us.size(), l.p50, l.p90, l.p99, l.max, l.mean);
   PrintCpu(f, l.cpu);
   std::fprintf(f, "}");
+}
+
+// The table row of a ping-pong.
+void PrintLatencyRow(const char* title, const Latency& l) {
+  std::printf("%-36s %9.2f us %9.2f us/op (p90 %.2f, p99 %.2f, %zu samples)\n",
+              title, l.p50, l.cpu.PerOpUs(), l.p90, l.p99, l.us.size());
 }
 
 }  // namespace
@@ -363,18 +370,10 @@ int main(int argc, char** argv) {
                 t.cpu.PerGb());
   }
   if (pp_seconds > 0) {
-    std::printf(
-        "%-36s %9.2f us %9.2f us/op (p90 %.2f, p99 %.2f, %zu "
-        "samples)\n",
-        "ping-pong round trip p50, blocking", blocking.p50,
-        blocking.cpu.PerOpUs(), blocking.p90, blocking.p99, blocking.us.size());
+    PrintLatencyRow("ping-pong round trip p50, blocking", blocking);
   }
   if (busy_seconds > 0) {
-    std::printf(
-        "%-36s %9.2f us %9.2f us/op (p90 %.2f, p99 %.2f, %zu "
-        "samples)\n",
-        "ping-pong round trip p50, spinning", busy.p50, busy.cpu.PerOpUs(),
-        busy.p90, busy.p99, busy.us.size());
+    PrintLatencyRow("ping-pong round trip p50, spinning", busy);
   }
   if (const std::string path = absl::GetFlag(FLAGS_samples); !path.empty()) {
     FILE* f = std::fopen(path.c_str(), "w");
@@ -403,14 +402,8 @@ int main(int argc, char** argv) {
       PrintCpu(f, t.cpu);
       std::fprintf(f, "}");
     }
-    if (pp_seconds > 0) {
-      std::fprintf(f, ", ");
-      PrintLatency(f, "pingpong", blocking);
-    }
-    if (busy_seconds > 0) {
-      std::fprintf(f, ", ");
-      PrintLatency(f, "pingpong_busy", busy);
-    }
+    if (pp_seconds > 0) PrintLatency(f, "pingpong", blocking);
+    if (busy_seconds > 0) PrintLatency(f, "pingpong_busy", busy);
     std::fprintf(f, "}\n");
     if (std::fclose(f) != 0) Die(path.c_str());
   }
