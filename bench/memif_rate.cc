@@ -53,9 +53,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   // memif's buffers are the client's: one holds a whole frame (as
-  // rdmaplaned's MemifDevice asks).
-  uint32_t bsize = 2048;
-  while (bsize < static_cast<uint32_t>(frame)) bsize *= 2;
+  // rdmaplaned asks).
+  const uint32_t bsize =
+      rdmaplane::port::MemifBufferBytes(static_cast<uint32_t>(frame));
   rdmaplane::port::EalOptions eal;
   eal.file_prefix = absl::StrCat("memif_rate_", role, "_", getpid());
   eal.args.push_back(absl::StrCat(
@@ -75,9 +75,8 @@ int main(int argc, char** argv) {
     pc.port_id = 0;
     pc.rx_interrupts = false;
     pc.max_frame = static_cast<uint32_t>(frame);
-    pc.mbuf_data_room = static_cast<uint16_t>(std::max<uint32_t>(
-        RTE_MBUF_DEFAULT_BUF_SIZE,
-        static_cast<uint32_t>(frame) + RTE_PKTMBUF_HEADROOM));
+    pc.mbuf_data_room = static_cast<uint16_t>(
+        rdmaplane::port::PacketBufferRoom(static_cast<uint32_t>(frame)));
     auto port = rdmaplane::port::EthPort::Open(pc);
     if (!port.ok()) {
       std::fprintf(stderr, "memif_rate: %s\n",

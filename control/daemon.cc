@@ -302,8 +302,7 @@ std::string MemifDevice(const std::string& device, uint32_t path_mtu) {
   }
   const uint32_t frame = static_cast<uint32_t>(
       wire::FrameLength(wire::Opcode::kWriteFirst, path_mtu));
-  uint32_t bsize = 2048;
-  while (bsize < frame) bsize *= 2;
+  const uint32_t bsize = port::MemifBufferBytes(frame);
   return bsize == 2048 ? device : absl::StrCat(device, ",bsize=", bsize);
 }
 
@@ -479,8 +478,7 @@ absl::Status Daemon::StartPort() {
         " bytes (for the frames or af_packet's framesz) are larger than a "
         "DPDK buffer can be (", UINT16_MAX - RTE_PKTMBUF_HEADROOM, ")"));
   }
-  pc.mbuf_data_room = static_cast<uint16_t>(std::max<uint32_t>(
-      RTE_MBUF_DEFAULT_BUF_SIZE, room + RTE_PKTMBUF_HEADROOM));
+  pc.mbuf_data_room = static_cast<uint16_t>(port::PacketBufferRoom(room));
   // Frames to an overriding MAC must be received too.
   pc.promiscuous = p.mac.has_value();
   if (!p.zero_copy) pc.zero_copy_min_payload = 0;

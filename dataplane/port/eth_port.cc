@@ -239,6 +239,17 @@ uint32_t InterfaceMtu(const std::string& name) {
              : 0;
 }
 
+uint32_t MemifBufferBytes(uint32_t frame) {
+  uint32_t bsize = 2048;
+  while (bsize < frame) bsize *= 2;
+  return bsize;
+}
+
+uint32_t PacketBufferRoom(uint32_t bytes) {
+  return std::max<uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE,
+                            bytes + RTE_PKTMBUF_HEADROOM);
+}
+
 std::optional<std::string_view> DeviceArg(std::string_view device,
                                           std::string_view key) {
   while (!device.empty()) {

@@ -85,6 +85,16 @@ absl::StatusOr<uint16_t> FindPort(const std::string& device);
 // there is none or it cannot be read.
 uint32_t InterfaceMtu(const std::string& name);
 
+// memif's buffer size (its bsize devarg, 2048 unless set) that holds a
+// whole frame of `frame` bytes: the next power of two, at least 2048.
+// DPDK 22.11's memif does not carry frames chained over several buffers
+// reliably under load, so a memif client asks for buffers this large.
+uint32_t MemifBufferBytes(uint32_t frame);
+
+// The data room of packet buffers that hold `bytes` behind their headroom:
+// at least DPDK's default.
+uint32_t PacketBufferRoom(uint32_t bytes);
+
 // The value of argument `key` in a DPDK device string or its arguments
 // ("net_af_packet0,iface=veth0,framesz=4352": "iface" gives "veth0"), or
 // nullopt when it has none.
