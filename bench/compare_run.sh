@@ -219,6 +219,12 @@ perf_run() {
     --timeout_s=20 "$@" || failed "rdmaplane_perf $tag"
 }
 
+# rdmaplane_perf's headline runs, paired and unpaired alike: 64 KiB WRITE
+# and READ over region_mib, 64-byte WRITEs, 8-byte latency.
+bw_args=(--mode=write_bw,read_bw --sizes=65536 --depth=16 --region_mib="$region_mib")
+mops_args=(--mode=write_bw --sizes=64 --depth=32 --region_mib="$region_mib")
+lat_args=(--mode=write_lat,read_lat --sizes=8)
+
 # The paired windows of one setup with the headline poll mode, then its
 # size sweep. Files: raw/rR_SETUP_MODE_{bw,hot,mops,lat}.json (rdmaplane),
 # raw/rR_SETUP_{memcpy_64k,memif_FRAME,tcp_stream,memcpy_hot,memif_64,
@@ -226,7 +232,8 @@ perf_run() {
 paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
   local r="$1" setup="$2" mode="$3"
   shift 3
-  local p="r${r}_${setup}" tag="r${r}_${setup}_${mode}" samples=()
+  local p="r${r}_${setup}" samples=()
+  local tag="${p}_${mode}"
   log "round $r: $setup ($mode): 64 KiB WRITE and READ over $region_mib MiB, paired"
   if [[ $setup == local ]]; then
     memcpy "${p}_memcpy_64k" --buffer_mib="$region_mib" --chunk=65536 \
@@ -234,16 +241,14 @@ paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
   else
     memif_rate "${p}_memif_$memif_frame" "$memif_frame"
   fi
-  perf_run "${tag}_bw" "$@" --mode=write_bw,read_bw --sizes=65536 --depth=16 \
-    --region_mib="$region_mib" --duration_s="$t_pair"
+  perf_run "${tag}_bw" "$@" "${bw_args[@]}" --duration_s="$t_pair"
   tcp "${p}_tcp_stream" --seconds="$t_pair"
   log "round $r: $setup ($mode): 64 KiB cache-hot, paired"
   memcpy "${p}_memcpy_hot" --buffer_mib=1 --seconds="$t_pair"
   perf_run "${tag}_hot" "$@" --mode=write_bw,read_bw --sizes=65536 --depth=16 \
     --duration_s="$t_pair"
   log "round $r: $setup ($mode): 64-byte WRITEs, paired"
-  perf_run "${tag}_mops" "$@" --mode=write_bw --sizes=64 --depth=32 \
-    --region_mib="$region_mib" --duration_s="$t_pair"
+  perf_run "${tag}_mops" "$@" "${mops_args[@]}" --duration_s="$t_pair"
   memif_rate "${p}_memif_64" 64
   if [[ $setup == local ]]; then
     log "round $r: control_benchmark (registration cache hit, round trips) and mlock+munlock"
@@ -254,8 +259,8 @@ paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
   fi
   log "round $r: $setup ($mode): 8-byte latency, paired"
   tcp "${p}_tcp_busy" --busy_pingpong_seconds="$t_pair"
-  perf_run "${tag}_lat" "$@" --mode=write_lat,read_lat --sizes=8 \
-    --duration_s="$t_pair" --samples="$raw/${p}_lat.samples"
+  perf_run "${tag}_lat" "$@" "${lat_args[@]}" --duration_s="$t_pair" \
+    --samples="$raw/${p}_lat.samples"
   tcp "${p}_tcp_blocking" --pingpong_seconds="$t_pair" "${samples[@]}"
   log "round $r: $setup ($mode): sizes $sweep_sizes"
   perf_run "${p}_sweep" "$@" --mode=write_bw,read_bw --sizes="$sweep_sizes" \
@@ -267,26 +272,21 @@ unpaired() {  # unpaired ROUND SETUP MODE ENDPOINT_ARGS...
   local r="$1" setup="$2" mode="$3"
   shift 3
   local tag="r${r}_${setup}_${mode}"
-  perf_run "${tag}_bw" "$@" --mode=write_bw,read_bw --sizes=65536 --depth=16 \
-    --region_mib="$region_mib" --duration_s="$t_run"
-  perf_run "${tag}_mops" "$@" --mode=write_bw --sizes=64 --depth=32 \
-    --region_mib="$region_mib" --duration_s="$t_run"
-  perf_run "${tag}_lat" "$@" --mode=write_lat,read_lat --sizes=8 \
-    --duration_s="$t_run"
+  perf_run "${tag}_bw" "$@" "${bw_args[@]}" --duration_s="$t_run"
+  perf_run "${tag}_mops" "$@" "${mops_args[@]}" --duration_s="$t_run"
+  perf_run "${tag}_lat" "$@" "${lat_args[@]}" --duration_s="$t_run"
 }
 
-local_daemon() {  # local_daemon ROUND MODE FIRST
-  local r="$1" mode="$2" first="$3" sock="$work/l.sock"
+# local_daemon ROUND MODE RUNS: RUNS is paired (the headline poll mode) or
+# unpaired (the other).
+local_daemon() {  # local_daemon ROUND MODE RUNS
+  local r="$1" mode="$2" runs="$3" sock="$work/l.sock"
   log "round $r: rdmaplane inside one daemon, --poll_mode=$mode"
   if start_daemon "$work/daemon_local.log" "$sock" "${cpu1[@]}" \
     "$bin/rdmaplaned" --socket="$sock" --poll_mode="$mode" \
     --log_level=warning; then
     tool_cpu=("${cpu0[@]}")
-    if ((first)); then
-      paired "$r" local "$mode" --listen_socket="$sock"
-    else
-      unpaired "$r" local "$mode" --listen_socket="$sock"
-    fi
+    "$runs" "$r" local "$mode" --listen_socket="$sock"
     tool_cpu=()
   else
     failed "the local daemon did not start (--poll_mode=$mode, round $r)"
@@ -347,8 +347,8 @@ profile() {
   stop_pids
 }
 
-memif_daemons() {  # memif_daemons ROUND MODE FIRST
-  local r="$1" mode="$2" first="$3"
+memif_daemons() {  # memif_daemons ROUND MODE RUNS (as local_daemon)
+  local r="$1" mode="$2" runs="$3"
   log "round $r: rdmaplane between two daemons over memif, --poll_mode=$mode"
   if start_memif_pair "r$r" "$bin/rdmaplaned" --poll_mode="$mode" \
     --log_level=warning; then
@@ -357,11 +357,7 @@ memif_daemons() {  # memif_daemons ROUND MODE FIRST
     # work it waits for: it gives the CPU away after every empty poll.
     local endpoint=(--listen_socket="$MEMIF_A" --connect_socket="$MEMIF_B"
       --peer=10.0.0.1 --yield_after=1)
-    if ((first)); then
-      paired "$r" memif "$mode" "${endpoint[@]}"
-    else
-      unpaired "$r" memif "$mode" "${endpoint[@]}"
-    fi
+    "$runs" "$r" memif "$mode" "${endpoint[@]}"
     tool_cpu=()
   else
     failed "the memif daemons did not start (round $r, --poll_mode=$mode)"
@@ -374,15 +370,15 @@ for ((r = 1; r <= rounds; r++)); do
   printf 'round%d %s\n' "$r" "$(loadavg)" >>"$work/load.txt"
   log "round $r: memcpy of $region_mib MiB buffers whole (for reference)"
   memcpy "r${r}_memcpy" --buffer_mib="$region_mib" --seconds="$t_run"
-  first=1
+  runs=paired
   for mode in "${local_modes[@]}"; do
-    local_daemon "$r" "$mode" "$first"
-    first=0
+    local_daemon "$r" "$mode" "$runs"
+    runs=unpaired
   done
-  first=1
+  runs=paired
   for mode in "${memif_modes[@]}"; do
-    memif_daemons "$r" "$mode" "$first"
-    first=0
+    memif_daemons "$r" "$mode" "$runs"
+    runs=unpaired
   done
 done
 profile
