@@ -13,7 +13,8 @@
  * rdp_accept with a timeout, rdp_get_overlapped_result with wait set, and the
  * calls that ask the daemon (open, alloc, registration, listen, connect,
  * disconnect, close), which wait for its answer at most the control time-out
- * (5 s); they sleep (futex) rather than spin. Posting never allocates.
+ * (5 s); they sleep (futex) rather than spin, except that a wait for a
+ * completion looks for it for up to 20 us first. Posting never allocates.
  */
 #ifndef RDMAPLANE_API_RDMAPLANE_H_
 #define RDMAPLANE_API_RDMAPLANE_H_

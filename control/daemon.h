@@ -103,7 +103,7 @@ struct DaemonOptions {
   // RoCE path MTU towards other daemons: 256..4096, or 0 for the largest
   // the data port carries as it is: 4096 over memif; over a kernel
   // interface (af_packet, af_xdp, tap) what its MTU carries, which the
-  // daemon leaves alone; otherwise what the device reports as its largest
+  // daemon leaves alone (at most 2048 over af_xdp, 1024 over tap); otherwise what the device reports as its largest
   // frame allows. An explicit MTU raises the interface's where needed.
   // Connections between this daemon's own clients use 4096 unless it is
   // set.

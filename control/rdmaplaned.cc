@@ -3,7 +3,7 @@
 // through a DPDK data port, with clients of other daemons.
 //
 //   rdmaplaned --socket=/run/rdmaplane/rdmaplane.sock --poll_mode=adaptive
-//       --port=net_af_packet0,iface=eth1 --ip=10.0.0.1 --mtu=1024
+//       --port=net_af_packet0,iface=eth1 --ip=10.0.0.1
 //
 // Options may also come from a file: --flagfile=/etc/rdmaplane/rdmaplaned.conf
 // (one --flag=value per line).
@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,8 @@ ABSL_FLAG(uint32_t, mtu, 0,
           "4096; 0 (default): the largest the data port carries as it is "
           "(4096 over memif; over af_packet, af_xdp and tap what the "
           "interface's MTU carries, e.g. 1024 at 1500 and 4096 at 4156 or "
-          "more); an explicit value raises the interface's MTU where "
-          "needed");
+          "more, at most 2048 over af_xdp and 1024 over tap); an explicit "
+          "value raises the interface's MTU where needed");
 ABSL_FLAG(std::string, port, "",
           "data port: a DPDK vdev (net_memif0,role=server,socket=PATH; "
           "net_af_packet0,iface=IF; net_af_xdp0,iface=IF; net_tap0,iface=IF) "
@@ -166,6 +167,18 @@ std::string ParseEngineCpus(const std::string& text, uint32_t engines,
   options->engines = static_cast<uint32_t>(cpus.size());
   options->engine_cpus.assign(cpus.begin(), cpus.end());
   return "";
+}
+
+// Raises the soft limit of `resource` to its hard limit; the soft limit
+// then, or nullopt when it cannot be read.
+std::optional<rlim_t> RaiseSoftLimit(int resource) {
+  rlimit l{};
+  if (getrlimit(resource, &l) == 0 && l.rlim_cur < l.rlim_max) {
+    l.rlim_cur = l.rlim_max;
+    setrlimit(resource, &l);
+  }
+  if (getrlimit(resource, &l) != 0) return std::nullopt;
+  return l.rlim_cur;
 }
 
 }  // namespace
@@ -357,24 +370,17 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  // Every session holds a few descriptors and every arena one: take all the
-  // open files the hard limit allows (systemd's LimitNOFILE sets it).
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &files);
-  }
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
-    RDP_LOG(kInfo, "open-file limit %llu",
-            static_cast<unsigned long long>(files.rlim_cur));
-  }
+  // Every session holds a few descriptors and every arena one, and
   // af_packet's rings are locked in memory (about 32 MiB at path MTU 4096):
-  // take what the hard limit allows (systemd's LimitMEMLOCK sets it).
-  rlimit locked{};
-  if (getrlimit(RLIMIT_MEMLOCK, &locked) == 0 &&
-      locked.rlim_cur < locked.rlim_max) {
-    locked.rlim_cur = locked.rlim_max;
-    setrlimit(RLIMIT_MEMLOCK, &locked);
+  // take all the hard limits allow (systemd's LimitNOFILE and LimitMEMLOCK
+  // set them).
+  if (const auto files = RaiseSoftLimit(RLIMIT_NOFILE)) {
+    RDP_LOG(kInfo, "open-file limit %llu",
+            static_cast<unsigned long long>(*files));
+  }
+  if (const auto locked = RaiseSoftLimit(RLIMIT_MEMLOCK)) {
+    RDP_LOG(kInfo, "locked-memory limit %llu bytes",
+            static_cast<unsigned long long>(*locked));
   }
 
   rdmaplane::control::Daemon daemon(options);

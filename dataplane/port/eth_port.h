@@ -221,7 +221,7 @@ class EthPort : public rc::FrameSink {
   const wire::MacAddr& mac() const { return mac_; }
   const PortCounters& counters() const { return counters_; }
   // Frames that reached the port but were lost before the engine received
-  // them, since Open: the device's missed and no-buffer counts and, for
+  // them, since Open: the device's missed count (imissed) and, for
   // af_packet, what the kernel dropped because the socket's receive ring
   // was full. Any thread.
   uint64_t rx_dropped() const;
