@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -278,6 +277,19 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
 
 namespace {
 
+bool HasArg(const std::string& device, std::string_view key) {
+  return port::DeviceArg(device, key).has_value();
+}
+
+bool IsMemif(const std::string& device) {
+  return device.rfind("net_memif", 0) == 0;
+}
+
+// memif in its own zero-copy mode (zero-copy=yes).
+bool MemifZeroCopy(const std::string& device) {
+  return IsMemif(device) && port::DeviceArg(device, "zero-copy") == "yes";
+}
+
 // memif's buffers are the memif client's: it creates the shared rings and
 // their buffers (bsize, 2048 bytes unless told), and both directions use
 // them. A frame longer than one buffer is chained over several, which
@@ -286,18 +298,9 @@ namespace {
 // client asks for buffers that hold a whole frame of its path MTU, unless
 // the device string sets bsize itself; in its own zero-copy mode the
 // buffers are its packet buffers, and are left alone.
-// The largest RoCE path MTU.
-constexpr uint32_t kLargestPathMtu = wire::IbMtuBytes(wire::kIbMtu4096);
-
-bool HasArg(const std::string& device, std::string_view key) {
-  return port::DeviceArg(device, key).has_value();
-}
-
 std::string MemifDevice(const std::string& device, uint32_t path_mtu) {
-  if (device.rfind("net_memif", 0) != 0 ||
-      device.find("role=client") == std::string::npos ||
-      device.find("bsize=") != std::string::npos ||
-      device.find("zero-copy=yes") != std::string::npos) {
+  if (!IsMemif(device) || port::DeviceArg(device, "role") != "client" ||
+      HasArg(device, "bsize") || MemifZeroCopy(device)) {
     return device;
   }
   const uint32_t frame = static_cast<uint32_t>(
@@ -322,8 +325,7 @@ constexpr uint32_t kPacketRingBytes = 8u << 20;
 constexpr uint32_t kPacketPage = 4096;
 
 bool IsAfPacket(const std::string& device) {
-  return device.rfind("net_af_packet", 0) == 0 ||
-         device.rfind("eth_af_packet", 0) == 0;
+  return device.rfind("net_af_packet", 0) == 0;
 }
 
 uint32_t PacketSlotBytes(uint32_t max_frame) {
@@ -344,24 +346,14 @@ std::string AfPacketDevice(const std::string& device, uint32_t max_frame) {
                       ",framecnt=", blocks * per_block);
 }
 
-// The af_packet slot size the device string asks for, or 0.
-uint32_t GivenSlotBytes(const std::string& device) {
-  const std::optional<std::string_view> slot = port::DeviceArg(device, "framesz");
-  return slot ? static_cast<uint32_t>(
-                    std::strtoul(std::string(*slot).c_str(), nullptr, 10))
-              : 0;
-}
-
-// The room XDP keeps in front of a frame in each receive buffer
-// (XDP_PACKET_HEADROOM).
-constexpr uint32_t kXdpHeadroom = 256;
-
-// The largest path MTU whose frames are at most `frame` bytes.
+// The largest path MTU whose frames are at most `frame` bytes (256 at
+// least).
 uint32_t LargestPathMtu(uint32_t frame) {
-  for (uint32_t mtu = kLargestPathMtu; mtu > 256; mtu /= 2) {
-    if (wire::FrameLength(wire::Opcode::kWriteFirst, mtu) <= frame) return mtu;
-  }
-  return 256;
+  const uint32_t headers =
+      static_cast<uint32_t>(wire::FrameLength(wire::Opcode::kWriteFirst, 0));
+  return std::max<uint32_t>(
+      256, wire::IbMtuBytes(
+               wire::IbMtuCode(frame > headers ? frame - headers : 0)));
 }
 
 // The MTU of the kernel interface a device string names (iface=IF: af_packet,
@@ -380,6 +372,22 @@ uint32_t PathMtuForInterface(uint32_t mtu) {
 
 }  // namespace
 
+uint32_t Daemon::PathMtuBeforeOpen(const std::string& device) {
+  // memif in its copy mode carries path MTU 4096 in buffers sized for it;
+  // af_packet carries what its interface's MTU lets through, in ring slots
+  // sized for it (an interface shared with the kernel keeps its MTU unless
+  // --mtu asks for more).
+  if (IsMemif(device) && !MemifZeroCopy(device)) return kLargestPathMtu;
+  if (IsAfPacket(device)) {
+    const uint32_t mtu = InterfaceMtu(device);
+    const uint32_t path_mtu = PathMtuForInterface(mtu != 0 ? mtu : 1500);
+    RDP_LOG(kInfo, "path MTU %u: the largest the interface's MTU (%u) carries",
+            path_mtu, mtu);
+    return path_mtu;
+  }
+  return 0;
+}
+
 absl::Status Daemon::StartPort() {
   const DataPortOptions& p = options_.port;
   if (p.device.empty()) return absl::OkStatus();
@@ -392,28 +400,15 @@ absl::Status Daemon::StartPort() {
   eal.file_prefix = p.file_prefix;
   const bool vdev = p.device.rfind("net_", 0) == 0;
   eal.allow_pci = !vdev;
-  // Without --mtu: memif in its copy mode carries path MTU 4096 in buffers
-  // sized for it; af_packet carries what its interface's MTU lets through,
-  // in ring slots sized for it (an interface shared with the kernel keeps
-  // its MTU unless --mtu asks for more); other devices are asked below.
-  if (options_.path_mtu == 0 && p.device.rfind("net_memif", 0) == 0 &&
-      p.device.find("zero-copy=yes") == std::string::npos) {
-    options_.path_mtu = kLargestPathMtu;
-  }
-  if (options_.path_mtu == 0 && IsAfPacket(p.device)) {
-    const uint32_t mtu = InterfaceMtu(p.device);
-    options_.path_mtu = PathMtuForInterface(mtu != 0 ? mtu : 1500);
-    RDP_LOG(kInfo, "path MTU %u: the largest the interface's MTU (%u) carries",
-            options_.path_mtu, mtu);
-  }
+  // Without --mtu, what the device string tells; other devices are asked
+  // once open (below).
+  if (options_.path_mtu == 0) options_.path_mtu = PathMtuBeforeOpen(p.device);
   if (vdev) {
-    std::string device = p.device;
-    if (options_.path_mtu != 0) {
-      const uint32_t frame = static_cast<uint32_t>(
-          wire::FrameLength(wire::Opcode::kWriteFirst, options_.path_mtu));
-      device = AfPacketDevice(MemifDevice(device, options_.path_mtu), frame);
-    }
-    eal.args.push_back("--vdev=" + device);
+    // With the MTU still 0 the device is neither of the two these size.
+    const uint32_t frame = static_cast<uint32_t>(
+        wire::FrameLength(wire::Opcode::kWriteFirst, options_.path_mtu));
+    eal.args.push_back(
+        "--vdev=" + AfPacketDevice(MemifDevice(p.device, options_.path_mtu), frame));
   } else {
     eal.args.push_back("-a");
     eal.args.push_back(p.device);
@@ -428,8 +423,7 @@ absl::Status Daemon::StartPort() {
   // memif's own zero-copy mode (a memif client with zero-copy=yes) shares
   // the daemon's packet memory with its peer by descriptor, which needs
   // that memory in hugepage files (EalArguments asks for them).
-  if (p.device.rfind("net_memif", 0) == 0 &&
-      p.device.find("zero-copy=yes") != std::string::npos && !p.hugepages) {
+  if (MemifZeroCopy(p.device) && !p.hugepages) {
     return absl::InvalidArgumentError(
         "memif with zero-copy=yes needs --hugepages (its peer maps this "
         "daemon's packet memory, which must lie in hugepage files)");
@@ -460,25 +454,8 @@ absl::Status Daemon::StartPort() {
   pc.burst = static_cast<uint16_t>(options_.burst);
   pc.max_frame = static_cast<uint32_t>(
       wire::FrameLength(wire::Opcode::kWriteFirst, options_.path_mtu));
-  // af_packet copies a whole ring slot's worth into each receive buffer
-  // (it checks that one fits at queue setup).
-  uint32_t room = pc.max_frame;
-  if (IsAfPacket(p.device)) {
-    const uint32_t given = GivenSlotBytes(p.device);
-    const uint32_t slot = given != 0 ? given : PacketSlotBytes(pc.max_frame);
-    room = std::max(room, slot);
-  }
-  // af_xdp receives into the buffers themselves, behind XDP's headroom.
-  if (p.device.rfind("net_af_xdp", 0) == 0) {
-    room = pc.max_frame + kXdpHeadroom;
-  }
-  if (room + RTE_PKTMBUF_HEADROOM > UINT16_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data port ", p.device, ": packet buffers of ", room,
-        " bytes (for the frames or af_packet's framesz) are larger than a "
-        "DPDK buffer can be (", UINT16_MAX - RTE_PKTMBUF_HEADROOM, ")"));
-  }
-  pc.mbuf_data_room = static_cast<uint16_t>(port::PacketBufferRoom(room));
+  // The port enlarges them where its device needs more.
+  pc.mbuf_data_room = static_cast<uint16_t>(port::PacketBufferRoom(pc.max_frame));
   // Frames to an overriding MAC must be received too.
   pc.promiscuous = p.mac.has_value();
   if (!p.zero_copy) pc.zero_copy_min_payload = 0;

@@ -166,10 +166,15 @@ class Daemon {
   // The path MTU of connections inside the daemon, and of those to other
   // daemons once StartPort has resolved --mtu=0: the largest, 4096, unless
   // set.
+  static constexpr uint32_t kLargestPathMtu =
+      wire::IbMtuBytes(wire::kIbMtu4096);
   uint32_t PathMtu() const {
-    return options_.path_mtu != 0 ? options_.path_mtu
-                                  : wire::IbMtuBytes(wire::kIbMtu4096);
+    return options_.path_mtu != 0 ? options_.path_mtu : kLargestPathMtu;
   }
+  // The path MTU --mtu=0 gives that the device string alone tells (memif in
+  // its copy mode, af_packet on its interface), or 0 when the device must
+  // be asked once it is open.
+  static uint32_t PathMtuBeforeOpen(const std::string& device);
   // options.engines, within what the engines can address.
   static uint32_t EngineCount(const DaemonOptions& options) {
     return std::clamp<uint32_t>(options.engines, 1,

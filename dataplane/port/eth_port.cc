@@ -141,6 +141,21 @@ int InterfaceIoctl(unsigned long request, ifreq* ifr) {
 // The kernel's receive offset of a frame in an af_packet (TPACKET_V2) ring
 // slot: the slot header and address, aligned so that the IP header is.
 constexpr uint32_t kPacketRxOffset = 66;
+// The room XDP keeps in front of a frame in each receive buffer
+// (XDP_PACKET_HEADROOM).
+constexpr uint32_t kXdpHeadroom = 256;
+
+// Bytes each receive buffer of the device must hold (behind the headroom)
+// for frames of `max_frame` bytes: af_packet copies a whole ring slot's
+// worth into each (and checks that one fits at queue setup), af_xdp
+// receives into the buffers themselves behind XDP's headroom.
+uint32_t DeviceReceiveBytes(const rte_eth_dev_info& info, uint32_t max_frame) {
+  if (IsDriver(info, "net_af_packet")) {
+    return std::max(max_frame, DevargOr(info, "framesz", 2048));
+  }
+  if (IsDriver(info, "net_af_xdp")) return max_frame + kXdpHeadroom;
+  return max_frame;
+}
 // The MTU of kernel interface `if_index` (af_packet, af_xdp, tap), or 0.
 uint32_t KernelInterfaceMtu(int if_index) {
   char name[IF_NAMESIZE];
@@ -277,19 +292,31 @@ absl::StatusOr<uint16_t> FindPort(const std::string& device) {
   return id;
 }
 
-absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(const PortConfig& c) {
-  if (!rte_eth_dev_is_valid_port(c.port_id)) {
-    return absl::NotFoundError(absl::StrCat("no DPDK port ", c.port_id));
+absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(
+    const PortConfig& config) {
+  if (!rte_eth_dev_is_valid_port(config.port_id)) {
+    return absl::NotFoundError(absl::StrCat("no DPDK port ", config.port_id));
   }
-  if (c.burst == 0 || c.burst > kMaxBurst) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a burst is 1..", kMaxBurst, " frames, not ", c.burst));
+  if (config.burst == 0 || config.burst > kMaxBurst) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a burst is 1..", kMaxBurst, " frames, not ", config.burst));
   }
-  std::unique_ptr<EthPort> port(new EthPort(c));
   rte_eth_dev_info info;
-  if (int r = rte_eth_dev_info_get(c.port_id, &info); r != 0) {
+  if (int r = rte_eth_dev_info_get(config.port_id, &info); r != 0) {
     return absl::UnavailableError(absl::StrCat("dev_info: ", rte_strerror(-r)));
   }
+  PortConfig c = config;
+  if (const uint32_t need = DeviceReceiveBytes(info, c.max_frame);
+      need + RTE_PKTMBUF_HEADROOM > c.mbuf_data_room) {
+    if (need + RTE_PKTMBUF_HEADROOM > UINT16_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "packet buffers of ", need,
+          " bytes (for the frames or af_packet's framesz) are larger than a "
+          "DPDK buffer can be (", UINT16_MAX - RTE_PKTMBUF_HEADROOM, ")"));
+    }
+    c.mbuf_data_room = static_cast<uint16_t>(PacketBufferRoom(need));
+  }
+  std::unique_ptr<EthPort> port(new EthPort(c));
   port->pool_ = CreatePacketPool(absl::StrCat("rdp_pool_", c.port_id), c,
                                  NeedsDensePool(info));
   if (port->pool_ == nullptr) {

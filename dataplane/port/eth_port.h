@@ -48,6 +48,9 @@ struct PortConfig {
   // is forced (1..EthPort::kMaxBurst).
   uint16_t burst = 32;
   uint32_t mbufs = 8191;
+  // At least: Open raises it where the device receives more than a frame
+  // into each buffer (af_packet a whole ring slot, af_xdp a frame behind
+  // XDP's headroom).
   uint16_t mbuf_data_room = RTE_MBUF_DEFAULT_BUF_SIZE;
   bool promiscuous = false;
   // Ask for a receive interrupt (an fd to sleep on) where the PMD has one
