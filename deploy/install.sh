@@ -122,6 +122,17 @@ run() {
   fi
 }
 
+# write_file DEST TEXT NOTE: writes TEXT (and a newline) to DEST, mode 0644,
+# or with --dry-run only says it would, with NOTE.
+write_file() {
+  if $dry_run; then
+    printf 'install: would write %s with %s\n' "$1" "$3"
+  else
+    printf '%s\n' "$2" >"$1"
+    chmod 0644 "$1"
+  fi
+}
+
 # The files this script installs from the source tree.
 unit_src="$REPO_ROOT/deploy/rdmaplaned.service"
 conf_src="$REPO_ROOT/deploy/rdmaplaned.conf"
@@ -185,12 +196,8 @@ run install -m 0755 "$lib_src/librdmaplane.so.1" "$(stage "$libdir")/librdmaplan
 run ln -sfn librdmaplane.so.1 "$(stage "$libdir")/librdmaplane.so"
 run install -m 0644 "$header_src" "$(stage "$includedir")/rdmaplane.h"
 # The .pc file names the final prefix (not the staging directory).
-if $dry_run; then
-  printf 'install: would write %s with prefix=%s\n' "$(stage "$pkgconfigdir")/rdmaplane.pc" "$prefix"
-else
-  sed -e "s#@prefix@#${prefix}#g" "$pc_src" >"$(stage "$pkgconfigdir")/rdmaplane.pc"
-  chmod 0644 "$(stage "$pkgconfigdir")/rdmaplane.pc"
-fi
+write_file "$(stage "$pkgconfigdir")/rdmaplane.pc" \
+  "$(sed -e "s#@prefix@#${prefix}#g" "$pc_src")" "prefix=$prefix"
 
 # The unit names /usr/local and /etc; point it at the chosen locations.
 log "installing the systemd unit to $(stage "$unitdir")/rdmaplaned.service"
@@ -198,13 +205,8 @@ unit_text="$(sed -e "s#/usr/local/sbin/#${sbindir}/#g" \
   -e "s#/usr/local/libexec/rdmaplane/#${libexecdir}/#g" \
   -e "s#/etc/rdmaplane/#${confdir}/#g" "$unit_src")"
 run install -d -m 0755 "$(stage "$unitdir")"
-if $dry_run; then
-  printf 'install: would write %s with ExecStart=%s\n' "$(stage "$unitdir")/rdmaplaned.service" \
-    "$(grep -m1 '^ExecStart=' <<<"$unit_text" | cut -d= -f2-)"
-else
-  printf '%s\n' "$unit_text" >"$(stage "$unitdir")/rdmaplaned.service"
-  chmod 0644 "$(stage "$unitdir")/rdmaplaned.service"
-fi
+write_file "$(stage "$unitdir")/rdmaplaned.service" "$unit_text" \
+  "ExecStart=$(grep -m1 '^ExecStart=' <<<"$unit_text" | cut -d= -f2-)"
 
 run install -d -m 0755 "$(stage "$confdir")"
 conf_dst="$(stage "$confdir")/rdmaplaned.conf"
