@@ -171,11 +171,15 @@ class ConnectionManagerTest : public ::testing::Test {
     std::this_thread::yield();
   }
 
-  // The next frame the peer receives, or nothing after kPatienceNs.
-  std::optional<std::vector<uint8_t>> NextFrame(Drive drive) {
+  // The next frame the peer receives, which must come within kPatienceNs
+  // (else a failure, and nothing).
+  std::optional<std::vector<uint8_t>> ExpectFrame(Drive drive) {
     const uint64_t end = Now() + kPatienceNs;
     while (inbox_.empty() && Now() < end) Turn(drive);
-    if (inbox_.empty()) return std::nullopt;
+    if (inbox_.empty()) {
+      ADD_FAILURE() << "no frame";
+      return std::nullopt;
+    }
     std::vector<uint8_t> f = std::move(inbox_.front());
     inbox_.pop_front();
     return f;
@@ -189,13 +193,6 @@ class ConnectionManagerTest : public ::testing::Test {
     std::vector<std::vector<uint8_t>> got(inbox_.begin(), inbox_.end());
     inbox_.clear();
     return got;
-  }
-
-  // The next frame, which must come.
-  std::optional<std::vector<uint8_t>> ExpectFrame(Drive drive) {
-    std::optional<std::vector<uint8_t>> f = NextFrame(drive);
-    if (!f) ADD_FAILURE() << "no frame";
-    return f;
   }
 
   // The next frame, which must be a CM message (its path in `path`).
