@@ -400,6 +400,18 @@ e2e_counter() {
   E2E_VALUE="$value"
 }
 
+# e2e_status NAME FIELD: sets E2E_VALUE to FIELD of daemon NAME's status
+# (rdmaplanectl status --json, bounded); fails when it cannot be read. (Not
+# for $(...), as e2e_counter.)
+e2e_status() {
+  local json value
+  json="$(timeout --kill-after=5 15 "$E2E_CTL" --socket="${E2E_SOCK[$1]}" --json \
+    --timeout=5s status)" || e2e_fail "rdmaplanectl status of daemon $1 failed"
+  value="$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' \
+    "$json" "$2")" || e2e_fail "daemon $1's status has no $2"
+  E2E_VALUE="$value"
+}
+
 # Stops every daemon still running (SIGTERM, then SIGKILL after 5 s), removes
 # the DPDK runtime folders they may have left, runs the hooks and removes
 # E2E_TMP. The EXIT trap (e2e_install_traps); keeps the script's exit

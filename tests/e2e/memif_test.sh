@@ -54,14 +54,6 @@ ip_a=10.0.0.1
 ip_b=10.0.0.2
 ip_nobody=10.0.0.99
 
-# status_field NAME FIELD: FIELD of daemon NAME's status (rdmaplanectl).
-status_field() {
-  local json
-  json="$(timeout --kill-after=5 15 "$E2E_CTL" --socket="${E2E_SOCK[$1]}" --json \
-    --timeout=5s status)" || e2e_fail "rdmaplanectl status of daemon $1 failed"
-  python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$json" "$2"
-}
-
 # run_pair ROUND SIZES FAULTY [DAEMON_FLAGS...]: starts the memif server
 # daemon A and the client daemon B, transfers, probes, and stops both.
 # FAULTY (yes or no) says whether DAEMON_FLAGS inject port faults.
@@ -124,8 +116,11 @@ run_pair() {
     ((sent_a == got_b)) || e2e_fail "daemon a$round sent $sent_a frames, b$round received $got_b"
     ((sent_b == got_a)) || e2e_fail "daemon b$round sent $sent_b frames, a$round received $got_a"
     e2e_log "every frame arrived once: $sent_a from a$round, $sent_b from b$round"
-    [[ $(status_field "a$round" mtu) == 4096 && $(status_field "b$round" mtu) == 4096 ]] ||
-      e2e_fail "the daemons do not run at path MTU 4096"
+    e2e_status "a$round" mtu
+    mtu_a="$E2E_VALUE"
+    e2e_status "b$round" mtu
+    [[ $mtu_a == 4096 && $E2E_VALUE == 4096 ]] ||
+      e2e_fail "the daemons run path MTU $mtu_a and $E2E_VALUE, not 4096"
   fi
   for name in "a$round" "b$round"; do
     e2e_counters "$name"
@@ -221,8 +216,11 @@ e2e_start_daemon b3 "$sock_b3" "rdp-e2e-$$-b3" \
   "$daemon_bin" --socket="$sock_b3" --file_prefix="rdp-e2e-$$-b3" \
   --port="net_memif0,role=client,socket=$memif3" --ip="$ip_b" --mtu=1024 \
   --log_level=debug || e2e_fail "daemon b3 (memif client, MTU 1024) did not start"
-[[ $(status_field a3 mtu) == 512 && $(status_field b3 mtu) == 1024 ]] ||
-  e2e_fail "rdmaplanectl status shows MTU $(status_field a3 mtu) on a3 and $(status_field b3 mtu) on b3, not 512 and 1024"
+e2e_status a3 mtu
+mtu_a="$E2E_VALUE"
+e2e_status b3 mtu
+[[ $mtu_a == 512 && $E2E_VALUE == 1024 ]] ||
+  e2e_fail "rdmaplanectl status shows MTU $mtu_a on a3 and $E2E_VALUE on b3, not 512 and 1024"
 
 # B listens, A (MTU 512) connects: B takes A's 512.
 mtu_transfer mtu-a-to-b b3 "$ip_b" a3 || e2e_fail "$E2E_TRANSFER_ERROR"

@@ -162,11 +162,10 @@ done
 
 # start_pair ROUND DRIVER [DAEMON_FLAGS...]: starts daemon A in ns_a and B in
 # ns_b on their veth ends with DPDK driver DRIVER (af_packet or af_xdp), at
-# their default path MTU unless DAEMON_FLAGS say otherwise. PORT_ARGS_A and
-# PORT_ARGS_B are appended to each one's device string, A_FLAGS given to A
-# only. Returns 1 (with the reason printed, and nothing left running) when
-# either could not start.
-PORT_ARGS_A="" PORT_ARGS_B="" A_FLAGS=() B_FLAGS=()
+# their default path MTU unless DAEMON_FLAGS say otherwise. PORT_ARGS, when
+# set (PORT_ARGS=... start_pair ...), is appended to both device strings,
+# and B_MTU, when set, is B's --mtu. Returns 1 (with the reason printed, and
+# nothing left running) when either could not start.
 start_pair() {
   local round="$1" driver="$2"
   shift 2
@@ -174,15 +173,15 @@ start_pair() {
   if ! e2e_start_daemon "a$round" "$E2E_TMP/a$round.sock" "rdp-e2e-$$-a$round" \
     ip netns exec "$ns_a" "$daemon_bin" --socket="$E2E_TMP/a$round.sock" \
     --file_prefix="rdp-e2e-$$-a$round" \
-    --port="net_${driver}0,iface=$veth_a$PORT_ARGS_A" \
-    --ip="$ip_a" "${common[@]}" "${A_FLAGS[@]+"${A_FLAGS[@]}"}"; then
+    --port="net_${driver}0,iface=$veth_a${PORT_ARGS:-}" \
+    --ip="$ip_a" "${common[@]}"; then
     return 1
   fi
   if ! e2e_start_daemon "b$round" "$E2E_TMP/b$round.sock" "rdp-e2e-$$-b$round" \
     ip netns exec "$ns_b" "$daemon_bin" --socket="$E2E_TMP/b$round.sock" \
     --file_prefix="rdp-e2e-$$-b$round" \
-    --port="net_${driver}0,iface=$veth_b$PORT_ARGS_B" \
-    --ip="$ip_b" "${common[@]}" "${B_FLAGS[@]+"${B_FLAGS[@]}"}"; then
+    --port="net_${driver}0,iface=$veth_b${PORT_ARGS:-}" \
+    --ip="$ip_b" "${common[@]}" ${B_MTU:+"--mtu=$B_MTU"}; then
     e2e_stop_daemon "a$round" || true
     return 1
   fi
@@ -224,37 +223,39 @@ check_counters() {
   done
 }
 
-# set_veth_mtu MTU: both veth ends' MTU.
-set_veth_mtu() {
+# set_veths ARGS...: `ip link set dev VETH ARGS...` on both veth ends.
+set_veths() {
   local pair
   for pair in "$ns_a:$veth_a" "$ns_b:$veth_b"; do
-    ip -n "${pair%%:*}" link set dev "${pair#*:}" mtu "$1" ||
-      e2e_fail "cannot set the MTU of ${pair#*:} to $1"
+    ip -n "${pair%%:*}" link set dev "${pair#*:}" "$@" ||
+      e2e_fail "cannot set ${pair#*:} $*"
   done
 }
 
-# veth_mtu NS IFACE: sets E2E_VALUE to the interface's MTU.
-veth_mtu() {
-  E2E_VALUE="$(ip netns exec "$1" cat "/sys/class/net/$2/mtu")" ||
-    e2e_fail "cannot read the MTU of $2 in $1"
+# veth_sysfs NS IFACE FILE: sets E2E_VALUE to /sys/class/net/IFACE/FILE in
+# NS (mtu, statistics/tx_packets).
+veth_sysfs() {
+  local value
+  value="$(ip netns exec "$1" cat "/sys/class/net/$2/$3")" ||
+    e2e_fail "cannot read $3 of $2 in $1"
+  E2E_VALUE="$value"
 }
 
 # check_mtu ROUND WANT_A WANT_B: the daemons' path MTUs (rdmaplanectl
 # status) and, at 4096, their veths' MTUs raised to carry such frames (the
 # IP packet of a first WRITE frame: 4156 bytes).
 check_mtu() {
-  local round="$1" want_a="$2" want_b="$3" entry name ns v want got link
+  local round="$1" want_a="$2" want_b="$3" entry name ns v want got
   for entry in "a$round:$ns_a:$veth_a:$want_a" "b$round:$ns_b:$veth_b:$want_b"; do
     IFS=: read -r name ns v want <<<"$entry"
-    got="$(timeout 15 "$E2E_CTL" --socket="${E2E_SOCK[$name]}" --timeout=5s status |
-      awk '$1 == "mtu" { print $2 }')" || e2e_fail "rdmaplanectl status of daemon $name failed"
+    e2e_status "$name" mtu
+    got="$E2E_VALUE"
     [[ $got == "$want" ]] || e2e_fail "daemon $name runs path MTU '$got', not $want"
-    link="$(ip -n "$ns" link show dev "$v")" || e2e_fail "cannot read $v in $ns"
+    veth_sysfs "$ns" "$v" mtu
     if [[ $want == 4096 ]]; then
-      veth_mtu "$ns" "$v"
       ((E2E_VALUE >= 4156)) || e2e_fail "the MTU of $v is $E2E_VALUE, too small for path MTU 4096"
     fi
-    e2e_log "daemon $name: path MTU $got; $v: $(grep -o 'mtu [0-9]*' <<<"$link")"
+    e2e_log "daemon $name: path MTU $got; $v: mtu $E2E_VALUE"
   done
 }
 
@@ -288,14 +289,6 @@ stop_pair() {
   done
 }
 
-# kernel_tx NS IFACE: sets E2E_VALUE to the frames the kernel sent on IFACE.
-kernel_tx() {
-  local value
-  value="$(ip netns exec "$1" cat "/sys/class/net/$2/statistics/tx_packets")" ||
-    e2e_fail "cannot read the transmit counter of $2 in $1"
-  E2E_VALUE="$value"
-}
-
 # af_xdp_tx_lost ROUND TX_A TX_B: whether the daemons' af_xdp ports took
 # frames for transmission (port_tx_frames) that the kernel never sent on the
 # veths. TX_A and TX_B are the veths' transmit counters from before the
@@ -309,7 +302,7 @@ af_xdp_tx_lost() {
     e2e_counters "$name"
     e2e_counter "$name" port_tx_frames
     sent="$E2E_VALUE"
-    kernel_tx "$ns" "$v"
+    veth_sysfs "$ns" "$v" statistics/tx_packets
     kernel=$((E2E_VALUE - before))
     e2e_log "daemon $name: its af_xdp port took $sent frames to send; the kernel sent $kernel on $v"
     if ((sent > kernel)); then
@@ -320,7 +313,7 @@ af_xdp_tx_lost() {
 }
 
 e2e_log "round 1: af_packet on the veth pair (MTU 9000), default path MTU (4096)"
-set_veth_mtu 9000
+set_veths mtu 9000
 start_pair 1 af_packet || e2e_fail "the daemons did not start with af_packet"
 check_mtu 1 4096 4096
 transfer 1 1,4096,65536,1048576,4194304 3 || e2e_fail "$E2E_TRANSFER_ERROR"
@@ -335,10 +328,8 @@ check_counters 1 no
 # a down and up of both veths, idle engines sleep about as often as before
 # (a spinning one would go round thousands of times a second), and the
 # connection probes below still reach the peer.
-for pair in "$ns_a:$veth_a" "$ns_b:$veth_b"; do
-  ip -n "${pair%%:*}" link set dev "${pair#*:}" down || e2e_fail "cannot set ${pair#*:} down"
-  ip -n "${pair%%:*}" link set dev "${pair#*:}" up || e2e_fail "cannot set ${pair#*:} up"
-done
+set_veths down
+set_veths up
 sleep 1
 e2e_counters a1
 e2e_counter a1 engine_port_socket_errors
@@ -360,7 +351,7 @@ e2e_log "round 1 done after $(e2e_since "$test_start") s"
 # Sizes up to 1 MiB: go-back-N over af_packet at this loss takes about a
 # minute for the 4 MiB round alone.
 e2e_log "round 2: af_packet with 5 % loss on both transmit sides (in place of netem)"
-set_veth_mtu 1500
+set_veths mtu 1500
 start_pair 2 af_packet --mtu=4096 --port_faults=loss=0.05,seed=11 ||
   e2e_fail "the daemons did not start with af_packet and --port_faults"
 check_mtu 2 4096 4096
@@ -374,13 +365,11 @@ e2e_log "round 2 done after $(e2e_since "$test_start") s"
 # the counter). On veths of MTU 1500, A at its default (1024, leaving its
 # veth as it is), B at --mtu=4096: the connections run at 1024.
 e2e_log "round 3: af_packet with receive rings of 32 slots, path MTU 1024 on A (default on MTU 1500) and 4096 on B"
-set_veth_mtu 1500
-PORT_ARGS_A=",framesz=4352,blocksz=69632,framecnt=32" PORT_ARGS_B="$PORT_ARGS_A"
-B_FLAGS=(--mtu=4096)
-start_pair 3 af_packet || e2e_fail "the daemons did not start with rings of 32 slots"
-PORT_ARGS_A="" PORT_ARGS_B="" B_FLAGS=()
+set_veths mtu 1500
+PORT_ARGS=",framesz=4352,blocksz=69632,framecnt=32" B_MTU=4096 start_pair 3 af_packet ||
+  e2e_fail "the daemons did not start with rings of 32 slots"
 check_mtu 3 1024 4096
-veth_mtu "$ns_a" "$veth_a"
+veth_sysfs "$ns_a" "$veth_a" mtu
 [[ $E2E_VALUE == 1500 ]] ||
   e2e_fail "daemon a3 changed the MTU of $veth_a to $E2E_VALUE without --mtu"
 transfer 3 1,4096,65536,1048576 2 || e2e_fail "$E2E_TRANSFER_ERROR"
@@ -397,14 +386,14 @@ e2e_log "round 3 done after $(e2e_since "$test_start") s"
 e2e_log "round 4: af_xdp on the veth pair (optional)"
 # XDP on a veth takes frames of at most a page: MTU 2200, on which the
 # daemons' default path MTU is the largest af_xdp carries, 2048.
-set_veth_mtu 2200
-kernel_tx "$ns_a" "$veth_a"
+set_veths mtu 2200
+veth_sysfs "$ns_a" "$veth_a" statistics/tx_packets
 tx_a="$E2E_VALUE"
-kernel_tx "$ns_b" "$veth_b"
+veth_sysfs "$ns_b" "$veth_b" statistics/tx_packets
 tx_b="$E2E_VALUE"
 if start_pair 4 af_xdp; then
   check_mtu 4 2048 2048
-  veth_mtu "$ns_a" "$veth_a"
+  veth_sysfs "$ns_a" "$veth_a" mtu
   [[ $E2E_VALUE == 2200 ]] ||
     e2e_fail "daemon a4 changed the MTU of $veth_a from 2200 to $E2E_VALUE (it carries 2048 as it is)"
   if ! transfer 4 1,4096,65536,1048576,4194304 3; then
