@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -238,7 +239,7 @@ Client::~Client() {
   }
   std::lock_guard<std::mutex> lock(arena_mu_);
   for (auto& a : arenas_) {
-    munmap(a->base, a->bytes);
+    if (!a->shared_in_place) munmap(a->base, a->bytes);
     close(a->fd);
   }
   if (region_ == nullptr) return;
@@ -355,29 +356,35 @@ absl::StatusOr<Client::Arena*> Client::NewArena(size_t min_bytes) {
   arena->bytes = bytes;
   arena->fd = fd;
   arena->free_blocks[0] = bytes;
+  if (absl::Status st = HandOver(arena.get()); !st.ok()) {
+    munmap(mem, bytes);
+    close(fd);
+    return st;
+  }
+  Arena* raw = arena.get();
+  arenas_.push_back(std::move(arena));
+  return raw;
+}
 
+absl::Status Client::HandOver(Arena* arena) {
   shm::SetupMessage msg = shm::MakeSetup(shm::kSetupArena);
-  msg.address = reinterpret_cast<uint64_t>(mem);
-  msg.length = bytes;
+  msg.address = reinterpret_cast<uint64_t>(arena->base);
+  msg.length = arena->bytes;
   shm::SetupMessage reply;
   int fd0 = -1, fd1 = -1;
   std::lock_guard<std::mutex> lock(
       control_mu_);  // the socket carries one exchange at a time
-  const bool sent = shm::SendSetup(sock_, msg, fd) &&
+  const bool sent = shm::SendSetup(sock_, msg, arena->fd) &&
                     shm::RecvSetup(sock_, &reply, &fd0, &fd1) &&
                     reply.type == shm::kSetupArenaReply;
   if (fd0 >= 0) close(fd0);
   if (fd1 >= 0) close(fd1);
   if (!sent || reply.status != RDP_OK) {
-    munmap(mem, bytes);
-    close(fd);
     return MakeStatus(sent ? reply.status : RDP_ERR_NET_DOWN,
                       sent ? reply.text : "the daemon is unreachable");
   }
   arena->id = reply.id;
-  Arena* raw = arena.get();
-  arenas_.push_back(std::move(arena));
-  return raw;
+  return absl::OkStatus();
 }
 
 void* Client::Alloc(size_t bytes) {
@@ -742,6 +749,13 @@ void Finish(rdp_overlapped* ov, int32_t status, uint32_t bytes) {
   __atomic_store_n(&ov->status, status, __ATOMIC_RELEASE);
 }
 
+// A request refused at post time leaves its error in the overlapped
+// structure too, so that no stale status is ever read there.
+int Refuse(rdp_overlapped* ov, int code) {
+  Finish(ov, code, 0);
+  return code;
+}
+
 }  // namespace
 
 int Client::Post(uint32_t slot, SendEntry& entry, rdp_overlapped* ov,
@@ -772,13 +786,7 @@ int Client::Write(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
                   const void* target_descriptor, uint32_t descriptor_length,
                   uint32_t target_offset, uint32_t flags, rdp_overlapped* ov) {
   if (ov == nullptr) return RDP_ERR_FAULT;
-  // A request refused at post time leaves its error in the overlapped
-  // structure too, so that no stale status is ever read there.
-  auto refuse = [ov](int code) {
-    ov->bytes = 0;
-    __atomic_store_n(&ov->status, code, __ATOMIC_RELEASE);
-    return code;
-  };
+  auto refuse = [ov](int code) { return Refuse(ov, code); };
   constexpr uint32_t kWriteFlags =
       RDP_FLAG_SILENT_SUCCESS | RDP_FLAG_READ_FENCE | RDP_FLAG_DEFER;
   if ((flags & ~kWriteFlags) != 0) return refuse(RDP_ERR_INVALID);
@@ -806,11 +814,7 @@ int Client::Read(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
                  uint64_t remote_address, const void* remote_token,
                  uint32_t token_length, uint32_t flags, rdp_overlapped* ov) {
   if (ov == nullptr) return RDP_ERR_FAULT;
-  auto refuse = [ov](int code) {
-    ov->bytes = 0;
-    __atomic_store_n(&ov->status, code, __ATOMIC_RELEASE);
-    return code;
-  };
+  auto refuse = [ov](int code) { return Refuse(ov, code); };
   if ((flags & ~shm::kKnownSendFlags) != 0) return refuse(RDP_ERR_INVALID);
   const int slot = SlotOf(conn);
   if (int err = ConnectionError(slot); err != RDP_OK) return refuse(err);
@@ -1013,6 +1017,206 @@ int Client::GetOverlappedResult(rdp_conn conn, rdp_overlapped* ov, bool wait,
   const int status = __atomic_load_n(&ov->status, __ATOMIC_ACQUIRE);
   if (status != RDP_PENDING && bytes != nullptr) *bytes = ov->bytes;
   return status;
+}
+
+// --- For the verbs front end
+// -------------------------------------------------------
+
+int Client::PostRdma(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
+                     uint32_t sge_count, uint64_t remote_address,
+                     uint32_t rkey, uint32_t flags, rdp_overlapped* ov) {
+  if (ov == nullptr) return RDP_ERR_FAULT;
+  if ((op != shm::kSendWrite && op != shm::kSendRead) ||
+      (flags & ~shm::kKnownSendFlags) != 0) {
+    return Refuse(ov, RDP_ERR_INVALID);
+  }
+  const int slot = SlotOf(conn);
+  if (int err = ConnectionError(slot); err != RDP_OK) return Refuse(ov, err);
+  SendEntry e{};
+  uint64_t total = 0;
+  if (int err = FillSgl(&e, sgl, sge_count, &total); err != RDP_OK) {
+    return Refuse(ov, err);
+  }
+  e.op = op;
+  e.remote_address = remote_address;
+  e.rkey = rkey;
+  return Submit(static_cast<uint32_t>(slot), e, flags, ov);
+}
+
+bool Client::WaitForCompletions(rdp_conn conn, int64_t timeout_ns) {
+  const int slot = SlotOf(conn);
+  if (slot < 0) return true;
+  Connection& c = connections_[slot];
+  auto ready = [&] {
+    return c.completion.Size() > 0 ||
+           FinalStatus(static_cast<uint32_t>(slot)) != 0;
+  };
+  return shm::WaitDoorbell(&header_->completion_bell[slot], ready, timeout_ns);
+}
+
+absl::Status Client::ShareMemory(void* addr, uint64_t length) {
+  const uint64_t start = reinterpret_cast<uint64_t>(addr);
+  if (length == 0 || start + length < start) {
+    return MakeStatus(RDP_ERR_INVALID, "empty or wrapping range");
+  }
+  std::lock_guard<std::mutex> lock(arena_mu_);
+  for (const auto& a : arenas_) {
+    const uint64_t base = reinterpret_cast<uint64_t>(a->base);
+    if (start >= base && start + length <= base + a->bytes) {
+      return absl::OkStatus();  // shared already
+    }
+  }
+  // The pages under the range, in 4 KiB pages or, for memory on
+  // hugepages (where a 4 KiB mapping cannot replace part of one), 2 MiB.
+  for (const bool huge : {false, true}) {
+    const uint64_t unit = huge ? kHugePage : static_cast<uint64_t>(
+                                                 sysconf(_SC_PAGESIZE));
+    const uint64_t begin = start / unit * unit;
+    const uint64_t end = RoundUp(start + length, unit);
+    for (const auto& a : arenas_) {
+      const uint64_t base = reinterpret_cast<uint64_t>(a->base);
+      if (begin < base + a->bytes && base < end) {
+        return MakeStatus(RDP_ERR_INVALID,
+                          "the range overlaps memory registered before, "
+                          "but not inside it");
+      }
+    }
+    const uint64_t bytes = end - begin;
+    const int fd = memfd_create(
+        "rdmaplane-verbs",
+        MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0));
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 || !Seal(fd)) {
+      if (fd >= 0) close(fd);
+      if (huge) break;
+      continue;
+    }
+    void* copy = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (copy == MAP_FAILED) {
+      close(fd);
+      if (huge) break;
+      continue;
+    }
+    // Copied with process_vm_readv so that a hole in the range is an
+    // error here rather than a crash.
+    iovec local{copy, bytes};
+    iovec remote{reinterpret_cast<void*>(begin), bytes};
+    const ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (got != static_cast<ssize_t>(bytes)) {
+      munmap(copy, bytes);
+      close(fd);
+      return MakeStatus(RDP_ERR_FAULT, "the range is not all mapped memory");
+    }
+    // Everything written to the range from here on lands in the memfd.
+    void* placed = mmap(reinterpret_cast<void*>(begin), bytes,
+                        PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    munmap(copy, bytes);
+    if (placed == MAP_FAILED) {  // e.g. part of a hugepage mapping
+      close(fd);
+      continue;
+    }
+    auto arena = std::make_unique<Arena>();
+    arena->base = reinterpret_cast<uint8_t*>(begin);
+    arena->bytes = bytes;
+    arena->fd = fd;
+    arena->shared_in_place = true;
+    absl::Status st = HandOver(arena.get());
+    // Refused or not, the pages stay where they are, with their contents.
+    if (!st.ok()) {
+      close(fd);
+      return st;
+    }
+    arenas_.push_back(std::move(arena));
+    return absl::OkStatus();
+  }
+  return MakeStatus(RDP_ERR_NO_BUFFERS,
+                    "cannot move the range onto shared memory");
+}
+
+absl::StatusOr<uint32_t> Client::AllocPd() {
+  ControlRequest req{};
+  req.op = shm::kOpAllocPd;
+  ControlResponse resp;
+  if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
+  return resp.key;
+}
+
+absl::Status Client::DeallocPd(uint32_t pd) {
+  ControlRequest req{};
+  req.op = shm::kOpDeallocPd;
+  req.key = pd;
+  return CallStatus(req);
+}
+
+absl::StatusOr<uint32_t> Client::RegisterPdMemory(uint32_t pd, void* addr,
+                                                  uint64_t length,
+                                                  uint32_t flags) {
+  ControlRequest req{};
+  req.op = shm::kOpRegisterRdma;
+  req.connection = shm::kPdScopeSlot;
+  req.key = pd;
+  req.address = reinterpret_cast<uint64_t>(addr);
+  req.length = length;
+  req.flags = flags;
+  req.descriptor_length = sizeof(shm::RdmaDescriptor);
+  ControlResponse resp;
+  if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
+  return resp.key;
+}
+
+absl::Status Client::DeregisterPdMemory(uint32_t pd, uint32_t rkey,
+                                        void* addr, uint64_t length,
+                                        uint32_t flags) {
+  ControlRequest req{};
+  req.op = shm::kOpDeregisterRdma;
+  req.connection = shm::kPdScopeSlot;
+  req.key = pd;
+  shm::RdmaDescriptor d{};
+  d.magic = shm::kDescriptorMagic;
+  d.rkey = rkey;
+  d.address = reinterpret_cast<uint64_t>(addr);
+  d.length = length;
+  d.access = flags;
+  std::memcpy(req.descriptor, &d, sizeof(d));
+  req.descriptor_length = sizeof(d);
+  return CallStatus(req);
+}
+
+absl::StatusOr<Client::QueuePair> Client::CreateQueuePair(uint32_t pd) {
+  ControlRequest req{};
+  req.op = shm::kOpCreateQp;
+  req.key = pd;
+  ControlResponse resp;
+  if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
+  if (resp.connection >= shm::kMaxConnections) {
+    return MakeStatus(RDP_ERR_NET_DOWN, "the daemon named no slot");
+  }
+  QueuePair qp;
+  qp.conn = AttachConnection(resp.connection);
+  qp.qpn = resp.key;
+  return qp;
+}
+
+absl::Status Client::ModifyQueuePair(rdp_conn conn, shm::QpTransition to,
+                                     const shm::QpPeer& peer) {
+  const int slot = SlotOf(conn);
+  if (slot < 0) return MakeStatus(RDP_ERR_NOT_CONNECTED, "no such queue pair");
+  ControlRequest req{};
+  req.op = shm::kOpModifyQp;
+  req.connection = static_cast<uint32_t>(slot);
+  req.flags = to;
+  std::memcpy(req.descriptor, &peer, sizeof(peer));
+  req.descriptor_length = sizeof(peer);
+  return CallStatus(req);
+}
+
+absl::StatusOr<shm::DeviceInfo> Client::QueryDevice() {
+  ControlRequest req{};
+  req.op = shm::kOpQueryDevice;
+  ControlResponse resp;
+  if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
+  shm::DeviceInfo d;
+  std::memcpy(&d, resp.descriptor, sizeof(d));
+  return d;
 }
 
 }  // namespace rdmaplane

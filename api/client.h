@@ -82,6 +82,42 @@ class Client {
 
   uint32_t session_id() const { return session_id_; }
 
+  // --- For the verbs front end (api/verbs; client_verbs.cc) ---------------
+  // Shares the pages under [addr, addr + length) with the daemon where they
+  // are: their contents move onto a shared memfd mapped at the same
+  // addresses (MAP_FIXED), which the daemon maps as an arena. Memory inside
+  // an arena already is left as it is. RDP_ERR_INVALID when the range
+  // overlaps an arena only in part. The pages stay shared until the client
+  // closes (and stay mapped after it, with their contents).
+  absl::Status ShareMemory(void* addr, uint64_t length);
+  absl::StatusOr<uint32_t> AllocPd();
+  absl::Status DeallocPd(uint32_t pd);
+  // An RDMA registration in protection domain `pd`: its rkey, which every
+  // queue pair of the domain serves. `flags`: RDP_MEM_READ / RDP_MEM_WRITE.
+  absl::StatusOr<uint32_t> RegisterPdMemory(uint32_t pd, void* addr,
+                                            uint64_t length, uint32_t flags);
+  absl::Status DeregisterPdMemory(uint32_t pd, uint32_t rkey, void* addr,
+                                  uint64_t length, uint32_t flags);
+  struct QueuePair {
+    rdp_conn conn = 0;
+    uint32_t qpn = 0;
+  };
+  // A queue pair in `pd`, connected out of band by ModifyQueuePair; ended
+  // by Disconnect.
+  absl::StatusOr<QueuePair> CreateQueuePair(uint32_t pd);
+  absl::Status ModifyQueuePair(rdp_conn conn, shm::QpTransition to,
+                               const shm::QpPeer& peer);
+  absl::StatusOr<shm::DeviceInfo> QueryDevice();
+  // Posts a WRITE or READ (shm::kSendWrite / kSendRead) of the SGL to the
+  // peer's memory at remote_address under rkey, which the peer's daemon
+  // checks; otherwise as Write.
+  int PostRdma(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
+               uint32_t sge_count, uint64_t remote_address, uint32_t rkey,
+               uint32_t flags, rdp_overlapped* ov);
+  // Sleeps until conn's completion ring holds an entry, the connection
+  // ended, or timeout_ns passed; true unless it timed out.
+  bool WaitForCompletions(rdp_conn conn, int64_t timeout_ns);
+
  private:
   struct Arena {
     uint8_t* base = nullptr;
@@ -90,6 +126,9 @@ class Client {
     uint32_t id = 0;
     std::map<size_t, size_t> free_blocks;  // offset -> length
     std::map<size_t, size_t> used_blocks;  // offset -> length
+    // The caller's own pages (ShareMemory): never allocated from, and left
+    // mapped when the client closes.
+    bool shared_in_place = false;
   };
 
   // A request posted and not ended yet: its overlapped structure, waiting
@@ -130,6 +169,8 @@ class Client {
   // back, then every request not completed ends as aborted.
   void CloseAll();
   absl::StatusOr<Arena*> NewArena(size_t min_bytes);
+  // Hands a mapped arena to the daemon; its id is set on success.
+  absl::Status HandOver(Arena* arena);
   // Whether [addr, addr + len) lies inside one arena.
   bool InArenas(const void* addr, uint64_t len) const;
   // One control request/response round trip on the control rings.

@@ -166,6 +166,7 @@ void ConnectionManager::HandleArp(std::span<const uint8_t> frame) {
   }
   // Connections waiting for this neighbour go on.
   if (m.sender_ip == 0) return;
+  std::vector<Connection*> queue_pairs;
   connections_->ForEach([&](Connection* c) {
     if (c->remote && c->cm == CmState::kResolving &&
         c->peer_ip == m.sender_ip) {
@@ -173,8 +174,12 @@ void ConnectionManager::HandleArp(std::span<const uint8_t> frame) {
       c->cm = CmState::kReqSent;
       c->cm_tries = 0;
       SendReq(c);
+    } else if (c->cm == CmState::kQpResolving && c->peer_ip == m.sender_ip) {
+      c->peer_mac = m.sender_mac;
+      queue_pairs.push_back(c);
     }
   });
+  for (Connection* c : queue_pairs) AnswerQueuePair(c, shm::kStatusOk, "");
 }
 
 void ConnectionManager::SendArpRequest(uint32_t ip) {
@@ -302,6 +307,40 @@ std::optional<ControlResponse> ConnectionManager::Connect(
     SendArpRequest(c->peer_ip);
   }
   return std::nullopt;
+}
+
+std::optional<ControlResponse> ConnectionManager::StartQueuePair(
+    Session* s, Connection* c, uint64_t request_id) {
+  if (auto it = neighbors_.find(c->peer_ip); it != neighbors_.end()) {
+    c->peer_mac = it->second;
+    connections_->StartRemote(c);
+    return Reply(shm::kStatusOk);
+  }
+  c->cm = CmState::kQpResolving;
+  c->cm_deadline_ns = NowNs() + kArpIntervalNs;
+  c->cm_tries = 1;
+  c->waiting = s;
+  c->waiting_request = request_id;
+  SendArpRequest(c->peer_ip);
+  return std::nullopt;
+}
+
+// Answers the RTR of a queue pair that waited for ARP.
+void ConnectionManager::AnswerQueuePair(Connection* c, int32_t status,
+                                        const std::string& text) {
+  c->cm = CmState::kNone;
+  Session* s = c->waiting;
+  c->waiting = nullptr;
+  if (status == shm::kStatusOk) {
+    connections_->StartRemote(c);
+  } else {
+    c->rtr = false;  // as before the RTR it asked for
+  }
+  if (s == nullptr) return;
+  ControlResponse resp = Reply(status, text);
+  resp.request_id = c->waiting_request;
+  resp.connection = c->slot[0];
+  s->Answer(resp);
 }
 
 void ConnectionManager::SendReq(Connection* c) {
@@ -651,6 +690,17 @@ void ConnectionManager::Tick() {
         if (c->cm_tries >= kArpTries) {
           c->cm = CmState::kNone;
           AnswerConnect(
+              c, shm::kStatusTimeout,
+              absl::StrCat("no ARP answer from ", IpText(c->peer_ip)));
+          break;
+        }
+        ++c->cm_tries;
+        c->cm_deadline_ns = now + kArpIntervalNs;
+        SendArpRequest(c->peer_ip);
+        break;
+      case CmState::kQpResolving:
+        if (c->cm_tries >= kArpTries) {
+          AnswerQueuePair(
               c, shm::kStatusTimeout,
               absl::StrCat("no ARP answer from ", IpText(c->peer_ip)));
           break;

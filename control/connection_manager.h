@@ -58,6 +58,12 @@ class ConnectionManager : public PeerLink {
   // (Session::Answer with `request_id`).
   std::optional<shm::ControlResponse> Connect(Session* s,
                                               const shm::ControlRequest& r);
+  // A queue pair connected out of band moves to RTR (its peer set by
+  // ConnectionTable::SetQueuePairPeer): it starts once the peer's MAC is
+  // known. Answered now, or, nullopt, once ARP answers or gives up
+  // (kStatusTimeout; the queue pair stays as it was before RTR).
+  std::optional<shm::ControlResponse> StartQueuePair(Session* s, Connection* c,
+                                                     uint64_t request_id);
   // Everything the engine passed up: ARP, CM, broken connections.
   void DrainControlFrames();
   // Retransmissions and time-outs.
@@ -108,6 +114,7 @@ class ConnectionManager : public PeerLink {
   // Answers a Connect the client still waits for; on failure the slot is
   // released and the connection forgotten (c is then gone).
   void AnswerConnect(Connection* c, int32_t status, const std::string& text);
+  void AnswerQueuePair(Connection* c, int32_t status, const std::string& text);
   Connection* FindByCommId(uint32_t comm_id);
   uint64_t NowNs() const { return port_engine_->clock()->NowNs(); }
   uint32_t NextCommId() {

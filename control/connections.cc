@@ -113,6 +113,7 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
     Session* s, uint32_t slot, const Connection* c, int side) {
   engine::EndpointInfo info;
   info.connection_id = ScopeOf(c->id, side);
+  info.registration_scope = c->out_of_band ? c->pd_scope : info.connection_id;
   info.session_id = s->id;
   info.header = s->header;
   info.slot = slot;
@@ -145,6 +146,10 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   qp.ack_req_every = 32;
   qp.retransmit_timeout_ns = c->remote ? options_.remote_retransmit_timeout_ns
                                        : options_.retransmit_timeout_ns;
+  if (c->retransmit_timeout_ns != 0) {
+    qp.retransmit_timeout_ns = c->retransmit_timeout_ns;
+  }
+  qp.retry_count = c->retry_count;
   // retry_count, READ depths: QpConfig's defaults, which the CM's REQ and
   // REP announce.
   info.qp = qp;
@@ -290,6 +295,90 @@ ControlResponse ConnectionTable::Accept(Session* s, const ControlRequest& r) {
   c->running = true;
   ++running_;
   return resp;
+}
+
+// --- Queue pairs connected out of band
+// ---------------------------------------------
+
+ControlResponse ConnectionTable::CreateQueuePair(Session* s,
+                                                 uint32_t pd_scope) {
+  const int slot = s->FreeSlot();
+  if (slot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  ControlResponse refusal;
+  std::optional<UserAccounts::Charge> charge = ChargeEnd(*s, &refusal);
+  if (!charge) return refusal;
+  Connection* c = Create();
+  c->charge[0] = std::move(*charge);
+  c->remote = true;
+  c->out_of_band = true;
+  c->pd_scope = pd_scope;
+  c->side[0] = s;
+  c->slot[0] = static_cast<uint32_t>(slot);
+  c->slot[1] = shm::kMaxConnections;
+  c->open[0] = true;
+  c->pmtu = options_.path_mtu;
+  s->connections[slot] = c;
+  s->ResetSlot(static_cast<uint32_t>(slot));
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.connection = static_cast<uint32_t>(slot);
+  resp.key = c->qpn[0];
+  return resp;
+}
+
+Connection* ConnectionTable::QueuePair(const Session& s, uint32_t slot) const {
+  if (slot >= shm::kMaxConnections) return nullptr;
+  Connection* c = s.connections[slot];
+  return c != nullptr && c->out_of_band ? c : nullptr;
+}
+
+ControlResponse ConnectionTable::SetQueuePairPeer(Connection* c,
+                                                  const shm::QpPeer& p) {
+  if (c->rtr || c->running) {
+    return Reply(shm::kStatusInvalid, "the queue pair is past RTR already");
+  }
+  if (p.peer_qpn < 2 || p.peer_qpn > wire::Psn::kMask ||
+      p.rq_psn > wire::Psn::kMask) {
+    return Reply(shm::kStatusInvalid,
+                 "the peer's QPN and PSN are 24 bits (QPN 2 or more)");
+  }
+  if (p.path_mtu != 256 && p.path_mtu != 512 && p.path_mtu != 1024 &&
+      p.path_mtu != 2048 && p.path_mtu != 4096) {
+    return Reply(shm::kStatusInvalid, "path MTU must be 256 .. 4096 bytes");
+  }
+  if (p.path_mtu > options_.path_mtu) {
+    return Reply(shm::kStatusInvalid,
+                 absl::StrCat("path MTU ", p.path_mtu, " is above the port's ",
+                              options_.path_mtu));
+  }
+  if (p.retry_count > 7 || p.timeout > 31) {
+    return Reply(shm::kStatusInvalid, "retry count 0..7, timeout code 0..31");
+  }
+  if (p.peer_ip == 0 || p.peer_ip == port_ip_) {
+    return Reply(shm::kStatusInvalid,
+                 "the peer must be another daemon's IPv4 address");
+  }
+  c->peer_ip = p.peer_ip;
+  c->qpn[1] = p.peer_qpn;
+  c->psn[1] = p.rq_psn;
+  c->pmtu = p.path_mtu;
+  const rc::QpConfig defaults;
+  c->reads_out = std::clamp<uint32_t>(p.max_rd_atomic, 1,
+                                      defaults.max_rd_atomic);
+  c->reads_in = std::min<uint32_t>(p.max_dest_rd_atomic,
+                                   defaults.max_dest_rd_atomic);
+  c->retry_count = p.retry_count;
+  // 4.096 us * 2^timeout, as the IBA defines the local ACK timeout.
+  c->retransmit_timeout_ns =
+      p.timeout == 0 ? 0 : static_cast<uint64_t>(4096) << p.timeout;
+  c->rtr = true;
+  return Reply(shm::kStatusOk);
+}
+
+void ConnectionTable::SetSendPsn(Connection* c, uint32_t psn) {
+  psn &= wire::Psn::kMask;
+  if (c->psn[0] == psn) return;
+  c->psn[0] = psn;
+  if (c->running) engines_[c->engine]->SetSendPsn(c->endpoint[0].get(), psn);
 }
 
 // --- Connections to other daemons

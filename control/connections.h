@@ -11,7 +11,11 @@
 // (Connect, then Accept). Connections to another daemon are negotiated by
 // the connection manager (connection_manager.h), which creates them here,
 // starts them once the peer answered, and is told through PeerLink when
-// our end accepts, closes or refuses one.
+// our end accepts, closes or refuses one. Queue pairs of the verbs front
+// end are connected out of band: the application creates one here
+// (CreateQueuePair: our QPN), learns its peer's QPN, PSN and address
+// itself, and moves it to RTR (SetQueuePairPeer; the connection manager
+// resolves the peer's MAC and starts it) and RTS (SetSendPsn).
 //
 // Thread-compatible: the control thread only. Engines own an endpoint from
 // Engine::AddPair/AddRemote until Engine::RemovePair returns.
@@ -50,6 +54,7 @@ enum class CmState : uint8_t {
   kPassivePending,  // passive: REQ queued for the listener's accept
   kRepSent,         // passive: accepted, REP sent, no RTU yet
   kEstablished,
+  kQpResolving,     // a queue pair moving to RTR: waiting for ARP
 };
 
 struct Connection {
@@ -70,6 +75,13 @@ struct Connection {
   uint32_t qpn[2] = {0, 0};
   uint32_t psn[2] = {0, 0};
   std::string service;
+
+  // --- Queue pairs connected out of band (verbs) --------------------------
+  bool out_of_band = false;
+  uint32_t pd_scope = 0;  // the protection domain peers reach through it
+  bool rtr = false;       // moved to RTR: its peer is set
+  uint32_t retry_count = rc::QpConfig{}.retry_count;
+  uint64_t retransmit_timeout_ns = 0;  // 0: the daemon's
 
   // --- Connections to another daemon -------------------------------------
   bool remote = false;
@@ -164,6 +176,20 @@ class ConnectionTable {
                                             uint32_t slot) const;
   std::optional<uint32_t> DeregistrationScope(const Session& s,
                                               uint32_t slot) const;
+
+  // --- Queue pairs connected out of band (verbs) --------------------------
+  // kOpCreateQp: a queue pair in a free slot of `s`, in the protection
+  // domain `pd_scope`, charged like a connection end; answers the slot and
+  // our QPN. Not served until SetQueuePairPeer and StartRemote.
+  shm::ControlResponse CreateQueuePair(Session* s, uint32_t pd_scope);
+  // The queue pair in `slot` of `s`, or null.
+  Connection* QueuePair(const Session& s, uint32_t slot) const;
+  // kQpToRtr: checks and takes the peer's QPN, first PSN, path MTU (at most
+  // ours), READ depths and retry settings. Refused (and nothing changed)
+  // once the queue pair is at RTR.
+  shm::ControlResponse SetQueuePairPeer(Connection* c, const shm::QpPeer& p);
+  // kQpToRts: our requester's first PSN.
+  void SetSendPsn(Connection* c, uint32_t psn);
 
   // --- Connections to other daemons (the connection manager) --------------
   // A new connection with its id, our QPN and first PSN; the caller fills

@@ -244,10 +244,31 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
       return memory_.DeregisterLocal(*s, req);
     case shm::kOpRegisterRdma:
       return memory_.RegisterRdma(
-          *s, connections_->RegistrationScope(*s, req.connection), req);
+          *s,
+          req.connection == shm::kPdScopeSlot
+              ? memory_.PdScope(*s, req.key)
+              : connections_->RegistrationScope(*s, req.connection),
+          req);
     case shm::kOpDeregisterRdma:
       return memory_.DeregisterRdma(
-          *s, connections_->DeregistrationScope(*s, req.connection), req);
+          *s,
+          req.connection == shm::kPdScopeSlot
+              ? memory_.PdScope(*s, req.key)
+              : connections_->DeregistrationScope(*s, req.connection),
+          req);
+    case shm::kOpAllocPd:
+      return memory_.AllocPd(*s);
+    case shm::kOpDeallocPd:
+      return memory_.DeallocPd(*s, req);
+    case shm::kOpCreateQp: {
+      const std::optional<uint32_t> pd = memory_.PdScope(*s, req.key);
+      if (!pd) return Reply(shm::kStatusInvalid, "not a protection domain");
+      return connections_->CreateQueuePair(s, *pd);
+    }
+    case shm::kOpModifyQp:
+      return ModifyQueuePair(s, req);
+    case shm::kOpQueryDevice:
+      return QueryDevice();
     case shm::kOpListen:
       return connections_->Listen(s, req);
     case shm::kOpUnlisten:
@@ -270,6 +291,55 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
   }
   counters_.Count(&ControlCounters::bad_requests);
   return Reply(shm::kStatusInvalid, "unknown control operation");
+}
+
+std::optional<ControlResponse> Daemon::ModifyQueuePair(
+    Session* s, const ControlRequest& req) {
+  Connection* c = connections_->QueuePair(*s, req.connection);
+  if (c == nullptr) return Reply(shm::kStatusInvalid, "not a queue pair");
+  shm::QpPeer peer;
+  std::memcpy(&peer, req.descriptor, sizeof(peer));
+  switch (req.flags) {
+    case shm::kQpToRtr: {
+      if (cm_ == nullptr) {
+        return Reply(shm::kStatusNetDown,
+                     "this daemon has no data port (--port) to reach peers");
+      }
+      ControlResponse resp = connections_->SetQueuePairPeer(c, peer);
+      if (resp.status != shm::kStatusOk) return resp;
+      return cm_->StartQueuePair(s, c, req.request_id);
+    }
+    case shm::kQpToRts:
+      if (!c->rtr || c->cm == CmState::kQpResolving) {
+        return Reply(shm::kStatusInvalid, "the queue pair is not at RTR");
+      }
+      if (peer.sq_psn > wire::Psn::kMask) {
+        return Reply(shm::kStatusInvalid, "PSNs are 24 bits");
+      }
+      connections_->SetSendPsn(c, peer.sq_psn);
+      return Reply(shm::kStatusOk);
+  }
+  return Reply(shm::kStatusInvalid, "unknown queue pair transition");
+}
+
+ControlResponse Daemon::QueryDevice() const {
+  shm::DeviceInfo d{};
+  if (port_ != nullptr) {
+    d.ip = options_.port.ip;
+    std::memcpy(d.mac, port_mac_.bytes.data(), sizeof(d.mac));
+  }
+  d.path_mtu = static_cast<uint16_t>(connections_->options().path_mtu);
+  d.max_qps = std::min(shm::kMaxConnections,
+                       connections_->options().max_connections);
+  d.max_mrs = options_.max_registrations_per_session;
+  d.max_qp_wr = shm::kSendRingEntries;
+  d.max_cqe = shm::kCompletionRingEntries;
+  d.max_sge = shm::kMaxSge;
+  d.max_rd_atomic = static_cast<uint8_t>(rc::QpConfig{}.max_rd_atomic);
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.descriptor_length = sizeof(d);
+  std::memcpy(resp.descriptor, &d, sizeof(d));
+  return resp;
 }
 
 // --- The data port

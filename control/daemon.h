@@ -153,6 +153,11 @@ class Daemon {
   // The answer to one request, or nullopt when it comes later.
   std::optional<shm::ControlResponse> Handle(Session* s,
                                              const shm::ControlRequest& req);
+  // kOpModifyQp: a verbs queue pair moves to RTR or RTS.
+  std::optional<shm::ControlResponse> ModifyQueuePair(
+      Session* s, const shm::ControlRequest& req);
+  // kOpQueryDevice: what the verbs front end reports as its device.
+  shm::ControlResponse QueryDevice() const;
   // A session is ending: its connections, listeners and registrations go.
   void SessionClosing(Session* s);
   void UpdateGauges();

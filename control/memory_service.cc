@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -185,6 +186,48 @@ ControlResponse MemoryService::DeregisterRdma(const Session& s,
   }
   return ReleaseReply(cache_.Deregister(s.id, *scope, d.rkey),
                       "not a registered RDMA buffer");
+}
+
+ControlResponse MemoryService::AllocPd(const Session& s) {
+  // A session holds at most as many domains as registrations.
+  uint32_t held = 0;
+  for (const auto& [pd, owner] : pds_) held += owner == s.id ? 1 : 0;
+  if (held >= max_per_session_) {
+    return Reply(shm::kStatusLimit,
+                 absl::StrCat("--max_registrations_per_session reached: ",
+                              max_per_session_, " protection domains"));
+  }
+  uint32_t pd = 0;
+  do {  // the next free domain number (wraps after 2^31 - 1)
+    pd = kPdScopeBit | next_pd_;
+    next_pd_ = next_pd_ >= 0x7FFFFFFEu ? 1 : next_pd_ + 1;
+  } while (pds_.count(pd) != 0);
+  pds_[pd] = s.id;
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.key = pd;
+  return resp;
+}
+
+ControlResponse MemoryService::DeallocPd(const Session& s,
+                                         const ControlRequest& r) {
+  if (!PdScope(s, r.key)) {
+    return Reply(shm::kStatusInvalid, "not a protection domain of yours");
+  }
+  pds_.erase(r.key);
+  cache_.DropConnection(r.key);
+  return Reply(shm::kStatusOk);
+}
+
+std::optional<uint32_t> MemoryService::PdScope(const Session& s,
+                                               uint32_t pd) const {
+  auto it = pds_.find(pd);
+  if (it == pds_.end() || it->second != s.id) return std::nullopt;
+  return pd;
+}
+
+void MemoryService::DropOwner(uint32_t session_id) {
+  cache_.DropOwner(session_id);
+  std::erase_if(pds_, [&](const auto& p) { return p.second == session_id; });
 }
 
 void MemoryService::AppendStatus(DaemonStatus* st) const {

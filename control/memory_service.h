@@ -4,14 +4,17 @@
 // to the engines.
 //
 // A registration belongs to one session (its owner) and, for RDMA buffers,
-// to one connection scope: one end of one connection (ScopeOf). Only
-// requests arriving at that end may use it.
+// to one scope: one end of one connection (ScopeOf), or, for the verbs
+// front end, one protection domain of the session (PdScope), which every
+// queue pair of the domain serves. Only requests arriving at that end, or at
+// a queue pair of that domain, may use it.
 //
 // Thread-compatible: the control thread only.
 #ifndef RDMAPLANE_CONTROL_MEMORY_SERVICE_H_
 #define RDMAPLANE_CONTROL_MEMORY_SERVICE_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 
 #include "api/shm/layout.h"
@@ -29,6 +32,12 @@ inline uint32_t ScopeOf(uint32_t connection_id, int side) {
   return connection_id * 2 + static_cast<uint32_t>(side);
 }
 inline uint32_t ConnectionOfScope(uint32_t scope) { return scope / 2; }
+// Protection domains take the scopes with the top bit set (connection scopes
+// stay below 2^31 for the life of a daemon: ids are 31-bit).
+inline constexpr uint32_t kPdScopeBit = 0x80000000u;
+inline bool IsPdScope(uint32_t scope) {
+  return (scope & kPdScopeBit) != 0 && scope != mr::kAnyConnection;
+}
 
 class MemoryService {
  public:
@@ -51,9 +60,19 @@ class MemoryService {
                                       std::optional<uint32_t> scope,
                                       const shm::ControlRequest& r);
 
+  // Protection domains (kOpAllocPd / kOpDeallocPd): the answer's key is the
+  // domain, which is also its registration scope. Deallocating one makes
+  // what was registered in it unreachable.
+  shm::ControlResponse AllocPd(const Session& s);
+  shm::ControlResponse DeallocPd(const Session& s,
+                                 const shm::ControlRequest& r);
+  // The scope of protection domain `pd` when `s` holds it.
+  std::optional<uint32_t> PdScope(const Session& s, uint32_t pd) const;
+  size_t pd_count() const { return pds_.size(); }
+
   // Everything a session registered, or registered for one connection end,
-  // becomes unreachable at once.
-  void DropOwner(uint32_t session_id) { cache_.DropOwner(session_id); }
+  // becomes unreachable at once (a session's protection domains go too).
+  void DropOwner(uint32_t session_id);
   void DropScope(uint32_t scope) { cache_.DropConnection(scope); }
 
   size_t size() const { return cache_.size(); }
@@ -71,6 +90,8 @@ class MemoryService {
 
   mr::RegistrationTable* table_;
   RegistrationCache cache_;
+  std::map<uint32_t, uint32_t> pds_;  // protection domain -> its session
+  uint32_t next_pd_ = 1;
   uint32_t max_per_session_;
   UserAccounts* accounts_;
 };

@@ -24,6 +24,10 @@ PACKAGES=(
   dpdk
   libibverbs-dev
   libisal-dev
+  # Verbs front end: perftest and ibverbs-utils (ibv_devinfo, ibv_rc_pingpong)
+  # run unmodified over rdmaplane in tests/verbs.
+  perftest
+  ibverbs-utils
   # Tests and micro-benchmarks.
   libgtest-dev
   libgmock-dev

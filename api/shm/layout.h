@@ -138,7 +138,55 @@ enum ControlOp : uint32_t {
   kOpAccept = 7,            // take the next connection to a listened service
   kOpDisconnect = 8,
   kOpUnlisten = 9,
+  // Verbs (api/verbs): protection domains, queue pairs connected out of
+  // band, and what the device offers.
+  kOpAllocPd = 10,       // key: the new protection domain
+  kOpDeallocPd = 11,     // key: the protection domain
+  kOpCreateQp = 12,      // key: its protection domain; answers slot and QPN
+  kOpModifyQp = 13,      // connection: slot; flags: QpTransition; QpPeer
+  kOpQueryDevice = 14,   // answers a DeviceInfo in the descriptor
 };
+
+// kOpRegisterRdma / kOpDeregisterRdma with this connection value scope the
+// registration to the protection domain in `key` instead of one connection:
+// every queue pair created in that domain may reach it.
+inline constexpr uint32_t kPdScopeSlot = 0xFFFFFFFF;
+
+// kOpModifyQp's moves, as the verbs state machine names them.
+enum QpTransition : uint32_t {
+  kQpToRtr = 1,  // connect to the peer (QpPeer), serve it as responder
+  kQpToRts = 2,  // the requester starts at QpPeer::sq_psn
+};
+
+// kOpModifyQp's arguments, in ControlRequest::descriptor.
+struct QpPeer {
+  uint32_t peer_ip;    // IPv4 of the peer's daemon (host order)
+  uint32_t peer_qpn;
+  uint32_t rq_psn;     // first PSN the peer sends (kQpToRtr)
+  uint32_t sq_psn;     // our first PSN (kQpToRts)
+  uint32_t path_mtu;   // bytes: 256 .. 4096
+  uint8_t max_rd_atomic;       // READs we keep outstanding at the peer
+  uint8_t max_dest_rd_atomic;  // READs the peer may keep outstanding here
+  uint8_t retry_count;         // 0 .. 7
+  uint8_t timeout;             // IBA local ACK timeout code; 0: ours
+  uint8_t reserved[8];
+};
+static_assert(sizeof(QpPeer) == kDescriptorBytes);
+
+// kOpQueryDevice's answer, in ControlResponse::descriptor.
+struct DeviceInfo {
+  uint32_t ip;  // the data port's IPv4 (host order); 0: no data port
+  uint8_t mac[6];
+  uint16_t path_mtu;  // bytes
+  uint32_t max_qps;   // queue pairs one session may hold
+  uint32_t max_mrs;   // registrations one session may hold
+  uint32_t max_qp_wr;  // send ring entries
+  uint32_t max_cqe;    // completion ring entries
+  uint8_t max_sge;
+  uint8_t max_rd_atomic;
+  uint8_t reserved[2];
+};
+static_assert(sizeof(DeviceInfo) == kDescriptorBytes);
 
 // Access flags for registrations (the seed's MEM_READ / MEM_WRITE).
 inline constexpr uint32_t kAccessRead = 1u << 0;

@@ -183,7 +183,7 @@ rc::ResolvedMemory Endpoint::Resolve(wire::Qpn, wire::Rkey rkey, uint64_t va,
                           ? mr::kAccessRemoteRead
                           : mr::kAccessRemoteWrite;
   const mr::AccessResult r = mr::ResolveRemote(
-      *table_, rkey.value(), info_.connection_id, bit, va, len);
+      *table_, rkey.value(), info_.registration_scope, bit, va, len);
   // Pinned until the responder releases it, so that deregistration of a
   // buffer a transfer is using fails as "in use".
   if (r.check == mr::AccessCheck::kOk && !table_->BeginUse(rkey.value())) {

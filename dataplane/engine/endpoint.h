@@ -117,7 +117,10 @@ struct WakeRoute {
 };
 
 struct EndpointInfo {
-  uint32_t connection_id = 0;  // registration scope
+  uint32_t connection_id = 0;  // the connection end (shm scope), for errors
+  // Scope of the registrations peers may reach through this endpoint: the
+  // connection end's, or a verbs protection domain's.
+  uint32_t registration_scope = 0;
   uint32_t session_id = 0;     // owner, for local keys
   shm::SessionHeader* header = nullptr;
   uint32_t slot = 0;          // connection slot in the session
@@ -175,6 +178,9 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   void PublishState(shm::ConnectionState state);
 
   void Wire(Endpoint* peer);
+  // The requester's first PSN (rc::RcQp::SetSendPsn); the engine thread
+  // while it serves the endpoint.
+  bool SetSendPsn(wire::Psn psn) { return qp_->SetSendPsn(psn); }
   // A port endpoint learns its peer's QP, first PSN and MAC from the
   // connection manager; before the engine serves it (control thread).
   void SetPeer(wire::Qpn remote_qpn, wire::Psn recv_psn,

@@ -117,6 +117,7 @@ class EndpointTest : public ::testing::Test {
                                  uint32_t qpn, uint32_t peer_qpn) {
     EndpointInfo info;
     info.connection_id = scope;
+    info.registration_scope = scope;
     info.session_id = session;
     info.header = r.header;
     info.slot = 0;
@@ -344,6 +345,7 @@ class PortEndpointTest : public EndpointTest {
   PortEndpointTest() {
     EndpointInfo info;
     info.connection_id = kPortScope;
+    info.registration_scope = kPortScope;
     info.session_id = kRequester;
     info.header = port_region_.header;
     info.slot = 0;

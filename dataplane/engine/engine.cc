@@ -257,6 +257,11 @@ void Engine::AddRemote(Endpoint* e) {
           CloseReason::kClosedByClient, nullptr});
 }
 
+void Engine::SetSendPsn(Endpoint* e, uint32_t psn) {
+  Submit({CommandType::kSetSendPsn, e, nullptr, CloseReason::kClosedByClient,
+          CloseReason::kClosedByClient, nullptr, psn});
+}
+
 void Engine::AddPair(Endpoint* a, Endpoint* b) {
   Submit({CommandType::kAddPair, a, b, CloseReason::kClosedByClient,
           CloseReason::kClosedByClient, nullptr});
@@ -290,6 +295,8 @@ void Engine::ApplyCommands() {
         by_qpn_[c.a->info().qp.local_qpn.value()] = c.a;
         Watch(c.a->info().wake);
       }
+    } else if (c.type == CommandType::kSetSendPsn) {
+      c.a->SetSendPsn(wire::Psn(c.psn));
     } else {
       c.a->Close(c.reason);
       if (c.b != nullptr) c.b->Close(c.peer_reason);

@@ -130,6 +130,9 @@ class Engine {
   // Starts serving `e`, whose peer is in another daemon: frames for its
   // local QPN are handed to it. Remove it with RemovePair (no peer).
   void AddRemote(Endpoint* e);
+  // Sets the first PSN of a served endpoint's requester (nothing posted
+  // yet; see Endpoint::SetSendPsn).
+  void SetSendPsn(Endpoint* e, uint32_t psn);
 
   // Control plane: queue a frame for transmission on the port (false when
   // the ring is full), and take frames and events the engine passed up.
@@ -154,7 +157,12 @@ class Engine {
   const rc::Clock* clock() const { return &clock_; }
 
  private:
-  enum class CommandType : uint8_t { kAddPair, kAddRemote, kRemovePair };
+  enum class CommandType : uint8_t {
+    kAddPair,
+    kAddRemote,
+    kRemovePair,
+    kSetSendPsn
+  };
   struct Command {
     CommandType type;
     Endpoint* a;
@@ -162,6 +170,7 @@ class Engine {
     CloseReason reason;
     CloseReason peer_reason;
     std::atomic<bool>* done;
+    uint32_t psn = 0;  // kSetSendPsn
   };
 
   static int LaunchOnLcore(void* engine);

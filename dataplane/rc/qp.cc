@@ -85,6 +85,18 @@ RcQp::RcQp(const QpConfig& config, const Env& env)
 
 RcQp::~RcQp() = default;
 
+bool RcQp::SetSendPsn(wire::Psn psn) {
+  owner_.Check();
+  if (sq_tail_ != 0 || alloc_psn_ != config_.send_psn) return false;
+  config_.send_psn = psn;
+  next_psn_ = psn;
+  alloc_psn_ = psn;
+  sent_limit_ = psn;
+  acked_psn_ = psn - 1;
+  una_ = psn;
+  return true;
+}
+
 uint32_t RcQp::PacketsFor(uint32_t length) const {
   return length == 0 ? 1 : (length + config_.pmtu - 1) / config_.pmtu;
 }

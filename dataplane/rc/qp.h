@@ -48,6 +48,11 @@ class RcQp {
   // (ACK/NAK, read data) first, then requests. Returns the frames sent.
   uint32_t Poll(uint32_t budget);
 
+  // The requester's first PSN, set once the QP is already serving as a
+  // responder (verbs: RTR, then RTS with sq_psn). Only before anything was
+  // posted; returns false (and changes nothing) after.
+  bool SetSendPsn(wire::Psn psn);
+
   // Moves the QP to the error state: every queued work request completes
   // with kFlushed. Used when the connection is torn down.
   void Flush();
@@ -172,7 +177,7 @@ class RcQp {
   Wqe& wqe_at(uint32_t index) { return sq_[index & sq_mask_]; }
   uint32_t PacketsFor(uint32_t length) const;
 
-  const QpConfig config_;
+  QpConfig config_;  // only send_psn changes, once (SetSendPsn)
   const Env env_;
   ThreadOwner owner_;
   QpState state_ = QpState::kReadyToSend;

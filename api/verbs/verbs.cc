@@ -1,0 +1,1058 @@
+// The verbs front end: the libibverbs entry points RDMA applications call,
+// served by rdmaplaned through librdmaplane's client (api/client.h). An
+// application reaches it through LD_PRELOAD (rdmaplane-run): its ibv_*
+// calls bind here before libibverbs, and the inline verbs of
+// <infiniband/verbs.h> (ibv_post_send, ibv_poll_cq, ibv_req_notify_cq, ...)
+// go through the context's ops table, filled here. DPDK is never linked.
+//
+// One device per daemon, "rdmaplane0": the daemon at $RDMAPLANE_SOCKET or
+// the default socket. What is served and what is refused (with which
+// errno) is in docs/verbs.md.
+//
+// Memory: ibv_reg_mr moves the application's pages onto shared memory at
+// the same addresses (Client::ShareMemory), registers them for local use
+// and, with remote access, in the protection domain, whose queue pairs all
+// serve that rkey.
+//
+// Work requests: a queue pair is one of the session's connections,
+// connected out of band (RTR: the peer's address, QPN and PSN; RTS: our
+// PSN). Each send work request is one native request with its own
+// rdp_overlapped in the queue pair's slot ring; an unsignaled one is posted
+// as a silent success. Completion queues gather the completions of their
+// queue pairs as ibv_wc.
+//
+// Thread-safety: as libibverbs promises, calls may come from any thread; a
+// queue pair's posts and polls serialize on its mutex, control calls on the
+// context's.
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/client.h"
+#include "api/rdmaplane.h"
+#include "api/shm/layout.h"
+#include "api/shm/setup.h"
+#include "api/status.h"
+
+// These are macros in <infiniband/verbs.h> (over inline wrappers); the
+// exported functions carry the plain names.
+#undef ibv_get_device_list
+#undef ibv_query_port
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+namespace rdmaplane::verbs {
+namespace {
+
+// Not a vendor with a driver of its own in perftest (Mellanox's 0x02c9
+// switches it to mlx5 direct verbs).
+constexpr uint32_t kVendorId = 0x000000;
+constexpr uint32_t kVendorPartId = 0x0001;
+constexpr const char* kDeviceName = "rdmaplane0";
+// Send work requests one queue pair tracks at once (the client's ledger);
+// a slot is reused only after this many later posts.
+constexpr uint32_t kSlots = 1024;
+constexpr uint32_t kMaxInline = 256;
+
+struct Device {
+  ibv_device dev;  // first: the application holds ibv_device*
+  std::string socket;
+};
+
+struct Context {
+  ibv_context ctx;  // first
+  Device* device = nullptr;
+  std::unique_ptr<Client> client;
+  shm::DeviceInfo info{};
+  std::mutex mu;  // control calls
+};
+
+struct Pd {
+  ibv_pd pd;
+  uint32_t id = 0;  // the daemon's protection domain
+  uint32_t users = 0;  // MRs and QPs in it
+};
+
+struct Mr {
+  ibv_mr mr;
+  uint32_t local_flags = 0;
+  uint32_t remote_flags = 0;  // 0: no remote key
+};
+
+struct Qp;
+struct Channel;
+
+struct Cq {
+  ibv_cq cq;
+  Channel* channel = nullptr;
+  std::mutex mu;
+  std::deque<ibv_wc> ready;  // gathered, not yet polled
+  std::vector<Qp*> qps;      // queue pairs completing here (send side)
+  bool armed = false;
+  uint32_t events = 0;  // delivered through the channel
+};
+
+struct Channel {
+  ibv_comp_channel ch;
+  std::mutex mu;
+  std::vector<Cq*> cqs;
+};
+
+struct Slot {
+  rdp_overlapped ov;
+  uint64_t wr_id = 0;
+  ibv_wc_opcode opcode = IBV_WC_RDMA_WRITE;
+  uint32_t length = 0;
+};
+
+struct Qp {
+  ibv_qp qp;
+  Context* owner = nullptr;
+  Pd* pd = nullptr;
+  Cq* scq = nullptr;
+  std::mutex mu;  // posts and polls
+  rdp_conn conn = 0;
+  ibv_qp_cap cap{};
+  bool sig_all = false;
+  ibv_qp_attr attr{};  // what ibv_query_qp reports
+  std::unique_ptr<Slot[]> slots;
+  uint64_t posted = 0;     // send work requests posted
+  uint64_t completed = 0;  // every one before this index has completed
+  uint8_t* inline_buf = nullptr;  // kSlots x cap.max_inline_data
+  uint32_t inline_lkey = 0;
+  bool failed = false;  // a completion failed: later ones are flushed
+};
+
+Context* Ctx(ibv_context* c) { return reinterpret_cast<Context*>(c); }
+Pd* PdOf(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
+Cq* CqOf(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+Qp* QpOf(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+
+// errno for a failed control call.
+int ErrnoOf(const absl::Status& s) {
+  switch (RdpCode(s)) {
+    case RDP_ERR_INVALID:
+      return EINVAL;
+    case RDP_ERR_FAULT:
+      return EFAULT;
+    case RDP_ERR_NO_BUFFERS:
+    case RDP_ERR_LIMIT:
+      return ENOMEM;
+    case RDP_ERR_PERMISSION:
+      return EPERM;
+    case RDP_ERR_TIMEOUT:
+      return ETIMEDOUT;
+    case RDP_ERR_NET_DOWN:
+      return ENETDOWN;
+    default:
+      return EIO;
+  }
+}
+
+// Reports a failure: errno set, the library's explanation on stderr when
+// RDMAPLANE_VERBS_DEBUG is set.
+template <typename T>
+T Fail(int err, T value, const absl::Status& why = absl::OkStatus()) {
+  if (!why.ok() && std::getenv("RDMAPLANE_VERBS_DEBUG") != nullptr) {
+    std::fprintf(stderr, "rdmaplane verbs: %s\n",
+                 std::string(why.message()).c_str());
+  }
+  errno = err;
+  return value;
+}
+
+std::string SocketPath() {
+  const char* env = std::getenv("RDMAPLANE_SOCKET");
+  return env != nullptr && env[0] != '\0' ? env : shm::DefaultSocketPath();
+}
+
+uint32_t MtuBytes(ibv_mtu mtu) {
+  switch (mtu) {
+    case IBV_MTU_256:
+      return 256;
+    case IBV_MTU_512:
+      return 512;
+    case IBV_MTU_1024:
+      return 1024;
+    case IBV_MTU_2048:
+      return 2048;
+    case IBV_MTU_4096:
+      return 4096;
+  }
+  return 0;
+}
+
+ibv_mtu MtuEnum(uint32_t bytes) {
+  if (bytes >= 4096) return IBV_MTU_4096;
+  if (bytes >= 2048) return IBV_MTU_2048;
+  if (bytes >= 1024) return IBV_MTU_1024;
+  if (bytes >= 512) return IBV_MTU_512;
+  return IBV_MTU_256;
+}
+
+// The RoCEv2 GID of an IPv4 address: ::ffff:a.b.c.d.
+ibv_gid GidOf(uint32_t ip) {
+  ibv_gid g{};
+  g.raw[10] = 0xFF;
+  g.raw[11] = 0xFF;
+  const uint32_t be = htonl(ip);
+  std::memcpy(&g.raw[12], &be, 4);
+  return g;
+}
+
+bool Ipv4OfGid(const ibv_gid& g, uint32_t* ip) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0,
+                                          0, 0, 0, 0, 0xFF, 0xFF};
+  if (std::memcmp(g.raw, kPrefix, sizeof(kPrefix)) != 0) return false;
+  uint32_t be;
+  std::memcpy(&be, &g.raw[12], 4);
+  *ip = ntohl(be);
+  return *ip != 0;
+}
+
+// EUI-64 of the data port's MAC, as NICs derive their node GUID.
+uint64_t GuidOf(const shm::DeviceInfo& info) {
+  const uint8_t* m = info.mac;
+  const uint8_t eui[8] = {static_cast<uint8_t>(m[0] ^ 2), m[1], m[2], 0xFF,
+                          0xFE, m[3], m[4], m[5]};
+  uint64_t guid;
+  std::memcpy(&guid, eui, 8);
+  return guid;  // network order, as ibv_device_attr holds it
+}
+
+ibv_wc_status WcStatusOf(int status, uint8_t op) {
+  switch (status) {
+    case RDP_OK:
+      return IBV_WC_SUCCESS;
+    case RDP_ERR_FAULT:
+    case RDP_ERR_REMOTE_RESOURCES:
+      return IBV_WC_REM_ACCESS_ERR;
+    case RDP_ERR_INVALID:
+      // The daemon refused the request itself: a local key or address that
+      // the local registration does not cover.
+      return IBV_WC_LOC_PROT_ERR;
+    case RDP_ERR_CONN_ABORTED:
+    case RDP_ERR_NET_DOWN:
+      return IBV_WC_RETRY_EXC_ERR;
+    default:
+      (void)op;
+      return IBV_WC_WR_FLUSH_ERR;
+  }
+}
+
+// Moves the completions of qp's send side into its CQ's ready list.
+// Caller holds the CQ's mutex.
+void Gather(Qp* q, Cq* cq) {
+  std::lock_guard<std::mutex> lock(q->mu);
+  if (q->conn == 0) return;
+  rdp_overlapped* done[64];
+  while (true) {
+    const int n = q->owner->client->Poll(q->conn, done, 64);
+    if (n <= 0) break;
+    for (int i = 0; i < n; ++i) {
+      const uint64_t index = done[i]->context;
+      Slot& s = q->slots[index % kSlots];
+      ibv_wc wc{};
+      wc.wr_id = s.wr_id;
+      wc.opcode = s.opcode;
+      wc.qp_num = q->qp.qp_num;
+      const int status = done[i]->status;
+      wc.status = q->failed ? IBV_WC_WR_FLUSH_ERR
+                            : WcStatusOf(status, 0);
+      wc.byte_len = wc.status == IBV_WC_SUCCESS ? done[i]->bytes : 0;
+      if (wc.status != IBV_WC_SUCCESS) {
+        q->failed = true;
+        q->qp.state = IBV_QPS_ERR;
+        q->attr.qp_state = IBV_QPS_ERR;
+        q->attr.cur_qp_state = IBV_QPS_ERR;
+      }
+      q->completed = std::max(q->completed, index + 1);
+      cq->ready.push_back(wc);
+    }
+    if (n < 64) break;
+  }
+}
+
+// The queue pair goes to the error state (ibv_modify_qp to ERR): its
+// connection ends, and every send request not yet reported completes in
+// its CQ, those the daemon had finished as they finished, the rest as
+// flushed. Caller holds the context's mutex.
+void EnterError(Qp* q) {
+  std::lock_guard<std::mutex> cq_lock(q->scq->mu);
+  Gather(q, q->scq);
+  std::lock_guard<std::mutex> lock(q->mu);
+  q->failed = true;
+  if (q->conn == 0) return;
+  (void)q->owner->client->Disconnect(q->conn);
+  q->conn = 0;
+  for (uint64_t i = q->completed; i < q->posted; ++i) {
+    const Slot& s = q->slots[i % kSlots];
+    const int status = __atomic_load_n(&s.ov.status, __ATOMIC_ACQUIRE);
+    if (status == RDP_PENDING) continue;  // an unsignaled one that succeeded
+    ibv_wc wc{};
+    wc.wr_id = s.wr_id;
+    wc.opcode = s.opcode;
+    wc.qp_num = q->qp.qp_num;
+    wc.status = status == RDP_OK ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR;
+    wc.byte_len = status == RDP_OK ? s.ov.bytes : 0;
+    q->scq->ready.push_back(wc);
+  }
+  q->completed = q->posted;
+}
+
+int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
+  Cq* cq = CqOf(ibcq);
+  if (num_entries < 0) return -EINVAL;
+  std::lock_guard<std::mutex> lock(cq->mu);
+  if (cq->ready.size() < static_cast<size_t>(num_entries)) {
+    for (Qp* q : cq->qps) Gather(q, cq);
+  }
+  int n = 0;
+  while (n < num_entries && !cq->ready.empty()) {
+    wc[n++] = cq->ready.front();
+    cq->ready.pop_front();
+  }
+  return n;
+}
+
+int ReqNotifyCq(ibv_cq* ibcq, int /*solicited_only*/) {
+  Cq* cq = CqOf(ibcq);
+  if (cq->channel == nullptr) return EINVAL;
+  std::lock_guard<std::mutex> lock(cq->mu);
+  cq->armed = true;
+  return 0;
+}
+
+// Copies an inline request's data into its slot of the queue pair's
+// registered bounce buffer; the SGL becomes that one buffer.
+int StageInline(Qp* q, uint64_t index, const ibv_send_wr* wr, rdp_sge* sge) {
+  uint64_t total = 0;
+  for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+  if (total > q->cap.max_inline_data) return EINVAL;
+  uint8_t* dst = q->inline_buf + (index % kSlots) * q->cap.max_inline_data;
+  uint64_t off = 0;
+  for (int i = 0; i < wr->num_sge; ++i) {
+    std::memcpy(dst + off,
+                reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                wr->sg_list[i].length);
+    off += wr->sg_list[i].length;
+  }
+  sge->addr = dst;
+  sge->length = static_cast<uint32_t>(total);
+  sge->lkey = q->inline_lkey;
+  return 0;
+}
+
+int PostOne(Qp* q, const ibv_send_wr* wr) {
+  uint8_t op;
+  ibv_wc_opcode wc_op;
+  switch (wr->opcode) {
+    case IBV_WR_RDMA_WRITE:
+      op = shm::kSendWrite;
+      wc_op = IBV_WC_RDMA_WRITE;
+      break;
+    case IBV_WR_RDMA_READ:
+      op = shm::kSendRead;
+      wc_op = IBV_WC_RDMA_READ;
+      break;
+    default:
+      return EOPNOTSUPP;  // SEND, immediate data, atomics: docs/verbs.md
+  }
+  constexpr unsigned kKnown = IBV_SEND_SIGNALED | IBV_SEND_INLINE |
+                              IBV_SEND_FENCE | IBV_SEND_SOLICITED;
+  if ((wr->send_flags & ~kKnown) != 0) return EINVAL;
+  if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q->cap.max_send_sge) {
+    return EINVAL;
+  }
+  if (q->posted - q->completed >= q->cap.max_send_wr) return ENOMEM;
+  const uint64_t index = q->posted;
+  rdp_sge sgl[shm::kMaxSge];
+  uint32_t count = static_cast<uint32_t>(wr->num_sge);
+  if ((wr->send_flags & IBV_SEND_INLINE) != 0 && op == shm::kSendWrite) {
+    if (int err = StageInline(q, index, wr, &sgl[0]); err != 0) return err;
+    count = 1;
+  } else {
+    for (uint32_t i = 0; i < count; ++i) {
+      sgl[i].addr = reinterpret_cast<void*>(wr->sg_list[i].addr);
+      sgl[i].length = wr->sg_list[i].length;
+      sgl[i].lkey = wr->sg_list[i].lkey;
+    }
+  }
+  const bool signaled =
+      q->sig_all || (wr->send_flags & IBV_SEND_SIGNALED) != 0;
+  uint32_t flags = RDP_FLAG_DEFER;
+  if (!signaled) flags |= RDP_FLAG_SILENT_SUCCESS;
+  if ((wr->send_flags & IBV_SEND_FENCE) != 0) flags |= RDP_FLAG_READ_FENCE;
+  Slot& s = q->slots[index % kSlots];
+  s.wr_id = wr->wr_id;
+  s.opcode = wc_op;
+  s.ov.context = index;
+  const int r = q->owner->client->PostRdma(q->conn, op, sgl, count,
+                                           wr->wr.rdma.remote_addr,
+                                           wr->wr.rdma.rkey, flags, &s.ov);
+  if (r != RDP_PENDING) {
+    return r == RDP_ERR_NO_BUFFERS ? ENOMEM : r == RDP_ERR_INVALID ? EINVAL
+                                                                   : EIO;
+  }
+  ++q->posted;
+  return 0;
+}
+
+int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  Qp* q = QpOf(ibqp);
+  std::lock_guard<std::mutex> lock(q->mu);
+  int err = 0;
+  if (q->qp.state != IBV_QPS_RTS) {
+    err = EINVAL;
+    *bad_wr = wr;
+  } else {
+    for (; wr != nullptr; wr = wr->next) {
+      if ((err = PostOne(q, wr)) != 0) {
+        *bad_wr = wr;
+        break;
+      }
+    }
+  }
+  // What was posted before a failure goes out all the same.
+  q->owner->client->Flush(q->conn);
+  return err;
+}
+
+int PostRecv(ibv_qp*, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  *bad_wr = wr;
+  return EOPNOTSUPP;  // two-sided SEND/RECV: docs/verbs.md
+}
+
+int PostSrqRecv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  *bad_wr = wr;
+  return EOPNOTSUPP;
+}
+
+ibv_mw* AllocMw(ibv_pd*, ibv_mw_type) {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+
+int BindMw(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
+int DeallocMw(ibv_mw*) { return EOPNOTSUPP; }
+
+Device* TheDevice() {
+  static Device* device = [] {
+    auto* d = new Device();
+    d->dev.node_type = IBV_NODE_CA;
+    d->dev.transport_type = IBV_TRANSPORT_IB;
+    std::snprintf(d->dev.name, sizeof(d->dev.name), "%s", kDeviceName);
+    std::snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "%s", "uverbs0");
+    d->socket = SocketPath();
+    std::snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "%s",
+                  d->socket.c_str());
+    std::snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "%s",
+                  d->socket.c_str());
+    return d;
+  }();
+  return device;
+}
+
+}  // namespace
+}  // namespace rdmaplane::verbs
+
+using namespace rdmaplane;         // NOLINT
+using namespace rdmaplane::verbs;  // NOLINT
+
+extern "C" {
+
+// --- Devices -------------------------------------------------------------
+
+ibv_device** ibv_get_device_list(int* num_devices) {
+  Device* d = TheDevice();
+  struct stat st;
+  const bool present = stat(d->socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+  auto** list = static_cast<ibv_device**>(calloc(2, sizeof(ibv_device*)));
+  if (list == nullptr) return Fail<ibv_device**>(ENOMEM, nullptr);
+  int n = 0;
+  if (present) list[n++] = &d->dev;
+  if (num_devices != nullptr) *num_devices = n;
+  return list;
+}
+
+void ibv_free_device_list(ibv_device** list) { free(list); }
+
+const char* ibv_get_device_name(ibv_device* device) {
+  return device == nullptr ? nullptr : device->name;
+}
+
+__be64 ibv_get_device_guid(ibv_device* device) {
+  // The GUID comes from the daemon's MAC: ask it.
+  ibv_context* ctx = ibv_open_device(device);
+  if (ctx == nullptr) return 0;
+  const uint64_t guid = GuidOf(Ctx(ctx)->info);
+  ibv_close_device(ctx);
+  return guid;
+}
+
+ibv_context* ibv_open_device(ibv_device* device) {
+  if (device != &TheDevice()->dev) return Fail<ibv_context*>(ENODEV, nullptr);
+  ClientOptions options;
+  options.socket_path = TheDevice()->socket;
+  auto client = Client::Open(options);
+  if (!client.ok()) {
+    return Fail<ibv_context*>(ErrnoOf(client.status()), nullptr,
+                              client.status());
+  }
+  auto info = (*client)->QueryDevice();
+  if (!info.ok()) {
+    return Fail<ibv_context*>(ErrnoOf(info.status()), nullptr, info.status());
+  }
+  auto* c = new Context();
+  c->device = TheDevice();
+  c->client = std::move(*client);
+  c->info = *info;
+  c->ctx.device = device;
+  c->ctx.cmd_fd = -1;
+  c->ctx.async_fd = -1;
+  c->ctx.num_comp_vectors = 1;
+  pthread_mutex_init(&c->ctx.mutex, nullptr);
+  c->ctx.abi_compat = nullptr;  // a plain context: inline verbs use ops
+  ibv_context_ops& ops = c->ctx.ops;
+  ops.poll_cq = PollCq;
+  ops.req_notify_cq = ReqNotifyCq;
+  ops.post_send = PostSend;
+  ops.post_recv = PostRecv;
+  ops.post_srq_recv = PostSrqRecv;
+  ops.alloc_mw = AllocMw;
+  ops.bind_mw = BindMw;
+  ops.dealloc_mw = DeallocMw;
+  return &c->ctx;
+}
+
+int ibv_close_device(ibv_context* context) {
+  Context* c = Ctx(context);
+  pthread_mutex_destroy(&c->ctx.mutex);
+  delete c;  // the session ends: the daemon lets go of everything in it
+  return 0;
+}
+
+int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
+  const shm::DeviceInfo& info = Ctx(context)->info;
+  std::memset(a, 0, sizeof(*a));
+  std::snprintf(a->fw_ver, sizeof(a->fw_ver), "rdmaplane 1.0");
+  a->node_guid = GuidOf(info);
+  a->sys_image_guid = a->node_guid;
+  a->max_mr_size = 1ull << 31;
+  a->page_size_cap = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  a->vendor_id = kVendorId;
+  a->vendor_part_id = kVendorPartId;
+  a->hw_ver = 1;
+  a->max_qp = static_cast<int>(info.max_qps);
+  a->max_qp_wr = static_cast<int>(info.max_qp_wr);
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
+  a->max_sge = info.max_sge;
+  a->max_sge_rd = info.max_sge;
+  a->max_cq = static_cast<int>(info.max_qps);
+  a->max_cqe = static_cast<int>(info.max_cqe * info.max_qps);
+  a->max_mr = static_cast<int>(info.max_mrs);
+  a->max_pd = static_cast<int>(info.max_mrs);
+  a->max_qp_rd_atom = info.max_rd_atomic;
+  a->max_res_rd_atom = info.max_rd_atomic * static_cast<int>(info.max_qps);
+  a->max_qp_init_rd_atom = info.max_rd_atomic;
+  a->atomic_cap = IBV_ATOMIC_NONE;
+  a->max_pkeys = 1;
+  a->local_ca_ack_delay = 15;
+  a->phys_port_cnt = 1;
+  return 0;
+}
+
+int ibv_query_port(ibv_context* context, uint8_t port_num,
+                   struct _compat_ibv_port_attr* compat) {
+  if (port_num != 1) return EINVAL;
+  const shm::DeviceInfo& info = Ctx(context)->info;
+  // The caller passes a whole ibv_port_attr, cleared (verbs.h's inline
+  // ibv_query_port for a context without extended ops).
+  auto* a = reinterpret_cast<ibv_port_attr*>(compat);
+  a->state = info.ip != 0 ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  a->max_mtu = IBV_MTU_4096;
+  a->active_mtu = MtuEnum(info.path_mtu);
+  a->gid_tbl_len = 1;
+  a->port_cap_flags = 0;
+  a->max_msg_sz = 1u << 31;
+  a->pkey_tbl_len = 1;
+  a->lid = 0;
+  a->lmc = 0;
+  a->max_vl_num = 1;
+  a->active_width = 1;  // 1X
+  a->active_speed = 32;  // EDR: 25 Gb/s per lane
+  a->phys_state = info.ip != 0 ? 5 : 3;  // LinkUp / Disabled
+  a->link_layer = IBV_LINK_LAYER_ETHERNET;
+  return 0;
+}
+
+int ibv_query_gid(ibv_context* context, uint8_t port_num, int index,
+                  ibv_gid* gid) {
+  if (port_num != 1 || index != 0) return -1;
+  *gid = GidOf(Ctx(context)->info.ip);
+  return 0;
+}
+
+int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num,
+                      uint32_t gid_index, ibv_gid_entry* entry,
+                      uint32_t flags, size_t entry_size) {
+  if (flags != 0 || entry_size < sizeof(ibv_gid_entry)) return EINVAL;
+  if (port_num != 1 || gid_index != 0) return ENODATA;
+  std::memset(entry, 0, sizeof(*entry));
+  entry->gid = GidOf(Ctx(context)->info.ip);
+  entry->gid_index = 0;
+  entry->port_num = 1;
+  entry->gid_type = IBV_GID_TYPE_ROCE_V2;
+  return 0;
+}
+
+// rdma-core's driver.h: enum ibv_gid_type_sysfs, 1 is RoCE v2.
+int ibv_query_gid_type(ibv_context*, uint8_t port_num, unsigned int index,
+                       int* type) {
+  if (port_num != 1 || index != 0) return -1;
+  *type = 1;
+  return 0;
+}
+
+int ibv_query_pkey(ibv_context*, uint8_t port_num, int index, __be16* pkey) {
+  if (port_num != 1 || index != 0) return -1;
+  *pkey = htons(0xFFFF);
+  return 0;
+}
+
+int ibv_get_pkey_index(ibv_context*, uint8_t port_num, __be16 pkey) {
+  return port_num == 1 && pkey == htons(0xFFFF) ? 0 : -1;
+}
+
+// No sysfs behind this device.
+int ibv_read_sysfs_file(const char*, const char*, char*, size_t) { return -1; }
+
+int ibv_fork_init(void) { return 0; }
+
+// --- Protection domains and memory ---------------------------------------
+
+ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  Context* c = Ctx(context);
+  std::lock_guard<std::mutex> lock(c->mu);
+  auto id = c->client->AllocPd();
+  if (!id.ok()) return Fail<ibv_pd*>(ErrnoOf(id.status()), nullptr, id.status());
+  auto* p = new Pd();
+  p->pd.context = context;
+  p->pd.handle = *id;
+  p->id = *id;
+  return &p->pd;
+}
+
+int ibv_dealloc_pd(ibv_pd* pd) {
+  Pd* p = PdOf(pd);
+  Context* c = Ctx(pd->context);
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (p->users != 0) return EBUSY;
+  if (absl::Status s = c->client->DeallocPd(p->id); !s.ok()) {
+    return ErrnoOf(s);
+  }
+  delete p;
+  return 0;
+}
+
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                         unsigned int access) {
+  constexpr unsigned kServed = IBV_ACCESS_LOCAL_WRITE |
+                               IBV_ACCESS_REMOTE_WRITE |
+                               IBV_ACCESS_REMOTE_READ |
+                               IBV_ACCESS_REMOTE_ATOMIC |
+                               IBV_ACCESS_RELAXED_ORDERING;
+  if (pd == nullptr || length == 0) return Fail<ibv_mr*>(EINVAL, nullptr);
+  if ((access & ~kServed) != 0) return Fail<ibv_mr*>(EOPNOTSUPP, nullptr);
+  // Remote writes (and atomics) need local write, as the verbs say.
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0 &&
+      (access & IBV_ACCESS_LOCAL_WRITE) == 0) {
+    return Fail<ibv_mr*>(EINVAL, nullptr);
+  }
+  // Peers name remote memory by our virtual address.
+  if (iova != reinterpret_cast<uint64_t>(addr)) {
+    return Fail<ibv_mr*>(EOPNOTSUPP, nullptr);
+  }
+  Pd* p = PdOf(pd);
+  Context* c = Ctx(pd->context);
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (absl::Status s = c->client->ShareMemory(addr, length); !s.ok()) {
+    return Fail<ibv_mr*>(ErrnoOf(s), nullptr, s);
+  }
+  auto m = std::make_unique<Mr>();
+  m->local_flags = RDP_MEM_READ |
+                   ((access & IBV_ACCESS_LOCAL_WRITE) ? RDP_MEM_WRITE : 0);
+  auto lkey = c->client->RegisterMemory(addr, length, m->local_flags);
+  if (!lkey.ok()) return Fail<ibv_mr*>(ErrnoOf(lkey.status()), nullptr, lkey.status());
+  m->remote_flags = ((access & IBV_ACCESS_REMOTE_READ) ? RDP_MEM_READ : 0) |
+                    ((access & IBV_ACCESS_REMOTE_WRITE) ? RDP_MEM_WRITE : 0);
+  uint32_t rkey = *lkey;  // reaches nothing remotely
+  if (m->remote_flags != 0) {
+    auto r = c->client->RegisterPdMemory(p->id, addr, length, m->remote_flags);
+    if (!r.ok()) {
+      (void)c->client->DeregisterMemory(*lkey);
+      return Fail<ibv_mr*>(ErrnoOf(r.status()), nullptr, r.status());
+    }
+    rkey = *r;
+  }
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = addr;
+  m->mr.length = length;
+  m->mr.handle = *lkey;
+  m->mr.lkey = *lkey;
+  m->mr.rkey = rkey;
+  ++p->users;
+  return &m.release()->mr;
+}
+
+ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<uint64_t>(addr),
+                          static_cast<unsigned>(access));
+}
+
+ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                        int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, iova,
+                          static_cast<unsigned>(access));
+}
+
+int ibv_dereg_mr(ibv_mr* mr) {
+  auto* m = reinterpret_cast<Mr*>(mr);
+  Context* c = Ctx(mr->context);
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (m->remote_flags != 0) {
+    absl::Status s = c->client->DeregisterPdMemory(
+        PdOf(mr->pd)->id, mr->rkey, mr->addr, mr->length, m->remote_flags);
+    if (!s.ok()) return RdpCode(s) == RDP_ERR_INVALID ? EBUSY : ErrnoOf(s);
+    m->remote_flags = 0;
+  }
+  if (absl::Status s = c->client->DeregisterMemory(mr->lkey); !s.ok()) {
+    return RdpCode(s) == RDP_ERR_INVALID ? EBUSY : ErrnoOf(s);
+  }
+  --PdOf(mr->pd)->users;
+  delete m;  // the pages stay where they are, with their contents
+  return 0;
+}
+
+// --- Completion queues and channels -----------------------------------------
+
+ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  auto* ch = new Channel();
+  ch->ch.context = context;
+  ch->ch.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ch->ch.refcnt = 0;
+  if (ch->ch.fd < 0) {
+    delete ch;
+    return Fail<ibv_comp_channel*>(EMFILE, nullptr);
+  }
+  return &ch->ch;
+}
+
+int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  auto* ch = reinterpret_cast<Channel*>(channel);
+  {
+    std::lock_guard<std::mutex> lock(ch->mu);
+    if (!ch->cqs.empty()) return EBUSY;
+  }
+  close(ch->ch.fd);
+  delete ch;
+  return 0;
+}
+
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
+                      ibv_comp_channel* channel, int comp_vector) {
+  const shm::DeviceInfo& info = Ctx(context)->info;
+  if (cqe <= 0 || static_cast<uint64_t>(cqe) >
+                      uint64_t{info.max_cqe} * info.max_qps ||
+      comp_vector != 0) {
+    return Fail<ibv_cq*>(EINVAL, nullptr);
+  }
+  auto* cq = new Cq();
+  cq->cq.context = context;
+  cq->cq.channel = channel;
+  cq->cq.cq_context = cq_context;
+  cq->cq.cqe = cqe;
+  pthread_mutex_init(&cq->cq.mutex, nullptr);
+  pthread_cond_init(&cq->cq.cond, nullptr);
+  if (channel != nullptr) {
+    cq->channel = reinterpret_cast<Channel*>(channel);
+    std::lock_guard<std::mutex> lock(cq->channel->mu);
+    cq->channel->cqs.push_back(cq);
+  }
+  return &cq->cq;
+}
+
+int ibv_destroy_cq(ibv_cq* ibcq) {
+  Cq* cq = CqOf(ibcq);
+  {
+    std::lock_guard<std::mutex> lock(cq->mu);
+    if (!cq->qps.empty()) return EBUSY;
+  }
+  if (cq->channel != nullptr) {
+    std::lock_guard<std::mutex> lock(cq->channel->mu);
+    auto& v = cq->channel->cqs;
+    v.erase(std::remove(v.begin(), v.end(), cq), v.end());
+  }
+  pthread_mutex_destroy(&cq->cq.mutex);
+  pthread_cond_destroy(&cq->cq.cond);
+  delete cq;
+  return 0;
+}
+
+// Blocks until an armed CQ of the channel has a completion, then disarms
+// it and returns it (its completions stay to be polled).
+int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out,
+                     void** cq_context) {
+  auto* ch = reinterpret_cast<Channel*>(channel);
+  while (true) {
+    Qp* wait_on = nullptr;
+    size_t queue_pairs = 0;
+    {
+      std::lock_guard<std::mutex> lock(ch->mu);
+      for (Cq* cq : ch->cqs) {
+        std::lock_guard<std::mutex> cq_lock(cq->mu);
+        if (!cq->armed) continue;
+        if (cq->ready.empty()) {
+          for (Qp* q : cq->qps) Gather(q, cq);
+        }
+        if (!cq->ready.empty()) {
+          cq->armed = false;
+          ++cq->events;
+          *cq_out = &cq->cq;
+          *cq_context = cq->cq.cq_context;
+          return 0;
+        }
+        queue_pairs += cq->qps.size();
+        if (!cq->qps.empty()) wait_on = cq->qps.front();
+      }
+    }
+    // One queue pair to watch: sleep on its completion doorbell. Several:
+    // look again shortly.
+    if (queue_pairs == 1 && wait_on->conn != 0) {
+      wait_on->owner->client->WaitForCompletions(wait_on->conn, 100'000'000);
+    } else {
+      usleep(queue_pairs == 0 ? 1000 : 20);
+    }
+  }
+}
+
+void ibv_ack_cq_events(ibv_cq* ibcq, unsigned int nevents) {
+  Cq* cq = CqOf(ibcq);
+  std::lock_guard<std::mutex> lock(cq->mu);
+  cq->cq.comp_events_completed += nevents;
+}
+
+// --- Queue pairs -----------------------------------------------------------
+
+ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
+  if (pd == nullptr || init == nullptr) return Fail<ibv_qp*>(EINVAL, nullptr);
+  if (init->qp_type != IBV_QPT_RC) return Fail<ibv_qp*>(EOPNOTSUPP, nullptr);
+  if (init->srq != nullptr) return Fail<ibv_qp*>(EOPNOTSUPP, nullptr);
+  Context* c = Ctx(pd->context);
+  const shm::DeviceInfo& info = c->info;
+  ibv_qp_cap& cap = init->cap;
+  if (init->send_cq == nullptr || init->recv_cq == nullptr ||
+      cap.max_send_wr > info.max_qp_wr || cap.max_send_sge > info.max_sge ||
+      cap.max_recv_sge > info.max_sge || cap.max_inline_data > kMaxInline) {
+    return Fail<ibv_qp*>(EINVAL, nullptr);
+  }
+  auto q = std::make_unique<Qp>();
+  q->owner = c;
+  q->pd = PdOf(pd);
+  q->scq = CqOf(init->send_cq);
+  q->sig_all = init->sq_sig_all != 0;
+  cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
+  cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
+  q->cap = cap;
+  q->slots.reset(new Slot[kSlots]);
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (cap.max_inline_data > 0) {
+    const size_t bytes = size_t{kSlots} * cap.max_inline_data;
+    q->inline_buf = static_cast<uint8_t*>(c->client->Alloc(bytes));
+    if (q->inline_buf == nullptr) return Fail<ibv_qp*>(ENOMEM, nullptr);
+    auto key = c->client->RegisterMemory(q->inline_buf, bytes, RDP_MEM_READ);
+    if (!key.ok()) {
+      (void)c->client->Free(q->inline_buf);
+      return Fail<ibv_qp*>(ErrnoOf(key.status()), nullptr, key.status());
+    }
+    q->inline_lkey = *key;
+  }
+  auto made = c->client->CreateQueuePair(q->pd->id);
+  if (!made.ok()) {
+    if (q->inline_buf != nullptr) {
+      (void)c->client->DeregisterMemory(q->inline_lkey);
+      (void)c->client->Free(q->inline_buf);
+    }
+    return Fail<ibv_qp*>(ErrnoOf(made.status()), nullptr, made.status());
+  }
+  q->conn = made->conn;
+  q->qp.context = pd->context;
+  q->qp.qp_context = init->qp_context;
+  q->qp.pd = pd;
+  q->qp.send_cq = init->send_cq;
+  q->qp.recv_cq = init->recv_cq;
+  q->qp.handle = made->qpn;
+  q->qp.qp_num = made->qpn;
+  q->qp.state = IBV_QPS_RESET;
+  q->qp.qp_type = IBV_QPT_RC;
+  pthread_mutex_init(&q->qp.mutex, nullptr);
+  pthread_cond_init(&q->qp.cond, nullptr);
+  q->attr.qp_state = IBV_QPS_RESET;
+  q->attr.cur_qp_state = IBV_QPS_RESET;
+  q->attr.cap = cap;
+  q->attr.path_mtu = MtuEnum(info.path_mtu);
+  ++q->pd->users;
+  {
+    std::lock_guard<std::mutex> cq_lock(q->scq->mu);
+    q->scq->qps.push_back(q.get());
+  }
+  return &q.release()->qp;
+}
+
+int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
+  Qp* q = QpOf(ibqp);
+  Context* c = q->owner;
+  std::lock_guard<std::mutex> lock(c->mu);
+  const ibv_qp_state cur = q->qp.state;
+  const ibv_qp_state next =
+      (mask & IBV_QP_STATE) ? attr->qp_state : cur;
+  if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur) return EINVAL;
+  // The moves of the verbs state machine for RC that are served.
+  const bool ok = (cur == IBV_QPS_RESET && (next == IBV_QPS_INIT ||
+                                            next == IBV_QPS_RESET)) ||
+                  (cur == IBV_QPS_INIT && (next == IBV_QPS_INIT ||
+                                           next == IBV_QPS_RTR)) ||
+                  (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) ||
+                  (cur == IBV_QPS_RTS && next == IBV_QPS_RTS) ||
+                  next == IBV_QPS_ERR;
+  if (!ok) return EINVAL;
+  if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT) {
+    constexpr int kNeeded = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                            IBV_QP_RQ_PSN;
+    if ((mask & kNeeded) != kNeeded) return EINVAL;
+    uint32_t ip = 0;
+    if (!attr->ah_attr.is_global || !Ipv4OfGid(attr->ah_attr.grh.dgid, &ip)) {
+      return EINVAL;  // RoCEv2 needs the peer's IPv4-mapped GID
+    }
+    shm::QpPeer peer{};
+    peer.peer_ip = ip;
+    peer.peer_qpn = attr->dest_qp_num;
+    peer.rq_psn = attr->rq_psn;
+    peer.path_mtu = MtuBytes(attr->path_mtu);
+    peer.max_rd_atomic = c->info.max_rd_atomic;
+    peer.max_dest_rd_atomic = (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
+                                  ? attr->max_dest_rd_atomic
+                                  : c->info.max_rd_atomic;
+    peer.retry_count = 7;
+    absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRtr, peer);
+    if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
+    q->attr.ah_attr = attr->ah_attr;
+    q->attr.path_mtu = attr->path_mtu;
+    q->attr.dest_qp_num = attr->dest_qp_num;
+    q->attr.rq_psn = attr->rq_psn;
+    q->attr.max_dest_rd_atomic = peer.max_dest_rd_atomic;
+  } else if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
+    if ((mask & IBV_QP_SQ_PSN) == 0) return EINVAL;
+    shm::QpPeer peer{};
+    peer.sq_psn = attr->sq_psn & 0xFFFFFF;
+    absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRts, peer);
+    if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
+    q->attr.sq_psn = attr->sq_psn;
+  } else if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
+    EnterError(q);
+  } else if (next == IBV_QPS_RESET && cur != IBV_QPS_RESET) {
+    return EINVAL;
+  }
+  if (mask & IBV_QP_ACCESS_FLAGS) q->attr.qp_access_flags = attr->qp_access_flags;
+  if (mask & IBV_QP_PKEY_INDEX) q->attr.pkey_index = attr->pkey_index;
+  if (mask & IBV_QP_PORT) q->attr.port_num = attr->port_num;
+  if (mask & IBV_QP_TIMEOUT) q->attr.timeout = attr->timeout;
+  if (mask & IBV_QP_RETRY_CNT) q->attr.retry_cnt = attr->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) q->attr.rnr_retry = attr->rnr_retry;
+  if (mask & IBV_QP_MIN_RNR_TIMER) q->attr.min_rnr_timer = attr->min_rnr_timer;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) q->attr.max_rd_atomic = attr->max_rd_atomic;
+  q->qp.state = next;
+  q->attr.qp_state = next;
+  q->attr.cur_qp_state = next;
+  return 0;
+}
+
+int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*mask*/,
+                 ibv_qp_init_attr* init) {
+  Qp* q = QpOf(ibqp);
+  std::lock_guard<std::mutex> lock(q->owner->mu);
+  *attr = q->attr;
+  if (init != nullptr) {
+    std::memset(init, 0, sizeof(*init));
+    init->qp_context = q->qp.qp_context;
+    init->send_cq = q->qp.send_cq;
+    init->recv_cq = q->qp.recv_cq;
+    init->cap = q->cap;
+    init->qp_type = IBV_QPT_RC;
+    init->sq_sig_all = q->sig_all ? 1 : 0;
+  }
+  return 0;
+}
+
+int ibv_destroy_qp(ibv_qp* ibqp) {
+  Qp* q = QpOf(ibqp);
+  Context* c = q->owner;
+  {
+    std::lock_guard<std::mutex> cq_lock(q->scq->mu);
+    auto& v = q->scq->qps;
+    v.erase(std::remove(v.begin(), v.end(), q), v.end());
+  }
+  std::lock_guard<std::mutex> lock(c->mu);
+  {
+    std::lock_guard<std::mutex> qp_lock(q->mu);
+    if (q->conn != 0) (void)c->client->Disconnect(q->conn);
+    q->conn = 0;
+  }
+  if (q->inline_buf != nullptr) {
+    (void)c->client->DeregisterMemory(q->inline_lkey);
+    (void)c->client->Free(q->inline_buf);
+  }
+  --q->pd->users;
+  pthread_mutex_destroy(&q->qp.mutex);
+  pthread_cond_destroy(&q->qp.cond);
+  delete q;
+  return 0;
+}
+
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+
+// --- Not served: refused with EOPNOTSUPP (docs/verbs.md) ------------------
+
+ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) {
+  return Fail<ibv_srq*>(EOPNOTSUPP, nullptr);
+}
+int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
+ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) {
+  return Fail<ibv_ah*>(EOPNOTSUPP, nullptr);
+}
+ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) {
+  return Fail<ibv_ah*>(EOPNOTSUPP, nullptr);
+}
+int ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
+int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+
+}  // extern "C"
