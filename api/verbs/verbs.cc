@@ -5,8 +5,9 @@
 // <infiniband/verbs.h> (ibv_post_send, ibv_poll_cq, ibv_req_notify_cq, ...)
 // go through the context's ops table, filled here. DPDK is never linked.
 //
-// One device per daemon, "rdmaplane0": the daemon at $RDMAPLANE_SOCKET or
-// the default socket. What is served and what is refused (with which
+// One device per daemon: rdmaplane0 is the daemon at $RDMAPLANE_SOCKET (or
+// at the default socket); a list there, separated by ':', names several
+// daemons, rdmaplane0, rdmaplane1, ... in its order. What is served and what is refused (with which
 // errno) is in docs/verbs.md.
 //
 // Memory: ibv_reg_mr moves the application's pages onto shared memory at
@@ -27,6 +28,7 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
+#include <sched.h>
 #include <infiniband/verbs.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
@@ -62,7 +64,6 @@ namespace {
 // switches it to mlx5 direct verbs).
 constexpr uint32_t kVendorId = 0x000000;
 constexpr uint32_t kVendorPartId = 0x0001;
-constexpr const char* kDeviceName = "rdmaplane0";
 // Send work requests one queue pair tracks at once (the client's ledger);
 // a slot is reused only after this many later posts.
 constexpr uint32_t kSlots = 1024;
@@ -104,6 +105,7 @@ struct Cq {
   std::vector<Qp*> qps;      // queue pairs completing here (send side)
   bool armed = false;
   uint32_t events = 0;  // delivered through the channel
+  uint32_t empty_polls = 0;
 };
 
 struct Channel {
@@ -175,9 +177,19 @@ T Fail(int err, T value, const absl::Status& why = absl::OkStatus()) {
   return value;
 }
 
-std::string SocketPath() {
+// The daemons' sockets: $RDMAPLANE_SOCKET split at ':', or the default.
+std::vector<std::string> SocketPaths() {
   const char* env = std::getenv("RDMAPLANE_SOCKET");
-  return env != nullptr && env[0] != '\0' ? env : shm::DefaultSocketPath();
+  if (env == nullptr || env[0] == '\0') return {shm::DefaultSocketPath()};
+  std::vector<std::string> paths;
+  std::string rest = env;
+  while (true) {
+    const size_t colon = rest.find(':');
+    if (colon != 0 && !rest.empty()) paths.push_back(rest.substr(0, colon));
+    if (colon == std::string::npos) break;
+    rest = rest.substr(colon + 1);
+  }
+  return paths;
 }
 
 uint32_t MtuBytes(ibv_mtu mtu) {
@@ -326,6 +338,10 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     wc[n++] = cq->ready.front();
     cq->ready.pop_front();
   }
+  // An application that spins on an empty CQ holds a CPU the daemon's
+  // engine may share: give it way now and then, as librdmaplane's waits do.
+  if (n == 0 && ++cq->empty_polls % 64 == 0) sched_yield();
+  if (n > 0) cq->empty_polls = 0;
   return n;
 }
 
@@ -450,21 +466,35 @@ ibv_mw* AllocMw(ibv_pd*, ibv_mw_type) {
 int BindMw(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
 int DeallocMw(ibv_mw*) { return EOPNOTSUPP; }
 
-Device* TheDevice() {
-  static Device* device = [] {
-    auto* d = new Device();
-    d->dev.node_type = IBV_NODE_CA;
-    d->dev.transport_type = IBV_TRANSPORT_IB;
-    std::snprintf(d->dev.name, sizeof(d->dev.name), "%s", kDeviceName);
-    std::snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "%s", "uverbs0");
-    d->socket = SocketPath();
-    std::snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "%s",
-                  d->socket.c_str());
-    std::snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "%s",
-                  d->socket.c_str());
-    return d;
+// Every device this process may see, made once (applications keep the
+// ibv_device pointers for the life of the process).
+const std::vector<Device*>& Devices() {
+  static const std::vector<Device*>* devices = [] {
+    auto* v = new std::vector<Device*>();
+    for (const std::string& path : SocketPaths()) {
+      auto* d = new Device();
+      const int i = static_cast<int>(v->size());
+      d->dev.node_type = IBV_NODE_CA;
+      d->dev.transport_type = IBV_TRANSPORT_IB;
+      std::snprintf(d->dev.name, sizeof(d->dev.name), "rdmaplane%d", i);
+      std::snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs%d", i);
+      d->socket = path;
+      std::snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "%s",
+                    path.c_str());
+      std::snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "%s",
+                    path.c_str());
+      v->push_back(d);
+    }
+    return v;
   }();
-  return device;
+  return *devices;
+}
+
+Device* DeviceOf(ibv_device* dev) {
+  for (Device* d : Devices()) {
+    if (&d->dev == dev) return d;
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -477,14 +507,20 @@ extern "C" {
 
 // --- Devices -------------------------------------------------------------
 
+// The devices whose daemon's socket is there (a daemon that does not run
+// shows no device).
 ibv_device** ibv_get_device_list(int* num_devices) {
-  Device* d = TheDevice();
-  struct stat st;
-  const bool present = stat(d->socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
-  auto** list = static_cast<ibv_device**>(calloc(2, sizeof(ibv_device*)));
+  const std::vector<Device*>& all = Devices();
+  auto** list =
+      static_cast<ibv_device**>(calloc(all.size() + 1, sizeof(ibv_device*)));
   if (list == nullptr) return Fail<ibv_device**>(ENOMEM, nullptr);
   int n = 0;
-  if (present) list[n++] = &d->dev;
+  for (Device* d : all) {
+    struct stat st;
+    if (stat(d->socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      list[n++] = &d->dev;
+    }
+  }
   if (num_devices != nullptr) *num_devices = n;
   return list;
 }
@@ -505,9 +541,10 @@ __be64 ibv_get_device_guid(ibv_device* device) {
 }
 
 ibv_context* ibv_open_device(ibv_device* device) {
-  if (device != &TheDevice()->dev) return Fail<ibv_context*>(ENODEV, nullptr);
+  Device* d = DeviceOf(device);
+  if (d == nullptr) return Fail<ibv_context*>(ENODEV, nullptr);
   ClientOptions options;
-  options.socket_path = TheDevice()->socket;
+  options.socket_path = d->socket;
   auto client = Client::Open(options);
   if (!client.ok()) {
     return Fail<ibv_context*>(ErrnoOf(client.status()), nullptr,
@@ -518,7 +555,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
     return Fail<ibv_context*>(ErrnoOf(info.status()), nullptr, info.status());
   }
   auto* c = new Context();
-  c->device = TheDevice();
+  c->device = d;
   c->client = std::move(*client);
   c->info = *info;
   c->ctx.device = device;
