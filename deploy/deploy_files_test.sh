@@ -7,6 +7,10 @@
 # - install.sh: --dry-run changes nothing, a real run into a scratch prefix
 #   installs every file with the right mode, keeps an existing config, and
 #   bad options fail;
+# - rdmaplane-run: the installed copy preloads the installed
+#   librdmaplane-verbs.so (also through a link to it), keeps LD_PRELOAD,
+#   sets RDMAPLANE_SOCKET from --socket and warns about a missing socket; a
+#   copy in a source tree finds bazel-bin's library; its usage errors;
 # - reserve-hugepages.sh: raises a count, never lowers it, and exits 0 when
 #   the file cannot be read or written (sysfs path overridden);
 # - the container entry point: --port and --ip from the environment;
@@ -56,10 +60,11 @@ conf="$deploy/rdmaplaned.conf"
 memif_conf="$deploy/rdmaplaned-memif.conf"
 hugepages="$deploy/reserve-hugepages.sh"
 entrypoint="$deploy/rdmaplaned-container.sh"
+run_sh="$deploy/rdmaplane-run"
 manifest="$deploy/kubernetes/rdmaplaned-daemonset.yaml"
 containerfile="$deploy/Containerfile"
 for f in "$unit" "$conf" "$memif_conf" "$hugepages" "$entrypoint" "$manifest" \
-  "$containerfile" "$operations_md"; do
+  "$containerfile" "$operations_md" "$run_sh"; do
   [[ -f $f ]] || fail "missing $f"
 done
 
@@ -71,6 +76,7 @@ for b in rdmaplaned rdmaplanectl; do
   chmod 0755 "$fakebin/$b"
 done
 printf 'not a real library\n' >"$fakebin/librdmaplane.so.1"
+printf 'not a real library either\n' >"$fakebin/librdmaplane-verbs.so"
 
 # --- install.sh -----------------------------------------------------------------
 echo "== install.sh"
@@ -87,10 +93,14 @@ fi
 if ! $etc_existed && [[ -e /etc/rdmaplane ]]; then
   fail "--dry-run created /etc/rdmaplane"
 fi
-grep -q 'would run: bazel build -c opt //control:rdmaplaned //control:rdmaplanectl //api:librdmaplane.so.1' <<<"$out" \
+grep -q 'would run: bazel build -c opt //control:rdmaplaned //control:rdmaplanectl //api:librdmaplane.so.1 //api/verbs:librdmaplane-verbs.so$' <<<"$out" \
   && pass "--dry-run shows the Bazel build" || fail "--dry-run does not show the Bazel build: $out"
 grep -q "would run: install -m 0755 .*/rdmaplaned $dry/sbin/rdmaplaned" <<<"$out" \
   && pass "--dry-run shows rdmaplaned going to PREFIX/sbin" || fail "--dry-run: no rdmaplaned install to $dry/sbin"
+grep -q "would run: install -m 0755 .*/deploy/rdmaplane-run $dry/bin/rdmaplane-run\$" <<<"$out" \
+  && pass "--dry-run shows rdmaplane-run going to PREFIX/bin" || fail "--dry-run: no rdmaplane-run install to $dry/bin"
+grep -q "would run: install -m 0755 .*/bazel-bin/api/verbs/librdmaplane-verbs.so $dry/lib/librdmaplane-verbs.so\$" <<<"$out" \
+  && pass "--dry-run shows librdmaplane-verbs.so going to PREFIX/lib" || fail "--dry-run: no librdmaplane-verbs.so install to $dry/lib"
 
 root="$tmp/root"
 args=(--prefix="$root/usr" --sysconfdir="$root/etc" --binaries="$fakebin")
@@ -113,6 +123,10 @@ check_mode "$root/usr/libexec/rdmaplane/reserve-hugepages.sh" 755
 check_mode "$root/etc/systemd/system/rdmaplaned.service" 644
 check_mode "$root/etc/rdmaplane/rdmaplaned.conf" 644
 check_mode "$root/usr/lib/librdmaplane.so.1" 755
+check_mode "$root/usr/lib/librdmaplane-verbs.so" 755
+check_mode "$root/usr/bin/rdmaplane-run" 755
+cmp -s "$fakebin/librdmaplane-verbs.so" "$root/usr/lib/librdmaplane-verbs.so" \
+  && pass "librdmaplane-verbs.so is the one --binaries named" || fail "the installed librdmaplane-verbs.so is not --binaries' copy"
 check_mode "$root/usr/include/rdmaplane.h" 644
 check_mode "$root/usr/lib/pkgconfig/rdmaplane.pc" 644
 [[ $(readlink "$root/usr/lib/librdmaplane.so") == librdmaplane.so.1 ]] \
@@ -146,6 +160,84 @@ if "$install_sh" --prefix="$tmp/nobin" --sysconfdir="$tmp/nobin/etc" --binaries=
 else
   pass "install.sh fails when the binaries are missing"
 fi
+# Bazel's layout: --binaries=bazel-bin/control, the libraries in ../api and
+# ../api/verbs.
+bazel_bin="$tmp/bazel-bin"
+mkdir -p "$bazel_bin/control" "$bazel_bin/api/verbs"
+cp "$fakebin/rdmaplaned" "$fakebin/rdmaplanectl" "$bazel_bin/control/"
+cp "$fakebin/librdmaplane.so.1" "$bazel_bin/api/"
+cp "$fakebin/librdmaplane-verbs.so" "$bazel_bin/api/verbs/"
+if out="$("$install_sh" --prefix="$tmp/layout/usr" --sysconfdir="$tmp/layout/etc" \
+  --binaries="$bazel_bin/control" 2>&1)" && [[ -f $tmp/layout/usr/lib/librdmaplane-verbs.so ]]; then
+  pass "--binaries=bazel-bin/control finds ../api/verbs/librdmaplane-verbs.so"
+else
+  fail "--binaries in Bazel's layout: $out"
+fi
+rm "$bazel_bin/api/verbs/librdmaplane-verbs.so"
+if out="$("$install_sh" --prefix="$tmp/layout2/usr" --sysconfdir="$tmp/layout2/etc" \
+  --binaries="$bazel_bin/control" 2>&1)"; then
+  fail "install.sh succeeded without librdmaplane-verbs.so"
+elif grep -q 'librdmaplane-verbs.so is missing' <<<"$out"; then
+  pass "install.sh names a missing librdmaplane-verbs.so"
+else
+  fail "install.sh without librdmaplane-verbs.so said: $out"
+fi
+
+# --- rdmaplane-run --------------------------------------------------------------
+echo "== rdmaplane-run"
+installed_run="$root/usr/bin/rdmaplane-run"
+installed_verbs="$root/usr/lib/librdmaplane-verbs.so"
+# run_wrapper SCRIPT ARGS...: stdout and the exit status; stderr in
+# $tmp/run.err. ld.so complains on stderr that the fake library is not one
+# and runs the command all the same.
+run_wrapper() { "$@" 2>"$tmp/run.err"; }
+out="$(run_wrapper "$installed_run" --help)" && grep -q 'rdmaplane-run \[--socket=PATH\] COMMAND' <<<"$out" \
+  && pass "rdmaplane-run --help" || fail "rdmaplane-run --help: $out $(<"$tmp/run.err")"
+out="$(LD_PRELOAD='' run_wrapper "$installed_run" --socket="$tmp/none.sock" printenv LD_PRELOAD RDMAPLANE_SOCKET)"
+[[ $out == "$installed_verbs"$'\n'"$tmp/none.sock" ]] \
+  && pass "rdmaplane-run preloads PREFIX/lib/librdmaplane-verbs.so and sets RDMAPLANE_SOCKET" \
+  || fail "rdmaplane-run --socket=... printenv gave: $out"
+grep -q "warning: no daemon socket at $tmp/none.sock" "$tmp/run.err" \
+  && pass "rdmaplane-run warns about a missing socket and runs the command" \
+  || fail "rdmaplane-run gave no warning for a missing socket: $(<"$tmp/run.err")"
+out="$(LD_PRELOAD=/nonexistent/other.so RDMAPLANE_SOCKET="$tmp/env.sock" run_wrapper "$installed_run" printenv LD_PRELOAD RDMAPLANE_SOCKET)"
+[[ $out == "$installed_verbs:/nonexistent/other.so"$'\n'"$tmp/env.sock" ]] \
+  && pass "rdmaplane-run keeps LD_PRELOAD after its library and RDMAPLANE_SOCKET as it is" \
+  || fail "rdmaplane-run with LD_PRELOAD and RDMAPLANE_SOCKET set gave: $out"
+ln -sfn "$installed_run" "$tmp/linked-run"
+out="$(LD_PRELOAD='' run_wrapper "$tmp/linked-run" --socket="$tmp/none.sock" printenv LD_PRELOAD)"
+[[ $out == "$installed_verbs" ]] && pass "rdmaplane-run through a link finds the library beside its real location" \
+  || fail "rdmaplane-run through a link preloads: $out"
+# A copy in a source tree uses the tree's bazel-bin.
+mkdir -p "$tmp/tree/deploy" "$tmp/tree/bazel-bin/api/verbs"
+cp "$run_sh" "$tmp/tree/deploy/rdmaplane-run"
+cp "$fakebin/librdmaplane-verbs.so" "$tmp/tree/bazel-bin/api/verbs/"
+out="$(LD_PRELOAD='' run_wrapper "$tmp/tree/deploy/rdmaplane-run" --socket="$tmp/none.sock" printenv LD_PRELOAD)"
+[[ $out == "$tmp/tree/bazel-bin/api/verbs/librdmaplane-verbs.so" ]] \
+  && pass "rdmaplane-run in a source tree preloads bazel-bin/api/verbs/librdmaplane-verbs.so" \
+  || fail "rdmaplane-run in a source tree preloads: $out"
+out="$(LD_PRELOAD='' RDMAPLANE_VERBS_LIBRARY="$fakebin/librdmaplane-verbs.so" \
+  run_wrapper "$installed_run" --socket="$tmp/none.sock" printenv LD_PRELOAD)"
+[[ $out == "$fakebin/librdmaplane-verbs.so" ]] && pass "RDMAPLANE_VERBS_LIBRARY comes first" \
+  || fail "rdmaplane-run with RDMAPLANE_VERBS_LIBRARY preloads: $out"
+rm "$tmp/tree/bazel-bin/api/verbs/librdmaplane-verbs.so"
+# expect_exit STATUS MESSAGE ARGS...: the wrapper exits STATUS and its
+# stderr has MESSAGE.
+expect_exit() {
+  local want="$1" message="$2" rc=0
+  shift 2
+  run_wrapper "$@" >/dev/null || rc=$?
+  [[ $rc -eq $want ]] && grep -qF -- "$message" "$tmp/run.err" \
+    && pass "rdmaplane-run ${*:2}: exit $want, '$message'" \
+    || fail "rdmaplane-run ${*:2}: exit $rc ($want expected), said $(<"$tmp/run.err")"
+}
+expect_exit 2 "error: no command to run" "$installed_run"
+expect_exit 2 "error: no command to run" "$installed_run" --socket="$tmp/none.sock"
+expect_exit 2 "error: unknown option '--bogus'" "$installed_run" --bogus true
+expect_exit 2 "error: --socket needs a path" "$installed_run" --socket= true
+expect_exit 127 "error: command not found: no-such-command-here" "$installed_run" --socket="$tmp/none.sock" no-such-command-here
+expect_exit 1 "error: librdmaplane-verbs.so not found" "$tmp/tree/deploy/rdmaplane-run" true
+RDMAPLANE_VERBS_LIBRARY="$tmp/missing.so" expect_exit 1 "RDMAPLANE_VERBS_LIBRARY names $tmp/missing.so" "$installed_run" true
 
 # --- The systemd unit -------------------------------------------------------------
 echo "== rdmaplaned.service"
@@ -499,7 +591,7 @@ done < <(grep -o '^COPY deploy/[^ ]*' "$containerfile" | cut -d' ' -f2)
 
 # --- Scripts ------------------------------------------------------------------------------
 if command -v shellcheck >/dev/null 2>&1; then
-  if out="$(shellcheck "$install_sh" "$hugepages" "$entrypoint" "$0" 2>&1)"; then
+  if out="$(shellcheck "$install_sh" "$hugepages" "$entrypoint" "$run_sh" "$0" 2>&1)"; then
     pass "shellcheck: no findings"
   else
     fail "shellcheck: $out"

@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
-# Builds rdmaplaned, rdmaplanectl and the client library, installs the
-# daemon as a systemd service and the library for programs built elsewhere.
+# Builds rdmaplaned, rdmaplanectl, the client library and the verbs front
+# end, installs the daemon as a systemd service, the library for programs
+# built elsewhere, and rdmaplane-run for unmodified RDMA applications.
 #
 #   deploy/install.sh                    # build, install under /usr/local, /etc
 #   deploy/install.sh --dry-run          # print every step, change nothing
 #   deploy/install.sh --prefix=/opt/rdmaplane
 #
 # Options (all also accept "--option VALUE"):
-#   --prefix=DIR      binaries in DIR/sbin (rdmaplaned), DIR/bin (rdmaplanectl)
-#                     and DIR/libexec/rdmaplane (reserve-hugepages.sh); the
-#                     client library in DIR/lib (librdmaplane.so.1, and
-#                     librdmaplane.so for the linker), its header in
-#                     DIR/include (rdmaplane.h) and DIR/lib/pkgconfig/
-#                     rdmaplane.pc, so that
+#   --prefix=DIR      binaries in DIR/sbin (rdmaplaned), DIR/bin (rdmaplanectl,
+#                     rdmaplane-run) and DIR/libexec/rdmaplane
+#                     (reserve-hugepages.sh); the client library in DIR/lib
+#                     (librdmaplane.so.1, and librdmaplane.so for the linker),
+#                     its header in DIR/include (rdmaplane.h) and
+#                     DIR/lib/pkgconfig/rdmaplane.pc, so that
 #                       cc app.c $(pkg-config --cflags --libs rdmaplane)
-#                     builds a client; default /usr/local
+#                     builds a client; the verbs front end in DIR/lib
+#                     (librdmaplane-verbs.so, which DIR/bin/rdmaplane-run
+#                     preloads: docs/verbs.md); default /usr/local
 #   --sysconfdir=DIR  DIR/rdmaplane/rdmaplaned.conf and
 #                     DIR/systemd/system/rdmaplaned.service; default /etc
 #   --destdir=DIR     stage everything under DIR (for packaging); the unit
 #                     still names the final paths
-#   --binaries=DIR    install DIR/rdmaplaned, DIR/rdmaplanectl and
-#                     DIR/librdmaplane.so.1 (or, in Bazel's layout,
-#                     DIR/../api/librdmaplane.so.1: --binaries=bazel-bin/control
-#                     works) as they are instead of building them with Bazel
+#   --binaries=DIR    install DIR/rdmaplaned, DIR/rdmaplanectl,
+#                     DIR/librdmaplane.so.1 and DIR/librdmaplane-verbs.so (or,
+#                     in Bazel's layout, DIR/../api/librdmaplane.so.1 and
+#                     DIR/../api/verbs/librdmaplane-verbs.so:
+#                     --binaries=bazel-bin/control works) as they are instead
+#                     of building them with Bazel
 #   --dry-run         print what would be done; build and change nothing
 #   -h, --help        this text
 #
@@ -139,7 +144,8 @@ conf_src="$REPO_ROOT/deploy/rdmaplaned.conf"
 hugepages_src="$REPO_ROOT/deploy/reserve-hugepages.sh"
 header_src="$REPO_ROOT/api/rdmaplane.h"
 pc_src="$REPO_ROOT/api/rdmaplane.pc.in"
-for f in "$unit_src" "$conf_src" "$hugepages_src" "$header_src" "$pc_src"; do
+run_src="$REPO_ROOT/deploy/rdmaplane-run"
+for f in "$unit_src" "$conf_src" "$hugepages_src" "$header_src" "$pc_src" "$run_src"; do
   [[ -f $f ]] || die "missing $f (run this script from a complete source tree)"
 done
 
@@ -147,13 +153,19 @@ done
 if [[ -n $binaries ]]; then
   bin_src="$binaries"
   lib_src="$binaries"
+  verbs_src="$binaries"
   if [[ ! -e $lib_src/librdmaplane.so.1 && -e $binaries/../api/librdmaplane.so.1 ]]; then
     lib_src="$binaries/../api"
+  fi
+  if [[ ! -e $verbs_src/librdmaplane-verbs.so && -e $binaries/../api/verbs/librdmaplane-verbs.so ]]; then
+    verbs_src="$binaries/../api/verbs"
   fi
 else
   bin_src="$REPO_ROOT/bazel-bin/control"
   lib_src="$REPO_ROOT/bazel-bin/api"
-  build=(bazel build -c opt //control:rdmaplaned //control:rdmaplanectl //api:librdmaplane.so.1)
+  verbs_src="$REPO_ROOT/bazel-bin/api/verbs"
+  build=(bazel build -c opt //control:rdmaplaned //control:rdmaplanectl //api:librdmaplane.so.1
+    //api/verbs:librdmaplane-verbs.so)
   # Under sudo, build as the invoking user: Bazel's cache and the bazel-*
   # links in the tree stay theirs, not root's.
   if [[ $EUID -eq 0 && -n ${SUDO_USER:-} && $SUDO_USER != root ]] && command -v sudo >/dev/null 2>&1; then
@@ -173,6 +185,7 @@ if ! $dry_run; then
     [[ -x $bin_src/$b ]] || die "$bin_src/$b is missing or not executable"
   done
   [[ -f $lib_src/librdmaplane.so.1 ]] || die "$lib_src/librdmaplane.so.1 is missing"
+  [[ -f $verbs_src/librdmaplane-verbs.so ]] || die "$verbs_src/librdmaplane-verbs.so is missing"
 fi
 
 # --- Install -----------------------------------------------------------------
@@ -188,6 +201,7 @@ log "installing binaries to $(stage "$sbindir") and $(stage "$bindir")"
 run install -d -m 0755 "$(stage "$sbindir")" "$(stage "$bindir")" "$(stage "$libexecdir")"
 run install -m 0755 "$bin_src/rdmaplaned" "$(stage "$sbindir")/rdmaplaned"
 run install -m 0755 "$bin_src/rdmaplanectl" "$(stage "$bindir")/rdmaplanectl"
+run install -m 0755 "$run_src" "$(stage "$bindir")/rdmaplane-run"
 run install -m 0755 "$hugepages_src" "$(stage "$libexecdir")/reserve-hugepages.sh"
 
 log "installing the client library to $(stage "$libdir"), rdmaplane.h to $(stage "$includedir")"
@@ -195,6 +209,10 @@ run install -d -m 0755 "$(stage "$libdir")" "$(stage "$includedir")" "$(stage "$
 run install -m 0755 "$lib_src/librdmaplane.so.1" "$(stage "$libdir")/librdmaplane.so.1"
 run ln -sfn librdmaplane.so.1 "$(stage "$libdir")/librdmaplane.so"
 run install -m 0644 "$header_src" "$(stage "$includedir")/rdmaplane.h"
+# The verbs front end: no soname version and no link; only preloaded, by
+# $bindir/rdmaplane-run, which finds it as ../lib/librdmaplane-verbs.so.
+log "installing the verbs front end to $(stage "$libdir")/librdmaplane-verbs.so"
+run install -m 0755 "$verbs_src/librdmaplane-verbs.so" "$(stage "$libdir")/librdmaplane-verbs.so"
 # The .pc file names the final prefix (not the staging directory).
 write_file "$(stage "$pkgconfigdir")/rdmaplane.pc" \
   "$(sed -e "s#@prefix@#${prefix}#g" "$pc_src")" "prefix=$prefix"
@@ -249,4 +267,7 @@ cat <<EOF
        $bindir/rdmaplanectl status
   Non-root clients: add them to the group "rdmaplane" (it opens the socket
   folder) and to --allow_uids. See docs/operations.md.
+  RDMA applications (perftest, ibverbs-utils) run over the daemon with
+       $bindir/rdmaplane-run --socket=/run/rdmaplane/rdmaplane.sock ibv_devinfo
+  See docs/verbs.md.
 EOF
