@@ -10,9 +10,14 @@
 #   3. api/example/rdmaplane_example.c, copied out of the tree, compiles
 #      with `cc -std=c11 app.c $(pkg-config --cflags --libs rdmaplane)` and
 #      loads the installed library;
-#   4. example_test.sh runs it against the installed daemon ("example: ok").
+#   4. example_test.sh runs it against the installed daemon ("example: ok");
+#   5. the verbs front end: PREFIX/bin/rdmaplane-run is there and runs
+#      (--help); the installed librdmaplane-verbs.so exports libibverbs'
+#      entry points (ibv_*, _ibv_*) and nothing of its insides; and, when
+#      ibverbs-utils is installed, `rdmaplane-run ibv_devinfo -v` shows the
+#      installed daemon as rdmaplane0.
 #
-#   out_of_tree_test.sh INSTALL_SH RDMAPLANED RDMAPLANECTL LIBRDMAPLANE EXAMPLE_C EXAMPLE_TEST_SH
+#   out_of_tree_test.sh INSTALL_SH RDMAPLANED RDMAPLANECTL LIBRDMAPLANE EXAMPLE_C EXAMPLE_TEST_SH LIBRDMAPLANE_VERBS
 set -euo pipefail
 
 install_sh="$1"
@@ -21,8 +26,19 @@ ctl="$3"
 lib="$4"
 example_c="$5"
 example_test="$6"
+verbs_lib="$7"
 tmp="$(mktemp -d "${TEST_TMPDIR:-/tmp}/oot.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+daemon_pid=""
+sock="/tmp/rdp-oot-$$.sock" # TEST_TMPDIR can exceed a socket path's 108 bytes
+cleanup() {
+  if [[ -n $daemon_pid ]]; then
+    kill -KILL "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+  fi
+  rm -f "$sock"
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 
 fail() {
   echo "FAIL: $*" >&2
@@ -35,7 +51,7 @@ done
 
 # --- 1. install -------------------------------------------------------------
 mkdir "$tmp/built"
-cp "$daemon" "$ctl" "$lib" "$tmp/built/"
+cp "$daemon" "$ctl" "$lib" "$verbs_lib" "$tmp/built/"
 prefix="$tmp/prefix"
 "$install_sh" --prefix="$prefix" --sysconfdir="$tmp/etc" --binaries="$tmp/built" >"$tmp/install.log" 2>&1 ||
   fail "install.sh failed: $(cat "$tmp/install.log")"
@@ -78,4 +94,56 @@ ldd "$tmp/app/app" | grep -q "librdmaplane.so.1 => $installed" ||
 
 # --- 4. run it against the installed daemon ---------------------------------
 "$example_test" "$prefix/sbin/rdmaplaned" "$tmp/app/app" "$tmp/app/app.c"
+
+# --- 5. the verbs front end -------------------------------------------------
+run="$prefix/bin/rdmaplane-run"
+verbs="$prefix/lib/librdmaplane-verbs.so"
+[[ -f $run && -x $run ]] || fail "install.sh left out $run, or it is not executable"
+[[ -f $verbs ]] || fail "install.sh left out $verbs"
+"$run" --help >"$tmp/run-help.txt" 2>&1 || fail "rdmaplane-run --help failed: $(cat "$tmp/run-help.txt")"
+grep -q 'rdmaplane-run \[--socket=PATH\] COMMAND' "$tmp/run-help.txt" ||
+  fail "rdmaplane-run --help shows no usage: $(cat "$tmp/run-help.txt")"
+# Unversioned: an application's versioned references (ibv_reg_mr@IBVERBS_1.1)
+# bind to them ahead of libibverbs.
+verbs_exported="$(nm -D --defined-only "$verbs" | awk '{print $3}')"
+for f in ibv_open_device ibv_reg_mr_iova2 _ibv_query_gid_ex; do
+  grep -qx "$f" <<<"$verbs_exported" || fail "librdmaplane-verbs.so does not export $f"
+done
+while read -r sym; do
+  case "$sym" in
+    ibv_* | _ibv_*) ;;
+    _ZNSt7__cxx1112basic_string*) ;; # as for librdmaplane.so.1 above
+    *) fail "librdmaplane-verbs.so exports $sym" ;;
+  esac
+done <<<"$verbs_exported"
+echo "verbs exports: $(grep -c '^_\{0,1\}ibv_' <<<"$verbs_exported") ibv_* and _ibv_* functions"
+
+# The installed wrapper, library and daemon together, as an application
+# sees them. The daemon has no data port: the port is down, GID ::ffff:0.0.0.0.
+if command -v ibv_devinfo >/dev/null; then
+  rm -f "$sock"
+  "$prefix/sbin/rdmaplaned" --socket="$sock" 2>"$tmp/rdmaplaned.log" &
+  daemon_pid=$!
+  for ((i = 0; i < 50; i++)); do # 5 s
+    [[ -S $sock ]] && break
+    kill -0 "$daemon_pid" 2>/dev/null || fail "rdmaplaned exited during start-up: $(cat "$tmp/rdmaplaned.log")"
+    sleep 0.1
+  done
+  [[ -S $sock ]] || fail "rdmaplaned made no socket within 5 s"
+  RDMAPLANE_VERBS_DEBUG=1 "$run" --socket="$sock" ibv_devinfo -v >"$tmp/devinfo.txt" 2>&1 ||
+    fail "rdmaplane-run ibv_devinfo -v failed: $(cat "$tmp/devinfo.txt")"
+  for want in $'^hca_id:\trdmaplane0$' 'link_layer:[[:space:]]+Ethernet$' \
+    'GID\[  0\]:[[:space:]]+::ffff:0\.0\.0\.0, RoCE v2$'; do
+    grep -Eq -- "$want" "$tmp/devinfo.txt" ||
+      fail "rdmaplane-run ibv_devinfo -v has no line matching /$want/: $(cat "$tmp/devinfo.txt")"
+  done
+  kill -TERM "$daemon_pid"
+  status=0
+  wait "$daemon_pid" || status=$?
+  daemon_pid=""
+  [[ $status -eq 0 ]] || fail "rdmaplaned exited with status $status on SIGTERM: $(cat "$tmp/rdmaplaned.log")"
+  echo "rdmaplane-run ibv_devinfo -v: rdmaplane0 served by the installed daemon"
+else
+  echo "note: ibv_devinfo (Debian package ibverbs-utils) is not installed: the installed verbs front end was not run"
+fi
 echo "out_of_tree_test: ok"
