@@ -137,6 +137,10 @@ absl::Status Client::Init(const ClientOptions& options) {
         &slot.completion, shm::kCompletionRingEntries,
         shm::SpscRing<CompletionEntry>::BytesFor(shm::kCompletionRingEntries));
   }
+  for (auto& ref : header_->receive) {
+    place(&ref, shm::kRecvRingEntries,
+          shm::SpscRing<shm::RecvEntry>::BytesFor(shm::kRecvRingEntries));
+  }
   {
     std::lock_guard<std::mutex> lock(control_mu_);
     auto req = shm::SpscRing<ControlRequest>::Create(
@@ -158,6 +162,12 @@ absl::Status Client::Init(const ClientOptions& options) {
         shm::kCompletionRingEntries);
     if (!s.ok()) return s.status();
     if (!c.ok()) return c.status();
+  }
+  for (auto& ref : header_->receive) {
+    auto r = shm::SpscRing<shm::RecvEntry>::Create(region_ + ref.offset,
+                                                   ref.bytes,
+                                                   shm::kRecvRingEntries);
+    if (!r.ok()) return r.status();
   }
 
   // Say hello.
@@ -558,6 +568,12 @@ rdp_conn Client::AttachConnection(uint32_t slot) {
   CompletionEntry stale;
   while (c.completion.TryPop(&stale) == shm::PopResult::kOk) {
   }
+  c.receive = *shm::SpscRing<shm::RecvEntry>::Attach(
+      region_ + header_->receive[slot].offset, header_->receive[slot].bytes);
+  if (c.received == nullptr) {
+    c.received.reset(new CompletionEntry[kReceivedEntries]);
+  }
+  c.received_head = c.received_tail = 0;
   c.deferred.resize(shm::kSendRingEntries);
   c.deferred_count = 0;
   if (c.ledger == nullptr) c.ledger.reset(new Pending[kLedgerEntries]);
@@ -894,6 +910,7 @@ rdp_overlapped* Client::Apply(Connection& c, const CompletionEntry& e) {
   // The silent requests before it succeeded: forgotten before this one is
   // seen done, so a caller may free them once it sees it.
   RetireSilent(c, e.retired);
+  p.ov->internal[0] = e.detail;
   Finish(p.ov, e.status, e.byte_len);
   while (c.head != c.posted && c.ledger[c.head % kLedgerEntries].done) {
     ++c.head;
@@ -940,7 +957,14 @@ int Client::Reap(uint32_t slot, rdp_overlapped** done, int max) {
   int n = 0;
   CompletionEntry e;
   while (done == nullptr || n < max) {
+    // Receive completions are set aside for TakeReceived, while there is
+    // room (else they wait in the ring).
+    if (c.received_tail - c.received_head >= kReceivedEntries) break;
     if (c.completion.TryPop(&e) != shm::PopResult::kOk) break;
+    if (e.op == shm::kRecv || e.op == shm::kRecvWriteImm) {
+      c.received[c.received_tail++ % kReceivedEntries] = e;
+      continue;
+    }
     rdp_overlapped* ov = Apply(c, e);
     if (ov == nullptr) continue;
     if (done != nullptr) done[n] = ov;
@@ -1022,12 +1046,15 @@ int Client::GetOverlappedResult(rdp_conn conn, rdp_overlapped* ov, bool wait,
 // --- For the verbs front end
 // -------------------------------------------------------
 
-int Client::PostRdma(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
-                     uint32_t sge_count, uint64_t remote_address,
-                     uint32_t rkey, uint32_t flags, rdp_overlapped* ov) {
+int Client::PostVerbs(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
+                      uint32_t sge_count, uint64_t remote_address,
+                      uint32_t rkey, uint32_t flags, uint32_t imm,
+                      rdp_overlapped* ov) {
   if (ov == nullptr) return RDP_ERR_FAULT;
-  if ((op != shm::kSendWrite && op != shm::kSendRead) ||
-      (flags & ~shm::kKnownSendFlags) != 0) {
+  ov->internal[0] = shm::kDetailNone;
+  if ((op != shm::kSendWrite && op != shm::kSendRead &&
+       op != shm::kSendSend) ||
+      (flags & ~shm::kVerbsSendFlags) != 0) {
     return Refuse(ov, RDP_ERR_INVALID);
   }
   const int slot = SlotOf(conn);
@@ -1040,7 +1067,42 @@ int Client::PostRdma(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
   e.op = op;
   e.remote_address = remote_address;
   e.rkey = rkey;
+  e.imm = imm;
   return Submit(static_cast<uint32_t>(slot), e, flags, ov);
+}
+
+int Client::PostRecv(rdp_conn conn, uint64_t wr_id, const rdp_sge* sgl,
+                     uint32_t sge_count) {
+  const int slot = SlotOf(conn);
+  if (int err = ConnectionError(slot); err != RDP_OK) return err;
+  shm::RecvEntry e{};
+  e.wr_id = wr_id;
+  if (sge_count > shm::kMaxSge) return RDP_ERR_INVALID;
+  if (sge_count > 0 && sgl == nullptr) return RDP_ERR_FAULT;
+  e.num_sge = static_cast<uint8_t>(sge_count);
+  for (uint32_t i = 0; i < sge_count; ++i) {
+    e.sge[i].address = reinterpret_cast<uint64_t>(sgl[i].addr);
+    e.sge[i].length = sgl[i].length;
+    e.sge[i].lkey = sgl[i].lkey;
+  }
+  if (!connections_[slot].receive.TryPush(e)) return RDP_ERR_NO_BUFFERS;
+  KickEngine(static_cast<uint32_t>(slot));
+  return RDP_OK;
+}
+
+int Client::ConnectionStatus(rdp_conn conn) const {
+  return ConnectionError(SlotOf(conn));
+}
+
+int Client::TakeReceived(rdp_conn conn, CompletionEntry* out, int max) {
+  const int slot = SlotOf(conn);
+  if (slot < 0) return 0;
+  Connection& c = connections_[slot];
+  int n = 0;
+  while (n < max && c.received_head != c.received_tail) {
+    out[n++] = c.received[c.received_head++ % kReceivedEntries];
+  }
+  return n;
 }
 
 bool Client::WaitForCompletions(rdp_conn conn, int64_t timeout_ns) {
@@ -1048,7 +1110,7 @@ bool Client::WaitForCompletions(rdp_conn conn, int64_t timeout_ns) {
   if (slot < 0) return true;
   Connection& c = connections_[slot];
   auto ready = [&] {
-    return c.completion.Size() > 0 ||
+    return c.completion.Size() > 0 || c.received_head != c.received_tail ||
            FinalStatus(static_cast<uint32_t>(slot)) != 0;
   };
   return shm::WaitDoorbell(&header_->completion_bell[slot], ready, timeout_ns);

@@ -108,12 +108,24 @@ class Client {
   absl::Status ModifyQueuePair(rdp_conn conn, shm::QpTransition to,
                                const shm::QpPeer& peer);
   absl::StatusOr<shm::DeviceInfo> QueryDevice();
-  // Posts a WRITE or READ (shm::kSendWrite / kSendRead) of the SGL to the
-  // peer's memory at remote_address under rkey, which the peer's daemon
-  // checks; otherwise as Write.
-  int PostRdma(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
-               uint32_t sge_count, uint64_t remote_address, uint32_t rkey,
-               uint32_t flags, rdp_overlapped* ov);
+  // Posts a WRITE, READ or SEND (shm::kSendWrite / kSendRead / kSendSend)
+  // of the SGL; a WRITE or READ to the peer's memory at remote_address
+  // under rkey, which the peer's daemon checks. `flags` may add
+  // shm::kFlagImmediate (with `imm`, as on the wire) and kFlagSolicited.
+  // Otherwise as Write. When the request ends, ov->internal[0] holds the
+  // shm::CompletionDetail of a failure.
+  int PostVerbs(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
+                uint32_t sge_count, uint64_t remote_address, uint32_t rkey,
+                uint32_t flags, uint32_t imm, rdp_overlapped* ov);
+  // Posts a receive request (SEND's target) named wr_id; RDP_ERR_NO_BUFFERS
+  // when the receive ring is full.
+  int PostRecv(rdp_conn conn, uint64_t wr_id, const rdp_sge* sgl,
+               uint32_t sge_count);
+  // RDP_OK while conn is up, else why not (as posting would fail).
+  int ConnectionStatus(rdp_conn conn) const;
+  // Takes up to max receive completions (op shm::kRecv or kRecvWriteImm)
+  // that Poll set aside, in order.
+  int TakeReceived(rdp_conn conn, shm::CompletionEntry* out, int max);
   // Sleeps until conn's completion ring holds an entry, the connection
   // ended, or timeout_ns passed; true unless it timed out.
   bool WaitForCompletions(rdp_conn conn, int64_t timeout_ns);
@@ -157,7 +169,16 @@ class Client {
     uint32_t posted = 0;  // index of the next request
     uint32_t head = 0;    // the oldest request not ended
     uint32_t silent = 0;  // silent requests among them
+    // Receives (verbs): the ring, and the completions Reap set aside for
+    // TakeReceived, [received_head, received_tail) modulo kReceivedEntries.
+    shm::SpscRing<shm::RecvEntry> receive;
+    std::unique_ptr<shm::CompletionEntry[]> received;
+    uint32_t received_head = 0;
+    uint32_t received_tail = 0;
   };
+  // Receive completions set aside at once: at most one per receive in the
+  // ring and one per receive the daemon holds.
+  static constexpr uint32_t kReceivedEntries = 1024;
 
   Client() = default;
   absl::Status Init(const ClientOptions& options);

@@ -120,6 +120,7 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   info.wake = s->engine_wake.get();
   info.send = s->send[slot];
   info.completion = s->completion[slot];
+  info.receive = s->receive[slot];
   info.owner_pidfd = s->pidfd;
   rc::QpConfig qp;
   qp.local_qpn = wire::Qpn(c->qpn[side]);
@@ -150,6 +151,8 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
     qp.retransmit_timeout_ns = c->retransmit_timeout_ns;
   }
   qp.retry_count = c->retry_count;
+  qp.rnr_retry = c->rnr_retry;
+  qp.min_rnr_timer = c->min_rnr_timer;
   // retry_count, READ depths: QpConfig's defaults, which the CM's REQ and
   // REP announce.
   info.qp = qp;
@@ -350,8 +353,8 @@ ControlResponse ConnectionTable::SetQueuePairPeer(Connection* c,
                  absl::StrCat("path MTU ", p.path_mtu, " is above the port's ",
                               options_.path_mtu));
   }
-  if (p.retry_count > 7 || p.timeout > 31) {
-    return Reply(shm::kStatusInvalid, "retry count 0..7, timeout code 0..31");
+  if (p.min_rnr_timer > 31) {
+    return Reply(shm::kStatusInvalid, "the RNR timer code is 0..31");
   }
   if (p.peer_ip == 0 || p.peer_ip == port_ip_) {
     return Reply(shm::kStatusInvalid,
@@ -366,19 +369,38 @@ ControlResponse ConnectionTable::SetQueuePairPeer(Connection* c,
                                       defaults.max_rd_atomic);
   c->reads_in = std::min<uint32_t>(p.max_dest_rd_atomic,
                                    defaults.max_dest_rd_atomic);
-  c->retry_count = p.retry_count;
-  // 4.096 us * 2^timeout, as the IBA defines the local ACK timeout.
-  c->retransmit_timeout_ns =
-      p.timeout == 0 ? 0 : static_cast<uint64_t>(4096) << p.timeout;
+  c->min_rnr_timer = p.min_rnr_timer;
   c->rtr = true;
   return Reply(shm::kStatusOk);
 }
 
-void ConnectionTable::SetSendPsn(Connection* c, uint32_t psn) {
-  psn &= wire::Psn::kMask;
-  if (c->psn[0] == psn) return;
-  c->psn[0] = psn;
-  if (c->running) engines_[c->engine]->SetSendPsn(c->endpoint[0].get(), psn);
+ControlResponse ConnectionTable::StartRequester(Connection* c,
+                                                const shm::QpPeer& p) {
+  if (p.sq_psn > wire::Psn::kMask) {
+    return Reply(shm::kStatusInvalid, "PSNs are 24 bits");
+  }
+  if (p.retry_count > 7 || p.rnr_retry > 7 || p.timeout > 31) {
+    return Reply(shm::kStatusInvalid,
+                 "retry counts are 0..7, the timeout code 0..31");
+  }
+  c->psn[0] = p.sq_psn;
+  c->retry_count = p.retry_count;
+  c->rnr_retry = p.rnr_retry;
+  // 4.096 us * 2^timeout, as the IBA defines the local ACK timeout; 0:
+  // the daemon's own.
+  c->retransmit_timeout_ns =
+      p.timeout == 0 ? 0 : static_cast<uint64_t>(4096) << p.timeout;
+  if (c->running) {
+    rc::RequesterSettings s;
+    s.send_psn = wire::Psn(p.sq_psn);
+    s.retry_count = c->retry_count;
+    s.rnr_retry = c->rnr_retry;
+    s.retransmit_timeout_ns = c->retransmit_timeout_ns != 0
+                                  ? c->retransmit_timeout_ns
+                                  : options_.remote_retransmit_timeout_ns;
+    engines_[c->engine]->StartRequester(c->endpoint[0].get(), s);
+  }
+  return Reply(shm::kStatusOk);
 }
 
 // --- Connections to other daemons

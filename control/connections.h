@@ -15,7 +15,7 @@
 // end are connected out of band: the application creates one here
 // (CreateQueuePair: our QPN), learns its peer's QPN, PSN and address
 // itself, and moves it to RTR (SetQueuePairPeer; the connection manager
-// resolves the peer's MAC and starts it) and RTS (SetSendPsn).
+// resolves the peer's MAC and starts it) and RTS (StartRequester).
 //
 // Thread-compatible: the control thread only. Engines own an endpoint from
 // Engine::AddPair/AddRemote until Engine::RemovePair returns.
@@ -82,6 +82,8 @@ struct Connection {
   bool rtr = false;       // moved to RTR: its peer is set
   uint32_t retry_count = rc::QpConfig{}.retry_count;
   uint64_t retransmit_timeout_ns = 0;  // 0: the daemon's
+  uint32_t rnr_retry = rc::QpConfig{}.rnr_retry;
+  uint8_t min_rnr_timer = rc::QpConfig{}.min_rnr_timer;
 
   // --- Connections to another daemon -------------------------------------
   bool remote = false;
@@ -188,8 +190,9 @@ class ConnectionTable {
   // ours), READ depths and retry settings. Refused (and nothing changed)
   // once the queue pair is at RTR.
   shm::ControlResponse SetQueuePairPeer(Connection* c, const shm::QpPeer& p);
-  // kQpToRts: our requester's first PSN.
-  void SetSendPsn(Connection* c, uint32_t psn);
+  // kQpToRts: our requester's first PSN, retry count, timeout and RNR
+  // retry count (checked).
+  shm::ControlResponse StartRequester(Connection* c, const shm::QpPeer& p);
 
   // --- Connections to other daemons (the connection manager) --------------
   // A new connection with its id, our QPN and first PSN; the caller fills

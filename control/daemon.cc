@@ -313,11 +313,7 @@ std::optional<ControlResponse> Daemon::ModifyQueuePair(
       if (!c->rtr || c->cm == CmState::kQpResolving) {
         return Reply(shm::kStatusInvalid, "the queue pair is not at RTR");
       }
-      if (peer.sq_psn > wire::Psn::kMask) {
-        return Reply(shm::kStatusInvalid, "PSNs are 24 bits");
-      }
-      connections_->SetSendPsn(c, peer.sq_psn);
-      return Reply(shm::kStatusOk);
+      return connections_->StartRequester(c, peer);
   }
   return Reply(shm::kStatusInvalid, "unknown queue pair transition");
 }

@@ -387,6 +387,7 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
   for (const auto& c : h.connections) {
     ok = ok && in_region(c.send) && in_region(c.completion);
   }
+  for (const auto& r : h.receive) ok = ok && in_region(r);
   if (!ok) return refuse("a ring lies outside the session region");
   auto req = shm::SpscRing<shm::ControlRequest>::Attach(
       s->region + h.control_requests.offset, h.control_requests.bytes);
@@ -402,8 +403,12 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
     if (!send.ok() || !completion.ok()) {
       return refuse("connection rings are malformed");
     }
+    auto receive = shm::SpscRing<shm::RecvEntry>::Attach(
+        s->region + h.receive[i].offset, h.receive[i].bytes);
+    if (!receive.ok()) return refuse("connection rings are malformed");
     s->send[i] = *send;
     s->completion[i] = *completion;
+    s->receive[i] = *receive;
   }
   for (auto& state : s->header->connection_state) {
     state.store(shm::kConnFree, std::memory_order_relaxed);

@@ -83,6 +83,7 @@ struct Session {
   // memory again.
   shm::SpscRing<shm::SendEntry> send[shm::kMaxConnections];
   shm::SpscRing<shm::CompletionEntry> completion[shm::kMaxConnections];
+  shm::SpscRing<shm::RecvEntry> receive[shm::kMaxConnections];
   std::map<uint32_t, Arena> arenas;  // by arena id
   Connection* connections[shm::kMaxConnections] = {};
   std::set<std::string> listening;

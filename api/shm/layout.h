@@ -11,6 +11,7 @@
 //   ...    kMaxConnections x ConnectionSlot, each:
 //            send ring        client -> daemon  (SendEntry)
 //            completion ring  daemon -> client  (CompletionEntry)
+//   ...    kMaxConnections receive rings  client -> daemon  (RecvEntry)
 //
 // Every ring is an SpscRing (ring.h). The header records each ring's offset
 // so that the daemon never derives addresses from sizes it did not check.
@@ -31,12 +32,13 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 2;
+inline constexpr uint16_t kSessionVersion = 3;
 inline constexpr uint32_t kMaxConnections = 16;
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kControlRingEntries = 64;
 inline constexpr uint32_t kSendRingEntries = 256;
 inline constexpr uint32_t kCompletionRingEntries = 512;
+inline constexpr uint32_t kRecvRingEntries = 256;
 inline constexpr uint32_t kDescriptorBytes = 32;
 inline constexpr uint32_t kServiceNameBytes = 64;
 
@@ -87,6 +89,8 @@ struct alignas(4096) SessionHeader {
   // completion entry or as a silent success. Counted modulo 2^32 from the
   // connection's first request; reset with final_status.
   std::atomic<uint32_t> retired[kMaxConnections];
+  // Each slot's receive ring (two-sided SEND, verbs only).
+  RingRef receive[kMaxConnections];
   // A robust, process-shared pthread mutex the client locks when it opens
   // the session, from that thread: when the thread dies (with its process,
   // or on its own), the kernel marks the futex word (the mutex's first four
@@ -155,7 +159,8 @@ inline constexpr uint32_t kPdScopeSlot = 0xFFFFFFFF;
 // kOpModifyQp's moves, as the verbs state machine names them.
 enum QpTransition : uint32_t {
   kQpToRtr = 1,  // connect to the peer (QpPeer), serve it as responder
-  kQpToRts = 2,  // the requester starts at QpPeer::sq_psn
+  kQpToRts = 2,  // the requester starts at QpPeer::sq_psn, with its
+                 // retry_count, timeout and rnr_retry
 };
 
 // kOpModifyQp's arguments, in ControlRequest::descriptor.
@@ -169,7 +174,9 @@ struct QpPeer {
   uint8_t max_dest_rd_atomic;  // READs the peer may keep outstanding here
   uint8_t retry_count;         // 0 .. 7
   uint8_t timeout;             // IBA local ACK timeout code; 0: ours
-  uint8_t reserved[8];
+  uint8_t rnr_retry;           // RNR NAKs we retry in a row (7: for ever)
+  uint8_t min_rnr_timer;       // the RNR timer code our RNR NAKs carry
+  uint8_t reserved[6];
 };
 static_assert(sizeof(QpPeer) == kDescriptorBytes);
 
@@ -233,7 +240,17 @@ static_assert(sizeof(RdmaDescriptor) == kDescriptorBytes);
 
 // --- Data path messages --------------------------------------------------
 
-enum SendOp : uint8_t { kSendWrite = 1, kSendRead = 2, kSendFlush = 3 };
+// kSendSend (verbs) is a two-sided SEND, placed in the peer's next
+// receive; kRecv and kRecvWriteImm are the ops of receive completions (a
+// SEND received, a WRITE with immediate data that consumed the receive).
+enum SendOp : uint8_t {
+  kSendWrite = 1,
+  kSendRead = 2,
+  kSendFlush = 3,
+  kSendSend = 4,
+  kRecv = 5,
+  kRecvWriteImm = 6,
+};
 
 // Work request flags, numbered as in the NDK's ndkpi.h (the NdkRead page
 // gives 0x200 to both DEFER and READ_LOCAL_INVALIDATE; the header does not).
@@ -244,6 +261,12 @@ inline constexpr uint32_t kFlagDefer = 0x00000200;
 inline constexpr uint32_t kKnownSendFlags = kFlagSilentSuccess |
                                             kFlagReadFence | kFlagDefer |
                                             kFlagReadLocalInvalidate;
+// Verbs only: the SEND or WRITE carries SendEntry::imm; its last packet
+// asks for a solicited event.
+inline constexpr uint32_t kFlagImmediate = 0x00010000;
+inline constexpr uint32_t kFlagSolicited = 0x00020000;
+inline constexpr uint32_t kVerbsSendFlags =
+    kKnownSendFlags | kFlagImmediate | kFlagSolicited;
 
 struct SgeEntry {
   uint64_t address;  // client virtual address
@@ -261,21 +284,51 @@ struct SendEntry {
   SgeEntry sge[kMaxSge];
   uint64_t remote_address;
   uint32_t rkey;
-  uint32_t reserved1;
+  uint32_t imm;  // with kFlagImmediate: ImmDt, as on the wire
 };
 static_assert(sizeof(SendEntry) == 160);
+
+// A receive request (verbs' ibv_post_recv): the buffers the peer's next
+// SEND fills. Its completion names it by wr_id.
+struct RecvEntry {
+  uint64_t wr_id;
+  uint8_t num_sge;
+  uint8_t reserved0[7];
+  SgeEntry sge[kMaxSge];
+};
+static_assert(sizeof(RecvEntry) == 144);
 
 struct CompletionEntry {
   uint64_t wr_id;
   int32_t status;  // RdpStatus
   uint8_t op;      // SendOp
-  uint8_t reserved0[3];
+  uint8_t flags;   // kCompletionImm
+  uint8_t detail;  // CompletionDetail: why a request failed, in IBA terms
+  uint8_t reserved0;
   uint32_t byte_len;
   // The slot's retired count once this request finished (see
   // SessionHeader::retired): the requests before it are finished too.
+  // Receive completions (kRecv, kRecvWriteImm) retire no send request and
+  // leave it 0.
   uint32_t retired;
+  uint32_t imm;  // with kCompletionImm: the immediate data, as on the wire
+  uint32_t reserved1;
 };
-static_assert(sizeof(CompletionEntry) == 24);
+static_assert(sizeof(CompletionEntry) == 32);
+inline constexpr uint8_t kCompletionImm = 1;
+
+// What the transport said of a failed request, finer than its status (the
+// verbs front end reports it as the work completion's status).
+enum CompletionDetail : uint8_t {
+  kDetailNone = 0,
+  kDetailRetryExceeded = 1,     // no answer after the retry count
+  kDetailRnrRetryExceeded = 2,  // the peer had no receive, too often
+  kDetailRemoteAccess = 3,      // NAK remote access error
+  kDetailRemoteInvalid = 4,     // NAK invalid request
+  kDetailRemoteOperational = 5, // NAK remote operational error
+  kDetailBadResponse = 6,
+  kDetailLocalLength = 7,       // a receive too small for the message
+};
 
 // The daemon is done with the connection in `slot`: it completes nothing
 // more, `retired` requests finished in order, and every other request the
@@ -320,7 +373,8 @@ constexpr uint64_t SessionRegionBytes() {
   bytes += SpscRing<ControlResponse>::BytesFor(kControlRingEntries);
   bytes += kMaxConnections *
            (SpscRing<SendEntry>::BytesFor(kSendRingEntries) +
-            SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries));
+            SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries) +
+            SpscRing<RecvEntry>::BytesFor(kRecvRingEntries));
   return (bytes + 4095) & ~uint64_t{4095};
 }
 

@@ -57,19 +57,21 @@ TEST(RingAbi, BytesFor) {
   EXPECT_EQ(SpscRing<ControlResponse>::BytesFor(kControlRingEntries), 7872u);
   EXPECT_EQ(SpscRing<SendEntry>::BytesFor(kSendRingEntries), 41152u);
   EXPECT_EQ(SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries),
-            12480u);
+            16576u);
+  EXPECT_EQ(SpscRing<RecvEntry>::BytesFor(kRecvRingEntries), 37056u);
 }
 
 // --- Session layout (layout.h) -------------------------------------------
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 2u);
+  EXPECT_EQ(kSessionVersion, 3u);
   EXPECT_EQ(kMaxConnections, 16u);
   EXPECT_EQ(kMaxSge, 8u);
   EXPECT_EQ(kControlRingEntries, 64u);
   EXPECT_EQ(kSendRingEntries, 256u);
   EXPECT_EQ(kCompletionRingEntries, 512u);
+  EXPECT_EQ(kRecvRingEntries, 256u);
   EXPECT_EQ(kDescriptorBytes, 32u);
   EXPECT_EQ(kServiceNameBytes, 64u);
   EXPECT_EQ(kDescriptorMagic, 0x44504452u);
@@ -172,7 +174,9 @@ TEST(LayoutAbi, SessionHeader) {
   EXPECT_EQ(sizeof(SessionHeader::final_status), 16u * 4u);
   EXPECT_EQ(offsetof(SessionHeader, retired), 2816u);
   EXPECT_EQ(sizeof(SessionHeader::retired), 16u * 4u);
-  EXPECT_EQ(offsetof(SessionHeader, liveness), 2880u);
+  EXPECT_EQ(offsetof(SessionHeader, receive), 2880u);
+  EXPECT_EQ(sizeof(SessionHeader::receive), 16u * 16u);
+  EXPECT_EQ(offsetof(SessionHeader, liveness), 3136u);
   EXPECT_EQ(sizeof(SessionHeader::liveness), 64u);
   EXPECT_EQ(sizeof(SessionHeader), 4096u);
   EXPECT_EQ(alignof(SessionHeader), 4096u);
@@ -240,7 +244,7 @@ TEST(LayoutAbi, SendEntry) {
   EXPECT_EQ(sizeof(SendEntry::sge), 8u * 16u);
   EXPECT_EQ(offsetof(SendEntry, remote_address), 144u);
   EXPECT_EQ(offsetof(SendEntry, rkey), 152u);
-  EXPECT_EQ(offsetof(SendEntry, reserved1), 156u);
+  EXPECT_EQ(offsetof(SendEntry, imm), 156u);
   EXPECT_EQ(sizeof(SendEntry), 160u);
   EXPECT_EQ(alignof(SendEntry), 8u);
 }
@@ -249,11 +253,65 @@ TEST(LayoutAbi, CompletionEntry) {
   EXPECT_EQ(offsetof(CompletionEntry, wr_id), 0u);
   EXPECT_EQ(offsetof(CompletionEntry, status), 8u);
   EXPECT_EQ(offsetof(CompletionEntry, op), 12u);
-  EXPECT_EQ(offsetof(CompletionEntry, reserved0), 13u);
+  EXPECT_EQ(offsetof(CompletionEntry, flags), 13u);
+  EXPECT_EQ(offsetof(CompletionEntry, detail), 14u);
+  EXPECT_EQ(offsetof(CompletionEntry, reserved0), 15u);
   EXPECT_EQ(offsetof(CompletionEntry, byte_len), 16u);
   EXPECT_EQ(offsetof(CompletionEntry, retired), 20u);
-  EXPECT_EQ(sizeof(CompletionEntry), 24u);
+  EXPECT_EQ(offsetof(CompletionEntry, imm), 24u);
+  EXPECT_EQ(offsetof(CompletionEntry, reserved1), 28u);
+  EXPECT_EQ(sizeof(CompletionEntry), 32u);
   EXPECT_EQ(alignof(CompletionEntry), 8u);
+}
+
+TEST(LayoutAbi, RecvEntry) {
+  EXPECT_EQ(offsetof(RecvEntry, wr_id), 0u);
+  EXPECT_EQ(offsetof(RecvEntry, num_sge), 8u);
+  EXPECT_EQ(offsetof(RecvEntry, reserved0), 9u);
+  EXPECT_EQ(offsetof(RecvEntry, sge), 16u);
+  EXPECT_EQ(sizeof(RecvEntry), 144u);
+  EXPECT_EQ(alignof(RecvEntry), 8u);
+}
+
+TEST(LayoutAbi, VerbsMessages) {
+  EXPECT_EQ(offsetof(QpPeer, peer_ip), 0u);
+  EXPECT_EQ(offsetof(QpPeer, peer_qpn), 4u);
+  EXPECT_EQ(offsetof(QpPeer, rq_psn), 8u);
+  EXPECT_EQ(offsetof(QpPeer, sq_psn), 12u);
+  EXPECT_EQ(offsetof(QpPeer, path_mtu), 16u);
+  EXPECT_EQ(offsetof(QpPeer, max_rd_atomic), 20u);
+  EXPECT_EQ(offsetof(QpPeer, max_dest_rd_atomic), 21u);
+  EXPECT_EQ(offsetof(QpPeer, retry_count), 22u);
+  EXPECT_EQ(offsetof(QpPeer, timeout), 23u);
+  EXPECT_EQ(offsetof(QpPeer, rnr_retry), 24u);
+  EXPECT_EQ(offsetof(QpPeer, min_rnr_timer), 25u);
+  EXPECT_EQ(sizeof(QpPeer), kDescriptorBytes);
+  EXPECT_EQ(offsetof(DeviceInfo, ip), 0u);
+  EXPECT_EQ(offsetof(DeviceInfo, mac), 4u);
+  EXPECT_EQ(offsetof(DeviceInfo, path_mtu), 10u);
+  EXPECT_EQ(offsetof(DeviceInfo, max_qps), 12u);
+  EXPECT_EQ(offsetof(DeviceInfo, max_mrs), 16u);
+  EXPECT_EQ(offsetof(DeviceInfo, max_qp_wr), 20u);
+  EXPECT_EQ(offsetof(DeviceInfo, max_cqe), 24u);
+  EXPECT_EQ(offsetof(DeviceInfo, max_sge), 28u);
+  EXPECT_EQ(offsetof(DeviceInfo, max_rd_atomic), 29u);
+  EXPECT_EQ(sizeof(DeviceInfo), kDescriptorBytes);
+  EXPECT_EQ(kOpAllocPd, 10u);
+  EXPECT_EQ(kOpDeallocPd, 11u);
+  EXPECT_EQ(kOpCreateQp, 12u);
+  EXPECT_EQ(kOpModifyQp, 13u);
+  EXPECT_EQ(kOpQueryDevice, 14u);
+  EXPECT_EQ(kQpToRtr, 1u);
+  EXPECT_EQ(kQpToRts, 2u);
+  EXPECT_EQ(kPdScopeSlot, 0xFFFFFFFFu);
+  EXPECT_EQ(kSendSend, 4u);
+  EXPECT_EQ(kRecv, 5u);
+  EXPECT_EQ(kRecvWriteImm, 6u);
+  EXPECT_EQ(kFlagImmediate, 0x10000u);
+  EXPECT_EQ(kFlagSolicited, 0x20000u);
+  EXPECT_EQ(kVerbsSendFlags & kKnownSendFlags, kKnownSendFlags);
+  EXPECT_EQ(kCompletionImm, 1u);
+  EXPECT_EQ(kDetailLocalLength, 7u);
 }
 
 // Every message is copied byte for byte between processes: no hidden
@@ -306,6 +364,9 @@ uint64_t PlanSession(SessionHeader& header) {
     slot.send = Place<SendEntry>(&cursor, kSendRingEntries);
     slot.completion = Place<CompletionEntry>(&cursor, kCompletionRingEntries);
   }
+  for (RingRef& ref : header.receive) {
+    ref = Place<RecvEntry>(&cursor, kRecvRingEntries);
+  }
   return cursor;
 }
 
@@ -313,7 +374,7 @@ TEST(SessionRegionBytes, IsPageRoundedAndHoldsEveryRing) {
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t region = SessionRegionBytes();
   static_assert(region % kPage == 0);
-  EXPECT_EQ(region, 880640u);  // 215 pages
+  EXPECT_EQ(region, 1540096u);  // 376 pages
   SessionHeader header{};
   const uint64_t end = PlanSession(header);
   EXPECT_LE(end, region);

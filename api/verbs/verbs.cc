@@ -68,6 +68,11 @@ constexpr uint32_t kVendorPartId = 0x0001;
 // a slot is reused only after this many later posts.
 constexpr uint32_t kSlots = 1024;
 constexpr uint32_t kMaxInline = 256;
+namespace rc_defaults {
+// The RNR timer our responder asks for when the application sets none:
+// 0.01 ms (IBA code 1).
+constexpr uint8_t kMinRnrTimer = 1;
+}  // namespace rc_defaults
 
 struct Device {
   ibv_device dev;  // first: the application holds ibv_device*
@@ -101,8 +106,8 @@ struct Cq {
   ibv_cq cq;
   Channel* channel = nullptr;
   std::mutex mu;
-  std::deque<ibv_wc> ready;  // gathered, not yet polled
-  std::vector<Qp*> qps;      // queue pairs completing here (send side)
+  std::vector<Qp*> send_qps;  // queue pairs whose sends complete here
+  std::vector<Qp*> recv_qps;  // ... whose receives complete here
   bool armed = false;
   uint32_t events = 0;  // delivered through the channel
   uint32_t empty_polls = 0;
@@ -126,6 +131,7 @@ struct Qp {
   Context* owner = nullptr;
   Pd* pd = nullptr;
   Cq* scq = nullptr;
+  Cq* rcq = nullptr;
   std::mutex mu;  // posts and polls
   rdp_conn conn = 0;
   ibv_qp_cap cap{};
@@ -137,6 +143,13 @@ struct Qp {
   uint8_t* inline_buf = nullptr;  // kSlots x cap.max_inline_data
   uint32_t inline_lkey = 0;
   bool failed = false;  // a completion failed: later ones are flushed
+  // Receives: wr_ids of [rcompleted, rposted), by index modulo kSlots.
+  std::unique_ptr<uint64_t[]> recv_ids;
+  uint64_t rposted = 0;
+  uint64_t rcompleted = 0;
+  // Completions gathered from the daemon, not yet polled.
+  std::deque<ibv_wc> send_wcs;
+  std::deque<ibv_wc> recv_wcs;
 };
 
 Context* Ctx(ibv_context* c) { return reinterpret_cast<Context*>(c); }
@@ -246,68 +259,145 @@ uint64_t GuidOf(const shm::DeviceInfo& info) {
   return guid;  // network order, as ibv_device_attr holds it
 }
 
-ibv_wc_status WcStatusOf(int status, uint8_t op) {
+// The work completion status of a send request that ended with `status`
+// and the transport's `detail` (shm::CompletionDetail).
+ibv_wc_status SendStatusOf(int status, uint32_t detail) {
+  switch (detail) {
+    case shm::kDetailRetryExceeded:
+      return IBV_WC_RETRY_EXC_ERR;
+    case shm::kDetailRnrRetryExceeded:
+      return IBV_WC_RNR_RETRY_EXC_ERR;
+    case shm::kDetailRemoteAccess:
+      return IBV_WC_REM_ACCESS_ERR;
+    case shm::kDetailRemoteInvalid:
+      return IBV_WC_REM_INV_REQ_ERR;
+    case shm::kDetailRemoteOperational:
+      return IBV_WC_REM_OP_ERR;
+    case shm::kDetailBadResponse:
+      return IBV_WC_BAD_RESP_ERR;
+    default:
+      break;
+  }
   switch (status) {
     case RDP_OK:
       return IBV_WC_SUCCESS;
     case RDP_ERR_FAULT:
-    case RDP_ERR_REMOTE_RESOURCES:
-      return IBV_WC_REM_ACCESS_ERR;
-    case RDP_ERR_INVALID:
-      // The daemon refused the request itself: a local key or address that
-      // the local registration does not cover.
+      // The daemon refused a local buffer: a key or range the local
+      // registration does not cover.
       return IBV_WC_LOC_PROT_ERR;
+    case RDP_ERR_INVALID:
+      return IBV_WC_LOC_QP_OP_ERR;
     case RDP_ERR_CONN_ABORTED:
     case RDP_ERR_NET_DOWN:
       return IBV_WC_RETRY_EXC_ERR;
     default:
-      (void)op;
       return IBV_WC_WR_FLUSH_ERR;
   }
 }
 
-// Moves the completions of qp's send side into its CQ's ready list.
-// Caller holds the CQ's mutex.
-void Gather(Qp* q, Cq* cq) {
-  std::lock_guard<std::mutex> lock(q->mu);
-  if (q->conn == 0) return;
-  rdp_overlapped* done[64];
-  while (true) {
-    const int n = q->owner->client->Poll(q->conn, done, 64);
-    if (n <= 0) break;
-    for (int i = 0; i < n; ++i) {
-      const uint64_t index = done[i]->context;
-      Slot& s = q->slots[index % kSlots];
-      ibv_wc wc{};
-      wc.wr_id = s.wr_id;
-      wc.opcode = s.opcode;
-      wc.qp_num = q->qp.qp_num;
-      const int status = done[i]->status;
-      wc.status = q->failed ? IBV_WC_WR_FLUSH_ERR
-                            : WcStatusOf(status, 0);
-      wc.byte_len = wc.status == IBV_WC_SUCCESS ? done[i]->bytes : 0;
-      if (wc.status != IBV_WC_SUCCESS) {
-        q->failed = true;
-        q->qp.state = IBV_QPS_ERR;
-        q->attr.qp_state = IBV_QPS_ERR;
-        q->attr.cur_qp_state = IBV_QPS_ERR;
-      }
-      q->completed = std::max(q->completed, index + 1);
-      cq->ready.push_back(wc);
-    }
-    if (n < 64) break;
+// ... of a receive request.
+ibv_wc_status RecvStatusOf(int status) {
+  switch (status) {
+    case RDP_OK:
+      return IBV_WC_SUCCESS;
+    case RDP_ERR_NO_BUFFERS:
+      return IBV_WC_LOC_LEN_ERR;  // the message did not fit
+    case RDP_ERR_FAULT:
+      return IBV_WC_LOC_PROT_ERR;
+    case RDP_ERR_INVALID:
+      return IBV_WC_LOC_QP_OP_ERR;
+    default:
+      return IBV_WC_WR_FLUSH_ERR;
   }
 }
 
-// The queue pair goes to the error state (ibv_modify_qp to ERR): its
-// connection ends, and every send request not yet reported completes in
-// its CQ, those the daemon had finished as they finished, the rest as
-// flushed. Caller holds the context's mutex.
-void EnterError(Qp* q) {
-  std::lock_guard<std::mutex> cq_lock(q->scq->mu);
-  Gather(q, q->scq);
-  std::lock_guard<std::mutex> lock(q->mu);
+void SetError(Qp* q) {
   q->failed = true;
+  q->qp.state = IBV_QPS_ERR;
+  q->attr.qp_state = IBV_QPS_ERR;
+  q->attr.cur_qp_state = IBV_QPS_ERR;
+}
+
+ibv_wc MakeWc(const Qp* q, uint64_t wr_id, ibv_wc_opcode opcode,
+              ibv_wc_status status, uint32_t bytes) {
+  ibv_wc wc{};
+  wc.wr_id = wr_id;
+  wc.opcode = opcode;
+  wc.status = status;
+  wc.byte_len = status == IBV_WC_SUCCESS ? bytes : 0;
+  wc.qp_num = q->qp.qp_num;
+  wc.src_qp = q->attr.dest_qp_num;
+  return wc;
+}
+
+// Receives still posted when the queue pair is in the error state complete
+// flushed (the daemon ends them without a word).
+void FlushReceives(Qp* q) {
+  for (; q->rcompleted < q->rposted; ++q->rcompleted) {
+    q->recv_wcs.push_back(MakeWc(q, q->recv_ids[q->rcompleted % kSlots],
+                                 IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 0));
+  }
+}
+
+// Moves what the daemon completed for qp into its send_wcs and recv_wcs.
+// Caller holds q->mu.
+void Pump(Qp* q) {
+  if (q->conn == 0) return;
+  Client* client = q->owner->client.get();
+  rdp_overlapped* done[64];
+  while (true) {
+    const int n = client->Poll(q->conn, done, 64);
+    if (n <= 0) break;
+    for (int i = 0; i < n; ++i) {
+      const uint64_t index = done[i]->context;
+      const Slot& s = q->slots[index % kSlots];
+      const ibv_wc_status status =
+          q->failed ? IBV_WC_WR_FLUSH_ERR
+                    : SendStatusOf(done[i]->status, done[i]->internal[0]);
+      if (status != IBV_WC_SUCCESS) SetError(q);
+      q->send_wcs.push_back(
+          MakeWc(q, s.wr_id, s.opcode, status, done[i]->bytes));
+      q->completed = std::max(q->completed, index + 1);
+    }
+    if (n < 64) break;
+  }
+  shm::CompletionEntry got[64];
+  while (true) {
+    const int n = client->TakeReceived(q->conn, got, 64);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t index = got[i].wr_id;
+      if (index < q->rcompleted || index >= q->rposted) continue;  // not ours
+      const ibv_wc_status status =
+          q->failed ? IBV_WC_WR_FLUSH_ERR : RecvStatusOf(got[i].status);
+      if (status != IBV_WC_SUCCESS) SetError(q);
+      ibv_wc wc = MakeWc(q, q->recv_ids[index % kSlots],
+                         got[i].op == shm::kRecvWriteImm
+                             ? IBV_WC_RECV_RDMA_WITH_IMM
+                             : IBV_WC_RECV,
+                         status, got[i].byte_len);
+      if (status == IBV_WC_SUCCESS && (got[i].flags & shm::kCompletionImm)) {
+        wc.wc_flags |= IBV_WC_WITH_IMM;
+        wc.imm_data = got[i].imm;
+      }
+      q->recv_wcs.push_back(wc);
+      q->rcompleted = index + 1;
+    }
+    if (n < 64) break;
+  }
+  // The connection broke (the peer's NAK, retries exhausted, our responder
+  // refused a request): the queue pair is in the error state.
+  if (!q->failed && client->ConnectionStatus(q->conn) != RDP_OK) SetError(q);
+  if (q->failed) FlushReceives(q);
+}
+
+// The queue pair goes to the error state (ibv_modify_qp to ERR): its
+// connection ends, and every request not yet reported completes, those
+// the daemon had finished as they finished, the rest as flushed. Caller
+// holds the context's mutex.
+void EnterError(Qp* q) {
+  std::lock_guard<std::mutex> lock(q->mu);
+  Pump(q);
+  SetError(q);
   if (q->conn == 0) return;
   (void)q->owner->client->Disconnect(q->conn);
   q->conn = 0;
@@ -315,29 +405,48 @@ void EnterError(Qp* q) {
     const Slot& s = q->slots[i % kSlots];
     const int status = __atomic_load_n(&s.ov.status, __ATOMIC_ACQUIRE);
     if (status == RDP_PENDING) continue;  // an unsignaled one that succeeded
-    ibv_wc wc{};
-    wc.wr_id = s.wr_id;
-    wc.opcode = s.opcode;
-    wc.qp_num = q->qp.qp_num;
-    wc.status = status == RDP_OK ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR;
-    wc.byte_len = status == RDP_OK ? s.ov.bytes : 0;
-    q->scq->ready.push_back(wc);
+    q->send_wcs.push_back(MakeWc(
+        q, s.wr_id, s.opcode,
+        status == RDP_OK ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR, s.ov.bytes));
   }
   q->completed = q->posted;
+  FlushReceives(q);
+}
+
+// Takes up to `max` of the completions of queue pairs `qps` (their send
+// or receive side) into wc; gathers from the daemon what is not there yet.
+int TakeCompletions(const std::vector<Qp*>& qps, bool sends, int max,
+                    ibv_wc* wc) {
+  int n = 0;
+  for (Qp* q : qps) {
+    if (n >= max) break;
+    std::lock_guard<std::mutex> lock(q->mu);
+    std::deque<ibv_wc>& wcs = sends ? q->send_wcs : q->recv_wcs;
+    if (wcs.size() < static_cast<size_t>(max - n)) Pump(q);
+    while (n < max && !wcs.empty()) {
+      wc[n++] = wcs.front();
+      wcs.pop_front();
+    }
+  }
+  return n;
+}
+
+// Whether any of the queue pairs has a completion for this side.
+bool HasCompletions(const std::vector<Qp*>& qps, bool sends) {
+  for (Qp* q : qps) {
+    std::lock_guard<std::mutex> lock(q->mu);
+    Pump(q);
+    if (!(sends ? q->send_wcs : q->recv_wcs).empty()) return true;
+  }
+  return false;
 }
 
 int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   Cq* cq = CqOf(ibcq);
   if (num_entries < 0) return -EINVAL;
   std::lock_guard<std::mutex> lock(cq->mu);
-  if (cq->ready.size() < static_cast<size_t>(num_entries)) {
-    for (Qp* q : cq->qps) Gather(q, cq);
-  }
-  int n = 0;
-  while (n < num_entries && !cq->ready.empty()) {
-    wc[n++] = cq->ready.front();
-    cq->ready.pop_front();
-  }
+  int n = TakeCompletions(cq->send_qps, true, num_entries, wc);
+  n += TakeCompletions(cq->recv_qps, false, num_entries - n, wc + n);
   // An application that spins on an empty CQ holds a CPU the daemon's
   // engine may share: give it way now and then, as librdmaplane's waits do.
   if (n == 0 && ++cq->empty_polls % 64 == 0) sched_yield();
@@ -376,17 +485,28 @@ int StageInline(Qp* q, uint64_t index, const ibv_send_wr* wr, rdp_sge* sge) {
 int PostOne(Qp* q, const ibv_send_wr* wr) {
   uint8_t op;
   ibv_wc_opcode wc_op;
+  bool imm = false;
   switch (wr->opcode) {
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      imm = true;
+      [[fallthrough]];
     case IBV_WR_RDMA_WRITE:
       op = shm::kSendWrite;
       wc_op = IBV_WC_RDMA_WRITE;
+      break;
+    case IBV_WR_SEND_WITH_IMM:
+      imm = true;
+      [[fallthrough]];
+    case IBV_WR_SEND:
+      op = shm::kSendSend;
+      wc_op = IBV_WC_SEND;
       break;
     case IBV_WR_RDMA_READ:
       op = shm::kSendRead;
       wc_op = IBV_WC_RDMA_READ;
       break;
     default:
-      return EOPNOTSUPP;  // SEND, immediate data, atomics: docs/verbs.md
+      return EOPNOTSUPP;  // atomics, invalidation, TSO...: docs/verbs.md
   }
   constexpr unsigned kKnown = IBV_SEND_SIGNALED | IBV_SEND_INLINE |
                               IBV_SEND_FENCE | IBV_SEND_SOLICITED;
@@ -398,7 +518,7 @@ int PostOne(Qp* q, const ibv_send_wr* wr) {
   const uint64_t index = q->posted;
   rdp_sge sgl[shm::kMaxSge];
   uint32_t count = static_cast<uint32_t>(wr->num_sge);
-  if ((wr->send_flags & IBV_SEND_INLINE) != 0 && op == shm::kSendWrite) {
+  if ((wr->send_flags & IBV_SEND_INLINE) != 0 && op != shm::kSendRead) {
     if (int err = StageInline(q, index, wr, &sgl[0]); err != 0) return err;
     count = 1;
   } else {
@@ -413,13 +533,15 @@ int PostOne(Qp* q, const ibv_send_wr* wr) {
   uint32_t flags = RDP_FLAG_DEFER;
   if (!signaled) flags |= RDP_FLAG_SILENT_SUCCESS;
   if ((wr->send_flags & IBV_SEND_FENCE) != 0) flags |= RDP_FLAG_READ_FENCE;
+  if ((wr->send_flags & IBV_SEND_SOLICITED) != 0) flags |= shm::kFlagSolicited;
+  if (imm) flags |= shm::kFlagImmediate;
   Slot& s = q->slots[index % kSlots];
   s.wr_id = wr->wr_id;
   s.opcode = wc_op;
   s.ov.context = index;
-  const int r = q->owner->client->PostRdma(q->conn, op, sgl, count,
-                                           wr->wr.rdma.remote_addr,
-                                           wr->wr.rdma.rkey, flags, &s.ov);
+  const int r = q->owner->client->PostVerbs(
+      q->conn, op, sgl, count, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey,
+      flags, imm ? wr->imm_data : 0, &s.ov);
   if (r != RDP_PENDING) {
     return r == RDP_ERR_NO_BUFFERS ? ENOMEM : r == RDP_ERR_INVALID ? EINVAL
                                                                    : EIO;
@@ -448,9 +570,46 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   return err;
 }
 
-int PostRecv(ibv_qp*, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  *bad_wr = wr;
-  return EOPNOTSUPP;  // two-sided SEND/RECV: docs/verbs.md
+int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  Qp* q = QpOf(ibqp);
+  std::lock_guard<std::mutex> lock(q->mu);
+  if (q->qp.state == IBV_QPS_RESET) {
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  for (; wr != nullptr; wr = wr->next) {
+    int err = 0;
+    if (wr->num_sge < 0 ||
+        static_cast<uint32_t>(wr->num_sge) > q->cap.max_recv_sge) {
+      err = EINVAL;
+    } else if (q->rposted - q->rcompleted >= q->cap.max_recv_wr) {
+      err = ENOMEM;
+    }
+    if (err == 0 && q->failed) {
+      // In the error state a receive completes at once, flushed.
+      q->recv_wcs.push_back(
+          MakeWc(q, wr->wr_id, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 0));
+      continue;
+    }
+    rdp_sge sgl[shm::kMaxSge];
+    for (int i = 0; err == 0 && i < wr->num_sge; ++i) {
+      sgl[i].addr = reinterpret_cast<void*>(wr->sg_list[i].addr);
+      sgl[i].length = wr->sg_list[i].length;
+      sgl[i].lkey = wr->sg_list[i].lkey;
+    }
+    if (err == 0) {
+      const int r = q->owner->client->PostRecv(
+          q->conn, q->rposted, sgl, static_cast<uint32_t>(wr->num_sge));
+      err = r == RDP_OK ? 0 : r == RDP_ERR_NO_BUFFERS ? ENOMEM : EINVAL;
+    }
+    if (err != 0) {
+      *bad_wr = wr;
+      return err;
+    }
+    q->recv_ids[q->rposted % kSlots] = wr->wr_id;
+    ++q->rposted;
+  }
+  return 0;
 }
 
 int PostSrqRecv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
@@ -838,7 +997,7 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
   Cq* cq = CqOf(ibcq);
   {
     std::lock_guard<std::mutex> lock(cq->mu);
-    if (!cq->qps.empty()) return EBUSY;
+    if (!cq->send_qps.empty() || !cq->recv_qps.empty()) return EBUSY;
   }
   if (cq->channel != nullptr) {
     std::lock_guard<std::mutex> lock(cq->channel->mu);
@@ -864,18 +1023,20 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out,
       for (Cq* cq : ch->cqs) {
         std::lock_guard<std::mutex> cq_lock(cq->mu);
         if (!cq->armed) continue;
-        if (cq->ready.empty()) {
-          for (Qp* q : cq->qps) Gather(q, cq);
-        }
-        if (!cq->ready.empty()) {
+        if (HasCompletions(cq->send_qps, true) ||
+            HasCompletions(cq->recv_qps, false)) {
           cq->armed = false;
           ++cq->events;
           *cq_out = &cq->cq;
           *cq_context = cq->cq.cq_context;
           return 0;
         }
-        queue_pairs += cq->qps.size();
-        if (!cq->qps.empty()) wait_on = cq->qps.front();
+        for (const auto* qps : {&cq->send_qps, &cq->recv_qps}) {
+          for (Qp* q : *qps) {
+            if (q != wait_on) ++queue_pairs;
+            wait_on = q;
+          }
+        }
       }
     }
     // One queue pair to watch: sleep on its completion doorbell. Several:
@@ -905,6 +1066,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   ibv_qp_cap& cap = init->cap;
   if (init->send_cq == nullptr || init->recv_cq == nullptr ||
       cap.max_send_wr > info.max_qp_wr || cap.max_send_sge > info.max_sge ||
+      cap.max_recv_wr > shm::kRecvRingEntries ||
       cap.max_recv_sge > info.max_sge || cap.max_inline_data > kMaxInline) {
     return Fail<ibv_qp*>(EINVAL, nullptr);
   }
@@ -912,11 +1074,13 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   q->owner = c;
   q->pd = PdOf(pd);
   q->scq = CqOf(init->send_cq);
+  q->rcq = CqOf(init->recv_cq);
   q->sig_all = init->sq_sig_all != 0;
   cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
   cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
   q->cap = cap;
   q->slots.reset(new Slot[kSlots]);
+  q->recv_ids.reset(new uint64_t[kSlots]);
   std::lock_guard<std::mutex> lock(c->mu);
   if (cap.max_inline_data > 0) {
     const size_t bytes = size_t{kSlots} * cap.max_inline_data;
@@ -956,7 +1120,11 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   ++q->pd->users;
   {
     std::lock_guard<std::mutex> cq_lock(q->scq->mu);
-    q->scq->qps.push_back(q.get());
+    q->scq->send_qps.push_back(q.get());
+  }
+  {
+    std::lock_guard<std::mutex> cq_lock(q->rcq->mu);
+    q->rcq->recv_qps.push_back(q.get());
   }
   return &q.release()->qp;
 }
@@ -995,7 +1163,9 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     peer.max_dest_rd_atomic = (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
                                   ? attr->max_dest_rd_atomic
                                   : c->info.max_rd_atomic;
-    peer.retry_count = 7;
+    peer.min_rnr_timer = (mask & IBV_QP_MIN_RNR_TIMER)
+                             ? attr->min_rnr_timer
+                             : rc_defaults::kMinRnrTimer;
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRtr, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
     q->attr.ah_attr = attr->ah_attr;
@@ -1007,6 +1177,9 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     if ((mask & IBV_QP_SQ_PSN) == 0) return EINVAL;
     shm::QpPeer peer{};
     peer.sq_psn = attr->sq_psn & 0xFFFFFF;
+    peer.retry_count = (mask & IBV_QP_RETRY_CNT) ? attr->retry_cnt : 7;
+    peer.rnr_retry = (mask & IBV_QP_RNR_RETRY) ? attr->rnr_retry : 7;
+    peer.timeout = (mask & IBV_QP_TIMEOUT) ? attr->timeout : 0;
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRts, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
     q->attr.sq_psn = attr->sq_psn;
@@ -1049,9 +1222,10 @@ int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*mask*/,
 int ibv_destroy_qp(ibv_qp* ibqp) {
   Qp* q = QpOf(ibqp);
   Context* c = q->owner;
-  {
-    std::lock_guard<std::mutex> cq_lock(q->scq->mu);
-    auto& v = q->scq->qps;
+  for (auto [cq, list] : {std::pair{q->scq, &Cq::send_qps},
+                           std::pair{q->rcq, &Cq::recv_qps}}) {
+    std::lock_guard<std::mutex> cq_lock(cq->mu);
+    auto& v = cq->*list;
     v.erase(std::remove(v.begin(), v.end(), q), v.end());
   }
   std::lock_guard<std::mutex> lock(c->mu);

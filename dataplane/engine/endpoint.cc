@@ -131,7 +131,9 @@ void Endpoint::SetIdle(bool idle) {
 
 bool Endpoint::HasWork() const {
   return (rx_ != nullptr && !rx_->empty()) ||
-         (!closed_ && (info_.send.Size() > 0 || direct_copy_.active)) ||
+         (!closed_ && (info_.send.Size() > 0 || direct_copy_.active ||
+                       (remote() && info_.receive.valid() &&
+                        info_.receive.Size() > 0))) ||
          qp_->responder_busy();
 }
 
@@ -198,23 +200,32 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
                         Pins* pins) {
   pins->count = 0;
   pins->invalidate = 0;
-  if ((e.op != shm::kSendWrite && e.op != shm::kSendRead) ||
-      e.num_sge > shm::kMaxSge || (e.flags & ~shm::kKnownSendFlags) != 0) {
+  // SENDs and immediate data (verbs) go over a port only: inside the
+  // daemon a connection's requests are carried out directly.
+  const uint32_t known = remote() ? shm::kVerbsSendFlags : shm::kKnownSendFlags;
+  if ((e.op != shm::kSendWrite && e.op != shm::kSendRead &&
+       !(e.op == shm::kSendSend && remote())) ||
+      e.num_sge > shm::kMaxSge || (e.flags & ~known) != 0 ||
+      (e.op == shm::kSendRead && (e.flags & shm::kFlagImmediate) != 0)) {
     ++stats_.bad_entries;
     return shm::kStatusInvalid;
   }
   wr->wr_id = e.wr_id;
-  wr->opcode =
-      e.op == shm::kSendWrite ? rc::WrOpcode::kWrite : rc::WrOpcode::kRead;
+  wr->opcode = e.op == shm::kSendWrite  ? rc::WrOpcode::kWrite
+               : e.op == shm::kSendRead ? rc::WrOpcode::kRead
+                                        : rc::WrOpcode::kSend;
   wr->flags = ((e.flags & shm::kFlagSilentSuccess) ? rc::kWrSilentSuccess : 0) |
-              ((e.flags & shm::kFlagReadFence) ? rc::kWrReadFence : 0);
+              ((e.flags & shm::kFlagReadFence) ? rc::kWrReadFence : 0) |
+              ((e.flags & shm::kFlagImmediate) ? rc::kWrImmediate : 0) |
+              ((e.flags & shm::kFlagSolicited) ? rc::kWrSolicited : 0);
   wr->num_sge = e.num_sge;
   wr->remote_va = e.remote_address;
   wr->rkey = wire::Rkey(e.rkey);
+  wr->imm = e.imm;
   uint64_t total = 0;
-  // A write reads the local buffers, a read fills them.
+  // A write or send reads the local buffers, a read fills them.
   const uint8_t access =
-      e.op == shm::kSendWrite ? mr::kAccessLocal : mr::kAccessLocalWrite;
+      e.op == shm::kSendRead ? mr::kAccessLocalWrite : mr::kAccessLocal;
   for (uint32_t i = 0; i < e.num_sge; ++i) {
     const shm::SgeEntry& s = e.sge[i];
     total += s.length;
@@ -261,11 +272,12 @@ void Endpoint::PublishRetired() {
 }
 
 void Endpoint::PushCompletion(uint64_t wr_id, int32_t status, uint8_t op,
-                              uint32_t bytes) {
+                              uint32_t bytes, uint8_t detail) {
   shm::CompletionEntry c{};
   c.wr_id = wr_id;
   c.status = status;
   c.op = op;
+  c.detail = detail;
   c.byte_len = bytes;
   c.retired = Retired();
   // Room is kept for every request taken (PullRequests): a full ring means
@@ -279,16 +291,100 @@ void Endpoint::PushCompletion(uint64_t wr_id, int32_t status, uint8_t op,
   ++stats_.completed;
 }
 
+bool Endpoint::CompletionRoom() const {
+  // Every request taken, send or receive, may still push one entry.
+  return (pins_tail_ - pins_head_) + qp_->recv_outstanding() +
+             info_.completion.Size() <
+         info_.completion.capacity();
+}
+
+void Endpoint::PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
+                                  uint32_t bytes, bool with_imm,
+                                  uint32_t imm) {
+  shm::CompletionEntry c{};
+  c.wr_id = wr_id;
+  c.status = status;
+  c.op = op;
+  c.flags = with_imm ? shm::kCompletionImm : 0;
+  c.byte_len = bytes;
+  c.imm = imm;
+  if (ABSL_PREDICT_FALSE(!info_.completion.TryPush(c))) {
+    ++stats_.completions_lost;
+    ring_broken_ = true;
+    return;
+  }
+  ring_bell_ = true;
+  ++stats_.completed;
+}
+
+void Endpoint::CompleteRecv(const rc::RecvCompletion& c) {
+  int32_t status = shm::kStatusOk;
+  if (c.status == rc::WcStatus::kLocalLengthError) {
+    status = shm::kStatusNoBuffers;  // the message did not fit
+  } else if (c.status != rc::WcStatus::kSuccess) {
+    status = shm::kStatusConnAborted;
+  }
+  PushRecvCompletion(c.wr_id, status, c.write ? shm::kRecvWriteImm : shm::kRecv,
+                     c.byte_len, c.with_imm, c.imm);
+}
+
+uint32_t Endpoint::PullReceives(uint32_t budget) {
+  uint32_t n = 0;
+  while (n < budget && !closed_ && remote() && info_.receive.valid() &&
+         CompletionRoom() && ClientsLive()) {
+    shm::RecvEntry e;
+    const shm::PopResult pr = info_.receive.TryPop(&e);
+    if (pr == shm::PopResult::kEmpty) break;
+    if (pr == shm::PopResult::kCorrupted) {
+      ++stats_.bad_entries;
+      Close(CloseReason::kClientBroke);
+      transport_error_ = true;
+      break;
+    }
+    ++n;
+    rc::WorkRequest wr;
+    wr.wr_id = e.wr_id;
+    int32_t status = shm::kStatusOk;
+    if (e.num_sge > shm::kMaxSge) {
+      ++stats_.bad_entries;
+      status = shm::kStatusInvalid;
+    } else {
+      wr.num_sge = e.num_sge;
+      // Not pinned: the buffers are checked now, and the arena behind them
+      // stays mapped while the session lives, which outlasts this endpoint.
+      for (uint32_t i = 0; i < e.num_sge && status == shm::kStatusOk; ++i) {
+        const shm::SgeEntry& s = e.sge[i];
+        const mr::AccessResult r =
+            mr::ResolveLocal(*table_, s.lkey, info_.session_id,
+                             mr::kAccessLocalWrite, s.address, s.length);
+        if (r.check != mr::AccessCheck::kOk) {
+          ++stats_.local_key_errors;
+          status = shm::kStatusFault;
+        }
+        wr.sge[i] = {r.host, s.length, r.memory_owner};
+      }
+    }
+    if (status == shm::kStatusOk) {
+      const rc::PostResult r = qp_->PostRecv(wr);
+      if (r != rc::PostResult::kOk) {
+        status = r == rc::PostResult::kNotConnected ? shm::kStatusNotConnected
+                                                    : shm::kStatusInvalid;
+      }
+    }
+    if (status != shm::kStatusOk) {
+      PushRecvCompletion(e.wr_id, status, shm::kRecv, 0, false, 0);
+    }
+  }
+  return n;
+}
+
 uint32_t Endpoint::PullRequests(uint32_t budget) {
   uint32_t n = 0;
   // Both clients must live for every request taken: one may die while this
   // loop runs, and what it posts later must never be carried out.
   while (n < budget && !closed_ && !direct_copy_.active && ClientsLive()) {
     const uint32_t outstanding = pins_tail_ - pins_head_;
-    if (outstanding >= kMaxOutstanding ||
-        outstanding + info_.completion.Size() >= info_.completion.capacity()) {
-      break;
-    }
+    if (outstanding >= kMaxOutstanding || !CompletionRoom()) break;
     shm::SendEntry e;
     const shm::PopResult pr = info_.send.TryPop(&e);
     if (pr == shm::PopResult::kEmpty) break;
@@ -434,9 +530,11 @@ void Endpoint::Complete(const rc::Completion& c) {
     PublishState(shm::kConnAborted);
     if (peer_ != nullptr) peer_->PublishState(shm::kConnReset);
   }
-  const uint8_t op =
-      c.opcode == rc::WrOpcode::kWrite ? shm::kSendWrite : shm::kSendRead;
+  const uint8_t op = c.opcode == rc::WrOpcode::kWrite  ? shm::kSendWrite
+                     : c.opcode == rc::WrOpcode::kRead ? shm::kSendRead
+                                                       : shm::kSendSend;
   int32_t status = shm::kStatusOk;
+  uint8_t detail = shm::kDetailNone;
   switch (c.status) {
     case rc::WcStatus::kSuccess:
     case rc::WcStatus::kFlushed:
@@ -445,19 +543,35 @@ void Endpoint::Complete(const rc::Completion& c) {
       // The target lies outside what the peer registered for us.
       status = op == shm::kSendRead ? shm::kStatusRemoteResources
                                     : shm::kStatusFault;
+      detail = shm::kDetailRemoteAccess;
       break;
     case rc::WcStatus::kRetryExceeded:
+      status = shm::kStatusConnAborted;
+      detail = shm::kDetailRetryExceeded;
+      break;
+    case rc::WcStatus::kRnrRetryExceeded:
+      status = shm::kStatusConnAborted;
+      detail = shm::kDetailRnrRetryExceeded;
+      break;
     case rc::WcStatus::kRemoteInvalidRequest:
+      status = shm::kStatusConnAborted;
+      detail = shm::kDetailRemoteInvalid;
+      break;
     case rc::WcStatus::kRemoteOperationalError:
+      status = shm::kStatusConnAborted;
+      detail = shm::kDetailRemoteOperational;
+      break;
     case rc::WcStatus::kBadResponse:
-    // Never a completion's (the QP's error_status only), but a transport
-    // error all the same.
+    // Never a send completion's (the QP's error_status, or a receive's),
+    // but a transport error all the same.
     case rc::WcStatus::kPeerInvalidRequest:
     case rc::WcStatus::kPeerAccessError:
+    case rc::WcStatus::kLocalLengthError:
       status = shm::kStatusConnAborted;
+      detail = shm::kDetailBadResponse;
       break;
   }
-  PushCompletion(c.wr_id, status, op, c.byte_len);
+  PushCompletion(c.wr_id, status, op, c.byte_len, detail);
 }
 
 uint32_t Endpoint::Receive(uint32_t budget) {
@@ -522,6 +636,7 @@ uint32_t Endpoint::Poll(uint32_t budget) {
     // The QP may have entered the error state on a frame (a NAK, a bad
     // response): no request is handed to it after that; it closes below.
     if (qp_->state() == rc::QpState::kReadyToSend) {
+      work += PullReceives(budget);
       work += PullRequests(budget);
     }
     work += qp_->Poll(budget);

@@ -127,6 +127,8 @@ struct EndpointInfo {
   WakeRoute* wake = nullptr;  // the session's, or null (nothing to watch)
   shm::SpscRing<shm::SendEntry> send;
   shm::SpscRing<shm::CompletionEntry> completion;
+  // Receive requests (verbs); served only by an endpoint with a port.
+  shm::SpscRing<shm::RecvEntry> receive;
   // The client process (pidfd_open), to confirm that it exited when its
   // liveness mutex says it may have; -1: no such check. Not owned.
   int owner_pidfd = -1;
@@ -178,9 +180,11 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   void PublishState(shm::ConnectionState state);
 
   void Wire(Endpoint* peer);
-  // The requester's first PSN (rc::RcQp::SetSendPsn); the engine thread
-  // while it serves the endpoint.
-  bool SetSendPsn(wire::Psn psn) { return qp_->SetSendPsn(psn); }
+  // rc::RcQp::StartRequester; the engine thread while it serves the
+  // endpoint.
+  bool StartRequester(const rc::RequesterSettings& s) {
+    return qp_->StartRequester(s);
+  }
   // A port endpoint learns its peer's QP, first PSN and MAC from the
   // connection manager; before the engine serves it (control thread).
   void SetPeer(wire::Qpn remote_qpn, wire::Psn recv_psn,
@@ -207,6 +211,7 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   void Release(wire::Rkey rkey) override;
   // rc::CompletionSink
   void Complete(const rc::Completion& c) override;
+  void CompleteRecv(const rc::RecvCompletion& c) override;
 
  private:
   // Locks pinned for one posted request, released at its completion.
@@ -230,6 +235,13 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   static constexpr uint32_t kDirectBytesPerTurn = 1u << 20;
 
   uint32_t PullRequests(uint32_t budget);
+  // Receive requests from the client's receive ring into the QP (port
+  // endpoints only: a connection inside the daemon carries no SEND).
+  uint32_t PullReceives(uint32_t budget);
+  // Whether the completion ring keeps room for one more request taken.
+  bool CompletionRoom() const;
+  void PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
+                          uint32_t bytes, bool with_imm, uint32_t imm);
   // Carries out a request against the peer endpoint's memory (direct_
   // connections only): the responder's checks, one copy, spread over turns
   // when it is large.
@@ -241,7 +253,8 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // Turns a client entry into a work request; returns an rdp_status.
   int Translate(const shm::SendEntry& e, rc::WorkRequest* wr, Pins* pins);
   void PushCompletion(uint64_t wr_id, int32_t status, uint8_t op,
-                      uint32_t bytes);
+                      uint32_t bytes,
+                      uint8_t detail = shm::kDetailNone);
   // Requests retired in order: those before the oldest one unfinished.
   uint32_t Retired() const;
   void PublishRetired();

@@ -254,23 +254,24 @@ void Engine::Submit(const Command& c) {
 
 void Engine::AddRemote(Endpoint* e) {
   Submit({CommandType::kAddRemote, e, nullptr, CloseReason::kClosedByClient,
-          CloseReason::kClosedByClient, nullptr});
+          CloseReason::kClosedByClient, nullptr, {}});
 }
 
-void Engine::SetSendPsn(Endpoint* e, uint32_t psn) {
-  Submit({CommandType::kSetSendPsn, e, nullptr, CloseReason::kClosedByClient,
-          CloseReason::kClosedByClient, nullptr, psn});
+void Engine::StartRequester(Endpoint* e, const rc::RequesterSettings& s) {
+  Submit({CommandType::kStartRequester, e, nullptr,
+          CloseReason::kClosedByClient, CloseReason::kClosedByClient, nullptr,
+          s});
 }
 
 void Engine::AddPair(Endpoint* a, Endpoint* b) {
   Submit({CommandType::kAddPair, a, b, CloseReason::kClosedByClient,
-          CloseReason::kClosedByClient, nullptr});
+          CloseReason::kClosedByClient, nullptr, {}});
 }
 
 void Engine::RemovePair(Endpoint* e, CloseReason reason,
                         CloseReason peer_reason) {
-  Submit(
-      {CommandType::kRemovePair, e, e->peer(), reason, peer_reason, nullptr});
+  Submit({CommandType::kRemovePair, e, e->peer(), reason, peer_reason,
+          nullptr, {}});
 }
 
 void Engine::ApplyCommands() {
@@ -295,8 +296,8 @@ void Engine::ApplyCommands() {
         by_qpn_[c.a->info().qp.local_qpn.value()] = c.a;
         Watch(c.a->info().wake);
       }
-    } else if (c.type == CommandType::kSetSendPsn) {
-      c.a->SetSendPsn(wire::Psn(c.psn));
+    } else if (c.type == CommandType::kStartRequester) {
+      c.a->StartRequester(c.requester);
     } else {
       c.a->Close(c.reason);
       if (c.b != nullptr) c.b->Close(c.peer_reason);

@@ -130,9 +130,9 @@ class Engine {
   // Starts serving `e`, whose peer is in another daemon: frames for its
   // local QPN are handed to it. Remove it with RemovePair (no peer).
   void AddRemote(Endpoint* e);
-  // Sets the first PSN of a served endpoint's requester (nothing posted
-  // yet; see Endpoint::SetSendPsn).
-  void SetSendPsn(Endpoint* e, uint32_t psn);
+  // Sets the first PSN and retry settings of a served endpoint's requester
+  // (nothing posted yet; see Endpoint::StartRequester).
+  void StartRequester(Endpoint* e, const rc::RequesterSettings& s);
 
   // Control plane: queue a frame for transmission on the port (false when
   // the ring is full), and take frames and events the engine passed up.
@@ -161,7 +161,7 @@ class Engine {
     kAddPair,
     kAddRemote,
     kRemovePair,
-    kSetSendPsn
+    kStartRequester
   };
   struct Command {
     CommandType type;
@@ -170,7 +170,7 @@ class Engine {
     CloseReason reason;
     CloseReason peer_reason;
     std::atomic<bool>* done;
-    uint32_t psn = 0;  // kSetSendPsn
+    rc::RequesterSettings requester;  // kStartRequester
   };
 
   static int LaunchOnLcore(void* engine);

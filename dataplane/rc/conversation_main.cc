@@ -130,7 +130,7 @@ int Main(int argc, char** argv) {
   }
   for (auto [op, pkey, payload] :
        {std::tuple{Opcode::kWriteOnly, uint16_t{0x8001}, 4u},
-        std::tuple{Opcode::kSendOnly, wire::kDefaultPkey, 20u}}) {
+        std::tuple{Opcode::kSendOnlyInvalidate, wire::kDefaultPkey, 20u}}) {
     wire::PacketHeaders h;
     h.path = f.pair.a.qp->config().path;
     h.bth.opcode = op;

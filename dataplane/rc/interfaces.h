@@ -128,6 +128,9 @@ class CompletionSink {
  public:
   virtual ~CompletionSink() = default;
   virtual void Complete(const Completion& completion) = 0;
+  // A receive request ended (see RecvCompletion); a sink that never posts
+  // receive requests is never called.
+  virtual void CompleteRecv(const RecvCompletion& completion) {}
 };
 
 }  // namespace rdmaplane::rc

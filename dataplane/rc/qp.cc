@@ -32,6 +32,8 @@ const char* WcStatusName(WcStatus s) {
     case WcStatus::kBadResponse: return "bad_response";
     case WcStatus::kPeerInvalidRequest: return "peer_invalid_request";
     case WcStatus::kPeerAccessError: return "peer_access_error";
+    case WcStatus::kRnrRetryExceeded: return "rnr_retry_exceeded";
+    case WcStatus::kLocalLengthError: return "local_length_error";
   }
   return "unknown";
 }
@@ -43,6 +45,12 @@ const char* RcQp::ValidateConfig(const QpConfig& c) {
   }
   if (!IsPowerOfTwo(c.sq_depth) || c.sq_depth > 65536) {
     return "send queue depth must be a power of two up to 65536";
+  }
+  if (!IsPowerOfTwo(c.rq_depth) || c.rq_depth > 65536) {
+    return "receive queue depth must be a power of two up to 65536";
+  }
+  if (c.rnr_retry > 7 || c.min_rnr_timer > 31) {
+    return "RNR retry is 0..7 and the RNR timer code 0..31";
   }
   if (!IsPowerOfTwo(c.max_dest_rd_atomic) || c.max_dest_rd_atomic > 256) {
     return "responder read resources must be a power of two up to 256";
@@ -74,7 +82,10 @@ RcQp::RcQp(const QpConfig& config, const Env& env)
       acked_psn_(config.send_psn - 1),
       una_(config.send_psn),
       retries_left_(config.retry_count),
+      rnr_retries_left_(config.rnr_retry),
       epsn_(config.recv_psn),
+      rq_(new WorkRequest[config.rq_depth]),
+      rq_mask_(config.rq_depth - 1),
       read_resources_(new ReadResource[config.max_dest_rd_atomic]) {
   // At most one coalesced ACK sits between two reads, plus NAKs.
   const uint32_t resp_capacity =
@@ -85,10 +96,19 @@ RcQp::RcQp(const QpConfig& config, const Env& env)
 
 RcQp::~RcQp() = default;
 
-bool RcQp::SetSendPsn(wire::Psn psn) {
+bool RcQp::StartRequester(const RequesterSettings& s) {
   owner_.Check();
-  if (sq_tail_ != 0 || alloc_psn_ != config_.send_psn) return false;
+  if (sq_tail_ != 0 || alloc_psn_ != config_.send_psn || s.retry_count > 7 ||
+      s.rnr_retry > 7 || s.retransmit_timeout_ns == 0) {
+    return false;
+  }
+  const wire::Psn psn = s.send_psn;
   config_.send_psn = psn;
+  config_.retry_count = s.retry_count;
+  config_.rnr_retry = s.rnr_retry;
+  config_.retransmit_timeout_ns = s.retransmit_timeout_ns;
+  retries_left_ = s.retry_count;
+  rnr_retries_left_ = s.rnr_retry;
   next_psn_ = psn;
   alloc_psn_ = psn;
   sent_limit_ = psn;
@@ -104,7 +124,8 @@ uint32_t RcQp::PacketsFor(uint32_t length) const {
 PostResult RcQp::Post(const WorkRequest& wr) {
   owner_.Check();
   if (state_ != QpState::kReadyToSend) return PostResult::kNotConnected;
-  if ((wr.flags & ~kWrKnownFlags) != 0 || wr.num_sge > kMaxSge) {
+  if ((wr.flags & ~kWrKnownFlags) != 0 || wr.num_sge > kMaxSge ||
+      (wr.opcode == WrOpcode::kRead && (wr.flags & kWrImmediate) != 0)) {
     return PostResult::kInvalid;
   }
   const uint64_t length = SglLength(wr);
@@ -129,6 +150,23 @@ PostResult RcQp::Post(const WorkRequest& wr) {
   w.read_next_psn = alloc_psn_;
   alloc_psn_ += npkts;
   ++sq_tail_;
+  return PostResult::kOk;
+}
+
+PostResult RcQp::PostRecv(const WorkRequest& wr) {
+  owner_.Check();
+  if (state_ != QpState::kReadyToSend) return PostResult::kNotConnected;
+  if (wr.num_sge > kMaxSge || SglLength(wr) > (1u << 31)) {
+    return PostResult::kInvalid;
+  }
+  for (uint32_t i = 0; i < wr.num_sge; ++i) {
+    if (wr.sge[i].addr == nullptr && wr.sge[i].length != 0) {
+      return PostResult::kInvalid;
+    }
+  }
+  if (rq_tail_ - rq_head_ >= config_.rq_depth) return PostResult::kQueueFull;
+  rq_[rq_tail_ & rq_mask_] = wr;
+  ++rq_tail_;
   return PostResult::kOk;
 }
 
@@ -203,6 +241,9 @@ void RcQp::Shutdown(WcStatus cause, const wire::Psn* failed_at) {
   }
   sq_send_ = sq_head_;
   timer_deadline_ns_ = 0;
+  rnr_until_ns_ = 0;
+  // Receive requests end without a completion: their owner ends them.
+  rq_head_ = rq_tail_;
   resp_q_head_ = resp_q_tail_;
   resp_tail_ack_open_ = false;
   ReleaseAll();

@@ -41,6 +41,13 @@ class RcQp {
   // Queues a work request; the request (and its SGL) is copied.
   PostResult Post(const WorkRequest& wr);
 
+  // Queues a receive request: the buffers (wr.sge) the peer's next SEND,
+  // or the receive a WRITE with immediate data consumes. Only wr_id,
+  // num_sge and sge are used.
+  PostResult PostRecv(const WorkRequest& wr);
+  // Receive requests posted and not yet consumed.
+  uint32_t recv_outstanding() const { return rq_tail_ - rq_head_; }
+
   // Handles one received frame addressed to this QP.
   void HandleFrame(const wire::ParsedPacket& pkt);
 
@@ -48,10 +55,10 @@ class RcQp {
   // (ACK/NAK, read data) first, then requests. Returns the frames sent.
   uint32_t Poll(uint32_t budget);
 
-  // The requester's first PSN, set once the QP is already serving as a
-  // responder (verbs: RTR, then RTS with sq_psn). Only before anything was
+  // The requester's first PSN and retry settings, set once the QP already
+  // serves as a responder (verbs: RTR, then RTS). Only before anything was
   // posted; returns false (and changes nothing) after.
-  bool SetSendPsn(wire::Psn psn);
+  bool StartRequester(const RequesterSettings& s);
 
   // Moves the QP to the error state: every queued work request completes
   // with kFlushed. Used when the connection is torn down.
@@ -152,6 +159,13 @@ class RcQp {
   void RefuseRequest(uint8_t syndrome, wire::Psn psn);
   void HandleDuplicateRequest(const wire::ParsedPacket& pkt);
   bool ExecuteWrite(const wire::ParsedPacket& pkt);
+  bool ExecuteSend(const wire::ParsedPacket& pkt);
+  // No receive request for the message at `psn`: RNR NAK, and the packets
+  // after it are dropped until the requester resends it.
+  void RefuseNotReady(wire::Psn psn);
+  // The receive request at the head of the receive queue ends.
+  void CompleteRecv(WcStatus status, uint32_t byte_len, bool write,
+                    const wire::ParsedPacket& pkt);
   bool ExecuteReadRequest(const wire::ParsedPacket& pkt);
   void QueueAck(wire::Psn psn);
   void QueueNak(uint8_t syndrome, wire::Psn psn);
@@ -177,7 +191,7 @@ class RcQp {
   Wqe& wqe_at(uint32_t index) { return sq_[index & sq_mask_]; }
   uint32_t PacketsFor(uint32_t length) const;
 
-  QpConfig config_;  // only send_psn changes, once (SetSendPsn)
+  QpConfig config_;  // changed once by StartRequester, before any post
   const Env env_;
   ThreadOwner owner_;
   QpState state_ = QpState::kReadyToSend;
@@ -211,6 +225,9 @@ class RcQp {
   uint32_t retries_left_;
   bool went_back_at_una_ = false;  // a NAK or gap already sent us back
                                    // to the current una_
+  // After an RNR NAK, nothing is sent until then (0: no RNR wait).
+  uint64_t rnr_until_ns_ = 0;
+  uint32_t rnr_retries_left_;
 
   // Responder.
   wire::Psn epsn_;             // next expected request PSN
@@ -222,6 +239,14 @@ class RcQp {
   wire::Rkey write_rkey_;
   uint8_t* write_addr_ = nullptr;
   uint32_t write_remaining_ = 0;
+  uint32_t write_length_ = 0;  // the whole write's (a receive's byte_len)
+  bool send_active_ = false;   // inside a multi-packet SEND
+  uint32_t recv_offset_ = 0;   // bytes of the SEND placed so far
+  // Receive queue: [rq_head_, rq_tail_) posted, the head one being filled.
+  std::unique_ptr<WorkRequest[]> rq_;
+  uint32_t rq_mask_;
+  uint32_t rq_head_ = 0;
+  uint32_t rq_tail_ = 0;
   std::unique_ptr<ReadResource[]> read_resources_;
   uint32_t read_res_next_ = 0;  // free-running index of the next slot
   std::unique_ptr<RespItem[]> resp_q_;

@@ -686,7 +686,7 @@ TEST(ResponderTest, UnsupportedAndReservedOpcodesAreRefused) {
 
 TEST(ResponderTest, RequestsAfterARefusalAreDroppedUntilTheNakLeaves) {
   Responder r;
-  r.Inject(Opcode::kSendOnly, 0, 8, 0, true, /*poll=*/false);
+  r.Inject(Opcode::kSendOnlyInvalidate, 0, 8, 0, true, /*poll=*/false);
   EXPECT_EQ(r.qp().state(), QpState::kReadyToSend);  // the NAK is not out
   r.Inject(Opcode::kWriteOnly, 0, 4, 4, true, /*poll=*/false);
   r.Inject(Opcode::kWriteOnly, 1, 4, 4, true, /*poll=*/false);
@@ -702,7 +702,7 @@ TEST(ResponderTest, DuplicateOfAnUnservedOpcodeIsDropped) {
   Responder r;
   r.Inject(Opcode::kWriteOnly, 0, 4, 4);  // ePSN + 1
   ASSERT_EQ(r.responses_.size(), 1u);
-  r.Inject(Opcode::kSendOnly, 0, 8, 0);  // behind: nothing was executed
+  r.Inject(Opcode::kSendOnlyInvalidate, 0, 8, 0);  // behind: nothing ran
   EXPECT_EQ(r.responses_.size(), 1u);
   EXPECT_EQ(r.qp().state(), QpState::kReadyToSend);
 }

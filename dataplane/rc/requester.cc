@@ -10,6 +10,7 @@ using wire::Opcode;
 using wire::Psn;
 
 uint32_t RcQp::SendRequests(uint32_t budget) {
+  if (rnr_until_ns_ != 0) return 0;  // the peer asked us to wait
   uint32_t sent = 0;
   while (sent < budget && sq_send_ != sq_tail_) {
     Wqe& w = wqe_at(sq_send_);
@@ -38,20 +39,35 @@ bool RcQp::SendOnePacket(Wqe& w) {
   uint32_t payload = 0;
   uint32_t psns_used = 1;
   bool last = true;
-  if (w.wr.opcode == WrOpcode::kWrite) {
+  if (w.wr.opcode != WrOpcode::kRead) {
     const uint32_t remaining = w.length - send_offset_;
     const bool first = send_offset_ == 0;
     last = remaining <= config_.pmtu;
     payload = last ? remaining : config_.pmtu;
-    h.bth.opcode = first ? (last ? Opcode::kWriteOnly : Opcode::kWriteFirst)
-                         : (last ? Opcode::kWriteLast : Opcode::kWriteMiddle);
+    const bool imm = (w.wr.flags & kWrImmediate) != 0;
+    if (w.wr.opcode == WrOpcode::kSend) {
+      h.bth.opcode =
+          last ? (first ? (imm ? Opcode::kSendOnlyImmediate : Opcode::kSendOnly)
+                        : (imm ? Opcode::kSendLastImmediate : Opcode::kSendLast))
+               : (first ? Opcode::kSendFirst : Opcode::kSendMiddle);
+    } else {
+      h.bth.opcode =
+          last ? (first
+                      ? (imm ? Opcode::kWriteOnlyImmediate : Opcode::kWriteOnly)
+                      : (imm ? Opcode::kWriteLastImmediate : Opcode::kWriteLast))
+               : (first ? Opcode::kWriteFirst : Opcode::kWriteMiddle);
+    }
+    if (last) {
+      h.imm = w.wr.imm;
+      h.bth.solicited = (w.wr.flags & kWrSolicited) != 0;
+    }
     // Ask for an ACK at the end of a message, every few packets, and when
     // the window is about to close, so that the window keeps moving.
     h.bth.ack_req =
         last || pkts_since_ack_req_ + 1 >= config_.ack_req_every ||
         static_cast<uint32_t>((psn + 1).DistanceFrom(una_)) >=
             config_.max_inflight_packets;
-    if (first) {
+    if (first && w.wr.opcode == WrOpcode::kWrite) {
       h.reth.va = w.wr.remote_va;
       h.reth.rkey = w.wr.rkey;
       h.reth.dma_length = w.length;
@@ -158,6 +174,12 @@ void RcQp::CheckTimer() {
   if (timer_deadline_ns_ == 0 || env_.clock->NowNs() < timer_deadline_ns_) {
     return;
   }
+  if (rnr_until_ns_ != 0) {  // the RNR wait is over: resend from una_
+    rnr_until_ns_ = 0;
+    went_back_at_una_ = false;
+    timer_deadline_ns_ = env_.clock->NowNs() + RetransmitTimeoutNs();
+    return;
+  }
   if (una_ >= sent_limit_) {  // nothing unacknowledged
     timer_deadline_ns_ = 0;
     return;
@@ -173,6 +195,7 @@ void RcQp::CheckTimer() {
 
 void RcQp::OnProgress() {
   retries_left_ = config_.retry_count;
+  rnr_retries_left_ = config_.rnr_retry;
   went_back_at_una_ = false;
   backoff_shift_ = 0;
   timer_deadline_ns_ =
@@ -192,9 +215,9 @@ void RcQp::RetireCompleted() {
   const Psn old_una = una_;
   while (sq_head_ != sq_tail_) {
     Wqe& w = wqe_at(sq_head_);
-    const bool done = w.wr.opcode == WrOpcode::kWrite
-                          ? w.started && w.last_psn <= acked_psn_
-                          : w.read_done;
+    const bool done = w.wr.opcode == WrOpcode::kRead
+                          ? w.read_done
+                          : w.started && w.last_psn <= acked_psn_;
     if (!done) break;
     CompleteWqe(w, WcStatus::kSuccess);
     ++sq_head_;
@@ -267,7 +290,27 @@ void RcQp::HandleAck(const wire::ParsedPacket& pkt) {
           return;
       }
     }
-    default:  // RNR NAK or reserved: rdmaplane never sends them
+    case 1: {  // RNR NAK: no receive request for the message at `psn`
+      ++stats_.rnr_naks_received;
+      if (psn - 1 > acked_psn_) acked_psn_ = psn - 1;
+      RetireCompleted();
+      if (config_.rnr_retry != 7) {  // 7: retry for ever
+        if (rnr_retries_left_ == 0) {
+          EnterError(WcStatus::kRnrRetryExceeded, psn);
+          return;
+        }
+        --rnr_retries_left_;
+      }
+      // Wait as long as the peer asked, then resend from the NAK'd PSN
+      // (CheckTimer ends the wait; until then SendRequests sends nothing).
+      rnr_until_ns_ = env_.clock->NowNs() + wire::RnrTimerNs(syndrome & 0x1F);
+      timer_deadline_ns_ = rnr_until_ns_;
+      went_back_at_una_ = true;  // the gaps the peer reports meanwhile
+      SeekSendCursor(psn);
+      pkts_since_ack_req_ = 0;
+      return;
+    }
+    default:  // reserved
       ++stats_.ignored_packets;
       return;
   }

@@ -1,10 +1,12 @@
 // Responder of an RC QP: PSN checking (duplicates and gaps), opcode sequence
 // and length checks, remote-key checks, execution of WRITEs into registered
-// memory, READ responses from the responder-resource ring, and ordered,
-// coalesced ACK/NAK generation.
+// memory, SENDs into posted receive requests (RNR NAK when there is none),
+// READ responses from the responder-resource ring, and ordered, coalesced
+// ACK/NAK generation.
 #include <cstring>
 
 #include "dataplane/rc/qp.h"
+#include "dataplane/rc/sgl.h"
 
 namespace rdmaplane::rc {
 
@@ -14,7 +16,7 @@ using wire::Psn;
 namespace {
 
 // NAKs after which the responder's QP is in the error state: every NAK but
-// "PSN sequence error" (and RNR, which rdmaplane never sends).
+// "PSN sequence error" (an RNR NAK is no NAK of this class).
 bool IsFatalNak(uint8_t syndrome) {
   return (syndrome >> 5) == 3 && syndrome != wire::kAethNakPsnSeqError;
 }
@@ -48,15 +50,16 @@ void RcQp::HandleRequest(const wire::ParsedPacket& pkt) {
     return;
   }
   seq_nak_sent_ = false;
-  // Opcodes rdmaplane does not serve (SEND, atomics, immediates, FLUSH...)
-  // and reserved ones are invalid requests, as is any opcode out of
-  // sequence: inside a multi-packet WRITE only its MIDDLE or LAST may come,
+  // Opcodes rdmaplane does not serve (atomics, invalidations, FLUSH...) and
+  // reserved ones are invalid requests, as is any opcode out of sequence:
+  // inside a multi-packet WRITE or SEND only its MIDDLE or LAST may come,
   // outside one only an opcode that starts a message.
   const wire::OpcodeInfo& info = wire::InfoOf(pkt.bth.opcode);
   const bool continues = (info.flags & wire::kOpFirst) == 0;
   const bool in_sequence =
-      write_active_ ? continues && info.op_class == wire::OpcodeClass::kWrite
-                    : !continues;
+      write_active_  ? continues && info.op_class == wire::OpcodeClass::kWrite
+      : send_active_ ? continues && info.op_class == wire::OpcodeClass::kSend
+                     : !continues;
   if ((info.flags & wire::kOpSupported) == 0 || !in_sequence) {
     ++stats_.invalid_requests;
     RefuseRequest(wire::kAethNakInvalidRequest, pkt.bth.psn);
@@ -64,9 +67,74 @@ void RcQp::HandleRequest(const wire::ParsedPacket& pkt) {
   }
   if (pkt.bth.opcode == Opcode::kReadRequest) {
     ExecuteReadRequest(pkt);
+  } else if (info.op_class == wire::OpcodeClass::kSend) {
+    ExecuteSend(pkt);
   } else {
     ExecuteWrite(pkt);
   }
+}
+
+void RcQp::RefuseNotReady(Psn psn) {
+  ++stats_.rnr_naks_sent;
+  QueueNak(static_cast<uint8_t>(wire::kAethRnrNak | config_.min_rnr_timer),
+           psn);
+  // The rest of the message is beyond ePSN: dropped quietly, the RNR NAK
+  // already told the requester where to resume.
+  seq_nak_sent_ = true;
+}
+
+void RcQp::CompleteRecv(WcStatus status, uint32_t byte_len, bool write,
+                        const wire::ParsedPacket& pkt) {
+  RecvCompletion c;
+  c.wr_id = rq_[rq_head_ & rq_mask_].wr_id;
+  c.status = status;
+  c.byte_len = byte_len;
+  c.write = write;
+  c.with_imm = wire::HasImm(pkt.bth.opcode);
+  c.imm = pkt.imm;
+  ++rq_head_;
+  env_.completions->CompleteRecv(c);
+}
+
+bool RcQp::ExecuteSend(const wire::ParsedPacket& pkt) {
+  const wire::OpcodeInfo& info = wire::InfoOf(pkt.bth.opcode);
+  const bool first = (info.flags & wire::kOpFirst) != 0;
+  const bool last = (info.flags & wire::kOpLast) != 0;
+  const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
+  const Psn psn = pkt.bth.psn;
+  // Every packet but the last is a full MTU.
+  if (last ? len > config_.pmtu : len != config_.pmtu) {
+    ++stats_.invalid_requests;
+    RefuseRequest(wire::kAethNakInvalidRequest, psn);
+    return false;
+  }
+  if (first) {
+    if (rq_head_ == rq_tail_) {
+      RefuseNotReady(psn);
+      return false;
+    }
+    recv_offset_ = 0;
+  }
+  const WorkRequest& recv = rq_[rq_head_ & rq_mask_];
+  if (static_cast<uint64_t>(recv_offset_) + len > SglLength(recv)) {
+    // Longer than the receive's buffers: the receive fails here, and the
+    // requester is told with NAK "invalid request" (IBA 9.7.5.2.2).
+    ++stats_.invalid_requests;
+    CompleteRecv(WcStatus::kLocalLengthError, 0, false, pkt);
+    send_active_ = false;
+    RefuseRequest(wire::kAethNakInvalidRequest, psn);
+    return false;
+  }
+  if (len > 0) CopyToSgl(recv, recv_offset_, pkt.payload.data(), len);
+  recv_offset_ += len;
+  send_active_ = !last;
+  ++epsn_;
+  if (last) {
+    msn_ = (msn_ + 1) & Psn::kMask;
+    CompleteRecv(WcStatus::kSuccess, recv_offset_, false, pkt);
+  }
+  if (pkt.bth.ack_req) QueueAck(psn);
+  return true;
 }
 
 void RcQp::RefuseRequest(uint8_t syndrome, Psn psn) {
@@ -78,8 +146,9 @@ void RcQp::RefuseRequest(uint8_t syndrome, Psn psn) {
 
 bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
   const Opcode op = pkt.bth.opcode;
-  const bool first = op == Opcode::kWriteFirst || op == Opcode::kWriteOnly;
-  const bool last = op == Opcode::kWriteLast || op == Opcode::kWriteOnly;
+  const uint16_t flags = wire::InfoOf(op).flags;
+  const bool first = (flags & wire::kOpFirst) != 0;
+  const bool last = (flags & wire::kOpLast) != 0;
   const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
   const uint32_t pmtu = config_.pmtu;
   const Psn psn = pkt.bth.psn;
@@ -100,9 +169,16 @@ bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
     RefuseRequest(wire::kAethNakInvalidRequest, psn);
     return false;
   }
+  // Immediate data consumes a receive request: without one, nothing of
+  // this packet is placed, and the requester resends it after the wait.
+  if (wire::HasImm(op) && rq_head_ == rq_tail_) {
+    RefuseNotReady(psn);
+    return false;
+  }
   if (first) {
     write_addr_ = nullptr;
     write_remaining_ = pkt.reth.dma_length;
+    write_length_ = pkt.reth.dma_length;
     if (write_remaining_ > 0) {
       const ResolvedMemory mem = env_.memory->Resolve(
           config_.local_qpn, pkt.reth.rkey, pkt.reth.va, write_remaining_,
@@ -127,6 +203,9 @@ bool RcQp::ExecuteWrite(const wire::ParsedPacket& pkt) {
   if (last) {
     msn_ = (msn_ + 1) & Psn::kMask;
     ReleaseWrite();
+    if (wire::HasImm(op)) {
+      CompleteRecv(WcStatus::kSuccess, write_length_, true, pkt);
+    }
   }
   if (pkt.bth.ack_req) QueueAck(psn);
   return true;

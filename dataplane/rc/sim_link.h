@@ -133,6 +133,8 @@ class CollectingSink : public CompletionSink {
     completions.push_back(c);
     if (on_complete) on_complete(c);
   }
+  void CompleteRecv(const RecvCompletion& c) override { receives.push_back(c); }
+  std::vector<RecvCompletion> receives;
   std::vector<Completion> completions;
   uint64_t silent = 0;
   std::function<void(const Completion&)> on_complete;

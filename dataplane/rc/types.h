@@ -19,13 +19,21 @@ inline constexpr int kMaxSge = 8;
 
 enum class RemoteAccess : uint8_t { kRead = 1, kWrite = 2 };
 
-enum class WrOpcode : uint8_t { kWrite = 0, kRead = 1 };
+// kSend is a two-sided SEND: the peer's responder places it in the buffers
+// of its next receive request.
+enum class WrOpcode : uint8_t { kWrite = 0, kRead = 1, kSend = 2 };
 
 // Work request flags (a subset of the seed API's flags).
 inline constexpr uint32_t kWrSilentSuccess = 1u
                                              << 0;  // no completion on success
 inline constexpr uint32_t kWrReadFence = 1u << 1;   // wait for earlier reads
-inline constexpr uint32_t kWrKnownFlags = kWrSilentSuccess | kWrReadFence;
+// A SEND or WRITE that carries WorkRequest::imm to the peer (and, for a
+// WRITE, consumes one of its receive requests).
+inline constexpr uint32_t kWrImmediate = 1u << 2;
+// The last packet of the message sets the BTH's solicited event bit.
+inline constexpr uint32_t kWrSolicited = 1u << 3;
+inline constexpr uint32_t kWrKnownFlags =
+    kWrSilentSuccess | kWrReadFence | kWrImmediate | kWrSolicited;
 
 struct Sge {
   uint8_t* addr = nullptr;
@@ -43,6 +51,7 @@ struct WorkRequest {
   Sge sge[kMaxSge];
   uint64_t remote_va = 0;
   wire::Rkey rkey;
+  uint32_t imm = 0;  // with kWrImmediate: ImmDt, as on the wire
 };
 
 enum class WcStatus : uint8_t {
@@ -63,6 +72,12 @@ enum class WcStatus : uint8_t {
   // says; our own queued requests complete as kFlushed.
   kPeerInvalidRequest,
   kPeerAccessError,
+  // The peer answered RNR NAKs (no receive request posted) more often than
+  // the QP's rnr_retry allows.
+  kRnrRetryExceeded,
+  // Receive side: the message was longer than the receive request's
+  // buffers.
+  kLocalLengthError,
 };
 const char* WcStatusName(WcStatus s);
 
@@ -75,6 +90,19 @@ struct Completion {
   WrOpcode opcode = WrOpcode::kWrite;
   uint32_t byte_len = 0;
   bool silent = false;
+};
+
+// The end of a receive request: a SEND placed in its buffers, or a WRITE
+// with immediate data that consumed it (byte_len: the WRITE's length).
+// Receive requests complete in the order they were posted; those still
+// posted when the QP enters the error state end without a completion.
+struct RecvCompletion {
+  uint64_t wr_id = 0;
+  WcStatus status = WcStatus::kSuccess;
+  uint32_t byte_len = 0;
+  bool with_imm = false;
+  bool write = false;  // consumed by a WRITE with immediate data
+  uint32_t imm = 0;    // ImmDt, as on the wire
 };
 
 enum class PostResult : uint8_t {
@@ -104,6 +132,20 @@ struct QpConfig {
   // Doubled after each timeout without progress (up to 64x).
   uint64_t retransmit_timeout_ns = 1'000'000;
   uint32_t retry_count = 7;  // retransmissions without progress
+  uint32_t rq_depth = 256;   // receive requests posted at once (power of 2)
+  // RNR NAKs in a row the requester retries (7: for ever).
+  uint32_t rnr_retry = 7;
+  // The RNR timer code (wire::RnrTimerNs) our responder's RNR NAKs carry.
+  uint8_t min_rnr_timer = 1;
+};
+
+// What a verbs application sets when its QP moves to RTS, after the QP
+// already serves as a responder (RcQp::StartRequester).
+struct RequesterSettings {
+  wire::Psn send_psn;
+  uint32_t retry_count = 7;
+  uint32_t rnr_retry = 7;
+  uint64_t retransmit_timeout_ns = 1'000'000;
 };
 
 // Per-QP counters; engine thread only.
@@ -125,6 +167,8 @@ struct QpStats {
   StatCounter invalid_requests;
   StatCounter pkey_violations;  // frames of another partition, dropped
   StatCounter bad_responses;    // responses that broke the protocol
+  StatCounter rnr_naks_sent;    // a SEND found no receive request
+  StatCounter rnr_naks_received;
 };
 
 }  // namespace rdmaplane::rc

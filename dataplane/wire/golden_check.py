@@ -57,8 +57,8 @@ RETH_OPCODES = (0x06, 0x0A, 0x0C)
 AETH_OPCODES = (0x0D, 0x0F, 0x10, 0x11)
 # The RC opcodes rdmaplane serves (WRITE, READ, ACKNOWLEDGE); a request with
 # any other opcode must be refused with NAK "invalid request".
-SUPPORTED_OPCODES = (0x06, 0x07, 0x08, 0x0A, 0x0C, 0x0D, 0x0E, 0x0F, 0x10,
-                     0x11)
+SUPPORTED_OPCODES = (0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
+                     0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11)
 READ_REQUEST, ACKNOWLEDGE = 0x0C, 0x11
 ATOMIC_OPCODES = (0x13, 0x14)
 READ_RESPONSE_FIRST, READ_RESPONSE_MIDDLE = 0x0D, 0x0E
@@ -195,6 +195,14 @@ def unlayered_header_len(e):
     """Bytes of a RoCE frame's extension headers other than RETH and AETH."""
     return (e["header_len"] - (RETH_LEN if e["reth"] is not None else 0) -
             (AETH_LEN if e["aeth"] is not None else 0))
+
+
+def unlayered_headers(e):
+    """Those headers' bytes as rdmaplane sends them: the ImmDt, or zeros
+    (the AtomicETH of an opcode rdmaplane does not serve)."""
+    if e.get("imm_hex"):
+        return bytes.fromhex(e["imm_hex"])
+    return bytes(unlayered_header_len(e))
 
 
 def of_kind(frames, expected, kind):
@@ -398,13 +406,12 @@ def check_scapy(frames, expected):
             m.expect(e, "aeth syndrome", pkt[AETH].syndrome,
                      e["aeth"]["syndrome"])
             m.expect(e, "aeth msn", pkt[AETH].msn, e["aeth"]["msn"])
-        # Extension headers scapy has no layer for (the AtomicETH of an
-        # opcode rdmaplane does not serve) precede the payload; rdmaplane's
-        # encoder writes them as zeros.
+        # Extension headers scapy has no layer for precede the payload: the
+        # ImmDt as sent, or (the AtomicETH of an opcode rdmaplane does not
+        # serve) zeros, as rdmaplane's encoder writes them.
         data = pkt[Raw].load if pkt.haslayer(Raw) else b""
         m.expect(e, "headers without a layer + payload + pad", data.hex(),
-                 (bytes(unlayered_header_len(e)) + e["payload"] +
-                  bytes(e["pad"])).hex())
+                 (unlayered_headers(e) + e["payload"] + bytes(e["pad"])).hex())
 
         # scapy's ICRC of our frame as it is on the wire.
         ours = raw_frame[-ICRC_LEN:]
@@ -446,8 +453,7 @@ def check_scapy(frames, expected):
         if e["aeth"] is not None:
             rebuilt /= AETH(syndrome=e["aeth"]["syndrome"],
                             msn=e["aeth"]["msn"])
-        body = (bytes(unlayered_header_len(e)) + e["payload"] +
-                bytes(e["pad"]))
+        body = (unlayered_headers(e) + e["payload"] + bytes(e["pad"]))
         if body:
             rebuilt /= Raw(body)
         rebuilt = bytes(rebuilt)
@@ -576,6 +582,7 @@ TSHARK_FIELDS = [
     "infiniband.reth.dmalen",
     "infiniband.aeth.syndrome",
     "infiniband.aeth.msn",
+    "infiniband.immdt",
     "infiniband.invariant.crc",
     "data.len",
 ]
@@ -890,6 +897,13 @@ def check_tshark(pcap_path, frames, expected):
                  aeth.get("syndrome"))
         m.expect(e, "aeth.msn", opt_int(got["infiniband.aeth.msn"]),
                  aeth.get("msn"))
+        # tshark shows the ImmDt's bytes in hex (the header and its value:
+        # twice).
+        imm = e.get("imm_hex")
+        shown = got["infiniband.immdt"].split("|")
+        m.expect(e, "immdt", shown[0] or None, imm or None)
+        if len(set(shown)) != 1:
+            m.fail(e, f"tshark shows ImmDt {shown}")
         # tshark shows the ICRC as a big-endian number; it must have found
         # it in the last four bytes, right after the payload and pad.
         m.expect(e, "invariant.crc", opt_int(got["infiniband.invariant.crc"]),

@@ -10,6 +10,8 @@ constexpr Qpn kRequesterQpn(0x000011);
 constexpr Qpn kResponderQpn(0x000123);
 constexpr Qpn kOtherRequesterQpn(0x000012);
 constexpr Qpn kOtherResponderQpn(0x000124);
+constexpr Qpn kSendRequesterQpn(0x000013);
+constexpr Qpn kSendResponderQpn(0x000125);
 constexpr uint32_t kRequesterIp = 0x0A000001;  // 10.0.0.1
 constexpr uint32_t kResponderIp = 0x0A000002;  // 10.0.0.2
 constexpr MacAddr kRequesterMac{{0x02, 0x00, 0x00, 0x00, 0x00, 0x01}};
@@ -163,13 +165,57 @@ std::vector<GoldenFrame> MakeGoldenFrames() {
            ResponderToRequester(Opcode::kReadResponseOnly, 7, kAck, 7),
            Pattern(250, 7)));
 
+  // Two-sided SENDs (between a third pair of QPs): a three-packet SEND
+  // whose last packet carries immediate data and a solicited event, its
+  // ACK; a SEND ONLY that finds no receive, answered with an RNR NAK (timer
+  // code 12, 0.64 ms), and sent again; a WRITE ONLY with immediate data.
+  auto other = [](PacketHeaders p) {
+    p.bth.dest_qp = p.bth.opcode == Opcode::kAcknowledge ? kSendRequesterQpn
+                                                         : kSendResponderQpn;
+    return p;
+  };
+  const uint32_t kImm = 0x78563412;  // bytes 12 34 56 78 on the wire
+  h = other(RequesterToResponder(Opcode::kSendFirst, 40));
+  frames.push_back(Make("send_first", h, Pattern(256, 13)));
+  h = other(RequesterToResponder(Opcode::kSendMiddle, 41));
+  frames.push_back(Make("send_middle", h, Pattern(256, 14)));
+  h = other(RequesterToResponder(Opcode::kSendLastImmediate, 42));
+  h.bth.ack_req = true;
+  h.bth.solicited = true;
+  h.imm = kImm;
+  frames.push_back(Make("send_last_with_immediate", h, Pattern(10, 15)));
+  frames.push_back(Make(
+      "ack_of_the_send",
+      other(ResponderToRequester(Opcode::kAcknowledge, 42, kAck, 1)), {}));
+  h = other(RequesterToResponder(Opcode::kSendOnly, 43));
+  h.bth.ack_req = true;
+  frames.push_back(Make("send_only", h, Pattern(24, 16)));
+  frames.push_back(Make(
+      "rnr_nak",
+      other(ResponderToRequester(Opcode::kAcknowledge, 43,
+                                 static_cast<uint8_t>(kAethRnrNak | 12), 1)),
+      {}));
+  frames.push_back(Make("send_only_again", h, Pattern(24, 16)));
+  frames.push_back(Make(
+      "ack_of_the_send_again",
+      other(ResponderToRequester(Opcode::kAcknowledge, 43, kAck, 2)), {}));
+  h = other(RequesterToResponder(Opcode::kWriteOnlyImmediate, 44));
+  h.bth.ack_req = true;
+  h.reth = {kWriteVa, kWriteRkey, 12};
+  h.imm = kImm;
+  frames.push_back(Make("write_only_with_immediate", h, Pattern(12, 17)));
+  frames.push_back(Make(
+      "ack_of_the_write_with_immediate",
+      other(ResponderToRequester(Opcode::kAcknowledge, 44, kAck, 3)), {}));
+
   // Requests rdmaplane does not serve, answered with NAK "invalid request"
   // (after which the responder's QP is in the error state), and a WRITE to
   // a key the responder does not know, answered with NAK "remote access
   // error". A frame of another partition gets no answer.
-  h = RequesterToResponder(Opcode::kSendOnly, 9);
+  h = RequesterToResponder(Opcode::kSendOnlyInvalidate, 9);
   h.bth.ack_req = true;
-  frames.push_back(Make("send_only_unsupported", h, Pattern(20, 10)));
+  frames.push_back(
+      Make("send_only_with_invalidate_unsupported", h, Pattern(20, 10)));
   h = RequesterToResponder(Opcode::kCompareSwap, 9);
   h.bth.ack_req = true;
   frames.push_back(Make("compare_swap_unsupported", h, {}));

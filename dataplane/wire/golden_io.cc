@@ -117,6 +117,13 @@ std::string RoceJson(const GoldenFrame& g, const std::string& extra) {
   } else {
     out += ", \"aeth\": null";
   }
+  if (HasImm(op)) {
+    uint8_t imm[4];
+    std::memcpy(imm, &h.imm, 4);
+    out += ", \"imm_hex\": \"" + Hex({imm, imm + 4}) + "\"";
+  } else {
+    out += ", \"imm_hex\": null";
+  }
   out += ", \"payload_hex\": \"" + Hex(g.payload) + "\"" + extra + "}";
   return out;
 }

@@ -50,18 +50,21 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
   constexpr uint8_t kAtomicAckEth = 8;
   constexpr uint8_t kFeth = 4;
   using C = OpcodeClass;
-  // rdmaplane's own: WRITE, READ and ACKNOWLEDGE.
+  // rdmaplane's own: SEND and WRITE (with immediate data or not), READ
+  // and ACKNOWLEDGE.
   constexpr uint16_t kOwn = kOpSupported;
-  set(Opcode::kSendFirst, "SEND_FIRST", C::kSend, kReq | kOpFirst | kOpPayload,
+  set(Opcode::kSendFirst, "SEND_FIRST", C::kSend,
+      kOwn | kReq | kOpFirst | kOpPayload, 0);
+  set(Opcode::kSendMiddle, "SEND_MIDDLE", C::kSend, kOwn | kReq | kOpPayload,
       0);
-  set(Opcode::kSendMiddle, "SEND_MIDDLE", C::kSend, kReq | kOpPayload, 0);
-  set(Opcode::kSendLast, "SEND_LAST", C::kSend, kReq | kOpLast | kOpPayload, 0);
+  set(Opcode::kSendLast, "SEND_LAST", C::kSend,
+      kOwn | kReq | kOpLast | kOpPayload, 0);
   set(Opcode::kSendLastImmediate, "SEND_LAST_WITH_IMMEDIATE", C::kSend,
-      kReq | kOpLast | kOpPayload, kImm);
-  set(Opcode::kSendOnly, "SEND_ONLY", C::kSend, kReq | kFirstLast | kOpPayload,
-      0);
+      kOwn | kReq | kOpLast | kOpPayload | kOpImm, kImm);
+  set(Opcode::kSendOnly, "SEND_ONLY", C::kSend,
+      kOwn | kReq | kFirstLast | kOpPayload, 0);
   set(Opcode::kSendOnlyImmediate, "SEND_ONLY_WITH_IMMEDIATE", C::kSend,
-      kReq | kFirstLast | kOpPayload, kImm);
+      kOwn | kReq | kFirstLast | kOpPayload | kOpImm, kImm);
   set(Opcode::kWriteFirst, "RDMA_WRITE_FIRST", C::kWrite,
       kOwn | kReq | kOpFirst | kOpPayload | kOpReth, kRethLen);
   set(Opcode::kWriteMiddle, "RDMA_WRITE_MIDDLE", C::kWrite,
@@ -69,11 +72,12 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
   set(Opcode::kWriteLast, "RDMA_WRITE_LAST", C::kWrite,
       kOwn | kReq | kOpLast | kOpPayload, 0);
   set(Opcode::kWriteLastImmediate, "RDMA_WRITE_LAST_WITH_IMMEDIATE", C::kWrite,
-      kReq | kOpLast | kOpPayload, kImm);
+      kOwn | kReq | kOpLast | kOpPayload | kOpImm, kImm);
   set(Opcode::kWriteOnly, "RDMA_WRITE_ONLY", C::kWrite,
       kOwn | kReq | kFirstLast | kOpPayload | kOpReth, kRethLen);
   set(Opcode::kWriteOnlyImmediate, "RDMA_WRITE_ONLY_WITH_IMMEDIATE", C::kWrite,
-      kReq | kFirstLast | kOpPayload | kOpReth, kRethLen + kImm);
+      kOwn | kReq | kFirstLast | kOpPayload | kOpReth | kOpImm,
+      kRethLen + kImm);
   set(Opcode::kReadRequest, "RDMA_READ_REQUEST", C::kReadRequest,
       kOwn | kReq | kFirstLast | kOpReth, kRethLen);
   set(Opcode::kReadResponseFirst, "RDMA_READ_RESPONSE_FIRST", C::kReadResponse,
@@ -216,6 +220,10 @@ size_t EncodeHeaders(const PacketHeaders& h, size_t payload_len,
     Put32(ext + 12, h.reth.dma_length);
     ext += kRethLen;
   }
+  if (HasImm(op)) {
+    std::memcpy(ext, &h.imm, 4);
+    ext += 4;
+  }
   if (HasAeth(op)) {
     ext[0] = h.aeth.syndrome;
     Put24(ext + 1, h.aeth.msn);
@@ -233,6 +241,23 @@ size_t FinishFrame(std::span<uint8_t> frame) {
   std::memset(icrc - pad, 0, pad);
   StoreIcrc(icrc, ComputeIcrc({ip, frame_len - kEthHeaderLen - kIcrcLen}));
   return frame_len;
+}
+
+uint64_t RnrTimerNs(uint8_t code) {
+  // IBTA vol. 1, table 45, in microseconds.
+  static constexpr uint32_t kMicros[32] = {
+      655360, 10,    20,    30,    40,    60,     80,     120,
+      160,    240,   320,   480,   640,   960,    1280,   1920,
+      2560,   3840,  5120,  7680,  10240, 15360,  20480,  30720,
+      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+  return uint64_t{kMicros[code & 0x1F]} * 1000;
+}
+
+uint8_t RnrTimerCode(uint64_t ns) {
+  for (uint8_t code = 1; code < 32; ++code) {
+    if (RnrTimerNs(code) >= ns) return code;
+  }
+  return 0;  // the longest
 }
 
 uint32_t HeadersIcrc(std::span<const uint8_t> headers) {
@@ -353,6 +378,8 @@ ParseError Parse(std::span<const uint8_t> frame, ParsedPacket* out,
   } else {
     pkt.reth = Reth{};
   }
+  pkt.imm = 0;
+  if (HasImm(op)) std::memcpy(&pkt.imm, ext + (HasReth(op) ? kRethLen : 0), 4);
   if (HasAeth(op)) {
     pkt.aeth.syndrome = ext[0];
     pkt.aeth.msn = Get24(ext + 1);

@@ -113,6 +113,8 @@ inline constexpr uint16_t kOpPayload = 1 << 5;  // may carry payload bytes
 inline constexpr uint16_t kOpReth = 1 << 6;
 inline constexpr uint16_t kOpAeth = 1 << 7;
 inline constexpr uint16_t kOpDeth = 1 << 8;
+// Immediate data (ImmDt, 4 bytes) after the RETH, if any.
+inline constexpr uint16_t kOpImm = 1 << 9;
 
 struct OpcodeInfo {
   const char* name = "RESERVED";
@@ -138,6 +140,7 @@ constexpr bool IsRcOpcode(uint8_t op) { return op < kRcOpcodeLimit; }
 inline bool HasReth(Opcode op) { return (InfoOf(op).flags & kOpReth) != 0; }
 inline bool HasAeth(Opcode op) { return (InfoOf(op).flags & kOpAeth) != 0; }
 inline bool HasDeth(Opcode op) { return (InfoOf(op).flags & kOpDeth) != 0; }
+inline bool HasImm(Opcode op) { return (InfoOf(op).flags & kOpImm) != 0; }
 // True for opcodes a requester sends (handled by the peer's responder),
 // reserved RC opcodes included.
 inline bool IsRequest(Opcode op) {
@@ -162,6 +165,15 @@ inline constexpr uint8_t kAethNakRemoteAccess = 0x62;
 inline constexpr uint8_t kAethNakRemoteOperational = 0x63;
 // Credit field value meaning "no end-to-end flow control" (0b11111).
 inline constexpr uint8_t kAethCreditsInvalid = 0x1F;
+// An RNR NAK's syndrome: kAethRnrNak plus the 5-bit RNR timer code.
+inline constexpr bool IsRnrNak(uint8_t syndrome) {
+  return (syndrome >> 5) == 1;
+}
+// How long a requester waits after an RNR NAK with timer `code` (IBTA
+// table 45: code 0 is 655.36 ms, 1..31 run from 0.01 to 491.52 ms).
+uint64_t RnrTimerNs(uint8_t code);
+// The smallest RNR timer code that waits at least `ns`.
+uint8_t RnrTimerCode(uint64_t ns);
 
 struct MacAddr {
   std::array<uint8_t, 6> bytes{};
@@ -216,6 +228,9 @@ struct PacketHeaders {
   Reth reth;  // used when HasReth(bth.opcode)
   Aeth aeth;  // used when HasAeth(bth.opcode)
   Deth deth;  // used when HasDeth(bth.opcode)
+  // ImmDt when HasImm(bth.opcode): its 4 bytes as they are on the wire,
+  // in memory order (verbs' imm_data, which is big-endian, unchanged).
+  uint32_t imm = 0;
 };
 
 // UDP source port for a QP: a hash of the QPN folded into 0xC000..0xFFFF, so
@@ -281,6 +296,7 @@ struct ParsedPacket {
   Reth reth;
   Aeth aeth;
   Deth deth;
+  uint32_t imm = 0;  // ImmDt as on the wire (see PacketHeaders::imm)
   std::span<const uint8_t> payload;  // without pad and ICRC
 };
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "dataplane/wire/icrc.h"
@@ -324,13 +325,59 @@ TEST(RoceTest, OpcodeTableFollowsTheIba) {
     EXPECT_EQ(info.flags & kOpDefined, 0) << int{op};
     EXPECT_TRUE(IsRequest(static_cast<Opcode>(op))) << int{op};
   }
-  // rdmaplane serves WRITE (without immediate), READ and ACKNOWLEDGE only.
+  // rdmaplane serves SEND and WRITE (with immediate data or not), READ and
+  // ACKNOWLEDGE only; the ImmDt opcodes say so.
   std::vector<int> supported;
+  std::vector<int> with_imm;
   for (int op = 0; op < kRcOpcodeLimit; ++op) {
     if (IsSupported(static_cast<Opcode>(op))) supported.push_back(op);
+    if (HasImm(static_cast<Opcode>(op))) with_imm.push_back(op);
   }
-  EXPECT_EQ(supported, (std::vector<int>{0x06, 0x07, 0x08, 0x0a, 0x0c, 0x0d,
-                                         0x0e, 0x0f, 0x10, 0x11}));
+  EXPECT_EQ(supported,
+            (std::vector<int>{0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+                              0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+                              0x10, 0x11}));
+  EXPECT_EQ(with_imm, (std::vector<int>{0x03, 0x05, 0x09, 0x0b}));
+}
+
+// Immediate data travels as the 4 bytes it is, after the RETH when there is
+// one.
+TEST(RoceTest, ImmediateDataRoundTrips) {
+  for (Opcode op : {Opcode::kSendOnlyImmediate, Opcode::kSendLastImmediate,
+                    Opcode::kWriteOnlyImmediate,
+                    Opcode::kWriteLastImmediate}) {
+    SCOPED_TRACE(OpcodeName(op));
+    PacketHeaders h = SampleHeaders(op);
+    const uint8_t raw[4] = {0x12, 0x34, 0x56, 0x78};
+    std::memcpy(&h.imm, raw, 4);
+    const std::vector<uint8_t> payload = {1, 2, 3, 4, 5};
+    std::vector<uint8_t> frame(FrameLength(op, payload.size()));
+    ASSERT_EQ(EncodeFrame(h, payload, frame), frame.size());
+    const size_t imm_at = kOuterHeadersLen + kBthLen + (HasReth(op) ? 16 : 0);
+    EXPECT_EQ(0, std::memcmp(frame.data() + imm_at, raw, 4));
+    ParsedPacket pkt;
+    ASSERT_EQ(ParseFrame(frame, &pkt), ParseError::kOk);
+    EXPECT_EQ(pkt.imm, h.imm);
+    EXPECT_EQ(std::vector<uint8_t>(pkt.payload.begin(), pkt.payload.end()),
+              payload);
+    if (HasReth(op)) {
+      EXPECT_EQ(pkt.reth.va, h.reth.va);
+      EXPECT_EQ(pkt.reth.dma_length, h.reth.dma_length);
+    }
+  }
+}
+
+TEST(RoceTest, RnrTimerFollowsTheIba) {
+  EXPECT_EQ(RnrTimerNs(0), 655'360'000u);
+  EXPECT_EQ(RnrTimerNs(1), 10'000u);
+  EXPECT_EQ(RnrTimerNs(12), 640'000u);
+  EXPECT_EQ(RnrTimerNs(14), 1'280'000u);
+  EXPECT_EQ(RnrTimerNs(31), 491'520'000u);
+  EXPECT_EQ(RnrTimerCode(10'000), 1u);
+  EXPECT_EQ(RnrTimerCode(600'000), 12u);
+  EXPECT_EQ(RnrTimerCode(1'000'000'000), 0u);
+  EXPECT_TRUE(IsRnrNak(static_cast<uint8_t>(kAethRnrNak | 12)));
+  EXPECT_FALSE(IsRnrNak(kAethNakPsnSeqError));
 }
 
 // Every RC opcode parses, the ones rdmaplane does not serve and the reserved
