@@ -1,0 +1,294 @@
+#!/usr/bin/env bash
+# Unmodified RDMA tools over librdmaplane-verbs.so (LD_PRELOAD), between two
+# rdmaplaned daemons joined by memif: A (memif server, 10.9.0.1) and B (memif
+# client, 10.9.0.2).
+#   1. ibv_devices and ibv_devinfo -v show each daemon as rdmaplane0: port
+#      active, MTU 4096, Ethernet, GID 0 its IPv4-mapped address, RoCE v2;
+#      with RDMAPLANE_SOCKET=A:B both appear, B as rdmaplane1.
+#   2. With RDMAPLANE_SOCKET naming a socket nobody serves, ibv_devices lists
+#      no device, and ibv_devinfo and ib_write_bw fail saying so.
+#   3. perftest: ib_write_bw, ib_read_bw, ib_write_lat and ib_read_lat, each
+#      with -s 65536 and with -a (2 B .. 8 MiB), and ib_read_bw in event
+#      mode (-e) too; a server with a session on A, its client on B (the
+#      out-of-band TCP connection over this host's loopback, a free port per
+#      run). Both ends must exit 0 and print perftest's results table (the
+#      server of ib_read_lat prints none). ib_write_bw refuses -e itself
+#      ("Events feature not available on WRITE verb"), so only ib_read_bw
+#      runs in event mode.
+#   4. Both daemons then stop cleanly.
+#
+#   perftest_test.sh E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO
+#
+# perftest and ibverbs-utils are Debian's (deploy/setup.sh installs them).
+# ib_write_lat spins on memory and, on a small machine shared with two
+# daemons, measures milliseconds: only its table and exit status count.
+set -euo pipefail
+
+if [[ $# -ne 3 ]]; then
+  echo "usage: $0 E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO" >&2
+  exit 2
+fi
+E2E_NAME=verbs_perftest_test
+# shellcheck source=tests/e2e/e2e_lib.sh
+source "$1"
+daemon_bin="$2"
+[[ -x $daemon_bin ]] || e2e_fail "no executable at $daemon_bin"
+[[ -f $3 ]] || e2e_fail "no file at $3"
+# Absolute: the tools resolve LD_PRELOAD themselves.
+verbs_so="$(realpath "$3")"
+for tool in ibv_devices ibv_devinfo ib_write_bw ib_read_bw ib_write_lat ib_read_lat; do
+  command -v "$tool" >/dev/null ||
+    e2e_fail "$tool is not installed (deploy/setup.sh installs perftest and ibverbs-utils)"
+done
+
+e2e_install_traps
+e2e_make_tmp
+e2e_log "working in $E2E_TMP"
+test_start="$(e2e_now)"
+
+ip_a=10.9.0.1
+ip_b=10.9.0.2
+sock_a="$E2E_TMP/a.sock" sock_b="$E2E_TMP/b.sock" memif="$E2E_TMP/memif.sock"
+prefix_a="rdp-verbs-$$-a" prefix_b="rdp-verbs-$$-b"
+# The memif server must be up before the client daemon starts.
+e2e_start_daemon a "$sock_a" "$prefix_a" \
+  "$daemon_bin" --socket="$sock_a" --file_prefix="$prefix_a" \
+  --port="net_memif0,role=server,socket=$memif" --ip="$ip_a" --log_level=debug ||
+  e2e_fail "daemon a (memif server) did not start"
+e2e_start_daemon b "$sock_b" "$prefix_b" \
+  "$daemon_bin" --socket="$sock_b" --file_prefix="$prefix_b" \
+  --port="net_memif0,role=client,socket=$memif" --ip="$ip_b" --log_level=debug ||
+  e2e_fail "daemon b (memif client) did not start"
+
+# verbs SOCKETS LIMIT_S COMMAND...: COMMAND with the verbs front end
+# preloaded and RDMAPLANE_SOCKET=SOCKETS, bounded by LIMIT_S. (timeout runs
+# env, which runs COMMAND: only COMMAND loads the front end.)
+verbs() {
+  local sockets="$1" limit="$2"
+  shift 2
+  timeout --kill-after=5 "$limit" env RDMAPLANE_SOCKET="$sockets" \
+    LD_PRELOAD="$verbs_so" RDMAPLANE_VERBS_DEBUG=1 "$@"
+}
+
+# A TCP port nobody listens on now (the kernel's choice of a free one).
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# expect_line FILE LABEL ERE: FILE has a line matching ERE, or the test
+# fails (FILE printed).
+expect_line() {
+  local file="$1" label="$2" ere="$3"
+  if ! grep -qE -- "$ere" "$file"; then
+    sed 's/^/    /' "$file" >&2
+    e2e_fail "$label: no line matches '$ere'"
+  fi
+}
+
+# --- 1. Devices -----------------------------------------------------------
+
+# check_devices LABEL SOCKETS NAME...: ibv_devices lists exactly NAMEs, each
+# with a node GUID.
+check_devices() {
+  local label="$1" sockets="$2"
+  shift 2
+  local out="$E2E_TMP/ibv_devices-$label.out" status=0
+  verbs "$sockets" 20 ibv_devices >"$out" 2>&1 || status=$?
+  sed 's/^/    /' "$out"
+  [[ $status -eq 0 ]] || e2e_fail "ibv_devices ($label) exited with status $status"
+  local listed want="" name
+  listed="$(awk '$1 ~ /^rdmaplane[0-9]+$/ { printf "%s ", $1 }' "$out")"
+  for name in "$@"; do
+    want+="$name "
+  done
+  [[ $listed == "$want" ]] ||
+    e2e_fail "ibv_devices ($label) lists '$listed', expected '$want'"
+  for name in "$@"; do
+    expect_line "$out" "ibv_devices ($label)" "^[[:space:]]*${name}[[:space:]]+[0-9a-f]{16}\$"
+  done
+  e2e_log "ibv_devices ($label): ${*:-no device}"
+}
+
+# check_devinfo LABEL SOCKETS DEVICE IP: ibv_devinfo -v of DEVICE shows the
+# port as perftest needs it, with GID 0 the IPv4-mapped IP, RoCE v2.
+check_devinfo() {
+  local label="$1" sockets="$2" device="$3" ip="$4"
+  local out="$E2E_TMP/ibv_devinfo-$label.out" status=0
+  verbs "$sockets" 20 ibv_devinfo -v -d "$device" >"$out" 2>&1 || status=$?
+  [[ $status -eq 0 ]] || {
+    sed 's/^/    /' "$out" >&2
+    e2e_fail "ibv_devinfo -v -d $device ($label) exited with status $status"
+  }
+  local what="ibv_devinfo -v -d $device ($label)"
+  expect_line "$out" "$what" "^hca_id:[[:space:]]+$device\$"
+  expect_line "$out" "$what" "^[[:space:]]+phys_port_cnt:[[:space:]]+1\$"
+  expect_line "$out" "$what" "^[[:space:]]+port:[[:space:]]+1\$"
+  expect_line "$out" "$what" "^[[:space:]]+state:[[:space:]]+PORT_ACTIVE \\(4\\)\$"
+  expect_line "$out" "$what" "^[[:space:]]+active_mtu:[[:space:]]+4096 \\(5\\)\$"
+  expect_line "$out" "$what" "^[[:space:]]+link_layer:[[:space:]]+Ethernet\$"
+  expect_line "$out" "$what" "^[[:space:]]+GID\\[  0\\]:[[:space:]]+::ffff:${ip//./\\.}, RoCE v2\$"
+  e2e_log "$what: port 1 active, MTU 4096, Ethernet, GID ::ffff:$ip RoCE v2"
+}
+
+check_devices a "$sock_a" rdmaplane0
+check_devices b "$sock_b" rdmaplane0
+check_devices a+b "$sock_a:$sock_b" rdmaplane0 rdmaplane1
+check_devinfo a "$sock_a" rdmaplane0 "$ip_a"
+check_devinfo b "$sock_b" rdmaplane0 "$ip_b"
+check_devinfo a+b "$sock_a:$sock_b" rdmaplane1 "$ip_b"
+
+# --- 2. No daemon -----------------------------------------------------------
+
+missing="$E2E_TMP/nobody.sock"
+check_devices none "$missing"
+out="$E2E_TMP/ibv_devinfo-none.out"
+status=0
+verbs "$missing" 20 ibv_devinfo >"$out" 2>&1 || status=$?
+sed 's/^/    /' "$out"
+[[ $status -ne 0 && $status -ne 124 && $status -ne 137 ]] ||
+  e2e_fail "ibv_devinfo without a daemon exited with status $status, not a failure of its own"
+expect_line "$out" "ibv_devinfo without a daemon" "No IB devices found"
+out="$E2E_TMP/ib_write_bw-none.out"
+status=0
+verbs "$missing" 20 ib_write_bw -d rdmaplane0 -p "$(free_port)" >"$out" 2>&1 || status=$?
+sed 's/^/    /' "$out"
+[[ $status -ne 0 && $status -ne 124 && $status -ne 137 ]] ||
+  e2e_fail "ib_write_bw without a daemon exited with status $status, not a failure of its own"
+expect_line "$out" "ib_write_bw without a daemon" "Did not detect devices|Unable to find the Infiniband/RoCE device"
+e2e_log "without a daemon: no device listed; ibv_devinfo and ib_write_bw (status $status) fail saying so"
+
+# --- 3. perftest ------------------------------------------------------------
+
+# Whether a TCP socket listens on PORT (any address, IPv4 or IPv6), read
+# from /proc so that no probe connection reaches the server.
+listening() {
+  local hex
+  hex="$(printf '%04X' "$1")"
+  awk -v port=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == port { found = 1 }
+    END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# check_table LABEL SIDE FILE ITERATIONS FIRST_SIZE LAST_SIZE ROWS: FILE has
+# perftest's header line (#bytes) and ROWS numeric rows (0: any number) from
+# FIRST_SIZE (empty: any) to LAST_SIZE, each of ITERATIONS iterations.
+# Returns 1 with the reason in TABLE_ERROR otherwise.
+TABLE_ERROR=""
+check_table() {
+  local label="$1" side="$2" file="$3" iters="$4" first="$5" last="$6" rows="$7"
+  TABLE_ERROR=""
+  if ! grep -qE '^[[:space:]]*#bytes[[:space:]]+#iterations' "$file"; then
+    TABLE_ERROR="$label: the $side printed no results table (#bytes #iterations ...)"
+    return 1
+  fi
+  local table
+  table="$(awk '/^[[:space:]]*#bytes/ { on = 1; next }
+    on && $1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ { print $1, $2 }' "$file")"
+  if [[ -z $table ]]; then
+    TABLE_ERROR="$label: the $side's table has no numeric row"
+    return 1
+  fi
+  local n got_first got_last bad_iters
+  n="$(wc -l <<<"$table")"
+  got_first="$(head -n 1 <<<"$table" | cut -d' ' -f1)"
+  got_last="$(tail -n 1 <<<"$table" | cut -d' ' -f1)"
+  bad_iters="$(awk -v i="$iters" '$2 != i' <<<"$table" | head -n 1)"
+  if [[ $rows -ne 0 && $n -ne $rows ]]; then
+    TABLE_ERROR="$label: the $side's table has $n rows, expected $rows"
+  elif [[ -n $first && $got_first != "$first" ]]; then
+    TABLE_ERROR="$label: the $side's table starts at $got_first bytes, expected $first"
+  elif [[ $got_last != "$last" ]]; then
+    TABLE_ERROR="$label: the $side's table ends at $got_last bytes, expected $last"
+  elif [[ -n $bad_iters ]]; then
+    TABLE_ERROR="$label: the $side's table has a row '$bad_iters', not $iters iterations"
+  else
+    return 0
+  fi
+  return 1
+}
+
+# perf_pair LABEL SERVER_TABLE TOOL ARGS...: one perftest run, the one place
+# where the tools run: TOOL ARGS as server on daemon A (rdmaplane0 of
+# RDMAPLANE_SOCKET=A), then as client on B connecting to it over
+# 127.0.0.1 on a free port. Both must exit 0 within 60 s and print the
+# results table: the client always, the server when SERVER_TABLE is "yes"
+# (perftest's ib_read_lat server prints none). -s SIZE gives a table of one
+# row, SIZE; -a gives 2 .. 8388608 bytes (23 rows) on the client and the
+# last row at least on the server; the iterations come from -n. On failure
+# both ends' output and the daemons' logs are printed.
+perf_pair() {
+  local label="$1" server_table="$2" tool="$3"
+  shift 3
+  local args=("$@") iters="" size="" all=no i
+  for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[$i]}" in
+      -n) iters="${args[$((i + 1))]}" ;;
+      -s) size="${args[$((i + 1))]}" ;;
+      -a) all=yes ;;
+    esac
+  done
+  [[ -n $iters ]] || e2e_fail "perf_pair $label: give -n"
+  local first last rows server_rows
+  if [[ $all == yes ]]; then
+    first=2 last=8388608 rows=23 server_rows=0
+  else
+    [[ -n $size ]] || e2e_fail "perf_pair $label: give -s or -a"
+    first="$size" last="$size" rows=1 server_rows=1
+  fi
+  local port sout="$E2E_TMP/$label.server.out" cout="$E2E_TMP/$label.client.out"
+  port="$(free_port)"
+  e2e_log "perftest $label: $tool $* (port $port)"
+  local start
+  start="$(e2e_now)"
+  : >"$sout"
+  verbs "$sock_a" 60 "$tool" -d rdmaplane0 -p "$port" "$@" >"$sout" 2>&1 &
+  local server=$!
+  E2E_HELPER_PIDS+=("$server")
+  local waited=0
+  until listening "$port"; do
+    if ! kill -0 "$server" 2>/dev/null || ((waited >= 100)); then
+      sed 's/^/    server: /' "$sout" >&2
+      e2e_fail "perftest $label: the server did not listen on port $port within 10 s"
+    fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  local cstatus=0 sstatus=0
+  verbs "$sock_b" 60 "$tool" -d rdmaplane0 -p "$port" "$@" 127.0.0.1 >"$cout" 2>&1 ||
+    cstatus=$?
+  wait "$server" || sstatus=$?
+  local took why=""
+  took="$(e2e_since "$start")"
+  if [[ $cstatus -ne 0 || $sstatus -ne 0 ]]; then
+    why="perftest $label: client exit status $cstatus, server exit status $sstatus (124/137: timed out)"
+  elif ! check_table "perftest $label" client "$cout" "$iters" "$first" "$last" "$rows"; then
+    why="$TABLE_ERROR"
+  elif [[ $server_table == yes ]] &&
+    ! check_table "perftest $label" server "$sout" "$iters" "" "$last" "$server_rows"; then
+    why="$TABLE_ERROR"
+  fi
+  if [[ -n $why ]]; then
+    sed 's/^/    server: /' "$sout" >&2
+    sed 's/^/    client: /' "$cout" >&2
+    e2e_fail "$why"
+  fi
+  # The client's table, for the log.
+  awk '/^[[:space:]]*#bytes/ { on = 1 } on && NF > 0 && !/^-/ { print "    " $0 }' "$cout"
+  e2e_log "perftest $label ok in $took s"
+}
+
+perf_pair write_bw yes ib_write_bw -s 65536 -n 200
+perf_pair write_bw_all yes ib_write_bw -a -n 5
+perf_pair read_bw yes ib_read_bw -s 65536 -n 200
+perf_pair read_bw_all yes ib_read_bw -a -n 5
+perf_pair read_bw_events yes ib_read_bw -e -s 65536 -n 200
+perf_pair read_bw_events_all yes ib_read_bw -e -a -n 5
+perf_pair write_lat yes ib_write_lat -s 65536 -n 200
+perf_pair write_lat_all yes ib_write_lat -a -n 5
+perf_pair read_lat no ib_read_lat -s 65536 -n 200
+perf_pair read_lat_all no ib_read_lat -a -n 5
+
+# --- 4. Clean stops -----------------------------------------------------------
+
+e2e_check_clean_stop b
+e2e_check_clean_stop a
+e2e_log "ok in $(e2e_since "$test_start") s"
