@@ -1,0 +1,2183 @@
+/* Verbs conformance of librdmaplane-verbs, checked against what the
+ * libibverbs man pages promise (ibv_post_send(3), ibv_modify_qp(3),
+ * ibv_poll_cq(3), ibv_reg_mr(3), ibv_req_notify_cq(3), ibv_get_cq_event(3),
+ * ibv_create_qp(3), ibv_create_cq(3), ibv_alloc_pd(3)) and what rdmaplane
+ * documents it refuses (EOPNOTSUPP).
+ *
+ *   conformance_test IP_OF_RDMAPLANE0 IP_OF_RDMAPLANE1
+ *
+ * Run with RDMAPLANE_SOCKET=A:B naming two daemons joined by a data port
+ * (conformance_test.sh starts them): this one process opens rdmaplane0 and
+ * rdmaplane1 and connects a queue pair on each to one on the other, with
+ * the other device's GID from ibv_query_gid. It links the verbs front end
+ * directly, as an application under LD_PRELOAD would bind to it.
+ *
+ * Every check prints "PASS: name" or "FAIL: name: details"; the exit status
+ * is 1 when any check failed. A watchdog ends the process (status 3) when
+ * one step hangs. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+/* --- Checks and the watchdog ------------------------------------------- */
+
+static int g_passed;
+static int g_failed;
+static const char* volatile g_step = "start-up";
+
+/* Records one check; returns ok. */
+static bool check(bool ok, const char* name, const char* fmt, ...) {
+  if (ok) {
+    printf("PASS: %s\n", name);
+    ++g_passed;
+  } else {
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    printf("FAIL: %s: %s\n", name, detail);
+    ++g_failed;
+  }
+  fflush(stdout);
+  return ok;
+}
+
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char head[] =
+      "FAIL: watchdog: this step did not finish within 30 s: ";
+  ssize_t ignored = write(STDOUT_FILENO, head, sizeof(head) - 1);
+  const char* step = g_step;
+  ignored = write(STDOUT_FILENO, step, strlen(step));
+  ignored = write(STDOUT_FILENO, "\n", 1);
+  (void)ignored;
+  _exit(3);
+}
+
+/* Starts a group of checks: its name, and 30 s for it. */
+static void step(const char* name) {
+  g_step = name;
+  printf("--- %s\n", name);
+  fflush(stdout);
+  alarm(30);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+/* --- Memory ------------------------------------------------------------ */
+
+/* Buffers on pages of their own (anonymous mmap): the two devices of this
+ * process never share a page by accident. They are never unmapped, nor are
+ * registered malloc buffers freed: each check gets memory at addresses no
+ * registration used before, and the one check about a reused address
+ * ("a new mapping at an address used before") makes its own. */
+static uint8_t* pages(size_t bytes) {
+  void* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("mmap");
+    exit(2);
+  }
+  return p;
+}
+
+/* Fills with a pattern that depends on seed and position. */
+static void fill(uint8_t* p, size_t n, uint32_t seed) {
+  uint32_t x = seed * 2654435761u + 1u;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    p[i] = (uint8_t)x;
+  }
+}
+
+/* The first index where a and b differ, or n. */
+static size_t first_diff(const uint8_t* a, const uint8_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (a[i] != b[i]) return i;
+  }
+  return n;
+}
+
+/* Whether p[0, n) is all `value`. */
+static bool all_bytes(const uint8_t* p, size_t n, uint8_t value) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != value) return false;
+  }
+  return true;
+}
+
+/* --- Devices, queue pairs and completions ------------------------------ */
+
+enum {
+  kRemoteAccess =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ
+};
+
+struct dev {
+  struct ibv_context* ctx;
+  struct ibv_pd* pd;
+  union ibv_gid gid;
+  const char* ip;
+};
+
+static struct dev g_dev[2];
+
+/* One end of a connection: its CQ (with a completion channel or not) and
+ * queue pair. */
+struct side {
+  struct dev* dev;
+  struct ibv_comp_channel* channel;
+  struct ibv_cq* cq;
+  struct ibv_qp* qp;
+  struct ibv_qp_cap cap; /* what ibv_create_qp reported */
+};
+
+/* s[0] on rdmaplane0, s[1] on rdmaplane1. */
+struct pair {
+  struct side s[2];
+};
+
+struct qp_opts {
+  int sq_sig_all;
+  uint32_t max_send_wr;
+  uint32_t max_send_sge;
+  uint32_t max_inline_data;
+  bool channel;
+  uint8_t timeout; /* the local ACK timeout code; 0: 14 (67 ms) */
+};
+
+static const struct qp_opts kDefaultOpts = {0, 64, 8, 0, false, 0};
+
+static uint32_t g_psn = 0x1000;
+
+static bool make_side(struct side* s, struct dev* d, const struct qp_opts* o) {
+  memset(s, 0, sizeof(*s));
+  s->dev = d;
+  if (o->channel) {
+    s->channel = ibv_create_comp_channel(d->ctx);
+    if (s->channel == NULL) {
+      check(false, "ibv_create_comp_channel", "errno %d", errno);
+      return false;
+    }
+  }
+  s->cq = ibv_create_cq(d->ctx, 256, s, s->channel, 0);
+  if (s->cq == NULL) {
+    check(false, "ibv_create_cq", "errno %d", errno);
+    return false;
+  }
+  struct ibv_qp_init_attr init;
+  memset(&init, 0, sizeof(init));
+  init.send_cq = s->cq;
+  init.recv_cq = s->cq;
+  init.qp_type = IBV_QPT_RC;
+  init.sq_sig_all = o->sq_sig_all;
+  init.cap.max_send_wr = o->max_send_wr;
+  init.cap.max_recv_wr = 1;
+  init.cap.max_send_sge = o->max_send_sge;
+  init.cap.max_recv_sge = 1;
+  init.cap.max_inline_data = o->max_inline_data;
+  s->qp = ibv_create_qp(d->pd, &init);
+  if (s->qp == NULL) {
+    check(false, "ibv_create_qp", "errno %d", errno);
+    return false;
+  }
+  s->cap = init.cap;
+  return true;
+}
+
+static void free_side(struct side* s) {
+  if (s->qp != NULL && ibv_destroy_qp(s->qp) != 0) {
+    check(false, "ibv_destroy_qp", "failed");
+  }
+  if (s->cq != NULL && ibv_destroy_cq(s->cq) != 0) {
+    check(false, "ibv_destroy_cq", "failed");
+  }
+  if (s->channel != NULL && ibv_destroy_comp_channel(s->channel) != 0) {
+    check(false, "ibv_destroy_comp_channel", "failed");
+  }
+  memset(s, 0, sizeof(*s));
+}
+
+/* RESET -> INIT with the attributes ibv_modify_qp(3) requires for RC. */
+static int to_init(struct ibv_qp* qp) {
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  return ibv_modify_qp(
+      qp, &a,
+      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+static void rtr_attr(struct ibv_qp_attr* a, const union ibv_gid* dgid,
+                     uint32_t dest_qpn, uint32_t rq_psn) {
+  memset(a, 0, sizeof(*a));
+  a->qp_state = IBV_QPS_RTR;
+  a->path_mtu = IBV_MTU_4096;
+  a->dest_qp_num = dest_qpn;
+  a->rq_psn = rq_psn;
+  a->max_dest_rd_atomic = 16;
+  a->min_rnr_timer = 12;
+  a->ah_attr.is_global = 1;
+  a->ah_attr.grh.dgid = *dgid;
+  a->ah_attr.grh.sgid_index = 0;
+  a->ah_attr.grh.hop_limit = 64;
+  a->ah_attr.port_num = 1;
+}
+
+enum {
+  kRtrMask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+  kRtsMask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC,
+};
+
+static int to_rtr(struct ibv_qp* qp, const union ibv_gid* dgid,
+                  uint32_t dest_qpn, uint32_t rq_psn) {
+  struct ibv_qp_attr a;
+  rtr_attr(&a, dgid, dest_qpn, rq_psn);
+  return ibv_modify_qp(qp, &a, kRtrMask);
+}
+
+static void rts_attr(struct ibv_qp_attr* a, uint32_t sq_psn) {
+  memset(a, 0, sizeof(*a));
+  a->qp_state = IBV_QPS_RTS;
+  a->sq_psn = sq_psn;
+  a->timeout = 14; /* 4.096 us * 2^14: 67 ms */
+  a->retry_cnt = 7;
+  a->rnr_retry = 7;
+  a->max_rd_atomic = 16;
+}
+
+static int to_rts(struct ibv_qp* qp, uint32_t sq_psn) {
+  struct ibv_qp_attr a;
+  rts_attr(&a, sq_psn);
+  return ibv_modify_qp(qp, &a, kRtsMask);
+}
+
+static int to_rts_timeout(struct ibv_qp* qp, uint32_t sq_psn, uint8_t timeout) {
+  struct ibv_qp_attr a;
+  rts_attr(&a, sq_psn);
+  if (timeout != 0) a.timeout = timeout;
+  return ibv_modify_qp(qp, &a, kRtsMask);
+}
+
+static int to_state(struct ibv_qp* qp, enum ibv_qp_state state) {
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = state;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE);
+}
+
+static enum ibv_qp_state qp_state(struct ibv_qp* qp) {
+  struct ibv_qp_attr a;
+  struct ibv_qp_init_attr init;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = (enum ibv_qp_state) - 1;
+  if (ibv_query_qp(qp, &a, IBV_QP_STATE, &init) != 0) {
+    return (enum ibv_qp_state) - 1;
+  }
+  return a.qp_state;
+}
+
+/* Both ends through RESET -> INIT -> RTR -> RTS, each aimed at the other
+ * (the other device's GID, its QPN, the PSNs crossed). */
+static bool connect_pair(struct pair* p, const struct qp_opts* o0,
+                         const struct qp_opts* o1) {
+  memset(p, 0, sizeof(*p));
+  if (!make_side(&p->s[0], &g_dev[0], o0) ||
+      !make_side(&p->s[1], &g_dev[1], o1)) {
+    return false;
+  }
+  const uint32_t psn[2] = {g_psn, g_psn + 0x100};
+  g_psn += 0x10000;
+  for (int i = 0; i < 2; ++i) {
+    int r = to_init(p->s[i].qp);
+    if (r != 0)
+      return check(false, "connect: RESET->INIT", "side %d: %d", i, r);
+  }
+  for (int i = 0; i < 2; ++i) {
+    const int o = 1 - i;
+    int r = to_rtr(p->s[i].qp, &g_dev[o].gid, p->s[o].qp->qp_num, psn[o]);
+    if (r != 0) return check(false, "connect: INIT->RTR", "side %d: %d", i, r);
+  }
+  for (int i = 0; i < 2; ++i) {
+    int r = to_rts_timeout(p->s[i].qp, psn[i], (i == 0 ? o0 : o1)->timeout);
+    if (r != 0) return check(false, "connect: RTR->RTS", "side %d: %d", i, r);
+  }
+  return true;
+}
+
+static void free_pair(struct pair* p) {
+  free_side(&p->s[0]);
+  free_side(&p->s[1]);
+}
+
+/* Polls cq until `want` completions are in wc[] or timeout_ms passed;
+ * returns how many came (a poll error counts as a failed check). */
+static int wait_wcs(struct ibv_cq* cq, struct ibv_wc* wc, int want,
+                    int timeout_ms) {
+  int got = 0;
+  const double until = now_s() + timeout_ms / 1000.0;
+  while (got < want) {
+    const int n = ibv_poll_cq(cq, want - got, wc + got);
+    if (n < 0) {
+      check(false, "ibv_poll_cq", "returned %d", n);
+      return got;
+    }
+    got += n;
+    if (got >= want) break;
+    if (now_s() > until) break;
+    if (n == 0) sleep_us(50);
+  }
+  return got;
+}
+
+/* Completions that arrive within ms (when none should). */
+static int extra_wcs(struct ibv_cq* cq, int ms) {
+  struct ibv_wc wc[16];
+  int extra = 0;
+  const double until = now_s() + ms / 1000.0;
+  while (now_s() < until) {
+    const int n = ibv_poll_cq(cq, 16, wc);
+    if (n > 0) extra += n;
+    sleep_us(1000);
+  }
+  return extra;
+}
+
+static struct ibv_send_wr rdma_wr(enum ibv_wr_opcode op, uint64_t wr_id,
+                                  struct ibv_sge* sge, int num_sge,
+                                  uint64_t remote_addr, uint32_t rkey,
+                                  unsigned flags) {
+  struct ibv_send_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = wr_id;
+  wr.opcode = op;
+  wr.sg_list = sge;
+  wr.num_sge = num_sge;
+  wr.send_flags = flags;
+  wr.wr.rdma.remote_addr = remote_addr;
+  wr.wr.rdma.rkey = rkey;
+  return wr;
+}
+
+static struct ibv_sge sge_of(const void* addr, uint32_t length, uint32_t lkey) {
+  struct ibv_sge s;
+  s.addr = (uint64_t)(uintptr_t)addr;
+  s.length = length;
+  s.lkey = lkey;
+  return s;
+}
+
+/* Posts one signaled WRITE or READ and waits for its completion; returns
+ * its status, or -1 (after a failed check) when the post failed or nothing
+ * completed within 10 s. */
+static int rdma_once(struct side* s, enum ibv_wr_opcode op, uint64_t wr_id,
+                     struct ibv_sge* sge, int num_sge, uint64_t remote_addr,
+                     uint32_t rkey, const char* name, struct ibv_wc* out) {
+  struct ibv_send_wr wr =
+      rdma_wr(op, wr_id, sge, num_sge, remote_addr, rkey, IBV_SEND_SIGNALED);
+  struct ibv_send_wr* bad = NULL;
+  int r = ibv_post_send(s->qp, &wr, &bad);
+  if (r != 0) {
+    check(false, name, "ibv_post_send returned %d", r);
+    return -1;
+  }
+  struct ibv_wc wc;
+  if (wait_wcs(s->cq, &wc, 1, 10000) != 1) {
+    check(false, name, "no completion within 10 s");
+    return -1;
+  }
+  if (wc.wr_id != wr_id) {
+    check(false, name, "completion of wr_id %llu, expected %llu",
+          (unsigned long long)wc.wr_id, (unsigned long long)wr_id);
+    return -1;
+  }
+  if (out != NULL) *out = wc;
+  return (int)wc.status;
+}
+
+static struct ibv_mr* reg(struct dev* d, void* addr, size_t len, int access,
+                          const char* what) {
+  struct ibv_mr* mr = ibv_reg_mr(d->pd, addr, len, access);
+  if (mr == NULL) check(false, what, "ibv_reg_mr failed: errno %d", errno);
+  return mr;
+}
+
+static void dereg(struct ibv_mr* mr) {
+  if (mr != NULL && ibv_dereg_mr(mr) != 0) {
+    check(false, "ibv_dereg_mr", "failed");
+  }
+}
+
+/* The status names of <infiniband/verbs.h> (ibv_wc_status_str is
+ * libibverbs' own, which this program does not link). */
+static const char* wc_name(int status) {
+  switch (status) {
+    case IBV_WC_SUCCESS:
+      return "IBV_WC_SUCCESS";
+    case IBV_WC_LOC_LEN_ERR:
+      return "IBV_WC_LOC_LEN_ERR";
+    case IBV_WC_LOC_QP_OP_ERR:
+      return "IBV_WC_LOC_QP_OP_ERR";
+    case IBV_WC_LOC_PROT_ERR:
+      return "IBV_WC_LOC_PROT_ERR";
+    case IBV_WC_WR_FLUSH_ERR:
+      return "IBV_WC_WR_FLUSH_ERR";
+    case IBV_WC_REM_INV_REQ_ERR:
+      return "IBV_WC_REM_INV_REQ_ERR";
+    case IBV_WC_REM_ACCESS_ERR:
+      return "IBV_WC_REM_ACCESS_ERR";
+    case IBV_WC_REM_OP_ERR:
+      return "IBV_WC_REM_OP_ERR";
+    case IBV_WC_RETRY_EXC_ERR:
+      return "IBV_WC_RETRY_EXC_ERR";
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return "IBV_WC_RNR_RETRY_EXC_ERR";
+    case IBV_WC_GENERAL_ERR:
+      return "IBV_WC_GENERAL_ERR";
+    default:
+      return status < 0 ? "none" : "another status";
+  }
+}
+
+/* --- Devices ----------------------------------------------------------- */
+
+static bool gid_is_ipv4(const union ibv_gid* g, const char* ip) {
+  unsigned a, b, c, d;
+  if (sscanf(ip, "%u.%u.%u.%u", &a, &b, &c, &d) != 4) return false;
+  static const uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  return memcmp(g->raw, kPrefix, 12) == 0 && g->raw[12] == a &&
+         g->raw[13] == b && g->raw[14] == c && g->raw[15] == d;
+}
+
+/* "rdmaplaneI: what", for the checks made on each device. */
+static const char* on_dev(int i, const char* what) {
+  static char name[256];
+  snprintf(name, sizeof(name), "rdmaplane%d: %s", i, what);
+  return name;
+}
+
+static bool t_devices(void) {
+  step("devices and queries");
+  int n = -1;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  if (!check(list != NULL && n == 2, "ibv_get_device_list lists both daemons",
+             "list %p, %d devices", (void*)list, n)) {
+    if (list != NULL) ibv_free_device_list(list);
+    return false;
+  }
+  check(list[2] == NULL, "the device list ends with NULL", "list[2] %p",
+        (void*)list[2]);
+  for (int i = 0; i < 2; ++i) {
+    char want[32];
+    snprintf(want, sizeof(want), "rdmaplane%d", i);
+    const char* name = ibv_get_device_name(list[i]);
+    check(name != NULL && strcmp(name, want) == 0,
+          on_dev(i, "device names follow RDMAPLANE_SOCKET's order"),
+          "device %d is %s", i, name ? name : "(null)");
+    g_dev[i].ctx = ibv_open_device(list[i]);
+    if (!check(g_dev[i].ctx != NULL, on_dev(i, "ibv_open_device"),
+               "%s: errno %d", want, errno)) {
+      ibv_free_device_list(list);
+      return false;
+    }
+    const __be64 guid = ibv_get_device_guid(list[i]);
+    struct ibv_device_attr da;
+    memset(&da, 0, sizeof(da));
+    int r = ibv_query_device(g_dev[i].ctx, &da);
+    check(r == 0 && da.phys_port_cnt == 1 && da.max_qp > 0 &&
+              da.max_qp_wr > 0 && da.max_sge >= 1 && da.max_cqe > 0,
+          on_dev(i, "ibv_query_device: one port and non-zero limits"),
+          "r %d ports %u max_qp %d max_qp_wr %d max_sge %d max_cqe %d", r,
+          da.phys_port_cnt, da.max_qp, da.max_qp_wr, da.max_sge, da.max_cqe);
+    check(guid != 0 && guid == da.node_guid,
+          on_dev(i, "ibv_get_device_guid is the node GUID"),
+          "guid %llx node_guid %llx", (unsigned long long)guid,
+          (unsigned long long)da.node_guid);
+
+    struct ibv_port_attr pa;
+    memset(&pa, 0, sizeof(pa));
+    r = ibv_query_port(g_dev[i].ctx, 1, &pa);
+    check(r == 0 && pa.state == IBV_PORT_ACTIVE, on_dev(i, "port 1 is active"),
+          "r %d state %d", r, pa.state);
+    check(r == 0 && pa.link_layer == IBV_LINK_LAYER_ETHERNET,
+          on_dev(i, "port 1's link layer is Ethernet"), "link_layer %d",
+          pa.link_layer);
+    check(
+        r == 0 && pa.active_mtu == IBV_MTU_4096 && pa.max_mtu >= pa.active_mtu,
+        on_dev(i, "port 1's active MTU is 4096"), "active %d max %d",
+        pa.active_mtu, pa.max_mtu);
+    check(r == 0 && pa.gid_tbl_len >= 1, on_dev(i, "port 1 has a GID table"),
+          "gid_tbl_len %d", pa.gid_tbl_len);
+    struct ibv_port_attr pa2;
+    memset(&pa2, 0, sizeof(pa2));
+    check(ibv_query_port(g_dev[i].ctx, 2, &pa2) != 0,
+          on_dev(i, "ibv_query_port of a port that does not exist fails"),
+          "port 2 answered");
+
+    r = ibv_query_gid(g_dev[i].ctx, 1, 0, &g_dev[i].gid);
+    check(r == 0 && gid_is_ipv4(&g_dev[i].gid, g_dev[i].ip),
+          on_dev(i, "GID 0 is the daemon's IPv4-mapped address"),
+          "r %d, expected ::ffff:%s", r, g_dev[i].ip);
+    struct ibv_gid_entry entry;
+    memset(&entry, 0, sizeof(entry));
+    r = ibv_query_gid_ex(g_dev[i].ctx, 1, 0, &entry, 0);
+    check(r == 0 && entry.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+              memcmp(&entry.gid, &g_dev[i].gid, sizeof(entry.gid)) == 0 &&
+              entry.port_num == 1 && entry.gid_index == 0,
+          on_dev(i, "ibv_query_gid_ex: GID 0 is RoCE v2"),
+          "r %d type %u port %u", r, entry.gid_type, entry.port_num);
+    union ibv_gid other;
+    check(ibv_query_gid(g_dev[i].ctx, 1, pa.gid_tbl_len, &other) != 0,
+          on_dev(i, "ibv_query_gid beyond the GID table fails"),
+          "index %d answered", pa.gid_tbl_len);
+    g_dev[i].pd = ibv_alloc_pd(g_dev[i].ctx);
+    if (!check(g_dev[i].pd != NULL, on_dev(i, "ibv_alloc_pd"), "errno %d",
+               errno)) {
+      ibv_free_device_list(list);
+      return false;
+    }
+  }
+  ibv_free_device_list(list);
+  return true;
+}
+
+/* --- Creating and destroying ------------------------------------------- */
+
+static void t_lifecycle(void) {
+  step("PD, MR, CQ and QP create and destroy");
+  struct dev* d = &g_dev[0];
+  struct ibv_pd* pd = ibv_alloc_pd(d->ctx);
+  if (!check(pd != NULL, "ibv_alloc_pd of a second PD", "errno %d", errno))
+    return;
+  uint8_t* buf = pages(65536);
+  struct ibv_mr* mr = ibv_reg_mr(pd, buf, 65536, kRemoteAccess);
+  check(mr != NULL && mr->addr == buf && mr->length == 65536 && mr->pd == pd,
+        "ibv_reg_mr returns an MR of the range", "mr %p errno %d", (void*)mr,
+        errno);
+  struct ibv_cq* cq = ibv_create_cq(d->ctx, 100, NULL, NULL, 0);
+  check(cq != NULL && cq->cqe >= 100, "ibv_create_cq: at least cqe entries",
+        "cq %p cqe %d", (void*)cq, cq ? cq->cqe : -1);
+  errno = 0;
+  struct ibv_cq* bad_cq =
+      ibv_create_cq(d->ctx, 16, NULL, NULL, d->ctx->num_comp_vectors);
+  check(bad_cq == NULL,
+        "ibv_create_cq with comp_vector >= num_comp_vectors fails",
+        "created one with comp_vector %d", d->ctx->num_comp_vectors);
+  if (bad_cq != NULL) ibv_destroy_cq(bad_cq);
+
+  struct ibv_qp_init_attr init;
+  memset(&init, 0, sizeof(init));
+  init.qp_context = buf;
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RC;
+  init.sq_sig_all = 1;
+  init.cap.max_send_wr = 10;
+  init.cap.max_recv_wr = 1;
+  init.cap.max_send_sge = 3;
+  init.cap.max_recv_sge = 1;
+  struct ibv_qp* qp = cq ? ibv_create_qp(pd, &init) : NULL;
+  if (check(qp != NULL, "ibv_create_qp of an RC QP", "errno %d", errno)) {
+    check(init.cap.max_send_wr >= 10 && init.cap.max_send_sge >= 3,
+          "ibv_create_qp reports capabilities at least those asked for",
+          "max_send_wr %u max_send_sge %u", init.cap.max_send_wr,
+          init.cap.max_send_sge);
+    check(qp->qp_num != 0 && qp->qp_type == IBV_QPT_RC && qp->pd == pd &&
+              qp->send_cq == cq && qp->qp_context == buf,
+          "the QP carries its number, type, PD, CQ and context", "qp_num %u",
+          qp->qp_num);
+    struct ibv_qp_attr a;
+    struct ibv_qp_init_attr qi;
+    memset(&a, 0, sizeof(a));
+    memset(&qi, 0, sizeof(qi));
+    int r = ibv_query_qp(qp, &a, IBV_QP_STATE | IBV_QP_CAP, &qi);
+    check(r == 0 && a.qp_state == IBV_QPS_RESET,
+          "a new QP is in RESET (ibv_query_qp)", "r %d state %d", r,
+          a.qp_state);
+    check(r == 0 && qi.qp_type == IBV_QPT_RC && qi.sq_sig_all == 1 &&
+              qi.send_cq == cq && qi.cap.max_send_wr >= 10,
+          "ibv_query_qp's init_attr is what the QP was made with",
+          "type %d sig_all %d max_send_wr %u", qi.qp_type, qi.sq_sig_all,
+          qi.cap.max_send_wr);
+  }
+
+  int r = ibv_dealloc_pd(pd);
+  check(r == EBUSY, "ibv_dealloc_pd with an MR and a QP in it fails with EBUSY",
+        "returned %d", r);
+  if (cq != NULL && qp != NULL) {
+    r = ibv_destroy_cq(cq);
+    check(r == EBUSY, "ibv_destroy_cq of a CQ a QP uses fails with EBUSY",
+          "returned %d", r);
+  }
+  if (qp != NULL) {
+    r = ibv_destroy_qp(qp);
+    check(r == 0, "ibv_destroy_qp", "returned %d", r);
+  }
+  r = ibv_dealloc_pd(pd);
+  check(r == EBUSY, "ibv_dealloc_pd with an MR still in it fails with EBUSY",
+        "returned %d", r);
+  if (mr != NULL) {
+    r = ibv_dereg_mr(mr);
+    check(r == 0, "ibv_dereg_mr", "returned %d", r);
+  }
+  if (cq != NULL) {
+    r = ibv_destroy_cq(cq);
+    check(r == 0, "ibv_destroy_cq", "returned %d", r);
+  }
+  r = ibv_dealloc_pd(pd);
+  check(r == 0, "ibv_dealloc_pd of an empty PD", "returned %d", r);
+
+  /* ibv_create_cq(3): "ibv_destroy_cq() fails if any queue pair is still
+   * associated with this CQ" -- the receive CQ as much as the send CQ. */
+  struct ibv_cq* scq = ibv_create_cq(d->ctx, 16, NULL, NULL, 0);
+  struct ibv_cq* rcq = ibv_create_cq(d->ctx, 16, NULL, NULL, 0);
+  if (scq != NULL && rcq != NULL) {
+    memset(&init, 0, sizeof(init));
+    init.send_cq = scq;
+    init.recv_cq = rcq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = 4;
+    init.cap.max_recv_wr = 1;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    qp = ibv_create_qp(d->pd, &init);
+    if (check(qp != NULL, "ibv_create_qp with separate send and receive CQs",
+              "errno %d", errno)) {
+      r = ibv_destroy_cq(rcq);
+      if (check(r == EBUSY,
+                "ibv_destroy_cq of a QP's receive CQ fails with EBUSY",
+                "returned %d", r) ||
+          r != 0) {
+        /* still there */
+      } else {
+        rcq = NULL; /* destroyed under the QP */
+      }
+      ibv_destroy_qp(qp);
+    }
+  }
+  if (scq != NULL) ibv_destroy_cq(scq);
+  if (rcq != NULL) ibv_destroy_cq(rcq);
+
+  /* A channel with a CQ on it is busy; without, it goes. */
+  struct ibv_comp_channel* ch = ibv_create_comp_channel(d->ctx);
+  if (check(ch != NULL && ch->fd >= 0, "ibv_create_comp_channel", "errno %d",
+            errno)) {
+    struct ibv_cq* ccq = ibv_create_cq(d->ctx, 8, NULL, ch, 0);
+    check(ccq != NULL && ccq->channel == ch,
+          "ibv_create_cq on a completion channel", "errno %d", errno);
+    if (ccq != NULL) ibv_destroy_cq(ccq);
+    r = ibv_destroy_comp_channel(ch);
+    check(r == 0, "ibv_destroy_comp_channel", "returned %d", r);
+  }
+}
+
+/* --- The QP state machine ---------------------------------------------- */
+
+/* ibv_post_send on qp must fail with EINVAL and name the WR in bad_wr. */
+static void check_post_refused(struct ibv_qp* qp, struct ibv_mr* mr,
+                               uint32_t rkey, const char* name) {
+  struct ibv_sge sge = sge_of(mr->addr, 64, mr->lkey);
+  struct ibv_send_wr wr =
+      rdma_wr(IBV_WR_RDMA_WRITE, 1, &sge, 1, (uint64_t)(uintptr_t)mr->addr,
+              rkey, IBV_SEND_SIGNALED);
+  struct ibv_send_wr* bad = NULL;
+  const int r = ibv_post_send(qp, &wr, &bad);
+  check(r == EINVAL && bad == &wr, name, "returned %d, bad_wr %s", r,
+        bad == &wr ? "is the WR" : "is not the WR");
+}
+
+static void check_state(struct ibv_qp* qp, enum ibv_qp_state want,
+                        const char* name) {
+  const enum ibv_qp_state got = qp_state(qp);
+  check(got == want, name, "ibv_query_qp reports state %d, expected %d", got,
+        want);
+}
+
+static void t_state_machine(void) {
+  step("QP state machine");
+  struct side s0, s1;
+  if (!make_side(&s0, &g_dev[0], &kDefaultOpts) ||
+      !make_side(&s1, &g_dev[1], &kDefaultOpts)) {
+    return;
+  }
+  uint8_t* local = pages(4096);
+  uint8_t* remote = pages(4096);
+  struct ibv_mr* lmr =
+      reg(&g_dev[0], local, 4096, kRemoteAccess, "state: local MR");
+  struct ibv_mr* rmr =
+      reg(&g_dev[1], remote, 4096, kRemoteAccess, "state: remote MR");
+  if (lmr == NULL || rmr == NULL) return;
+  struct ibv_qp* qp = s0.qp;
+
+  check_state(qp, IBV_QPS_RESET, "state RESET after create");
+  check_post_refused(qp, lmr, rmr->rkey,
+                     "ibv_post_send in RESET fails with EINVAL, bad_wr set");
+  int r = to_state(qp, IBV_QPS_RTR);
+  check(r == EINVAL, "RESET->RTR is refused with EINVAL", "returned %d", r);
+  r = to_state(qp, IBV_QPS_RTS);
+  check(r == EINVAL, "RESET->RTS is refused with EINVAL", "returned %d", r);
+  check_state(qp, IBV_QPS_RESET, "still RESET after refused transitions");
+
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_INIT;
+  a.cur_qp_state = IBV_QPS_RTS;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  r = ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_PKEY_INDEX |
+                        IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  check(r == EINVAL, "a wrong IBV_QP_CUR_STATE is refused with EINVAL",
+        "returned %d", r);
+  check_state(qp, IBV_QPS_RESET, "still RESET after a wrong cur_qp_state");
+
+  r = to_init(qp);
+  check(r == 0, "RESET->INIT", "returned %d", r);
+  check_state(qp, IBV_QPS_INIT, "state INIT");
+  memset(&a, 0, sizeof(a));
+  struct ibv_qp_init_attr qi;
+  r = ibv_query_qp(qp, &a, IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, &qi);
+  check(r == 0 && a.port_num == 1 &&
+            a.qp_access_flags ==
+                (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ),
+        "ibv_query_qp reports the port and access flags set at INIT",
+        "port %u access %#x", a.port_num, a.qp_access_flags);
+  check_post_refused(qp, lmr, rmr->rkey,
+                     "ibv_post_send in INIT fails with EINVAL, bad_wr set");
+  r = to_state(qp, IBV_QPS_RTS);
+  check(r == EINVAL, "INIT->RTS is refused with EINVAL", "returned %d", r);
+
+  /* ibv_modify_qp(3): an invalid attribute changes nothing, the state
+   * included. */
+  rtr_attr(&a, &g_dev[1].gid, s1.qp->qp_num, 0x4242);
+  a.ah_attr.is_global = 0;
+  r = ibv_modify_qp(qp, &a, kRtrMask);
+  check(r == EINVAL, "INIT->RTR without a GRH (RoCE) is refused with EINVAL",
+        "returned %d", r);
+  check_state(qp, IBV_QPS_INIT, "still INIT after a refused INIT->RTR");
+
+  r = to_rtr(qp, &g_dev[1].gid, s1.qp->qp_num, 0x4242);
+  check(r == 0, "INIT->RTR", "returned %d", r);
+  check_state(qp, IBV_QPS_RTR, "state RTR");
+  memset(&a, 0, sizeof(a));
+  r = ibv_query_qp(qp, &a, IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_PATH_MTU,
+                   &qi);
+  check(r == 0 && a.dest_qp_num == s1.qp->qp_num && a.rq_psn == 0x4242 &&
+            a.path_mtu == IBV_MTU_4096,
+        "ibv_query_qp reports dest_qp_num, rq_psn and path_mtu set at RTR",
+        "dest %u rq_psn %#x mtu %d", a.dest_qp_num, a.rq_psn, a.path_mtu);
+  check_post_refused(qp, lmr, rmr->rkey,
+                     "ibv_post_send in RTR fails with EINVAL, bad_wr set");
+  r = to_state(qp, IBV_QPS_INIT);
+  check(r == EINVAL, "RTR->INIT is refused with EINVAL", "returned %d", r);
+
+  r = to_rts(qp, 0x4343);
+  check(r == 0, "RTR->RTS", "returned %d", r);
+  check_state(qp, IBV_QPS_RTS, "state RTS");
+  memset(&a, 0, sizeof(a));
+  r = ibv_query_qp(qp, &a, IBV_QP_SQ_PSN, &qi);
+  check(r == 0 && a.sq_psn == 0x4343, "ibv_query_qp reports sq_psn set at RTS",
+        "sq_psn %#x", a.sq_psn);
+
+  /* The other end, and one WRITE across: the machine ends in a working QP. */
+  r = to_init(s1.qp);
+  if (r == 0) r = to_rtr(s1.qp, &g_dev[0].gid, qp->qp_num, 0x4343);
+  if (r == 0) r = to_rts(s1.qp, 0x4242);
+  check(r == 0, "the peer QP reaches RTS", "returned %d", r);
+  fill(local, 4096, 7);
+  struct ibv_sge sge = sge_of(local, 4096, lmr->lkey);
+  int st = rdma_once(&s0, IBV_WR_RDMA_WRITE, 77, &sge, 1,
+                     (uint64_t)(uintptr_t)remote, rmr->rkey,
+                     "WRITE after RESET->INIT->RTR->RTS", NULL);
+  check(st == IBV_WC_SUCCESS && first_diff(local, remote, 4096) == 4096,
+        "WRITE after RESET->INIT->RTR->RTS lands", "status %s", wc_name(st));
+
+  r = to_state(qp, IBV_QPS_ERR);
+  check(r == 0, "RTS->ERR", "returned %d", r);
+  check_state(qp, IBV_QPS_ERR, "state ERR");
+  r = to_state(qp, IBV_QPS_RTS);
+  check(r == EINVAL, "ERR->RTS is refused with EINVAL", "returned %d", r);
+
+  free_side(&s0);
+  free_side(&s1);
+  dereg(lmr);
+  dereg(rmr);
+}
+
+/* ibv_modify_qp(3)'s table of the attributes each RC transition requires:
+ * a transition without them, or with an invalid one, is refused. */
+static void t_required_attributes(void) {
+  step("QP transitions need the attributes ibv_modify_qp(3) lists");
+  struct side s;
+  if (!make_side(&s, &g_dev[0], &kDefaultOpts)) return;
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_INIT;
+  int r = ibv_modify_qp(s.qp, &a, IBV_QP_STATE);
+  check(r == EINVAL,
+        "RESET->INIT without PKEY_INDEX, PORT and ACCESS_FLAGS is refused with "
+        "EINVAL",
+        "returned %d, state now %d", r, qp_state(s.qp));
+  free_side(&s);
+
+  if (!make_side(&s, &g_dev[0], &kDefaultOpts)) return;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 2; /* the device has one port */
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  r = ibv_modify_qp(
+      s.qp, &a,
+      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  check(r == EINVAL,
+        "RESET->INIT to a port that does not exist is refused with EINVAL",
+        "returned %d, state now %d", r, qp_state(s.qp));
+  free_side(&s);
+
+  /* A QPN and address no QP of this test uses: nothing is ever sent. */
+  if (!make_side(&s, &g_dev[0], &kDefaultOpts)) return;
+  if (to_init(s.qp) == 0) {
+    rtr_attr(&a, &g_dev[1].gid, 0xABCDE, 0x100);
+    r = ibv_modify_qp(s.qp, &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                          IBV_QP_DEST_QPN | IBV_QP_RQ_PSN);
+    check(r == EINVAL,
+          "INIT->RTR without MAX_DEST_RD_ATOMIC and MIN_RNR_TIMER is refused "
+          "with EINVAL",
+          "returned %d, state now %d", r, qp_state(s.qp));
+  }
+  free_side(&s);
+
+  if (!make_side(&s, &g_dev[0], &kDefaultOpts)) return;
+  if (to_init(s.qp) == 0 && to_rtr(s.qp, &g_dev[1].gid, 0xABCDE, 0x100) == 0) {
+    rts_attr(&a, 0x200);
+    r = ibv_modify_qp(s.qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+    check(r == EINVAL,
+          "RTR->RTS without TIMEOUT, RETRY_CNT, RNR_RETRY and MAX_QP_RD_ATOMIC "
+          "is refused with EINVAL",
+          "returned %d, state now %d", r, qp_state(s.qp));
+  } else {
+    check(false, "RTR->RTS without its required attributes",
+          "could not reach RTR");
+  }
+  free_side(&s);
+}
+
+/* --- Data ---------------------------------------------------------------- */
+
+enum { kBig = 4 << 20 };
+
+struct bufs {
+  uint8_t* local;  /* on rdmaplane0, kBig */
+  uint8_t* local2; /* on rdmaplane0, kBig */
+  uint8_t* remote; /* on rdmaplane1, kBig */
+  struct ibv_mr* lmr;
+  struct ibv_mr* lmr2;
+  struct ibv_mr* rmr;
+};
+
+static bool make_bufs(struct bufs* b) {
+  memset(b, 0, sizeof(*b));
+  b->local = pages(kBig);
+  b->local2 = pages(kBig);
+  b->remote = pages(kBig);
+  b->lmr = reg(&g_dev[0], b->local, kBig, kRemoteAccess, "local MR");
+  b->lmr2 = reg(&g_dev[0], b->local2, kBig, kRemoteAccess, "second local MR");
+  b->rmr = reg(&g_dev[1], b->remote, kBig, kRemoteAccess, "remote MR");
+  return b->lmr != NULL && b->lmr2 != NULL && b->rmr != NULL;
+}
+
+static void free_bufs(struct bufs* b) {
+  dereg(b->lmr);
+  dereg(b->lmr2);
+  dereg(b->rmr);
+}
+
+static uint64_t raddr(const struct bufs* b, size_t offset) {
+  return (uint64_t)(uintptr_t)(b->remote + offset);
+}
+
+static void t_write_read(struct pair* p, struct bufs* b) {
+  step("RDMA WRITE and READ, data checked");
+  struct side* s = &p->s[0];
+  struct ibv_wc wc;
+
+  /* WRITE 4 KiB into the middle of the remote buffer. */
+  memset(b->remote, 0xEE, 16384);
+  fill(b->local, 4096, 1);
+  struct ibv_sge sge = sge_of(b->local, 4096, b->lmr->lkey);
+  int st = rdma_once(s, IBV_WR_RDMA_WRITE, 101, &sge, 1, raddr(b, 100),
+                     b->rmr->rkey, "WRITE 4 KiB", &wc);
+  check(st == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE &&
+            wc.qp_num == s->qp->qp_num,
+        "WRITE 4 KiB completes: success, opcode RDMA_WRITE, its QP",
+        "status %s opcode %d qp_num %u", wc_name(st), wc.opcode, wc.qp_num);
+  check(first_diff(b->local, b->remote + 100, 4096) == 4096 &&
+            all_bytes(b->remote, 100, 0xEE) &&
+            all_bytes(b->remote + 4196, 16384 - 4196, 0xEE),
+        "WRITE 4 KiB: the bytes landed, and only those",
+        "first difference at %zu", first_diff(b->local, b->remote + 100, 4096));
+
+  /* READ 64 KiB from an odd offset. */
+  fill(b->remote, 200000, 2);
+  memset(b->local2, 0, 65536);
+  sge = sge_of(b->local2, 65536, b->lmr2->lkey);
+  st = rdma_once(s, IBV_WR_RDMA_READ, 102, &sge, 1, raddr(b, 12345),
+                 b->rmr->rkey, "READ 64 KiB", &wc);
+  check(st == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ &&
+            wc.byte_len == 65536,
+        "READ 64 KiB completes: success, opcode RDMA_READ, byte_len",
+        "status %s opcode %d byte_len %u", wc_name(st), wc.opcode, wc.byte_len);
+  check(first_diff(b->remote + 12345, b->local2, 65536) == 65536,
+        "READ 64 KiB: the bytes arrived", "first difference at %zu",
+        first_diff(b->remote + 12345, b->local2, 65536));
+
+  /* 4 MiB each way. */
+  fill(b->local, kBig, 3);
+  sge = sge_of(b->local, kBig, b->lmr->lkey);
+  st = rdma_once(s, IBV_WR_RDMA_WRITE, 103, &sge, 1, raddr(b, 0), b->rmr->rkey,
+                 "WRITE 4 MiB", NULL);
+  check(st == IBV_WC_SUCCESS && first_diff(b->local, b->remote, kBig) == kBig,
+        "WRITE 4 MiB lands whole", "status %s, first difference at %zu",
+        wc_name(st), first_diff(b->local, b->remote, kBig));
+  fill(b->remote, kBig, 4);
+  memset(b->local2, 0, kBig);
+  sge = sge_of(b->local2, kBig, b->lmr2->lkey);
+  st = rdma_once(s, IBV_WR_RDMA_READ, 104, &sge, 1, raddr(b, 0), b->rmr->rkey,
+                 "READ 4 MiB", &wc);
+  check(st == IBV_WC_SUCCESS && wc.byte_len == kBig &&
+            first_diff(b->remote, b->local2, kBig) == kBig,
+        "READ 4 MiB arrives whole",
+        "status %s byte_len %u, first difference at %zu", wc_name(st),
+        wc.byte_len, first_diff(b->remote, b->local2, kBig));
+
+  /* 8 SGEs gathered by a WRITE, of odd lengths, from two MRs. */
+  static const uint32_t kLen[8] = {1, 7, 4096, 13, 3000, 65536, 2, 999};
+  static const uint32_t kOff[8] = {0, 11, 5000, 40, 70001, 100000, 300000, 999};
+  struct ibv_sge sges[8];
+  uint8_t* expect = pages(1 << 20);
+  fill(b->local, kBig, 5);
+  fill(b->local2, kBig, 6);
+  size_t total = 0;
+  for (int i = 0; i < 8; ++i) {
+    uint8_t* from = (i % 2 == 0 ? b->local : b->local2) + kOff[i];
+    sges[i] = sge_of(from, kLen[i], i % 2 == 0 ? b->lmr->lkey : b->lmr2->lkey);
+    memcpy(expect + total, from, kLen[i]);
+    total += kLen[i];
+  }
+  memset(b->remote, 0, total + 64);
+  const int max_sge =
+      (int)(p->s[0].cap.max_send_sge < 8 ? p->s[0].cap.max_send_sge : 8);
+  st = rdma_once(s, IBV_WR_RDMA_WRITE, 105, sges, max_sge, raddr(b, 33),
+                 b->rmr->rkey, "WRITE gathering 8 SGEs", NULL);
+  size_t want = 0;
+  for (int i = 0; i < max_sge; ++i) want += kLen[i];
+  check(max_sge == 8 && st == IBV_WC_SUCCESS &&
+            first_diff(expect, b->remote + 33, want) == want &&
+            all_bytes(b->remote + 33 + want, 31, 0),
+        "WRITE gathering 8 SGEs lands as their concatenation",
+        "max_send_sge %d status %s first difference at %zu", max_sge,
+        wc_name(st), first_diff(expect, b->remote + 33, want));
+
+  /* 8 SGEs scattered by a READ. */
+  fill(b->remote, total, 7);
+  memset(b->local, 0, kBig);
+  memset(b->local2, 0, kBig);
+  st = rdma_once(s, IBV_WR_RDMA_READ, 106, sges, max_sge, raddr(b, 0),
+                 b->rmr->rkey, "READ scattering 8 SGEs", &wc);
+  size_t at = 0, bad_sge = 8;
+  for (int i = 0; i < max_sge; ++i) {
+    const uint8_t* to = (i % 2 == 0 ? b->local : b->local2) + kOff[i];
+    if (first_diff(b->remote + at, to, kLen[i]) != kLen[i] && bad_sge == 8)
+      bad_sge = (size_t)i;
+    at += kLen[i];
+  }
+  check(st == IBV_WC_SUCCESS && bad_sge == 8 && wc.byte_len == want,
+        "READ scattering 8 SGEs fills each in order",
+        "status %s, byte_len %u, SGE %zu differs", wc_name(st), wc.byte_len,
+        bad_sge);
+
+  /* IBV_SEND_FENCE: a WRITE sending the buffer a READ before it fills
+   * waits for the READ, and sends what it brought. */
+  fill(b->remote, 65536, 25);
+  memset(b->remote + 65536, 0, 65536);
+  memset(b->local, 0, 65536);
+  struct ibv_sge fsge[2] = {sge_of(b->local, 65536, b->lmr->lkey),
+                            sge_of(b->local, 65536, b->lmr->lkey)};
+  struct ibv_send_wr fwr[2] = {
+      rdma_wr(IBV_WR_RDMA_READ, 107, &fsge[0], 1, raddr(b, 0), b->rmr->rkey,
+              IBV_SEND_SIGNALED),
+      rdma_wr(IBV_WR_RDMA_WRITE, 108, &fsge[1], 1, raddr(b, 65536),
+              b->rmr->rkey, IBV_SEND_SIGNALED | IBV_SEND_FENCE)};
+  fwr[0].next = &fwr[1];
+  struct ibv_send_wr* fbad = NULL;
+  int fr = ibv_post_send(s->qp, &fwr[0], &fbad);
+  struct ibv_wc fwc[2];
+  int fgot = fr == 0 ? wait_wcs(s->cq, fwc, 2, 10000) : 0;
+  check(fr == 0 && fgot == 2 && fwc[0].wr_id == 107 && fwc[1].wr_id == 108 &&
+            fwc[0].status == IBV_WC_SUCCESS &&
+            fwc[1].status == IBV_WC_SUCCESS &&
+            first_diff(b->remote, b->remote + 65536, 65536) == 65536,
+        "a FENCE'd WRITE after a READ sends the data the READ brought",
+        "post %d, %d completions, first difference at %zu", fr, fgot,
+        first_diff(b->remote, b->remote + 65536, 65536));
+
+  /* A WRITE without data (num_sge 0) is a valid RDMA WRITE. */
+  memset(b->remote, 0x77, 64);
+  st = rdma_once(s, IBV_WR_RDMA_WRITE, 109, NULL, 0, raddr(b, 0), b->rmr->rkey,
+                 "WRITE of 0 bytes", &wc);
+  check(st == IBV_WC_SUCCESS && all_bytes(b->remote, 64, 0x77),
+        "a WRITE of 0 bytes (num_sge 0) completes and changes nothing",
+        "status %s", wc_name(st));
+
+  /* Completions come in posting order; ibv_poll_cq returns at most
+   * num_entries, the rest stay. */
+  struct ibv_sge four[4];
+  struct ibv_send_wr wrs[4];
+  fill(b->local, 4 * 1024, 8);
+  for (int i = 0; i < 4; ++i) {
+    four[i] = sge_of(b->local + i * 1024, 1024, b->lmr->lkey);
+    wrs[i] =
+        rdma_wr(IBV_WR_RDMA_WRITE, 200 + (uint64_t)i, &four[i], 1,
+                raddr(b, (size_t)i * 1024), b->rmr->rkey, IBV_SEND_SIGNALED);
+    wrs[i].next = i < 3 ? &wrs[i + 1] : NULL;
+  }
+  struct ibv_send_wr* bad = NULL;
+  int r = ibv_post_send(s->qp, &wrs[0], &bad);
+  struct ibv_wc w4[4];
+  int got = r == 0 ? wait_wcs(s->cq, w4, 1, 10000) : 0;
+  /* Let the other three complete before asking for them. */
+  sleep_us(100000);
+  if (got == 1) got += wait_wcs(s->cq, w4 + 1, 3, 10000);
+  bool in_order = got == 4;
+  for (int i = 0; i < got; ++i) {
+    if (w4[i].wr_id != 200 + (uint64_t)i || w4[i].status != IBV_WC_SUCCESS)
+      in_order = false;
+  }
+  check(r == 0 && in_order && first_diff(b->local, b->remote, 4096) == 4096,
+        "a list of 4 WRITEs completes in posting order",
+        "post %d, %d completions", r, got);
+  check(extra_wcs(s->cq, 100) == 0, "no completion beyond those posted",
+        "extra completions");
+}
+
+static void t_unaligned(struct pair* p, struct bufs* b) {
+  step("unaligned malloc and anonymous mmap buffers");
+  struct side* s = &p->s[0];
+
+  /* A malloc buffer at an odd address, as source of a WRITE and target of a
+   * READ on rdmaplane0. Its contents, and the bytes around it, survive the
+   * registration. */
+  const size_t len = 150001;
+  uint8_t* raw = malloc(len + 64);
+  uint8_t* u = raw + 3;
+  memset(raw, 0xA5, len + 64);
+  fill(u, len, 9);
+  uint8_t* copy = malloc(len);
+  memcpy(copy, u, len);
+  struct ibv_mr* umr =
+      reg(&g_dev[0], u, len, IBV_ACCESS_LOCAL_WRITE, "unaligned malloc MR");
+  if (umr != NULL) {
+    check(first_diff(copy, u, len) == len && all_bytes(raw, 3, 0xA5) &&
+              all_bytes(u + len, 61, 0xA5),
+          "ibv_reg_mr keeps an unaligned malloc buffer's contents and its "
+          "neighbours",
+          "first difference at %zu", first_diff(copy, u, len));
+    memset(b->remote, 0, len + 16);
+    struct ibv_sge sge = sge_of(u, (uint32_t)len, umr->lkey);
+    int st =
+        rdma_once(s, IBV_WR_RDMA_WRITE, 301, &sge, 1, raddr(b, 5), b->rmr->rkey,
+                  "WRITE from an unaligned malloc buffer", NULL);
+    check(st == IBV_WC_SUCCESS && first_diff(u, b->remote + 5, len) == len,
+          "WRITE from an unaligned malloc buffer",
+          "status %s first difference at %zu", wc_name(st),
+          first_diff(u, b->remote + 5, len));
+    fill(b->remote, len + 16, 10);
+    st = rdma_once(s, IBV_WR_RDMA_READ, 302, &sge, 1, raddr(b, 1), b->rmr->rkey,
+                   "READ into an unaligned malloc buffer", NULL);
+    check(st == IBV_WC_SUCCESS && first_diff(b->remote + 1, u, len) == len &&
+              all_bytes(raw, 3, 0xA5) && all_bytes(u + len, 61, 0xA5),
+          "READ into an unaligned malloc buffer, neighbours untouched",
+          "status %s first difference at %zu", wc_name(st),
+          first_diff(b->remote + 1, u, len));
+    dereg(umr);
+  }
+  free(copy);
+
+  /* A small heap buffer at an odd address as the remote target, on
+   * rdmaplane1 only. */
+  uint8_t* small_raw = malloc(5000);
+  uint8_t* small = small_raw + 1;
+  memset(small_raw, 0x3C, 5000);
+  struct ibv_mr* smr =
+      reg(&g_dev[1], small, 4001, kRemoteAccess, "small heap MR");
+  if (smr != NULL) {
+    fill(b->local, 4001, 11);
+    struct ibv_sge sge = sge_of(b->local, 4001, b->lmr->lkey);
+    int st = rdma_once(s, IBV_WR_RDMA_WRITE, 303, &sge, 1,
+                       (uint64_t)(uintptr_t)small, smr->rkey,
+                       "WRITE into an unaligned heap buffer", NULL);
+    check(st == IBV_WC_SUCCESS && first_diff(b->local, small, 4001) == 4001 &&
+              small_raw[0] == 0x3C &&
+              all_bytes(small + 4001, 5000 - 4002, 0x3C),
+          "WRITE into an unaligned heap buffer lands, neighbours untouched",
+          "status %s first difference at %zu", wc_name(st),
+          first_diff(b->local, small, 4001));
+    dereg(smr);
+  }
+
+  /* An anonymous mmap region filled before registration, as the remote
+   * buffer: READ sees what it held, WRITE changes what the process sees. */
+  const size_t mlen = 2u << 20;
+  uint8_t* m = mmap(NULL, mlen, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  fill(m, mlen, 12);
+  struct ibv_mr* mmr =
+      reg(&g_dev[1], m, mlen, kRemoteAccess, "anonymous mmap MR");
+  if (mmr != NULL) {
+    memset(b->local2, 0, mlen);
+    struct ibv_sge sge = sge_of(b->local2, (uint32_t)mlen, b->lmr2->lkey);
+    int st =
+        rdma_once(s, IBV_WR_RDMA_READ, 304, &sge, 1, (uint64_t)(uintptr_t)m,
+                  mmr->rkey, "READ from an anonymous mmap buffer", NULL);
+    check(st == IBV_WC_SUCCESS && first_diff(m, b->local2, mlen) == mlen,
+          "READ from an anonymous mmap buffer sees what it held before "
+          "ibv_reg_mr",
+          "status %s first difference at %zu", wc_name(st),
+          first_diff(m, b->local2, mlen));
+    fill(b->local, 100000, 13);
+    sge = sge_of(b->local, 100000, b->lmr->lkey);
+    st = rdma_once(s, IBV_WR_RDMA_WRITE, 305, &sge, 1,
+                   (uint64_t)(uintptr_t)(m + 4093), mmr->rkey,
+                   "WRITE into an anonymous mmap buffer", NULL);
+    check(st == IBV_WC_SUCCESS &&
+              first_diff(b->local, m + 4093, 100000) == 100000,
+          "WRITE into an anonymous mmap buffer is seen by the process",
+          "status %s first difference at %zu", wc_name(st),
+          first_diff(b->local, m + 4093, 100000));
+    dereg(mmr);
+  }
+}
+
+/* ibv_post_send(3): processing stops at the first WR that fails, which
+ * bad_wr names; those before it were posted. */
+static void t_bad_wr_in_list(struct pair* p, struct bufs* b) {
+  step("a list with a bad WR in the middle");
+  struct side* s = &p->s[0];
+  memset(b->remote, 0, 16384);
+  fill(b->local, 16384, 14);
+  struct ibv_sge sg[4], many[9];
+  for (int i = 0; i < 9; ++i)
+    many[i] = sge_of(b->local + 8192 + i * 8, 8, b->lmr->lkey);
+  struct ibv_send_wr wrs[4];
+  for (int i = 0; i < 4; ++i) {
+    sg[i] = sge_of(b->local + i * 2048, 2048, b->lmr->lkey);
+    wrs[i] =
+        rdma_wr(IBV_WR_RDMA_WRITE, 400 + (uint64_t)i, &sg[i], 1,
+                raddr(b, (size_t)i * 2048), b->rmr->rkey, IBV_SEND_SIGNALED);
+    wrs[i].next = i < 3 ? &wrs[i + 1] : NULL;
+  }
+  /* The third has more SGEs than the QP allows. */
+  wrs[2].sg_list = many;
+  wrs[2].num_sge = (int)s->cap.max_send_sge + 1;
+  struct ibv_send_wr* bad = NULL;
+  int r = ibv_post_send(s->qp, &wrs[0], &bad);
+  check(r != 0 && bad == &wrs[2],
+        "a WR with num_sge > max_send_sge fails the post; bad_wr names it",
+        "returned %d, bad_wr is WR %d", r, bad == NULL ? -1 : (int)(bad - wrs));
+  check(r == EINVAL, "a WR with too many SGEs is refused with EINVAL",
+        "returned %d", r);
+  struct ibv_wc wc[4];
+  int got = wait_wcs(s->cq, wc, 2, 10000);
+  check(got == 2 && wc[0].wr_id == 400 && wc[1].wr_id == 401 &&
+            wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS,
+        "the WRs before the bad one complete", "%d completions", got);
+  check(extra_wcs(s->cq, 200) == 0,
+        "the bad WR and those after it do not complete", "extra completions");
+  check(first_diff(b->local, b->remote, 4096) == 4096 &&
+            all_bytes(b->remote + 4096, 4096, 0),
+        "the WRs before the bad one wrote, those from it on did not",
+        "remote differs");
+
+  /* The same with an opcode that is not served in the middle. */
+  memset(b->remote, 0, 16384);
+  for (int i = 0; i < 4; ++i) {
+    wrs[i] =
+        rdma_wr(IBV_WR_RDMA_WRITE, 410 + (uint64_t)i, &sg[i], 1,
+                raddr(b, (size_t)i * 2048), b->rmr->rkey, IBV_SEND_SIGNALED);
+    wrs[i].next = i < 3 ? &wrs[i + 1] : NULL;
+  }
+  wrs[1].opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  wrs[1].wr.atomic.remote_addr = raddr(b, 0);
+  wrs[1].wr.atomic.rkey = b->rmr->rkey;
+  wrs[1].wr.atomic.compare_add = 0;
+  wrs[1].wr.atomic.swap = 1;
+  sg[1].length = 8;
+  bad = NULL;
+  r = ibv_post_send(s->qp, &wrs[0], &bad);
+  check(r == EOPNOTSUPP && bad == &wrs[1],
+        "IBV_WR_ATOMIC_CMP_AND_SWP is refused with EOPNOTSUPP; bad_wr names it",
+        "returned %d, bad_wr is WR %d", r, bad == NULL ? -1 : (int)(bad - wrs));
+  got = wait_wcs(s->cq, wc, 1, 10000);
+  check(got == 1 && wc[0].wr_id == 410 && wc[0].status == IBV_WC_SUCCESS &&
+            extra_wcs(s->cq, 200) == 0,
+        "the WR before the atomic completes, nothing else", "%d completions",
+        got);
+}
+
+static void t_unsignaled(struct bufs* b) {
+  step("unsignaled WRs");
+  struct pair p;
+  struct qp_opts o = kDefaultOpts;
+  if (connect_pair(&p, &o, &kDefaultOpts)) {
+    struct side* s = &p.s[0];
+    memset(b->remote, 0, 16384);
+    fill(b->local, 16384, 15);
+    struct ibv_sge sg[4];
+    struct ibv_send_wr wrs[4];
+    for (int i = 0; i < 4; ++i) {
+      sg[i] = sge_of(b->local + i * 4096, 4096, b->lmr->lkey);
+      wrs[i] = rdma_wr(IBV_WR_RDMA_WRITE, 500 + (uint64_t)i, &sg[i], 1,
+                       raddr(b, (size_t)i * 4096), b->rmr->rkey,
+                       i == 3 ? IBV_SEND_SIGNALED : 0);
+      wrs[i].next = i < 3 ? &wrs[i + 1] : NULL;
+    }
+    struct ibv_send_wr* bad = NULL;
+    int r = ibv_post_send(s->qp, &wrs[0], &bad);
+    struct ibv_wc wc;
+    int got = r == 0 ? wait_wcs(s->cq, &wc, 1, 10000) : 0;
+    check(r == 0 && got == 1 && wc.wr_id == 503 && wc.status == IBV_WC_SUCCESS,
+          "3 unsignaled WRITEs and a signaled one: the signaled one completes",
+          "post %d, %d completions, first wr_id %llu", r, got,
+          got ? (unsigned long long)wc.wr_id : 0ull);
+    check(extra_wcs(s->cq, 200) == 0, "the unsignaled WRITEs do not complete",
+          "extra completions");
+    check(first_diff(b->local, b->remote, 16384) == 16384,
+          "all 4 WRITEs landed", "first difference at %zu",
+          first_diff(b->local, b->remote, 16384));
+    /* Many more unsignaled ones than the send queue holds, one signaled
+     * now and then: the queue never fills. */
+    int failed_post = 0;
+    for (int i = 0; i < 4 * (int)s->cap.max_send_wr && failed_post == 0; ++i) {
+      const bool sig = i % 16 == 15;
+      struct ibv_send_wr w =
+          rdma_wr(IBV_WR_RDMA_WRITE, 600 + (uint64_t)i, &sg[0], 1, raddr(b, 0),
+                  b->rmr->rkey, sig ? IBV_SEND_SIGNALED : 0);
+      failed_post = ibv_post_send(s->qp, &w, &bad);
+      if (sig && failed_post == 0 && wait_wcs(s->cq, &wc, 1, 10000) != 1)
+        failed_post = -1;
+    }
+    check(failed_post == 0,
+          "4 x max_send_wr WRITEs, every 16th signaled and reaped, all post",
+          "a post or wait failed: %d", failed_post);
+  }
+  free_pair(&p);
+
+  /* sq_sig_all: every WR completes, SIGNALED or not. */
+  struct qp_opts all = kDefaultOpts;
+  all.sq_sig_all = 1;
+  if (connect_pair(&p, &all, &kDefaultOpts)) {
+    struct side* s = &p.s[0];
+    struct ibv_sge sge = sge_of(b->local, 64, b->lmr->lkey);
+    struct ibv_send_wr w =
+        rdma_wr(IBV_WR_RDMA_WRITE, 700, &sge, 1, raddr(b, 0), b->rmr->rkey, 0);
+    struct ibv_send_wr* bad = NULL;
+    int r = ibv_post_send(s->qp, &w, &bad);
+    struct ibv_wc wc;
+    int got = r == 0 ? wait_wcs(s->cq, &wc, 1, 10000) : 0;
+    check(got == 1 && wc.wr_id == 700 && wc.status == IBV_WC_SUCCESS,
+          "with sq_sig_all a WR without IBV_SEND_SIGNALED completes",
+          "post %d, %d completions", r, got);
+  }
+  free_pair(&p);
+}
+
+static void t_inline(struct bufs* b) {
+  step("inline WRITE");
+  struct pair p;
+  struct qp_opts o = kDefaultOpts;
+  o.max_inline_data = 64;
+  if (!connect_pair(&p, &o, &kDefaultOpts)) {
+    free_pair(&p);
+    return;
+  }
+  struct side* s = &p.s[0];
+  const uint32_t max_inline = s->cap.max_inline_data;
+  check(max_inline >= 64, "ibv_create_qp grants max_inline_data asked for",
+        "max_inline_data %u", max_inline);
+
+  /* From the stack, unregistered, lkey 0; reusable once posted. */
+  uint8_t stack[64];
+  uint8_t want[64];
+  fill(stack, sizeof(stack), 16);
+  memcpy(want, stack, sizeof(want));
+  memset(b->remote, 0, 256);
+  struct ibv_sge sge = sge_of(stack, sizeof(stack), 0);
+  struct ibv_send_wr w =
+      rdma_wr(IBV_WR_RDMA_WRITE, 800, &sge, 1, raddr(b, 7), b->rmr->rkey,
+              IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  struct ibv_send_wr* bad = NULL;
+  int r = ibv_post_send(s->qp, &w, &bad);
+  memset(stack, 0, sizeof(stack)); /* ibv_post_send(3): reusable at once */
+  struct ibv_wc wc;
+  int got = r == 0 ? wait_wcs(s->cq, &wc, 1, 10000) : 0;
+  check(r == 0 && got == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 800 &&
+            first_diff(want, b->remote + 7, 64) == 64 &&
+            all_bytes(b->remote, 7, 0) && all_bytes(b->remote + 71, 100, 0),
+        "inline WRITE of 64 bytes from an unregistered stack buffer, lkey 0",
+        "post %d, %d completions, status %s", r, got,
+        got ? wc_name(wc.status) : "none");
+
+  /* Two SGEs inline. */
+  uint8_t part1[20], part2[30];
+  fill(part1, sizeof(part1), 17);
+  fill(part2, sizeof(part2), 18);
+  struct ibv_sge two[2] = {sge_of(part1, 20, 0), sge_of(part2, 30, 0)};
+  memset(b->remote, 0, 256);
+  w = rdma_wr(IBV_WR_RDMA_WRITE, 801, two, 2, raddr(b, 0), b->rmr->rkey,
+              IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  r = ibv_post_send(s->qp, &w, &bad);
+  got = r == 0 ? wait_wcs(s->cq, &wc, 1, 10000) : 0;
+  check(r == 0 && got == 1 && wc.status == IBV_WC_SUCCESS &&
+            first_diff(part1, b->remote, 20) == 20 &&
+            first_diff(part2, b->remote + 20, 30) == 30,
+        "inline WRITE gathering 2 stack SGEs", "post %d, %d completions", r,
+        got);
+
+  /* More than max_inline_data: refused at the post. */
+  uint8_t* big = calloc(1, max_inline + 1);
+  sge = sge_of(big, max_inline + 1, 0);
+  w = rdma_wr(IBV_WR_RDMA_WRITE, 802, &sge, 1, raddr(b, 0), b->rmr->rkey,
+              IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  bad = NULL;
+  r = ibv_post_send(s->qp, &w, &bad);
+  check(r != 0 && bad == &w,
+        "inline WRITE of max_inline_data + 1 bytes is refused", "returned %d",
+        r);
+  check(extra_wcs(s->cq, 100) == 0,
+        "the refused inline WRITE does not complete", "extra completions");
+  free(big);
+  free_pair(&p);
+}
+
+static void t_max_send_wr(struct bufs* b) {
+  step("a full send queue");
+  struct pair p;
+  struct qp_opts o = kDefaultOpts;
+  o.max_send_wr = 4;
+  if (connect_pair(&p, &o, &kDefaultOpts)) {
+    struct side* s = &p.s[0];
+    const int n = (int)s->cap.max_send_wr;
+    struct ibv_sge sge = sge_of(b->local, 1024, b->lmr->lkey);
+    struct ibv_send_wr* wrs = calloc((size_t)n + 1, sizeof(*wrs));
+    for (int i = 0; i <= n; ++i) {
+      wrs[i] = rdma_wr(IBV_WR_RDMA_WRITE, 900 + (uint64_t)i, &sge, 1,
+                       raddr(b, 0), b->rmr->rkey, IBV_SEND_SIGNALED);
+      wrs[i].next = i < n ? &wrs[i + 1] : NULL;
+    }
+    struct ibv_send_wr* bad = NULL;
+    int r = ibv_post_send(s->qp, &wrs[0], &bad);
+    check(r == ENOMEM && bad == &wrs[n],
+          "max_send_wr + 1 outstanding WRs: the last is refused with ENOMEM",
+          "max_send_wr %d: returned %d, bad_wr is WR %d", n, r,
+          bad == NULL ? -1 : (int)(bad - wrs));
+    struct ibv_wc wc[64];
+    int got = wait_wcs(s->cq, wc, n, 10000);
+    check(got == n && extra_wcs(s->cq, 100) == 0,
+          "the first max_send_wr complete", "%d of %d", got, n);
+    wrs[0].next = NULL;
+    r = ibv_post_send(s->qp, &wrs[0], &bad);
+    got = r == 0 ? wait_wcs(s->cq, wc, 1, 10000) : 0;
+    check(r == 0 && got == 1, "once reaped, the queue takes WRs again",
+          "post %d, %d completions", r, got);
+    free(wrs);
+  }
+  free_pair(&p);
+}
+
+/* Two QPs completing into one CQ: each completion names its QP. */
+static void t_shared_cq(struct bufs* b) {
+  step("two QPs sharing a CQ");
+  struct ibv_cq* cq = ibv_create_cq(g_dev[0].ctx, 64, NULL, NULL, 0);
+  struct side peer[2];
+  struct ibv_qp* qp[2] = {NULL, NULL};
+  memset(peer, 0, sizeof(peer));
+  bool ok = cq != NULL;
+  for (int i = 0; ok && i < 2; ++i) {
+    struct ibv_qp_init_attr init;
+    memset(&init, 0, sizeof(init));
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = 8;
+    init.cap.max_recv_wr = 1;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    qp[i] = ibv_create_qp(g_dev[0].pd, &init);
+    ok = qp[i] != NULL && make_side(&peer[i], &g_dev[1], &kDefaultOpts) &&
+         to_init(qp[i]) == 0 && to_init(peer[i].qp) == 0 &&
+         to_rtr(qp[i], &g_dev[1].gid, peer[i].qp->qp_num, 0x700 + i) == 0 &&
+         to_rtr(peer[i].qp, &g_dev[0].gid, qp[i]->qp_num, 0x800 + i) == 0 &&
+         to_rts(qp[i], 0x800 + i) == 0 && to_rts(peer[i].qp, 0x700 + i) == 0;
+  }
+  if (check(ok, "two QPs on one CQ connect", "errno %d", errno)) {
+    fill(b->local, 8192, 26);
+    memset(b->remote, 0, 8192);
+    int posted = 0;
+    for (int i = 0; i < 2; ++i) {
+      struct ibv_sge sge = sge_of(b->local + i * 4096, 4096, b->lmr->lkey);
+      struct ibv_send_wr w =
+          rdma_wr(IBV_WR_RDMA_WRITE, 1600 + (uint64_t)i, &sge, 1,
+                  raddr(b, (size_t)i * 4096), b->rmr->rkey, IBV_SEND_SIGNALED);
+      struct ibv_send_wr* bad = NULL;
+      if (ibv_post_send(qp[i], &w, &bad) == 0) ++posted;
+    }
+    struct ibv_wc wc[2];
+    const int got = wait_wcs(cq, wc, 2, 10000);
+    bool named = got == 2;
+    for (int i = 0; i < got; ++i) {
+      const int which = (int)(wc[i].wr_id - 1600);
+      if (which < 0 || which > 1 || wc[i].qp_num != qp[which]->qp_num ||
+          wc[i].status != IBV_WC_SUCCESS) {
+        named = false;
+      }
+    }
+    check(posted == 2 && named && got == 2 && wc[0].wr_id != wc[1].wr_id &&
+              first_diff(b->local, b->remote, 8192) == 8192,
+          "each QP's WRITE completes in the shared CQ with its qp_num",
+          "%d posted, %d completions", posted, got);
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (qp[i] != NULL) ibv_destroy_qp(qp[i]);
+    free_side(&peer[i]);
+  }
+  if (cq != NULL) ibv_destroy_cq(cq);
+}
+
+/* --- Errors -------------------------------------------------------------- */
+
+/* After an error completion: the QP reports ERR, and a later WR either is
+ * refused at the post or completes flushed. */
+static void check_after_error(struct side* s, struct bufs* b,
+                              const char* what) {
+  char name[200];
+  snprintf(name, sizeof(name), "%s: the QP is then in ERR", what);
+  check_state(s->qp, IBV_QPS_ERR, name);
+  struct ibv_sge sge = sge_of(b->local, 64, b->lmr->lkey);
+  struct ibv_send_wr w = rdma_wr(IBV_WR_RDMA_WRITE, 4242, &sge, 1, raddr(b, 0),
+                                 b->rmr->rkey, IBV_SEND_SIGNALED);
+  struct ibv_send_wr* bad = NULL;
+  const int r = ibv_post_send(s->qp, &w, &bad);
+  struct ibv_wc wc;
+  const int got = r == 0 ? wait_wcs(s->cq, &wc, 1, 5000) : 0;
+  snprintf(name, sizeof(name), "%s: a later WR fails or is flushed", what);
+  check((r != 0 && bad == &w) ||
+            (got == 1 && wc.wr_id == 4242 && wc.status == IBV_WC_WR_FLUSH_ERR),
+        name, "post %d, %d completions, status %s", r, got,
+        got ? wc_name(wc.status) : "none");
+}
+
+/* One WR on a fresh pair that must complete with `want`. */
+static void expect_error(struct bufs* b, const char* what,
+                         enum ibv_wr_opcode op, struct ibv_sge* sge,
+                         uint64_t remote_addr, uint32_t rkey, unsigned flags,
+                         int sq_sig_all, enum ibv_wc_status want) {
+  struct pair p;
+  struct qp_opts o = kDefaultOpts;
+  o.sq_sig_all = sq_sig_all;
+  if (connect_pair(&p, &o, &kDefaultOpts)) {
+    struct side* s = &p.s[0];
+    struct ibv_send_wr w = rdma_wr(op, 1000, sge, 1, remote_addr, rkey, flags);
+    struct ibv_send_wr* bad = NULL;
+    const int r = ibv_post_send(s->qp, &w, &bad);
+    struct ibv_wc wc;
+    memset(&wc, 0, sizeof(wc));
+    const int got = r == 0 ? wait_wcs(s->cq, &wc, 1, 10000) : 0;
+    check(r == 0 && got == 1 && wc.wr_id == 1000 && wc.status == want &&
+              wc.qp_num == s->qp->qp_num,
+          what, "post %d, %d completions, status %s (expected %s)", r, got,
+          got ? wc_name(wc.status) : "none", wc_name(want));
+    if (r == 0 && got == 1) check_after_error(s, b, what);
+  }
+  free_pair(&p);
+}
+
+static void t_remote_errors(struct bufs* b) {
+  step("remote access errors");
+  struct ibv_sge sge = sge_of(b->local, 4096, b->lmr->lkey);
+  expect_error(b,
+               "WRITE with a wrong rkey completes with IBV_WC_REM_ACCESS_ERR",
+               IBV_WR_RDMA_WRITE, &sge, raddr(b, 0), b->rmr->rkey ^ 0x5A5A00u,
+               IBV_SEND_SIGNALED, 0, IBV_WC_REM_ACCESS_ERR);
+  expect_error(b, "READ with a wrong rkey completes with IBV_WC_REM_ACCESS_ERR",
+               IBV_WR_RDMA_READ, &sge, raddr(b, 0), b->rmr->rkey ^ 0x5A5A00u,
+               IBV_SEND_SIGNALED, 0, IBV_WC_REM_ACCESS_ERR);
+  /* An error completes even when the WR was not signaled. */
+  expect_error(b,
+               "an unsignaled WRITE with a wrong rkey completes with "
+               "IBV_WC_REM_ACCESS_ERR",
+               IBV_WR_RDMA_WRITE, &sge, raddr(b, 0), b->rmr->rkey ^ 0x5A5A00u,
+               0, 0, IBV_WC_REM_ACCESS_ERR);
+
+  uint8_t* r_only = pages(65536);
+  uint8_t* w_only = pages(65536);
+  uint8_t* l_only = pages(65536);
+  struct ibv_mr* ro =
+      reg(&g_dev[1], r_only, 65536,
+          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, "read-only MR");
+  struct ibv_mr* wo =
+      reg(&g_dev[1], w_only, 65536,
+          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "write-only MR");
+  struct ibv_mr* lo =
+      reg(&g_dev[1], l_only, 65536, IBV_ACCESS_LOCAL_WRITE, "local MR");
+  if (ro != NULL) {
+    memset(r_only, 0x11, 65536);
+    expect_error(b,
+                 "WRITE to an MR without REMOTE_WRITE completes with "
+                 "IBV_WC_REM_ACCESS_ERR",
+                 IBV_WR_RDMA_WRITE, &sge, (uint64_t)(uintptr_t)r_only, ro->rkey,
+                 IBV_SEND_SIGNALED, 0, IBV_WC_REM_ACCESS_ERR);
+    check(all_bytes(r_only, 65536, 0x11), "the refused WRITE changed nothing",
+          "the read-only MR changed");
+    /* READ beyond the MR's end: the last 100 bytes and 100 more. */
+    expect_error(
+        b, "READ beyond the MR's end completes with IBV_WC_REM_ACCESS_ERR",
+        IBV_WR_RDMA_READ, &sge, (uint64_t)(uintptr_t)(r_only + 65536 - 100),
+        ro->rkey, IBV_SEND_SIGNALED, 0, IBV_WC_REM_ACCESS_ERR);
+  }
+  if (wo != NULL) {
+    expect_error(b,
+                 "READ from an MR without REMOTE_READ completes with "
+                 "IBV_WC_REM_ACCESS_ERR",
+                 IBV_WR_RDMA_READ, &sge, (uint64_t)(uintptr_t)w_only, wo->rkey,
+                 IBV_SEND_SIGNALED, 0, IBV_WC_REM_ACCESS_ERR);
+    memset(w_only, 0x22, 65536);
+    expect_error(
+        b, "WRITE beyond the MR's end completes with IBV_WC_REM_ACCESS_ERR",
+        IBV_WR_RDMA_WRITE, &sge, (uint64_t)(uintptr_t)(w_only + 65536 - 100),
+        wo->rkey, IBV_SEND_SIGNALED, 0, IBV_WC_REM_ACCESS_ERR);
+    check(all_bytes(w_only, 65536, 0x22),
+          "the WRITE beyond the end changed nothing", "the MR changed");
+  }
+  if (lo != NULL) {
+    expect_error(b,
+                 "WRITE with the rkey of an MR without remote access completes "
+                 "with IBV_WC_REM_ACCESS_ERR",
+                 IBV_WR_RDMA_WRITE, &sge, (uint64_t)(uintptr_t)l_only, lo->rkey,
+                 IBV_SEND_SIGNALED, 0, IBV_WC_REM_ACCESS_ERR);
+  }
+  /* The rkey of a deregistered MR reaches nothing. */
+  if (wo != NULL) {
+    const uint32_t old = wo->rkey;
+    dereg(wo);
+    wo = NULL;
+    expect_error(b,
+                 "WRITE with the rkey of a deregistered MR completes with "
+                 "IBV_WC_REM_ACCESS_ERR",
+                 IBV_WR_RDMA_WRITE, &sge, (uint64_t)(uintptr_t)w_only, old,
+                 IBV_SEND_SIGNALED, 0, IBV_WC_REM_ACCESS_ERR);
+  }
+  dereg(ro);
+  dereg(lo);
+
+  /* After the failed WR of a list, the rest are flushed. */
+  struct pair p;
+  if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    struct side* s = &p.s[0];
+    struct ibv_send_wr wrs[3];
+    for (int i = 0; i < 3; ++i) {
+      wrs[i] = rdma_wr(
+          IBV_WR_RDMA_WRITE, 1100 + (uint64_t)i, &sge, 1, raddr(b, 0),
+          i == 0 ? b->rmr->rkey ^ 0x5A5A00u : b->rmr->rkey, IBV_SEND_SIGNALED);
+      wrs[i].next = i < 2 ? &wrs[i + 1] : NULL;
+    }
+    struct ibv_send_wr* bad = NULL;
+    int r = ibv_post_send(s->qp, &wrs[0], &bad);
+    struct ibv_wc wc[3];
+    int got = r == 0 ? wait_wcs(s->cq, wc, 3, 10000) : 0;
+    check(r == 0 && got == 3 && wc[0].wr_id == 1100 &&
+              wc[0].status == IBV_WC_REM_ACCESS_ERR && wc[1].wr_id == 1101 &&
+              wc[1].status == IBV_WC_WR_FLUSH_ERR && wc[2].wr_id == 1102 &&
+              wc[2].status == IBV_WC_WR_FLUSH_ERR,
+          "a list after a failed WRITE: REM_ACCESS_ERR, then WR_FLUSH_ERR for "
+          "the rest",
+          "post %d, %d completions: %s %s %s", r, got,
+          got > 0 ? wc_name(wc[0].status) : "-",
+          got > 1 ? wc_name(wc[1].status) : "-",
+          got > 2 ? wc_name(wc[2].status) : "-");
+  }
+  free_pair(&p);
+}
+
+/* The peer QP destroyed: the next WRITE fails with the transport's error
+ * once the retries run out, not as flushed -- the QP was not in error when
+ * it was posted. A short ACK timeout (code 10: 4 ms) keeps that quick. */
+static void t_peer_gone(struct bufs* b) {
+  step("a WRITE to a destroyed peer QP");
+  struct pair p;
+  struct qp_opts o = kDefaultOpts;
+  o.timeout = 10;
+  if (connect_pair(&p, &o, &kDefaultOpts)) {
+    free_side(&p.s[1]);
+    struct ibv_sge sge = sge_of(b->local, 4096, b->lmr->lkey);
+    struct ibv_send_wr w =
+        rdma_wr(IBV_WR_RDMA_WRITE, 1250, &sge, 1, raddr(b, 0), b->rmr->rkey,
+                IBV_SEND_SIGNALED);
+    struct ibv_send_wr* bad = NULL;
+    const double start = now_s();
+    const int r = ibv_post_send(p.s[0].qp, &w, &bad);
+    struct ibv_wc wc;
+    const int got = r == 0 ? wait_wcs(p.s[0].cq, &wc, 1, 20000) : 0;
+    check(got == 1 && wc.wr_id == 1250 && wc.status == IBV_WC_RETRY_EXC_ERR,
+          "a WRITE to a destroyed peer QP completes with IBV_WC_RETRY_EXC_ERR",
+          "post %d, %d completions, status %s after %.1f s", r, got,
+          got ? wc_name(wc.status) : "none", now_s() - start);
+    if (got == 1) {
+      check_after_error(&p.s[0], b, "a WRITE to a destroyed peer QP");
+    }
+  }
+  free_pair(&p);
+}
+
+static void t_local_errors(struct bufs* b) {
+  step("local protection errors");
+  /* A wrong lkey may be refused at the post (detected at once, bad_wr
+   * names the WR) or complete with IBV_WC_LOC_PROT_ERR. */
+  const char* names[2] = {
+      "WRITE from a wrong lkey is refused or completes with "
+      "IBV_WC_LOC_PROT_ERR",
+      "READ into an MR without LOCAL_WRITE is refused or completes with "
+      "IBV_WC_LOC_PROT_ERR"};
+  uint8_t* ro = pages(65536);
+  struct ibv_mr* romr = reg(&g_dev[0], ro, 65536, 0, "local read-only MR");
+  for (int k = 0; k < 2; ++k) {
+    if (k == 1 && romr == NULL) break;
+    struct pair p;
+    if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+      struct side* s = &p.s[0];
+      struct ibv_sge sge =
+          k == 0 ? sge_of(b->local, 4096, b->lmr->lkey ^ 0x777000u)
+                 : sge_of(ro, 4096, romr->lkey);
+      struct ibv_send_wr w =
+          rdma_wr(k == 0 ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ, 1200, &sge, 1,
+                  raddr(b, 0), b->rmr->rkey, IBV_SEND_SIGNALED);
+      struct ibv_send_wr* bad = NULL;
+      memset(ro, 0x5C, 65536);
+      const int r = ibv_post_send(s->qp, &w, &bad);
+      struct ibv_wc wc;
+      const int got = r == 0 ? wait_wcs(s->cq, &wc, 1, 10000) : 0;
+      check((r != 0 && bad == &w) || (got == 1 && wc.wr_id == 1200 &&
+                                      wc.status == IBV_WC_LOC_PROT_ERR),
+            names[k], "post %d, %d completions, status %s", r, got,
+            got ? wc_name(wc.status) : "none");
+      if (k == 1) {
+        check(all_bytes(ro, 65536, 0x5C),
+              "the READ into a read-only MR changed nothing", "the MR changed");
+      }
+    }
+    free_pair(&p);
+  }
+  dereg(romr);
+}
+
+/* ibv_modify_qp to ERR with WRs outstanding: every signaled WR completes,
+ * those done before as successes, the rest flushed, in order. */
+static void t_modify_to_err(struct bufs* b) {
+  step("modify to ERR with work outstanding");
+  struct pair p;
+  struct qp_opts o = kDefaultOpts;
+  o.max_send_wr = 64;
+  if (connect_pair(&p, &o, &kDefaultOpts)) {
+    struct side* s = &p.s[0];
+    enum { kN = 64 };
+    struct ibv_sge sge = sge_of(b->local, 1 << 20, b->lmr->lkey);
+    struct ibv_send_wr wrs[kN];
+    for (int i = 0; i < kN; ++i) {
+      wrs[i] = rdma_wr(IBV_WR_RDMA_WRITE, 1300 + (uint64_t)i, &sge, 1,
+                       raddr(b, (size_t)(i % 4) << 20), b->rmr->rkey,
+                       IBV_SEND_SIGNALED);
+      wrs[i].next = i < kN - 1 ? &wrs[i + 1] : NULL;
+    }
+    struct ibv_send_wr* bad = NULL;
+    int r = ibv_post_send(s->qp, &wrs[0], &bad);
+    int m = to_state(s->qp, IBV_QPS_ERR);
+    check(r == 0 && m == 0, "64 x 1 MiB WRITEs posted, then modify to ERR",
+          "post %d modify %d", r, m);
+    struct ibv_wc wc[kN];
+    int got = wait_wcs(s->cq, wc, kN, 10000);
+    int ok = 0, flushed = 0;
+    bool ordered = true;
+    for (int i = 0; i < got; ++i) {
+      if (wc[i].wr_id != 1300 + (uint64_t)i) ordered = false;
+      if (wc[i].status == IBV_WC_SUCCESS && flushed == 0) {
+        ++ok;
+      } else if (wc[i].status == IBV_WC_WR_FLUSH_ERR) {
+        ++flushed;
+      } else {
+        ordered = false;
+      }
+    }
+    check(got == kN && ordered && flushed > 0,
+          "every outstanding WR completes: successes, then "
+          "IBV_WC_WR_FLUSH_ERR, in order",
+          "%d completions (%d successes, %d flushed), in order: %s", got, ok,
+          flushed, ordered ? "yes" : "no");
+    check(extra_wcs(s->cq, 100) == 0, "no completion twice",
+          "extra completions");
+    check_after_error(s, b, "modify to ERR");
+  }
+  free_pair(&p);
+}
+
+/* --- Memory registration ------------------------------------------------- */
+
+static void t_memory(struct bufs* b) {
+  step("memory registration");
+  /* ibv_reg_mr(3): remote write (or atomic) needs local write. */
+  uint8_t* m = pages(65536);
+  errno = 0;
+  struct ibv_mr* mr =
+      ibv_reg_mr(g_dev[0].pd, m, 65536, IBV_ACCESS_REMOTE_WRITE);
+  check(mr == NULL && errno == EINVAL,
+        "REMOTE_WRITE without LOCAL_WRITE fails with EINVAL", "mr %p errno %d",
+        (void*)mr, errno);
+  if (mr != NULL) dereg(mr);
+  errno = 0;
+  mr = ibv_reg_mr(g_dev[0].pd, m, 65536, IBV_ACCESS_REMOTE_ATOMIC);
+  check(mr == NULL && errno == EINVAL,
+        "REMOTE_ATOMIC without LOCAL_WRITE fails with EINVAL", "mr %p errno %d",
+        (void*)mr, errno);
+  if (mr != NULL) dereg(mr);
+
+  /* ibv_dereg_mr keeps the memory and what it holds. */
+  fill(m, 65536, 19);
+  uint8_t* copy = malloc(65536);
+  memcpy(copy, m, 65536);
+  mr = reg(&g_dev[0], m, 65536, kRemoteAccess, "MR to deregister");
+  if (mr != NULL) {
+    const int r = ibv_dereg_mr(mr);
+    check(r == 0 && first_diff(copy, m, 65536) == 65536,
+          "ibv_dereg_mr keeps the memory and its contents", "returned %d", r);
+    m[0] ^= 0xFF;
+    m[65535] ^= 0xFF;
+    check(m[0] == (uint8_t)(copy[0] ^ 0xFF) &&
+              m[65535] == (uint8_t)(copy[65535] ^ 0xFF),
+          "the memory stays writable after ibv_dereg_mr", "write lost");
+  }
+  free(copy);
+
+  /* Two MRs of one range, and one over part of another: each is its own
+   * registration. */
+  struct ibv_mr* a1 = ibv_reg_mr(g_dev[0].pd, m, 65536, IBV_ACCESS_LOCAL_WRITE);
+  struct ibv_mr* a2 = ibv_reg_mr(g_dev[0].pd, m, 65536, IBV_ACCESS_LOCAL_WRITE);
+  check(a1 != NULL && a2 != NULL, "one range registered twice", "errno %d",
+        errno);
+  if (a1 != NULL) dereg(a1);
+  if (a2 != NULL) dereg(a2);
+
+  /* An MR over a range that contains one registered before. */
+  uint8_t* big = pages(1 << 20);
+  fill(big, 1 << 20, 20);
+  struct ibv_mr* part = ibv_reg_mr(g_dev[1].pd, big, 4096, kRemoteAccess);
+  struct ibv_mr* whole = ibv_reg_mr(g_dev[1].pd, big, 1 << 20, kRemoteAccess);
+  check(part != NULL && whole != NULL,
+        "an MR over a range that contains an MR registered before",
+        "first %p, second %p, errno %d", (void*)part, (void*)whole, errno);
+  struct pair p;
+  if (whole != NULL && connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    fill(b->local, 8192, 21);
+    struct ibv_sge sge = sge_of(b->local, 8192, b->lmr->lkey);
+    int st = rdma_once(&p.s[0], IBV_WR_RDMA_WRITE, 1400, &sge, 1,
+                       (uint64_t)(uintptr_t)(big + 1000), whole->rkey,
+                       "WRITE through the MR that contains another", NULL);
+    check(
+        st == IBV_WC_SUCCESS && first_diff(b->local, big + 1000, 8192) == 8192,
+        "WRITE through the MR that contains another lands", "status %s",
+        wc_name(st));
+    free_pair(&p);
+  }
+  dereg(part);
+  dereg(whole);
+
+  /* Two buffers that share a page, as two malloc'd neighbours do. */
+  uint8_t* nb = pages(3 * 4096);
+  struct ibv_mr* n1 = ibv_reg_mr(g_dev[1].pd, nb + 100, 2000, kRemoteAccess);
+  struct ibv_mr* n2 = ibv_reg_mr(g_dev[1].pd, nb + 3000, 5000, kRemoteAccess);
+  check(n1 != NULL && n2 != NULL,
+        "two MRs of neighbouring buffers that share a page",
+        "first %p, second %p, errno %d", (void*)n1, (void*)n2, errno);
+  dereg(n1);
+  dereg(n2);
+
+  /* One buffer registered with both devices: each serves it. */
+  uint8_t* both = pages(1 << 20);
+  memset(both, 0, 1 << 20);
+  struct ibv_mr* on0 = ibv_reg_mr(g_dev[0].pd, both, 1 << 20, kRemoteAccess);
+  struct ibv_mr* on1 = ibv_reg_mr(g_dev[1].pd, both, 1 << 20, kRemoteAccess);
+  check(on0 != NULL && on1 != NULL, "one buffer registered with both devices",
+        "errno %d", errno);
+  if (on0 != NULL && on1 != NULL &&
+      connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    /* rdmaplane1's QP writes into the buffer through rdmaplane0's rkey. */
+    uint8_t* src = pages(65536);
+    fill(src, 65536, 22);
+    struct ibv_mr* smr = reg(&g_dev[1], src, 65536, IBV_ACCESS_LOCAL_WRITE,
+                             "source on rdmaplane1");
+    if (smr != NULL) {
+      struct ibv_sge sge = sge_of(src, 65536, smr->lkey);
+      int st = rdma_once(
+          &p.s[1], IBV_WR_RDMA_WRITE, 1401, &sge, 1, (uint64_t)(uintptr_t)both,
+          on0->rkey, "WRITE into a buffer registered with both devices", NULL);
+      check(st == IBV_WC_SUCCESS && first_diff(src, both, 65536) == 65536,
+            "WRITE through rdmaplane0's MR of a buffer rdmaplane1 registered "
+            "too is seen",
+            "status %s, first difference at %zu", wc_name(st),
+            first_diff(src, both, 65536));
+      dereg(smr);
+    }
+    free_pair(&p);
+  }
+  dereg(on0);
+  dereg(on1);
+
+  /* A MAP_SHARED file mapping: what a WRITE puts there reaches the file. */
+  char path[] = "/tmp/rdp-verbs-conformance.XXXXXX";
+  const int fd = mkstemp(path);
+  if (check(fd >= 0 && ftruncate(fd, 65536) == 0, "a file to map", "errno %d",
+            errno)) {
+    unlink(path);
+    uint8_t* fm = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    struct ibv_mr* fmr =
+        fm == MAP_FAILED
+            ? NULL
+            : reg(&g_dev[1], fm, 65536, kRemoteAccess, "MR of a file mapping");
+    if (fmr != NULL && connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+      fill(b->local, 65536, 27);
+      struct ibv_sge sge = sge_of(b->local, 65536, b->lmr->lkey);
+      int st = rdma_once(&p.s[0], IBV_WR_RDMA_WRITE, 1403, &sge, 1,
+                         (uint64_t)(uintptr_t)fm, fmr->rkey,
+                         "WRITE into a MAP_SHARED file mapping", NULL);
+      uint8_t* back = pages(65536);
+      const ssize_t n = pread(fd, back, 65536, 0);
+      check(st == IBV_WC_SUCCESS && first_diff(b->local, fm, 65536) == 65536 &&
+                n == 65536 && first_diff(b->local, back, 65536) == 65536,
+            "WRITE into a MAP_SHARED file mapping reaches the mapping and the "
+            "file",
+            "status %s, mapping differs at %zu, file (%zd bytes read) at %zu",
+            wc_name(st), first_diff(b->local, fm, 65536), n,
+            first_diff(b->local, back, 65536));
+      free_pair(&p);
+    }
+    dereg(fmr);
+  }
+  if (fd >= 0) close(fd);
+
+  /* A mapping unmapped after its MR went, and a new one at the same
+   * address: a new MR serves the new memory. */
+  const size_t len = 1 << 20;
+  uint8_t* first = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  struct ibv_mr* old =
+      reg(&g_dev[1], first, len, kRemoteAccess, "MR of a mapping to unmap");
+  dereg(old);
+  munmap(first, len);
+  uint8_t* again = mmap(first, len, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  memset(again, 0, len);
+  struct ibv_mr* fresh =
+      reg(&g_dev[1], again, len, kRemoteAccess, "MR of the new mapping");
+  if (fresh != NULL && connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    fill(b->local, 65536, 23);
+    struct ibv_sge sge = sge_of(b->local, 65536, b->lmr->lkey);
+    int st = rdma_once(&p.s[0], IBV_WR_RDMA_WRITE, 1402, &sge, 1,
+                       (uint64_t)(uintptr_t)again, fresh->rkey,
+                       "WRITE into a new mapping at a reused address", NULL);
+    check(
+        st == IBV_WC_SUCCESS && first_diff(b->local, again, 65536) == 65536,
+        "WRITE into a new mapping registered at an address used before is seen",
+        "status %s, first difference at %zu", wc_name(st),
+        first_diff(b->local, again, 65536));
+    free_pair(&p);
+  }
+  dereg(fresh);
+}
+
+/* --- Not served ---------------------------------------------------------- */
+
+static void t_unsupported(void) {
+  step("unsupported verbs return EOPNOTSUPP");
+  struct dev* d = &g_dev[0];
+  struct ibv_cq* cq = ibv_create_cq(d->ctx, 16, NULL, NULL, 0);
+  if (cq == NULL) return;
+  struct ibv_qp_init_attr init;
+  memset(&init, 0, sizeof(init));
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_UD;
+  init.cap.max_send_wr = 4;
+  init.cap.max_recv_wr = 4;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  errno = 0;
+  struct ibv_qp* qp = ibv_create_qp(d->pd, &init);
+  check(qp == NULL && errno == EOPNOTSUPP, "a UD QP fails with EOPNOTSUPP",
+        "qp %p errno %d", (void*)qp, errno);
+  if (qp != NULL) ibv_destroy_qp(qp);
+
+  struct ibv_srq_init_attr sattr;
+  memset(&sattr, 0, sizeof(sattr));
+  sattr.attr.max_wr = 4;
+  sattr.attr.max_sge = 1;
+  errno = 0;
+  struct ibv_srq* srq = ibv_create_srq(d->pd, &sattr);
+  check(srq == NULL && errno == EOPNOTSUPP,
+        "ibv_create_srq fails with EOPNOTSUPP", "srq %p errno %d", (void*)srq,
+        errno);
+  if (srq != NULL) ibv_destroy_srq(srq);
+
+  errno = 0;
+  struct ibv_mw* mw = ibv_alloc_mw(d->pd, IBV_MW_TYPE_1);
+  check(mw == NULL && errno == EOPNOTSUPP,
+        "ibv_alloc_mw (type 1) fails with EOPNOTSUPP", "mw %p errno %d",
+        (void*)mw, errno);
+  if (mw != NULL) ibv_dealloc_mw(mw);
+  errno = 0;
+  mw = ibv_alloc_mw(d->pd, IBV_MW_TYPE_2);
+  check(mw == NULL && errno == EOPNOTSUPP,
+        "ibv_alloc_mw (type 2) fails with EOPNOTSUPP", "mw %p errno %d",
+        (void*)mw, errno);
+  if (mw != NULL) ibv_dealloc_mw(mw);
+  ibv_destroy_cq(cq);
+}
+
+/* --- Completion events --------------------------------------------------- */
+
+/* A thread blocked in ibv_get_cq_event. */
+struct waiter {
+  pthread_t thread;
+  struct ibv_comp_channel* channel;
+  struct ibv_cq* cq;
+  void* cq_context;
+  int ret;
+  atomic_int done;
+};
+
+static void* waiter_main(void* arg) {
+  struct waiter* w = arg;
+  w->ret = ibv_get_cq_event(w->channel, &w->cq, &w->cq_context);
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+static bool waiter_start(struct waiter* w, struct ibv_comp_channel* channel) {
+  memset(w, 0, sizeof(*w));
+  w->channel = channel;
+  atomic_init(&w->done, 0);
+  return pthread_create(&w->thread, NULL, waiter_main, w) == 0;
+}
+
+/* Whether the waiter returned within ms; joins it when it did. */
+static bool waiter_done_within(struct waiter* w, int ms) {
+  const double until = now_s() + ms / 1000.0;
+  while (!atomic_load(&w->done) && now_s() < until) sleep_us(1000);
+  if (!atomic_load(&w->done)) return false;
+  pthread_join(w->thread, NULL);
+  return true;
+}
+
+static int post_write(struct side* s, struct bufs* b, uint64_t wr_id,
+                      uint32_t rkey) {
+  struct ibv_sge sge = sge_of(b->local, 4096, b->lmr->lkey);
+  struct ibv_send_wr w = rdma_wr(IBV_WR_RDMA_WRITE, wr_id, &sge, 1, raddr(b, 0),
+                                 rkey, IBV_SEND_SIGNALED);
+  struct ibv_send_wr* bad = NULL;
+  return ibv_post_send(s->qp, &w, &bad);
+}
+
+static void t_events(struct bufs* b) {
+  step("completion events");
+  struct pair p;
+  struct qp_opts o = kDefaultOpts;
+  o.channel = true;
+  if (!connect_pair(&p, &o, &kDefaultOpts)) {
+    free_pair(&p);
+    return;
+  }
+  struct side* s = &p.s[0];
+  struct ibv_wc wc;
+
+  int r = ibv_req_notify_cq(s->cq, 0);
+  check(r == 0, "ibv_req_notify_cq", "returned %d", r);
+  fill(b->local, 4096, 24);
+  memset(b->remote, 0, 4096);
+  r = post_write(s, b, 1500, b->rmr->rkey);
+  /* ibv_get_cq_event(3)'s non-blocking example: the channel's fd polls
+   * readable once an event is there. */
+  struct pollfd pfd = {s->channel->fd, POLLIN, 0};
+  const int pr = poll(&pfd, 1, 2000);
+  check(pr == 1 && (pfd.revents & POLLIN) != 0,
+        "the completion channel's fd becomes readable with an event (poll)",
+        "poll returned %d, revents %#x after 2 s", pr, pfd.revents);
+  struct ibv_cq* ev_cq = NULL;
+  void* ev_ctx = NULL;
+  r = ibv_get_cq_event(s->channel, &ev_cq, &ev_ctx);
+  check(r == 0 && ev_cq == s->cq && ev_ctx == s,
+        "ibv_get_cq_event returns the CQ and its context", "returned %d", r);
+  ibv_ack_cq_events(s->cq, 1);
+  int got = wait_wcs(s->cq, &wc, 1, 10000);
+  check(got == 1 && wc.wr_id == 1500 && wc.status == IBV_WC_SUCCESS &&
+            first_diff(b->local, b->remote, 4096) == 4096,
+        "the WRITE that raised the event is polled, data in place",
+        "%d completions", got);
+
+  /* One shot: without a new ibv_req_notify_cq, a new completion raises no
+   * event. */
+  struct waiter w;
+  if (!waiter_start(&w, s->channel)) {
+    check(false, "a thread waiting in ibv_get_cq_event",
+          "pthread_create failed");
+    free_pair(&p);
+    return;
+  }
+  /* The completion is left in the CQ while the waiter could see it. */
+  r = post_write(s, b, 1501, b->rmr->rkey);
+  bool ev = waiter_done_within(&w, 300);
+  got = wait_wcs(s->cq, &wc, 1, 10000);
+  check(r == 0 && got == 1 && !ev,
+        "no event without a new ibv_req_notify_cq (one shot)",
+        "post %d, %d completions, event %s", r, got, ev ? "delivered" : "none");
+
+  /* solicited_only: a successful send completion is not solicited. */
+  if (!atomic_load(&w.done)) {
+    r = ibv_req_notify_cq(s->cq, 1);
+    int r2 = post_write(s, b, 1502, b->rmr->rkey);
+    ev = waiter_done_within(&w, 300);
+    got = wait_wcs(s->cq, &wc, 1, 10000);
+    check(r == 0 && r2 == 0 && got == 1 && !ev,
+          "solicited_only: a successful WRITE raises no event",
+          "notify %d post %d, %d completions, event %s", r, r2, got,
+          ev ? "delivered" : "none");
+  }
+  if (!atomic_load(&w.done)) {
+    r = ibv_req_notify_cq(s->cq, 0);
+    int r2 = post_write(s, b, 1503, b->rmr->rkey);
+    check(r == 0 && r2 == 0 && waiter_done_within(&w, 5000) && w.ret == 0 &&
+              w.cq == s->cq,
+          "after a new ibv_req_notify_cq the next completion raises the event",
+          "notify %d post %d, event %s", r, r2,
+          atomic_load(&w.done) ? "delivered" : "none within 5 s");
+    if (!atomic_load(&w.done)) {
+      /* The thread stays blocked: leave the pair as it is. */
+      return;
+    }
+  } else {
+    pthread_join(w.thread, NULL);
+  }
+  ibv_ack_cq_events(s->cq, 1);
+  while (ibv_poll_cq(s->cq, 1, &wc) > 0) {
+  }
+
+  /* An error completion is solicited. */
+  if (waiter_start(&w, s->channel)) {
+    r = ibv_req_notify_cq(s->cq, 1);
+    int r2 = post_write(s, b, 1504, b->rmr->rkey ^ 0x5A5A00u);
+    ev = waiter_done_within(&w, 5000);
+    check(r == 0 && r2 == 0 && ev && w.ret == 0,
+          "solicited_only: an error completion raises the event",
+          "notify %d post %d, event %s", r, r2,
+          ev ? "delivered" : "none within 5 s");
+    if (!ev) return; /* the thread stays blocked */
+    ibv_ack_cq_events(s->cq, 1);
+    got = wait_wcs(s->cq, &wc, 1, 10000);
+    check(got == 1 && wc.status == IBV_WC_REM_ACCESS_ERR,
+          "the event's completion is the error", "%d completions, status %s",
+          got, got ? wc_name(wc.status) : "none");
+  }
+  free_pair(&p);
+}
+
+/* --- Main -------------------------------------------------------------- */
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s IP_OF_RDMAPLANE0 IP_OF_RDMAPLANE1\n", argv[0]);
+    return 2;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_alarm;
+  sigaction(SIGALRM, &sa, NULL);
+  g_dev[0].ip = argv[1];
+  g_dev[1].ip = argv[2];
+  const double start = now_s();
+
+  if (t_devices()) {
+    t_lifecycle();
+    t_state_machine();
+    t_required_attributes();
+    struct bufs b;
+    if (make_bufs(&b)) {
+      struct pair p;
+      if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+        t_write_read(&p, &b);
+        t_unaligned(&p, &b);
+        t_bad_wr_in_list(&p, &b);
+      }
+      free_pair(&p);
+      t_unsignaled(&b);
+      t_inline(&b);
+      t_max_send_wr(&b);
+      t_shared_cq(&b);
+      t_remote_errors(&b);
+      t_local_errors(&b);
+      t_peer_gone(&b);
+      t_modify_to_err(&b);
+      t_events(&b);
+      t_memory(&b);
+      free_bufs(&b);
+    }
+    t_unsupported();
+    for (int i = 0; i < 2; ++i) {
+      step("close");
+      int r = ibv_dealloc_pd(g_dev[i].pd);
+      check(r == 0, "ibv_dealloc_pd once everything in it is gone",
+            "returned %d", r);
+      r = ibv_close_device(g_dev[i].ctx);
+      check(r == 0, "ibv_close_device", "returned %d", r);
+    }
+  }
+  alarm(0);
+  printf("conformance: %d passed, %d failed in %.1f s\n", g_passed, g_failed,
+         now_s() - start);
+  return g_failed == 0 ? 0 : 1;
+}
