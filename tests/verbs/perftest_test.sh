@@ -240,7 +240,11 @@ perf_pair() {
   local start
   start="$(e2e_now)"
   : >"$sout"
-  verbs "$sock_a" 60 "$tool" -d rdmaplane0 -p "$port" "$@" >"$sout" 2>&1 &
+  # timeout itself in the background (not the verbs function, which would
+  # run in a subshell): the cleanup's SIGTERM reaches it, and it passes the
+  # signal on to the server.
+  timeout --kill-after=5 60 env RDMAPLANE_SOCKET="$sock_a" LD_PRELOAD="$verbs_so" \
+    RDMAPLANE_VERBS_DEBUG=1 "$tool" -d rdmaplane0 -p "$port" "$@" >"$sout" 2>&1 &
   local server=$!
   E2E_HELPER_PIDS+=("$server")
   local waited=0
