@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -18,6 +19,8 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "api/shm/doorbell.h"
@@ -1110,38 +1113,164 @@ bool Client::WaitForCompletions(rdp_conn conn, int64_t timeout_ns) {
   if (slot < 0) return true;
   Connection& c = connections_[slot];
   auto ready = [&] {
-    return c.completion.Size() > 0 || c.received_head != c.received_tail ||
+    return c.completion.Size() > 0 ||
            FinalStatus(static_cast<uint32_t>(slot)) != 0;
   };
   return shm::WaitDoorbell(&header_->completion_bell[slot], ready, timeout_ns);
 }
+
+namespace {
+
+// A mapping of this process, as /proc/self/maps lists it.
+struct Vma {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  bool readable = false, writable = false, shared = false;
+  uint64_t inode = 0;
+  std::string path;
+};
+
+std::vector<Vma> ReadMaps() {
+  std::vector<Vma> out;
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (f == nullptr) return out;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    Vma v;
+    char perms[8] = {};
+    unsigned long long begin = 0, end = 0, offset = 0, inode = 0;
+    char dev[32] = {};
+    int path_at = 0;
+    if (std::sscanf(line, "%llx-%llx %7s %llx %31s %llu %n", &begin, &end,
+                    perms, &offset, dev, &inode, &path_at) < 6) {
+      continue;
+    }
+    v.begin = begin;
+    v.end = end;
+    v.readable = perms[0] == 'r';
+    v.writable = perms[1] == 'w';
+    v.shared = perms[3] == 's';
+    v.inode = inode;
+    if (path_at > 0) {
+      v.path = line + path_at;
+      while (!v.path.empty() && (v.path.back() == '\n' || v.path.back() == ' ')) {
+        v.path.pop_back();
+      }
+    }
+    out.push_back(std::move(v));
+  }
+  std::fclose(f);
+  return out;
+}
+
+const Vma* VmaAt(const std::vector<Vma>& maps, uint64_t address) {
+  for (const Vma& v : maps) {
+    if (address >= v.begin && address < v.end) return &v;
+  }
+  return nullptr;
+}
+
+// Pages this process moved onto shared memfds (ShareMemory), whichever
+// Client moved them: [begin, end) is still that memfd (inode) while the
+// mapping there is.
+struct MovedPages {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t inode = 0;
+  const void* client = nullptr;  // the Client that moved them
+};
+std::mutex moved_mu;
+std::vector<MovedPages>& Moved() {
+  static auto* moved = new std::vector<MovedPages>();
+  return *moved;
+}
+
+// Whether every page of [begin, end) is still mapped from the memfd.
+bool StillInPlace(const std::vector<Vma>& maps, const MovedPages& m) {
+  for (uint64_t at = m.begin; at < m.end;) {
+    const Vma* v = VmaAt(maps, at);
+    if (v == nullptr || v->inode != m.inode || !v->shared) return false;
+    at = v->end;
+  }
+  return true;
+}
+
+constexpr uint64_t kShareWindow = 2ull << 20;
+
+}  // namespace
 
 absl::Status Client::ShareMemory(void* addr, uint64_t length) {
   const uint64_t start = reinterpret_cast<uint64_t>(addr);
   if (length == 0 || start + length < start) {
     return MakeStatus(RDP_ERR_INVALID, "empty or wrapping range");
   }
+  std::lock_guard<std::mutex> moved_lock(moved_mu);
   std::lock_guard<std::mutex> lock(arena_mu_);
+  const std::vector<Vma> maps = ReadMaps();
+  // Pages moved before and unmapped since (the application freed them) are
+  // forgotten here; the daemon prefers the newest arena for an address.
+  std::vector<MovedPages>& moved = Moved();
+  std::erase_if(moved, [&](const MovedPages& m) {
+    if (StillInPlace(maps, m)) return false;
+    for (auto& a : arenas_) {
+      if (a->shared_in_place && reinterpret_cast<uint64_t>(a->base) == m.begin) {
+        a->stale = true;
+      }
+    }
+    return true;
+  });
   for (const auto& a : arenas_) {
     const uint64_t base = reinterpret_cast<uint64_t>(a->base);
-    if (start >= base && start + length <= base + a->bytes) {
+    if (!a->stale && start >= base && start + length <= base + a->bytes) {
       return absl::OkStatus();  // shared already
     }
   }
-  // The pages under the range, in 4 KiB pages or, for memory on
-  // hugepages (where a 4 KiB mapping cannot replace part of one), 2 MiB.
+  for (const MovedPages& m : moved) {
+    if (start < m.end && m.begin < start + length) {
+      return MakeStatus(
+          RDP_ERR_INVALID,
+          m.client != this
+              ? "the range was registered through another rdmaplane device "
+                "of this process"
+              : "the range overlaps memory registered before, but not "
+                "inside it");
+    }
+  }
+  // Only the process's own anonymous memory can move: one private,
+  // readable and writable mapping (heap, malloc, memalign, anonymous mmap).
+  const Vma* vma = VmaAt(maps, start);
+  if (vma == nullptr || start + length > vma->end) {
+    return MakeStatus(RDP_ERR_FAULT,
+                      "the range is not inside one mapping of the process");
+  }
+  // A SysV shared memory segment (shmat, e.g. perftest's hugepages) is
+  // the process's own memory too: it moves like anonymous memory.
+  const bool sysv = vma->path.rfind("/SYSV", 0) == 0;
+  if (!vma->readable || !vma->writable || vma->path == "[stack]" ||
+      (!sysv && (vma->shared || vma->inode != 0))) {
+    return MakeStatus(RDP_ERR_INVALID,
+                      "only private anonymous read-write memory can be "
+                      "registered (a shared or file mapping cannot move)");
+  }
+  // The pages under the range, widened within its mapping to a 2 MiB
+  // window, so that neighbouring buffers (small malloc'd ones sharing a
+  // page, or a larger range registered later around this one) move with
+  // it and their registrations find them inside; never into pages moved
+  // before. 4 KiB pages or, for memory on hugepages (where a 4 KiB mapping
+  // cannot replace part of one), 2 MiB.
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   for (const bool huge : {false, true}) {
-    const uint64_t unit = huge ? kHugePage : static_cast<uint64_t>(
-                                                 sysconf(_SC_PAGESIZE));
-    const uint64_t begin = start / unit * unit;
-    const uint64_t end = RoundUp(start + length, unit);
-    for (const auto& a : arenas_) {
-      const uint64_t base = reinterpret_cast<uint64_t>(a->base);
-      if (begin < base + a->bytes && base < end) {
-        return MakeStatus(RDP_ERR_INVALID,
-                          "the range overlaps memory registered before, "
-                          "but not inside it");
-      }
+    const uint64_t unit = huge ? kHugePage : page;
+    uint64_t begin = std::max(vma->begin, start / kShareWindow * kShareWindow);
+    uint64_t end = std::min(vma->end, RoundUp(start + length, kShareWindow));
+    for (const MovedPages& m : moved) {
+      if (m.end <= start && m.end > begin) begin = m.end;
+      if (m.begin >= start + length && m.begin < end) end = m.begin;
+    }
+    begin = std::max(begin / unit * unit, vma->begin);
+    end = RoundUp(end, unit);
+    if (begin > start || end < start + length || end > vma->end) {
+      continue;
     }
     const uint64_t bytes = end - begin;
     const int fd = memfd_create(
@@ -1149,13 +1278,11 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
         MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0));
     if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 || !Seal(fd)) {
       if (fd >= 0) close(fd);
-      if (huge) break;
       continue;
     }
     void* copy = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (copy == MAP_FAILED) {
       close(fd);
-      if (huge) break;
       continue;
     }
     // Copied with process_vm_readv so that a hole in the range is an
@@ -1176,16 +1303,19 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
       close(fd);
       continue;
     }
+    struct stat st {};
+    fstat(fd, &st);
+    moved.push_back({begin, end, static_cast<uint64_t>(st.st_ino), this});
     auto arena = std::make_unique<Arena>();
     arena->base = reinterpret_cast<uint8_t*>(begin);
     arena->bytes = bytes;
     arena->fd = fd;
     arena->shared_in_place = true;
-    absl::Status st = HandOver(arena.get());
+    absl::Status st2 = HandOver(arena.get());
     // Refused or not, the pages stay where they are, with their contents.
-    if (!st.ok()) {
+    if (!st2.ok()) {
       close(fd);
-      return st;
+      return st2;
     }
     arenas_.push_back(std::move(arena));
     return absl::OkStatus();

@@ -85,10 +85,15 @@ class Client {
   // --- For the verbs front end (api/verbs; client_verbs.cc) ---------------
   // Shares the pages under [addr, addr + length) with the daemon where they
   // are: their contents move onto a shared memfd mapped at the same
-  // addresses (MAP_FIXED), which the daemon maps as an arena. Memory inside
-  // an arena already is left as it is. RDP_ERR_INVALID when the range
-  // overlaps an arena only in part. The pages stay shared until the client
-  // closes (and stay mapped after it, with their contents).
+  // addresses (MAP_FIXED), which the daemon maps as an arena. The pages
+  // moved are those of a 2 MiB window around the range, inside its mapping
+  // and outside pages moved before. Memory inside such an arena already is
+  // left as it is. RDP_ERR_INVALID when the range overlaps moved pages only
+  // in part or moved by another Client of this process, or is not private
+  // anonymous read-write memory (a file or shared mapping); RDP_ERR_FAULT
+  // when it is not inside one mapping. The pages stay shared until the
+  // client closes (and stay mapped after it, with their contents); pages
+  // the application unmaps and maps again are moved again.
   absl::Status ShareMemory(void* addr, uint64_t length);
   absl::StatusOr<uint32_t> AllocPd();
   absl::Status DeallocPd(uint32_t pd);
@@ -127,7 +132,8 @@ class Client {
   // that Poll set aside, in order.
   int TakeReceived(rdp_conn conn, shm::CompletionEntry* out, int max);
   // Sleeps until conn's completion ring holds an entry, the connection
-  // ended, or timeout_ns passed; true unless it timed out.
+  // ended, or timeout_ns passed; true unless it timed out. May run on
+  // another thread than the one using conn, while conn stays open.
   bool WaitForCompletions(rdp_conn conn, int64_t timeout_ns);
 
  private:
@@ -141,6 +147,9 @@ class Client {
     // The caller's own pages (ShareMemory): never allocated from, and left
     // mapped when the client closes.
     bool shared_in_place = false;
+    // Pages of ShareMemory the application unmapped since: nothing of the
+    // range is this arena's any more.
+    bool stale = false;
   };
 
   // A request posted and not ended yet: its overlapped structure, waiting

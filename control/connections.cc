@@ -152,6 +152,8 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   }
   qp.retry_count = c->retry_count;
   qp.rnr_retry = c->rnr_retry;
+  // A receive queue only where receives can be posted (verbs queue pairs).
+  qp.rq_depth = c->out_of_band ? shm::kRecvRingEntries : 1;
   qp.min_rnr_timer = c->min_rnr_timer;
   // retry_count, READ depths: QpConfig's defaults, which the CM's REQ and
   // REP announce.
@@ -386,6 +388,9 @@ ControlResponse ConnectionTable::StartRequester(Connection* c,
   c->psn[0] = p.sq_psn;
   c->retry_count = p.retry_count;
   c->rnr_retry = p.rnr_retry;
+  // Never more READs in flight than the peer serves, at least one.
+  c->reads_out = std::clamp<uint32_t>(p.max_rd_atomic, 1,
+                                      rc::QpConfig{}.max_rd_atomic);
   // 4.096 us * 2^timeout, as the IBA defines the local ACK timeout; 0:
   // the daemon's own.
   c->retransmit_timeout_ns =
@@ -395,6 +400,7 @@ ControlResponse ConnectionTable::StartRequester(Connection* c,
     s.send_psn = wire::Psn(p.sq_psn);
     s.retry_count = c->retry_count;
     s.rnr_retry = c->rnr_retry;
+    s.max_rd_atomic = c->reads_out;
     s.retransmit_timeout_ns = c->retransmit_timeout_ns != 0
                                   ? c->retransmit_timeout_ns
                                   : options_.remote_retransmit_timeout_ns;

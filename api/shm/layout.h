@@ -37,8 +37,8 @@ inline constexpr uint32_t kMaxConnections = 16;
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kControlRingEntries = 64;
 inline constexpr uint32_t kSendRingEntries = 256;
-inline constexpr uint32_t kCompletionRingEntries = 512;
-inline constexpr uint32_t kRecvRingEntries = 256;
+inline constexpr uint32_t kCompletionRingEntries = 1024;
+inline constexpr uint32_t kRecvRingEntries = 512;
 inline constexpr uint32_t kDescriptorBytes = 32;
 inline constexpr uint32_t kServiceNameBytes = 64;
 
@@ -316,6 +316,8 @@ struct CompletionEntry {
 };
 static_assert(sizeof(CompletionEntry) == 32);
 inline constexpr uint8_t kCompletionImm = 1;
+// A receive whose message asked for a solicited event.
+inline constexpr uint8_t kCompletionSolicited = 2;
 
 // What the transport said of a failed request, finer than its status (the
 // verbs front end reports it as the work completion's status).

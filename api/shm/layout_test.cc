@@ -57,8 +57,8 @@ TEST(RingAbi, BytesFor) {
   EXPECT_EQ(SpscRing<ControlResponse>::BytesFor(kControlRingEntries), 7872u);
   EXPECT_EQ(SpscRing<SendEntry>::BytesFor(kSendRingEntries), 41152u);
   EXPECT_EQ(SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries),
-            16576u);
-  EXPECT_EQ(SpscRing<RecvEntry>::BytesFor(kRecvRingEntries), 37056u);
+            32960u);
+  EXPECT_EQ(SpscRing<RecvEntry>::BytesFor(kRecvRingEntries), 73920u);
 }
 
 // --- Session layout (layout.h) -------------------------------------------
@@ -70,8 +70,8 @@ TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kMaxSge, 8u);
   EXPECT_EQ(kControlRingEntries, 64u);
   EXPECT_EQ(kSendRingEntries, 256u);
-  EXPECT_EQ(kCompletionRingEntries, 512u);
-  EXPECT_EQ(kRecvRingEntries, 256u);
+  EXPECT_EQ(kCompletionRingEntries, 1024u);
+  EXPECT_EQ(kRecvRingEntries, 512u);
   EXPECT_EQ(kDescriptorBytes, 32u);
   EXPECT_EQ(kServiceNameBytes, 64u);
   EXPECT_EQ(kDescriptorMagic, 0x44504452u);
@@ -374,7 +374,7 @@ TEST(SessionRegionBytes, IsPageRoundedAndHoldsEveryRing) {
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t region = SessionRegionBytes();
   static_assert(region % kPage == 0);
-  EXPECT_EQ(region, 1540096u);  // 376 pages
+  EXPECT_EQ(region, 2392064u);  // 584 pages
   SessionHeader header{};
   const uint64_t end = PlanSession(header);
   EXPECT_LE(end, region);

@@ -35,6 +35,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +44,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "api/client.h"
@@ -109,14 +112,25 @@ struct Cq {
   std::vector<Qp*> send_qps;  // queue pairs whose sends complete here
   std::vector<Qp*> recv_qps;  // ... whose receives complete here
   bool armed = false;
+  bool solicited_only = false;  // armed for solicited and failed ones only
   uint32_t events = 0;  // delivered through the channel
+  uint32_t acked = 0;   // events the application acknowledged
+  std::condition_variable acked_cv;  // ibv_destroy_cq waits for acks
   uint32_t empty_polls = 0;
 };
 
+// A completion channel: its eventfd counts the events waiting in
+// `events`; a notifier thread raises them for armed CQs (so that the fd
+// can be polled, as with a kernel device), and sleeps while none is
+// armed.
 struct Channel {
   ibv_comp_channel ch;
   std::mutex mu;
   std::vector<Cq*> cqs;
+  std::deque<Cq*> events;  // raised, not yet taken by ibv_get_cq_event
+  std::condition_variable armed_cv;
+  bool stop = false;
+  std::thread notifier;
 };
 
 struct Slot {
@@ -147,9 +161,14 @@ struct Qp {
   std::unique_ptr<uint64_t[]> recv_ids;
   uint64_t rposted = 0;
   uint64_t rcompleted = 0;
-  // Completions gathered from the daemon, not yet polled.
+  // Completions gathered from the daemon, not yet polled; for receives,
+  // whether their message asked for a solicited event.
   std::deque<ibv_wc> send_wcs;
   std::deque<ibv_wc> recv_wcs;
+  std::deque<bool> recv_solicited;
+  // ibv_get_cq_event's notifier sleeps on this queue pair's doorbell:
+  // ibv_destroy_qp waits until it is done.
+  std::atomic<int> waiters{0};
 };
 
 Context* Ctx(ibv_context* c) { return reinterpret_cast<Context*>(c); }
@@ -182,7 +201,9 @@ int ErrnoOf(const absl::Status& s) {
 // RDMAPLANE_VERBS_DEBUG is set.
 template <typename T>
 T Fail(int err, T value, const absl::Status& why = absl::OkStatus()) {
-  if (!why.ok() && std::getenv("RDMAPLANE_VERBS_DEBUG") != nullptr) {
+  const char* debug = std::getenv("RDMAPLANE_VERBS_DEBUG");
+  if (!why.ok() && debug != nullptr && debug[0] != '\0' &&
+      std::strcmp(debug, "0") != 0) {
     std::fprintf(stderr, "rdmaplane verbs: %s\n",
                  std::string(why.message()).c_str());
   }
@@ -336,6 +357,7 @@ void FlushReceives(Qp* q) {
   for (; q->rcompleted < q->rposted; ++q->rcompleted) {
     q->recv_wcs.push_back(MakeWc(q, q->recv_ids[q->rcompleted % kSlots],
                                  IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 0));
+    q->recv_solicited.push_back(false);
   }
 }
 
@@ -380,6 +402,8 @@ void Pump(Qp* q) {
         wc.imm_data = got[i].imm;
       }
       q->recv_wcs.push_back(wc);
+      q->recv_solicited.push_back((got[i].flags & shm::kCompletionSolicited) !=
+                                  0);
       q->rcompleted = index + 1;
     }
     if (n < 64) break;
@@ -426,17 +450,27 @@ int TakeCompletions(const std::vector<Qp*>& qps, bool sends, int max,
     while (n < max && !wcs.empty()) {
       wc[n++] = wcs.front();
       wcs.pop_front();
+      if (!sends) q->recv_solicited.pop_front();
     }
   }
   return n;
 }
 
-// Whether any of the queue pairs has a completion for this side.
-bool HasCompletions(const std::vector<Qp*>& qps, bool sends) {
+// Whether any of the queue pairs has a completion for this side that an
+// armed CQ reports: any, or with `solicited_only`, a failed one or a
+// receive whose message asked for it.
+bool HasCompletions(const std::vector<Qp*>& qps, bool sends,
+                    bool solicited_only) {
   for (Qp* q : qps) {
     std::lock_guard<std::mutex> lock(q->mu);
     Pump(q);
-    if (!(sends ? q->send_wcs : q->recv_wcs).empty()) return true;
+    const std::deque<ibv_wc>& wcs = sends ? q->send_wcs : q->recv_wcs;
+    for (size_t i = 0; i < wcs.size(); ++i) {
+      if (!solicited_only || wcs[i].status != IBV_WC_SUCCESS ||
+          (!sends && q->recv_solicited[i])) {
+        return true;
+      }
+    }
   }
   return false;
 }
@@ -454,12 +488,66 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   return n;
 }
 
-int ReqNotifyCq(ibv_cq* ibcq, int /*solicited_only*/) {
+int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
   Cq* cq = CqOf(ibcq);
   if (cq->channel == nullptr) return EINVAL;
-  std::lock_guard<std::mutex> lock(cq->mu);
-  cq->armed = true;
+  {
+    std::lock_guard<std::mutex> lock(cq->mu);
+    cq->armed = true;
+    cq->solicited_only = solicited_only != 0;
+  }
+  std::lock_guard<std::mutex> lock(cq->channel->mu);
+  cq->channel->armed_cv.notify_one();
   return 0;
+}
+
+// The notifier of a channel: raises an event for each armed CQ with a
+// completion, and writes the channel's eventfd.
+void Notify(Channel* ch) {
+  std::unique_lock<std::mutex> lock(ch->mu);
+  while (!ch->stop) {
+    bool armed = false;
+    Qp* wait_on = nullptr;
+    size_t queue_pairs = 0;
+    for (Cq* cq : ch->cqs) {
+      std::lock_guard<std::mutex> cq_lock(cq->mu);
+      if (!cq->armed) continue;
+      armed = true;
+      if (HasCompletions(cq->send_qps, true, cq->solicited_only) ||
+          HasCompletions(cq->recv_qps, false, cq->solicited_only)) {
+        cq->armed = false;
+        ++cq->events;
+        ch->events.push_back(cq);
+        const uint64_t one = 1;
+        [[maybe_unused]] ssize_t n = write(ch->ch.fd, &one, sizeof(one));
+        continue;
+      }
+      for (const auto* qps : {&cq->send_qps, &cq->recv_qps}) {
+        for (Qp* q : *qps) {
+          if (q != wait_on) ++queue_pairs;
+          wait_on = q;
+        }
+      }
+    }
+    if (!armed) {
+      ch->armed_cv.wait(lock);
+      continue;
+    }
+    // One queue pair to watch: sleep on its completion doorbell (it is not
+    // destroyed meanwhile: see Qp::waiters). Several: look again shortly.
+    if (queue_pairs == 1 && wait_on->conn != 0) {
+      wait_on->waiters.fetch_add(1);
+      const rdp_conn conn = wait_on->conn;
+      Client* client = wait_on->owner->client.get();
+      lock.unlock();
+      client->WaitForCompletions(conn, 10'000'000);
+      wait_on->waiters.fetch_sub(1);
+      lock.lock();
+    } else {
+      ch->armed_cv.wait_for(lock, std::chrono::microseconds(
+                                      queue_pairs == 0 ? 1000 : 50));
+    }
+  }
 }
 
 // Copies an inline request's data into its slot of the queue pair's
@@ -719,7 +807,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c->info = *info;
   c->ctx.device = device;
   c->ctx.cmd_fd = -1;
-  c->ctx.async_fd = -1;
+  // No asynchronous events are ever raised: a reader of this fd (or of
+  // ibv_get_async_event) waits, as on a device where nothing goes wrong.
+  c->ctx.async_fd = eventfd(0, EFD_CLOEXEC);
   c->ctx.num_comp_vectors = 1;
   pthread_mutex_init(&c->ctx.mutex, nullptr);
   c->ctx.abi_compat = nullptr;  // a plain context: inline verbs use ops
@@ -737,6 +827,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
 
 int ibv_close_device(ibv_context* context) {
   Context* c = Ctx(context);
+  if (c->ctx.async_fd >= 0) close(c->ctx.async_fd);
   pthread_mutex_destroy(&c->ctx.mutex);
   delete c;  // the session ends: the daemon lets go of everything in it
   return 0;
@@ -838,6 +929,37 @@ int ibv_get_pkey_index(ibv_context*, uint8_t port_num, __be16 pkey) {
 int ibv_read_sysfs_file(const char*, const char*, char*, size_t) { return -1; }
 
 int ibv_fork_init(void) { return 0; }
+
+int ibv_get_device_index(ibv_device* device) {
+  const std::vector<Device*>& all = Devices();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (&all[i]->dev == device) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries,
+                             size_t max_entries, uint32_t flags,
+                             size_t entry_size) {
+  if (flags != 0 || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
+  if (max_entries < 1) return -EINVAL;
+  return _ibv_query_gid_ex(context, 1, 0, entries, 0, entry_size) == 0 ? 1
+                                                                       : -EIO;
+}
+
+// Blocks until an event: none ever comes (see ibv_open_device's async_fd);
+// with O_NONBLOCK set on the fd, fails with EAGAIN.
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  uint64_t count = 0;
+  while (read(context->async_fd, &count, sizeof(count)) != sizeof(count)) {
+    if (errno != EINTR) return -1;
+  }
+  std::memset(event, 0, sizeof(*event));
+  event->event_type = IBV_EVENT_DEVICE_FATAL;
+  return 0;
+}
+
+void ibv_ack_async_event(ibv_async_event*) {}
 
 // --- Protection domains and memory ---------------------------------------
 
@@ -950,12 +1072,15 @@ int ibv_dereg_mr(ibv_mr* mr) {
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   auto* ch = new Channel();
   ch->ch.context = context;
-  ch->ch.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  // Blocking, as a kernel device's channel fd is; an application may set
+  // O_NONBLOCK on it, and ibv_get_cq_event then fails with EAGAIN.
+  ch->ch.fd = eventfd(0, EFD_CLOEXEC);
   ch->ch.refcnt = 0;
   if (ch->ch.fd < 0) {
     delete ch;
     return Fail<ibv_comp_channel*>(EMFILE, nullptr);
   }
+  ch->notifier = std::thread(Notify, ch);
   return &ch->ch;
 }
 
@@ -964,7 +1089,10 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   {
     std::lock_guard<std::mutex> lock(ch->mu);
     if (!ch->cqs.empty()) return EBUSY;
+    ch->stop = true;
+    ch->armed_cv.notify_one();
   }
+  ch->notifier.join();
   close(ch->ch.fd);
   delete ch;
   return 0;
@@ -1000,6 +1128,11 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
     if (!cq->send_qps.empty() || !cq->recv_qps.empty()) return EBUSY;
   }
   if (cq->channel != nullptr) {
+    // Every event it raised must be acknowledged first (ibv_get_cq_event(3)).
+    {
+      std::unique_lock<std::mutex> lock(cq->mu);
+      cq->acked_cv.wait(lock, [cq] { return cq->acked >= cq->events; });
+    }
     std::lock_guard<std::mutex> lock(cq->channel->mu);
     auto& v = cq->channel->cqs;
     v.erase(std::remove(v.begin(), v.end(), cq), v.end());
@@ -1010,49 +1143,38 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
   return 0;
 }
 
-// Blocks until an armed CQ of the channel has a completion, then disarms
-// it and returns it (its completions stay to be polled).
+// Takes the next event the notifier raised: blocks on the channel's fd
+// (EAGAIN when the application made it non-blocking and there is none).
 int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out,
                      void** cq_context) {
   auto* ch = reinterpret_cast<Channel*>(channel);
-  while (true) {
-    Qp* wait_on = nullptr;
-    size_t queue_pairs = 0;
-    {
-      std::lock_guard<std::mutex> lock(ch->mu);
-      for (Cq* cq : ch->cqs) {
-        std::lock_guard<std::mutex> cq_lock(cq->mu);
-        if (!cq->armed) continue;
-        if (HasCompletions(cq->send_qps, true) ||
-            HasCompletions(cq->recv_qps, false)) {
-          cq->armed = false;
-          ++cq->events;
-          *cq_out = &cq->cq;
-          *cq_context = cq->cq.cq_context;
-          return 0;
-        }
-        for (const auto* qps : {&cq->send_qps, &cq->recv_qps}) {
-          for (Qp* q : *qps) {
-            if (q != wait_on) ++queue_pairs;
-            wait_on = q;
-          }
-        }
-      }
-    }
-    // One queue pair to watch: sleep on its completion doorbell. Several:
-    // look again shortly.
-    if (queue_pairs == 1 && wait_on->conn != 0) {
-      wait_on->owner->client->WaitForCompletions(wait_on->conn, 100'000'000);
-    } else {
-      usleep(queue_pairs == 0 ? 1000 : 20);
-    }
+  uint64_t count = 0;
+  while (read(ch->ch.fd, &count, sizeof(count)) != sizeof(count)) {
+    if (errno != EINTR) return -1;
   }
+  std::lock_guard<std::mutex> lock(ch->mu);
+  // An eventfd read takes the whole count: give back all but one.
+  if (count > 1) {
+    const uint64_t rest = count - 1;
+    [[maybe_unused]] ssize_t n = write(ch->ch.fd, &rest, sizeof(rest));
+  }
+  if (ch->events.empty()) {
+    errno = EAGAIN;
+    return -1;
+  }
+  Cq* cq = ch->events.front();
+  ch->events.pop_front();
+  *cq_out = &cq->cq;
+  *cq_context = cq->cq.cq_context;
+  return 0;
 }
 
 void ibv_ack_cq_events(ibv_cq* ibcq, unsigned int nevents) {
   Cq* cq = CqOf(ibcq);
   std::lock_guard<std::mutex> lock(cq->mu);
   cq->cq.comp_events_completed += nevents;
+  cq->acked += nevents;
+  cq->acked_cv.notify_all();
 }
 
 // --- Queue pairs -----------------------------------------------------------
@@ -1133,7 +1255,11 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   Qp* q = QpOf(ibqp);
   Context* c = q->owner;
   std::lock_guard<std::mutex> lock(c->mu);
-  const ibv_qp_state cur = q->qp.state;
+  ibv_qp_state cur;
+  {
+    std::lock_guard<std::mutex> qp_lock(q->mu);
+    cur = q->qp.state;
+  }
   const ibv_qp_state next =
       (mask & IBV_QP_STATE) ? attr->qp_state : cur;
   if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur) return EINVAL;
@@ -1146,10 +1272,31 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
                   (cur == IBV_QPS_RTS && next == IBV_QPS_RTS) ||
                   next == IBV_QPS_ERR;
   if (!ok) return EINVAL;
+  // The attributes each move of an RC queue pair requires
+  // (ibv_modify_qp(3)); the device has one port.
+  int needed = 0;
+  if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT) {
+    needed = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  } else if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
+    needed = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  } else if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
+    needed = IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  }
+  if ((mask & IBV_QP_STATE) == 0 || (mask & needed) != needed) return EINVAL;
+  if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;
+  if ((mask & IBV_QP_AV) && attr->ah_attr.port_num > 1) return EINVAL;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) &&
+      attr->max_rd_atomic > c->info.max_rd_atomic) {
+    return EINVAL;
+  }
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) &&
+      attr->max_dest_rd_atomic > c->info.max_rd_atomic) {
+    return EINVAL;
+  }
   if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT) {
-    constexpr int kNeeded = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                            IBV_QP_RQ_PSN;
-    if ((mask & kNeeded) != kNeeded) return EINVAL;
     uint32_t ip = 0;
     if (!attr->ah_attr.is_global || !Ipv4OfGid(attr->ah_attr.grh.dgid, &ip)) {
       return EINVAL;  // RoCEv2 needs the peer's IPv4-mapped GID
@@ -1168,11 +1315,6 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
                              : rc_defaults::kMinRnrTimer;
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRtr, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
-    q->attr.ah_attr = attr->ah_attr;
-    q->attr.path_mtu = attr->path_mtu;
-    q->attr.dest_qp_num = attr->dest_qp_num;
-    q->attr.rq_psn = attr->rq_psn;
-    q->attr.max_dest_rd_atomic = peer.max_dest_rd_atomic;
   } else if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
     if ((mask & IBV_QP_SQ_PSN) == 0) return EINVAL;
     shm::QpPeer peer{};
@@ -1180,13 +1322,22 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     peer.retry_count = (mask & IBV_QP_RETRY_CNT) ? attr->retry_cnt : 7;
     peer.rnr_retry = (mask & IBV_QP_RNR_RETRY) ? attr->rnr_retry : 7;
     peer.timeout = (mask & IBV_QP_TIMEOUT) ? attr->timeout : 0;
+    peer.max_rd_atomic = attr->max_rd_atomic;
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRts, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
-    q->attr.sq_psn = attr->sq_psn;
   } else if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
     EnterError(q);
   } else if (next == IBV_QPS_RESET && cur != IBV_QPS_RESET) {
     return EINVAL;
+  }
+  std::lock_guard<std::mutex> qp_lock(q->mu);  // Pump's SetError writes too
+  if (mask & IBV_QP_AV) q->attr.ah_attr = attr->ah_attr;
+  if (mask & IBV_QP_PATH_MTU) q->attr.path_mtu = attr->path_mtu;
+  if (mask & IBV_QP_DEST_QPN) q->attr.dest_qp_num = attr->dest_qp_num;
+  if (mask & IBV_QP_RQ_PSN) q->attr.rq_psn = attr->rq_psn;
+  if (mask & IBV_QP_SQ_PSN) q->attr.sq_psn = attr->sq_psn;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
+    q->attr.max_dest_rd_atomic = attr->max_dest_rd_atomic;
   }
   if (mask & IBV_QP_ACCESS_FLAGS) q->attr.qp_access_flags = attr->qp_access_flags;
   if (mask & IBV_QP_PKEY_INDEX) q->attr.pkey_index = attr->pkey_index;
@@ -1196,9 +1347,11 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_RNR_RETRY) q->attr.rnr_retry = attr->rnr_retry;
   if (mask & IBV_QP_MIN_RNR_TIMER) q->attr.min_rnr_timer = attr->min_rnr_timer;
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) q->attr.max_rd_atomic = attr->max_rd_atomic;
-  q->qp.state = next;
-  q->attr.qp_state = next;
-  q->attr.cur_qp_state = next;
+  // A connection that broke meanwhile leaves the queue pair in ERR.
+  const ibv_qp_state now = q->failed ? IBV_QPS_ERR : next;
+  q->qp.state = now;
+  q->attr.qp_state = now;
+  q->attr.cur_qp_state = now;
   return 0;
 }
 
@@ -1206,6 +1359,7 @@ int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*mask*/,
                  ibv_qp_init_attr* init) {
   Qp* q = QpOf(ibqp);
   std::lock_guard<std::mutex> lock(q->owner->mu);
+  std::lock_guard<std::mutex> qp_lock(q->mu);  // Pump's SetError writes attr
   *attr = q->attr;
   if (init != nullptr) {
     std::memset(init, 0, sizeof(*init));
@@ -1222,12 +1376,19 @@ int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*mask*/,
 int ibv_destroy_qp(ibv_qp* ibqp) {
   Qp* q = QpOf(ibqp);
   Context* c = q->owner;
+  // Out of its CQs' lists, under their channels' locks too: a notifier
+  // picks a queue pair to wait on only while it holds its channel's lock.
   for (auto [cq, list] : {std::pair{q->scq, &Cq::send_qps},
                            std::pair{q->rcq, &Cq::recv_qps}}) {
+    std::unique_lock<std::mutex> ch_lock;
+    if (cq->channel != nullptr) {
+      ch_lock = std::unique_lock<std::mutex>(cq->channel->mu);
+    }
     std::lock_guard<std::mutex> cq_lock(cq->mu);
     auto& v = cq->*list;
     v.erase(std::remove(v.begin(), v.end(), q), v.end());
   }
+  while (q->waiters.load() > 0) usleep(100);
   std::lock_guard<std::mutex> lock(c->mu);
   {
     std::lock_guard<std::mutex> qp_lock(q->mu);
@@ -1256,6 +1417,11 @@ ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) {
   return Fail<ibv_srq*>(EOPNOTSUPP, nullptr);
 }
 int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
+int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
+  errno = EOPNOTSUPP;
+  return IBV_REREG_MR_ERR_INPUT;
+}
 ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) {
   return Fail<ibv_ah*>(EOPNOTSUPP, nullptr);
 }

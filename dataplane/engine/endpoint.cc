@@ -299,13 +299,13 @@ bool Endpoint::CompletionRoom() const {
 }
 
 void Endpoint::PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
-                                  uint32_t bytes, bool with_imm,
+                                  uint32_t bytes, uint8_t flags,
                                   uint32_t imm) {
   shm::CompletionEntry c{};
   c.wr_id = wr_id;
   c.status = status;
   c.op = op;
-  c.flags = with_imm ? shm::kCompletionImm : 0;
+  c.flags = flags;
   c.byte_len = bytes;
   c.imm = imm;
   if (ABSL_PREDICT_FALSE(!info_.completion.TryPush(c))) {
@@ -324,8 +324,11 @@ void Endpoint::CompleteRecv(const rc::RecvCompletion& c) {
   } else if (c.status != rc::WcStatus::kSuccess) {
     status = shm::kStatusConnAborted;
   }
+  const uint8_t flags =
+      static_cast<uint8_t>((c.with_imm ? shm::kCompletionImm : 0) |
+                           (c.solicited ? shm::kCompletionSolicited : 0));
   PushRecvCompletion(c.wr_id, status, c.write ? shm::kRecvWriteImm : shm::kRecv,
-                     c.byte_len, c.with_imm, c.imm);
+                     c.byte_len, flags, c.imm);
 }
 
 uint32_t Endpoint::PullReceives(uint32_t budget) {
@@ -372,7 +375,7 @@ uint32_t Endpoint::PullReceives(uint32_t budget) {
       }
     }
     if (status != shm::kStatusOk) {
-      PushRecvCompletion(e.wr_id, status, shm::kRecv, 0, false, 0);
+      PushRecvCompletion(e.wr_id, status, shm::kRecv, 0, 0, 0);
     }
   }
   return n;

@@ -241,7 +241,7 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // Whether the completion ring keeps room for one more request taken.
   bool CompletionRoom() const;
   void PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
-                          uint32_t bytes, bool with_imm, uint32_t imm);
+                          uint32_t bytes, uint8_t flags, uint32_t imm);
   // Carries out a request against the peer endpoint's memory (direct_
   // connections only): the responder's checks, one copy, spread over turns
   // when it is large.

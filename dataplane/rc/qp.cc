@@ -99,7 +99,8 @@ RcQp::~RcQp() = default;
 bool RcQp::StartRequester(const RequesterSettings& s) {
   owner_.Check();
   if (sq_tail_ != 0 || alloc_psn_ != config_.send_psn || s.retry_count > 7 ||
-      s.rnr_retry > 7 || s.retransmit_timeout_ns == 0) {
+      s.rnr_retry > 7 || s.retransmit_timeout_ns == 0 ||
+      s.max_rd_atomic == 0) {
     return false;
   }
   const wire::Psn psn = s.send_psn;
@@ -107,6 +108,7 @@ bool RcQp::StartRequester(const RequesterSettings& s) {
   config_.retry_count = s.retry_count;
   config_.rnr_retry = s.rnr_retry;
   config_.retransmit_timeout_ns = s.retransmit_timeout_ns;
+  config_.max_rd_atomic = s.max_rd_atomic;
   retries_left_ = s.retry_count;
   rnr_retries_left_ = s.rnr_retry;
   next_psn_ = psn;

@@ -91,6 +91,7 @@ void RcQp::CompleteRecv(WcStatus status, uint32_t byte_len, bool write,
   c.byte_len = byte_len;
   c.write = write;
   c.with_imm = wire::HasImm(pkt.bth.opcode);
+  c.solicited = pkt.bth.solicited;
   c.imm = pkt.imm;
   ++rq_head_;
   env_.completions->CompleteRecv(c);

@@ -102,6 +102,7 @@ struct RecvCompletion {
   uint32_t byte_len = 0;
   bool with_imm = false;
   bool write = false;  // consumed by a WRITE with immediate data
+  bool solicited = false;  // the message's last packet asked for an event
   uint32_t imm = 0;    // ImmDt, as on the wire
 };
 
@@ -146,6 +147,7 @@ struct RequesterSettings {
   uint32_t retry_count = 7;
   uint32_t rnr_retry = 7;
   uint64_t retransmit_timeout_ns = 1'000'000;
+  uint32_t max_rd_atomic = 16;  // READs kept outstanding at the peer
 };
 
 // Per-QP counters; engine thread only.
