@@ -48,6 +48,22 @@ bool Ring(int fd) {
   return n == 1 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
 }
 
+// Pages this process moved onto shared memfds (ShareMemory), whichever
+// Client moved them: [begin, end) is still that memfd (inode) while the
+// mapping there is.
+struct MovedPages {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t inode = 0;
+  const void* client = nullptr;  // the Client that moved them
+};
+std::mutex moved_mu;
+std::vector<MovedPages>& Moved() {
+  static auto* moved = new std::vector<MovedPages>();
+  return *moved;
+}
+
+
 // The daemon maps what we share only if its size can no longer change.
 bool Seal(int fd) {
   return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0;
@@ -246,6 +262,13 @@ absl::Status Client::Init(const ClientOptions& options) {
 
 Client::~Client() {
   CloseAll();
+  {
+    // Pages this client moved stay where they are; another client of the
+    // process may move them again.
+    std::lock_guard<std::mutex> lock(moved_mu);
+    std::erase_if(Moved(),
+                  [this](const MovedPages& m) { return m.client == this; });
+  }
   if (sock_ >= 0) close(sock_);  // the daemon reclaims everything we owned
   for (int fd : {control_eventfd_, engine_eventfd_, session_fd_}) {
     if (fd >= 0) close(fd);
@@ -1168,21 +1191,6 @@ const Vma* VmaAt(const std::vector<Vma>& maps, uint64_t address) {
     if (address >= v.begin && address < v.end) return &v;
   }
   return nullptr;
-}
-
-// Pages this process moved onto shared memfds (ShareMemory), whichever
-// Client moved them: [begin, end) is still that memfd (inode) while the
-// mapping there is.
-struct MovedPages {
-  uint64_t begin = 0;
-  uint64_t end = 0;
-  uint64_t inode = 0;
-  const void* client = nullptr;  // the Client that moved them
-};
-std::mutex moved_mu;
-std::vector<MovedPages>& Moved() {
-  static auto* moved = new std::vector<MovedPages>();
-  return *moved;
 }
 
 // Whether every page of [begin, end) is still mapped from the memfd.

@@ -535,9 +535,13 @@ void Notify(Channel* ch) {
     }
     // One queue pair to watch: sleep on its completion doorbell (it is not
     // destroyed meanwhile: see Qp::waiters). Several: look again shortly.
-    if (queue_pairs == 1 && wait_on->conn != 0) {
+    rdp_conn conn = 0;
+    if (queue_pairs == 1) {
+      std::lock_guard<std::mutex> qp_lock(wait_on->mu);
+      conn = wait_on->conn;
+    }
+    if (conn != 0) {
       wait_on->waiters.fetch_add(1);
-      const rdp_conn conn = wait_on->conn;
       Client* client = wait_on->owner->client.get();
       lock.unlock();
       client->WaitForCompletions(conn, 10'000'000);
