@@ -138,28 +138,7 @@ absl::Status Client::Init(const ClientOptions& options) {
     liveness_owner_ = static_cast<pid_t>(syscall(SYS_gettid));
     pthread_mutexattr_destroy(&attr);
   }
-  uint64_t offset = sizeof(shm::SessionHeader);
-  auto place = [&](shm::RingRef* ref, uint32_t capacity, uint32_t bytes) {
-    ref->offset = offset;
-    ref->capacity = capacity;
-    ref->bytes = bytes;
-    offset += RoundUp(bytes, shm::kCacheLine);
-  };
-  place(&header_->control_requests, shm::kControlRingEntries,
-        shm::SpscRing<ControlRequest>::BytesFor(shm::kControlRingEntries));
-  place(&header_->control_responses, shm::kControlRingEntries,
-        shm::SpscRing<ControlResponse>::BytesFor(shm::kControlRingEntries));
-  for (auto& slot : header_->connections) {
-    place(&slot.send, shm::kSendRingEntries,
-          shm::SpscRing<SendEntry>::BytesFor(shm::kSendRingEntries));
-    place(
-        &slot.completion, shm::kCompletionRingEntries,
-        shm::SpscRing<CompletionEntry>::BytesFor(shm::kCompletionRingEntries));
-  }
-  for (auto& ref : header_->receive) {
-    place(&ref, shm::kRecvRingEntries,
-          shm::SpscRing<shm::RecvEntry>::BytesFor(shm::kRecvRingEntries));
-  }
+  shm::PlanRings(header_);
   {
     std::lock_guard<std::mutex> lock(control_mu_);
     auto req = shm::SpscRing<ControlRequest>::Create(
@@ -1215,21 +1194,23 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
   std::lock_guard<std::mutex> moved_lock(moved_mu);
   std::lock_guard<std::mutex> lock(arena_mu_);
   const std::vector<Vma> maps = ReadMaps();
-  // Pages moved before and unmapped since (the application freed them) are
-  // forgotten here; the daemon prefers the newest arena for an address.
+  // Pages moved before are still in place, unless the application
+  // unmapped them since: the daemon keeps that arena for the session's
+  // life (frames and engines may still point into it), so those addresses
+  // cannot be handed over again.
   std::vector<MovedPages>& moved = Moved();
-  std::erase_if(moved, [&](const MovedPages& m) {
-    if (StillInPlace(maps, m)) return false;
-    for (auto& a : arenas_) {
-      if (a->shared_in_place && reinterpret_cast<uint64_t>(a->base) == m.begin) {
-        a->stale = true;
-      }
+  for (const MovedPages& m : moved) {
+    if (start < m.end && m.begin < start + length &&
+        !StillInPlace(maps, m)) {
+      return MakeStatus(RDP_ERR_INVALID,
+                        "memory registered before at these addresses was "
+                        "unmapped since; they cannot be registered again in "
+                        "this session");
     }
-    return true;
-  });
+  }
   for (const auto& a : arenas_) {
     const uint64_t base = reinterpret_cast<uint64_t>(a->base);
-    if (!a->stale && start >= base && start + length <= base + a->bytes) {
+    if (start >= base && start + length <= base + a->bytes) {
       return absl::OkStatus();  // shared already
     }
   }

@@ -92,8 +92,9 @@ class Client {
   // in part or moved by another Client of this process, or is not private
   // anonymous read-write memory (a file or shared mapping); RDP_ERR_FAULT
   // when it is not inside one mapping. The pages stay shared until the
-  // client closes (and stay mapped after it, with their contents); pages
-  // the application unmaps and maps again are moved again.
+  // client closes (and stay mapped after it, with their contents);
+  // RDP_ERR_INVALID for addresses of moved pages the application unmapped
+  // since (the daemon keeps their arena for the session's life).
   absl::Status ShareMemory(void* addr, uint64_t length);
   absl::StatusOr<uint32_t> AllocPd();
   absl::Status DeallocPd(uint32_t pd);
@@ -147,9 +148,6 @@ class Client {
     // The caller's own pages (ShareMemory): never allocated from, and left
     // mapped when the client closes.
     bool shared_in_place = false;
-    // Pages of ShareMemory the application unmapped since: nothing of the
-    // range is this arena's any more.
-    bool stale = false;
   };
 
   // A request posted and not ended yet: its overlapped structure, waiting

@@ -48,10 +48,7 @@ bool FillAddress(const std::string& path, sockaddr_un* addr) {
 
 uint8_t* Session::Translate(uint64_t address, uint64_t length,
                             rc::MemoryOwner** owner) const {
-  // The newest arena first: a client may hand over memory at addresses of
-  // an older arena whose pages it unmapped since (verbs registrations).
-  for (auto it = arenas.rbegin(); it != arenas.rend(); ++it) {
-    const Arena& a = it->second;
+  for (const auto& [id, a] : arenas) {
     if (address >= a.client_address && address - a.client_address <= a.bytes &&
         length <= a.bytes - (address - a.client_address)) {
       if (owner != nullptr) *owner = a.owner.get();
@@ -501,11 +498,14 @@ void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
   const bool sized = fd >= 0 && fstat(fd, &st) == 0 && msg.length > 0 &&
                      static_cast<uint64_t>(st.st_size) >= msg.length &&
                      msg.address + msg.length > msg.address;
-  // Arenas of one client may overlap in its address space: the verbs front
-  // end hands over pages at addresses whose earlier arena the application
-  // unmapped since. Translate takes the newest arena for an address.
+  // Arenas of one client may not overlap in its address space.
+  bool overlaps = false;
+  for (const auto& [id, a] : s->arenas) {
+    overlaps |= msg.address < a.client_address + a.bytes &&
+                a.client_address < msg.address + msg.length;
+  }
   void* mem = MAP_FAILED;
-  if (sized && SealedAgainstShrinking(fd)) {
+  if (sized && !overlaps && SealedAgainstShrinking(fd)) {
     mem = mmap(nullptr, msg.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
   // Its pages may not vanish under us (arena_memory.h).
@@ -526,7 +526,7 @@ void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
     if (fd >= 0) close(fd);
     reply.status = shm::kStatusInvalid;
     std::snprintf(reply.text, sizeof(reply.text), "%s",
-                  "arena refused: not a sealed memfd of that size");
+                  "arena refused: not a sealed memfd of that size, or overlaps");
     return answer();
   }
   Arena a;

@@ -368,6 +368,35 @@ inline bool SessionOwnerMaybeGone(const SessionHeader* h) {
   return (word & kFutexOwnerDied) != 0 || (word & kFutexTidMask) == 0;
 }
 
+// Where a session's creator puts its rings: one after the other from the
+// end of the header, each on a cache line (SpscRing::Create needs it), in
+// the order the layout comment lists them. Fills the header's ring table
+// and returns the offset past the last ring (at most
+// SessionRegionBytes()).
+inline uint64_t PlanRings(SessionHeader* h) {
+  uint64_t offset = sizeof(SessionHeader);
+  auto place = [&offset](RingRef* ref, uint32_t capacity, uint32_t bytes) {
+    ref->offset = offset;
+    ref->capacity = capacity;
+    ref->bytes = bytes;
+    offset += (bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
+  };
+  place(&h->control_requests, kControlRingEntries,
+        SpscRing<ControlRequest>::BytesFor(kControlRingEntries));
+  place(&h->control_responses, kControlRingEntries,
+        SpscRing<ControlResponse>::BytesFor(kControlRingEntries));
+  for (ConnectionSlotRef& slot : h->connections) {
+    place(&slot.send, kSendRingEntries,
+          SpscRing<SendEntry>::BytesFor(kSendRingEntries));
+    place(&slot.completion, kCompletionRingEntries,
+          SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries));
+  }
+  for (RingRef& ref : h->receive) {
+    place(&ref, kRecvRingEntries, SpscRing<RecvEntry>::BytesFor(kRecvRingEntries));
+  }
+  return offset;
+}
+
 // Bytes of a session region with every ring, page-rounded.
 constexpr uint64_t SessionRegionBytes() {
   uint64_t bytes = sizeof(SessionHeader);

@@ -295,27 +295,7 @@ class RawClient {
     // for alive until the socket closes.
     const uint32_t tid = static_cast<uint32_t>(syscall(SYS_gettid));
     std::memcpy(header_->liveness, &tid, sizeof(tid));
-    uint64_t offset = sizeof(shm::SessionHeader);
-    auto place = [&offset](shm::RingRef* ref, uint32_t capacity,
-                           uint32_t bytes) {
-      ref->offset = offset;
-      ref->capacity = capacity;
-      ref->bytes = bytes;
-      offset += RoundUp(bytes, shm::kCacheLine);
-    };
-    place(
-        &header_->control_requests, shm::kControlRingEntries,
-        shm::SpscRing<shm::ControlRequest>::BytesFor(shm::kControlRingEntries));
-    place(&header_->control_responses, shm::kControlRingEntries,
-          shm::SpscRing<shm::ControlResponse>::BytesFor(
-              shm::kControlRingEntries));
-    for (auto& slot : header_->connections) {
-      place(&slot.send, shm::kSendRingEntries,
-            shm::SpscRing<shm::SendEntry>::BytesFor(shm::kSendRingEntries));
-      place(&slot.completion, shm::kCompletionRingEntries,
-            shm::SpscRing<shm::CompletionEntry>::BytesFor(
-                shm::kCompletionRingEntries));
-    }
+    const uint64_t offset = shm::PlanRings(header_);
     if (offset > region_bytes_) return false;
     request_ring_ = region_ + header_->control_requests.offset;
     response_ring_ = region_ + header_->control_responses.offset;
@@ -337,7 +317,10 @@ class RawClient {
       auto c = shm::SpscRing<shm::CompletionEntry>::Create(
           completion_ring_[i], slot.completion.bytes,
           shm::kCompletionRingEntries);
-      if (!s.ok() || !c.ok()) return false;
+      auto r = shm::SpscRing<shm::RecvEntry>::Create(
+          region_ + header_->receive[i].offset, header_->receive[i].bytes,
+          shm::kRecvRingEntries);
+      if (!s.ok() || !c.ok() || !r.ok()) return false;
       send_[i] = *s;
       completion_[i] = *c;
     }
