@@ -280,8 +280,12 @@ void Endpoint::PushCompletion(uint64_t wr_id, int32_t status, uint8_t op,
   c.detail = detail;
   c.byte_len = bytes;
   c.retired = Retired();
-  // Room is kept for every request taken (PullRequests): a full ring means
-  // the client moved its indices, and the connection cannot go on.
+  Push(c);
+}
+
+void Endpoint::Push(const shm::CompletionEntry& c) {
+  // Room is kept for every request taken (CompletionRoom): a full ring
+  // means the client moved its indices, and the connection cannot go on.
   if (ABSL_PREDICT_FALSE(!info_.completion.TryPush(c))) {
     ++stats_.completions_lost;
     ring_broken_ = true;
@@ -308,13 +312,7 @@ void Endpoint::PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
   c.flags = flags;
   c.byte_len = bytes;
   c.imm = imm;
-  if (ABSL_PREDICT_FALSE(!info_.completion.TryPush(c))) {
-    ++stats_.completions_lost;
-    ring_broken_ = true;
-    return;
-  }
-  ring_bell_ = true;
-  ++stats_.completed;
+  Push(c);
 }
 
 void Endpoint::CompleteRecv(const rc::RecvCompletion& c) {

@@ -240,6 +240,7 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   uint32_t PullReceives(uint32_t budget);
   // Whether the completion ring keeps room for one more request taken.
   bool CompletionRoom() const;
+  void Push(const shm::CompletionEntry& c);
   void PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
                           uint32_t bytes, uint8_t flags, uint32_t imm);
   // Carries out a request against the peer endpoint's memory (direct_
