@@ -1200,8 +1200,10 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
   // cannot be handed over again.
   std::vector<MovedPages>& moved = Moved();
   for (const MovedPages& m : moved) {
-    if (start < m.end && m.begin < start + length &&
-        !StillInPlace(maps, m)) {
+    MovedPages part = m;  // the pages the range shares with m
+    part.begin = std::max(m.begin, start / 4096 * 4096);
+    part.end = std::min(m.end, RoundUp(start + length, 4096));
+    if (part.begin < part.end && !StillInPlace(maps, part)) {
       return MakeStatus(RDP_ERR_INVALID,
                         "memory registered before at these addresses was "
                         "unmapped since; they cannot be registered again in "
@@ -1233,10 +1235,12 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
                       "the range is not inside one mapping of the process");
   }
   // A SysV shared memory segment (shmat, e.g. perftest's hugepages) is
-  // the process's own memory too: it moves like anonymous memory.
+  // the process's own memory too: it moves like anonymous memory, and so
+  // do pages moved before for a client that has closed since.
   const bool sysv = vma->path.rfind("/SYSV", 0) == 0;
+  const bool moved_before = vma->path.rfind("/memfd:rdmaplane-verbs", 0) == 0;
   if (!vma->readable || !vma->writable || vma->path == "[stack]" ||
-      (!sysv && (vma->shared || vma->inode != 0))) {
+      (!sysv && !moved_before && (vma->shared || vma->inode != 0))) {
     return MakeStatus(RDP_ERR_INVALID,
                       "only private anonymous read-write memory can be "
                       "registered (a shared or file mapping cannot move)");
@@ -1292,20 +1296,21 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
       close(fd);
       continue;
     }
-    struct stat st {};
-    fstat(fd, &st);
-    moved.push_back({begin, end, static_cast<uint64_t>(st.st_ino), this});
     auto arena = std::make_unique<Arena>();
     arena->base = reinterpret_cast<uint8_t*>(begin);
     arena->bytes = bytes;
     arena->fd = fd;
     arena->shared_in_place = true;
     absl::Status st2 = HandOver(arena.get());
-    // Refused or not, the pages stay where they are, with their contents.
+    // Refused or not, the pages stay where they are, with their contents
+    // (refused, they may move again later).
     if (!st2.ok()) {
       close(fd);
       return st2;
     }
+    struct stat st {};
+    fstat(fd, &st);
+    moved.push_back({begin, end, static_cast<uint64_t>(st.st_ino), this});
     arenas_.push_back(std::move(arena));
     return absl::OkStatus();
   }

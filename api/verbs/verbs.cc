@@ -28,6 +28,7 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <infiniband/verbs.h>
 #include <sys/eventfd.h>
@@ -113,7 +114,7 @@ struct Cq {
   std::vector<Qp*> recv_qps;  // ... whose receives complete here
   bool armed = false;
   bool solicited_only = false;  // armed for solicited and failed ones only
-  uint32_t events = 0;  // delivered through the channel
+  uint32_t events = 0;  // taken by ibv_get_cq_event
   uint32_t acked = 0;   // events the application acknowledged
   std::condition_variable acked_cv;  // ibv_destroy_cq waits for acks
   uint32_t empty_polls = 0;
@@ -516,7 +517,6 @@ void Notify(Channel* ch) {
       if (HasCompletions(cq->send_qps, true, cq->solicited_only) ||
           HasCompletions(cq->recv_qps, false, cq->solicited_only)) {
         cq->armed = false;
-        ++cq->events;
         ch->events.push_back(cq);
         const uint64_t one = 1;
         [[maybe_unused]] ssize_t n = write(ch->ch.fd, &one, sizeof(one));
@@ -681,6 +681,7 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       // In the error state a receive completes at once, flushed.
       q->recv_wcs.push_back(
           MakeWc(q, wr->wr_id, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 0));
+      q->recv_solicited.push_back(false);
       continue;
     }
     rdp_sge sgl[shm::kMaxSge];
@@ -1140,6 +1141,22 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
     std::lock_guard<std::mutex> lock(cq->channel->mu);
     auto& v = cq->channel->cqs;
     v.erase(std::remove(v.begin(), v.end(), cq), v.end());
+    // Events raised and never taken go with it (one count each on the fd).
+    auto& pending = cq->channel->events;
+    const size_t before = pending.size();
+    pending.erase(std::remove(pending.begin(), pending.end(), cq),
+                  pending.end());
+    uint64_t gone = before - pending.size();
+    uint64_t count = 0;
+    const int flags = fcntl(cq->channel->ch.fd, F_GETFL);
+    fcntl(cq->channel->ch.fd, F_SETFL, flags | O_NONBLOCK);
+    if (gone > 0 && read(cq->channel->ch.fd, &count, sizeof(count)) ==
+                        sizeof(count) && count > gone) {
+      count -= gone;
+      [[maybe_unused]] ssize_t n =
+          write(cq->channel->ch.fd, &count, sizeof(count));
+    }
+    fcntl(cq->channel->ch.fd, F_SETFL, flags);
   }
   pthread_mutex_destroy(&cq->cq.mutex);
   pthread_cond_destroy(&cq->cq.cond);
@@ -1168,6 +1185,10 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out,
   }
   Cq* cq = ch->events.front();
   ch->events.pop_front();
+  {
+    std::lock_guard<std::mutex> cq_lock(cq->mu);
+    ++cq->events;  // to be acknowledged before the CQ may go
+  }
   *cq_out = &cq->cq;
   *cq_context = cq->cq.cq_context;
   return 0;
@@ -1308,7 +1329,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     shm::QpPeer peer{};
     peer.peer_ip = ip;
     peer.peer_qpn = attr->dest_qp_num;
-    peer.rq_psn = attr->rq_psn;
+    peer.rq_psn = attr->rq_psn & 0xFFFFFF;
     peer.path_mtu = MtuBytes(attr->path_mtu);
     peer.max_rd_atomic = c->info.max_rd_atomic;
     peer.max_dest_rd_atomic = (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
