@@ -1,8 +1,8 @@
 /* Verbs conformance of librdmaplane-verbs, checked against what the
- * libibverbs man pages promise (ibv_post_send(3), ibv_modify_qp(3),
- * ibv_poll_cq(3), ibv_reg_mr(3), ibv_req_notify_cq(3), ibv_get_cq_event(3),
- * ibv_create_qp(3), ibv_create_cq(3), ibv_alloc_pd(3)) and what rdmaplane
- * documents it refuses (EOPNOTSUPP).
+ * libibverbs man pages promise (ibv_post_send(3), ibv_post_recv(3),
+ * ibv_modify_qp(3), ibv_poll_cq(3), ibv_reg_mr(3), ibv_req_notify_cq(3),
+ * ibv_get_cq_event(3), ibv_create_qp(3), ibv_create_cq(3), ibv_alloc_pd(3))
+ * and what rdmaplane documents it serves and refuses (docs/verbs.md).
  *
  *   conformance_test IP_OF_RDMAPLANE0 IP_OF_RDMAPLANE1
  *
@@ -16,7 +16,9 @@
  * is 1 when any check failed. A watchdog ends the process (status 3) when
  * one step hangs. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <pthread.h>
@@ -175,9 +177,14 @@ struct qp_opts {
   uint32_t max_inline_data;
   bool channel;
   uint8_t timeout; /* the local ACK timeout code; 0: 14 (67 ms) */
+  uint32_t max_recv_wr;  /* 0: 1 */
+  uint32_t max_recv_sge; /* 0: 1 */
+  uint8_t min_rnr_timer; /* set at RTR (this side's RNR NAKs); 0: 12 */
+  uint8_t rnr_retry;     /* set at RTS; 0: 7 (for ever) */
 };
 
-static const struct qp_opts kDefaultOpts = {0, 64, 8, 0, false, 0};
+static const struct qp_opts kDefaultOpts = {
+    .sq_sig_all = 0, .max_send_wr = 64, .max_send_sge = 8};
 
 static uint32_t g_psn = 0x1000;
 
@@ -203,9 +210,9 @@ static bool make_side(struct side* s, struct dev* d, const struct qp_opts* o) {
   init.qp_type = IBV_QPT_RC;
   init.sq_sig_all = o->sq_sig_all;
   init.cap.max_send_wr = o->max_send_wr;
-  init.cap.max_recv_wr = 1;
+  init.cap.max_recv_wr = o->max_recv_wr != 0 ? o->max_recv_wr : 1;
   init.cap.max_send_sge = o->max_send_sge;
-  init.cap.max_recv_sge = 1;
+  init.cap.max_recv_sge = o->max_recv_sge != 0 ? o->max_recv_sge : 1;
   init.cap.max_inline_data = o->max_inline_data;
   s->qp = ibv_create_qp(d->pd, &init);
   if (s->qp == NULL) {
@@ -288,10 +295,13 @@ static int to_rts(struct ibv_qp* qp, uint32_t sq_psn) {
   return ibv_modify_qp(qp, &a, kRtsMask);
 }
 
-static int to_rts_timeout(struct ibv_qp* qp, uint32_t sq_psn, uint8_t timeout) {
+/* RTR -> RTS with the ACK timeout and RNR retry count of o. */
+static int to_rts_opts(struct ibv_qp* qp, uint32_t sq_psn,
+                       const struct qp_opts* o) {
   struct ibv_qp_attr a;
   rts_attr(&a, sq_psn);
-  if (timeout != 0) a.timeout = timeout;
+  if (o->timeout != 0) a.timeout = o->timeout;
+  if (o->rnr_retry != 0) a.rnr_retry = o->rnr_retry;
   return ibv_modify_qp(qp, &a, kRtsMask);
 }
 
@@ -313,8 +323,40 @@ static enum ibv_qp_state qp_state(struct ibv_qp* qp) {
   return a.qp_state;
 }
 
-/* Both ends through RESET -> INIT -> RTR -> RTS, each aimed at the other
- * (the other device's GID, its QPN, the PSNs crossed). */
+/* Both ends of p through RESET -> INIT. */
+static bool pair_to_init(struct pair* p) {
+  for (int i = 0; i < 2; ++i) {
+    int r = to_init(p->s[i].qp);
+    if (r != 0)
+      return check(false, "connect: RESET->INIT", "side %d: %d", i, r);
+  }
+  return true;
+}
+
+/* Both ends of p, in INIT, through RTR -> RTS, each aimed at the other
+ * (the other device's GID, its QPN, the PSNs crossed), with the RNR
+ * timer, ACK timeout and RNR retry count of their options. */
+static bool pair_to_rts(struct pair* p, const struct qp_opts* o0,
+                        const struct qp_opts* o1) {
+  const struct qp_opts* opts[2] = {o0, o1};
+  const uint32_t psn[2] = {g_psn, g_psn + 0x100};
+  g_psn += 0x10000;
+  for (int i = 0; i < 2; ++i) {
+    const int o = 1 - i;
+    struct ibv_qp_attr a;
+    rtr_attr(&a, &g_dev[o].gid, p->s[o].qp->qp_num, psn[o]);
+    if (opts[i]->min_rnr_timer != 0) a.min_rnr_timer = opts[i]->min_rnr_timer;
+    int r = ibv_modify_qp(p->s[i].qp, &a, kRtrMask);
+    if (r != 0) return check(false, "connect: INIT->RTR", "side %d: %d", i, r);
+  }
+  for (int i = 0; i < 2; ++i) {
+    int r = to_rts_opts(p->s[i].qp, psn[i], opts[i]);
+    if (r != 0) return check(false, "connect: RTR->RTS", "side %d: %d", i, r);
+  }
+  return true;
+}
+
+/* Both ends through RESET -> INIT -> RTR -> RTS (pair_to_rts). */
 static bool connect_pair(struct pair* p, const struct qp_opts* o0,
                          const struct qp_opts* o1) {
   memset(p, 0, sizeof(*p));
@@ -322,23 +364,7 @@ static bool connect_pair(struct pair* p, const struct qp_opts* o0,
       !make_side(&p->s[1], &g_dev[1], o1)) {
     return false;
   }
-  const uint32_t psn[2] = {g_psn, g_psn + 0x100};
-  g_psn += 0x10000;
-  for (int i = 0; i < 2; ++i) {
-    int r = to_init(p->s[i].qp);
-    if (r != 0)
-      return check(false, "connect: RESET->INIT", "side %d: %d", i, r);
-  }
-  for (int i = 0; i < 2; ++i) {
-    const int o = 1 - i;
-    int r = to_rtr(p->s[i].qp, &g_dev[o].gid, p->s[o].qp->qp_num, psn[o]);
-    if (r != 0) return check(false, "connect: INIT->RTR", "side %d: %d", i, r);
-  }
-  for (int i = 0; i < 2; ++i) {
-    int r = to_rts_timeout(p->s[i].qp, psn[i], (i == 0 ? o0 : o1)->timeout);
-    if (r != 0) return check(false, "connect: RTR->RTS", "side %d: %d", i, r);
-  }
-  return true;
+  return pair_to_init(p) && pair_to_rts(p, o0, o1);
 }
 
 static void free_pair(struct pair* p) {
@@ -2130,6 +2156,763 @@ static void t_events(struct bufs* b) {
   free_pair(&p);
 }
 
+/* --- SEND and RECV ------------------------------------------------------- */
+
+/* Receives of the two-sided checks: on rdmaplane1, in the remote buffer
+ * (registered with local write), each in an area of its own. */
+enum { kArea = 256 * 1024 };
+
+static uint8_t* area(const struct bufs* b, int i) {
+  return b->remote + (size_t)i * kArea;
+}
+
+static struct ibv_recv_wr recv_wr(uint64_t wr_id, struct ibv_sge* sge,
+                                  int num_sge) {
+  struct ibv_recv_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = wr_id;
+  wr.sg_list = sge;
+  wr.num_sge = num_sge;
+  return wr;
+}
+
+/* Posts one receive of num_sge SGEs; ibv_post_recv's result. */
+static int post_recv1(struct side* s, uint64_t wr_id, struct ibv_sge* sge,
+                      int num_sge) {
+  struct ibv_recv_wr wr = recv_wr(wr_id, sge, num_sge);
+  struct ibv_recv_wr* bad = NULL;
+  return ibv_post_recv(s->qp, &wr, &bad);
+}
+
+/* One receive of `len` bytes at the start of area i. */
+static int post_recv_area(struct side* s, struct bufs* b, int i,
+                          uint64_t wr_id, uint32_t len) {
+  struct ibv_sge sge = sge_of(area(b, i), len, b->rmr->lkey);
+  return post_recv1(s, wr_id, &sge, 1);
+}
+
+/* Posts one signaled SEND (or SEND_WITH_IMM) of `len` bytes from
+ * rdmaplane0's local buffer at `offset`; ibv_post_send's result. */
+static int post_send1(struct side* s, struct bufs* b, enum ibv_wr_opcode op,
+                      uint64_t wr_id, size_t offset, uint32_t len,
+                      unsigned flags, uint32_t imm) {
+  struct ibv_sge sge = sge_of(b->local + offset, len, b->lmr->lkey);
+  struct ibv_send_wr wr =
+      rdma_wr(op, wr_id, &sge, len != 0 ? 1 : 0, 0, 0,
+              IBV_SEND_SIGNALED | flags);
+  wr.imm_data = imm;
+  struct ibv_send_wr* bad = NULL;
+  return ibv_post_send(s->qp, &wr, &bad);
+}
+
+/* The bytes of area i as a receive of SGEs sge[0, n) leaves them after
+ * `data` of `len` bytes was scattered over them: everything else 0xEE.
+ * Returns the first offset in the area that differs, or kArea. */
+static size_t scatter_diff(const struct bufs* b, int i,
+                           const struct ibv_sge* sge, int n,
+                           const uint8_t* data, size_t len) {
+  static uint8_t want[kArea];
+  memset(want, 0xEE, sizeof(want));
+  const uint8_t* base = area(b, i);
+  size_t at = 0;
+  for (int k = 0; k < n && at < len; ++k) {
+    const size_t off = (size_t)((uint8_t*)(uintptr_t)sge[k].addr - base);
+    const size_t part = len - at < sge[k].length ? len - at : sge[k].length;
+    memcpy(want + off, data + at, part);
+    at += part;
+  }
+  return first_diff(want, base, kArea);
+}
+
+static void t_send_sizes(struct bufs* b) {
+  step("SEND into posted receives of several SGEs, data checked");
+  struct qp_opts o = kDefaultOpts;
+  o.max_recv_wr = 16;
+  o.max_recv_sge = 4;
+  struct pair p;
+  if (!connect_pair(&p, &o, &o)) {
+    free_pair(&p);
+    return;
+  }
+  struct side* snd = &p.s[0];
+  struct side* rcv = &p.s[1];
+  enum { kN = 4 };
+  static const uint32_t kSizes[kN] = {0, 1, 4096, 65537};
+  /* Each receive: 3 SGEs of 5, 4000 and 70000 bytes with gaps between,
+   * in area i of the remote buffer. */
+  static const uint32_t kRecvLen[3] = {5, 4000, 70000};
+  static const size_t kRecvOff[3] = {0, 100, 8000};
+  memset(b->remote, 0xEE, (size_t)kN * kArea);
+  struct ibv_sge rsge[kN][3];
+  struct ibv_recv_wr rwr[kN];
+  for (int i = 0; i < kN; ++i) {
+    for (int k = 0; k < 3; ++k) {
+      rsge[i][k] =
+          sge_of(area(b, i) + kRecvOff[k], kRecvLen[k], b->rmr->lkey);
+    }
+    rwr[i] = recv_wr(2000 + (uint64_t)i, rsge[i], 3);
+    rwr[i].next = i < kN - 1 ? &rwr[i + 1] : NULL;
+  }
+  struct ibv_recv_wr* rbad = NULL;
+  int r = ibv_post_recv(rcv->qp, &rwr[0], &rbad);
+  check(r == 0, "ibv_post_recv of a list of 4 receives of 3 SGEs each",
+        "returned %d", r);
+
+  /* The sources: SEND i from area i of the local buffer; the largest
+   * gathers two SGEs, one from each local MR. */
+  struct ibv_sge ssge[kN][2];
+  struct ibv_send_wr swr[kN];
+  uint8_t* sent[kN];
+  uint8_t* joined = pages(kArea);
+  for (int i = 0; i < kN; ++i) {
+    sent[i] = b->local + (size_t)i * kArea;
+    fill(sent[i], kSizes[i] + 1, 30 + (uint32_t)i);
+    ssge[i][0] = sge_of(sent[i], kSizes[i], b->lmr->lkey);
+    swr[i] = rdma_wr(IBV_WR_SEND, 2100 + (uint64_t)i, ssge[i],
+                     kSizes[i] != 0 ? 1 : 0, 0, 0, IBV_SEND_SIGNALED);
+    swr[i].next = i < kN - 1 ? &swr[i + 1] : NULL;
+  }
+  /* SEND 3: 65000 bytes from the first MR, 537 from the second. */
+  fill(b->local2, 537, 34);
+  ssge[3][0].length = 65000;
+  ssge[3][1] = sge_of(b->local2, 537, b->lmr2->lkey);
+  swr[3].num_sge = 2;
+  memcpy(joined, sent[3], 65000);
+  memcpy(joined + 65000, b->local2, 537);
+  sent[3] = joined;
+
+  struct ibv_send_wr* sbad = NULL;
+  if (r == 0) r = ibv_post_send(snd->qp, &swr[0], &sbad);
+  struct ibv_wc swc[kN], rwc[kN];
+  memset(swc, 0, sizeof(swc));
+  memset(rwc, 0, sizeof(rwc));
+  const int sgot = r == 0 ? wait_wcs(snd->cq, swc, kN, 10000) : 0;
+  const int rgot = r == 0 ? wait_wcs(rcv->cq, rwc, kN, 10000) : 0;
+  check(r == 0 && sgot == kN && rgot == kN,
+        "4 SENDs: 4 send and 4 receive completions",
+        "post %d, %d send and %d receive completions", r, sgot, rgot);
+  for (int i = 0; i < sgot; ++i) {
+    char name[160];
+    snprintf(name, sizeof(name),
+             "SEND of %u bytes: the sender's completion is IBV_WC_SEND, "
+             "success, in order",
+             kSizes[i]);
+    check(swc[i].wr_id == 2100 + (uint64_t)i &&
+              swc[i].status == IBV_WC_SUCCESS && swc[i].opcode == IBV_WC_SEND,
+          name, "wr_id %llu status %s opcode %d",
+          (unsigned long long)swc[i].wr_id, wc_name(swc[i].status),
+          swc[i].opcode);
+  }
+  for (int i = 0; i < rgot; ++i) {
+    char name[160];
+    snprintf(name, sizeof(name),
+             "SEND of %u bytes: its receive completes with IBV_WC_RECV, "
+             "byte_len %u, no immediate data, the receive's wr_id and QP",
+             kSizes[i], kSizes[i]);
+    check(rwc[i].wr_id == 2000 + (uint64_t)i &&
+              rwc[i].status == IBV_WC_SUCCESS &&
+              rwc[i].opcode == IBV_WC_RECV && rwc[i].byte_len == kSizes[i] &&
+              (rwc[i].wc_flags & IBV_WC_WITH_IMM) == 0 &&
+              rwc[i].qp_num == rcv->qp->qp_num,
+          name, "wr_id %llu status %s opcode %d byte_len %u wc_flags %#x",
+          (unsigned long long)rwc[i].wr_id, wc_name(rwc[i].status),
+          rwc[i].opcode, rwc[i].byte_len, rwc[i].wc_flags);
+    snprintf(name, sizeof(name),
+             "SEND of %u bytes lands in order across the receive's SGEs, "
+             "nothing else changes",
+             kSizes[i]);
+    const size_t d = scatter_diff(b, i, rsge[i], 3, sent[i], kSizes[i]);
+    check(d == kArea, name, "area %d differs at offset %zu", i, d);
+  }
+  check(extra_wcs(snd->cq, 50) == 0 && extra_wcs(rcv->cq, 50) == 0,
+        "4 SENDs: no further completion", "extra completions");
+  free_pair(&p);
+}
+
+static void t_immediate(struct bufs* b) {
+  step("immediate data: SEND_WITH_IMM and RDMA_WRITE_WITH_IMM");
+  struct qp_opts o = kDefaultOpts;
+  o.max_recv_wr = 8;
+  struct pair p;
+  if (!connect_pair(&p, &o, &o)) {
+    free_pair(&p);
+    return;
+  }
+  struct side* snd = &p.s[0];
+  struct side* rcv = &p.s[1];
+  enum { kN = 4 };
+  memset(b->remote, 0xEE, (size_t)(kN + 1) * kArea);
+  int r = 0;
+  for (int i = 0; i < kN && r == 0; ++i) {
+    r = post_recv_area(rcv, b, i, 2200 + (uint64_t)i, 4096);
+  }
+  check(r == 0, "4 receives of 4096 bytes posted", "returned %d", r);
+  /* SEND_WITH_IMM of 100 bytes; a WRITE_WITH_IMM of 5000 bytes into area
+   * 4 (it takes the second receive, its buffer untouched); a
+   * WRITE_WITH_IMM of no data; a plain SEND, which takes the fourth. */
+  const uint32_t imm[3] = {htonl(0xA1B2C3D4u), htonl(0x01020304u),
+                           htonl(0xFFFF0000u)};
+  fill(b->local, 100, 40);
+  fill(b->local + kArea, 5000, 41);
+  fill(b->local + 2 * kArea, 10, 42);
+  uint8_t* target = area(b, kN) + 3;
+  struct ibv_sge sg[4] = {sge_of(b->local, 100, b->lmr->lkey),
+                          sge_of(b->local + kArea, 5000, b->lmr->lkey),
+                          sge_of(NULL, 0, 0),
+                          sge_of(b->local + 2 * kArea, 10, b->lmr->lkey)};
+  struct ibv_send_wr wr[4] = {
+      rdma_wr(IBV_WR_SEND_WITH_IMM, 2300, &sg[0], 1, 0, 0, IBV_SEND_SIGNALED),
+      rdma_wr(IBV_WR_RDMA_WRITE_WITH_IMM, 2301, &sg[1], 1,
+              (uint64_t)(uintptr_t)target, b->rmr->rkey, IBV_SEND_SIGNALED),
+      rdma_wr(IBV_WR_RDMA_WRITE_WITH_IMM, 2302, NULL, 0,
+              (uint64_t)(uintptr_t)target, b->rmr->rkey, IBV_SEND_SIGNALED),
+      rdma_wr(IBV_WR_SEND, 2303, &sg[3], 1, 0, 0, IBV_SEND_SIGNALED)};
+  for (int i = 0; i < 3; ++i) {
+    wr[i].imm_data = imm[i];
+    wr[i].next = &wr[i + 1];
+  }
+  struct ibv_send_wr* bad = NULL;
+  if (r == 0) r = ibv_post_send(snd->qp, &wr[0], &bad);
+  struct ibv_wc swc[kN], rwc[kN];
+  memset(swc, 0, sizeof(swc));
+  memset(rwc, 0, sizeof(rwc));
+  const int sgot = r == 0 ? wait_wcs(snd->cq, swc, kN, 10000) : 0;
+  const int rgot = r == 0 ? wait_wcs(rcv->cq, rwc, kN, 10000) : 0;
+  check(r == 0 && sgot == kN && rgot == kN,
+        "SEND_WITH_IMM, 2 WRITE_WITH_IMM and a SEND: 4 completions at each end",
+        "post %d, %d send and %d receive completions", r, sgot, rgot);
+  if (sgot == kN) {
+    bool ok = true;
+    static const enum ibv_wc_opcode kOps[kN] = {IBV_WC_SEND, IBV_WC_RDMA_WRITE,
+                                               IBV_WC_RDMA_WRITE, IBV_WC_SEND};
+    for (int i = 0; i < kN; ++i) {
+      if (swc[i].wr_id != 2300 + (uint64_t)i ||
+          swc[i].status != IBV_WC_SUCCESS || swc[i].opcode != kOps[i]) {
+        ok = false;
+      }
+    }
+    check(ok,
+          "the sender's completions: IBV_WC_SEND for the SENDs, "
+          "IBV_WC_RDMA_WRITE for the WRITEs with immediate data, in order",
+          "opcodes %d %d %d %d", swc[0].opcode, swc[1].opcode, swc[2].opcode,
+          swc[3].opcode);
+  }
+  if (rgot >= 1) {
+    const struct ibv_wc* w = &rwc[0];
+    check(w->wr_id == 2200 && w->status == IBV_WC_SUCCESS &&
+              w->opcode == IBV_WC_RECV && (w->wc_flags & IBV_WC_WITH_IMM) &&
+              w->imm_data == imm[0] && w->byte_len == 100,
+          "SEND_WITH_IMM: IBV_WC_RECV with IBV_WC_WITH_IMM, its imm_data and "
+          "byte_len",
+          "wr_id %llu status %s opcode %d wc_flags %#x imm_data %#x byte_len %u",
+          (unsigned long long)w->wr_id, wc_name(w->status), w->opcode,
+          w->wc_flags, ntohl(w->imm_data), w->byte_len);
+    check(first_diff(b->local, area(b, 0), 100) == 100 &&
+              all_bytes(area(b, 0) + 100, 4096 - 100, 0xEE),
+          "SEND_WITH_IMM: its data is in the receive", "first difference at %zu",
+          first_diff(b->local, area(b, 0), 100));
+  }
+  if (rgot >= 2) {
+    const struct ibv_wc* w = &rwc[1];
+    check(w->wr_id == 2201 && w->status == IBV_WC_SUCCESS &&
+              w->opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+              (w->wc_flags & IBV_WC_WITH_IMM) && w->imm_data == imm[1] &&
+              w->byte_len == 5000,
+          "RDMA_WRITE_WITH_IMM takes a receive: IBV_WC_RECV_RDMA_WITH_IMM with "
+          "IBV_WC_WITH_IMM, its imm_data, byte_len the WRITE's length",
+          "wr_id %llu status %s opcode %d wc_flags %#x imm_data %#x byte_len %u",
+          (unsigned long long)w->wr_id, wc_name(w->status), w->opcode,
+          w->wc_flags, ntohl(w->imm_data), w->byte_len);
+    check(first_diff(b->local + kArea, target, 5000) == 5000 &&
+              all_bytes(area(b, kN), 3, 0xEE) &&
+              all_bytes(target + 5000, 100, 0xEE),
+          "RDMA_WRITE_WITH_IMM: the data is at the remote address, and only "
+          "there",
+          "first difference at %zu", first_diff(b->local + kArea, target, 5000));
+    check(all_bytes(area(b, 1), 4096, 0xEE),
+          "RDMA_WRITE_WITH_IMM leaves the buffer of the receive it takes "
+          "untouched",
+          "the receive's buffer changed");
+  }
+  if (rgot >= 3) {
+    const struct ibv_wc* w = &rwc[2];
+    check(w->wr_id == 2202 && w->status == IBV_WC_SUCCESS &&
+              w->opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+              (w->wc_flags & IBV_WC_WITH_IMM) && w->imm_data == imm[2] &&
+              w->byte_len == 0,
+          "RDMA_WRITE_WITH_IMM without data (num_sge 0): "
+          "IBV_WC_RECV_RDMA_WITH_IMM, its imm_data, byte_len 0",
+          "wr_id %llu status %s opcode %d wc_flags %#x imm_data %#x byte_len %u",
+          (unsigned long long)w->wr_id, wc_name(w->status), w->opcode,
+          w->wc_flags, ntohl(w->imm_data), w->byte_len);
+  }
+  if (rgot >= 4) {
+    const struct ibv_wc* w = &rwc[3];
+    check(w->wr_id == 2203 && w->status == IBV_WC_SUCCESS &&
+              w->opcode == IBV_WC_RECV && (w->wc_flags & IBV_WC_WITH_IMM) == 0 &&
+              w->byte_len == 10 &&
+              first_diff(b->local + 2 * kArea, area(b, 3), 10) == 10,
+          "a SEND after the WRITEs with immediate data takes the next receive, "
+          "without immediate data",
+          "wr_id %llu status %s opcode %d wc_flags %#x byte_len %u",
+          (unsigned long long)w->wr_id, wc_name(w->status), w->opcode,
+          w->wc_flags, w->byte_len);
+  }
+  free_pair(&p);
+}
+
+static void t_inline_send(struct bufs* b) {
+  step("inline SEND");
+  struct qp_opts o0 = kDefaultOpts, o1 = kDefaultOpts;
+  o0.max_inline_data = 64;
+  o1.max_recv_wr = 4;
+  struct pair p;
+  if (!connect_pair(&p, &o0, &o1)) {
+    free_pair(&p);
+    return;
+  }
+  memset(area(b, 0), 0xEE, 256);
+  int r = post_recv_area(&p.s[1], b, 0, 2400, 256);
+  /* From the stack, unregistered, lkey 0; reusable once posted. */
+  uint8_t stack[48];
+  uint8_t want[48];
+  fill(stack, sizeof(stack), 43);
+  memcpy(want, stack, sizeof(want));
+  struct ibv_sge sge = sge_of(stack, sizeof(stack), 0);
+  struct ibv_send_wr w = rdma_wr(IBV_WR_SEND, 2401, &sge, 1, 0, 0,
+                                 IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  struct ibv_send_wr* bad = NULL;
+  if (r == 0) r = ibv_post_send(p.s[0].qp, &w, &bad);
+  memset(stack, 0, sizeof(stack));
+  struct ibv_wc swc, rwc;
+  memset(&swc, 0, sizeof(swc));
+  memset(&rwc, 0, sizeof(rwc));
+  const int sgot = r == 0 ? wait_wcs(p.s[0].cq, &swc, 1, 10000) : 0;
+  const int rgot = r == 0 ? wait_wcs(p.s[1].cq, &rwc, 1, 10000) : 0;
+  check(sgot == 1 && swc.status == IBV_WC_SUCCESS && swc.wr_id == 2401 &&
+            swc.opcode == IBV_WC_SEND && rgot == 1 &&
+            rwc.status == IBV_WC_SUCCESS && rwc.wr_id == 2400 &&
+            rwc.byte_len == sizeof(want) &&
+            first_diff(want, area(b, 0), sizeof(want)) == sizeof(want) &&
+            all_bytes(area(b, 0) + sizeof(want), 256 - sizeof(want), 0xEE),
+        "inline SEND of 48 bytes from an unregistered stack buffer, lkey 0, "
+        "arrives whole",
+        "post %d; sender: %d completions, status %s; receiver: %d "
+        "completions, status %s, byte_len %u",
+        r, sgot, sgot ? wc_name(swc.status) : "none", rgot,
+        rgot ? wc_name(rwc.status) : "none", rwc.byte_len);
+  free_pair(&p);
+}
+
+static void t_rnr(struct bufs* b) {
+  step("RNR: a SEND that finds no receive");
+  /* rnr_retry 1 at the sender, the receiver's RNR timer 0.01 ms (code 1):
+   * the retry runs out at once. */
+  struct qp_opts o0 = kDefaultOpts, o1 = kDefaultOpts;
+  o0.rnr_retry = 1;
+  o1.min_rnr_timer = 1;
+  o1.max_recv_wr = 4;
+  struct pair p;
+  if (connect_pair(&p, &o0, &o1)) {
+    fill(b->local, 64, 44);
+    const double start = now_s();
+    const int r = post_send1(&p.s[0], b, IBV_WR_SEND, 2500, 0, 64, 0, 0);
+    struct ibv_wc wc;
+    memset(&wc, 0, sizeof(wc));
+    const int got = r == 0 ? wait_wcs(p.s[0].cq, &wc, 1, 10000) : 0;
+    check(got == 1 && wc.wr_id == 2500 && wc.status == IBV_WC_RNR_RETRY_EXC_ERR,
+          "a SEND without a receive, rnr_retry 1: IBV_WC_RNR_RETRY_EXC_ERR at "
+          "the sender",
+          "post %d, %d completions, status %s after %.2f s", r, got,
+          got ? wc_name(wc.status) : "none", now_s() - start);
+    if (got == 1) check_after_error(&p.s[0], b, "RNR retries exhausted");
+    check(extra_wcs(p.s[1].cq, 50) == 0,
+          "the receiver without a receive completes nothing",
+          "extra completions");
+  }
+  free_pair(&p);
+
+  /* rnr_retry 7 retries for ever: a receive posted 20 ms later takes the
+   * SEND. */
+  o0 = kDefaultOpts;
+  o0.rnr_retry = 7;
+  o1 = kDefaultOpts;
+  o1.max_recv_wr = 4;
+  if (connect_pair(&p, &o0, &o1)) {
+    fill(b->local, 4096, 45);
+    memset(area(b, 0), 0xEE, 8192);
+    int r = post_send1(&p.s[0], b, IBV_WR_SEND, 2510, 0, 4096, 0, 0);
+    struct ibv_wc swc, rwc;
+    memset(&swc, 0, sizeof(swc));
+    memset(&rwc, 0, sizeof(rwc));
+    const int early = r == 0 ? wait_wcs(p.s[0].cq, &swc, 1, 20) : 0;
+    check(r == 0 && early == 0,
+          "rnr_retry 7: the SEND does not complete while no receive is posted",
+          "post %d, %d completions, status %s", r, early,
+          early ? wc_name(swc.status) : "none");
+    if (r == 0 && early == 0) {
+      r = post_recv_area(&p.s[1], b, 0, 2511, 8192);
+      const int sgot = r == 0 ? wait_wcs(p.s[0].cq, &swc, 1, 10000) : 0;
+      const int rgot = r == 0 ? wait_wcs(p.s[1].cq, &rwc, 1, 10000) : 0;
+      check(sgot == 1 && swc.wr_id == 2510 && swc.status == IBV_WC_SUCCESS &&
+                rgot == 1 && rwc.wr_id == 2511 &&
+                rwc.status == IBV_WC_SUCCESS && rwc.byte_len == 4096 &&
+                first_diff(b->local, area(b, 0), 4096) == 4096,
+            "rnr_retry 7: a receive posted 20 ms later takes the SEND; both "
+            "ends succeed, the data in place",
+            "post_recv %d; sender: %d completions, status %s; receiver: %d "
+            "completions, status %s, byte_len %u",
+            r, sgot, sgot ? wc_name(swc.status) : "none", rgot,
+            rgot ? wc_name(rwc.status) : "none", rwc.byte_len);
+    }
+  }
+  free_pair(&p);
+}
+
+static void t_recv_too_small(struct bufs* b) {
+  step("a SEND larger than its receive");
+  struct qp_opts o = kDefaultOpts;
+  o.max_recv_wr = 4;
+  struct pair p;
+  if (connect_pair(&p, &o, &o)) {
+    fill(b->local, 200, 46);
+    int r = post_recv_area(&p.s[1], b, 0, 2600, 100);
+    if (r == 0) r = post_send1(&p.s[0], b, IBV_WR_SEND, 2601, 0, 200, 0, 0);
+    struct ibv_wc swc, rwc;
+    memset(&swc, 0, sizeof(swc));
+    memset(&rwc, 0, sizeof(rwc));
+    const int rgot = r == 0 ? wait_wcs(p.s[1].cq, &rwc, 1, 10000) : 0;
+    const int sgot = r == 0 ? wait_wcs(p.s[0].cq, &swc, 1, 10000) : 0;
+    check(rgot == 1 && rwc.wr_id == 2600 && rwc.status == IBV_WC_LOC_LEN_ERR,
+          "a 200-byte SEND into a 100-byte receive: IBV_WC_LOC_LEN_ERR at the "
+          "receiver",
+          "post %d, %d completions, status %s", r, rgot,
+          rgot ? wc_name(rwc.status) : "none");
+    check(sgot == 1 && swc.wr_id == 2601 &&
+              swc.status == IBV_WC_REM_INV_REQ_ERR,
+          "a 200-byte SEND into a 100-byte receive: IBV_WC_REM_INV_REQ_ERR at "
+          "the sender",
+          "post %d, %d completions, status %s", r, sgot,
+          sgot ? wc_name(swc.status) : "none");
+    check_state(p.s[1].qp, IBV_QPS_ERR,
+                "the receiver's QP is in ERR after IBV_WC_LOC_LEN_ERR");
+    check_state(p.s[0].qp, IBV_QPS_ERR,
+                "the sender's QP is in ERR after IBV_WC_REM_INV_REQ_ERR");
+  }
+  free_pair(&p);
+}
+
+/* ibv_post_recv by queue pair state, its limits, and receives flushed. */
+static void t_recv_queue(struct bufs* b) {
+  step("ibv_post_recv: states, limits, flush");
+  struct qp_opts o0 = kDefaultOpts, o1 = kDefaultOpts;
+  o1.max_recv_wr = 4;
+  o1.max_recv_sge = 2;
+  struct pair p;
+  memset(&p, 0, sizeof(p));
+  if (!make_side(&p.s[0], &g_dev[0], &o0) ||
+      !make_side(&p.s[1], &g_dev[1], &o1)) {
+    free_pair(&p);
+    return;
+  }
+  struct side* rcv = &p.s[1];
+  const int n = (int)rcv->cap.max_recv_wr;
+  if (!check(n >= 4 && n <= 64 && rcv->cap.max_recv_sge >= 2,
+             "ibv_create_qp grants max_recv_wr and max_recv_sge asked for",
+             "max_recv_wr %d max_recv_sge %u", n, rcv->cap.max_recv_sge)) {
+    free_pair(&p);
+    return;
+  }
+  memset(b->remote, 0xEE, 8 * (size_t)kArea);
+  struct ibv_sge sge = sge_of(area(b, 0), 4096, b->rmr->lkey);
+  struct ibv_recv_wr w = recv_wr(2700, &sge, 1);
+  struct ibv_recv_wr* bad = NULL;
+  int r = ibv_post_recv(rcv->qp, &w, &bad);
+  check(r == EINVAL && bad == &w,
+        "ibv_post_recv in RESET fails with EINVAL, bad_wr set",
+        "returned %d, bad_wr %s", r, bad == &w ? "is the WR" : "is not the WR");
+
+  if (!pair_to_init(&p)) {
+    free_pair(&p);
+    return;
+  }
+  /* Posted in INIT, taken by the first SEND once connected. */
+  r = post_recv1(rcv, 2701, &sge, 1);
+  check(r == 0, "ibv_post_recv in INIT", "returned %d", r);
+
+  struct ibv_sge many[9];
+  for (int i = 0; i < 9; ++i) {
+    many[i] = sge_of(area(b, 1) + i * 64, 64, b->rmr->lkey);
+  }
+  w = recv_wr(2702, many, (int)rcv->cap.max_recv_sge + 1);
+  bad = NULL;
+  r = ibv_post_recv(rcv->qp, &w, &bad);
+  check(r == EINVAL && bad == &w,
+        "a receive with max_recv_sge + 1 SGEs fails with EINVAL, bad_wr set",
+        "returned %d, bad_wr %s", r, bad == &w ? "is the WR" : "is not the WR");
+
+  /* One is posted: a list of max_recv_wr more, the last one too many. */
+  struct ibv_recv_wr* list = calloc((size_t)n, sizeof(*list));
+  struct ibv_sge* lsge = calloc((size_t)n, sizeof(*lsge));
+  for (int i = 0; i < n; ++i) {
+    lsge[i] = sge_of(area(b, 2) + (size_t)i * 4096, 4096, b->rmr->lkey);
+    list[i] = recv_wr(2710 + (uint64_t)i, &lsge[i], 1);
+    list[i].next = i < n - 1 ? &list[i + 1] : NULL;
+  }
+  bad = NULL;
+  r = ibv_post_recv(rcv->qp, &list[0], &bad);
+  check(r == ENOMEM && bad == &list[n - 1],
+        "max_recv_wr + 1 outstanding receives: the last is refused with "
+        "ENOMEM, bad_wr names it",
+        "max_recv_wr %d: returned %d, bad_wr is WR %d", n, r,
+        bad == NULL ? -1 : (int)(bad - list));
+
+  if (pair_to_rts(&p, &o0, &o1)) {
+    fill(b->local, 3000, 47);
+    r = post_send1(&p.s[0], b, IBV_WR_SEND, 2703, 0, 3000, 0, 0);
+    struct ibv_wc wc;
+    memset(&wc, 0, sizeof(wc));
+    const int got = r == 0 ? wait_wcs(rcv->cq, &wc, 1, 10000) : 0;
+    check(got == 1 && wc.wr_id == 2701 && wc.status == IBV_WC_SUCCESS &&
+              wc.byte_len == 3000 &&
+              first_diff(b->local, area(b, 0), 3000) == 3000,
+          "the receive posted in INIT takes the first SEND",
+          "post %d, %d completions, wr_id %llu status %s byte_len %u", r, got,
+          (unsigned long long)wc.wr_id, got ? wc_name(wc.status) : "none",
+          wc.byte_len);
+    struct ibv_wc swc;
+    if (wait_wcs(p.s[0].cq, &swc, 1, 10000) != 1) {
+      check(false, "the SEND into the receive posted in INIT completes",
+            "no completion at the sender");
+    }
+
+    /* The max_recv_wr - 1 still posted are flushed by the move to ERR, in
+     * order; then one posted in ERR completes flushed too. */
+    r = to_state(rcv->qp, IBV_QPS_ERR);
+    struct ibv_wc fl[64];
+    memset(fl, 0, sizeof(fl));
+    const int want = n - 1;
+    int fgot = r == 0 ? wait_wcs(rcv->cq, fl, want, 10000) : 0;
+    bool ok = fgot == want;
+    for (int i = 0; i < fgot; ++i) {
+      if (fl[i].wr_id != 2710 + (uint64_t)i ||
+          fl[i].status != IBV_WC_WR_FLUSH_ERR ||
+          fl[i].qp_num != rcv->qp->qp_num) {
+        ok = false;
+      }
+    }
+    check(r == 0 && ok,
+          "modify to ERR: every posted receive completes with "
+          "IBV_WC_WR_FLUSH_ERR, in order",
+          "modify %d, %d of %d completions, first status %s", r, fgot, want,
+          fgot ? wc_name(fl[0].status) : "none");
+    check(extra_wcs(rcv->cq, 50) == 0,
+          "the receive refused with ENOMEM never completes",
+          "extra completions");
+    /* docs/verbs.md: in ERR a receive completes at once, flushed. */
+    r = post_recv1(rcv, 2720, &sge, 1);
+    fgot = r == 0 ? wait_wcs(rcv->cq, fl, 1, 5000) : 0;
+    check(r == 0 && fgot == 1 && fl[0].wr_id == 2720 &&
+              fl[0].status == IBV_WC_WR_FLUSH_ERR,
+          "a receive posted in ERR completes with IBV_WC_WR_FLUSH_ERR",
+          "post %d, %d completions, status %s", r, fgot,
+          fgot ? wc_name(fl[0].status) : "none");
+    check(extra_wcs(rcv->cq, 50) == 0, "nothing else completes in ERR",
+          "extra completions");
+  }
+  free(list);
+  free(lsge);
+  free_pair(&p);
+
+  /* The largest receive queue and SGE count served, and one more. */
+  struct ibv_cq* cq = ibv_create_cq(g_dev[1].ctx, 16, NULL, NULL, 0);
+  if (cq == NULL) return;
+  static const struct {
+    uint32_t wr, sge;
+    bool ok;
+    const char* name;
+  } kCaps[] = {
+      {512, 8, true, "ibv_create_qp with max_recv_wr 512 and max_recv_sge 8"},
+      {513, 1, false, "ibv_create_qp with max_recv_wr 513 fails with EINVAL"},
+      {1, 9, false, "ibv_create_qp with max_recv_sge 9 fails with EINVAL"},
+  };
+  for (size_t i = 0; i < sizeof(kCaps) / sizeof(kCaps[0]); ++i) {
+    struct ibv_qp_init_attr init;
+    memset(&init, 0, sizeof(init));
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = 1;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_wr = kCaps[i].wr;
+    init.cap.max_recv_sge = kCaps[i].sge;
+    errno = 0;
+    struct ibv_qp* qp = ibv_create_qp(g_dev[1].pd, &init);
+    if (kCaps[i].ok) {
+      check(qp != NULL && init.cap.max_recv_wr >= kCaps[i].wr &&
+                init.cap.max_recv_sge >= kCaps[i].sge,
+            kCaps[i].name, "qp %p errno %d, max_recv_wr %u max_recv_sge %u",
+            (void*)qp, errno, init.cap.max_recv_wr, init.cap.max_recv_sge);
+    } else {
+      check(qp == NULL && errno == EINVAL, kCaps[i].name, "qp %p errno %d",
+            (void*)qp, errno);
+    }
+    if (qp != NULL) ibv_destroy_qp(qp);
+  }
+  ibv_destroy_cq(cq);
+}
+
+/* Takes every event waiting on a non-blocking channel, acknowledged;
+ * returns how many there were. */
+static int drain_events(struct ibv_comp_channel* ch) {
+  int n = 0;
+  struct ibv_cq* cq = NULL;
+  void* ctx = NULL;
+  while (ibv_get_cq_event(ch, &cq, &ctx) == 0) {
+    ibv_ack_cq_events(cq, 1);
+    ++n;
+  }
+  return n;
+}
+
+/* Whether the channel's fd becomes readable within ms (poll(2)). */
+static bool readable_within(struct ibv_comp_channel* ch, int ms) {
+  struct pollfd pfd = {ch->fd, POLLIN, 0};
+  return poll(&pfd, 1, ms) == 1 && (pfd.revents & POLLIN) != 0;
+}
+
+/* A SEND of 64 bytes from s[0] into a receive posted for it at s[1];
+ * waits for the sender's completion (so the receive has completed too,
+ * in the CQ). Returns whether both posts and the send succeeded. */
+static bool send_into_receive(struct pair* p, struct bufs* b, uint64_t wr_id,
+                              unsigned flags) {
+  int r = post_recv_area(&p->s[1], b, 0, wr_id, 4096);
+  if (r == 0) r = post_send1(&p->s[0], b, IBV_WR_SEND, wr_id, 0, 64, flags, 0);
+  struct ibv_wc wc;
+  const int got = r == 0 ? wait_wcs(p->s[0].cq, &wc, 1, 10000) : 0;
+  const bool ok = got == 1 && wc.status == IBV_WC_SUCCESS;
+  if (!ok) {
+    check(false, "a SEND into a posted receive, for the events",
+          "post %d, %d completions, status %s", r, got,
+          got ? wc_name(wc.status) : "none");
+  }
+  return ok;
+}
+
+/* The receive of send_into_receive, polled from s[1]'s CQ. */
+static bool receive_polled(struct pair* p, uint64_t wr_id) {
+  struct ibv_wc wc;
+  const int got = wait_wcs(p->s[1].cq, &wc, 1, 10000);
+  return got == 1 && wc.wr_id == wr_id && wc.status == IBV_WC_SUCCESS;
+}
+
+static void t_recv_events(struct bufs* b) {
+  step("completion events of receives");
+  struct qp_opts o1 = kDefaultOpts;
+  o1.channel = true;
+  o1.max_recv_wr = 8;
+  struct pair p;
+  if (!connect_pair(&p, &kDefaultOpts, &o1)) {
+    free_pair(&p);
+    return;
+  }
+  struct side* rcv = &p.s[1];
+  struct ibv_comp_channel* ch = rcv->channel;
+  const int fl = fcntl(ch->fd, F_GETFL);
+  int r = fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK);
+  check(fl >= 0 && r == 0, "O_NONBLOCK on the completion channel's fd",
+        "fcntl failed: errno %d", errno);
+
+  /* ibv_get_cq_event(3)'s non-blocking use: nothing armed, no event. */
+  struct ibv_cq* ev_cq = NULL;
+  void* ev_ctx = NULL;
+  errno = 0;
+  r = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+  check(r == -1 && errno == EAGAIN,
+        "O_NONBLOCK, nothing armed: ibv_get_cq_event returns -1 with EAGAIN",
+        "returned %d, errno %d", r, errno);
+
+  /* Armed, a receive completes: the fd polls readable, one event. */
+  r = ibv_req_notify_cq(rcv->cq, 0);
+  bool sent = r == 0 && send_into_receive(&p, b, 2800, 0);
+  bool ev = sent && readable_within(ch, 2000);
+  check(ev, "an armed CQ: a receive's completion makes the channel's fd "
+            "readable (poll)",
+        "notify %d, fd not readable within 2 s", r);
+  if (ev) {
+    ev_cq = NULL;
+    ev_ctx = NULL;
+    r = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+    check(r == 0 && ev_cq == rcv->cq && ev_ctx == rcv,
+          "ibv_get_cq_event returns the receive CQ and its context",
+          "returned %d", r);
+    if (r == 0) ibv_ack_cq_events(ev_cq, 1);
+    errno = 0;
+    r = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+    check(r == -1 && errno == EAGAIN,
+          "one event per ibv_req_notify_cq: the next ibv_get_cq_event returns "
+          "-1 with EAGAIN",
+          "returned %d, errno %d", r, errno);
+    if (r == 0) ibv_ack_cq_events(ev_cq, 1);
+  }
+  check(sent && receive_polled(&p, 2800), "the receive that raised the event "
+                                          "is polled",
+        "no successful receive completion");
+
+  /* ibv_req_notify_cq(3): an event comes "upon the addition of a new CQ
+   * entry". A receive already in the CQ when it is armed is none. */
+  sent = send_into_receive(&p, b, 2801, 0);
+  sleep_us(50000);
+  r = ibv_req_notify_cq(rcv->cq, 0);
+  ev = readable_within(ch, 200);
+  check(sent && r == 0 && !ev,
+        "a completion already in the CQ when it is armed raises no event",
+        "notify %d, an event within 200 ms", r);
+  drain_events(ch);
+  check(sent && receive_polled(&p, 2801), "the receive in the CQ is polled",
+        "no successful receive completion");
+  /* Armed (again, should an event have gone), the CQ empty: the next
+   * receive raises the event. */
+  r = ibv_req_notify_cq(rcv->cq, 0);
+  sent = r == 0 && send_into_receive(&p, b, 2802, 0);
+  ev = sent && readable_within(ch, 2000);
+  check(ev, "a receive completing after the CQ was armed raises the event",
+        "notify %d, fd not readable within 2 s", r);
+  drain_events(ch);
+  check(sent && receive_polled(&p, 2802), "that receive is polled",
+        "no successful receive completion");
+
+  /* solicited_only: a SEND without IBV_SEND_SOLICITED raises no event, one
+   * with it does. */
+  r = ibv_req_notify_cq(rcv->cq, 1);
+  sent = r == 0 && send_into_receive(&p, b, 2803, 0);
+  ev = readable_within(ch, 200);
+  check(sent && !ev,
+        "solicited_only: a receive of a SEND without IBV_SEND_SOLICITED raises "
+        "no event",
+        "notify %d, an event within 200 ms", r);
+  drain_events(ch);
+  check(sent && receive_polled(&p, 2803), "the unsolicited receive is polled",
+        "no successful receive completion");
+  if (!ev) {
+    sent = send_into_receive(&p, b, 2804, IBV_SEND_SOLICITED);
+    ev = sent && readable_within(ch, 2000);
+    check(ev,
+          "solicited_only: a receive of a SEND with IBV_SEND_SOLICITED raises "
+          "the event",
+          "fd not readable within 2 s");
+    ev_cq = NULL;
+    r = ev ? ibv_get_cq_event(ch, &ev_cq, &ev_ctx) : -1;
+    check(r == 0 && ev_cq == rcv->cq,
+          "the solicited event names the receive CQ", "returned %d", r);
+    if (r == 0) ibv_ack_cq_events(ev_cq, 1);
+    drain_events(ch);
+    check(sent && receive_polled(&p, 2804), "the solicited receive is polled",
+          "no successful receive completion");
+  }
+  free_pair(&p);
+}
+
 /* --- Main -------------------------------------------------------------- */
 
 int main(int argc, char** argv) {
@@ -2168,6 +2951,13 @@ int main(int argc, char** argv) {
       t_peer_gone(&b);
       t_modify_to_err(&b);
       t_events(&b);
+      t_send_sizes(&b);
+      t_immediate(&b);
+      t_inline_send(&b);
+      t_rnr(&b);
+      t_recv_too_small(&b);
+      t_recv_queue(&b);
+      t_recv_events(&b);
       t_memory(&b);
       free_bufs(&b);
     }
