@@ -60,14 +60,17 @@ e2e_start_daemon b "$sock_b" "$prefix_b" \
   --port="net_memif0,role=client,socket=$memif" --ip="$ip_b" --log_level=debug ||
   e2e_fail "daemon b (memif client) did not start"
 
-# verbs SOCKETS LIMIT_S COMMAND...: COMMAND with the verbs front end
-# preloaded and RDMAPLANE_SOCKET=SOCKETS, bounded by LIMIT_S. (timeout runs
-# env, which runs COMMAND: only COMMAND loads the front end.)
+# verbs SOCKETS LIMIT_S OUT COMMAND...: COMMAND with the verbs front end
+# preloaded and RDMAPLANE_SOCKET=SOCKETS, bounded by LIMIT_S, its output in
+# the file OUT. (timeout runs env, which runs COMMAND: only COMMAND loads
+# the front end. The redirection is the command's own, not the function
+# call's: a signal's trap, which runs once the command returns, still
+# writes to the test's output.)
 verbs() {
-  local sockets="$1" limit="$2"
-  shift 2
+  local sockets="$1" limit="$2" out="$3"
+  shift 3
   timeout --kill-after=5 "$limit" env RDMAPLANE_SOCKET="$sockets" \
-    LD_PRELOAD="$verbs_so" RDMAPLANE_VERBS_DEBUG=1 "$@"
+    LD_PRELOAD="$verbs_so" RDMAPLANE_VERBS_DEBUG=1 "$@" >"$out" 2>&1
 }
 
 # A TCP port nobody listens on now (the kernel's choice of a free one).
@@ -93,7 +96,7 @@ check_devices() {
   local label="$1" sockets="$2"
   shift 2
   local out="$E2E_TMP/ibv_devices-$label.out" status=0
-  verbs "$sockets" 20 ibv_devices >"$out" 2>&1 || status=$?
+  verbs "$sockets" 20 "$out" ibv_devices || status=$?
   sed 's/^/    /' "$out"
   [[ $status -eq 0 ]] || e2e_fail "ibv_devices ($label) exited with status $status"
   local listed want="" name
@@ -114,7 +117,7 @@ check_devices() {
 check_devinfo() {
   local label="$1" sockets="$2" device="$3" ip="$4"
   local out="$E2E_TMP/ibv_devinfo-$label.out" status=0
-  verbs "$sockets" 20 ibv_devinfo -v -d "$device" >"$out" 2>&1 || status=$?
+  verbs "$sockets" 20 "$out" ibv_devinfo -v -d "$device" || status=$?
   [[ $status -eq 0 ]] || {
     sed 's/^/    /' "$out" >&2
     e2e_fail "ibv_devinfo -v -d $device ($label) exited with status $status"
@@ -143,14 +146,14 @@ missing="$E2E_TMP/nobody.sock"
 check_devices none "$missing"
 out="$E2E_TMP/ibv_devinfo-none.out"
 status=0
-verbs "$missing" 20 ibv_devinfo >"$out" 2>&1 || status=$?
+verbs "$missing" 20 "$out" ibv_devinfo || status=$?
 sed 's/^/    /' "$out"
 [[ $status -ne 0 && $status -ne 124 && $status -ne 137 ]] ||
   e2e_fail "ibv_devinfo without a daemon exited with status $status, not a failure of its own"
 expect_line "$out" "ibv_devinfo without a daemon" "No IB devices found"
 out="$E2E_TMP/ib_write_bw-none.out"
 status=0
-verbs "$missing" 20 ib_write_bw -d rdmaplane0 -p "$(free_port)" >"$out" 2>&1 || status=$?
+verbs "$missing" 20 "$out" ib_write_bw -d rdmaplane0 -p "$(free_port)" || status=$?
 sed 's/^/    /' "$out"
 [[ $status -ne 0 && $status -ne 124 && $status -ne 137 ]] ||
   e2e_fail "ib_write_bw without a daemon exited with status $status, not a failure of its own"
@@ -257,7 +260,7 @@ perf_pair() {
     waited=$((waited + 1))
   done
   local cstatus=0 sstatus=0
-  verbs "$sock_b" 60 "$tool" -d rdmaplane0 -p "$port" "$@" 127.0.0.1 >"$cout" 2>&1 ||
+  verbs "$sock_b" 60 "$cout" "$tool" -d rdmaplane0 -p "$port" "$@" 127.0.0.1 ||
     cstatus=$?
   wait "$server" || sstatus=$?
   local took why=""
