@@ -7,14 +7,23 @@
 #      with RDMAPLANE_SOCKET=A:B both appear, B as rdmaplane1.
 #   2. With RDMAPLANE_SOCKET naming a socket nobody serves, ibv_devices lists
 #      no device, and ibv_devinfo and ib_write_bw fail saying so.
-#   3. perftest: ib_write_bw, ib_read_bw, ib_write_lat and ib_read_lat, each
-#      with -s 65536 and with -a (2 B .. 8 MiB), and ib_read_bw in event
-#      mode (-e) too; a server with a session on A, its client on B (the
-#      out-of-band TCP connection over this host's loopback, a free port per
-#      run). Both ends must exit 0 and print perftest's results table (the
-#      server of ib_read_lat prints none). ib_write_bw refuses -e itself
-#      ("Events feature not available on WRITE verb"), so only ib_read_bw
-#      runs in event mode.
+#   3. Pairs of one tool, a server with a session on A and its client on B
+#      (the out-of-band TCP connection over this host's loopback, a free
+#      port per run); both ends must exit 0 and print their results:
+#      - perftest's ib_write_bw, ib_read_bw, ib_write_lat and ib_read_lat,
+#        each with -s 65536 and with -a (2 B .. 8 MiB), and ib_read_bw in
+#        event mode (-e) too: perftest's results table (the server of
+#        ib_read_lat prints none). ib_write_bw refuses -e itself ("Events
+#        feature not available on WRITE verb").
+#      - ib_write_bw --use_hugepages -s 65536, its buffers on 2 MiB
+#        hugepages: as root only, with 64 free hugepages (reserved here when
+#        missing; nr_hugepages is set back at every exit); otherwise this
+#        case alone is skipped, saying why.
+#      - ibverbs-utils' ibv_rc_pingpong (SEND/RECV, -g 0 for RoCE), polling
+#        and with -e, with -c: both print the bytes and iterations they
+#        exchanged, and neither reports invalid data.
+#      - perftest's two-sided ib_send_bw and ib_send_lat, each with -s 65536
+#        and with -a, polling and with -e: results tables as above.
 #   4. Both daemons then stop cleanly.
 #
 #   perftest_test.sh E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO
@@ -36,7 +45,8 @@ daemon_bin="$2"
 [[ -f $3 ]] || e2e_fail "no file at $3"
 # Absolute: the tools resolve LD_PRELOAD themselves.
 verbs_so="$(realpath "$3")"
-for tool in ibv_devices ibv_devinfo ib_write_bw ib_read_bw ib_write_lat ib_read_lat; do
+for tool in ibv_devices ibv_devinfo ib_write_bw ib_read_bw ib_write_lat ib_read_lat \
+  ib_send_bw ib_send_lat ibv_rc_pingpong; do
   command -v "$tool" >/dev/null ||
     e2e_fail "$tool is not installed (deploy/setup.sh installs perftest and ibverbs-utils)"
 done
@@ -160,7 +170,7 @@ sed 's/^/    /' "$out"
 expect_line "$out" "ib_write_bw without a daemon" "Did not detect devices|Unable to find the Infiniband/RoCE device"
 e2e_log "without a daemon: no device listed; ibv_devinfo and ib_write_bw (status $status) fail saying so"
 
-# --- 3. perftest ------------------------------------------------------------
+# --- 3. Tool pairs ------------------------------------------------------------
 
 # Whether a TCP socket listens on PORT (any address, IPv4 or IPv6), read
 # from /proc so that no probe connection reaches the server.
@@ -174,20 +184,20 @@ listening() {
 # check_table LABEL SIDE FILE ITERATIONS FIRST_SIZE LAST_SIZE ROWS: FILE has
 # perftest's header line (#bytes) and ROWS numeric rows (0: any number) from
 # FIRST_SIZE (empty: any) to LAST_SIZE, each of ITERATIONS iterations.
-# Returns 1 with the reason in TABLE_ERROR otherwise.
-TABLE_ERROR=""
+# Returns 1 with the reason in CHECK_ERROR otherwise.
+CHECK_ERROR=""
 check_table() {
   local label="$1" side="$2" file="$3" iters="$4" first="$5" last="$6" rows="$7"
-  TABLE_ERROR=""
+  CHECK_ERROR=""
   if ! grep -qE '^[[:space:]]*#bytes[[:space:]]+#iterations' "$file"; then
-    TABLE_ERROR="$label: the $side printed no results table (#bytes #iterations ...)"
+    CHECK_ERROR="$label: the $side printed no results table (#bytes #iterations ...)"
     return 1
   fi
   local table
   table="$(awk '/^[[:space:]]*#bytes/ { on = 1; next }
     on && $1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ { print $1, $2 }' "$file")"
   if [[ -z $table ]]; then
-    TABLE_ERROR="$label: the $side's table has no numeric row"
+    CHECK_ERROR="$label: the $side's table has no numeric row"
     return 1
   fi
   local n got_first got_last bad_iters
@@ -196,30 +206,57 @@ check_table() {
   got_last="$(tail -n 1 <<<"$table" | cut -d' ' -f1)"
   bad_iters="$(awk -v i="$iters" '$2 != i' <<<"$table" | head -n 1)"
   if [[ $rows -ne 0 && $n -ne $rows ]]; then
-    TABLE_ERROR="$label: the $side's table has $n rows, expected $rows"
+    CHECK_ERROR="$label: the $side's table has $n rows, expected $rows"
   elif [[ -n $first && $got_first != "$first" ]]; then
-    TABLE_ERROR="$label: the $side's table starts at $got_first bytes, expected $first"
+    CHECK_ERROR="$label: the $side's table starts at $got_first bytes, expected $first"
   elif [[ $got_last != "$last" ]]; then
-    TABLE_ERROR="$label: the $side's table ends at $got_last bytes, expected $last"
+    CHECK_ERROR="$label: the $side's table ends at $got_last bytes, expected $last"
   elif [[ -n $bad_iters ]]; then
-    TABLE_ERROR="$label: the $side's table has a row '$bad_iters', not $iters iterations"
+    CHECK_ERROR="$label: the $side's table has a row '$bad_iters', not $iters iterations"
   else
     return 0
   fi
   return 1
 }
 
-# perf_pair LABEL SERVER_TABLE TOOL ARGS...: one perftest run, the one place
-# where the tools run: TOOL ARGS as server on daemon A (rdmaplane0 of
-# RDMAPLANE_SOCKET=A), then as client on B connecting to it over
-# 127.0.0.1 on a free port. Both must exit 0 within 60 s and print the
-# results table: the client always, the server when SERVER_TABLE is "yes"
-# (perftest's ib_read_lat server prints none). -s SIZE gives a table of one
-# row, SIZE; -a gives 2 .. 8388608 bytes (23 rows) on the client and the
-# last row at least on the server; the iterations come from -n. On failure
-# both ends' output and the daemons' logs are printed.
+# check_pingpong LABEL SIDE FILE ITERATIONS SIZE: FILE is what one end of
+# ibv_rc_pingpong printed: "BYTES bytes in ..." with BYTES = 2 x SIZE x
+# ITERATIONS (what both directions carried), "ITERATIONS iters in ...",
+# and no "invalid data in page N" (-c: the server checks, at the start of
+# each page of its buffer, the byte the client wrote there). Returns 1 with
+# the reason in CHECK_ERROR otherwise.
+check_pingpong() {
+  local label="$1" side="$2" file="$3" iters="$4" size="$5"
+  CHECK_ERROR=""
+  local bytes=$((2 * size * iters))
+  if ! grep -qE "^$bytes bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec\$" "$file"; then
+    CHECK_ERROR="$label: the $side printed no '$bytes bytes in ... Mbit/sec' line"
+  elif ! grep -qE "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter\$" "$file"; then
+    CHECK_ERROR="$label: the $side printed no '$iters iters in ... usec/iter' line"
+  elif grep -q 'invalid data' "$file"; then
+    CHECK_ERROR="$label: the $side found invalid data: $(grep -m 1 'invalid data' "$file")"
+  else
+    return 0
+  fi
+  return 1
+}
+
+# perf_pair LABEL CHECK TOOL ARGS...: one run of a pair, the one place where
+# the tools run: TOOL ARGS as server on daemon A (rdmaplane0 of
+# RDMAPLANE_SOCKET=A), then as client on B connecting to it over 127.0.0.1
+# on a free port. Both must exit 0 within 60 s and print their results, as
+# CHECK says:
+#   tables    perftest's results table at both ends;
+#   client    ... at the client only (perftest's ib_read_lat server prints
+#             none);
+#   pingpong  ibv_rc_pingpong's two lines at both ends (check_pingpong).
+# For a table, -s SIZE gives one row, SIZE; -a gives 2 .. 8388608 bytes (23
+# rows) on the client and the last row at least on the server; the
+# iterations come from -n (for ibv_rc_pingpong too; its size from -s,
+# default 4096). On failure both ends' output and the daemons' logs are
+# printed.
 perf_pair() {
-  local label="$1" server_table="$2" tool="$3"
+  local label="$1" kind="$2" tool="$3"
   shift 3
   local args=("$@") iters="" size="" all=no i
   for ((i = 0; i < ${#args[@]}; i++)); do
@@ -231,15 +268,21 @@ perf_pair() {
   done
   [[ -n $iters ]] || e2e_fail "perf_pair $label: give -n"
   local first last rows server_rows
-  if [[ $all == yes ]]; then
-    first=2 last=8388608 rows=23 server_rows=0
-  else
-    [[ -n $size ]] || e2e_fail "perf_pair $label: give -s or -a"
-    first="$size" last="$size" rows=1 server_rows=1
-  fi
+  case "$kind" in
+    tables | client)
+      if [[ $all == yes ]]; then
+        first=2 last=8388608 rows=23 server_rows=0
+      else
+        [[ -n $size ]] || e2e_fail "perf_pair $label: give -s or -a"
+        first="$size" last="$size" rows=1 server_rows=1
+      fi
+      ;;
+    pingpong) size="${size:-4096}" ;;
+    *) e2e_fail "perf_pair $label: unknown check '$kind'" ;;
+  esac
   local port sout="$E2E_TMP/$label.server.out" cout="$E2E_TMP/$label.client.out"
   port="$(free_port)"
-  e2e_log "perftest $label: $tool $* (port $port)"
+  e2e_log "pair $label: $tool $* (port $port)"
   local start
   start="$(e2e_now)"
   : >"$sout"
@@ -254,7 +297,7 @@ perf_pair() {
   until listening "$port"; do
     if ! kill -0 "$server" 2>/dev/null || ((waited >= 100)); then
       sed 's/^/    server: /' "$sout" >&2
-      e2e_fail "perftest $label: the server did not listen on port $port within 10 s"
+      e2e_fail "pair $label: the server did not listen on port $port within 10 s"
     fi
     sleep 0.1
     waited=$((waited + 1))
@@ -266,36 +309,114 @@ perf_pair() {
   local took why=""
   took="$(e2e_since "$start")"
   if [[ $cstatus -ne 0 || $sstatus -ne 0 ]]; then
-    why="perftest $label: client exit status $cstatus, server exit status $sstatus (124/137: timed out)"
-  elif ! check_table "perftest $label" client "$cout" "$iters" "$first" "$last" "$rows"; then
-    why="$TABLE_ERROR"
-  elif [[ $server_table == yes ]] &&
-    ! check_table "perftest $label" server "$sout" "$iters" "" "$last" "$server_rows"; then
-    why="$TABLE_ERROR"
+    why="pair $label: client exit status $cstatus, server exit status $sstatus (124/137: timed out)"
+  elif [[ $kind == pingpong ]]; then
+    if ! check_pingpong "pair $label" client "$cout" "$iters" "$size" ||
+      ! check_pingpong "pair $label" server "$sout" "$iters" "$size"; then
+      why="$CHECK_ERROR"
+    fi
+  elif ! check_table "pair $label" client "$cout" "$iters" "$first" "$last" "$rows"; then
+    why="$CHECK_ERROR"
+  elif [[ $kind == tables ]] &&
+    ! check_table "pair $label" server "$sout" "$iters" "" "$last" "$server_rows"; then
+    why="$CHECK_ERROR"
   fi
   if [[ -n $why ]]; then
     sed 's/^/    server: /' "$sout" >&2
     sed 's/^/    client: /' "$cout" >&2
     e2e_fail "$why"
   fi
-  # The client's table, for the log.
-  awk '/^[[:space:]]*#bytes/ { on = 1 } on && NF > 0 && !/^-/ { print "    " $0 }' "$cout"
-  e2e_log "perftest $label ok in $took s"
+  # The client's results, for the log.
+  if [[ $kind == pingpong ]]; then
+    grep -E ' (bytes|iters) in ' "$cout" | sed 's/^/    /'
+  else
+    awk '/^[[:space:]]*#bytes/ { on = 1 } on && NF > 0 && !/^-/ { print "    " $0 }' "$cout"
+  fi
+  e2e_log "pair $label ok in $took s"
 }
 
-perf_pair write_bw yes ib_write_bw -s 65536 -n 200
-perf_pair write_bw_all yes ib_write_bw -a -n 5
-perf_pair read_bw yes ib_read_bw -s 65536 -n 200
-perf_pair read_bw_all yes ib_read_bw -a -n 5
-perf_pair read_bw_events yes ib_read_bw -e -s 65536 -n 200
-perf_pair read_bw_events_all yes ib_read_bw -e -a -n 5
-perf_pair write_lat yes ib_write_lat -s 65536 -n 200
-perf_pair write_lat_all yes ib_write_lat -a -n 5
-perf_pair read_lat no ib_read_lat -s 65536 -n 200
-perf_pair read_lat_all no ib_read_lat -a -n 5
+perf_pair write_bw tables ib_write_bw -s 65536 -n 200
+perf_pair write_bw_all tables ib_write_bw -a -n 5
+perf_pair read_bw tables ib_read_bw -s 65536 -n 200
+perf_pair read_bw_all tables ib_read_bw -a -n 5
+perf_pair read_bw_events tables ib_read_bw -e -s 65536 -n 200
+perf_pair read_bw_events_all tables ib_read_bw -e -a -n 5
+perf_pair write_lat tables ib_write_lat -s 65536 -n 200
+perf_pair write_lat_all tables ib_write_lat -a -n 5
+perf_pair read_lat client ib_read_lat -s 65536 -n 200
+perf_pair read_lat_all client ib_read_lat -a -n 5
+
+# ib_write_bw on hugepages: perftest's --use_hugepages puts its buffers on a
+# SysV segment of 2 MiB hugepages (shmget with SHM_HUGETLB), which
+# ibv_reg_mr moves like other memory (docs/verbs.md). HUGE_PAGES of them
+# must be free; as root, reserve_hugepages reserves what is missing and
+# registers restore_hugepages, which sets nr_hugepages back, as a cleanup
+# hook (the EXIT trap runs it, whatever ends the test) before changing it.
+HUGE_PAGES=64
+HUGE_WHY=""
+huge_before="" # nr_hugepages to set back; empty: nothing changed
+restore_hugepages() {
+  [[ -n $huge_before ]] || return 0
+  if echo "$huge_before" >/proc/sys/vm/nr_hugepages; then
+    e2e_log "nr_hugepages set back to $huge_before"
+  else
+    echo "$E2E_NAME: could not set nr_hugepages back to $huge_before" >&2
+  fi
+  huge_before=""
+}
+# Returns 1 with the reason in HUGE_WHY when HUGE_PAGES cannot be had.
+reserve_hugepages() {
+  local size total free
+  size="$(awk '$1 == "Hugepagesize:" { print $2 $3 }' /proc/meminfo)"
+  if [[ $(id -u) -ne 0 ]]; then
+    HUGE_WHY="not root (reserving hugepages needs root)"
+    return 1
+  elif [[ $size != 2048kB ]]; then
+    HUGE_WHY="the default hugepage size is ${size:-unknown}, not 2048kB"
+    return 1
+  elif [[ ! -w /proc/sys/vm/nr_hugepages ]]; then
+    HUGE_WHY="/proc/sys/vm/nr_hugepages is not writable here"
+    return 1
+  fi
+  total="$(cat /proc/sys/vm/nr_hugepages)"
+  free="$(awk '$1 == "HugePages_Free:" { print $2 }' /proc/meminfo)"
+  if ((free < HUGE_PAGES)); then
+    huge_before="$total"
+    E2E_CLEANUP_HOOKS+=(restore_hugepages)
+    e2e_log "nr_hugepages $total ($free free): reserving $((HUGE_PAGES - free)) more"
+    echo $((total + HUGE_PAGES - free)) >/proc/sys/vm/nr_hugepages || true
+    free="$(awk '$1 == "HugePages_Free:" { print $2 }' /proc/meminfo)"
+    if ((free < HUGE_PAGES)); then
+      restore_hugepages
+      HUGE_WHY="the kernel granted $free of $HUGE_PAGES free 2 MiB hugepages"
+      return 1
+    fi
+  fi
+  e2e_log "$free free 2 MiB hugepages"
+  return 0
+}
+if reserve_hugepages; then
+  perf_pair write_bw_hugepages tables ib_write_bw --use_hugepages -s 65536 -n 200
+  restore_hugepages
+else
+  e2e_skip_round write_bw_hugepages "$HUGE_WHY"
+fi
+
+perf_pair rc_pingpong pingpong ibv_rc_pingpong -g 0 -c -s 65536 -n 200
+perf_pair rc_pingpong_events pingpong ibv_rc_pingpong -g 0 -c -e -s 65536 -n 200
+
+perf_pair send_bw tables ib_send_bw -s 65536 -n 200
+perf_pair send_bw_all tables ib_send_bw -a -n 5
+perf_pair send_bw_events tables ib_send_bw -e -s 65536 -n 200
+perf_pair send_bw_events_all tables ib_send_bw -e -a -n 5
+perf_pair send_lat tables ib_send_lat -s 65536 -n 200
+perf_pair send_lat_all tables ib_send_lat -a -n 5
+perf_pair send_lat_events tables ib_send_lat -e -s 65536 -n 200
+perf_pair send_lat_events_all tables ib_send_lat -e -a -n 5
 
 # --- 4. Clean stops -----------------------------------------------------------
 
 e2e_check_clean_stop b
 e2e_check_clean_stop a
 e2e_log "ok in $(e2e_since "$test_start") s"
+e2e_finish
