@@ -1095,8 +1095,9 @@ int Client::PostRecv(rdp_conn conn, uint64_t wr_id, const rdp_sge* sgl,
   return RDP_OK;
 }
 
-int Client::ConnectionStatus(rdp_conn conn) const {
-  return ConnectionError(SlotOf(conn));
+bool Client::ConnectionEnded(rdp_conn conn) {
+  const int slot = SlotOf(conn);
+  return slot < 0 || FinalStatus(static_cast<uint32_t>(slot)) != 0;
 }
 
 int Client::TakeReceived(rdp_conn conn, CompletionEntry* out, int max) {

@@ -127,8 +127,10 @@ class Client {
   // when the receive ring is full.
   int PostRecv(rdp_conn conn, uint64_t wr_id, const rdp_sge* sgl,
                uint32_t sge_count);
-  // RDP_OK while conn is up, else why not (as posting would fail).
-  int ConnectionStatus(rdp_conn conn) const;
+  // True once the daemon is done with conn (or the daemon is gone): every
+  // completion it made is in the rings (acquire), the rest end with its
+  // final status.
+  bool ConnectionEnded(rdp_conn conn);
   // Takes up to max receive completions (op shm::kRecv or kRecvWriteImm)
   // that Poll set aside, in order.
   int TakeReceived(rdp_conn conn, shm::CompletionEntry* out, int max);

@@ -114,6 +114,7 @@ struct Cq {
   std::vector<Qp*> recv_qps;  // ... whose receives complete here
   bool armed = false;
   bool solicited_only = false;  // armed for solicited and failed ones only
+  uint64_t armed_at = 0;        // Gathered() when it was armed
   uint32_t events = 0;  // taken by ibv_get_cq_event
   uint32_t acked = 0;   // events the application acknowledged
   std::condition_variable acked_cv;  // ibv_destroy_cq waits for acks
@@ -167,6 +168,12 @@ struct Qp {
   std::deque<ibv_wc> send_wcs;
   std::deque<ibv_wc> recv_wcs;
   std::deque<bool> recv_solicited;
+  // Completions gathered so far, per side ([0] receives, [1] sends): all,
+  // and those a solicited-only CQ reports (failed ones, receives of
+  // solicited messages). An armed CQ raises an event once these pass what
+  // they were when it was armed.
+  uint64_t gathered[2] = {0, 0};
+  uint64_t gathered_solicited[2] = {0, 0};
   // ibv_get_cq_event's notifier sleeps on this queue pair's doorbell:
   // ibv_destroy_qp waits until it is done.
   std::atomic<int> waiters{0};
@@ -352,13 +359,27 @@ ibv_wc MakeWc(const Qp* q, uint64_t wr_id, ibv_wc_opcode opcode,
   return wc;
 }
 
+void AddSendWc(Qp* q, const ibv_wc& wc) {
+  q->send_wcs.push_back(wc);
+  ++q->gathered[1];
+  if (wc.status != IBV_WC_SUCCESS) ++q->gathered_solicited[1];
+}
+
+void AddRecvWc(Qp* q, const ibv_wc& wc, bool solicited) {
+  q->recv_wcs.push_back(wc);
+  q->recv_solicited.push_back(solicited);
+  ++q->gathered[0];
+  if (solicited || wc.status != IBV_WC_SUCCESS) ++q->gathered_solicited[0];
+}
+
 // Receives still posted when the queue pair is in the error state complete
 // flushed (the daemon ends them without a word).
 void FlushReceives(Qp* q) {
   for (; q->rcompleted < q->rposted; ++q->rcompleted) {
-    q->recv_wcs.push_back(MakeWc(q, q->recv_ids[q->rcompleted % kSlots],
-                                 IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 0));
-    q->recv_solicited.push_back(false);
+    AddRecvWc(q,
+              MakeWc(q, q->recv_ids[q->rcompleted % kSlots], IBV_WC_RECV,
+                     IBV_WC_WR_FLUSH_ERR, 0),
+              false);
   }
 }
 
@@ -367,6 +388,11 @@ void FlushReceives(Qp* q) {
 void Pump(Qp* q) {
   if (q->conn == 0) return;
   Client* client = q->owner->client.get();
+  // Whether the daemon is done with the connection (it broke: the peer's
+  // NAK, retries exhausted, our responder refused a request), read before
+  // draining: everything it completed before is then in the rings, and a
+  // failed request shows its own status before the rest are flushed.
+  const bool ended = client->ConnectionEnded(q->conn);
   rdp_overlapped* done[64];
   while (true) {
     const int n = client->Poll(q->conn, done, 64);
@@ -378,8 +404,7 @@ void Pump(Qp* q) {
           q->failed ? IBV_WC_WR_FLUSH_ERR
                     : SendStatusOf(done[i]->status, done[i]->internal[0]);
       if (status != IBV_WC_SUCCESS) SetError(q);
-      q->send_wcs.push_back(
-          MakeWc(q, s.wr_id, s.opcode, status, done[i]->bytes));
+      AddSendWc(q, MakeWc(q, s.wr_id, s.opcode, status, done[i]->bytes));
       q->completed = std::max(q->completed, index + 1);
     }
     if (n < 64) break;
@@ -402,16 +427,12 @@ void Pump(Qp* q) {
         wc.wc_flags |= IBV_WC_WITH_IMM;
         wc.imm_data = got[i].imm;
       }
-      q->recv_wcs.push_back(wc);
-      q->recv_solicited.push_back((got[i].flags & shm::kCompletionSolicited) !=
-                                  0);
+      AddRecvWc(q, wc, (got[i].flags & shm::kCompletionSolicited) != 0);
       q->rcompleted = index + 1;
     }
     if (n < 64) break;
   }
-  // The connection broke (the peer's NAK, retries exhausted, our responder
-  // refused a request): the queue pair is in the error state.
-  if (!q->failed && client->ConnectionStatus(q->conn) != RDP_OK) SetError(q);
+  if (ended) SetError(q);
   if (q->failed) FlushReceives(q);
 }
 
@@ -430,9 +451,9 @@ void EnterError(Qp* q) {
     const Slot& s = q->slots[i % kSlots];
     const int status = __atomic_load_n(&s.ov.status, __ATOMIC_ACQUIRE);
     if (status == RDP_PENDING) continue;  // an unsignaled one that succeeded
-    q->send_wcs.push_back(MakeWc(
-        q, s.wr_id, s.opcode,
-        status == RDP_OK ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR, s.ov.bytes));
+    AddSendWc(q, MakeWc(q, s.wr_id, s.opcode,
+                        status == RDP_OK ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR,
+                        s.ov.bytes));
   }
   q->completed = q->posted;
   FlushReceives(q);
@@ -457,23 +478,20 @@ int TakeCompletions(const std::vector<Qp*>& qps, bool sends, int max,
   return n;
 }
 
-// Whether any of the queue pairs has a completion for this side that an
-// armed CQ reports: any, or with `solicited_only`, a failed one or a
-// receive whose message asked for it.
-bool HasCompletions(const std::vector<Qp*>& qps, bool sends,
-                    bool solicited_only) {
-  for (Qp* q : qps) {
-    std::lock_guard<std::mutex> lock(q->mu);
-    Pump(q);
-    const std::deque<ibv_wc>& wcs = sends ? q->send_wcs : q->recv_wcs;
-    for (size_t i = 0; i < wcs.size(); ++i) {
-      if (!solicited_only || wcs[i].status != IBV_WC_SUCCESS ||
-          (!sends && q->recv_solicited[i])) {
-        return true;
-      }
+// The completions gathered for an armed CQ so far (see Qp::gathered), from
+// the daemon's rings now. Caller holds the CQ's mutex.
+uint64_t Gathered(Cq* cq) {
+  uint64_t n = 0;
+  for (const auto* qps : {&cq->recv_qps, &cq->send_qps}) {
+    const int side = qps == &cq->send_qps ? 1 : 0;
+    for (Qp* q : *qps) {
+      std::lock_guard<std::mutex> lock(q->mu);
+      Pump(q);
+      n += cq->solicited_only ? q->gathered_solicited[side]
+                              : q->gathered[side];
     }
   }
-  return false;
+  return n;
 }
 
 int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
@@ -493,9 +511,12 @@ int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
   Cq* cq = CqOf(ibcq);
   if (cq->channel == nullptr) return EINVAL;
   {
+    // An event comes when a completion is added from now on
+    // (ibv_req_notify_cq(3)), not for those already in the CQ.
     std::lock_guard<std::mutex> lock(cq->mu);
-    cq->armed = true;
     cq->solicited_only = solicited_only != 0;
+    cq->armed_at = Gathered(cq);
+    cq->armed = true;
   }
   std::lock_guard<std::mutex> lock(cq->channel->mu);
   cq->channel->armed_cv.notify_one();
@@ -514,8 +535,7 @@ void Notify(Channel* ch) {
       std::lock_guard<std::mutex> cq_lock(cq->mu);
       if (!cq->armed) continue;
       armed = true;
-      if (HasCompletions(cq->send_qps, true, cq->solicited_only) ||
-          HasCompletions(cq->recv_qps, false, cq->solicited_only)) {
+      if (Gathered(cq) > cq->armed_at) {
         cq->armed = false;
         ch->events.push_back(cq);
         const uint64_t one = 1;
@@ -679,9 +699,8 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     }
     if (err == 0 && q->failed) {
       // In the error state a receive completes at once, flushed.
-      q->recv_wcs.push_back(
-          MakeWc(q, wr->wr_id, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 0));
-      q->recv_solicited.push_back(false);
+      AddRecvWc(q, MakeWc(q, wr->wr_id, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 0),
+                false);
       continue;
     }
     rdp_sge sgl[shm::kMaxSge];
