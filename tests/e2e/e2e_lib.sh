@@ -113,6 +113,29 @@ e2e_start_daemon() {
   return 1
 }
 
+# e2e_start_memif_pair DAEMON_BIN TAG [DAEMON_ARGS...]: daemons a (the
+# memif server, which must be up first, at 10.9.0.1) and b (the memif
+# client, at 10.9.0.2) joined over memif in E2E_TMP, with file prefixes
+# rdp-TAG-PID-a and -b. Sets E2E_SOCK_A, E2E_SOCK_B, E2E_IP_A and E2E_IP_B;
+# fails the test when either does not start.
+e2e_start_memif_pair() {
+  local daemon_bin="$1" tag="$2"
+  shift 2
+  E2E_IP_A=10.9.0.1
+  E2E_IP_B=10.9.0.2
+  E2E_SOCK_A="$E2E_TMP/a.sock"
+  E2E_SOCK_B="$E2E_TMP/b.sock"
+  local memif="$E2E_TMP/memif.sock" prefix="rdp-$tag-$$"
+  e2e_start_daemon a "$E2E_SOCK_A" "$prefix-a" \
+    "$daemon_bin" --socket="$E2E_SOCK_A" --file_prefix="$prefix-a" \
+    --port="net_memif0,role=server,socket=$memif" --ip="$E2E_IP_A" "$@" ||
+    e2e_fail "daemon a (memif server) did not start"
+  e2e_start_daemon b "$E2E_SOCK_B" "$prefix-b" \
+    "$daemon_bin" --socket="$E2E_SOCK_B" --file_prefix="$prefix-b" \
+    --port="net_memif0,role=client,socket=$memif" --ip="$E2E_IP_B" "$@" ||
+    e2e_fail "daemon b (memif client) did not start"
+}
+
 # e2e_stop_daemon NAME: SIGTERM, at most 5 s, then SIGKILL. Sets
 # E2E_STOP_STATUS (137 when it had to be killed) and E2E_STOP_SECONDS.
 # Returns 0 when the daemon ended by itself within 5 s, 1 otherwise.

@@ -27,19 +27,8 @@ e2e_make_tmp
 e2e_log "working in $E2E_TMP"
 test_start="$(e2e_now)"
 
-ip_a=10.9.0.1
-ip_b=10.9.0.2
-sock_a="$E2E_TMP/a.sock" sock_b="$E2E_TMP/b.sock" memif="$E2E_TMP/memif.sock"
-prefix_a="rdp-verbs-$$-a" prefix_b="rdp-verbs-$$-b"
-# The memif server must be up before the client daemon starts.
-e2e_start_daemon a "$sock_a" "$prefix_a" \
-  "$daemon_bin" --socket="$sock_a" --file_prefix="$prefix_a" \
-  --port="net_memif0,role=server,socket=$memif" --ip="$ip_a" --log_level=debug ||
-  e2e_fail "daemon a (memif server) did not start"
-e2e_start_daemon b "$sock_b" "$prefix_b" \
-  "$daemon_bin" --socket="$sock_b" --file_prefix="$prefix_b" \
-  --port="net_memif0,role=client,socket=$memif" --ip="$ip_b" --log_level=debug ||
-  e2e_fail "daemon b (memif client) did not start"
+e2e_start_memif_pair "$daemon_bin" verbs --log_level=debug
+ip_a="$E2E_IP_A" ip_b="$E2E_IP_B" sock_a="$E2E_SOCK_A" sock_b="$E2E_SOCK_B"
 
 out="$E2E_TMP/conformance.out"
 status=0
