@@ -1184,6 +1184,7 @@ bool StillInPlace(const std::vector<Vma>& maps, const MovedPages& m) {
 }
 
 constexpr uint64_t kShareWindow = 2ull << 20;
+constexpr uint64_t kWholeMapping = 16ull << 20;
 
 }  // namespace
 
@@ -1246,17 +1247,23 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
                       "only private anonymous read-write memory can be "
                       "registered (a shared or file mapping cannot move)");
   }
-  // The pages under the range, widened within its mapping to a 2 MiB
-  // window, so that neighbouring buffers (small malloc'd ones sharing a
-  // page, or a larger range registered later around this one) move with
-  // it and their registrations find them inside; never into pages moved
-  // before. 4 KiB pages or, for memory on hugepages (where a 4 KiB mapping
-  // cannot replace part of one), 2 MiB.
+  // The pages under the range, widened to its whole mapping when that is
+  // at most 16 MiB (a buffer of its own: mmap, a large malloc), else to a
+  // 2 MiB window within it, so that neighbouring buffers (small malloc'd
+  // ones sharing a page, or a larger range registered later around this
+  // one) move with it and their registrations find them inside; never into
+  // pages moved before. 4 KiB pages or, for memory on hugepages (where a
+  // 4 KiB mapping cannot replace part of one), 2 MiB.
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const bool whole_mapping = vma->end - vma->begin <= kWholeMapping;
   for (const bool huge : {false, true}) {
     const uint64_t unit = huge ? kHugePage : page;
-    uint64_t begin = std::max(vma->begin, start / kShareWindow * kShareWindow);
-    uint64_t end = std::min(vma->end, RoundUp(start + length, kShareWindow));
+    uint64_t begin =
+        whole_mapping ? vma->begin
+                      : std::max(vma->begin, start / kShareWindow * kShareWindow);
+    uint64_t end =
+        whole_mapping ? vma->end
+                      : std::min(vma->end, RoundUp(start + length, kShareWindow));
     for (const MovedPages& m : moved) {
       if (m.end <= start && m.end > begin) begin = m.end;
       if (m.begin >= start + length && m.begin < end) end = m.begin;

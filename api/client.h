@@ -86,8 +86,9 @@ class Client {
   // Shares the pages under [addr, addr + length) with the daemon where they
   // are: their contents move onto a shared memfd mapped at the same
   // addresses (MAP_FIXED), which the daemon maps as an arena. The pages
-  // moved are those of a 2 MiB window around the range, inside its mapping
-  // and outside pages moved before. Memory inside such an arena already is
+  // moved are those of its whole mapping when that is at most 16 MiB, else
+  // of a 2 MiB window around the range inside it, outside pages moved
+  // before. Memory inside such an arena already is
   // left as it is. RDP_ERR_INVALID when the range overlaps moved pages only
   // in part or moved by another Client of this process, or is not private
   // anonymous read-write memory (a file or shared mapping); RDP_ERR_FAULT

@@ -2329,6 +2329,25 @@ static void t_send_sizes(struct bufs* b) {
   free_pair(&p);
 }
 
+/* Checks a receive completion: wr_id, success, opcode, byte_len, and the
+ * immediate data (IBV_WC_WITH_IMM and imm_data) when `with_imm`, or no
+ * IBV_WC_WITH_IMM. */
+static bool check_recv_wc(const struct ibv_wc* w, uint64_t wr_id,
+                          enum ibv_wc_opcode opcode, bool with_imm,
+                          uint32_t imm_data, uint32_t byte_len,
+                          const char* name) {
+  const bool imm_ok = with_imm ? (w->wc_flags & IBV_WC_WITH_IMM) &&
+                                     w->imm_data == imm_data
+                               : (w->wc_flags & IBV_WC_WITH_IMM) == 0;
+  return check(w->wr_id == wr_id && w->status == IBV_WC_SUCCESS &&
+                   w->opcode == opcode && imm_ok && w->byte_len == byte_len,
+               name,
+               "wr_id %llu status %s opcode %d wc_flags %#x imm_data %#x "
+               "byte_len %u",
+               (unsigned long long)w->wr_id, wc_name(w->status), w->opcode,
+               w->wc_flags, ntohl(w->imm_data), w->byte_len);
+}
+
 static void t_immediate(struct bufs* b) {
   step("immediate data: SEND_WITH_IMM and RDMA_WRITE_WITH_IMM");
   struct qp_opts o = kDefaultOpts;
@@ -2398,31 +2417,19 @@ static void t_immediate(struct bufs* b) {
           swc[3].opcode);
   }
   if (rgot >= 1) {
-    const struct ibv_wc* w = &rwc[0];
-    check(w->wr_id == 2200 && w->status == IBV_WC_SUCCESS &&
-              w->opcode == IBV_WC_RECV && (w->wc_flags & IBV_WC_WITH_IMM) &&
-              w->imm_data == imm[0] && w->byte_len == 100,
-          "SEND_WITH_IMM: IBV_WC_RECV with IBV_WC_WITH_IMM, its imm_data and "
-          "byte_len",
-          "wr_id %llu status %s opcode %d wc_flags %#x imm_data %#x byte_len %u",
-          (unsigned long long)w->wr_id, wc_name(w->status), w->opcode,
-          w->wc_flags, ntohl(w->imm_data), w->byte_len);
+    check_recv_wc(&rwc[0], 2200, IBV_WC_RECV, true, imm[0], 100,
+                  "SEND_WITH_IMM: IBV_WC_RECV with IBV_WC_WITH_IMM, its "
+                  "imm_data and byte_len");
     check(first_diff(b->local, area(b, 0), 100) == 100 &&
               all_bytes(area(b, 0) + 100, 4096 - 100, 0xEE),
           "SEND_WITH_IMM: its data is in the receive", "first difference at %zu",
           first_diff(b->local, area(b, 0), 100));
   }
   if (rgot >= 2) {
-    const struct ibv_wc* w = &rwc[1];
-    check(w->wr_id == 2201 && w->status == IBV_WC_SUCCESS &&
-              w->opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
-              (w->wc_flags & IBV_WC_WITH_IMM) && w->imm_data == imm[1] &&
-              w->byte_len == 5000,
-          "RDMA_WRITE_WITH_IMM takes a receive: IBV_WC_RECV_RDMA_WITH_IMM with "
-          "IBV_WC_WITH_IMM, its imm_data, byte_len the WRITE's length",
-          "wr_id %llu status %s opcode %d wc_flags %#x imm_data %#x byte_len %u",
-          (unsigned long long)w->wr_id, wc_name(w->status), w->opcode,
-          w->wc_flags, ntohl(w->imm_data), w->byte_len);
+    check_recv_wc(&rwc[1], 2201, IBV_WC_RECV_RDMA_WITH_IMM, true, imm[1], 5000,
+                  "RDMA_WRITE_WITH_IMM takes a receive: "
+                  "IBV_WC_RECV_RDMA_WITH_IMM with IBV_WC_WITH_IMM, its "
+                  "imm_data, byte_len the WRITE's length");
     check(first_diff(b->local + kArea, target, 5000) == 5000 &&
               all_bytes(area(b, kN), 3, 0xEE) &&
               all_bytes(target + 5000, 100, 0xEE),
@@ -2435,28 +2442,17 @@ static void t_immediate(struct bufs* b) {
           "the receive's buffer changed");
   }
   if (rgot >= 3) {
-    const struct ibv_wc* w = &rwc[2];
-    check(w->wr_id == 2202 && w->status == IBV_WC_SUCCESS &&
-              w->opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
-              (w->wc_flags & IBV_WC_WITH_IMM) && w->imm_data == imm[2] &&
-              w->byte_len == 0,
-          "RDMA_WRITE_WITH_IMM without data (num_sge 0): "
-          "IBV_WC_RECV_RDMA_WITH_IMM, its imm_data, byte_len 0",
-          "wr_id %llu status %s opcode %d wc_flags %#x imm_data %#x byte_len %u",
-          (unsigned long long)w->wr_id, wc_name(w->status), w->opcode,
-          w->wc_flags, ntohl(w->imm_data), w->byte_len);
+    check_recv_wc(&rwc[2], 2202, IBV_WC_RECV_RDMA_WITH_IMM, true, imm[2], 0,
+                  "RDMA_WRITE_WITH_IMM without data (num_sge 0): "
+                  "IBV_WC_RECV_RDMA_WITH_IMM, its imm_data, byte_len 0");
   }
   if (rgot >= 4) {
-    const struct ibv_wc* w = &rwc[3];
-    check(w->wr_id == 2203 && w->status == IBV_WC_SUCCESS &&
-              w->opcode == IBV_WC_RECV && (w->wc_flags & IBV_WC_WITH_IMM) == 0 &&
-              w->byte_len == 10 &&
-              first_diff(b->local + 2 * kArea, area(b, 3), 10) == 10,
-          "a SEND after the WRITEs with immediate data takes the next receive, "
-          "without immediate data",
-          "wr_id %llu status %s opcode %d wc_flags %#x byte_len %u",
-          (unsigned long long)w->wr_id, wc_name(w->status), w->opcode,
-          w->wc_flags, w->byte_len);
+    check_recv_wc(&rwc[3], 2203, IBV_WC_RECV, false, 0, 10,
+                  "a SEND after the WRITEs with immediate data takes the next "
+                  "receive, without immediate data");
+    check(first_diff(b->local + 2 * kArea, area(b, 3), 10) == 10,
+          "that SEND's data is in its receive", "first difference at %zu",
+          first_diff(b->local + 2 * kArea, area(b, 3), 10));
   }
   free_pair(&p);
 }
