@@ -750,8 +750,10 @@ int Client::PushDeferred(Connection& c) {
 
 namespace {
 
-// Fills the SGL part of a send entry; returns an error code or RDP_OK.
-int FillSgl(SendEntry* e, const rdp_sge* sgl, uint32_t count, uint64_t* total) {
+// Copies an SGL into an entry's (a send or a receive); its byte count in
+// *total. Returns an error code or RDP_OK.
+template <typename Entry>
+int CopySgl(Entry* e, const rdp_sge* sgl, uint32_t count, uint64_t* total) {
   if (count > shm::kMaxSge) return RDP_ERR_INVALID;
   if (count > 0 && sgl == nullptr) return RDP_ERR_FAULT;
   *total = 0;
@@ -762,6 +764,12 @@ int FillSgl(SendEntry* e, const rdp_sge* sgl, uint32_t count, uint64_t* total) {
     *total += sgl[i].length;
   }
   e->num_sge = static_cast<uint8_t>(count);
+  return RDP_OK;
+}
+
+// Fills the SGL part of a send entry; returns an error code or RDP_OK.
+int FillSgl(SendEntry* e, const rdp_sge* sgl, uint32_t count, uint64_t* total) {
+  if (int err = CopySgl(e, sgl, count, total); err != RDP_OK) return err;
   return *total > (1ull << 31) ? RDP_ERR_INVALID : RDP_OK;
 }
 
@@ -1082,14 +1090,8 @@ int Client::PostRecv(rdp_conn conn, uint64_t wr_id, const rdp_sge* sgl,
   if (int err = ConnectionError(slot); err != RDP_OK) return err;
   shm::RecvEntry e{};
   e.wr_id = wr_id;
-  if (sge_count > shm::kMaxSge) return RDP_ERR_INVALID;
-  if (sge_count > 0 && sgl == nullptr) return RDP_ERR_FAULT;
-  e.num_sge = static_cast<uint8_t>(sge_count);
-  for (uint32_t i = 0; i < sge_count; ++i) {
-    e.sge[i].address = reinterpret_cast<uint64_t>(sgl[i].addr);
-    e.sge[i].length = sgl[i].length;
-    e.sge[i].lkey = sgl[i].lkey;
-  }
+  uint64_t total = 0;
+  if (int err = CopySgl(&e, sgl, sge_count, &total); err != RDP_OK) return err;
   if (!connections_[slot].receive.TryPush(e)) return RDP_ERR_NO_BUFFERS;
   KickEngine(static_cast<uint32_t>(slot));
   return RDP_OK;

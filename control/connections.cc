@@ -109,6 +109,12 @@ uint32_t ConnectionTable::LeastLoadedEngine() const {
   return best;
 }
 
+uint64_t ConnectionTable::RetransmitTimeoutNs(const Connection& c) const {
+  if (c.retransmit_timeout_ns != 0) return c.retransmit_timeout_ns;
+  return c.remote ? options_.remote_retransmit_timeout_ns
+                  : options_.retransmit_timeout_ns;
+}
+
 std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
     Session* s, uint32_t slot, const Connection* c, int side) {
   engine::EndpointInfo info;
@@ -120,7 +126,9 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   info.wake = s->engine_wake.get();
   info.send = s->send[slot];
   info.completion = s->completion[slot];
-  info.receive = s->receive[slot];
+  // Receives only for queue pairs set up out of band (verbs): engines never
+  // look at the receive ring of any other connection.
+  if (c->out_of_band) info.receive = s->receive[slot];
   info.owner_pidfd = s->pidfd;
   rc::QpConfig qp;
   qp.local_qpn = wire::Qpn(c->qpn[side]);
@@ -145,11 +153,7 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   qp.path.udp_src_port = wire::UdpSourcePortForQpn(qp.local_qpn);
   qp.max_inflight_packets = 256;
   qp.ack_req_every = 32;
-  qp.retransmit_timeout_ns = c->remote ? options_.remote_retransmit_timeout_ns
-                                       : options_.retransmit_timeout_ns;
-  if (c->retransmit_timeout_ns != 0) {
-    qp.retransmit_timeout_ns = c->retransmit_timeout_ns;
-  }
+  qp.retransmit_timeout_ns = RetransmitTimeoutNs(*c);
   qp.retry_count = c->retry_count;
   qp.rnr_retry = c->rnr_retry;
   // A receive queue only where receives can be posted (verbs queue pairs).
@@ -401,9 +405,7 @@ ControlResponse ConnectionTable::StartRequester(Connection* c,
     s.retry_count = c->retry_count;
     s.rnr_retry = c->rnr_retry;
     s.max_rd_atomic = c->reads_out;
-    s.retransmit_timeout_ns = c->retransmit_timeout_ns != 0
-                                  ? c->retransmit_timeout_ns
-                                  : options_.remote_retransmit_timeout_ns;
+    s.retransmit_timeout_ns = RetransmitTimeoutNs(*c);
     engines_[c->engine]->StartRequester(c->endpoint[0].get(), s);
   }
   return Reply(shm::kStatusOk);

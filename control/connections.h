@@ -241,6 +241,9 @@ class ConnectionTable {
   // this thread), or, with none yet, the client is told directly.
   void Finish(Connection* c, int side, engine::CloseReason reason);
   void MaybeDelete(Connection* c);
+  // The first retransmission timeout of c's queue pair: its application's
+  // (verbs), else the daemon's for its kind of connection.
+  uint64_t RetransmitTimeoutNs(const Connection& c) const;
   // The engine a new connection inside the daemon goes to.
   uint32_t LeastLoadedEngine() const;
   uint32_t NextPsn();

@@ -72,11 +72,6 @@ constexpr uint32_t kVendorPartId = 0x0001;
 // a slot is reused only after this many later posts.
 constexpr uint32_t kSlots = 1024;
 constexpr uint32_t kMaxInline = 256;
-namespace rc_defaults {
-// The RNR timer our responder asks for when the application sets none:
-// 0.01 ms (IBA code 1).
-constexpr uint8_t kMinRnrTimer = 1;
-}  // namespace rc_defaults
 
 struct Device {
   ibv_device dev;  // first: the application holds ibv_device*
@@ -1351,21 +1346,17 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     peer.rq_psn = attr->rq_psn & 0xFFFFFF;
     peer.path_mtu = MtuBytes(attr->path_mtu);
     peer.max_rd_atomic = c->info.max_rd_atomic;
-    peer.max_dest_rd_atomic = (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
-                                  ? attr->max_dest_rd_atomic
-                                  : c->info.max_rd_atomic;
-    peer.min_rnr_timer = (mask & IBV_QP_MIN_RNR_TIMER)
-                             ? attr->min_rnr_timer
-                             : rc_defaults::kMinRnrTimer;
+    // Every attribute read here is one the move requires (above).
+    peer.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+    peer.min_rnr_timer = attr->min_rnr_timer;
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRtr, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
   } else if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
-    if ((mask & IBV_QP_SQ_PSN) == 0) return EINVAL;
     shm::QpPeer peer{};
     peer.sq_psn = attr->sq_psn & 0xFFFFFF;
-    peer.retry_count = (mask & IBV_QP_RETRY_CNT) ? attr->retry_cnt : 7;
-    peer.rnr_retry = (mask & IBV_QP_RNR_RETRY) ? attr->rnr_retry : 7;
-    peer.timeout = (mask & IBV_QP_TIMEOUT) ? attr->timeout : 0;
+    peer.retry_count = attr->retry_cnt;
+    peer.rnr_retry = attr->rnr_retry;
+    peer.timeout = attr->timeout;
     peer.max_rd_atomic = attr->max_rd_atomic;
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRts, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);

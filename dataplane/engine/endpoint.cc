@@ -132,8 +132,7 @@ void Endpoint::SetIdle(bool idle) {
 bool Endpoint::HasWork() const {
   return (rx_ != nullptr && !rx_->empty()) ||
          (!closed_ && (info_.send.Size() > 0 || direct_copy_.active ||
-                       (remote() && info_.receive.valid() &&
-                        info_.receive.Size() > 0))) ||
+                       (info_.receive.valid() && info_.receive.Size() > 0))) ||
          qp_->responder_busy();
 }
 
@@ -331,7 +330,7 @@ void Endpoint::CompleteRecv(const rc::RecvCompletion& c) {
 
 uint32_t Endpoint::PullReceives(uint32_t budget) {
   uint32_t n = 0;
-  while (n < budget && !closed_ && remote() && info_.receive.valid() &&
+  while (n < budget && info_.receive.valid() && !closed_ &&
          CompletionRoom() && ClientsLive()) {
     shm::RecvEntry e;
     const shm::PopResult pr = info_.receive.TryPop(&e);

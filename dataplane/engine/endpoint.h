@@ -127,7 +127,8 @@ struct EndpointInfo {
   WakeRoute* wake = nullptr;  // the session's, or null (nothing to watch)
   shm::SpscRing<shm::SendEntry> send;
   shm::SpscRing<shm::CompletionEntry> completion;
-  // Receive requests (verbs); served only by an endpoint with a port.
+  // Receive requests: given only to verbs queue pairs (over a port); left
+  // invalid, no receive is ever looked for.
   shm::SpscRing<shm::RecvEntry> receive;
   // The client process (pidfd_open), to confirm that it exited when its
   // liveness mutex says it may have; -1: no such check. Not owned.
@@ -235,8 +236,8 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   static constexpr uint32_t kDirectBytesPerTurn = 1u << 20;
 
   uint32_t PullRequests(uint32_t budget);
-  // Receive requests from the client's receive ring into the QP (port
-  // endpoints only: a connection inside the daemon carries no SEND).
+  // Receive requests from the client's receive ring into the QP (when
+  // info.receive was given).
   uint32_t PullReceives(uint32_t budget);
   // Whether the completion ring keeps room for one more request taken.
   bool CompletionRoom() const;
