@@ -5,7 +5,8 @@
 #       [--poll_mode=adaptive|busy] [--check]
 #
 # DIR holds rdmaplaned, rdmaplane_perf, memcpy_bw, tcp_bench, pin_cost,
-# memif_rate and control_benchmark (bench/compare builds them with
+# memif_rate, control_benchmark and librdmaplane-verbs.so, and perftest
+# must be installed (bench/compare builds them with
 # `bazel build -c opt`; //bench:compare_smoke_test passes its own). They are
 # copied first, so a rebuild during the run cannot mix versions.
 #
@@ -36,7 +37,17 @@
 #      memif server and target, 10.0.0.2 the client and requester), the
 #      same steps with memif_rate's frames of a 4 KiB WRITE (4170 bytes)
 #      in place of the 64 KiB memcpy and without control_benchmark and
-#      pin_cost, then the sweep and the other poll mode.
+#      pin_cost, then the sweep and the other poll mode. Two more pairs
+#      put the verbs front end beside the native API on the same daemons
+#      and workload, for what the verbs layer costs: Debian's perftest
+#      ib_write_bw -s 65536 -t 16 after the cache-hot 64 KiB window (its
+#      client pinned where rdmaplane_perf runs), and rdmaplane_perf's
+#      write_pingpong (perftest's ib_write_lat on the native API) next to
+#      ib_write_lat -s 8, both left unpinned: each end spins on memory
+#      between its WRITEs and, pinned beside an engine, would hold the CPU
+#      that engine needs until the scheduler's slice ends. perftest's two
+#      ends each preload librdmaplane-verbs.so, the server with a session
+#      on daemon A and the client on daemon B, meeting over loopback TCP.
 # memcpy_bw runs on CPU 1 (where the engine runs), tcp_bench's client end
 # on CPU 0 and its server end on CPU 1 (like rdmaplane_perf and the
 # daemon), memif_rate's receiver on CPU 0 and its sender on CPU 1. The
@@ -66,6 +77,8 @@ BENCH_NAME=compare
 BENCH_HERE="$here"
 # shellcheck source=bench/bench_lib.sh
 source "$here/bench_lib.sh"
+# shellcheck source=tests/testing/tcp_ports.sh
+source "$here/../tests/testing/tcp_ports.sh"
 primary=adaptive check=0
 bench_extra_arg() {
   case "$1" in
@@ -81,11 +94,15 @@ bench_parse_args 5 \
 # that have a baseline, and those baselines), t_run for the other poll
 # mode's unpaired runs and the memcpy reference, t_memif for memif_rate
 # (whole seconds).
+# perftest: t_perftest whole seconds of ib_write_bw (-D), n_perftest_lat
+# exchanges of ib_write_lat (-n; it has no duration mode of its own).
 if ((quick)); then
   t_pair=0.2 t_run=0.2 t_sweep=0.05 t_memif=1 t_bench=0.02
+  t_perftest=1 n_perftest_lat=2000
   sweep_sizes="8,4096,65536,1048576"
 else
   t_pair=2 t_run=0.5 t_sweep=0.15 t_memif=2 t_bench=0.2
+  t_perftest=2 n_perftest_lat=50000
   sweep_sizes="8:4194304"
 fi
 # Poll modes: both are measured in each setup and reported; the paired
@@ -141,12 +158,19 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for tool in rdmaplaned rdmaplane_perf memcpy_bw tcp_bench pin_cost memif_rate control_benchmark; do
-  if [[ ! -x $bin_src/$tool ]]; then
+for tool in rdmaplaned rdmaplane_perf memcpy_bw tcp_bench pin_cost memif_rate control_benchmark \
+  librdmaplane-verbs.so; do
+  if [[ ! -f $bin_src/$tool ]]; then
     echo "compare: $bin_src/$tool is missing" >&2
     exit 2
   fi
   cp "$bin_src/$tool" "$bin/$tool"
+done
+for tool in ib_write_bw ib_write_lat; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "compare: $tool is not installed (Debian's perftest; deploy/setup.sh installs it)" >&2
+    exit 2
+  fi
 done
 
 printf 'start %s\n' "$(loadavg)" >"$work/load.txt"
@@ -208,6 +232,43 @@ control_bench() {  # control_bench NAME
     failed "control_benchmark $1"
 }
 
+# perftest TOOL NAME CLIENT_CPU ARGS...: one run of Debian's perftest TOOL
+# over the verbs front end, its server with a session on daemon A and its
+# client on daemon B (each end with librdmaplane-verbs.so preloaded; the
+# two meet over loopback TCP on a free port), the client's results table in
+# raw/NAME.txt. CLIENT_CPU: "pinned" puts the client where rdmaplane_perf
+# runs over memif, "unpinned" leaves both ends to the scheduler.
+perftest() {
+  local tool="$1" name="$2" placement="$3"
+  shift 3
+  local port server status=0 waited=0 cpu=()
+  if [[ $placement == pinned ]]; then cpu=("${memif_client_cpu[@]}"); fi
+  port="$(free_tcp_port)"
+  timeout --kill-after=5 60 env RDMAPLANE_SOCKET="$MEMIF_A" \
+    LD_PRELOAD="$bin/librdmaplane-verbs.so" "$tool" -d rdmaplane0 -p "$port" \
+    "$@" >"$raw/$name.server.txt" 2>>"$work/tools.log" &
+  server=$!
+  pids+=("$server")
+  until tcp_listening "$port"; do
+    if ! kill -0 "$server" 2>/dev/null || ((waited >= 100)); then
+      failed "$tool $name: its server did not listen within 10 s"
+      return
+    fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  run 60 "$raw/$name.txt" "${cpu[@]}" env RDMAPLANE_SOCKET="$MEMIF_B" \
+    LD_PRELOAD="$bin/librdmaplane-verbs.so" "$tool" -d rdmaplane0 \
+    -p "$port" "$@" 127.0.0.1 || status=1
+  wait "$server" || status=1
+  local kept=() pid
+  for pid in "${pids[@]}"; do
+    if [[ $pid != "$server" ]]; then kept+=("$pid"); fi
+  done
+  pids=("${kept[@]+"${kept[@]}"}")
+  if ((status != 0)); then failed "$tool $name"; fi
+}
+
 # --- rdmaplane -------------------------------------------------------------
 
 # perf_run TAG ARGS...: one rdmaplane_perf run; JSON in raw/TAG.json.
@@ -247,6 +308,11 @@ paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
   memcpy "${p}_memcpy_hot" --buffer_mib=1 --seconds="$t_pair"
   perf_run "${tag}_hot" "$@" --mode=write_bw,read_bw --sizes=65536 --depth=16 \
     --duration_s="$t_pair"
+  if [[ $setup == memif ]]; then
+    log "round $r: $setup ($mode): perftest's ib_write_bw over the verbs front end, 64 KiB cache-hot, paired"
+    perftest ib_write_bw "${p}_perftest_write_bw" pinned -s 65536 -t 16 \
+      -D "$t_perftest"
+  fi
   log "round $r: $setup ($mode): 64-byte WRITEs, paired"
   perf_run "${tag}_mops" "$@" "${mops_args[@]}" --duration_s="$t_pair"
   memif_rate "${p}_memif_64" 64
@@ -262,9 +328,25 @@ paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
   perf_run "${tag}_lat" "$@" "${lat_args[@]}" --duration_s="$t_pair" \
     --samples="$raw/${p}_lat.samples"
   tcp "${p}_tcp_blocking" --pingpong_seconds="$t_pair" "${samples[@]}"
+  if [[ $setup == memif ]]; then
+    # Both spin on memory between their WRITEs; pinned to one CPU, each
+    # would hold it from the engine it waits for until the scheduler's
+    # slice ends (milliseconds).
+    log "round $r: $setup ($mode): 8-byte WRITE ping-pong, native and perftest's ib_write_lat, paired"
+    unpinned perf_run "${tag}_pingpong" "$@" --mode=write_pingpong --sizes=8 \
+      --duration_s="$t_pair"
+    perftest ib_write_lat "${p}_perftest_write_lat" unpinned -s 8 \
+      -n "$n_perftest_lat"
+  fi
   log "round $r: $setup ($mode): sizes $sweep_sizes"
   perf_run "${p}_sweep" "$@" --mode=write_bw,read_bw --sizes="$sweep_sizes" \
     --depth=16 --region_mib="$region_mib" --warmup=16 --duration_s="$t_sweep"
+}
+
+# unpinned CMD ARGS...: CMD with rdmaplane_perf left to the scheduler.
+unpinned() {
+  local tool_cpu=()
+  "$@"
 }
 
 # The other poll mode: short runs of the headline figures, unpaired.

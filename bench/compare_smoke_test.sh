@@ -17,11 +17,11 @@
 #
 #   compare_smoke_test.sh COMPARE_RUN REPORT_PY REPORT_CHECK RDMAPLANED \
 #       CONTROL_BENCHMARK RDMAPLANE_PERF MEMCPY_BW TCP_BENCH PIN_COST \
-#       MEMIF_RATE
+#       MEMIF_RATE LIBRDMAPLANE_VERBS_SO
 set -euo pipefail
 
-if [[ $# -ne 10 ]]; then
-  echo "usage: compare_smoke_test.sh COMPARE_RUN REPORT_PY REPORT_CHECK RDMAPLANED CONTROL_BENCHMARK RDMAPLANE_PERF MEMCPY_BW TCP_BENCH PIN_COST MEMIF_RATE" >&2
+if [[ $# -ne 11 ]]; then
+  echo "usage: compare_smoke_test.sh COMPARE_RUN REPORT_PY REPORT_CHECK RDMAPLANED CONTROL_BENCHMARK RDMAPLANE_PERF MEMCPY_BW TCP_BENCH PIN_COST MEMIF_RATE LIBRDMAPLANE_VERBS_SO" >&2
   exit 2
 fi
 compare_run="$1"
@@ -223,7 +223,8 @@ done
 if ls "$out"/*.tmp >/dev/null 2>&1; then fail "temporary files left in $out"; fi
 
 # report.py --check on doctored measurements: every rdmaplane figure made
-# far better than any target asks, then one made far worse.
+# far better than any target asks, then one made far worse, then perftest's
+# over the verbs front end.
 doctor() {  # doctor DIR FACTOR FILE_GLOB: rdmaplane's figures FACTOR x better
   python3 - "$@" <<'EOF'
 import glob
@@ -236,6 +237,23 @@ faster = ("gbps", "mops")
 slower = ("p50_us", "p90_us", "p99_us", "max_us", "min_us", "mean_us",
           "cpu_s_per_gb", "cpu_us_per_op")
 for path in glob.glob(os.path.join(raw, pattern)):
+    if path.endswith(".txt"):
+        # perftest's client output over the verbs front end: the row under
+        # its #bytes header, bandwidths (from the third column on) or times
+        # (every column after the size and the iterations).
+        lines = open(path).read().split("\n")
+        head = [i for i, l in enumerate(lines)
+                if l.strip().startswith("#bytes")]
+        if not head:
+            continue
+        row = lines[head[0] + 1].split()
+        bw = "_bw" in os.path.basename(path)
+        for i in range(2, len(row)):
+            row[i] = "%.6f" % (float(row[i]) * factor if bw
+                               else float(row[i]) / factor)
+        lines[head[0] + 1] = " ".join(row)
+        open(path, "w").write("\n".join(lines))
+        continue
     doc = json.load(open(path))
     if doc.get("tool") == "rdmaplane_perf":
         for r in doc["results"]:
@@ -260,7 +278,11 @@ check_report() {  # check_report NAME: report.py --check on $tmp/NAME/raw
 }
 mkdir -p "$tmp/met" "$tmp/missed"
 cp -r "$kept/raw" "$tmp/met/raw"
-doctor "$tmp/met/raw" 1000 'r1_*.json' || fail "could not doctor the raw files"
+# perftest's figures twice as far as the native ones: the verbs front end
+# then costs nothing.
+doctor "$tmp/met/raw" 1000 'r1_*.json' &&
+  doctor "$tmp/met/raw" 2000 'r1_*perftest_write_*.txt' ||
+  fail "could not doctor the raw files"
 check_report met || fail "report.py --check with every target met exited \
 non-zero: $(cat "$tmp/met/stderr")"
 if grep -q "target missed" "$tmp/met/stderr"; then
@@ -286,6 +308,23 @@ if (($(grep -c "target missed" "$tmp/missed/stderr") != 5)); then
 fi
 python3 "$report_check" "$tmp/missed/out/latest.json" \
   "$tmp/missed/out/latest.md" || fail "the doctored report disagrees"
+# perftest far slower than the native API: the verbs front end misses
+# both of its targets, and only those.
+mkdir -p "$tmp/verbs_slow"
+cp -r "$tmp/met/raw" "$tmp/verbs_slow/raw"
+doctor "$tmp/verbs_slow/raw" 1e-4 'r1_*perftest_write_*.txt' ||
+  fail "could not doctor the raw files"
+status=0
+check_report verbs_slow || status=$?
+((status == 3)) || fail "report.py --check with a slow verbs front end \
+exited $status: $(cat "$tmp/verbs_slow/stderr")"
+grep -q "^report: target missed: write_gbps_64k_hot_memif_vs_perftest = .*, bound <= 1.111x$" \
+  "$tmp/verbs_slow/stderr" && grep -q \
+  "^report: target missed: verbs_write_lat_cost_us_8b_memif = .* us (median of the rounds), bound <= 0.5 us$" \
+  "$tmp/verbs_slow/stderr" && (($(grep -c "target missed" "$tmp/verbs_slow/stderr") == 2)) ||
+  fail "report.py --check did not name exactly the verbs targets: $(cat "$tmp/verbs_slow/stderr")"
+python3 "$report_check" "$tmp/verbs_slow/out/latest.json" \
+  "$tmp/verbs_slow/out/latest.md" || fail "the doctored report disagrees"
 # Without --check a missed target leaves the exit status alone.
 python3 "$report_py" --raw="$tmp/missed/raw" --out="$tmp/missed/out2" \
   --load="$tmp/empty/load.txt" --rounds=1 >/dev/null 2>&1 ||

@@ -27,6 +27,13 @@
 //    completion, polling without sleeping: a full round trip (request and
 //    acknowledgment or response). p50/p90/p99/max in microseconds; --samples
 //    FILE keeps every sample for a CDF.
+//  * write_pingpong: perftest's ib_write_lat on the native API, for
+//    comparing the two front ends: both sessions write to each other in
+//    turn, each from a thread of its own that, like perftest, waits for
+//    its WRITE's completion and then spins on the last byte of its buffer
+//    until the other's WRITE has landed there (reading memory, no yield);
+//    a sample is half of one exchange's round trip, as perftest reports
+//    it. Connection 0 only.
 //
 // Polling never sleeps, but after --yield_after empty polls in a row the
 // tool yields its CPU once (sched_yield): where the engine has no core of
@@ -73,7 +80,8 @@
 // Exit status: 0 ok, 1 a run failed (or a daemon could not be reached), 2
 // usage.
 //
-// Single-threaded: one thread posts and polls every connection.
+// Single-threaded but for write_pingpong: one thread posts and polls every
+// connection.
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -81,6 +89,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -88,9 +97,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -113,7 +124,8 @@ ABSL_FLAG(std::string, peer, "",
           "connections inside one daemon");
 ABSL_FLAG(std::string, service, "perf", "service name");
 ABSL_FLAG(std::string, mode, "write_bw",
-          "comma-separated: write_bw, read_bw, write_lat, read_lat");
+          "comma-separated: write_bw, read_bw, write_lat, read_lat, "
+          "write_pingpong");
 ABSL_FLAG(std::string, sizes, "65536",
           "message sizes in bytes, comma-separated; LO:HI is every power of "
           "two from LO to HI (8:4194304)");
@@ -151,7 +163,7 @@ constexpr uint32_t kMaxSize = 4u << 20;
 constexpr uint32_t kMaxDepth = 128;  // below the send ring's 256 entries
 constexpr uint64_t kMaxSlotBytes = 64ull << 20;
 
-enum class Mode { kWriteBw, kReadBw, kWriteLat, kReadLat };
+enum class Mode { kWriteBw, kReadBw, kWriteLat, kReadLat, kWritePingpong };
 
 const char* ModeName(Mode m) {
   switch (m) {
@@ -163,12 +175,17 @@ const char* ModeName(Mode m) {
       return "write_lat";
     case Mode::kReadLat:
       return "read_lat";
+    case Mode::kWritePingpong:
+      return "write_pingpong";
   }
   return "?";
 }
 
-bool IsWrite(Mode m) { return m == Mode::kWriteBw || m == Mode::kWriteLat; }
-bool IsLatency(Mode m) { return m == Mode::kWriteLat || m == Mode::kReadLat; }
+bool IsWrite(Mode m) {
+  return m == Mode::kWriteBw || m == Mode::kWriteLat ||
+         m == Mode::kWritePingpong;
+}
+bool IsLatency(Mode m) { return !(m == Mode::kWriteBw || m == Mode::kReadBw); }
 
 struct Options {
   std::string listen_socket, connect_socket, peer, service;
@@ -192,6 +209,10 @@ struct Connection {
   uint8_t* remote = nullptr;
   uint8_t descriptor[RDP_DESCRIPTOR_BYTES];
   uint32_t descriptor_length = sizeof(descriptor);
+  // write_pingpong only: the way back, the target writing into `local`.
+  uint32_t remote_lkey = 0;
+  uint8_t back_descriptor[RDP_DESCRIPTOR_BYTES];
+  uint32_t back_descriptor_length = sizeof(back_descriptor);
   std::vector<rdp_overlapped> ovs;
   uint64_t next_slot = 0;
 };
@@ -416,6 +437,29 @@ class Bench {
         return absl::StrCat("register RDMA memory: ", rdp_status_name(st));
       }
       c.ovs.resize(std::max(o_.depth, 1u));
+      if (std::count(o_.modes.begin(), o_.modes.end(), Mode::kWritePingpong)) {
+        if (std::string e = SetupWayBack(c); !e.empty()) return e;
+      }
+    }
+    return "";
+  }
+
+  // write_pingpong: the target also posts, from its buffer into the
+  // poster's.
+  std::string SetupWayBack(Connection& c) {
+    absl::StatusOr<uint32_t> lkey =
+        target_->RegisterMemory(c.remote, region_, RDP_MEM_READWRITE);
+    if (!lkey.ok()) {
+      return absl::StrCat("register the target's memory: ",
+                          lkey.status().message());
+    }
+    c.remote_lkey = *lkey;
+    const int st = poster_->RegisterRdmaMemory(
+        c.conn, c.local, static_cast<uint32_t>(region_), RDP_MEM_READWRITE,
+        c.back_descriptor, &c.back_descriptor_length);
+    if (st != RDP_OK) {
+      return absl::StrCat("register the poster's memory for RDMA: ",
+                          rdp_status_name(st));
     }
     return "";
   }
@@ -439,6 +483,7 @@ class Bench {
   std::string Run(Mode mode, uint32_t size, Result* r) {
     r->mode = mode;
     r->size = size;
+    if (mode == Mode::kWritePingpong) return RunPingpong(size, r);
     return IsLatency(mode) ? RunLatency(mode, size, r)
                            : RunBandwidth(mode, size, r);
   }
@@ -726,6 +771,168 @@ class Bench {
       if (i >= warmup_total) r->samples.push_back(Micros(t1 - t0));
     }
     r->cpu = Cost(cpu_start, cpu_stop);
+    Summarize(r);
+    return "";
+  }
+
+  // perftest's ib_write_lat on the native API: the two sessions, each with a
+  // thread of its own, write to each other in turn. Each side's buffer has
+  // two message slots: it sends from slot 0, whose last byte it sets to the
+  // exchange's number first, and the peer's WRITE lands in slot 1. As in
+  // perftest, each side waits for its own WRITE's completion after posting
+  // (polling, and yielding after --yield_after empty polls as the other
+  // modes do), then spins on the last byte of slot 1 until the other side's
+  // WRITE has landed there (reading memory: no library call, no yield). A
+  // sample is half of one exchange's round trip, perftest's convention for
+  // ib_write_lat. Connection 0 only.
+  std::string RunPingpong(uint32_t size, Result* r) {
+    if (Slots(size) < 2) {
+      return absl::StrCat("write_pingpong of ", size,
+                          " bytes needs two message slots: use --depth=2 "
+                          "or more");
+    }
+    Connection& c = conns_[0];
+    PingpongEnd poster{poster_.get(), c.conn, c.local, c.lkey, c.descriptor,
+                       c.descriptor_length};
+    PingpongEnd target{target_.get(), c.target_conn, c.remote, c.remote_lkey,
+                       c.back_descriptor, c.back_descriptor_length};
+    // No number left by an earlier run may pass for this one's.
+    for (const PingpongEnd& end : {poster, target}) {
+      end.buffer[size - 1] = 0;
+      end.buffer[2 * size - 1] = 0;
+    }
+    const auto duration = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(o_.duration_s));
+    Pingpong p;
+    p.size = size;
+    std::string responder_error;
+    std::thread responder([&] {
+      responder_error = PingpongSide(target, /*first=*/false, &p, nullptr);
+      if (!responder_error.empty()) p.abort = true;
+    });
+    CpuTimes cpu_start, cpu_stop;
+    r->samples.reserve(o_.iterations > 0 ? o_.iterations : 1 << 20);
+    p.start_window = [&] { return ReadCpu(&cpu_start); };
+    p.window_over = [&](uint64_t taken, Clock::time_point start) {
+      return o_.iterations > 0 ? taken >= o_.iterations
+                               : Clock::now() - start >= duration;
+    };
+    std::string error = PingpongSide(poster, /*first=*/true, &p, &r->samples);
+    if (!error.empty()) p.abort = true;
+    responder.join();
+    if (error.empty()) error = responder_error;
+    if (error.empty()) error = ReadCpu(&cpu_stop);
+    if (!error.empty()) return error;
+    r->cpu = Cost(cpu_start, cpu_stop);
+    for (double& v : r->samples) v /= 2;
+    Summarize(r);
+    return "";
+  }
+
+  // One end of write_pingpong: its session, connection and buffer, and the
+  // key and descriptor its WRITEs use.
+  struct PingpongEnd {
+    Client* client;
+    rdp_conn conn;
+    uint8_t* buffer;
+    uint32_t lkey;
+    const uint8_t* descriptor;
+    uint32_t descriptor_length;
+  };
+
+  // What the two ends of one write_pingpong run share.
+  struct Pingpong {
+    uint32_t size = 0;
+    // The final exchange's number: known only when the poster's window
+    // ends; it is published before that exchange's WRITE.
+    std::atomic<uint64_t> last{UINT64_MAX};
+    std::atomic<bool> abort{false};  // the other end failed
+    std::function<std::string()> start_window;  // the clock starts
+    std::function<bool(uint64_t, Clock::time_point)> window_over;
+  };
+
+  // One end of write_pingpong; "" or what failed. The first end posts
+  // exchange 1 and times each exchange after the warm-up into `samples`;
+  // the other answers each exchange as it arrives.
+  std::string PingpongSide(const PingpongEnd& end, bool first, Pingpong* p,
+                           std::vector<double>* samples) {
+    const uint32_t size = p->size;
+    uint8_t* const send_last = end.buffer + size - 1;
+    const uint8_t* const recv_last = end.buffer + 2 * size - 1;
+    const auto timeout = absl::ToChronoNanoseconds(o_.timeout);
+    auto late = [&](const char* what) {
+      return absl::StrCat("write_pingpong of ", size, " bytes: ", what,
+                          " in ", absl::FormatDuration(o_.timeout));
+    };
+    // Posts exchange n's WRITE and waits for its completion.
+    auto write = [&](uint64_t n) -> std::string {
+      *send_last = static_cast<uint8_t>(n);
+      rdp_overlapped ov{};
+      rdp_sge sge{end.buffer, size, end.lkey};
+      const int st = end.client->Write(end.conn, &sge, 1, end.descriptor,
+                                       end.descriptor_length, size, 0, &ov);
+      if (st != RDP_PENDING) {
+        return absl::StrCat("write_pingpong of ", size,
+                            " bytes refused: ", rdp_status_name(st));
+      }
+      const Clock::time_point t0 = Clock::now();
+      rdp_overlapped* done[1];
+      int got;
+      for (uint32_t spins = 1; (got = end.client->Poll(end.conn, done, 1)) == 0;
+           ++spins) {
+        if ((spins & 4095) == 0 && Clock::now() - t0 > timeout) {
+          return late("a WRITE did not complete");
+        }
+        if (o_.yield_after > 0 && spins % o_.yield_after == 0) sched_yield();
+      }
+      if (got < 0) return absl::StrCat("poll: ", rdp_status_name(got));
+      if (ov.status != RDP_OK) {
+        return absl::StrCat("write_pingpong of ", size,
+                            " bytes completed with ", rdp_status_name(ov.status));
+      }
+      return "";
+    };
+    // Spins until exchange n's WRITE from the other end has landed.
+    auto arrive = [&](uint64_t n) -> std::string {
+      const Clock::time_point t0 = Clock::now();
+      for (uint32_t spins = 1; __atomic_load_n(recv_last, __ATOMIC_ACQUIRE) !=
+                               static_cast<uint8_t>(n);
+           ++spins) {
+        if ((spins & 4095) != 0) continue;
+        if (p->abort.load(std::memory_order_relaxed)) {
+          return "the other end failed";
+        }
+        if (Clock::now() - t0 > timeout) {
+          return late("an exchange did not arrive");
+        }
+      }
+      return "";
+    };
+    Clock::time_point start{};
+    for (uint64_t n = 1;; ++n) {
+      bool final;
+      if (first) {
+        if (n == o_.warmup + 1) {
+          if (std::string e = p->start_window(); !e.empty()) return e;
+          start = Clock::now();
+        }
+        final = n > o_.warmup && p->window_over(n - o_.warmup, start);
+        if (final) p->last.store(n, std::memory_order_release);
+        const Clock::time_point t0 = Clock::now();
+        if (std::string e = write(n); !e.empty()) return e;
+        if (std::string e = arrive(n); !e.empty()) return e;
+        if (n > o_.warmup) samples->push_back(Micros(Clock::now() - t0));
+      } else {
+        if (std::string e = arrive(n); !e.empty()) return e;
+        if (std::string e = write(n); !e.empty()) return e;
+        final = n == p->last.load(std::memory_order_acquire);
+      }
+      if (final) return "";
+    }
+  }
+
+  // Sorts a latency result's samples into its percentiles.
+  static void Summarize(Result* r) {
     std::vector<double> sorted = r->samples;
     std::sort(sorted.begin(), sorted.end());
     r->requests = sorted.size();
@@ -737,7 +944,6 @@ class Bench {
     double sum = 0;
     for (double v : sorted) sum += v;
     r->mean = sorted.empty() ? 0 : sum / static_cast<double>(sorted.size());
-    return "";
   }
 
   const Options& o_;
@@ -800,10 +1006,12 @@ bool ParseOptions(Options* o) {
       o->modes.push_back(Mode::kWriteLat);
     } else if (m == "read_lat") {
       o->modes.push_back(Mode::kReadLat);
+    } else if (m == "write_pingpong") {
+      o->modes.push_back(Mode::kWritePingpong);
     } else {
       std::fprintf(stderr,
                    "rdmaplane_perf: unknown mode '%s' (write_bw, read_bw, "
-                   "write_lat, read_lat)\n",
+                   "write_lat, read_lat, write_pingpong)\n",
                    std::string(m).c_str());
       return false;
     }
@@ -864,7 +1072,7 @@ bool WriteJson(const std::string& path, const Options& o, const Bench& bench,
       "{\n  \"tool\": \"rdmaplane_perf\",\n  \"units\": {\"gbps\": \"GB/s "
       "(1e9 payload bytes per second)\", \"mops\": \"1e6 requests per "
       "second\", \"us\": \"microseconds from post to completion (one round "
-      "trip)\", \"cpu_s\": \"user + system CPU seconds in the measurement "
+      "trip; write_pingpong: half of an exchange's round trip)\", \"cpu_s\": \"user + system CPU seconds in the measurement "
       "window, every process\", \"cpu_us_per_op\": \"CPU microseconds per "
       "request\", \"cpu_s_per_gb\": \"CPU seconds per 1e9 payload bytes\", "
       "\"engine_busy_s\": \"seconds the daemons' engines spent in turns "

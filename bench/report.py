@@ -41,7 +41,9 @@ UNITS = {
     "mfps": "1e6 frames per second",
     "us": "microseconds; latencies are round trips: an RDMA request from "
           "post to completion (request and acknowledgment or response), a "
-          "TCP ping-pong from send to echo received",
+          "TCP ping-pong from send to echo received; but WRITE ping-pongs "
+          "(rdmaplane_perf's write_pingpong, perftest's ib_write_lat) are "
+          "half a round trip, as perftest reports them",
     "ns": "nanoseconds",
     "s/GB": "CPU seconds (user + system, every process involved) per 1e9 "
             "payload bytes",
@@ -93,6 +95,17 @@ FIGURES = {
                          "hit: one request and its answer)", "us"),
     "reg_dereg_pair_us": ("register + deregister from a client (two round "
                           "trips)", "us"),
+    "perftest_write_gbps_64k": ("perftest's ib_write_bw over the verbs front "
+                                "end (librdmaplane-verbs.so), 64 KiB, depth "
+                                "16, cache-hot, over memif", "GB/s"),
+    "perftest_write_lat_us_8b": ("perftest's ib_write_lat over the verbs "
+                                 "front end, 8 B, typical (the median): half "
+                                 "a WRITE ping-pong's round trip, over memif",
+                                 "us"),
+    "verbs_write_lat_cost_us_8b_memif": (
+        "what the verbs front end adds to an 8 B WRITE ping-pong: perftest's "
+        "ib_write_lat typical minus rdmaplane_perf's write_pingpong p50 of "
+        "the same round (median of the rounds)", "us"),
 }
 
 # Headline figures of one setup and poll mode, with the perf run they come
@@ -110,7 +123,12 @@ SETUP_FIGURES = {
     "write_cpu_s_per_gb_64k": ("bw", "write_bw", 65536, "cpu_s_per_gb"),
     "read_cpu_s_per_gb_64k": ("bw", "read_bw", 65536, "cpu_s_per_gb"),
     "write_cpu_us_per_op_64b": ("mops", "write_bw", 64, "cpu_us_per_op"),
+    # perftest's ib_write_lat on the native API (half a round trip).
+    "write_pingpong_p50_us_8b": ("pingpong", "write_pingpong", 8, "p50_us"),
 }
+# Figures measured over memif only: the verbs front end's counterparts,
+# since perftest needs a peer daemon.
+MEMIF_ONLY = {"write_pingpong_p50_us_8b"}
 SETUP_UNITS = {"gbps": "GB/s", "mops": "Mops", "p50_us": "us",
                "p99_us": "us", "cpu_s_per_gb": "s/GB",
                "cpu_us_per_op": "us/op"}
@@ -174,6 +192,10 @@ RATIOS = [
     ("write_cpu_us_per_op_64b_memif", "tcp", "tcp_pingpong_cpu_us_per_op"),
     ("write_cpu_us_per_op_64b_memif", "tcp_busy",
      "tcp_pingpong_busy_cpu_us_per_op"),
+    # The native API against the verbs front end (perftest), same path and
+    # workload: what the verbs layer costs.
+    ("write_gbps_64k_hot_memif", "perftest", "perftest_write_gbps_64k"),
+    ("write_pingpong_p50_us_8b_memif", "perftest", "perftest_write_lat_us_8b"),
 ] + [
     # Round trips against TCP's, blocking and spinning, percentile for
     # percentile.
@@ -193,7 +215,8 @@ def _check_ratios():
     for key, _, base in RATIOS:
         if kinds[figure_unit(key)] != kinds[figure_unit(base)]:
             raise AssertionError("ratio of %s to %s" % (key, base))
-    rdmaplane = ([k + s for k in SETUP_FIGURES for s in ("", "_memif")] +
+    rdmaplane = ([k + s for k in SETUP_FIGURES for s in ("", "_memif")
+                  if s or k not in MEMIF_ONLY] +
                  [k for k in FIGURES if k.startswith("reg_")])
     without = set(rdmaplane) - {key for key, _, _ in RATIOS}
     if without:
@@ -243,6 +266,10 @@ TARGETS = [
     ("write_lat_p50_us_8b_memif_vs_tcp_busy", "<=", 0.5),
     ("write_lat_p99_us_8b_memif_vs_tcp_busy", "<=", 0.5),
     ("write_mops_64b_memif", ">=", 2.0),
+    # The verbs front end: at most 10 % of the native API's bandwidth (the
+    # native figure at most 1/0.9 of perftest's) and 0.5 us of its latency.
+    ("write_gbps_64k_hot_memif_vs_perftest", "<=", 1.111),
+    ("verbs_write_lat_cost_us_8b_memif", "<=", 0.5),
 ]
 
 # Keys the report must have (the smoke test checks them too).
@@ -259,7 +286,8 @@ REQUIRED = (
      "write_mops_64b_memif", "write_cpu_s_per_gb_64k",
      "read_cpu_s_per_gb_64k", "write_cpu_s_per_gb_64k_memif",
      "read_cpu_s_per_gb_64k_memif", "write_cpu_us_per_op_64b",
-     "write_cpu_us_per_op_64b_memif"]
+     "write_cpu_us_per_op_64b_memif", "write_pingpong_p50_us_8b_memif",
+     "perftest_write_gbps_64k", "perftest_write_lat_us_8b"]
     + ["%s_vs_%s" % (f, b) for f, b, _ in RATIOS])
 
 
@@ -330,6 +358,40 @@ def _memcpy(doc):
     return (doc or {}).get("median_gbps")
 
 
+def perftest_row(text):
+    """The fields of the first row under perftest's results header
+    (#bytes ...), or None."""
+    lines = (text or "").splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith("#bytes"):
+            for row in lines[i + 1:]:
+                fields = row.split()
+                if fields and re.match(r"^\d+$", fields[0]):
+                    return fields
+            return None
+    return None
+
+
+def _perftest_bw(text):
+    """ib_write_bw's BW average, MB/sec (2^20 bytes), in GB/s (1e9)."""
+    row = perftest_row(text)
+    return float(row[3]) * 1048576 / 1e9 if row and len(row) > 3 else None
+
+
+def _perftest_lat(text):
+    """ib_write_lat's t_typical, microseconds."""
+    row = perftest_row(text)
+    return float(row[4]) if row and len(row) > 4 else None
+
+
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 SETUP_BASELINES = [
     ("memcpy_64k.json", [("memcpy_64k_gbps", _memcpy)]),
     ("memcpy_hot.json", [("memcpy_hot_gbps", _memcpy)]),
@@ -346,6 +408,9 @@ SETUP_BASELINES = [
         ("tcp_pingpong_busy_p99_us", _tcp("pingpong_busy", "p99_us")),
         ("tcp_pingpong_busy_cpu_us_per_op",
          _tcp("pingpong_busy", "cpu_us_per_op"))]),
+    # Over memif only: perftest's client output (text).
+    ("perftest_write_bw.txt", [("perftest_write_gbps_64k", _perftest_bw)]),
+    ("perftest_write_lat.txt", [("perftest_write_lat_us_8b", _perftest_lat)]),
 ]
 MEMIF_FRAME_4096 = 4170  # a WRITE's first packet at path MTU 4096
 
@@ -365,7 +430,7 @@ def collect_rounds(raw, local_modes, memif_modes):
     for setup in ("local", "memif"):
         for name, keys in SETUP_BASELINES:
             for r, p in round_files(raw, "%s_%s" % (setup, name)).items():
-                doc = load_json(p)
+                doc = load_json(p) if name.endswith(".json") else read_text(p)
                 for key, read in keys:
                     put("%s@%s" % (key, setup), r, read(doc))
         for frame in (MEMIF_FRAME_4096, 64):
@@ -675,6 +740,10 @@ TABLE_ROWS = [
     ("64 B WRITE CPU per request, memif", "write_cpu_us_per_op_64b_memif"),
     ("WRITE 64 KiB bandwidth, memif, cache-hot", "write_gbps_64k_hot_memif"),
     ("READ 64 KiB bandwidth, memif, cache-hot", "read_gbps_64k_hot_memif"),
+    ("WRITE 8 B ping-pong p50, half a round trip, memif",
+     "write_pingpong_p50_us_8b_memif"),
+    ("verbs front end's cost in WRITE 8 B ping-pong latency, memif",
+     "verbs_write_lat_cost_us_8b_memif"),
 ]
 
 # Short names of the baselines in that table.
@@ -693,6 +762,8 @@ BASELINE_NAMES = {
     "memif_mfps_64": "raw memif, 64 B frames",
     "pin_4k_ns": "mlock+munlock 4 KiB",
     "memif_payload_gbps_4096": "raw memif, 4 KiB payloads",
+    "perftest_write_gbps_64k": "perftest ib_write_bw, verbs",
+    "perftest_write_lat_us_8b": "perftest ib_write_lat typical, verbs",
 }
 
 # The table of every baseline, in this order.
@@ -701,7 +772,8 @@ BASELINES = ["memcpy_gbps", "memcpy_64k_gbps", "memcpy_hot_gbps", "tcp_gbps",
              "tcp_pingpong_cpu_us_per_op", "tcp_pingpong_busy_p50_us",
              "tcp_pingpong_busy_p99_us", "tcp_pingpong_busy_cpu_us_per_op",
              "memif_mfps_4170", "memif_gbps_4170", "memif_payload_gbps_4096",
-             "memif_mfps_64", "pin_4k_ns"]
+             "memif_mfps_64", "pin_4k_ns", "perftest_write_gbps_64k",
+             "perftest_write_lat_us_8b"]
 
 
 def paired_ratio(key, base, figure_rounds, baseline_rounds):
@@ -757,7 +829,9 @@ def markdown(report):
         "round. CPUs: %s. Bandwidth runs spread their requests over %d MiB "
         "per side, like memcpy's buffers (cache-hot runs: over 16 "
         "messages). GB/s is 1e9 bytes per second; latencies are round "
-        "trips; CPU is user + system time of every process involved." %
+        "trips, but WRITE ping-pongs (native and perftest's) half of one, "
+        "as perftest reports them; CPU is user + system time of every "
+        "process involved." %
         (run["poll_mode_used"]["local"], run["poll_mode_used"]["memif"],
          run["mtu"] if run["mtu"] is not None else "unknown",
          run["pair_seconds"], run["cpu_placement"], run["region_mib"]))
@@ -950,12 +1024,25 @@ def main():
             for key in SETUP_FIGURES:
                 vals = by_round.get("%s@%s_%s" % (key, setup, mode), {})
                 v[key] = median(vals)
+                if setup == "local" and key in MEMIF_ONLY:
+                    continue
                 flat = key if setup == "local" else key + "_memif"
                 rounds["%s@%s" % (flat, mode)] = per_round(vals)
                 if i == 0:
                     figures[flat] = v[key]
             poll_modes[setup][mode] = v
     used_mode = {"local": local_modes[0], "memif": memif_modes[0]}
+    # The verbs front end's latency cost, round by round: perftest's
+    # ib_write_lat typical minus the native ping-pong's p50 next to it.
+    cost_key = "verbs_write_lat_cost_us_8b_memif"
+    native = headline_rounds(rounds, used_mode,
+                             "write_pingpong_p50_us_8b_memif") or [
+                                 None] * a.rounds
+    verbs = rounds.get("perftest_write_lat_us_8b@memif") or [None] * a.rounds
+    rounds[cost_key] = [v - n if v is not None and n is not None else None
+                        for v, n in zip(verbs, native)]
+    got = [c for c in rounds[cost_key] if c is not None]
+    figures[cost_key] = statistics.median(got) if got else None
 
     ratios = {}
     ratio_of = {}

@@ -14,7 +14,9 @@ pairs, and `pairs` must hold the same per-round ratios, median, lowest,
 highest, count and baseline median. The flat ratio keys and `ratios`
 agree; each rdmaplane figure is the median of its rounds and each baseline
 the median of all its windows; and every rdmaplane figure (write_*, read_*,
-reg_*) carries at least one ratio. With LATEST_MD too: every figure,
+reg_*) carries at least one ratio; the verbs front end's latency cost is
+the median of its rounds' differences, perftest's figure minus the native
+ping-pong's. With LATEST_MD too: every figure,
 baseline value (the median of the windows paired), ratio and spread of
 pairs printed in latest.md's comparison table, and every value of its
 baseline table, is the JSON's (within the printed precision), every ratio
@@ -151,6 +153,26 @@ def check_json(doc, bad):
         if vals and not close_to(doc.get(name), median(vals)):
             bad("%s = %r, but the median of its %d windows is %r" % (
                 name, doc.get(name), len(vals), median(vals)))
+    # The verbs front end's latency cost: perftest's figure minus the native
+    # ping-pong's, round by round, and the median of those.
+    cost = "verbs_write_lat_cost_us_8b_memif"
+    if cost in doc:
+        native = rounds.get("write_pingpong_p50_us_8b_memif@%s" %
+                            used.get("memif")) or []
+        verbs = rounds.get("perftest_write_lat_us_8b@memif") or []
+        want = [v - n if is_number(v) and is_number(n) else None
+                for v, n in zip(verbs, native)]
+        listed = rounds.get(cost)
+        if not isinstance(listed, list) or len(listed) != len(want) or any(
+                (x is None) != (y is None) or (x is not None and
+                                               not close_to(x, y))
+                for x, y in zip(listed, want)):
+            bad("%s: rounds %r, recomputed %r" % (cost, listed, want))
+        got = [x for x in want if x is not None]
+        if not (doc[cost] is None and not got) and not close_to(
+                doc[cost], median(got)):
+            bad("%s = %r, but the median of its rounds' differences is %r" %
+                (cost, doc[cost], median(got)))
     with_ratio = {r.split("_vs_")[0] for r in ratio_keys}
     for key, v in doc.items():
         if (key.startswith(("write_", "read_", "reg_")) and "_vs_" not in key

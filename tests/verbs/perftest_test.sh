@@ -26,25 +26,27 @@
 #        and with -a, polling and with -e: results tables as above.
 #   4. Both daemons then stop cleanly.
 #
-#   perftest_test.sh E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO
+#   perftest_test.sh E2E_LIB TCP_PORTS_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO
 #
 # perftest and ibverbs-utils are Debian's (deploy/setup.sh installs them).
 # ib_write_lat spins on memory and, on a small machine shared with two
 # daemons, measures milliseconds: only its table and exit status count.
 set -euo pipefail
 
-if [[ $# -ne 3 ]]; then
-  echo "usage: $0 E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO" >&2
+if [[ $# -ne 4 ]]; then
+  echo "usage: $0 E2E_LIB TCP_PORTS_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO" >&2
   exit 2
 fi
 E2E_NAME=verbs_perftest_test
 # shellcheck source=tests/e2e/e2e_lib.sh
 source "$1"
-daemon_bin="$2"
+# shellcheck source=tests/testing/tcp_ports.sh
+source "$2"
+daemon_bin="$3"
 [[ -x $daemon_bin ]] || e2e_fail "no executable at $daemon_bin"
-[[ -f $3 ]] || e2e_fail "no file at $3"
+[[ -f $4 ]] || e2e_fail "no file at $4"
 # Absolute: the tools resolve LD_PRELOAD themselves.
-verbs_so="$(realpath "$3")"
+verbs_so="$(realpath "$4")"
 for tool in ibv_devices ibv_devinfo ib_write_bw ib_read_bw ib_write_lat ib_read_lat \
   ib_send_bw ib_send_lat ibv_rc_pingpong; do
   command -v "$tool" >/dev/null ||
@@ -70,11 +72,6 @@ verbs() {
   shift 3
   timeout --kill-after=5 "$limit" env RDMAPLANE_SOCKET="$sockets" \
     LD_PRELOAD="$verbs_so" RDMAPLANE_VERBS_DEBUG=1 "$@" >"$out" 2>&1
-}
-
-# A TCP port nobody listens on now (the kernel's choice of a free one).
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # expect_line FILE LABEL ERE: FILE has a line matching ERE, or the test
@@ -152,7 +149,7 @@ sed 's/^/    /' "$out"
 expect_line "$out" "ibv_devinfo without a daemon" "No IB devices found"
 out="$E2E_TMP/ib_write_bw-none.out"
 status=0
-verbs "$missing" 20 "$out" ib_write_bw -d rdmaplane0 -p "$(free_port)" || status=$?
+verbs "$missing" 20 "$out" ib_write_bw -d rdmaplane0 -p "$(free_tcp_port)" || status=$?
 sed 's/^/    /' "$out"
 [[ $status -ne 0 && $status -ne 124 && $status -ne 137 ]] ||
   e2e_fail "ib_write_bw without a daemon exited with status $status, not a failure of its own"
@@ -160,15 +157,6 @@ expect_line "$out" "ib_write_bw without a daemon" "Did not detect devices|Unable
 e2e_log "without a daemon: no device listed; ibv_devinfo and ib_write_bw (status $status) fail saying so"
 
 # --- 3. Tool pairs ------------------------------------------------------------
-
-# Whether a TCP socket listens on PORT (any address, IPv4 or IPv6), read
-# from /proc so that no probe connection reaches the server.
-listening() {
-  local hex
-  hex="$(printf '%04X' "$1")"
-  awk -v port=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == port { found = 1 }
-    END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
-}
 
 # check_table LABEL SIDE FILE ITERATIONS FIRST_SIZE LAST_SIZE ROWS: FILE has
 # perftest's header line (#bytes) and ROWS numeric rows (0: any number) from
@@ -270,7 +258,7 @@ perf_pair() {
     *) e2e_fail "perf_pair $label: unknown check '$kind'" ;;
   esac
   local port sout="$E2E_TMP/$label.server.out" cout="$E2E_TMP/$label.client.out"
-  port="$(free_port)"
+  port="$(free_tcp_port)"
   e2e_log "pair $label: $tool $* (port $port)"
   local start
   start="$(e2e_now)"
@@ -283,7 +271,7 @@ perf_pair() {
   local server=$!
   E2E_HELPER_PIDS+=("$server")
   local waited=0
-  until listening "$port"; do
+  until tcp_listening "$port"; do
     if ! kill -0 "$server" 2>/dev/null || ((waited >= 100)); then
       sed 's/^/    server: /' "$sout" >&2
       e2e_fail "pair $label: the server did not listen on port $port within 10 s"
