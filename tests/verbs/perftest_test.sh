@@ -22,6 +22,8 @@
 #      - ibverbs-utils' ibv_rc_pingpong (SEND/RECV, -g 0 for RoCE), polling
 #        and with -e, with -c: both print the bytes and iterations they
 #        exchanged, and neither reports invalid data.
+#      - ib_read_lat -s 8 with RDMAPLANE_VERBS_YIELD_AFTER=0 (ibv_poll_cq
+#        never yields) and =often (not a number: a warning on stderr).
 #      - perftest's two-sided ib_send_bw and ib_send_lat, each with -s 65536
 #        and with -a, polling and with -e: results tables as above.
 #   4. Both daemons then stop cleanly.
@@ -322,6 +324,13 @@ perf_pair write_lat tables ib_write_lat -s 65536 -n 200
 perf_pair write_lat_all tables ib_write_lat -a -n 5
 perf_pair read_lat client ib_read_lat -s 65536 -n 200
 perf_pair read_lat_all client ib_read_lat -a -n 5
+# ibv_poll_cq's yield cadence (RDMAPLANE_VERBS_YIELD_AFTER): 0, never
+# yielding, still completes; a value that is not a number is named on
+# stderr, and the default kept.
+RDMAPLANE_VERBS_YIELD_AFTER=0 perf_pair read_lat_never_yield client ib_read_lat -s 8 -n 200
+RDMAPLANE_VERBS_YIELD_AFTER=often perf_pair read_lat_bad_yield client ib_read_lat -s 8 -n 200
+expect_line "$E2E_TMP/read_lat_bad_yield.client.out" "RDMAPLANE_VERBS_YIELD_AFTER=often" \
+  "RDMAPLANE_VERBS_YIELD_AFTER=often is not a number from 0 to 4294967295; yielding after every empty poll"
 
 # ib_write_bw on hugepages: perftest's --use_hugepages puts its buffers on a
 # SysV segment of 2 MiB hugepages (shmget with SHM_HUGETLB), which
