@@ -94,6 +94,16 @@ stop_pids() {
   pids=()
 }
 
+# forget_pid PID: PID leaves the list stop_pids works through (a process
+# that was waited for; a daemon started before stays in it).
+forget_pid() {
+  local kept=() pid
+  for pid in "${pids[@]}"; do
+    if [[ $pid != "$1" ]]; then kept+=("$pid"); fi
+  done
+  pids=("${kept[@]+"${kept[@]}"}")
+}
+
 # Runs a tool bounded in time; its stdout goes to FILE, stderr to the log.
 run() { # run SECONDS FILE CMD...
   local limit="$1" file="$2"

@@ -213,12 +213,7 @@ memif_rate_once() {
     --socket="$sock" --seconds="$t_memif" --frame="$frame" --lcore=1 ||
     status=1
   wait "$server" || status=1
-  # Only the server leaves the list; a daemon started before stays in it.
-  local kept=() pid
-  for pid in "${pids[@]}"; do
-    if [[ $pid != "$server" ]]; then kept+=("$pid"); fi
-  done
-  pids=("${kept[@]+"${kept[@]}"}")
+  forget_pid "$server"
   if ((status != 0)); then
     log "memif_rate $name with $frame-byte frames failed"
     return 1
@@ -251,6 +246,9 @@ perftest() {
   pids+=("$server")
   until tcp_listening "$port"; do
     if ! kill -0 "$server" 2>/dev/null || ((waited >= 100)); then
+      kill "$server" 2>/dev/null || true
+      wait "$server" 2>/dev/null || true
+      forget_pid "$server"
       failed "$tool $name: its server did not listen within 10 s"
       return
     fi
@@ -261,11 +259,7 @@ perftest() {
     LD_PRELOAD="$bin/librdmaplane-verbs.so" "$tool" -d rdmaplane0 \
     -p "$port" "$@" 127.0.0.1 || status=1
   wait "$server" || status=1
-  local kept=() pid
-  for pid in "${pids[@]}"; do
-    if [[ $pid != "$server" ]]; then kept+=("$pid"); fi
-  done
-  pids=("${kept[@]+"${kept[@]}"}")
+  forget_pid "$server"
   if ((status != 0)); then failed "$tool $name"; fi
 }
 
