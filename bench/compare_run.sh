@@ -40,8 +40,9 @@
 #      pin_cost, then the sweep and the other poll mode. Two more pairs
 #      put the verbs front end beside the native API on the same daemons
 #      and workload, for what the verbs layer costs: Debian's perftest
-#      ib_write_bw -s 65536 -t 16 after the cache-hot 64 KiB window (its
-#      client pinned where rdmaplane_perf runs), and rdmaplane_perf's
+#      ib_write_bw -s 65536 -t 16 right after the cache-hot 64 KiB WRITE
+#      window (that run measures READ first; perftest's client pinned
+#      where rdmaplane_perf runs), and rdmaplane_perf's
 #      write_pingpong (perftest's ib_write_lat on the native API) next to
 #      ib_write_lat -s 8, both left unpinned: each end spins on memory
 #      between its WRITEs and, pinned beside an engine, would hold the CPU
@@ -300,7 +301,8 @@ paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
   tcp "${p}_tcp_stream" --seconds="$t_pair"
   log "round $r: $setup ($mode): 64 KiB cache-hot, paired"
   memcpy "${p}_memcpy_hot" --buffer_mib=1 --seconds="$t_pair"
-  perf_run "${tag}_hot" "$@" --mode=write_bw,read_bw --sizes=65536 --depth=16 \
+  # READ first: the WRITE window then lies right before perftest's.
+  perf_run "${tag}_hot" "$@" --mode=read_bw,write_bw --sizes=65536 --depth=16 \
     --duration_s="$t_pair"
   if [[ $setup == memif ]]; then
     log "round $r: $setup ($mode): perftest's ib_write_bw over the verbs front end, 64 KiB cache-hot, paired"
