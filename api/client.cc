@@ -5,7 +5,10 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <linux/userfaultfd.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1185,6 +1188,160 @@ bool StillInPlace(const std::vector<Vma>& maps, const MovedPages& m) {
   return true;
 }
 
+// Linux 6.4's, where the headers are older: write protection of pages never
+// touched too.
+#ifndef UFFD_FEATURE_WP_UNPOPULATED
+#define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
+#endif
+
+// Holds writes to pages while ShareMemory moves them, so that none made by
+// another thread between the copy and the remapping is lost: userfaultfd's
+// write protection (UFFDIO_REGISTER_MODE_WP) makes such a write wait in the
+// kernel until Release() closes the descriptor, which wakes it; it is then
+// made again, into the pages mapped there by then. Reads go on meanwhile.
+// Without root the descriptor is for user-mode faults only (as
+// vm.unprivileged_userfaultfd=0 allows): a system call of another thread
+// that writes into the pages then fails with EFAULT instead of waiting.
+// Without userfaultfd (an old kernel, a seccomp filter) nothing is held:
+// active() is false, and such writes may be lost, as docs/verbs.md says.
+// Between the constructor and Release() the thread must not write to the
+// pages itself, nor allocate (malloc's memory may be among them), and its
+// TLS must lie elsewhere (MoveHoldingWrites).
+class WriteHold {
+ public:
+  WriteHold(uint64_t begin, uint64_t bytes) : begin_(begin), bytes_(bytes) {
+    const uint64_t wanted = UFFD_FEATURE_WP_UNPOPULATED |
+                            UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+    uint64_t supported = 0;
+    // The supported features, from a descriptor of their own (UFFDIO_API
+    // is taken once per descriptor).
+    if (const int probe = Open(); probe >= 0) {
+      uffdio_api api{};
+      api.api = UFFD_API;
+      if (ioctl(probe, UFFDIO_API, &api) == 0) supported = api.features;
+      close(probe);
+    }
+    fd_ = Open();
+    if (fd_ < 0) return;
+    uffdio_api api{};
+    api.api = UFFD_API;
+    api.features = wanted & supported;
+    if (ioctl(fd_, UFFDIO_API, &api) != 0) {
+      Drop();
+      return;
+    }
+    // Without WP_UNPOPULATED a page never touched would take a write
+    // unprotected: give every page of the window one first.
+    if ((api.features & UFFD_FEATURE_WP_UNPOPULATED) == 0 &&
+        madvise(reinterpret_cast<void*>(begin), bytes, MADV_POPULATE_WRITE) !=
+            0) {
+      Drop();
+      return;
+    }
+    uffdio_register reg{};
+    reg.range = {begin, bytes};
+    reg.mode = UFFDIO_REGISTER_MODE_WP;
+    if (ioctl(fd_, UFFDIO_REGISTER, &reg) != 0) {
+      Drop();
+      return;
+    }
+    if (!Protect(true)) {
+      uffdio_range range{begin, bytes};
+      ioctl(fd_, UFFDIO_UNREGISTER, &range);
+      Drop();
+    }
+  }
+  WriteHold(const WriteHold&) = delete;
+  WriteHold& operator=(const WriteHold&) = delete;
+  ~WriteHold() { Release(/*moved=*/false); }
+
+  bool active() const { return fd_ >= 0; }
+
+  // Lets writes go on. `moved`: the pages were replaced (their protection
+  // went with them); otherwise it is lifted first.
+  void Release(bool moved) {
+    if (fd_ < 0) return;
+    if (!moved) Protect(false);
+    Drop();
+  }
+
+ private:
+  static int Open() {
+    int fd = static_cast<int>(
+        syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+    if (fd < 0 && errno == EPERM) {
+      fd = static_cast<int>(syscall(SYS_userfaultfd,
+                                    O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
+    }
+    return fd;
+  }
+  bool Protect(bool on) {
+    uffdio_writeprotect wp{};
+    wp.range = {begin_, bytes_};
+    wp.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0;
+    return ioctl(fd_, UFFDIO_WRITEPROTECT, &wp) == 0;
+  }
+  // Closing the descriptor unregisters its ranges and wakes every write
+  // waiting on it.
+  void Drop() {
+    close(fd_);
+    fd_ = -1;
+  }
+
+  uint64_t begin_, bytes_;
+  int fd_ = -1;
+};
+
+// One move of ShareMemory's: the window's pages are copied into the memfd
+// (mapped at `copy`), which then replaces them at their addresses.
+struct Move {
+  uint64_t begin, bytes;
+  void* copy;
+  int fd;
+  ssize_t copied = -1;        // what process_vm_readv copied
+  void* placed = MAP_FAILED;  // the memfd at `begin`, or MAP_FAILED
+};
+
+// Copies and remaps on a thread of its own, with writes to the window held
+// (WriteHold): the calling thread's TLS may lie in the window (the main
+// thread's is on the heap), and the kernel writes its rseq area there when
+// it returns to user mode after being scheduled out or signalled, which
+// would then wait for this very thread. The new thread's stack and TLS are a mapping of their own; it
+// writes only those and `move` (on the caller's stack, which ShareMemory
+// keeps out of windows) until the hold ends, and allocates nothing. False
+// when the thread could not start.
+bool MoveHoldingWrites(Move* move) {
+  pthread_t mover;
+  const auto run = [](void* arg) -> void* {
+    Move* m = static_cast<Move*>(arg);
+    WriteHold hold(m->begin, m->bytes);
+    // Copied with process_vm_readv so that a hole in the range is an
+    // error here rather than a crash.
+    iovec local{m->copy, m->bytes};
+    iovec remote{reinterpret_cast<void*>(m->begin), m->bytes};
+    m->copied = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (m->copied == static_cast<ssize_t>(m->bytes)) {
+      // Everything written to the range from here on lands in the memfd.
+      m->placed = mmap(reinterpret_cast<void*>(m->begin), m->bytes,
+                       PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, m->fd,
+                       0);
+    }
+    hold.Release(/*moved=*/m->placed != MAP_FAILED);
+    return nullptr;
+  };
+  // No signal may bring the calling thread back to user mode meanwhile
+  // (the kernel would write its rseq area, maybe in the window: a wait,
+  // or EFAULT and SIGSEGV where only user-mode faults are held). The mover
+  // starts with every signal blocked too.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  const bool started = pthread_create(&mover, nullptr, run, move) == 0;
+  if (started) pthread_join(mover, nullptr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return started;
+}
+
 constexpr uint64_t kShareWindow = 2ull << 20;
 constexpr uint64_t kWholeMapping = 16ull << 20;
 
@@ -1243,6 +1400,14 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
   // do pages moved before for a client that has closed since.
   const bool sysv = vma->path.rfind("/SYSV", 0) == 0;
   const bool moved_before = vma->path.rfind("/memfd:rdmaplane-verbs", 0) == 0;
+  // Nor this thread's stack (the main thread's is "[stack]"; another
+  // thread's is anonymous memory): its own frames would move under it.
+  const uint64_t here = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+  if (here >= vma->begin && here < vma->end) {
+    return MakeStatus(RDP_ERR_INVALID,
+                      "the range is on the stack of the thread registering "
+                      "it");
+  }
   if (!vma->readable || !vma->writable || vma->path == "[stack]" ||
       (!sysv && !moved_before && (vma->shared || vma->inode != 0))) {
     return MakeStatus(RDP_ERR_INVALID,
@@ -1288,21 +1453,19 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
       close(fd);
       continue;
     }
-    // Copied with process_vm_readv so that a hole in the range is an
-    // error here rather than a crash.
-    iovec local{copy, bytes};
-    iovec remote{reinterpret_cast<void*>(begin), bytes};
-    const ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-    if (got != static_cast<ssize_t>(bytes)) {
+    Move move{begin, bytes, copy, fd};
+    if (!MoveHoldingWrites(&move)) {
       munmap(copy, bytes);
+      close(fd);
+      return MakeStatus(RDP_ERR_NO_BUFFERS,
+                        "cannot start a thread to move the range");
+    }
+    munmap(copy, bytes);
+    if (move.copied != static_cast<ssize_t>(bytes)) {
       close(fd);
       return MakeStatus(RDP_ERR_FAULT, "the range is not all mapped memory");
     }
-    // Everything written to the range from here on lands in the memfd.
-    void* placed = mmap(reinterpret_cast<void*>(begin), bytes,
-                        PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-    munmap(copy, bytes);
-    if (placed == MAP_FAILED) {  // e.g. part of a hugepage mapping
+    if (move.placed == MAP_FAILED) {  // e.g. part of a hugepage mapping
       close(fd);
       continue;
     }

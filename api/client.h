@@ -88,10 +88,13 @@ class Client {
   // addresses (MAP_FIXED), which the daemon maps as an arena. The pages
   // moved are those of its whole mapping when that is at most 16 MiB, else
   // of a 2 MiB window around the range inside it, outside pages moved
-  // before. Memory inside such an arena already is
+  // before. While they move, writes to them from other threads wait
+  // (userfaultfd write protection, where the kernel allows it) and then
+  // land in the shared pages. Memory inside such an arena already is
   // left as it is. RDP_ERR_INVALID when the range overlaps moved pages only
   // in part or moved by another Client of this process, or is not private
-  // anonymous read-write memory (a file or shared mapping); RDP_ERR_FAULT
+  // anonymous read-write memory (a file or shared mapping), or lies in the
+  // mapping of the calling thread's stack; RDP_ERR_FAULT
   // when it is not inside one mapping. The pages stay shared until the
   // client closes (and stay mapped after it, with their contents);
   // RDP_ERR_INVALID for addresses of moved pages the application unmapped
