@@ -24,6 +24,7 @@ its value and bound); else 0.
 
 import argparse
 import datetime
+import functools
 import glob
 import json
 import math
@@ -520,24 +521,34 @@ def sweep(raw, setup):
     return curves
 
 
-def read_samples(raw, name, mode=None):
-    """Every sample of every round in r<N>_<name>, sorted."""
-    out = []
+@functools.lru_cache(maxsize=None)
+def _samples_by_mode(raw, name):
+    """{mode: every sample of every round in r<N>_<name>, sorted}: lines
+    'mode bytes microseconds' (rdmaplane_perf), or one number each (under
+    None; tcp_bench). The files run to hundreds of MB, and the plots and
+    the percentiles both want them: each is read once."""
+    by = {}
     for _, path in sorted(round_files(raw, name).items()):
         try:
             with open(path) as f:
                 for line in f:
                     parts = line.split()
-                    if not parts:
-                        continue
-                    if mode is None:
-                        out.append(float(parts[0]))
-                    elif parts[0] == mode:
-                        out.append(float(parts[2]))
+                    if len(parts) == 1:
+                        by.setdefault(None, []).append(float(parts[0]))
+                    elif len(parts) == 3:
+                        by.setdefault(parts[0], []).append(float(parts[2]))
         except (OSError, ValueError):
             pass
-    out.sort()
-    return out
+    for values in by.values():
+        values.sort()
+    return by
+
+
+def read_samples(raw, name, mode=None):
+    """Every sample of every round in r<N>_<name>, sorted (a list the
+    caller must not change): those of `mode`, or of a file of plain
+    numbers with None."""
+    return _samples_by_mode(raw, name).get(mode, [])
 
 
 def quantile(sorted_values, q):
