@@ -309,11 +309,12 @@ if (($(grep -c "target missed" "$tmp/missed/stderr") != 5)); then
 fi
 python3 "$report_check" "$tmp/missed/out/latest.json" \
   "$tmp/missed/out/latest.md" || fail "the doctored report disagrees"
-# perftest far slower than the native API: the verbs front end misses
+# perftest far slower than the native API (a thousand times slower than
+# measured): the verbs front end misses
 # both of its targets, and only those.
 mkdir -p "$tmp/verbs_slow"
 cp -r "$tmp/met/raw" "$tmp/verbs_slow/raw"
-doctor "$tmp/verbs_slow/raw" 1e-4 'r1_*perftest_write_*.txt' ||
+doctor "$tmp/verbs_slow/raw" 1e-9 'r1_*perftest_write_*.txt' ||
   fail "could not doctor the raw files"
 status=0
 check_report verbs_slow || status=$?
