@@ -1202,8 +1202,8 @@ bool StillInPlace(const std::vector<Vma>& maps, const MovedPages& m) {
 // Without root the descriptor is for user-mode faults only (as
 // vm.unprivileged_userfaultfd=0 allows): a system call of another thread
 // that writes into the pages then fails with EFAULT instead of waiting.
-// Without userfaultfd (an old kernel, a seccomp filter) nothing is held:
-// active() is false, and such writes may be lost, as docs/verbs.md says.
+// Without userfaultfd (an old kernel, a seccomp filter) nothing is held,
+// and such writes may be lost, as docs/verbs.md says.
 // Between the constructor and Release() the thread must not write to the
 // pages itself, nor allocate (malloc's memory may be among them), and its
 // TLS must lie elsewhere (MoveHoldingWrites).
@@ -1255,8 +1255,6 @@ class WriteHold {
   WriteHold& operator=(const WriteHold&) = delete;
   ~WriteHold() { Release(/*moved=*/false); }
 
-  bool active() const { return fd_ >= 0; }
-
   // Lets writes go on. `moved`: the pages were replaced (their protection
   // went with them); otherwise it is lifted first.
   void Release(bool moved) {
@@ -1306,10 +1304,10 @@ struct Move {
 // (WriteHold): the calling thread's TLS may lie in the window (the main
 // thread's is on the heap), and the kernel writes its rseq area there when
 // it returns to user mode after being scheduled out or signalled, which
-// would then wait for this very thread. The new thread's stack and TLS are a mapping of their own; it
-// writes only those and `move` (on the caller's stack, which ShareMemory
-// keeps out of windows) until the hold ends, and allocates nothing. False
-// when the thread could not start.
+// would then wait for this very thread. The new thread's stack and TLS are
+// a mapping of their own; it writes only those and `move` (on the caller's
+// stack, which ShareMemory keeps out of windows) until the hold ends, and
+// allocates nothing. False when the thread could not start.
 bool MoveHoldingWrites(Move* move) {
   pthread_t mover;
   const auto run = [](void* arg) -> void* {

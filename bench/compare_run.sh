@@ -237,7 +237,7 @@ control_bench() {  # control_bench NAME
 perftest() {
   local tool="$1" name="$2" placement="$3"
   shift 3
-  local port server status=0 waited=0 cpu=()
+  local port server status=0 cpu=()
   if [[ $placement == pinned ]]; then cpu=("${memif_client_cpu[@]}"); fi
   port="$(free_tcp_port)"
   timeout --kill-after=5 60 env RDMAPLANE_SOCKET="$MEMIF_A" \
@@ -245,17 +245,13 @@ perftest() {
     "$@" >"$raw/$name.server.txt" 2>>"$work/tools.log" &
   server=$!
   pids+=("$server")
-  until tcp_listening "$port"; do
-    if ! kill -0 "$server" 2>/dev/null || ((waited >= 100)); then
-      kill "$server" 2>/dev/null || true
-      wait "$server" 2>/dev/null || true
-      forget_pid "$server"
-      failed "$tool $name: its server did not listen within 10 s"
-      return
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
+  if ! wait_listening "$port" "$server"; then
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+    forget_pid "$server"
+    failed "$tool $name: its server did not listen within 10 s"
+    return
+  fi
   run 60 "$raw/$name.txt" "${cpu[@]}" env RDMAPLANE_SOCKET="$MEMIF_B" \
     LD_PRELOAD="$bin/librdmaplane-verbs.so" "$tool" -d rdmaplane0 \
     -p "$port" "$@" 127.0.0.1 || status=1

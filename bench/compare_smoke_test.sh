@@ -310,8 +310,8 @@ fi
 python3 "$report_check" "$tmp/missed/out/latest.json" \
   "$tmp/missed/out/latest.md" || fail "the doctored report disagrees"
 # perftest far slower than the native API (a thousand times slower than
-# measured): the verbs front end misses
-# both of its targets, and only those.
+# measured): the verbs front end misses both of its targets, and only
+# those.
 mkdir -p "$tmp/verbs_slow"
 cp -r "$tmp/met/raw" "$tmp/verbs_slow/raw"
 doctor "$tmp/verbs_slow/raw" 1e-9 'r1_*perftest_write_*.txt' ||

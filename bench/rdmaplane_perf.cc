@@ -97,7 +97,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -718,57 +717,70 @@ class Bench {
     return "";
   }
 
-  std::string RunLatency(Mode mode, uint32_t size, Result* r) {
-    const auto duration = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(o_.duration_s));
+  // Whether a latency window that started at `start` is over after `taken`
+  // samples: `total` of them, or --duration_s when `total` is 0.
+  bool WindowOver(uint64_t taken, uint64_t total,
+                  Clock::time_point start) const {
+    return total > 0 ? taken >= total
+                     : Clock::now() - start >=
+                           std::chrono::duration<double>(o_.duration_s);
+  }
+
+  // Waits, polling `conn` on `client`, for the completion of the one
+  // request `ov` that was posted with status `posted`; "" or what failed.
+  std::string Await(Client& client, rdp_conn conn, Mode mode, uint32_t size,
+                    int posted, const rdp_overlapped& ov) {
+    if (posted != RDP_PENDING) {
+      return absl::StrCat(ModeName(mode), " of ", size,
+                          " bytes refused: ", rdp_status_name(posted));
+    }
+    const Clock::time_point t0 = Clock::now();
     const auto timeout = absl::ToChronoNanoseconds(o_.timeout);
+    rdp_overlapped* done[1];
+    int got;
+    uint32_t spins = 0;
+    while ((got = client.Poll(conn, done, 1)) == 0) {
+      if ((++spins & 4095) == 0 && Clock::now() - t0 > timeout) {
+        return absl::StrCat(ModeName(mode), " of ", size,
+                            " bytes did not complete in ",
+                            absl::FormatDuration(o_.timeout));
+      }
+      if (o_.yield_after > 0 && spins % o_.yield_after == 0) sched_yield();
+    }
+    if (got < 0) return absl::StrCat("poll: ", rdp_status_name(got));
+    if (done[0] != &ov) return "a completion for a request never posted";
+    if (ov.status != RDP_OK) {
+      return absl::StrCat(ModeName(mode), " of ", size,
+                          " bytes completed with ", rdp_status_name(ov.status));
+    }
+    return "";
+  }
+
+  std::string RunLatency(Mode mode, uint32_t size, Result* r) {
     const uint64_t measured_total = o_.iterations * conns_.size();
     const uint64_t warmup_total = o_.warmup * conns_.size();
     r->samples.reserve(measured_total > 0 ? measured_total : 1 << 20);
     Clock::time_point start{};
     CpuTimes cpu_start, cpu_stop;
-    rdp_overlapped* done[1];
     for (uint64_t i = 0;; ++i) {
       if (i == warmup_total) {
         if (std::string e = ReadCpu(&cpu_start); !e.empty()) return e;
         start = Clock::now();
       }
-      if (i >= warmup_total) {
-        const uint64_t taken = i - warmup_total;
-        if (measured_total > 0 ? taken >= measured_total
-                               : Clock::now() - start >= duration) {
-          if (std::string e = ReadCpu(&cpu_stop); !e.empty()) return e;
-          break;
-        }
+      if (i >= warmup_total &&
+          WindowOver(i - warmup_total, measured_total, start)) {
+        if (std::string e = ReadCpu(&cpu_stop); !e.empty()) return e;
+        break;
       }
       Connection& c = conns_[i % conns_.size()];
       rdp_overlapped ov{};
       const Clock::time_point t0 = Clock::now();
-      const int st = Post(c, mode, size, 0, &ov);
-      if (st != RDP_PENDING) {
-        return absl::StrCat(ModeName(mode), " of ", size,
-                            " bytes refused: ", rdp_status_name(st));
+      if (std::string e = Await(*poster_, c.conn, mode, size,
+                                Post(c, mode, size, 0, &ov), ov);
+          !e.empty()) {
+        return e;
       }
-      int got;
-      Clock::time_point t1;
-      uint32_t spins = 0;
-      while ((got = poster_->Poll(c.conn, done, 1)) == 0) {
-        if ((++spins & 4095) == 0 && Clock::now() - t0 > timeout) {
-          return absl::StrCat(ModeName(mode), " of ", size,
-                              " bytes did not complete in ",
-                              absl::FormatDuration(o_.timeout));
-        }
-        if (o_.yield_after > 0 && spins % o_.yield_after == 0) sched_yield();
-      }
-      t1 = Clock::now();
-      if (got < 0) return absl::StrCat("poll: ", rdp_status_name(got));
-      if (done[0] != &ov) return "a completion for a request never posted";
-      if (ov.status != RDP_OK) {
-        return absl::StrCat(ModeName(mode), " of ", size,
-                            " bytes completed with ",
-                            rdp_status_name(ov.status));
-      }
-      if (i >= warmup_total) r->samples.push_back(Micros(t1 - t0));
+      if (i >= warmup_total) r->samples.push_back(Micros(Clock::now() - t0));
     }
     r->cpu = Cost(cpu_start, cpu_stop);
     Summarize(r);
@@ -801,23 +813,16 @@ class Bench {
       end.buffer[size - 1] = 0;
       end.buffer[2 * size - 1] = 0;
     }
-    const auto duration = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(o_.duration_s));
     Pingpong p;
     p.size = size;
     std::string responder_error;
     std::thread responder([&] {
-      responder_error = PingpongSide(target, /*first=*/false, &p, nullptr);
+      responder_error = PingpongSide(target, &p, nullptr, nullptr);
       if (!responder_error.empty()) p.abort = true;
     });
     CpuTimes cpu_start, cpu_stop;
     r->samples.reserve(o_.iterations > 0 ? o_.iterations : 1 << 20);
-    p.start_window = [&] { return ReadCpu(&cpu_start); };
-    p.window_over = [&](uint64_t taken, Clock::time_point start) {
-      return o_.iterations > 0 ? taken >= o_.iterations
-                               : Clock::now() - start >= duration;
-    };
-    std::string error = PingpongSide(poster, /*first=*/true, &p, &r->samples);
+    std::string error = PingpongSide(poster, &p, &cpu_start, &r->samples);
     if (!error.empty()) p.abort = true;
     responder.join();
     if (error.empty()) error = responder_error;
@@ -847,50 +852,28 @@ class Bench {
     // ends; it is published before that exchange's WRITE.
     std::atomic<uint64_t> last{UINT64_MAX};
     std::atomic<bool> abort{false};  // the other end failed
-    std::function<std::string()> start_window;  // the clock starts
-    std::function<bool(uint64_t, Clock::time_point)> window_over;
   };
 
-  // One end of write_pingpong; "" or what failed. The first end posts
-  // exchange 1 and times each exchange after the warm-up into `samples`;
-  // the other answers each exchange as it arrives.
-  std::string PingpongSide(const PingpongEnd& end, bool first, Pingpong* p,
-                           std::vector<double>* samples) {
+  // One end of write_pingpong; "" or what failed. The first end (given
+  // `samples`) posts exchange 1, reads the CPU times into `cpu_start` as
+  // the clock starts after the warm-up and times each exchange from then
+  // on; the other answers each exchange as it arrives.
+  std::string PingpongSide(const PingpongEnd& end, Pingpong* p,
+                           CpuTimes* cpu_start, std::vector<double>* samples) {
+    const bool first = samples != nullptr;
     const uint32_t size = p->size;
     uint8_t* const send_last = end.buffer + size - 1;
     const uint8_t* const recv_last = end.buffer + 2 * size - 1;
     const auto timeout = absl::ToChronoNanoseconds(o_.timeout);
-    auto late = [&](const char* what) {
-      return absl::StrCat("write_pingpong of ", size, " bytes: ", what,
-                          " in ", absl::FormatDuration(o_.timeout));
-    };
     // Posts exchange n's WRITE and waits for its completion.
     auto write = [&](uint64_t n) -> std::string {
       *send_last = static_cast<uint8_t>(n);
       rdp_overlapped ov{};
       rdp_sge sge{end.buffer, size, end.lkey};
-      const int st = end.client->Write(end.conn, &sge, 1, end.descriptor,
-                                       end.descriptor_length, size, 0, &ov);
-      if (st != RDP_PENDING) {
-        return absl::StrCat("write_pingpong of ", size,
-                            " bytes refused: ", rdp_status_name(st));
-      }
-      const Clock::time_point t0 = Clock::now();
-      rdp_overlapped* done[1];
-      int got;
-      for (uint32_t spins = 1; (got = end.client->Poll(end.conn, done, 1)) == 0;
-           ++spins) {
-        if ((spins & 4095) == 0 && Clock::now() - t0 > timeout) {
-          return late("a WRITE did not complete");
-        }
-        if (o_.yield_after > 0 && spins % o_.yield_after == 0) sched_yield();
-      }
-      if (got < 0) return absl::StrCat("poll: ", rdp_status_name(got));
-      if (ov.status != RDP_OK) {
-        return absl::StrCat("write_pingpong of ", size,
-                            " bytes completed with ", rdp_status_name(ov.status));
-      }
-      return "";
+      return Await(*end.client, end.conn, Mode::kWritePingpong, size,
+                   end.client->Write(end.conn, &sge, 1, end.descriptor,
+                                     end.descriptor_length, size, 0, &ov),
+                   ov);
     };
     // Spins until exchange n's WRITE from the other end has landed.
     auto arrive = [&](uint64_t n) -> std::string {
@@ -903,7 +886,9 @@ class Bench {
           return "the other end failed";
         }
         if (Clock::now() - t0 > timeout) {
-          return late("an exchange did not arrive");
+          return absl::StrCat("write_pingpong of ", size, " bytes: exchange ",
+                              n, " did not arrive in ",
+                              absl::FormatDuration(o_.timeout));
         }
       }
       return "";
@@ -913,10 +898,10 @@ class Bench {
       bool final;
       if (first) {
         if (n == o_.warmup + 1) {
-          if (std::string e = p->start_window(); !e.empty()) return e;
+          if (std::string e = ReadCpu(cpu_start); !e.empty()) return e;
           start = Clock::now();
         }
-        final = n > o_.warmup && p->window_over(n - o_.warmup, start);
+        final = n > o_.warmup && WindowOver(n - o_.warmup, o_.iterations, start);
         if (final) p->last.store(n, std::memory_order_release);
         const Clock::time_point t0 = Clock::now();
         if (std::string e = write(n); !e.empty()) return e;

@@ -71,6 +71,14 @@ def close_to(a, b):
         abs(a), abs(b)) + 1e-15
 
 
+def same_rounds(listed, want):
+    """Whether `listed` (from the report) holds, round by round, the values
+    recomputed in `want`, None where a round has none."""
+    return isinstance(listed, list) and len(listed) == len(want) and all(
+        (x is None) == (y is None) and (x is None or close_to(x, y))
+        for x, y in zip(listed, want))
+
+
 def check_json(doc, bad):
     ratio_of = doc.get("ratio_of") or {}
     pairs = doc.get("pairs") or {}
@@ -129,10 +137,7 @@ def check_json(doc, bad):
                 rkey, value, len(got), fkey, windows, median(got)))
         p = pairs.get(rkey) or {}
         listed = p.get("ratios")
-        if not isinstance(listed, list) or len(listed) != len(want) or any(
-                (x is None) != (y is None) or (x is not None and
-                                               not close_to(x, y))
-                for x, y in zip(listed, want)):
+        if not same_rounds(listed, want):
             bad("%s: pairs %r, recomputed %r" % (rkey, listed, want))
         bvals = [v for v in brounds if is_number(v)]
         for k, v in (("median", median(got)), ("min", min(got)),
@@ -163,10 +168,7 @@ def check_json(doc, bad):
         want = [v - n if is_number(v) and is_number(n) else None
                 for v, n in zip(verbs, native)]
         listed = rounds.get(cost)
-        if not isinstance(listed, list) or len(listed) != len(want) or any(
-                (x is None) != (y is None) or (x is not None and
-                                               not close_to(x, y))
-                for x, y in zip(listed, want)):
+        if not same_rounds(listed, want):
             bad("%s: rounds %r, recomputed %r" % (cost, listed, want))
         got = [x for x in want if x is not None]
         if not (doc[cost] is None and not got) and not close_to(

@@ -17,3 +17,14 @@ tcp_listening() {
   awk -v port=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == port { found = 1 }
     END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
+
+# wait_listening PORT PID: waits up to 10 s for a socket listening on PORT
+# while process PID lives; 1 when PID died first or the time ran out.
+wait_listening() {
+  local waited=0
+  until tcp_listening "$1"; do
+    if ! kill -0 "$2" 2>/dev/null || ((waited >= 100)); then return 1; fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+}

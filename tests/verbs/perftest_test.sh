@@ -272,15 +272,10 @@ perf_pair() {
     RDMAPLANE_VERBS_DEBUG=1 "$tool" -d rdmaplane0 -p "$port" "$@" >"$sout" 2>&1 &
   local server=$!
   E2E_HELPER_PIDS+=("$server")
-  local waited=0
-  until tcp_listening "$port"; do
-    if ! kill -0 "$server" 2>/dev/null || ((waited >= 100)); then
-      sed 's/^/    server: /' "$sout" >&2
-      e2e_fail "pair $label: the server did not listen on port $port within 10 s"
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
+  if ! wait_listening "$port" "$server"; then
+    sed 's/^/    server: /' "$sout" >&2
+    e2e_fail "pair $label: the server did not listen on port $port within 10 s"
+  fi
   local cstatus=0 sstatus=0
   verbs "$sock_b" 60 "$cout" "$tool" -d rdmaplane0 -p "$port" "$@" 127.0.0.1 ||
     cstatus=$?
