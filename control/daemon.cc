@@ -196,9 +196,15 @@ void Daemon::SessionClosing(Session* s) {
 bool Daemon::ServeControlRings() {
   std::vector<Session*> broken;
   std::vector<std::pair<Session*, ControlResponse>> answers;
+  bool delivered = false;
   sessions_->ForEachReady([&](Session* s) {
+    // Answers held for lack of room go first; while any is still held the
+    // session's requests wait in their ring.
+    delivered |= s->FlushHeldAnswers();
+    if (s->held_answers() > 0) return;
     uint32_t taken = 0;
-    // Do not take a request we could not answer.
+    // Do not take a request we could not answer. (The client may still
+    // take the room away before the answer: Session::Answer holds it then.)
     while (taken < 64 &&
            s->responses.Size() + taken < s->responses.capacity()) {
       ControlRequest req;
@@ -219,19 +225,11 @@ bool Daemon::ServeControlRings() {
     std::erase_if(answers, [s](const auto& a) { return a.first == s; });
     sessions_->Close(s);
   }
-  if (answers.empty() && broken.empty()) return false;
+  if (answers.empty() && broken.empty()) return delivered;
   // Counters first, so that a client holding its answer sees them current.
   UpdateGauges();
   counters_.Count(&ControlCounters::control_requests, answers.size());
-  Session* last = nullptr;
-  for (const auto& [s, resp] : answers) {
-    s->responses.TryPush(resp);
-    if (s != last && last != nullptr) {
-      shm::RingDoorbell(&last->header->control_response_bell);
-    }
-    last = s;
-  }
-  if (last != nullptr) shm::RingDoorbell(&last->header->control_response_bell);
+  for (const auto& [s, resp] : answers) s->Answer(resp);
   return true;
 }
 

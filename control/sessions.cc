@@ -76,8 +76,23 @@ void Session::PublishState(uint32_t slot, shm::ConnectionState state) {
 }
 
 void Session::Answer(const shm::ControlResponse& response) {
-  responses.TryPush(response);
+  // Behind held answers a new one waits its turn: the client reads its
+  // answers in the order the daemon gave them.
+  if (!held.empty() || !responses.TryPush(response)) {
+    held.push_back(response);
+    return;
+  }
   shm::RingDoorbell(&header->control_response_bell);
+}
+
+bool Session::FlushHeldAnswers() {
+  bool sent = false;
+  while (!held.empty() && responses.TryPush(held.front())) {
+    held.pop_front();
+    sent = true;
+  }
+  if (sent) shm::RingDoorbell(&header->control_response_bell);
+  return sent;
 }
 
 void Session::ResetSlot(uint32_t slot) {

@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -87,6 +88,8 @@ struct Session {
   std::map<uint32_t, Arena> arenas;  // by arena id
   Connection* connections[shm::kMaxConnections] = {};
   std::set<std::string> listening;
+  // Answers that found the response ring full, oldest first (Answer).
+  std::deque<shm::ControlResponse> held;
 
   // Host address of [address, address + length) inside one of the arenas,
   // and that arena's owner in `owner` if given; nullptr when the range is
@@ -98,9 +101,19 @@ struct Session {
   uint64_t arena_bytes() const;
   // Tells the client what became of the connection in `slot`.
   void PublishState(uint32_t slot, shm::ConnectionState state);
-  // Pushes an answer to the control response ring (room is kept for every
-  // request taken) and wakes the client.
+  // Pushes an answer to the control response ring and wakes the client.
+  // Room is checked before a request is taken, but the client owns the
+  // ring's consumer index and may move it between that check and the
+  // answer (or fill the ring with answers of later requests while an
+  // earlier one waits for a peer daemon): an answer that finds no room is
+  // held, in order, and delivered by FlushHeldAnswers once the client makes
+  // room. Every request taken is answered exactly once.
   void Answer(const shm::ControlResponse& response);
+  // Delivers held answers while the ring has room; true if any went out
+  // (the client was woken).
+  bool FlushHeldAnswers();
+  // Answers taken requests wait for; no new request is taken meanwhile.
+  size_t held_answers() const { return held.size(); }
   // Readies `slot` for a new connection: drops what a previous user left in
   // its send ring (bounded: the client moves the indices) and resets its
   // state words (shm::ResetSlot).
