@@ -23,6 +23,7 @@
 #include "api/client.h"
 #include "api/status.h"
 #include "control/admin.h"
+#include "control/testing/fake_session.h"
 
 namespace rdmaplane::control {
 namespace {
@@ -182,6 +183,48 @@ TEST_F(SessionsTest, ASecondServerOnALiveSocketIsRefused) {
   const absl::Status s = other.Listen(path_);
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
   EXPECT_TRUE(Open().ok()) << "the first server stopped serving";
+}
+
+// The client owns the response ring's consumer index: an answer that finds
+// the ring full (the client has not read, or moved its index) is held, and
+// later answers queue behind it, so that the client reads every answer
+// once and in the order given, as soon as it makes room.
+TEST(SessionAnswerTest, AnswersWithoutRoomAreHeldAndDeliveredInOrder) {
+  FakeSession fake(1, 1000);
+  Session& s = fake.s;
+  const uint32_t capacity = s.responses.capacity();
+  uint64_t next_id = 1;
+  auto answer = [&] {
+    shm::ControlResponse r{};
+    r.request_id = next_id++;
+    s.Answer(r);
+  };
+  for (uint32_t i = 0; i < capacity; ++i) answer();
+  EXPECT_EQ(s.held_answers(), 0u);
+  answer();
+  answer();
+  EXPECT_EQ(s.held_answers(), 2u);
+  EXPECT_FALSE(s.FlushHeldAnswers()) << "no room was made";
+
+  // One read makes room for one: the older held answer goes, the newer
+  // waits; an answer given meanwhile queues behind it.
+  auto first = fake.TakeAnswer();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->request_id, 1u);
+  answer();
+  EXPECT_EQ(s.held_answers(), 3u) << "a new answer overtook held ones";
+  EXPECT_TRUE(s.FlushHeldAnswers());
+  EXPECT_EQ(s.held_answers(), 2u);
+
+  uint64_t expected = 2;
+  while (true) {
+    s.FlushHeldAnswers();
+    auto r = fake.TakeAnswer();
+    if (!r.has_value()) break;
+    EXPECT_EQ(r->request_id, expected++);
+  }
+  EXPECT_EQ(expected, next_id) << "an answer was lost";
+  EXPECT_EQ(s.held_answers(), 0u);
 }
 
 }  // namespace
