@@ -1,8 +1,11 @@
 // tcp_bench: kernel TCP over loopback (127.0.0.1), the baseline users pick
-// when they have no RDMA: stream throughput with 64 KiB sends, and the
-// round-trip time of an 8-byte ping-pong.
+// when they have no RDMA: stream throughput with sends of one size or of
+// each of several (by default 64 KiB), and the round-trip time of an 8-byte
+// ping-pong.
 //
 //   tcp_bench --seconds=3 --pingpong_seconds=2 --samples=/tmp/tcp.txt
+//   tcp_bench --send_bytes=65536,1048576 --seconds=1 --pingpong_seconds=0
+//       --busy_pingpong_seconds=0
 //
 // Two threads of one process: the server end (receiver, echoer) and the
 // client end (sender, pinger). Both sockets have TCP_NODELAY. --client_cpu
@@ -10,10 +13,13 @@
 // scheduler places them), as bench/compare places rdmaplane_perf and the
 // daemon.
 //
-//  * throughput: the sender sends --send_bytes per send() for --seconds; the
-//    receiver counts what arrives with recv() of up to 256 KiB. GB/s is the
+//  * throughput: for each size of --send_bytes in turn, on a connection of
+//    its own, the sender sends that many bytes per send() for --seconds; the
+//    receiver counts what arrives with recv() of up to 256 KiB or the send
+//    size, whichever is larger (as iperf3 reads what it writes). GB/s is the
 //    receiver's bytes over the time from its first to its last byte
-//    (1e9 bytes per second).
+//    (1e9 bytes per second). Kernel TCP moves more with larger sends (fewer
+//    system calls per byte), so a fair comparison takes its best size.
 //  * ping-pong: the client sends 8 bytes and waits for the 8-byte echo; each
 //    sample is one round trip (send to echo received), the same span as an
 //    rdmaplane WRITE from post to completion (request and acknowledgment).
@@ -29,12 +35,13 @@
 // sender or pinger, "server": receiver or echoer), cpu_s_per_gb (CPU
 // seconds per 1e9 payload bytes: the bytes received when streaming, one
 // message per round trip in a ping-pong, as an RDMA WRITE carries its
-// payload one way) and cpu_us_per_op (CPU microseconds per send of
-// --send_bytes when streaming, per round trip in a ping-pong). A
+// payload one way) and cpu_us_per_op (CPU microseconds per send when
+// streaming, per round trip in a ping-pong). A
 // ping-pong's CPU time and operations include its 1000 warm-up round
 // trips.
 //
-// Progress on stderr, a table on stdout, --json FILE with every figure,
+// Progress on stderr, a table on stdout, --json FILE with every figure (the
+// streams as a list, one member per send size, in the order given),
 // --samples FILE with one blocking ping-pong round trip (microseconds) per
 // line, in the order taken.
 #include <arpa/inet.h>
@@ -59,10 +66,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 
 ABSL_FLAG(double, seconds, 3.0,
-          "how long to stream for the throughput (0: skip)");
-ABSL_FLAG(uint32_t, send_bytes, 64 << 10, "bytes per send() when streaming");
+          "how long to stream at each send size (0: skip streaming)");
+ABSL_FLAG(std::vector<std::string>, send_bytes, {"65536"},
+          "bytes per send() when streaming, comma-separated: one stream per "
+          "size, in turn");
 ABSL_FLAG(double, pingpong_seconds, 2.0,
           "how long to ping-pong with blocking sockets (0: skip)");
 ABSL_FLAG(double, busy_pingpong_seconds, 1.0,
@@ -199,7 +209,7 @@ Throughput Stream(double seconds, uint32_t send_bytes, int server_cpu) {
   std::thread receiver([&, fd = server] {
     PinTo(server_cpu);
     const double cpu0 = ThreadCpuSeconds();
-    std::vector<uint8_t> buf(256 << 10);
+    std::vector<uint8_t> buf(std::max<size_t>(256 << 10, send_bytes));
     Clock::time_point first{}, last{};
     while (true) {
       const ssize_t r = recv(fd, buf.data(), buf.size(), 0);
@@ -292,6 +302,25 @@ Latency PingPong(double seconds, uint32_t message, bool busy, int server_cpu) {
   return l;
 }
 
+// Parses --send_bytes into *sizes (each 1..64 MiB); false when a part is
+// not such a size or there is none.
+bool ParseSendSizes(const std::vector<std::string>& parts,
+                    std::vector<uint32_t>* sizes) {
+  for (const std::string& part : parts) {
+    uint32_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v == 0 || v > (64u << 20)) return false;
+    sizes->push_back(v);
+  }
+  return !sizes->empty();
+}
+
+// "64 KiB", "1 MiB" or "1000 B": a send size for the table.
+std::string SizeName(uint32_t bytes) {
+  if (bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes % (1u << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
 // The CPU fields of a phase's JSON object, each after ", ".
 void PrintCpu(FILE* f, const Cpu& c) {
   std::fprintf(f,
@@ -325,30 +354,35 @@ int main(int argc, char** argv) {
       "kernel TCP over loopback: stream throughput and ping-pong round trips");
   absl::ParseCommandLine(argc, argv);
   const double seconds = absl::GetFlag(FLAGS_seconds);
-  const uint32_t send_bytes = absl::GetFlag(FLAGS_send_bytes);
+  std::vector<uint32_t> send_sizes;
+  const bool sizes_ok =
+      ParseSendSizes(absl::GetFlag(FLAGS_send_bytes), &send_sizes);
   const double pp_seconds = absl::GetFlag(FLAGS_pingpong_seconds);
   const double busy_seconds = absl::GetFlag(FLAGS_busy_pingpong_seconds);
   const uint32_t message = absl::GetFlag(FLAGS_message_bytes);
   const int client_cpu = absl::GetFlag(FLAGS_client_cpu);
   const int server_cpu = absl::GetFlag(FLAGS_server_cpu);
   if (seconds < 0 || pp_seconds < 0 || busy_seconds < 0 ||
-      !(seconds > 0 || pp_seconds > 0 || busy_seconds > 0) || send_bytes == 0 ||
-      send_bytes > (64u << 20) || message == 0 || message > (1u << 20) ||
+      !(seconds > 0 || pp_seconds > 0 || busy_seconds > 0) || !sizes_ok ||
+      message == 0 || message > (1u << 20) ||
       client_cpu < -1 || client_cpu >= CPU_SETSIZE || server_cpu < -1 ||
       server_cpu >= CPU_SETSIZE) {
     std::fprintf(stderr,
                  "tcp_bench: need seconds >= 0 (some positive), send_bytes "
-                 "1..64 MiB, message_bytes 1..1 MiB, CPUs -1..%d\n",
+                 "a list of sizes of 1..64 MiB, message_bytes 1..1 MiB, CPUs "
+                 "-1..%d\n",
                  CPU_SETSIZE - 1);
     return 2;
   }
   // The main thread is the client end; each server end pins itself.
   PinTo(client_cpu);
-  Throughput t;
+  std::vector<Throughput> streams;
   if (seconds > 0) {
-    std::fprintf(stderr, "tcp_bench: streaming %u-byte sends for %.1f s\n",
-                 send_bytes, seconds);
-    t = Stream(seconds, send_bytes, server_cpu);
+    for (uint32_t send_bytes : send_sizes) {
+      std::fprintf(stderr, "tcp_bench: streaming %u-byte sends for %.1f s\n",
+                   send_bytes, seconds);
+      streams.push_back(Stream(seconds, send_bytes, server_cpu));
+    }
   }
   Latency blocking;
   if (pp_seconds > 0) {
@@ -365,9 +399,10 @@ int main(int argc, char** argv) {
     busy = PingPong(busy_seconds, message, /*busy=*/true, server_cpu);
   }
   std::printf("%-36s %12s %14s\n", "tcp loopback", "value", "CPU");
-  if (seconds > 0) {
-    std::printf("%-36s %9.3f GB/s %9.3f s/GB\n", "stream, 64 KiB sends", t.gbps,
-                t.cpu.PerGb());
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const std::string title = "stream, " + SizeName(send_sizes[i]) + " sends";
+    std::printf("%-36s %9.3f GB/s %9.3f s/GB\n", title.c_str(),
+                streams[i].gbps, streams[i].cpu.PerGb());
   }
   if (pp_seconds > 0) {
     PrintLatencyRow("ping-pong round trip p50, blocking", blocking);
@@ -394,13 +429,19 @@ int main(int argc, char** argv) {
                  "%u, \"client_cpu\": %d, \"server_cpu\": %d",
                  message, client_cpu, server_cpu);
     if (seconds > 0) {
-      std::fprintf(f,
-                   ", \"stream\": {\"send_bytes\": %u, \"bytes\": %llu, "
-                   "\"seconds\": %.4f, \"gbps\": %.4f",
-                   send_bytes, static_cast<unsigned long long>(t.bytes),
-                   t.seconds, t.gbps);
-      PrintCpu(f, t.cpu);
-      std::fprintf(f, "}");
+      std::fprintf(f, ", \"streams\": [");
+      for (size_t i = 0; i < streams.size(); ++i) {
+        const Throughput& t = streams[i];
+        std::fprintf(f,
+                     "%s{\"send_bytes\": %u, \"bytes\": %llu, \"seconds\": "
+                     "%.4f, \"gbps\": %.4f",
+                     i > 0 ? ", " : "", send_sizes[i],
+                     static_cast<unsigned long long>(t.bytes), t.seconds,
+                     t.gbps);
+        PrintCpu(f, t.cpu);
+        std::fprintf(f, "}");
+      }
+      std::fprintf(f, "]");
     }
     if (pp_seconds > 0) PrintLatency(f, "pingpong", blocking);
     if (busy_seconds > 0) PrintLatency(f, "pingpong_busy", busy);
