@@ -32,6 +32,10 @@ PACKAGES=(
   libgtest-dev
   libgmock-dev
   libbenchmark-dev
+  # Coverage-guided fuzzing (deploy/fuzz.sh, the fuzz stage of test.sh):
+  # clang 14 with libFuzzer and the sanitizer runtimes.
+  clang
+  libclang-rt-14-dev
   # Test helpers: Debian's python3 runs the test-result parser in deploy/test.sh,
   # scapy cross-checks RoCEv2 framing and ICRC, tshark decodes captures.
   python3

@@ -233,6 +233,27 @@ if [[ $have_target == false && ${RDMAPLANE_SANITIZERS:-1} != 0 ]]; then
   done
 fi
 
+# --- fuzz stage (deploy/fuzz.sh) ---------------------------------------------
+# Each libFuzzer target runs RDP_FUZZ_SECONDS (default 15) over its
+# checked-in corpus, built with clang in an output base of its own; a target
+# is one case, and one that crashed or did not build is a failure. Only when
+# no targets were named; RDMAPLANE_FUZZ=0 leaves it out.
+if [[ $have_target == false && ${RDMAPLANE_FUZZ:-1} != 0 ]]; then
+  echo "test: stage fuzz: deploy/fuzz.sh all ${RDP_FUZZ_SECONDS:-15}" >&2
+  fuzz_rc=0
+  fuzz_out="$("$REPO_ROOT/deploy/fuzz.sh" all "${RDP_FUZZ_SECONDS:-15}")" ||
+    fuzz_rc=$?
+  printf '%s\n' "$fuzz_out" >&2
+  if [[ $fuzz_out =~ fuzz:\ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+    n_passed=$((n_passed + BASH_REMATCH[1]))
+    n_failed=$((n_failed + BASH_REMATCH[2]))
+  else
+    n_failed=$((n_failed + 1))
+  fi
+  if [[ $fuzz_rc -ne 0 ]]; then any_failure=1; fi
+fi
+# --- end of fuzz stage ---------------------------------------------------------
+
 line="$n_passed passed, $n_failed failed"
 if [[ $n_skipped -gt 0 ]]; then
   line+=", $n_skipped skipped"
