@@ -14,6 +14,16 @@
 # ThreadSanitizer (RDMAPLANE_SANITIZERS=0 leaves those out); the counts add
 # up over the stages.
 #
+# A whole run (no named targets, no flag that narrows which tests or cases
+# run: see narrows_run) must reach the case floors of deploy/case_floor.txt:
+# a stage that ran fewer cases (passed or failed; skipped ones did not run)
+# than its floor counts as one failure, and the stage is named.
+# RDMAPLANE_CASE_FLOOR_FILE reads the floors from another file, and
+# RDMAPLANE_CASE_FLOOR=always checks them whatever the arguments, e.g. to
+# see the check fail on one quick target:
+#   RDMAPLANE_CASE_FLOOR=always RDMAPLANE_CASE_FLOOR_FILE=<(echo plain 99) \
+#     deploy/test.sh //api/shm:ring_test
+#
 # Counts are per test CASE, read from the test.xml of every test that each
 # invocation ran or took from the cache: gtest writes one <testcase> per TEST(),
 # and Bazel writes one for tests that do not produce their own XML (sh_test).
@@ -51,6 +61,67 @@ for arg in "${args[@]}"; do
 done
 if [[ $have_target == false ]]; then
   args+=("//...")
+fi
+
+# narrows_run ARGS...: true when a flag makes Bazel run fewer tests or cases
+# than the whole suite has (a target named in ARGS is seen by the caller).
+narrows_run() {
+  local arg
+  for arg in "$@"; do
+    case "$arg" in
+      --test_filter=* | --test_arg=* | --test_env=GTEST_* | \
+        --test_env=TESTBRIDGE_* | --test_tag_filters=* | \
+        --test_size_filters=* | --test_timeout_filters=* | \
+        --test_lang_filters=* | --build_tag_filters=* | \
+        --target_pattern_file=* | --deleted_packages=*)
+        return 0
+        ;;
+    esac
+  done
+  return 1
+}
+
+# The case floors, per stage, when they apply (see the header).
+declare -A floors=()
+floor_file="${RDMAPLANE_CASE_FLOOR_FILE:-$REPO_ROOT/deploy/case_floor.txt}"
+check_floors=false
+case "${RDMAPLANE_CASE_FLOOR:-}" in
+  "")
+    if [[ $have_target == false ]] && ! narrows_run "${args[@]}"; then
+      check_floors=true
+    fi
+    ;;
+  always) check_floors=true ;;
+  *)
+    echo "test: RDMAPLANE_CASE_FLOOR is \"$RDMAPLANE_CASE_FLOOR\"; only \"always\" (or unset) is known" >&2
+    summary_and_exit "0 passed, 1 failed" 1
+    ;;
+esac
+if [[ $check_floors == true ]]; then
+  # Lines "STAGE COUNT"; "#" starts a comment. A floor file that cannot be
+  # read fails the run before anything is built.
+  floor_error=""
+  if [[ ! -r $floor_file ]]; then
+    floor_error="cannot read it"
+  else
+    line_no=0
+    while IFS= read -r floor_line || [[ -n $floor_line ]]; do
+      line_no=$((line_no + 1))
+      floor_line="${floor_line%%#*}"
+      read -r -a fields <<<"$floor_line" || true
+      [[ ${#fields[@]} -eq 0 ]] && continue
+      if [[ ${#fields[@]} -ne 2 || ! ${fields[0]} =~ ^[a-z0-9_]+$ ||
+        ! ${fields[1]} =~ ^[0-9]{1,9}$ ]]; then
+        floor_error="line $line_no is not \"STAGE COUNT\": ${floor_line}"
+        break
+      fi
+      floors[${fields[0]}]=$((10#${fields[1]}))
+    done <"$floor_file"
+  fi
+  if [[ -n $floor_error ]]; then
+    echo "test: case floor file $floor_file: $floor_error" >&2
+    summary_and_exit "0 passed, 1 failed" 1
+  fi
 fi
 
 WORK_DIR="$(mktemp -d -t rdmaplane-test.XXXXXX)"
@@ -198,6 +269,8 @@ run_stage() {
   fi
   local p f sk b
   read -r p f sk b <<<"$counts"
+  # Cases that ran: a test target that did not build ran none.
+  local ran=$((p + f - b))
   # Bazel can fail in ways no test target accounts for: a BUILD file that
   # does not parse, a library no test uses that does not compile, a bad
   # target pattern, no tests found, a bad flag, an interrupt. Exit code 3
@@ -207,7 +280,15 @@ run_stage() {
     echo "test: stage $name: bazel test exited with code $rc; counted as 1 failure" >&2
     f=$((f + 1))
   fi
-  echo "test: stage $name: $p passed, $f failed, $sk skipped" >&2
+  local floor_note=""
+  if [[ $check_floors == true && -n ${floors[$name]:-} ]]; then
+    floor_note="; floor ${floors[$name]}"
+    if [[ $ran -lt ${floors[$name]} ]]; then
+      echo "test: stage $name: $ran cases ran, fewer than its floor of ${floors[$name]} ($floor_file); counted as 1 failure" >&2
+      f=$((f + 1))
+    fi
+  fi
+  echo "test: stage $name: $p passed, $f failed, $sk skipped; $ran cases ran$floor_note" >&2
   n_passed=$((n_passed + p))
   n_failed=$((n_failed + f))
   n_skipped=$((n_skipped + sk))
