@@ -9,6 +9,11 @@
 #ifndef RDMAPLANE_TESTS_TESTING_FUZZ_H_
 #define RDMAPLANE_TESTS_TESTING_FUZZ_H_
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -20,22 +25,51 @@
 
 namespace rdmaplane::testing {
 
+// Parses the value of one of the variables below as a whole unsigned
+// number (decimal, 0x hex or 0 octal); anything else, or a value past
+// `max`, ends the process with a message naming the variable, so that a
+// mistyped seed never quietly becomes another one.
+inline uint64_t ParseFuzzEnv(const char* name, const char* value,
+                             uint64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(value, &end, 0);
+  if (value[0] == '-' || value[0] == '+' || end == value || *end != '\0' ||
+      errno == ERANGE || v > max) {
+    std::fprintf(stderr,
+                 "%s=\"%s\" is not a number from 0 to %llu (decimal or 0x "
+                 "hex)\n",
+                 name, value, static_cast<unsigned long long>(max));
+    std::abort();
+  }
+  return v;
+}
+
+// A seed nobody chose: from the kernel's random source, mixed with the
+// clock and the process id, so that two processes started together differ.
+inline uint64_t NewFuzzSeed() {
+  std::random_device device;
+  uint64_t s = (uint64_t{device()} << 32) ^ device();
+  s ^= static_cast<uint64_t>(
+      std::chrono::steady_clock::now().time_since_epoch().count());
+  s ^= uint64_t{static_cast<uint32_t>(getpid())} << 17;
+  return s;
+}
+
 // The run's seed: RDP_FUZZ_SEED when it is set, else a new one, the same
-// for every call in one process. The first call prints it to stderr.
+// for every call in one process. The first call prints it to stderr, where
+// Bazel keeps it in the test's log.
 inline uint64_t FuzzSeed() {
   static const uint64_t seed = [] {
     const char* env = std::getenv("RDP_FUZZ_SEED");
-    uint64_t s = 0;
-    if (env != nullptr && *env != '\0') {
-      s = std::strtoull(env, nullptr, 0);
-    } else {
-      std::random_device device;
-      s = (uint64_t{device()} << 32) ^ device();
-    }
+    const bool replay = env != nullptr && *env != '\0';
+    const uint64_t s =
+        replay ? ParseFuzzEnv("RDP_FUZZ_SEED", env, UINT64_MAX) : NewFuzzSeed();
     std::fprintf(stderr,
-                 "fuzz seed 0x%llx (replay: RDP_FUZZ_SEED=0x%llx, under "
+                 "fuzz seed 0x%llx%s (replay: RDP_FUZZ_SEED=0x%llx, under "
                  "Bazel --test_env=RDP_FUZZ_SEED=0x%llx)\n",
                  static_cast<unsigned long long>(s),
+                 replay ? " from RDP_FUZZ_SEED" : ", new",
                  static_cast<unsigned long long>(s),
                  static_cast<unsigned long long>(s));
     return s;
@@ -48,7 +82,7 @@ inline uint64_t FuzzSeed() {
 inline int FuzzIterations(int fallback) {
   const char* env = std::getenv("RDP_FUZZ_ITERATIONS");
   if (env == nullptr || *env == '\0') return fallback;
-  return static_cast<int>(std::strtol(env, nullptr, 0));
+  return static_cast<int>(ParseFuzzEnv("RDP_FUZZ_ITERATIONS", env, INT_MAX));
 }
 
 // Iteration i's own seed (splitmix64 of the run's seed and i), so that
