@@ -37,6 +37,8 @@ test_start="$(fl_now)"
 
 frames=20000
 seed="${RDP_FUZZ_SEED:-$(((RANDOM << 30 | RANDOM << 15 | RANDOM) + 1))}"
+[[ $seed =~ ^([1-9][0-9]{0,17}|0[xX][0-9a-fA-F]{1,15})$ ]] ||
+  fl_fail "RDP_FUZZ_SEED=\"$seed\" is not a number above 0 (decimal, or 0x hex below 2^60)"
 fl_log "seed $seed (RDP_FUZZ_SEED=$seed repeats this run)"
 
 ip_d=10.0.0.1

@@ -14,7 +14,9 @@
 #   3. A last transfer across a new B proves A's port still carries
 #      traffic, and A stops cleanly.
 # The number of bursts the departures cut short is logged (it depends on
-# timing; the counters must come back to rest whatever it is).
+# timing; the counters must come back to rest whatever it is). The fuzzer's
+# seed is new every run and printed; RDP_FUZZ_SEED=N (bazel test
+# --test_env=RDP_FUZZ_SEED=N) repeats a run's fuzzed frames.
 #
 #   memif_departure_test.sh FAULT_LIB RDMAPLANED RDMAPLANECTL
 #       RDMAPLANE_TRANSFER KILL_CLIENT FRAME_FUZZER
@@ -36,6 +38,10 @@ for bin in "$daemon_bin" "$transfer_bin" "$client_bin" "$fuzzer_bin"; do
   [[ -x $bin ]] || fl_fail "no executable at $bin"
 done
 test_start="$(fl_now)"
+fuzz_seed="${RDP_FUZZ_SEED:-$(((RANDOM << 30 | RANDOM << 15 | RANDOM) + 1))}"
+[[ $fuzz_seed =~ ^([1-9][0-9]{0,17}|0[xX][0-9a-fA-F]{1,15})$ ]] ||
+  fl_fail "RDP_FUZZ_SEED=\"$fuzz_seed\" is not a number above 0 (decimal, or 0x hex below 2^60)"
+fl_log "seed $fuzz_seed (RDP_FUZZ_SEED=$fuzz_seed repeats this run)"
 
 ip_a=10.0.0.1
 ip_b=10.0.0.2
@@ -85,7 +91,7 @@ done
 
 # --- 2. A fuzzer that leaves at once, three times -----------------------------
 for round in 1 2 3; do
-  seed="$(((RANDOM << 15 | RANDOM) + 1))"
+  seed=$((fuzz_seed + round))
   fl_start_proc "fuzzer$round" "$fuzzer_bin" --memif="$memif" \
     --file_prefix="$prefix_f" --ip="$ip_b" --daemon_ip="$ip_a" \
     --frames=3000 --seed="$seed" --linger_ms=0
