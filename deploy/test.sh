@@ -13,6 +13,8 @@
 # "sanitize" under AddressSanitizer+UndefinedBehaviorSanitizer and under
 # ThreadSanitizer (RDMAPLANE_SANITIZERS=0 leaves those out); the counts add
 # up over the stages.
+# The fuzzers, the random transfers and the chaos soak are tagged
+# "external", which Bazel never caches: each run draws new seeds (README.md).
 #
 # A whole run (no named targets, no flag that narrows which tests or cases
 # run: see narrows_run) must reach the case floors of deploy/case_floor.txt:
