@@ -23,7 +23,12 @@
 #   2. one daemon (no --port; two client sessions, one engine) with the
 #      headline poll mode (--poll_mode, default adaptive), then in turn:
 #        memcpy_bw, 64 KiB copies over 64 MiB  | rdmaplane 64 KiB WRITE and
-#        READ over 64 MiB | tcp_bench stream;
+#        READ over 64 MiB | tcp_bench stream, 64 KiB sends;
+#        tcp_bench streams of 256 KiB, 1 MiB and 4 MiB sends | rdmaplane
+#        WRITE and READ of those sizes over 64 MiB (shorter windows, each
+#        size beside its TCP counterpart: kernel TCP moves more with larger
+#        sends, so the report compares each size with TCP's at the same
+#        size, and each side's best size with the other's);
 #        memcpy_bw of 1 MiB (cache-hot) | rdmaplane 64 KiB WRITE and READ
 #        over 16 messages;
 #        rdmaplane 64-byte WRITEs | memif_rate, 64-byte frames;
@@ -92,17 +97,18 @@ bench_parse_args 5 \
   "--bin_dir=DIR --out=DIR --rounds=N --quick --keep --poll_mode=adaptive|busy --check" "$@"
 
 # Durations, seconds: t_pair for the paired windows (rdmaplane figures
-# that have a baseline, and those baselines), t_run for the other poll
+# that have a baseline, and those baselines), t_size for the windows of the
+# larger bandwidth sizes (each side's, per size), t_run for the other poll
 # mode's unpaired runs and the memcpy reference, t_memif for memif_rate
 # (whole seconds).
 # perftest: t_perftest whole seconds of ib_write_bw (-D), n_perftest_lat
 # exchanges of ib_write_lat (-n; it has no duration mode of its own).
 if ((quick)); then
-  t_pair=0.2 t_run=0.2 t_sweep=0.05 t_memif=1 t_bench=0.02
+  t_pair=0.2 t_size=0.1 t_run=0.2 t_sweep=0.05 t_memif=1 t_bench=0.02
   t_perftest=1 n_perftest_lat=2000
   sweep_sizes="8,4096,65536,1048576"
 else
-  t_pair=2 t_run=0.5 t_sweep=0.15 t_memif=2 t_bench=0.2
+  t_pair=2 t_size=1 t_run=0.5 t_sweep=0.15 t_memif=2 t_bench=0.2
   t_perftest=2 n_perftest_lat=50000
   sweep_sizes="8:4194304"
 fi
@@ -274,13 +280,18 @@ perf_run() {
 # rdmaplane_perf's headline runs, paired and unpaired alike: 64 KiB WRITE
 # and READ over region_mib, 64-byte WRITEs, 8-byte latency.
 bw_args=(--mode=write_bw,read_bw --sizes=65536 --depth=16 --region_mib="$region_mib")
+# The larger bandwidth sizes, paired only: TCP's sends and rdmaplane's
+# messages alike (depth 16 of 4 MiB fills the 64 MiB region exactly).
+big_sizes=262144,1048576,4194304
+big_args=(--mode=write_bw,read_bw --sizes="$big_sizes" --depth=16 --region_mib="$region_mib")
 mops_args=(--mode=write_bw --sizes=64 --depth=32 --region_mib="$region_mib")
 lat_args=(--mode=write_lat,read_lat --sizes=8)
 
 # The paired windows of one setup with the headline poll mode, then its
-# size sweep. Files: raw/rR_SETUP_MODE_{bw,hot,mops,lat}.json (rdmaplane),
-# raw/rR_SETUP_{memcpy_64k,memif_FRAME,tcp_stream,memcpy_hot,memif_64,
-# control,pin,tcp_busy,tcp_blocking}.* (baselines), rR_SETUP_sweep.json.
+# size sweep. Files: raw/rR_SETUP_MODE_{bw,bw_sizes,hot,mops,lat}.json
+# (rdmaplane), raw/rR_SETUP_{memcpy_64k,memif_FRAME,tcp_stream,tcp_sizes,
+# memcpy_hot,memif_64,control,pin,tcp_busy,tcp_blocking}.* (baselines),
+# rR_SETUP_sweep.json.
 paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
   local r="$1" setup="$2" mode="$3"
   shift 3
@@ -294,7 +305,10 @@ paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
     memif_rate "${p}_memif_$memif_frame" "$memif_frame"
   fi
   perf_run "${tag}_bw" "$@" "${bw_args[@]}" --duration_s="$t_pair"
-  tcp "${p}_tcp_stream" --seconds="$t_pair"
+  tcp "${p}_tcp_stream" --send_bytes=65536 --seconds="$t_pair"
+  log "round $r: $setup ($mode): TCP sends and rdmaplane WRITE and READ of $big_sizes bytes, paired"
+  tcp "${p}_tcp_sizes" --send_bytes="$big_sizes" --seconds="$t_size"
+  perf_run "${tag}_bw_sizes" "$@" "${big_args[@]}" --duration_s="$t_size"
   log "round $r: $setup ($mode): 64 KiB cache-hot, paired"
   memcpy "${p}_memcpy_hot" --buffer_mib=1 --seconds="$t_pair"
   # READ first: the WRITE window then lies right before perftest's.

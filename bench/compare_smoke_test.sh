@@ -8,12 +8,16 @@
 # every ratio of latest.json, the median of its rounds' pairs, from the
 # figure's and the baseline's rounds and matches every value latest.md
 # prints to latest.json; fed a report with one ratio off, one baseline
-# window off, one figure without a ratio, or one printed value off, it must
-# fail. The run is made with --check: it exits 0, or 3 naming on stderr
-# each target latest.json shows missed. report.py --check on the run's raw
-# measurements doctored so that every target is met exits 0, and with one
-# figure then made far too slow exits 3 naming the targets it misses, with
-# value and bound.
+# window off, one figure without a ratio, one printed value off, a best
+# that is not the highest, or a bandwidth divided by TCP at another size,
+# it must fail. The run is made with --check: it exits 0, or 3 naming on
+# stderr each target latest.json shows missed. report.py --check on the
+# run's raw measurements doctored so that every target is met exits 0, and
+# with one figure then made far too slow exits 3 naming the targets it
+# misses, with value and bound; with TCP's larger sends made far faster,
+# the equal-size targets hold and exactly the best-against-best ones are
+# missed; with rdmaplane's larger sizes made far slower, each of its bests
+# falls back to 64 KiB.
 #
 #   compare_smoke_test.sh COMPARE_RUN REPORT_PY REPORT_CHECK RDMAPLANED \
 #       CONTROL_BENCHMARK RDMAPLANE_PERF MEMCPY_BW TCP_BENCH PIN_COST \
@@ -104,7 +108,11 @@ keys = ["memcpy_gbps", "memcpy_64k_gbps", "tcp_gbps", "tcp_pingpong_p50_us", "wr
         "write_lat_p50_us_8b_memif_vs_tcp_busy",
         "write_lat_p99_us_8b_memif_vs_tcp_busy",
         "write_mops_64b_memif_vs_memif", "tcp_cpu_s_per_gb",
-        "tcp_pingpong_cpu_us_per_op", "write_cpu_us_per_op_64b_vs_tcp"]
+        "tcp_pingpong_cpu_us_per_op", "write_cpu_us_per_op_64b_vs_tcp",
+        "tcp_gbps_256k", "tcp_gbps_1m", "tcp_gbps_4m", "tcp_best_gbps",
+        "write_gbps_1m_vs_tcp", "read_gbps_4m_memif_vs_tcp",
+        "write_gbps_best_vs_tcp_best", "write_gbps_best_memif_vs_tcp_best",
+        "read_gbps_best_memif_vs_tcp_best"]
 bad = []
 for k in keys + report.REQUIRED:
     v = doc.get(k)
@@ -133,6 +141,15 @@ if doc["ratio_of"]["write_gbps_64k_memif_vs_memif"] != {
         "baseline_windows": "memif_payload_gbps_4096@memif"}:
     sys.exit("memif 64 KiB WRITEs are not paired with raw memif at path MTU "
              "4096: %r" % doc["ratio_of"]["write_gbps_64k_memif_vs_memif"])
+if doc["ratio_of"]["write_gbps_1m_memif_vs_tcp"]["baseline"] != "tcp_gbps_1m":
+    sys.exit("1 MiB WRITEs are not compared with TCP's 1 MiB sends")
+sizes = [65536, 262144, 1048576, 4194304]
+for key, b in doc["best"].items():
+    if b["bytes"] not in sizes or doc[key] != doc[b["figure"]]:
+        sys.exit("best %s: %r" % (key, b))
+if set(doc["best"]) != {"tcp_best_gbps", "write_gbps_best", "read_gbps_best",
+                        "write_gbps_best_memif", "read_gbps_best_memif"}:
+    sys.exit("bests: %r" % sorted(doc["best"]))
 if doc["run"]["mtu"] != 4096:
     sys.exit("the memif daemons ran path MTU %r, not their default 4096" %
              doc["run"]["mtu"])
@@ -154,6 +171,10 @@ grep -q '^| figure | rdmaplane | rounds | baseline | baseline value | ratio | pa
   "$out/latest.md" || fail "latest.md has no comparison table"
 grep -q 'WRITE 64 KiB bandwidth, one daemon' "$out/latest.md" ||
   fail "latest.md lacks the WRITE bandwidth row"
+grep -q '^| size | TCP loopback | WRITE, one daemon |' "$out/latest.md" ||
+  fail "latest.md lacks the table of bandwidth against TCP by size"
+grep -q '^| WRITE bandwidth at its best size, memif | [0-9.]* GB/s at [0-9]* [KM]iB |' \
+  "$out/latest.md" || fail "latest.md does not name rdmaplane's best size"
 grep -qx 'No profile of the engine: --quick skips it.' "$out/latest.md" ||
   fail "latest.md does not say why there is no profile"
 
@@ -206,6 +227,22 @@ for i, line in enumerate(lines):
 else:
     sys.exit("no READ 64 KiB row to break")
 open(sys.argv[3] + "/value_off.md", "w").write("\n".join(lines))
+# TCP's best naming its slowest size instead.
+tcp = ["tcp_gbps", "tcp_gbps_256k", "tcp_gbps_1m", "tcp_gbps_4m"]
+slow = min(tcp, key=lambda k: doc[k])
+if doc[slow] == max(doc[k] for k in tcp):
+    sys.exit("every TCP size measured the same")
+nb = dict(doc, best=dict(doc["best"]))
+nb["best"]["tcp_best_gbps"] = {
+    "figure": slow, "bytes": [65536, 262144, 1048576, 4194304][
+        tcp.index(slow)]}
+json.dump(nb, open(sys.argv[3] + "/not_best.json", "w"))
+# 1 MiB READs over memif divided by TCP's 4 MiB sends.
+other = dict(doc, ratio_of=dict(doc["ratio_of"]))
+other["ratio_of"]["read_gbps_1m_memif_vs_tcp"] = dict(
+    other["ratio_of"]["read_gbps_1m_memif_vs_tcp"], baseline="tcp_gbps_4m",
+    baseline_windows="tcp_gbps_4m@memif")
+json.dump(other, open(sys.argv[3] + "/other_size.json", "w"))
 EOF
   fail "could not write the broken reports"
 must_fail ratio_off "write_gbps_64k_vs_tcp = " "$broken/ratio_off.json"
@@ -213,6 +250,10 @@ must_fail window_off "write_gbps_64k_memif_vs_tcp = " "$broken/window_off.json"
 must_fail no_ratio "reg_dereg_pair_us has no ratio" "$broken/no_ratio.json"
 must_fail value_off "read_gbps_64k_vs_tcp: latest.md shows" \
   "$out/latest.json" "$broken/value_off.md"
+must_fail not_best "tcp_best_gbps: best names" "$broken/not_best.json"
+must_fail other_size \
+  "read_gbps_1m_memif_vs_tcp divides read_gbps_1m_memif by tcp_gbps_4m: not the same size" \
+  "$broken/other_size.json"
 cmp -s "$out/latest.md" <(tail -c "$(wc -c <"$out/latest.md")" "$tmp/stdout") ||
   fail "the printed table is not latest.md"
 for png in bw_vs_size.png cpu_vs_size.png latency_cdf.png; do
@@ -327,6 +368,76 @@ grep -q "^report: target missed: write_gbps_64k_hot_memif_vs_perftest = .*, boun
   fail "report.py --check did not name exactly the verbs targets: $(cat "$tmp/verbs_slow/stderr")"
 python3 "$report_check" "$tmp/verbs_slow/out/latest.json" \
   "$tmp/verbs_slow/out/latest.md" || fail "the doctored report disagrees"
+# TCP's larger sends a million times faster than measured, rdmaplane still
+# a thousand times: TCP's best is then one of them, and exactly the
+# best-against-best targets are missed, the equal-size ones met.
+mkdir -p "$tmp/tcp_best"
+cp -r "$tmp/met/raw" "$tmp/tcp_best/raw"
+python3 - "$tmp/tcp_best/raw" <<'EOF' || fail "could not doctor the raw files"
+import glob
+import json
+import os
+import sys
+
+paths = glob.glob(os.path.join(sys.argv[1], "r1_*_tcp_sizes.json"))
+if len(paths) != 2:
+    sys.exit("TCP's larger sends: %r" % paths)
+for path in paths:
+    doc = json.load(open(path))
+    for stream in doc["streams"]:
+        stream["gbps"] *= 1e6
+    json.dump(doc, open(path, "w"))
+EOF
+status=0
+check_report tcp_best || status=$?
+((status == 3)) || fail "report.py --check with TCP far faster at larger \
+sends exited $status: $(cat "$tmp/tcp_best/stderr")"
+for key in write_gbps_best_vs_tcp_best write_gbps_best_memif_vs_tcp_best \
+  read_gbps_best_memif_vs_tcp_best; do
+  grep -q "^report: target missed: $key = .*, bound >= [0-9.]*x$" \
+    "$tmp/tcp_best/stderr" ||
+    fail "report.py --check did not name $key: $(cat "$tmp/tcp_best/stderr")"
+done
+if (($(grep -c "target missed" "$tmp/tcp_best/stderr") != 3)); then
+  fail "report.py --check named other targets: $(cat "$tmp/tcp_best/stderr")"
+fi
+python3 "$report_check" "$tmp/tcp_best/out/latest.json" \
+  "$tmp/tcp_best/out/latest.md" || fail "the doctored report disagrees"
+python3 - "$tmp/tcp_best/out/latest.json" <<'EOF' ||
+import json
+import sys
+
+doc = json.load(open(sys.argv[1]))
+if doc["best"]["tcp_best_gbps"]["bytes"] == 65536:
+    sys.exit("TCP's best is still its 64 KiB sends: %r" % doc["best"])
+EOF
+  fail "TCP's best did not move to a larger send size"
+echo "report.py --check: 3 naming the best-against-best targets alone"
+# rdmaplane's larger sizes a million times slower (so a thousand times
+# slower than measured, its 64 KiB a thousand times faster): each best is
+# its 64 KiB figure.
+mkdir -p "$tmp/small_best"
+cp -r "$tmp/met/raw" "$tmp/small_best/raw"
+doctor "$tmp/small_best/raw" 1e-6 'r1_*_bw_sizes.json' ||
+  fail "could not doctor the raw files"
+check_report small_best || fail "report.py --check with rdmaplane's best at \
+64 KiB exited non-zero: $(cat "$tmp/small_best/stderr")"
+python3 - "$tmp/small_best/out/latest.json" <<'EOF' ||
+import json
+import sys
+
+doc = json.load(open(sys.argv[1]))
+for key in ("write_gbps_best", "read_gbps_best", "write_gbps_best_memif",
+            "read_gbps_best_memif"):
+    b = doc["best"][key]
+    want = key.replace("best", "64k")
+    if b != {"figure": want, "bytes": 65536} or doc[key] != doc[want]:
+        sys.exit("%s: %r, not %s" % (key, b, want))
+EOF
+  fail "rdmaplane's best did not fall back to 64 KiB"
+python3 "$report_check" "$tmp/small_best/out/latest.json" \
+  "$tmp/small_best/out/latest.md" || fail "the doctored report disagrees"
+echo "report.py: each best follows the measurements"
 # Without --check a missed target leaves the exit status alone.
 python3 "$report_py" --raw="$tmp/missed/raw" --out="$tmp/missed/out2" \
   --load="$tmp/empty/load.txt" --rounds=1 >/dev/null 2>&1 ||

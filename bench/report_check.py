@@ -16,12 +16,17 @@ agree; each rdmaplane figure is the median of its rounds and each baseline
 the median of all its windows; and every rdmaplane figure (write_*, read_*,
 reg_*) carries at least one ratio; the verbs front end's latency cost is
 the median of its rounds' differences, perftest's figure minus the native
-ping-pong's. With LATEST_MD too: every figure,
+ping-pong's. Bandwidth against TCP: every rdmaplane bandwidth figure of a
+size (64 KiB to 4 MiB) is divided by TCP's stream at that same size, and
+each setup's WRITE and READ at their best by TCP at its best; each best
+(`best`) names the candidate with the highest figure, and its figure and
+rounds are that candidate's. With LATEST_MD too: every figure,
 baseline value (the median of the windows paired), ratio and spread of
 pairs printed in latest.md's comparison table, and every value of its
 baseline table, is the JSON's (within the printed precision), every ratio
-of the JSON is printed once, and every target shows its unit (`x` for
-ratios).
+of the JSON is printed once, every target shows its unit (`x` for
+ratios), every best figure shows the size it was taken at, and the table
+of sizes shows each side's figures, ratios and best.
 
 Prints what disagrees and exits 1; exits 0 when all agrees. Used by
 //bench:compare_smoke_test, which also feeds it broken reports to see it
@@ -77,6 +82,82 @@ def same_rounds(listed, want):
     return isinstance(listed, list) and len(listed) == len(want) and all(
         (x is None) == (y is None) and (x is None or close_to(x, y))
         for x, y in zip(listed, want))
+
+
+# The bandwidth sizes compared with TCP, by key suffix.
+SIZES = {"64k": 65536, "256k": 262144, "1m": 1048576, "4m": 4194304}
+BANDWIDTH = re.compile(r"^(write|read)_gbps_(64k|256k|1m|4m|best)(_memif)?$")
+TCP_STREAM = re.compile(r"^tcp_(?:gbps(?:_(256k|1m|4m))?|(best)_gbps)$")
+
+
+def best_candidates(key):
+    """The keys a best figure chooses among, or None for another key."""
+    if key == "tcp_best_gbps":
+        return ["tcp_gbps"] + ["tcp_gbps_" + n for n in SIZES if n != "64k"]
+    m = BANDWIDTH.match(key)
+    if not m or m.group(2) != "best":
+        return None
+    return ["%s_gbps_%s%s" % (m.group(1), n, m.group(3) or "")
+            for n in SIZES]
+
+
+def check_best(doc, bad):
+    """Each best names its highest candidate, with that one's figure and
+    rounds; each bandwidth figure is divided by TCP's at the same size, or
+    at its best when the figure is a best."""
+    rounds = doc.get("rounds") or {}
+    used = (doc.get("run") or {}).get("poll_mode_used") or {}
+    best = doc.get("best") or {}
+    for key in [k for k in doc if best_candidates(k)]:
+        candidates = best_candidates(key)
+        b = best.get(key) or {}
+        chosen = b.get("figure")
+        values = [doc.get(c) for c in candidates if is_number(doc.get(c))]
+        if chosen not in candidates:
+            bad("%s: best names %r, not one of %s" % (key, chosen,
+                                                      candidates))
+            continue
+        if not values or doc.get(chosen) != max(values):
+            bad("%s: best names %s (%r), but the highest of %s is %r" % (
+                key, chosen, doc.get(chosen), candidates,
+                max(values) if values else None))
+        size = list(SIZES.values())[candidates.index(chosen)]
+        if b.get("bytes") != size:
+            bad("%s: best names %r bytes for %s" % (key, b.get("bytes"),
+                                                    chosen))
+        if doc.get(key) != doc.get(chosen):
+            bad("%s = %r, but %s = %r" % (key, doc.get(key), chosen,
+                                          doc.get(chosen)))
+        if key == "tcp_best_gbps":
+            where = ["local", "memif"]
+        else:
+            where = [used.get("memif" if key.endswith("_memif")
+                              else "local")]
+        for w in where:
+            mine = rounds.get("%s@%s" % (key, w))
+            theirs = rounds.get("%s@%s" % (chosen, w))
+            if not isinstance(theirs, list) or not same_rounds(mine, theirs):
+                bad("%s@%s: rounds %r, but %s's are %r" % (key, w, mine,
+                                                          chosen, theirs))
+    for key in doc:
+        m = BANDWIDTH.match(key)
+        if not m:
+            continue
+        want = ("tcp_best_gbps" if m.group(2) == "best" else
+                "tcp_gbps" + ("" if m.group(2) == "64k" else
+                              "_" + m.group(2)))
+        if not any(p.get("figure") == key and p.get("baseline") == want
+                   for p in (doc.get("ratio_of") or {}).values()):
+            bad("%s is not compared with %s" % (key, want))
+    for rkey, p in (doc.get("ratio_of") or {}).items():
+        m = TCP_STREAM.match(p.get("baseline") or "")
+        if not m:
+            continue
+        tsize = m.group(2) or m.group(1) or "64k"
+        f = BANDWIDTH.match(p.get("figure") or "")
+        if not f or f.group(2) != tsize:
+            bad("%s divides %s by %s: not the same size" % (
+                rkey, p.get("figure"), p.get("baseline")))
 
 
 def check_json(doc, bad):
@@ -175,6 +256,7 @@ def check_json(doc, bad):
                 doc[cost], median(got)):
             bad("%s = %r, but the median of its rounds' differences is %r" %
                 (cost, doc[cost], median(got)))
+    check_best(doc, bad)
     with_ratio = {r.split("_vs_")[0] for r in ratio_keys}
     for key, v in doc.items():
         if (key.startswith(("write_", "read_", "reg_")) and "_vs_" not in key
@@ -192,6 +274,52 @@ def printed_number(text):
     return float(d), 0.5 * 10.0 ** d.as_tuple().exponent
 
 
+def check_size_table(doc, lines, report, agree, bad):
+    """latest.md's table of sizes: TCP's figure and rdmaplane's with their
+    ratios to TCP at the same size, at every size, and a * on exactly the
+    candidates each best names."""
+    try:
+        start = lines.index(report.SIZE_TABLE_HEAD)
+    except ValueError:
+        bad("latest.md has no table of bandwidth against TCP by size")
+        return
+    chosen = {b.get("figure") for b in (doc.get("best") or {}).values()}
+    names = {report.size_name(b): n for n, b in SIZES.items()}
+    seen = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) != 6 or cells[0] not in names:
+            bad("size table row %r" % line)
+            continue
+        n = names[cells[0]]
+        seen.append(n)
+        keys = ["tcp_gbps" + ("" if n == "64k" else "_" + n)] + [
+            "%s_gbps_%s%s" % (op, n, setup) for setup in ("", "_memif")
+            for op in ("write", "read")]
+        for key, cell in zip(keys, cells[1:]):
+            starred = cell.endswith(" *")
+            if starred != (key in chosen):
+                bad("size table: %s shown %s a best" % (
+                    key, "as" if starred else "not as"))
+            cell = cell[:-2] if starred else cell
+            m = re.match(r"^(\S+)(?: \((\S+)\))?$", cell)
+            if not m:
+                bad("size table: %s shown as %r" % (key, cell))
+                continue
+            agree(key + " (size table)", m.group(1), doc.get(key))
+            if key.startswith("tcp_"):
+                continue
+            if m.group(2) is None:
+                bad("size table: %s without its ratio" % key)
+            else:
+                agree(key + "_vs_tcp (size table)", m.group(2),
+                      doc.get(key + "_vs_tcp"))
+    if seen != list(SIZES):
+        bad("size table rows %s, not %s" % (seen, list(SIZES)))
+
+
 def check_md(doc, md, report, bad):
     titles = dict(report.TABLE_ROWS)
     names = {v: k for k, v in report.BASELINE_NAMES.items()}
@@ -207,7 +335,19 @@ def check_md(doc, md, report, bad):
             bad("%s: latest.md shows %r, latest.json has %r" % (
                 what, cell, value))
 
+    best = doc.get("best") or {}
+
+    def names_best(key, cell):
+        """A best figure's cell must end with the size it was taken at."""
+        if key not in best:
+            return
+        b = best[key].get("bytes")
+        if not b or not cell.endswith(" at " + report.size_name(b)):
+            bad("%s: latest.md shows %r, not at %r bytes (its best)" % (
+                key, cell, b))
+
     lines = md.splitlines()
+    check_size_table(doc, lines, report, agree, bad)
     try:
         start = lines.index("| figure | rdmaplane | rounds | baseline | "
                             "baseline value | ratio | pairs | target | met |")
@@ -232,6 +372,7 @@ def check_md(doc, md, report, bad):
                 continue
             key = titles[title]
             agree(key, value, doc.get(key))
+            names_best(key, value)
         if key is None or base_name == "-":
             continue
         base = names.get(base_name)
@@ -246,6 +387,7 @@ def check_md(doc, md, report, bad):
         p = doc.get("pairs", {}).get(rkeys[0], {})
         agree("%s (baseline of %s)" % (base, key), base_value,
               p.get("baseline_median"))
+        names_best(base, base_value)
         agree(rkeys[0], ratio, doc.get(rkeys[0]))
         m = re.match(r"^(\S+) - (\S+) \((\d+)\)$|^\((\d+)\)$", spread)
         if not m:
@@ -290,6 +432,7 @@ def check_md(doc, md, report, bad):
             bad("unknown baseline in latest.md: %r" % desc)
             continue
         agree(descs[desc], value, doc.get(descs[desc]))
+        names_best(descs[desc], value)
         seen.add(descs[desc])
     used = {p.get("baseline") for p in doc.get("ratio_of", {}).values()}
     if used - seen:
