@@ -253,6 +253,16 @@ print(passed, failed, skipped, build_failed)
 PY
 }
 
+# floor_short STAGE RAN: true, after saying so on stderr, when the floors
+# apply and the RAN cases of STAGE are fewer than its floor (a stage with
+# no floor is never short). A stage counts a short floor as one failure.
+floor_short() {
+  local name="$1" ran="$2"
+  [[ $check_floors == true && -n ${floors[$name]:-} ]] || return 1
+  [[ $ran -lt ${floors[$name]} ]] || return 1
+  echo "test: stage $name: $ran cases ran, fewer than its floor of ${floors[$name]} ($floor_file); counted as 1 failure" >&2
+}
+
 # run_stage NAME BAZEL_ARGS...: one `bazel test` invocation whose cases are
 # added to the totals. A stage's failure never stops the next one.
 n_passed=0 n_failed=0 n_skipped=0
@@ -282,13 +292,10 @@ run_stage() {
     echo "test: stage $name: bazel test exited with code $rc; counted as 1 failure" >&2
     f=$((f + 1))
   fi
+  if floor_short "$name" "$ran"; then f=$((f + 1)); fi
   local floor_note=""
   if [[ $check_floors == true && -n ${floors[$name]:-} ]]; then
     floor_note="; floor ${floors[$name]}"
-    if [[ $ran -lt ${floors[$name]} ]]; then
-      echo "test: stage $name: $ran cases ran, fewer than its floor of ${floors[$name]} ($floor_file); counted as 1 failure" >&2
-      f=$((f + 1))
-    fi
   fi
   echo "test: stage $name: $p passed, $f failed, $sk skipped; $ran cases ran$floor_note" >&2
   n_passed=$((n_passed + p))
