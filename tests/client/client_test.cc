@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -190,8 +191,10 @@ TEST(ClientTest, TheEnvironmentTurnsHugepagesOffOrInsistsOnThem) {
 // Registration moves the pages around a buffer (its whole mapping, here 8
 // MiB) onto shared memory: a write another thread makes anywhere in them
 // while they move must land, not stay behind in the pages replaced. The
-// writer fills a log of distinct slots, one after another and paced, so
-// that it is mid-way when the move comes and every slot is written once.
+// writer goes round a log of slots, paced, writing its running count + 1,
+// from before the move begins until after it returned, so the move always
+// comes while it writes; every slot must then hold the last count written
+// to it (a lost write leaves an older one, or 0).
 TEST(ClientTest, MovingMemoryKeepsWhatOtherThreadsWriteMeanwhile) {
   // Writes are held through userfaultfd (docs/verbs.md): without it the
   // move is documented to lose them.
@@ -219,31 +222,40 @@ TEST(ClientTest, MovingMemoryKeepsWhatOtherThreadsWriteMeanwhile) {
     std::memset(bytes, 0, kBuffer);
     auto* log = reinterpret_cast<volatile uint64_t*>(bytes + kBuffer);
     const size_t slots = (kBytes - kBuffer) / sizeof(uint64_t);
+    // Writes made so far; the writer stops once it reaches `stop_at`.
     std::atomic<size_t> written{0};
+    std::atomic<size_t> stop_at{SIZE_MAX};
     std::thread writer([&] {
-      for (size_t i = 0; i < slots; ++i) {
-        log[i] = i + 1;
-        written.store(i + 1, std::memory_order_release);
+      for (size_t n = 0; n < stop_at.load(std::memory_order_acquire); ++n) {
+        log[n % slots] = n + 1;
+        written.store(n + 1, std::memory_order_release);
         for (int pace = 0; pace < 20; ++pace) {
           asm volatile("" ::: "memory");  // not optimized away
         }
       }
     });
-    // Move while the writer is under way.
+    // Move while the writer is under way: it has written a part of the
+    // log, and goes on until it has written more after the move returned.
     while (written.load(std::memory_order_acquire) < slots / 8) {
     }
     const size_t before = written.load(std::memory_order_acquire);
     const absl::Status moved = client->ShareMemory(bytes, kBuffer);
     const size_t after = written.load(std::memory_order_acquire);
+    stop_at.store(after + slots / 8, std::memory_order_release);
     writer.join();
     ASSERT_TRUE(moved.ok()) << moved;
+    const size_t total = written.load(std::memory_order_acquire);
     size_t lost = 0, first = 0;
     for (size_t i = 0; i < slots; ++i) {
-      if (log[i] != i + 1 && lost++ == 0) first = i;
+      // The last write to slot i: the largest n < total with n % slots == i.
+      const uint64_t want =
+          i < total ? (total - 1 - i) / slots * slots + i + 1 : 0;
+      if (log[i] != want && lost++ == 0) first = i;
     }
-    EXPECT_EQ(lost, 0u) << "slots " << first << " and on lost their writes "
-                        << "(the move came between slots " << before
-                        << " and " << after << ")";
+    EXPECT_EQ(lost, 0u) << lost << " slots lost their last write, the first "
+                        << first << " (" << log[first]
+                        << "; the move came between writes " << before
+                        << " and " << after << " of " << total << ")";
     // The pages are shared now: the daemon sees what was written.
     absl::StatusOr<uint32_t> lkey =
         client->RegisterMemory(bytes, kBuffer, RDP_MEM_READWRITE);
@@ -261,8 +273,9 @@ thread_local uint64_t tls_word = 0;
 TEST(ClientTest, MemoryBesideTheRegisteringThreadsTlsMoves) {
   TestDaemon d("share_tls");
   ASSERT_TRUE(d.start_status.ok()) << d.start_status;
-  std::unique_ptr<Client> client = d.NewClient();
-  ASSERT_NE(client, nullptr);
+  ConnectedPair p(d);
+  ASSERT_TRUE(p.ok);
+  Client* client = p.client.get();
   tls_word = 0x5eed;
   // Signals bring a thread back to user mode, and the kernel then writes
   // its rseq area: a registration that held this thread's writes would
@@ -290,11 +303,29 @@ TEST(ClientTest, MemoryBesideTheRegisteringThreadsTlsMoves) {
     GTEST_SKIP() << "this thread's TLS is not in movable memory: " << moved;
   }
   EXPECT_EQ(tls_word, 0x5eedu);
-  errno = 0;  // TLS written after the move
-  EXPECT_EQ(getpid(), getpid());
-  EXPECT_TRUE(client->RegisterMemory(&tls_word, sizeof(tls_word),
-                                     RDP_MEM_READWRITE)
-                  .ok());
+  // The thread's TLS stays usable after the move, and what it writes there
+  // lands in the shared pages: a peer reads it over a connection.
+  tls_word = 0x7e11;
+  alignas(8) uint8_t desc[RDP_DESCRIPTOR_BYTES];
+  uint32_t desc_len = sizeof(desc);
+  ASSERT_EQ(p.client->RegisterRdmaMemory(p.client_conn, &tls_word,
+                                         sizeof(tls_word), RDP_MEM_READ, desc,
+                                         &desc_len),
+            RDP_OK);
+  auto* seen = static_cast<uint64_t*>(p.server->Alloc(sizeof(uint64_t)));
+  ASSERT_NE(seen, nullptr);
+  *seen = 0;
+  auto lkey = p.server->RegisterMemory(seen, sizeof(*seen), RDP_MEM_WRITE);
+  ASSERT_TRUE(lkey.ok()) << lkey.status();
+  rdp_sge sge{seen, sizeof(*seen), *lkey};
+  rdp_overlapped ov{};
+  const auto* d_struct = reinterpret_cast<const shm::RdmaDescriptor*>(desc);
+  ASSERT_EQ(p.server->Read(p.server_conn, &sge, 1, d_struct->address, desc,
+                           desc_len, 0, &ov),
+            RDP_PENDING);
+  ASSERT_EQ(p.server->GetOverlappedResult(p.server_conn, &ov, true, nullptr),
+            RDP_OK);
+  EXPECT_EQ(*seen, 0x7e11u);
 }
 
 }  // namespace
