@@ -491,7 +491,14 @@ int RunWriter(bool punch) {
 // and never ends by itself (--inject=leak_session: the script must see it).
 int RunLeaker() {
   const std::string socket = absl::GetFlag(FLAGS_socket);
-  std::unique_ptr<Client> server = Open(socket, 16u << 20);
+  // The target in regular pages (resident in the daemon once it wrote
+  // them: RSS), the source in hugepages where there are any.
+  ClientOptions o;
+  o.socket_path = socket;
+  o.arena_bytes = 16u << 20;
+  o.hugepages = ClientOptions::Hugepages::kOff;
+  auto opened = Client::Open(o);
+  std::unique_ptr<Client> server = opened.ok() ? std::move(*opened) : nullptr;
   std::unique_ptr<Client> client = Open(socket, 16u << 20);
   if (server == nullptr || client == nullptr) ChildFail("open", RDP_ERR_LIMIT);
   const std::string service = absl::GetFlag(FLAGS_service);
@@ -1403,8 +1410,20 @@ int Soak::Run() {
         covered = covered && finished_[k] >= kMinRunsPerKind;
       }
     }
+    // A kind never started while the others ran their minimum never will
+    // (the least started kind goes first): no use waiting for it.
+    bool stuck = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      int total = 0;
+      for (int k = 0; k < kKindCount; ++k) total += started_[k];
+      for (int k = 0; k < kKindCount; ++k) {
+        stuck = stuck || (started_[k] == 0 &&
+                          total >= (kKindCount - 1) * kMinRunsPerKind);
+      }
+    }
     const absl::Time now = absl::Now();
-    if ((now >= end && covered) || now >= last) break;
+    if ((now >= end && (covered || stuck)) || now >= last) break;
     if (now > next_progress) {
       next_progress += absl::Seconds(10);
       std::printf("chaos_soak: %.0f s, operations %" PRIu64
