@@ -2,7 +2,7 @@
 # Coverage-guided fuzzing campaigns with libFuzzer.
 #
 # Usage: deploy/fuzz.sh TARGET|all SECONDS
-#   TARGET: roce, cm, responder, ring or setup (see the table below).
+#   TARGET: roce, cm, responder, ring, setup or control (the table below).
 #   SECONDS: how long each target runs (-max_total_time); e.g. 1800 for a
 #   30-minute campaign.
 #
@@ -32,8 +32,9 @@ declare -A targets=(
   [responder]="//dataplane/rc:responder_fuzzer dataplane/rc/corpus/responder"
   [ring]="//api/shm:ring_fuzzer api/shm/corpus/ring"
   [setup]="//api/shm:setup_fuzzer api/shm/corpus/setup"
+  [control]="//control:control_message_fuzzer control/corpus/control_message"
 )
-names=(roce cm responder ring setup)
+names=(roce cm responder ring setup control)
 
 [[ $# -eq 2 ]] || usage
 [[ $2 =~ ^[1-9][0-9]*$ ]] || usage
@@ -78,9 +79,10 @@ for name in "${chosen[@]}"; do
   mkdir -p "$work/corpus" "$crashes"
   log="$work/last.log"
   before=$(find "$crashes" -type f | wc -l)
-  # Per input: a 10 s hang or 2 GiB is a failure too. Inputs up to 8 KiB
-  # hold a jumbo frame and several records.
-  "$binary" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  # Per input: a 60 s hang or 2 GiB is a failure too (inputs take
+  # milliseconds; 60 s leaves room for a machine busy with builds). Inputs
+  # up to 8 KiB hold a jumbo frame and several records.
+  "$binary" -max_total_time="$seconds" -timeout=60 -rss_limit_mb=2048 \
     -max_len=8192 -print_final_stats=1 -artifact_prefix="$crashes/" \
     "$work/corpus" "$corpus" >"$log" 2>&1
   rc=$?

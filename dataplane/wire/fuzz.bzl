@@ -3,7 +3,14 @@
 load("@rules_cc//cc:defs.bzl", "cc_test")
 load("//:copts.bzl", "RDMAPLANE_TEST_COPTS")
 
-def rdmaplane_fuzzer(name, srcs, corpus, deps = [], tags = [], **kwargs):
+def rdmaplane_fuzzer(
+        name,
+        srcs,
+        corpus,
+        deps = [],
+        tags = [],
+        copts = RDMAPLANE_TEST_COPTS,
+        **kwargs):
     """One fuzz entry point (LLVMFuzzerTestOneInput) and its corpus.
 
     Under --config=fuzz (clang, see .bazelrc) the target links libFuzzer's
@@ -19,13 +26,14 @@ def rdmaplane_fuzzer(name, srcs, corpus, deps = [], tags = [], **kwargs):
       corpus: folder of inputs, relative to the package.
       deps: what the entry point needs.
       tags: test tags.
+      copts: compiler flags.
       **kwargs: passed on to cc_test.
     """
     cc_test(
         name = name,
         size = "small",
         srcs = srcs,
-        copts = RDMAPLANE_TEST_COPTS,
+        copts = copts,
         args = ["%s/%s" % (native.package_name(), corpus)],
         data = native.glob([corpus + "/*"]),
         linkopts = select({

@@ -12,7 +12,7 @@ Usage (from the repository root):
   dataplane/wire/corpus/make_corpus.py /tmp/g.pcap
 
 Writes dataplane/wire/corpus/{roce,cm}, dataplane/rc/corpus/responder and
-api/shm/corpus/{ring,setup}; files of the same name are replaced, others
+api/shm/corpus/{ring,setup} and control/corpus/control_message; files of the same name are replaced, others
 (regression inputs of fixed crashes) are left alone. Needs Debian's
 python3-scapy.
 """
@@ -311,6 +311,42 @@ def setup_seeds():
     }
 
 
+# --- control_message_fuzzer inputs: ControlRequest images -------------------
+
+ARENA = 0x7F0000000000
+
+
+def control_request(op, connection=0, address=0, length=0, flags=0, key=0,
+                    descriptor=b""):
+    return struct.pack("<QIIQQII32sII64s", 1, op, connection, address, length,
+                       flags, key, descriptor, len(descriptor), 0, b"")
+
+
+def rdma_descriptor(rkey, address, length, access):
+    return struct.pack("<IIQQII", 0x44504452, rkey, address, length, access,
+                       0)
+
+
+def control_seeds():
+    local = control_request(1, address=ARENA + 4096, length=8192, flags=3)
+    rdma = control_request(3, address=ARENA + 4096, length=8192, flags=1)
+    return {
+        "register-local-twice": local + local,
+        "register-local-deregister": local + control_request(2, key=1),
+        "register-rdma": rdma,
+        "register-rdma-deregister": rdma + control_request(
+            4, descriptor=rdma_descriptor(0x101, ARENA + 4096, 8192, 1)),
+        "rdma-outside-arena": control_request(3, address=ARENA - 64,
+                                              length=128, flags=3),
+        "rdma-second-arena-no-connection": control_request(
+            3, connection=9, address=ARENA + (1 << 20), length=64, flags=2),
+        "pd-alloc-register-dealloc": control_request(10) + control_request(
+            1, address=ARENA, length=64, flags=3, key=1) + control_request(
+                11, key=1),
+        "connection-ends": rdma + control_request(99, flags=1),
+    }
+
+
 def write_all(folder, files):
     os.makedirs(folder, exist_ok=True)
     for name, data in files.items():
@@ -347,6 +383,8 @@ def main():
               ring_seeds())
     write_all(os.path.join(repo, "api", "shm", "corpus", "setup"),
               setup_seeds())
+    write_all(os.path.join(repo, "control", "corpus", "control_message"),
+              control_seeds())
 
 
 if __name__ == "__main__":
