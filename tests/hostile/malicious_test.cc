@@ -69,6 +69,7 @@ using testing::FuzzSeed;
 using testing::GoodPair;
 using testing::Held;
 using testing::kArenaMemfd;
+using testing::kHangLimit;
 using testing::kNoAnswer;
 using testing::kRefusedMemfd;
 using testing::kRoundLimit;
@@ -80,7 +81,13 @@ using testing::RawClient;
 using testing::Rng;
 using testing::RoundUp;
 using testing::StopAndJoin;
-using testing::WaitFor;
+
+// What a working daemon reaches in milliseconds; the bound only turns a
+// hang into a failure (kHangLimit).
+bool WaitFor(const std::function<bool()>& done,
+             absl::Duration timeout = kHangLimit) {
+  return testing::WaitFor(done, timeout);
+}
 
 using shm::CompletionEntry;
 using shm::ControlRequest;
@@ -447,7 +454,7 @@ TEST_F(MaliciousTest, ArenasBeyondTheSessionsAllowanceAreRefused) {
     RawClient::FreeArena(&extra);
     // The daemon kept neither the refused memfd nor a mapping of it.
     EXPECT_TRUE(
-        testing::NoRawMemfdsLeft(absl::Seconds(5), {testing::kRefusedMemfd}));
+        testing::NoRawMemfdsLeft(kHangLimit, {testing::kRefusedMemfd}));
     EXPECT_EQ(Snap().arenas, before.arenas + limit);
     // The session still serves: a registration in its first arena.
     EXPECT_TRUE(raw.RegisterLocal(first->base, 4096, shm::kAccessReadWrite));
@@ -486,7 +493,7 @@ TEST_F(MaliciousTest, RingHeadersZeroedAfterHelloAreNotReread) {
   const auto slot = raw.ConnectTo("target");
   ASSERT_TRUE(slot.has_value());
   Client& server = good_->server();
-  auto sconn = server.Accept("target", absl::Seconds(5));
+  auto sconn = server.Accept("target", kHangLimit);
   ASSERT_TRUE(sconn.ok()) << sconn.status();
   auto* sbuf = static_cast<uint8_t*>(server.Alloc(4096));
   ASSERT_NE(sbuf, nullptr);
@@ -552,7 +559,7 @@ TEST_F(MaliciousTest, CorruptRequestRingDropsTheSession) {
     ASSERT_TRUE(raw.RegisterLocal(arena->base, 4096, shm::kAccessReadWrite));
     const auto slot = raw.ConnectTo("target");
     ASSERT_TRUE(slot.has_value());
-    auto sconn = server.Accept("target", absl::Seconds(5));
+    auto sconn = server.Accept("target", kHangLimit);
     ASSERT_TRUE(sconn.ok()) << sconn.status();
 
     const uint32_t cons =
@@ -689,7 +696,9 @@ TEST_F(MaliciousTest, MovedConsumerIndicesStallOnlyTheirOwner) {
 // completion rings drained, while the raw client connects to the good
 // server, is accepted (or not), and disconnects. The engine and the control
 // thread bound what they take from a client-controlled ring, so the good
-// pair keeps completing verified transfers within 2 s throughout.
+// pair keeps completing verified transfers throughout: two more in every
+// cycle, with the scribbler running (a daemon stuck in a scribbled ring
+// stops them, and EngineWentRound fails instead of hanging).
 TEST_F(MaliciousTest, ScribbledSendRingIndicesDoNotStallTheDaemon) {
   RawClient raw(path());
   ASSERT_TRUE(raw.Open());
@@ -724,7 +733,6 @@ TEST_F(MaliciousTest, ScribbledSendRingIndicesDoNotStallTheDaemon) {
     }
   };
   good_->Start();
-  const uint64_t rounds_before = good_->rounds();
   struct Cycle {
     const char* name;
     uint32_t gap;
@@ -743,7 +751,7 @@ TEST_F(MaliciousTest, ScribbledSendRingIndicesDoNotStallTheDaemon) {
       ASSERT_TRUE(slot.has_value()) << "the control thread did not answer";
       std::optional<rdp_conn> sconn;
       if (cycle.accept) {
-        auto a = server.Accept("target", absl::Seconds(5));
+        auto a = server.Accept("target", kHangLimit);
         ASSERT_TRUE(a.ok()) << a.status();
         sconn = *a;
       }
@@ -762,13 +770,10 @@ TEST_F(MaliciousTest, ScribbledSendRingIndicesDoNotStallTheDaemon) {
       ASSERT_EQ(good_->error(), "");
     }
   }
-  EXPECT_TRUE(WaitFor([&] { return good_->rounds() > rounds_before + 3; }))
-      << good_->error();
   stop.store(true);
   scribbler.join();
   good_->Stop();
   EXPECT_EQ(good_->error(), "");
-  EXPECT_LT(good_->slowest(), kRoundLimit);
   raw.Close();
   ExpectServing("after the send ring scribbler");
   ExpectBaseline();
@@ -1011,7 +1016,7 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
       ControlResponse resp;
       ASSERT_TRUE(WaitFor(
           [&] { return raw.responses().TryPop(&resp) == shm::PopResult::kOk; },
-          absl::Seconds(2)))
+          kHangLimit))
           << "request " << sent + i << " (op " << r.op << ") got no answer";
       ASSERT_EQ(resp.request_id, pushed[i].first)
           << "answers out of order at request " << sent + i;
@@ -1107,7 +1112,7 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
   ASSERT_NE(probe, nullptr);
   auto pc = probe->Connect("target");
   ASSERT_TRUE(pc.ok()) << pc.status();
-  auto sc = good_->server().Accept("target", absl::Seconds(5));
+  auto sc = good_->server().Accept("target", kHangLimit);
   ASSERT_TRUE(sc.ok()) << sc.status();
   EXPECT_TRUE(probe->Disconnect(*pc).ok());
   EXPECT_TRUE(good_->server().Disconnect(*sc).ok());
@@ -1142,7 +1147,7 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
   auto connect = [&]() -> bool {
     const auto s = raw.ConnectTo("target");
     if (!s) return false;
-    auto a = server.Accept("target", absl::Seconds(5));
+    auto a = server.Accept("target", kHangLimit);
     if (!a.ok()) return false;
     slot = *s;
     sconn = *a;
@@ -1166,9 +1171,11 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
   // the daemon takes them in that order, so position k is its k-th request.
   std::vector<uint64_t> order;
   uint64_t unknown_completions = 0;
+  uint64_t completions_reaped = 0;
   auto reap = [&] {
     CompletionEntry c;
     while (raw.completion(slot).TryPop(&c) == shm::PopResult::kOk) {
+      ++completions_reaped;
       auto it = posted.find(c.wr_id);
       if (it == posted.end()) {
         ++unknown_completions;
@@ -1209,9 +1216,13 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
       }
     }
     order.clear();
-    // Nothing completes after the final status.
-    absl::SleepFor(absl::Milliseconds(5));
+    // Nothing completes after the final status: not once the engine has
+    // gone over every connection's work twice more (the good pair runs).
+    const uint64_t reaped = completions_reaped;
+    EXPECT_TRUE(EngineWentRound());
     reap();
+    EXPECT_EQ(completions_reaped, reaped)
+        << "completions came after the connection's final status";
     EXPECT_TRUE(server.Disconnect(sconn).ok());
   };
 
@@ -1311,7 +1322,7 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
           return outstanding(batch_first) == 0 ||
                  raw.state(slot) != shm::kConnUp;
         },
-        absl::Seconds(2));
+        kHangLimit);
     ASSERT_TRUE(settled) << outstanding(batch_first)
                          << " entries of a batch got no completion";
     ASSERT_EQ(good_->error(), "");
@@ -1345,10 +1356,10 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
       kEntries, failed, succeeded, silent_missing, ended_by_close,
       reconnects + 1);
 
+  // The good pair kept going: EngineWentRound at every disconnect (the
+  // last one included) saw it complete two more verified rounds.
   good_->Stop();
   EXPECT_EQ(good_->error(), "");
-  EXPECT_GT(good_->rounds(), 0u);
-  EXPECT_LT(good_->slowest(), kRoundLimit);
   EXPECT_TRUE(server.Free(sbuf).ok());
   raw.Close();
   ExpectServing("after the fuzzed send entries");
@@ -1415,7 +1426,7 @@ TEST_F(MaliciousTest, BadArenasAreRefused) {
     EXPECT_EQ(ans.status, shm::kStatusInvalid) << ans.text;
     RawClient::FreeArena(&a);
     pipe.CloseWriteEnd();
-    EXPECT_TRUE(NoRawMemfdsLeft(absl::Seconds(2), {kRefusedMemfd}));
+    EXPECT_TRUE(NoRawMemfdsLeft(kHangLimit, {kRefusedMemfd}));
     if (c.pipe) {
       EXPECT_TRUE(pipe.WritersGone());
     }
@@ -1461,8 +1472,14 @@ int SendUnreadArenaMessages(RawClient& raw) {
       continue;
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK) break;  // closed
+    // A working daemon reads on (or drops the session) at once; one that
+    // stopped reading is given kHangLimit before the test goes on to show
+    // that it holds others up.
     pollfd p{raw.sock(), POLLOUT, 0};
-    if (poll(&p, 1, 300) == 0) break;  // the daemon stopped reading
+    if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(kHangLimit))) ==
+        0) {
+      break;
+    }
   }
   return sent;
 }
@@ -1527,12 +1544,13 @@ TEST_F(MaliciousTest, UnreadSetupAnswersDoNotBlockTheControlThread) {
   const int sent = SendUnreadArenaMessages(raw);
   int unread = 0;
   ioctl(raw.sock(), FIONREAD, &unread);
-  const absl::Time start = absl::Now();
-  std::unique_ptr<Client> fresh = NewClient(absl::Seconds(1));
+  // A blocked control thread never answers the hello: the client gives up
+  // after its control timeout (kHangLimit).
+  std::unique_ptr<Client> fresh = NewClient();
   EXPECT_NE(fresh, nullptr)
       << "no session after " << sent << " arena messages, "
       << unread / static_cast<int>(sizeof(shm::SetupMessage))
-      << " answers unread (" << absl::Now() - start << ")";
+      << " answers unread";
   if (fresh != nullptr) {
     EXPECT_TRUE(fresh->Listen("unblocked").ok());
   }
@@ -1565,7 +1583,11 @@ TEST_F(MaliciousTest, DoorbellsAreNotSharedBetweenClients) {
     fcntl(mine, F_SETFL, flags);
   }
 
-  std::unique_ptr<Client> victim = NewClient(absl::Milliseconds(300));
+  // The failures looked for are errors (RDP_ERR_NET_DOWN from a saturated
+  // shared doorbell) or a control thread blocked for good on one made
+  // blocking: the victim's control timeout (kHangLimit) only turns the
+  // latter into a failure.
+  std::unique_ptr<Client> victim = NewClient();
   ASSERT_NE(victim, nullptr);
   void* mem = victim->Alloc(4096);
   ASSERT_NE(mem, nullptr);
@@ -1623,7 +1645,7 @@ TEST_F(CapacityTest, ConnectionsBeyondTheEngineCapacityAreRefusedNotIgnored) {
     for (int j = 0; j < 8; ++j) {
       auto c = hog->Connect(svc);
       if (!c.ok()) break;
-      auto a = hog->Accept(svc, absl::Seconds(5));
+      auto a = hog->Accept(svc, kHangLimit);
       if (!a.ok()) break;
       ++connections;
     }
@@ -1637,7 +1659,7 @@ TEST_F(CapacityTest, ConnectionsBeyondTheEngineCapacityAreRefusedNotIgnored) {
   ASSERT_TRUE(server != nullptr && client != nullptr);
   ASSERT_TRUE(server->Listen("late").ok());
   auto cc = client->Connect("late");
-  auto sc = cc.ok() ? server->Accept("late", absl::Seconds(5))
+  auto sc = cc.ok() ? server->Accept("late", kHangLimit)
                     : absl::StatusOr<rdp_conn>(cc.status());
   if (cc.ok() && sc.ok()) {
     auto* target = static_cast<uint8_t*>(server->Alloc(4096));
@@ -1654,6 +1676,8 @@ TEST_F(CapacityTest, ConnectionsBeyondTheEngineCapacityAreRefusedNotIgnored) {
     static rdp_overlapped ov;  // may stay pending in the ring: keep it alive
     ov = rdp_overlapped{};
     int r = client->Write(*cc, &sge, 1, desc.bytes, desc.len, 0, 0, &ov);
+    // Polled until it completes; the bound (kRoundLimit, "never starved")
+    // only turns a connection that is never served into a failure.
     const absl::Time end = absl::Now() + kRoundLimit;
     while (r == RDP_PENDING && absl::Now() < end) {
       absl::SleepFor(absl::Milliseconds(1));

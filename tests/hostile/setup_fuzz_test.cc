@@ -109,7 +109,13 @@ using testing::NoRawMemfdsLeft;
 using testing::Pipe;
 using testing::RawClient;
 using testing::Rng;
-using testing::WaitFor;
+
+// What a working daemon reaches in milliseconds; the bound only turns a
+// hang into a failure (testing::kHangLimit).
+bool WaitFor(const std::function<bool()>& done,
+             absl::Duration timeout = testing::kHangLimit) {
+  return testing::WaitFor(done, timeout);
+}
 
 constexpr uint64_t kRegionBytes = shm::SessionRegionBytes();
 constexpr size_t kMsg = sizeof(shm::SetupMessage);
@@ -126,8 +132,10 @@ constexpr std::array<std::string_view, 5> kTopics = {
 constexpr uint32_t kFormatText = 0;
 constexpr uint32_t kFormatJson = 1;
 constexpr uid_t kNobody = 65534;
-// The bound on any one answer: only reached when something is wrong.
-constexpr absl::Duration kAnswerLimit = absl::Seconds(3);
+// The bound on any one answer: only reached when something is wrong (a
+// working daemon answers in milliseconds), so as generous as
+// testing::kHangLimit, for ThreadSanitizer on two busy CPUs.
+constexpr absl::Duration kAnswerLimit = testing::kHangLimit;
 
 std::string Hex(uint64_t v) {
   char buf[24];
@@ -336,7 +344,7 @@ class FdPool {
   ::testing::AssertionResult PipesLetGo() {
     CloseAll();
     for (const auto& s : fds_) {
-      if (s->pipe != nullptr && !s->pipe->WritersGone(absl::Seconds(2))) {
+      if (s->pipe != nullptr && !s->pipe->WritersGone()) {
         return ::testing::AssertionFailure()
                << "the daemon kept a pipe end it was sent";
       }
@@ -1090,9 +1098,11 @@ class SetupFuzzTest : public testing::HostileClientTest {
                         << ": a memfd that was sent is still held";
           break;
         }
-        // The good pair moves on.
-        const bool moved =
-            WaitFor([&] { return good_->rounds() > rounds; }, absl::Seconds(3));
+        // The good pair moves on: a verified round since the last check,
+        // while the fuzzed sockets came and went (the bound only turns a
+        // stalled pair into a failure).
+        const bool moved = WaitFor([&] { return good_->rounds() > rounds; },
+                                   2 * testing::kRoundLimit);
         if (!moved || !good_->error().empty()) {
           ADD_FAILURE() << name << ": RDP_FUZZ_SEED=" << Hex(seed)
                         << ", by iteration " << i
@@ -1104,7 +1114,6 @@ class SetupFuzzTest : public testing::HostileClientTest {
     }
     good_->Stop();
     EXPECT_EQ(good_->error(), "");
-    EXPECT_LT(good_->slowest(), testing::kRoundLimit);
     std::printf(
         "%s: seed %s, %d iterations: hellos accepted %d, refused %d; arenas "
         "accepted %d, refused %d; admin answers %d, errors %d; closed without "
