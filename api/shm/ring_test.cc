@@ -8,6 +8,7 @@
 #include <random>
 
 #include "api/shm/test_util.h"
+#include "tests/testing/fuzz.h"
 
 namespace rdmaplane::shm {
 namespace {
@@ -458,7 +459,7 @@ TEST_F(SpscRingUntrusted, ConsumerIndexAheadOfProducerBlocksPushes) {
 // from head - tail alone and no access leaves the ring (the guard pages would
 // fault).
 TEST_F(SpscRingUntrusted, ArbitraryIndicesStayInBounds) {
-  std::mt19937 rng(1234);
+  std::mt19937_64 rng(rdmaplane::testing::FuzzSeed());
   for (int trial = 0; trial < 200000; ++trial) {
     const uint32_t tail = rng();
     uint32_t head;

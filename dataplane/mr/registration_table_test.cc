@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/fuzz.h"
+
 namespace rdmaplane::mr {
 namespace {
 
@@ -615,7 +617,7 @@ TEST(RegistrationTableStressTest, ReadersNeverSeeTornOrReusedRegistrations) {
   std::atomic<uint64_t> hits{0}, misses{0}, pins{0};
 
   auto reader = [&](uint32_t id) {
-    std::mt19937_64 rng(id + 1);
+    std::mt19937_64 rng(rdmaplane::testing::FuzzSeed() + id + 1);
     constexpr int kHeld = 4;
     const Registration* held[kHeld] = {};
     uint32_t held_keys[kHeld] = {};
@@ -706,7 +708,7 @@ TEST(RegistrationTableStressTest, ReadersNeverSeeTornOrReusedRegistrations) {
     storage.emplace_back(new uint8_t[kBufferSize]);
   }
   auto writer = [&] {
-    std::mt19937_64 rng(42);
+    std::mt19937_64 rng(rdmaplane::testing::FuzzSeed());
     std::vector<uint8_t*> free_buffers;
     for (auto& buffer : storage) free_buffers.push_back(buffer.get());
     std::vector<uint8_t*> buffer_of_slot(kCapacity, nullptr);
