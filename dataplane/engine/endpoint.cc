@@ -455,7 +455,7 @@ void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, Pins& pins,
     peer_->PublishState(shm::kConnReset);
     PushCompletion(wr.wr_id,
                    write ? shm::kStatusFault : shm::kStatusRemoteResources, op,
-                   0);
+                   0, shm::kDetailRemoteAccess);
     Close(CloseReason::kTransportError);
     peer_->Close(CloseReason::kPeerClosed);
     return;

@@ -228,6 +228,28 @@ TEST_F(EndpointTest, ALargeRequestIsCopiedInPiecesAndACloseStopsIt) {
   EXPECT_EQ(table_.Remove(lkey_), mr::RegistrationTable::RemoveResult::kOk);
 }
 
+// Within one daemon the engine makes the peer responder's checks itself;
+// a refusal ends the request as a NAK "remote access error" would across
+// daemons: the same status, the same detail, and the connection broken.
+TEST_F(EndpointTest, ARefusedDirectRequestEndsAsARemoteAccessError) {
+  shm::SendEntry e{};
+  e.wr_id = 1;
+  e.op = shm::kSendWrite;
+  e.num_sge = 1;
+  e.sge[0] = {kClientVa, 64, lkey_};
+  e.remote_address = kClientVa + kBytes - 32;  // past the peer's region
+  e.rkey = rkey_;
+  ASSERT_TRUE(a_region_.send.TryPush(e));
+  a_->Poll(32);
+  const auto done = a_region_.Completions();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, shm::kStatusFault);
+  EXPECT_EQ(done[0].detail, shm::kDetailRemoteAccess);
+  EXPECT_EQ(a_region_.state(), shm::kConnAborted);
+  EXPECT_EQ(b_region_.state(), shm::kConnReset);
+  EXPECT_EQ(target_[kBytes - 1], 0) << "a refused write touched memory";
+}
+
 TEST_F(EndpointTest, ALargeRequestCompletesAfterEnoughTurns) {
   PostWrite(1, static_cast<uint32_t>(kBytes));
   int turns = 0;

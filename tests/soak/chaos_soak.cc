@@ -1197,12 +1197,11 @@ void Soak::ForgeDescriptors(Rng& rng) {
   if (s == RDP_OK) {
     return Violation("forged_descriptors: " + how + ": the write succeeded");
   }
-  // A refused write ends RDP_ERR_FAULT; over the wire its detail names the
-  // NAK (the engine's direct path within one daemon gives none).
+  // A refused write ends RDP_ERR_FAULT, its detail naming the NAK "remote
+  // access error" (the engine's direct path within one daemon says the
+  // same).
   const uint32_t detail = ov.internal[0];
-  if (s != RDP_ERR_FAULT ||
-      (cross ? detail != shm::kDetailRemoteAccess
-             : detail != shm::kDetailRemoteAccess && detail != 0)) {
+  if (s != RDP_ERR_FAULT || detail != shm::kDetailRemoteAccess) {
     Violation("forged_descriptors: " + how + (cross ? " across" : " within") +
               " daemons: ended " + Name(s) + " with detail " +
               std::to_string(detail) + ", not a remote access error");
