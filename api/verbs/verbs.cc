@@ -53,6 +53,7 @@
 #include "api/shm/layout.h"
 #include "api/shm/setup.h"
 #include "api/status.h"
+#include "api/verbs/work_request.h"
 
 // These are macros in <infiniband/verbs.h> (over inline wrappers); the
 // exported functions carry the plain names.
@@ -599,86 +600,27 @@ void Notify(Channel* ch) {
   }
 }
 
-// Copies an inline request's data into its slot of the queue pair's
-// registered bounce buffer; the SGL becomes that one buffer.
-int StageInline(Qp* q, uint64_t index, const ibv_send_wr* wr, rdp_sge* sge) {
-  uint64_t total = 0;
-  for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
-  if (total > q->cap.max_inline_data) return EINVAL;
-  uint8_t* dst = q->inline_buf + (index % kSlots) * q->cap.max_inline_data;
-  uint64_t off = 0;
-  for (int i = 0; i < wr->num_sge; ++i) {
-    std::memcpy(dst + off,
-                reinterpret_cast<const void*>(wr->sg_list[i].addr),
-                wr->sg_list[i].length);
-    off += wr->sg_list[i].length;
-  }
-  sge->addr = dst;
-  sge->length = static_cast<uint32_t>(total);
-  sge->lkey = q->inline_lkey;
-  return 0;
-}
-
 int PostOne(Qp* q, const ibv_send_wr* wr) {
-  uint8_t op;
-  ibv_wc_opcode wc_op;
-  bool imm = false;
-  switch (wr->opcode) {
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      imm = true;
-      [[fallthrough]];
-    case IBV_WR_RDMA_WRITE:
-      op = shm::kSendWrite;
-      wc_op = IBV_WC_RDMA_WRITE;
-      break;
-    case IBV_WR_SEND_WITH_IMM:
-      imm = true;
-      [[fallthrough]];
-    case IBV_WR_SEND:
-      op = shm::kSendSend;
-      wc_op = IBV_WC_SEND;
-      break;
-    case IBV_WR_RDMA_READ:
-      op = shm::kSendRead;
-      wc_op = IBV_WC_RDMA_READ;
-      break;
-    default:
-      return EOPNOTSUPP;  // atomics, invalidation, TSO...: docs/verbs.md
-  }
-  constexpr unsigned kKnown = IBV_SEND_SIGNALED | IBV_SEND_INLINE |
-                              IBV_SEND_FENCE | IBV_SEND_SOLICITED;
-  if ((wr->send_flags & ~kKnown) != 0) return EINVAL;
-  if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q->cap.max_send_sge) {
-    return EINVAL;
-  }
-  if (q->posted - q->completed >= q->cap.max_send_wr) return ENOMEM;
   const uint64_t index = q->posted;
-  rdp_sge sgl[shm::kMaxSge];
-  uint32_t count = static_cast<uint32_t>(wr->num_sge);
-  if ((wr->send_flags & IBV_SEND_INLINE) != 0 && op != shm::kSendRead) {
-    if (int err = StageInline(q, index, wr, &sgl[0]); err != 0) return err;
-    count = 1;
-  } else {
-    for (uint32_t i = 0; i < count; ++i) {
-      sgl[i].addr = reinterpret_cast<void*>(wr->sg_list[i].addr);
-      sgl[i].length = wr->sg_list[i].length;
-      sgl[i].lkey = wr->sg_list[i].lkey;
-    }
+  SendQueueView sq;
+  sq.max_send_wr = q->cap.max_send_wr;
+  sq.max_send_sge = q->cap.max_send_sge;
+  sq.max_inline_data = q->cap.max_inline_data;
+  sq.sig_all = q->sig_all;
+  sq.outstanding = q->posted - q->completed;
+  if (q->inline_buf != nullptr) {
+    sq.inline_dst = q->inline_buf + (index % kSlots) * q->cap.max_inline_data;
   }
-  const bool signaled =
-      q->sig_all || (wr->send_flags & IBV_SEND_SIGNALED) != 0;
-  uint32_t flags = RDP_FLAG_DEFER;
-  if (!signaled) flags |= RDP_FLAG_SILENT_SUCCESS;
-  if ((wr->send_flags & IBV_SEND_FENCE) != 0) flags |= RDP_FLAG_READ_FENCE;
-  if ((wr->send_flags & IBV_SEND_SOLICITED) != 0) flags |= shm::kFlagSolicited;
-  if (imm) flags |= shm::kFlagImmediate;
+  sq.inline_lkey = q->inline_lkey;
+  SendRequest req;
+  if (int err = TranslateSendWr(*wr, sq, &req); err != 0) return err;
   Slot& s = q->slots[index % kSlots];
   s.wr_id = wr->wr_id;
-  s.opcode = wc_op;
+  s.opcode = req.wc_opcode;
   s.ov.context = index;
   const int r = q->owner->client->PostVerbs(
-      q->conn, op, sgl, count, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey,
-      flags, imm ? wr->imm_data : 0, &s.ov);
+      q->conn, req.op, req.sgl, req.sge_count, req.remote_address, req.rkey,
+      req.flags, req.imm, &s.ov);
   if (r != RDP_PENDING) {
     return r == RDP_ERR_NO_BUFFERS ? ENOMEM : r == RDP_ERR_INVALID ? EINVAL
                                                                    : EIO;
@@ -715,28 +657,21 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     return EINVAL;
   }
   for (; wr != nullptr; wr = wr->next) {
-    int err = 0;
-    if (wr->num_sge < 0 ||
-        static_cast<uint32_t>(wr->num_sge) > q->cap.max_recv_sge) {
-      err = EINVAL;
-    } else if (q->rposted - q->rcompleted >= q->cap.max_recv_wr) {
-      err = ENOMEM;
-    }
+    RecvQueueView rq;
+    rq.max_recv_wr = q->cap.max_recv_wr;
+    rq.max_recv_sge = q->cap.max_recv_sge;
+    rq.outstanding = q->rposted - q->rcompleted;
+    RecvRequest req;
+    int err = TranslateRecvWr(*wr, rq, &req);
     if (err == 0 && q->failed) {
       // In the error state a receive completes at once, flushed.
       AddRecvWc(q, MakeWc(q, wr->wr_id, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 0),
                 false);
       continue;
     }
-    rdp_sge sgl[shm::kMaxSge];
-    for (int i = 0; err == 0 && i < wr->num_sge; ++i) {
-      sgl[i].addr = reinterpret_cast<void*>(wr->sg_list[i].addr);
-      sgl[i].length = wr->sg_list[i].length;
-      sgl[i].lkey = wr->sg_list[i].lkey;
-    }
     if (err == 0) {
-      const int r = q->owner->client->PostRecv(
-          q->conn, q->rposted, sgl, static_cast<uint32_t>(wr->num_sge));
+      const int r = q->owner->client->PostRecv(q->conn, q->rposted, req.sgl,
+                                               req.sge_count);
       err = r == RDP_OK ? 0 : r == RDP_ERR_NO_BUFFERS ? ENOMEM : EINVAL;
     }
     if (err != 0) {

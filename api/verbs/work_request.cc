@@ -1,0 +1,106 @@
+#include "api/verbs/work_request.h"
+
+#include <errno.h>
+
+#include <cstring>
+
+namespace rdmaplane::verbs {
+namespace {
+
+// Whether num_sge fits a queue whose requests take up to `max_sge` SGEs.
+bool SgeCountFits(int num_sge, uint32_t max_sge) {
+  return num_sge >= 0 && static_cast<uint32_t>(num_sge) <= max_sge &&
+         static_cast<uint32_t>(num_sge) <= shm::kMaxSge;
+}
+
+}  // namespace
+
+int TranslateSendWr(const ibv_send_wr& wr, const SendQueueView& sq,
+                    SendRequest* out) {
+  bool imm = false;
+  switch (wr.opcode) {
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      imm = true;
+      [[fallthrough]];
+    case IBV_WR_RDMA_WRITE:
+      out->op = shm::kSendWrite;
+      out->wc_opcode = IBV_WC_RDMA_WRITE;
+      break;
+    case IBV_WR_SEND_WITH_IMM:
+      imm = true;
+      [[fallthrough]];
+    case IBV_WR_SEND:
+      out->op = shm::kSendSend;
+      out->wc_opcode = IBV_WC_SEND;
+      break;
+    case IBV_WR_RDMA_READ:
+      out->op = shm::kSendRead;
+      out->wc_opcode = IBV_WC_RDMA_READ;
+      break;
+    default:
+      return EOPNOTSUPP;  // atomics, invalidation, TSO...: docs/verbs.md
+  }
+  constexpr unsigned kKnown = IBV_SEND_SIGNALED | IBV_SEND_INLINE |
+                              IBV_SEND_FENCE | IBV_SEND_SOLICITED;
+  if ((wr.send_flags & ~kKnown) != 0) return EINVAL;
+  if (!SgeCountFits(wr.num_sge, sq.max_send_sge)) return EINVAL;
+  if (sq.outstanding >= sq.max_send_wr) return ENOMEM;
+  const uint32_t count = static_cast<uint32_t>(wr.num_sge);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < count; ++i) total += wr.sg_list[i].length;
+  if ((wr.send_flags & IBV_SEND_INLINE) != 0 && out->op != shm::kSendRead) {
+    // Copied now, so the application may reuse its buffers at once, and
+    // they need no lkey.
+    if (total > sq.max_inline_data) return EINVAL;
+    uint64_t offset = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      const ibv_sge& s = wr.sg_list[i];
+      if (s.length == 0) continue;
+      std::memcpy(sq.inline_dst + offset,
+                  reinterpret_cast<const void*>(s.addr), s.length);
+      offset += s.length;
+    }
+    out->sgl[0].addr = sq.inline_dst;
+    out->sgl[0].length = static_cast<uint32_t>(total);
+    out->sgl[0].lkey = sq.inline_lkey;
+    out->sge_count = 1;
+  } else {
+    for (uint32_t i = 0; i < count; ++i) {
+      out->sgl[i].addr = reinterpret_cast<void*>(wr.sg_list[i].addr);
+      out->sgl[i].length = wr.sg_list[i].length;
+      out->sgl[i].lkey = wr.sg_list[i].lkey;
+    }
+    out->sge_count = count;
+  }
+  out->length = total;
+  const bool signaled = sq.sig_all || (wr.send_flags & IBV_SEND_SIGNALED) != 0;
+  uint32_t flags = RDP_FLAG_DEFER;
+  if (!signaled) flags |= RDP_FLAG_SILENT_SUCCESS;
+  if ((wr.send_flags & IBV_SEND_FENCE) != 0) flags |= RDP_FLAG_READ_FENCE;
+  if ((wr.send_flags & IBV_SEND_SOLICITED) != 0) flags |= shm::kFlagSolicited;
+  if (imm) flags |= shm::kFlagImmediate;
+  out->flags = flags;
+  out->remote_address = wr.wr.rdma.remote_addr;
+  out->rkey = wr.wr.rdma.rkey;
+  out->imm = imm ? wr.imm_data : 0;
+  return 0;
+}
+
+int TranslateRecvWr(const ibv_recv_wr& wr, const RecvQueueView& rq,
+                    RecvRequest* out) {
+  if (!SgeCountFits(wr.num_sge, rq.max_recv_sge)) return EINVAL;
+  if (rq.outstanding >= rq.max_recv_wr) return ENOMEM;
+  const uint32_t count = static_cast<uint32_t>(wr.num_sge);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    out->sgl[i].addr = reinterpret_cast<void*>(wr.sg_list[i].addr);
+    out->sgl[i].length = wr.sg_list[i].length;
+    out->sgl[i].lkey = wr.sg_list[i].lkey;
+    total += wr.sg_list[i].length;
+  }
+  out->sge_count = count;
+  out->length = total;
+  return 0;
+}
+
+}  // namespace rdmaplane::verbs
