@@ -591,7 +591,8 @@ done < <(grep -o '^COPY deploy/[^ ]*' "$containerfile" | cut -d' ' -f2)
 
 # --- Scripts ------------------------------------------------------------------------------
 if command -v shellcheck >/dev/null 2>&1; then
-  if out="$(shellcheck "$install_sh" "$hugepages" "$entrypoint" "$run_sh" "$0" 2>&1)"; then
+  if out="$(shellcheck "$install_sh" "$hugepages" "$entrypoint" "$run_sh" "$0" \
+    "$deploy/setup.sh" "$deploy/test.sh" "$deploy/fuzz.sh" "$deploy/test_sh_test.sh" 2>&1)"; then
     pass "shellcheck: no findings"
   else
     fail "shellcheck: $out"
