@@ -3,6 +3,7 @@
 #include <errno.h>
 
 #include <cstring>
+#include <type_traits>
 
 namespace rdmaplane::verbs {
 namespace {
@@ -13,12 +14,21 @@ bool SgeCountFits(int num_sge, uint32_t max_sge) {
          static_cast<uint32_t>(num_sge) <= shm::kMaxSge;
 }
 
+// The opcode as the application stored it. Loading a value outside the
+// enum's range (garbage, or an opcode of a newer rdma-core) as
+// ibv_wr_opcode is undefined behaviour; as an integer it is refused.
+std::underlying_type_t<ibv_wr_opcode> OpcodeOf(const ibv_send_wr& wr) {
+  std::underlying_type_t<ibv_wr_opcode> raw;
+  std::memcpy(&raw, &wr.opcode, sizeof(raw));
+  return raw;
+}
+
 }  // namespace
 
 int TranslateSendWr(const ibv_send_wr& wr, const SendQueueView& sq,
                     SendRequest* out) {
   bool imm = false;
-  switch (wr.opcode) {
+  switch (OpcodeOf(wr)) {
     case IBV_WR_RDMA_WRITE_WITH_IMM:
       imm = true;
       [[fallthrough]];

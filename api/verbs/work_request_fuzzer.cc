@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "api/rdmaplane.h"
@@ -300,7 +301,10 @@ void Run(const uint8_t* data, size_t size) {
   std::vector<ibv_send_wr> chain(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     chain[i].wr_id = i;
-    chain[i].opcode = static_cast<ibv_wr_opcode>(requests[i].opcode);
+    // Stored as an application's garbage would be: not through the enum
+    // type, whose range it may lie outside.
+    const std::underlying_type_t<ibv_wr_opcode> opcode = requests[i].opcode;
+    std::memcpy(&chain[i].opcode, &opcode, sizeof(opcode));
     chain[i].send_flags = requests[i].send_flags;
     chain[i].num_sge = requests[i].num_sge;
     chain[i].sg_list = requests[i].sges.get();

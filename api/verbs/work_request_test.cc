@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "api/rdmaplane.h"
 #include "api/shm/layout.h"
@@ -99,10 +100,16 @@ TEST_F(SendWrTest, EachOpcodeServed) {
 TEST_F(SendWrTest, OpcodeNotServed) {
   for (ibv_wr_opcode op :
        {IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
-        IBV_WR_LOCAL_INV, IBV_WR_BIND_MW, IBV_WR_SEND_WITH_INV, IBV_WR_TSO,
-        static_cast<ibv_wr_opcode>(200)}) {
+        IBV_WR_LOCAL_INV, IBV_WR_BIND_MW, IBV_WR_SEND_WITH_INV, IBV_WR_TSO}) {
     wr_.opcode = op;
     EXPECT_EQ(Translate(), EOPNOTSUPP) << op;
+  }
+  // A value outside the enum's range, as garbage or a newer rdma-core's
+  // opcode would be stored (not through the enum type: that would be
+  // undefined).
+  for (std::underlying_type_t<ibv_wr_opcode> raw : {49u, 200u, ~0u}) {
+    std::memcpy(&wr_.opcode, &raw, sizeof(raw));
+    EXPECT_EQ(Translate(), EOPNOTSUPP) << raw;
   }
   // The opcode is checked first.
   wr_.send_flags = 0x8000;
