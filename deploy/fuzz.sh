@@ -2,8 +2,8 @@
 # Coverage-guided fuzzing campaigns with libFuzzer.
 #
 # Usage: deploy/fuzz.sh TARGET|all SECONDS
-#   TARGET: roce, cm, responder, ring, setup, control or verbs_wr (the
-#   table below).
+#   TARGET: roce, cm, responder, ring, setup, control, verbs_wr or
+#   endpoint_send (the table below).
 #   SECONDS: how long each target runs (-max_total_time); e.g. 1800 for a
 #   30-minute campaign.
 #
@@ -35,8 +35,9 @@ declare -A targets=(
   [setup]="//api/shm:setup_fuzzer api/shm/corpus/setup"
   [control]="//control:control_message_fuzzer control/corpus/control_message"
   [verbs_wr]="//api/verbs:work_request_fuzzer api/verbs/corpus/work_request"
+  [endpoint_send]="//dataplane/engine:endpoint_send_fuzzer dataplane/engine/corpus/endpoint_send"
 )
-names=(roce cm responder ring setup control verbs_wr)
+names=(roce cm responder ring setup control verbs_wr endpoint_send)
 
 [[ $# -eq 2 ]] || usage
 [[ $2 =~ ^[1-9][0-9]*$ ]] || usage
