@@ -7,8 +7,8 @@
 # The sourcing script runs `set -euo pipefail`, sets FL_CTL (the rdmaplanectl
 # binary) and calls `fl_init NAME`, which makes a private folder FL_TMP under
 # /tmp (short: Unix socket paths are limited to 108 bytes) and installs an
-# EXIT trap that ends every process the test started (daemons: SIGTERM, 5 s,
-# SIGKILL; helpers: SIGKILL), removes the DPDK runtime folders named after
+# EXIT trap that ends every process the test started (daemons: SIGTERM,
+# FL_STOP_SECONDS, SIGKILL; helpers: SIGKILL), removes the DPDK runtime folders named after
 # the test's prefixes and keeps the logs in TEST_UNDECLARED_OUTPUTS_DIR.
 
 FL_NAME="${FL_NAME:-fault}"
@@ -20,6 +20,7 @@ FL_DAEMONS=()  # daemon names, in start order
 FL_PROCS=()    # helper process names, in start order
 FL_PREFIXES=() # DPDK file prefixes this test uses
 FL_STATUS=0    # exit status found by fl_wait_exit / fl_stop_daemon
+FL_STOP_SECONDS=30  # how long a signalled daemon may take to end
 FL_WAITED=0    # seconds the last successful bounded wait took
 FL_JSON=""     # the last answer fl_wait_json accepted
 
@@ -133,8 +134,12 @@ fl_signal_daemon() {
   [[ -n $pid ]] || fl_fail "daemon $name is not running"
   unset 'FL_PID[$name]'
   kill "-$sig" "$pid" 2>/dev/null || true
+  # The bound tells a daemon that does not stop from one that stops slowly:
+  # a clean stop takes well under a second, but a sanitizer build on two
+  # busy CPUs (LeakSanitizer's scan at exit, ThreadSanitizer's slowdown)
+  # can take several.
   local i ended=1
-  for ((i = 0; i < 50; i++)); do
+  for ((i = 0; i < FL_STOP_SECONDS * 10; i++)); do
     if ! kill -0 "$pid" 2>/dev/null; then
       ended=0
       break
@@ -142,7 +147,7 @@ fl_signal_daemon() {
     sleep 0.1
   done
   if [[ $ended -ne 0 ]]; then
-    echo "$FL_NAME: daemon $name (pid $pid) still runs 5 s after SIG$sig; SIGKILL" >&2
+    echo "$FL_NAME: daemon $name (pid $pid) still runs $FL_STOP_SECONDS s after SIG$sig; SIGKILL" >&2
     kill -KILL "$pid" 2>/dev/null || true
   fi
   wait "$pid" || FL_STATUS=$?
@@ -150,14 +155,15 @@ fl_signal_daemon() {
   return "$ended"
 }
 
-# fl_clean_stop NAME: SIGTERM; the daemon must exit with status 0 within 5 s
-# and leave neither its socket nor its DPDK runtime folder (PREFIX, $2).
+# fl_clean_stop NAME: SIGTERM; the daemon must exit with status 0 within
+# FL_STOP_SECONDS and leave neither its socket nor its DPDK runtime folder
+# (PREFIX, $2).
 fl_clean_stop() {
   local name="$1" prefix="$2"
   local start
   start="$(fl_now)"
   if ! fl_signal_daemon "$name" TERM; then
-    fl_fail "daemon $name did not stop within 5 s of SIGTERM"
+    fl_fail "daemon $name did not stop within $FL_STOP_SECONDS s of SIGTERM"
   fi
   [[ $FL_STATUS -eq 0 ]] || fl_fail "daemon $name exited with status $FL_STATUS after SIGTERM"
   [[ ! -e ${FL_SOCK[$name]} ]] || fl_fail "daemon $name left ${FL_SOCK[$name]} behind"
