@@ -31,7 +31,8 @@
 # right invariant; then a session left behind (with 64 MiB written through
 # the daemon) must fail the after-run checks of sessions, descriptors,
 # memfd mappings and RSS (and hugepages, when reserved); then a daemon short
-# of descriptors must fail the log check.
+# of descriptors must fail the log check; then a data port that holds some
+# frames for ever must fail the check of packet buffers in use.
 set -euo pipefail
 
 if [[ $# -ne 4 && ( $# -ne 5 || $5 != --faults ) ]]; then
@@ -315,6 +316,40 @@ line="$(grep -m 1 "^AFTER VIOLATION: log:" <<<"$report" || true)"
 }
 fl_log "fault short_of_descriptors: seen: $line"
 fl_signal_daemon c KILL || true
+
+# A port that holds frames far longer than the after-run checks wait: a
+# pair of daemons of their own, the first holding one frame in ten on its
+# transmit side for 10 s, the most --port_faults allows (the transport
+# retransmits past them). The after-run check of the packet buffers in use
+# must see the frames held.
+sock_e="$FL_TMP/e.sock" sock_f="$FL_TMP/f.sock"
+prefix_e="" prefix_f=""
+fl_prefix prefix_e e
+fl_prefix prefix_f f
+fl_start_daemon e "$sock_e" "$daemon_bin" --socket="$sock_e" \
+  --file_prefix="$prefix_e" --port="net_memif0,role=server,socket=$FL_TMP/memif-e.sock" \
+  --ip=10.0.1.1 --port_faults=reorder=0.1,reorder_us=10000000,seed=1 "${common[@]}"
+fl_start_daemon f "$sock_f" "$daemon_bin" --socket="$sock_f" \
+  --file_prefix="$prefix_f" --port="net_memif0,role=client,socket=$FL_TMP/memif-e.sock" \
+  --ip=10.0.1.2 "${common[@]}"
+fl_wait_counters "at start" e 20 "$AT_REST"
+fl_wait_counters "at start" f 20 "$AT_REST"
+take_baseline e
+fl_start_proc fault-held_frames "$soak_bin" --socket_a="$sock_e" --socket_b="$sock_f" \
+  --peer_a=10.0.1.1 --peer_b=10.0.1.2 --seconds=1
+fl_wait_exit fault-held_frames $((seconds + 300))
+AFTER_WAIT=30 # 3 s: the frames sent in the soak's last seconds are still held
+if report="$(after_checks e)"; then
+  fl_fail "a port holding frames: the after-run checks passed"
+fi
+line="$(grep -m 1 "^AFTER VIOLATION: port_mbufs_in_use:" <<<"$report" || true)"
+[[ -n $line ]] || {
+  echo "$report" >&2
+  fl_fail "a port holding frames: no violation of port_mbufs_in_use"
+}
+fl_log "fault held_frames: seen: $line"
+fl_signal_daemon e KILL || true
+fl_signal_daemon f KILL || true
 fl_clean_stop a "$prefix_a"
 fl_clean_stop b "$prefix_b"
 echo "chaos_soak: faults: every injected fault was seen by its invariant"
