@@ -16,6 +16,7 @@
 #include "control/admin.h"
 #include "control/daemon.h"
 #include "control/json_reader.h"
+#include "tests/testing/hang_limit.h"
 
 namespace rdmaplane::testing {
 
@@ -46,9 +47,10 @@ inline Held Plus(Held h, int sessions, int registrations, int connections,
   return h;
 }
 
-// Polls `done` every millisecond until it holds or `timeout` passes.
+// Polls `done` every millisecond until it holds; false once `timeout`
+// passed, which only turns a hang into a failure.
 inline bool WaitFor(const std::function<bool()>& done,
-                    absl::Duration timeout = absl::Seconds(5)) {
+                    absl::Duration timeout = kHangLimit) {
   const absl::Time end = absl::Now() + timeout;
   while (!done()) {
     if (absl::Now() > end) return false;
@@ -57,22 +59,39 @@ inline bool WaitFor(const std::function<bool()>& done,
   return true;
 }
 
-// The counters once they stopped moving.
+// What the daemon holds once it has taken in everything done before the
+// call. The gauges of Daemon::Snapshot lag: the control thread sets them at
+// the end of its turn, after it answered (a hello, an arena). So the
+// control thread is asked over its socket, as rdmaplanectl asks, and its
+// "counters" answer carries the values it computes at that moment, in a
+// turn that began after the call. The question's own connection counts as
+// a session in the gauges (and holds two descriptors of this process) until
+// the turn that answered it ends; the answer leaves it out. So the gauges
+// are awaited to agree with the answer: the question is then gone too.
 inline Held Settled(const control::Daemon& daemon) {
-  Held last = HeldOf(daemon.Snapshot());
-  for (int i = 0; i < 200; ++i) {
-    absl::SleepFor(absl::Milliseconds(5));
-    const Held now = HeldOf(daemon.Snapshot());
-    if (now == last) break;
-    last = now;
+  absl::StatusOr<std::string> text = control::QueryDaemon(
+      daemon.socket_path(), "counters", /*json=*/true, kHangLimit);
+  if (!text.ok()) {
+    ADD_FAILURE() << "the daemon did not answer: " << text.status();
+    return HeldOf(daemon.Snapshot());
   }
-  return last;
+  const control::Json counters = control::ParseOrDie(*text);
+  auto get = [&](const char* name) {
+    return static_cast<uint32_t>(counters[name].U64());
+  };
+  const Held held = {get("sessions"), get("registrations"),
+                     get("connections"), get("arenas")};
+  if (!WaitFor([&] { return HeldOf(daemon.Snapshot()) == held; })) {
+    ADD_FAILURE() << "the daemon's gauges read " << HeldOf(daemon.Snapshot())
+                  << ", its control thread counts " << held;
+  }
+  return held;
 }
 
 // Waits until the counters read `want`; reports what they read otherwise.
 inline ::testing::AssertionResult CountersReach(
     const control::Daemon& daemon, const Held& want,
-    absl::Duration timeout = absl::Seconds(5)) {
+    absl::Duration timeout = kHangLimit) {
   if (WaitFor([&] { return HeldOf(daemon.Snapshot()) == want; }, timeout)) {
     return ::testing::AssertionSuccess();
   }
@@ -88,7 +107,7 @@ inline ::testing::AssertionResult CountersReach(
 inline uint64_t SumOverConnections(const control::Daemon& daemon,
                                    const std::string& field) {
   absl::StatusOr<std::string> text = control::QueryDaemon(
-      daemon.socket_path(), "connections", /*json=*/true, absl::Seconds(5));
+      daemon.socket_path(), "connections", /*json=*/true, kHangLimit);
   if (!text.ok()) return 0;
   const control::Json list = control::ParseOrDie(*text);
   uint64_t total = 0;

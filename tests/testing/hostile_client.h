@@ -50,6 +50,7 @@
 #include "api/shm/setup.h"
 #include "control/daemon.h"
 #include "tests/testing/counters.h"
+#include "tests/testing/hang_limit.h"
 
 namespace rdmaplane::testing {
 
@@ -62,15 +63,9 @@ inline constexpr char kRefusedMemfd[] = "raw-refused";
 inline constexpr int kSeals =
     F_SEAL_SHRINK | F_SEAL_GROW;  // as librdmaplane seals
 inline constexpr int32_t kNoAnswer = INT32_MIN;
-// How long a helper waits for what a working daemon does in milliseconds
-// (an answer, a completion, a descriptor let go). It only turns a hang into
-// a failure, and returns as soon as the state is there: generous, since
-// ThreadSanitizer on two CPUs shared with builds stretches milliseconds
-// into seconds.
-inline constexpr absl::Duration kHangLimit = absl::Seconds(30);
 // The bound on one verified write + read-back of the good pair: not a
-// latency claim but "never starved", for the same reason. Tests show that
-// the pair kept up by the rounds it completes while an attack runs.
+// latency claim but "never starved", generous as kHangLimit is. Tests show
+// that the pair kept up by the rounds it completes while an attack runs.
 inline constexpr absl::Duration kRoundLimit = absl::Seconds(60);
 
 inline uint64_t RoundUp(uint64_t v, uint64_t to) {

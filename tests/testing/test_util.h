@@ -14,6 +14,7 @@
 
 #include "api/client.h"
 #include "control/daemon.h"
+#include "tests/testing/hang_limit.h"
 
 namespace rdmaplane::testing {
 
@@ -54,7 +55,7 @@ struct ConnectedPair {
     auto c = client->Connect(service);
     if (!c.ok()) return;
     client_conn = *c;
-    auto s = server->Accept(service, absl::Seconds(5));
+    auto s = server->Accept(service, kHangLimit);
     if (!s.ok()) return;
     server_conn = *s;
     ok = true;
@@ -67,9 +68,10 @@ struct ConnectedPair {
 };
 
 // Waits until the daemon holds `sessions` client sessions (a closed client's
-// session goes when the daemon notices the socket closed).
+// session goes when the daemon notices the socket closed); false after
+// `timeout`, which only turns a hang into a failure.
 inline bool WaitForSessions(const control::Daemon& daemon, uint32_t sessions,
-                            absl::Duration timeout = absl::Seconds(5)) {
+                            absl::Duration timeout = kHangLimit) {
   const absl::Time end = absl::Now() + timeout;
   while (daemon.Snapshot().sessions != sessions) {
     if (absl::Now() > end) return false;
