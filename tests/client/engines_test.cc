@@ -21,12 +21,14 @@
 #include "control/admin.h"
 #include "control/json_reader.h"
 #include "tests/testing/counters.h"
+#include "tests/testing/hang_limit.h"
 #include "tests/testing/test_util.h"
 
 namespace rdmaplane {
 namespace {
 
 using control::Json;
+using testing::kHangLimit;
 using testing::TestDaemon;
 using testing::WaitFor;
 
@@ -40,7 +42,7 @@ struct Fan {
     for (int i = 0; i < n; ++i) {
       auto c = client->Connect("fan");
       if (!c.ok()) return;
-      auto s = server->Accept("fan", absl::Seconds(5));
+      auto s = server->Accept("fan", kHangLimit);
       if (!s.ok()) return;
       client_conns.push_back(*c);
       server_conns.push_back(*s);
@@ -56,7 +58,7 @@ struct Fan {
 
 Json Query(TestDaemon& d, const std::string& topic) {
   auto text = control::QueryDaemon(d.daemon->socket_path(), topic,
-                                   /*json=*/true, absl::Seconds(5));
+                                   /*json=*/true, kHangLimit);
   EXPECT_TRUE(text.ok()) << text.status();
   return control::ParseOrDie(text.ok() ? *text : "null");
 }
@@ -140,7 +142,7 @@ TEST(EnginesTest, ConnectionsSpreadEvenlyAndEveryEngineCarriesTraffic) {
               RDP_PENDING);
     int status = 1;
     ASSERT_TRUE(
-        AwaitCompletion(*fan.client, conn, &ov, absl::Seconds(20), &status));
+        AwaitCompletion(*fan.client, conn, &ov, kHangLimit, &status));
     ASSERT_EQ(status, RDP_OK);
     EXPECT_EQ(std::memcmp(source, target, n), 0);
     rdp_sge rsge{back, n, *back_key};
@@ -150,7 +152,7 @@ TEST(EnginesTest, ConnectionsSpreadEvenlyAndEveryEngineCarriesTraffic) {
                                0, &rov),
               RDP_PENDING);
     ASSERT_TRUE(
-        AwaitCompletion(*fan.client, conn, &rov, absl::Seconds(20), &status));
+        AwaitCompletion(*fan.client, conn, &rov, kHangLimit, &status));
     ASSERT_EQ(status, RDP_OK);
     EXPECT_EQ(std::memcmp(source, back, n), 0);
   }
@@ -229,7 +231,7 @@ TEST(EnginesTest, AKickDrainedByAnotherEngineStillWakesTheRightOne) {
               RDP_PENDING);
     int status = 1;
     ASSERT_TRUE(AwaitCompletion(*fan.client, fan.client_conns[i], &ov,
-                                absl::Seconds(10), &status))
+                                kHangLimit, &status))
         << "round " << round << ": the engine serving connection " << i
         << " never woke up";
     ASSERT_EQ(status, RDP_OK);
@@ -262,9 +264,10 @@ std::vector<std::string> CpusOfThreads(const std::string& name) {
   return cpus;
 }
 
-// CpusOfThreads, once a thread of that name exists (within seconds).
+// CpusOfThreads, once a thread of that name exists; empty if none appeared
+// within kHangLimit, which only turns a hang into a failure.
 std::vector<std::string> AwaitThreadCpus(const std::string& name) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  const absl::Time deadline = absl::Now() + kHangLimit;
   std::vector<std::string> cpus = CpusOfThreads(name);
   while (cpus.empty() && absl::Now() < deadline) {
     usleep(1000);
