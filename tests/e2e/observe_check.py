@@ -161,15 +161,16 @@ def main():
 
     # --- DPDK telemetry -----------------------------------------------------
     # Telemetry answers from a copy the daemon refreshes every 200 ms or so:
-    # give it up to 5 s to show the client.
-    deadline = time.monotonic() + 5
+    # poll until it shows the client. The deadline only turns a hang into a
+    # failure: generous, for a machine busy with other builds and tests.
+    deadline = time.monotonic() + 30
     while True:
         _, t = telemetry(args.telemetry, ["/rdmaplane/status"])
         ts = t["/rdmaplane/status"]
         if (ts["clients"], ts["connections"], ts["registrations"]) == (1, 1, 2):
             break
         if time.monotonic() > deadline:
-            check(False, f"telemetry: /rdmaplane/status shows the client within 5 s: {ts}")
+            check(False, f"telemetry: /rdmaplane/status shows the client within 30 s: {ts}")
             break
         time.sleep(0.1)
     topics = ["status", "clients", "connections", "registrations", "counters"]
@@ -199,8 +200,9 @@ def main():
     check(all(tk[k] == counters[k] for k in steady),
           "telemetry: sessions, connections, registrations, arenas and the CM counts "
           "as rdmaplanectl shows them")
-    # Telemetry's copy is never ahead of a later rdmaplanectl reading.
-    time.sleep(0.5)
+    # Telemetry's copy is never ahead of a later rdmaplanectl reading. (The
+    # counters only grow, so no pause is needed between the readings: the
+    # check holds however soon the later one comes.)
     later = ctl(args, "counters")
     moving = ("port_rx_frames", "port_tx_frames", "engine_loops", "control_requests")
     check(all(counters[k] <= later[k] and tk[k] <= later[k] for k in moving) and
