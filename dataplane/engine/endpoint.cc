@@ -156,7 +156,11 @@ Endpoint::Liveness Endpoint::ConfirmClient() {
   const uint64_t now = clock_->NowNs();
   if (suspect_since_ns_ == 0) suspect_since_ns_ = now;
   if (now - suspect_since_ns_ < kSuspectNs) return Liveness::kSuspect;
-  liveness_unknown_ = true;
+  // Not gone after the wait: a thread of a live client ended on its own,
+  // or the process is still being torn down (a large address space, a
+  // sanitizer's shadow memory, a busy machine: seen taking well over
+  // kSuspectNs). Its requests run meanwhile, but its exit is still looked
+  // for on every call, so that nothing runs once it is reaped.
   return Liveness::kAlive;
 }
 

@@ -263,7 +263,9 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // Whether this endpoint's client still lives (see the class comment).
   // kSuspect: its liveness mutex says its owner died, and the process has
   // not exited (yet): requests wait, for at most kSuspectNs, then the
-  // client counts as alive (a thread of a live process ended on its own).
+  // client counts as alive (a thread of a live process ended on its own, or
+  // the process is slow to exit) while its pidfd is checked on every call:
+  // one poll(2) per turn, only for a client whose mutex is marked.
   enum class Liveness : uint8_t { kAlive, kSuspect, kGone };
   static constexpr uint64_t kSuspectNs = 100'000'000;
   Liveness CheckClient() {
@@ -310,7 +312,7 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // A completion could not be pushed: the client broke its ring.
   bool ring_broken_ = false;
   bool client_gone_ = false;       // confirmed: the client exited
-  bool liveness_unknown_ = false;  // its mutex lies: rely on its socket
+  bool liveness_unknown_ = false;  // no pidfd to confirm with: rely on its socket
   uint64_t suspect_since_ns_ = 0;  // kSuspect since then (0: never)
   // Both ends in this engine and a clean link: requests are carried out
   // directly instead of as RoCEv2 frames through the loopback link.

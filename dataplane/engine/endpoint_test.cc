@@ -332,6 +332,53 @@ TEST_F(EndpointTest, AMarkedMutexOfALiveProcessOnlyDelaysRequests) {
   close(pidfd);
 }
 
+// A client slower to exit than the wait (a large address space torn down,
+// a sanitizer's shadow): its requests run once the wait is over, but the
+// moment it is reaped nothing more runs for it.
+TEST_F(EndpointTest, AClientSlowToExitIsStillSeenToExit) {
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(go[1]);
+    char c;
+    (void)!read(go[0], &c, 1);  // exits when the test closes its end
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  close(go[0]);
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, child, 0));
+  ASSERT_GE(pidfd, 0);
+  EndpointInfo info = b_->info();
+  info.owner_pidfd = pidfd;
+  b_ = std::make_unique<Endpoint>(info, &table_, &clock_, fault::FaultSpec{});
+  a_->Wire(b_.get());
+  b_->Wire(a_.get());
+  b_region_.Liveness(shm::kFutexOwnerDied | static_cast<uint32_t>(child));
+  PostWrite(1, 64);
+  a_->Poll(32);
+  EXPECT_EQ(target_[0], 0) << "written while the client may be dying";
+  clock_.now += 2 * 100'000'000;  // past the wait: the client still runs
+  a_->Poll(32);
+  a_->Poll(32);
+  auto done = a_region_.Completions();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, shm::kStatusOk);
+  EXPECT_EQ(target_[0], 0x5A);
+  // Now it exits and is reaped; a request posted after that never runs.
+  close(go[1]);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  PostWrite(2, 64, 64);
+  a_->Poll(32);
+  a_->Poll(32);
+  EXPECT_EQ(target_[64], 0) << "written into a reaped client's memory";
+  EXPECT_TRUE(a_region_.Completions().empty());
+  EXPECT_EQ(a_region_.final_status(), shm::kStatusConnReset);
+  EXPECT_EQ(b_->close_reason(), CloseReason::kClosedByClient);
+  close(pidfd);
+}
+
 // --- An endpoint towards another daemon
 // --------------------------------------- Its frames go through a port; it
 // closes as for any transport error once its queue pair enters the error state,
