@@ -27,15 +27,6 @@
 #include "api/shm/ring.h"
 #include "dataplane/wire/fuzz_driver.h"
 
-#define FUZZ_CHECK(cond)                                                    \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                  \
-      std::abort();                                                         \
-    }                                                                       \
-  } while (0)
-
 namespace rdmaplane::shm {
 namespace {
 

@@ -53,15 +53,6 @@
 #include "dataplane/mr/registration_table.h"
 #include "dataplane/wire/fuzz_driver.h"
 
-#define FUZZ_CHECK(cond)                                                    \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                  \
-      std::abort();                                                         \
-    }                                                                       \
-  } while (0)
-
 namespace rdmaplane::engine {
 namespace {
 

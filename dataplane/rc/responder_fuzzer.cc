@@ -44,15 +44,6 @@
 #include "dataplane/wire/golden_frames.h"
 #include "dataplane/wire/roce.h"
 
-#define FUZZ_CHECK(cond)                                                    \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                  \
-      std::abort();                                                         \
-    }                                                                       \
-  } while (0)
-
 namespace rdmaplane::rc {
 namespace {
 

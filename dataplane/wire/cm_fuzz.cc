@@ -23,15 +23,6 @@
 #include "dataplane/wire/icrc.h"
 #include "dataplane/wire/roce.h"
 
-#define FUZZ_CHECK(cond)                                                    \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                  \
-      std::abort();                                                         \
-    }                                                                       \
-  } while (0)
-
 namespace rdmaplane::wire {
 namespace {
 

@@ -26,7 +26,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
+
+// An invariant of a fuzz target: when it does not hold, names it and
+// aborts, which both libFuzzer and the driver report as a crash with the
+// input that caused it.
+#define FUZZ_CHECK(cond)                                                    \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
+                   #cond);                                                  \
+      std::abort();                                                         \
+    }                                                                       \
+  } while (0)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
