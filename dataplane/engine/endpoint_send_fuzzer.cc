@@ -50,6 +50,7 @@
 #include "api/shm/layout.h"
 #include "api/shm/ring.h"
 #include "dataplane/engine/endpoint.h"
+#include "dataplane/engine/testing/session_region.h"
 #include "dataplane/mr/registration_table.h"
 #include "dataplane/wire/fuzz_driver.h"
 
@@ -77,12 +78,6 @@ constexpr uint64_t kRemoteVa = 0x7F0000000000;
 // request still be refused for its total.
 constexpr uint64_t kHugeBytes = (uint64_t{1} << 31) + kBufferBytes;
 
-class ManualClock : public rc::Clock {
- public:
-  uint64_t NowNs() const override { return now; }
-  uint64_t now = 1'000'000'000;
-};
-
 // A port whose frames go nowhere.
 class DropSink : public rc::FrameSink {
  public:
@@ -96,40 +91,7 @@ class DropSink : public rc::FrameSink {
   std::vector<uint8_t> buf_;
 };
 
-struct AlignedDelete {
-  void operator()(uint8_t* p) const {
-    ::operator delete[](p, std::align_val_t(4096));
-  }
-};
-
-// One client's session region: the header and, for slot 0, its rings.
-struct Region {
-  static constexpr size_t kSendBytes =
-      shm::SpscRing<shm::SendEntry>::BytesFor(shm::kSendRingEntries);
-  static constexpr size_t kCompletionBytes =
-      shm::SpscRing<shm::CompletionEntry>::BytesFor(
-          shm::kCompletionRingEntries);
-  Region()
-      : memory(static_cast<uint8_t*>(::operator new[](
-            sizeof(shm::SessionHeader) + kSendBytes + kCompletionBytes,
-            std::align_val_t(4096)))) {
-    header = new (memory.get()) shm::SessionHeader{};
-    send = *shm::SpscRing<shm::SendEntry>::Create(
-        memory.get() + sizeof(shm::SessionHeader), kSendBytes,
-        shm::kSendRingEntries);
-    completion = *shm::SpscRing<shm::CompletionEntry>::Create(
-        memory.get() + sizeof(shm::SessionHeader) + kSendBytes,
-        kCompletionBytes, shm::kCompletionRingEntries);
-    shm::ResetSlot(header, 0);
-    // Held by a live thread (ours), as the client library does.
-    const uint32_t tid = static_cast<uint32_t>(syscall(SYS_gettid));
-    std::memcpy(header->liveness, &tid, sizeof(tid));
-  }
-  std::unique_ptr<uint8_t[], AlignedDelete> memory;
-  shm::SessionHeader* header;
-  shm::SpscRing<shm::SendEntry> send;
-  shm::SpscRing<shm::CompletionEntry> completion;
-};
+using Region = SessionRegion;
 
 // The memory behind the huge registration: reserved once, never written
 // (registered for local reads only), so its pages stay the zero page.
