@@ -127,6 +127,20 @@ if [[ $check_floors == true ]]; then
   fi
 fi
 
+# Bazel's bazel-* links in the tree must point into this output base: a
+# link into another one (left by a build with another output base and
+# links, such as deploy/fuzz.sh's before it stopped making them) is taken
+# for a package by //..., whose loading then fails.
+if output_base="$(bazel info output_base 2>/dev/null)" && [[ -n $output_base ]]; then
+  for link in "$REPO_ROOT"/bazel-*; do
+    [[ -L $link ]] || continue
+    if [[ $(readlink "$link") != "$output_base"/* ]]; then
+      echo "test: removing $link: it points into another output base ($(readlink "$link"))" >&2
+      rm -f "$link"
+    fi
+  done
+fi
+
 WORK_DIR="$(mktemp -d -t rdmaplane-test.XXXXXX)"
 trap 'rm -rf "$WORK_DIR"' EXIT
 

@@ -13,6 +13,8 @@
 #   that crashed, and a bazel that failed with no test to blame each fail
 #   the run;
 # - a floor file that cannot be read or parsed fails before anything runs;
+# - bazel-* links into another output base are removed before //... is
+#   loaded, links into Bazel's own are kept;
 # - the closing "N passed, M failed" line is always the last line printed.
 #
 #   test_sh_test.sh TEST_SH CASE_FLOOR
@@ -53,6 +55,10 @@ FUZZ
 cat >"$tmp/bin/bazel" <<'BAZEL'
 #!/usr/bin/env bash
 set -euo pipefail
+if [[ $1 == info && $2 == output_base ]]; then
+  echo "$FAKE_OUTPUT_BASE"
+  exit 0
+fi
 [[ $1 == test ]] || exit 2
 bep="" stage=plain
 for arg in "$@"; do
@@ -104,7 +110,8 @@ run() {
   [[ $# -gt 0 ]] && shift
   local out="$tmp/$name.out" err="$tmp/$name.err" rc=0
   : >"$tmp/calls"
-  env PATH="$tmp/bin:$PATH" FAKE_CALLS="$tmp/calls" "${envs[@]}" \
+  env PATH="$tmp/bin:$PATH" FAKE_CALLS="$tmp/calls" \
+    FAKE_OUTPUT_BASE="$tmp/output_base" "${envs[@]}" \
     "$tmp/repo/deploy/test.sh" "$@" >"$out" 2>"$err" </dev/null || rc=$?
   local last
   last="$(tail -n 1 "$out")"
@@ -180,6 +187,20 @@ else
 fi
 run an-unknown-floor-mode 1 "0 passed, 1 failed" "RDMAPLANE_CASE_FLOOR" \
   "${met[@]}" RDMAPLANE_CASE_FLOOR=sometimes --
+
+# Links left by a build with another output base are taken away.
+mkdir -p "$tmp/output_base/execroot" "$tmp/elsewhere/execroot"
+ln -sfn "$tmp/elsewhere/execroot" "$tmp/repo/bazel-stale"
+ln -sfn "$tmp/output_base/execroot" "$tmp/repo/bazel-own"
+run links-into-another-output-base 0 "$total passed, 0 failed" \
+  "removing .*bazel-stale: it points into another output base" "${met[@]}" --
+if [[ -L $tmp/repo/bazel-stale ]]; then
+  fail "bazel-stale was left in place"
+elif [[ ! -L $tmp/repo/bazel-own ]]; then
+  fail "bazel-own, a link into Bazel's own output base, was removed"
+else
+  pass "only the link into another output base was removed"
+fi
 
 if [[ $failures -gt 0 ]]; then
   echo "test_sh_test: $failures failed"
