@@ -102,13 +102,17 @@ inline ::testing::AssertionResult CountersReach(
 
 // `field` of the daemon's connections status (a number, e.g. "posted":
 // requests the engine took, or "rx_packets"), summed over its connections,
-// asked over its socket as rdmaplanectl does; 0 if the daemon does not
-// answer.
+// asked over its socket as rdmaplanectl does. A daemon that does not answer
+// fails the test (and the sum is 0), so that an expected 0 is never met by
+// a query that failed.
 inline uint64_t SumOverConnections(const control::Daemon& daemon,
                                    const std::string& field) {
   absl::StatusOr<std::string> text = control::QueryDaemon(
       daemon.socket_path(), "connections", /*json=*/true, kHangLimit);
-  if (!text.ok()) return 0;
+  if (!text.ok()) {
+    ADD_FAILURE() << "the daemon's connections status: " << text.status();
+    return 0;
+  }
   const control::Json list = control::ParseOrDie(*text);
   uint64_t total = 0;
   for (const control::Json& c : list.Array()) {
