@@ -89,6 +89,18 @@ class EndpointTest : public ::testing::Test {
     ASSERT_TRUE(a_region_.send.TryPush(e));
   }
 
+  // b's client becomes the process behind `pidfd`, and its liveness mutex
+  // says its owner thread (`tid`) died.
+  void MarkResponderOwnerDied(int pidfd, uint32_t tid) {
+    EndpointInfo info = b_->info();
+    info.owner_pidfd = pidfd;
+    b_ = std::make_unique<Endpoint>(info, &table_, &clock_,
+                                    fault::FaultSpec{});
+    a_->Wire(b_.get());
+    b_->Wire(a_.get());
+    b_region_.Liveness(shm::kFutexOwnerDied | tid);
+  }
+
   ManualClock clock_;
   mr::RegistrationTable table_;
   std::vector<uint8_t> source_;
@@ -237,12 +249,7 @@ TEST_F(EndpointTest, APeerWhoseProcessExitedIsNeverWrittenAgain) {
   int wstatus = 0;
   ASSERT_EQ(waitpid(child, &wstatus, 0), child);
   // b's client is that process.
-  EndpointInfo info = b_->info();
-  info.owner_pidfd = pidfd;
-  b_ = std::make_unique<Endpoint>(info, &table_, &clock_, fault::FaultSpec{});
-  a_->Wire(b_.get());
-  b_->Wire(a_.get());
-  b_region_.Liveness(shm::kFutexOwnerDied | static_cast<uint32_t>(child));
+  MarkResponderOwnerDied(pidfd, static_cast<uint32_t>(child));
   PostWrite(1, 64);
   a_->Poll(32);
   EXPECT_EQ(target_[0], 0) << "written into a dead client's memory";
@@ -257,12 +264,7 @@ TEST_F(EndpointTest, APeerWhoseProcessExitedIsNeverWrittenAgain) {
 TEST_F(EndpointTest, AMarkedMutexOfALiveProcessOnlyDelaysRequests) {
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, getpid(), 0));
   ASSERT_GE(pidfd, 0);
-  EndpointInfo info = b_->info();
-  info.owner_pidfd = pidfd;
-  b_ = std::make_unique<Endpoint>(info, &table_, &clock_, fault::FaultSpec{});
-  a_->Wire(b_.get());
-  b_->Wire(a_.get());
-  b_region_.Liveness(shm::kFutexOwnerDied | 12345);
+  MarkResponderOwnerDied(pidfd, 12345);
   PostWrite(1, 64);
   a_->Poll(32);
   EXPECT_EQ(target_[0], 0) << "written while the client may be dying";
@@ -294,12 +296,7 @@ TEST_F(EndpointTest, AClientSlowToExitIsStillSeenToExit) {
   close(go[0]);
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, child, 0));
   ASSERT_GE(pidfd, 0);
-  EndpointInfo info = b_->info();
-  info.owner_pidfd = pidfd;
-  b_ = std::make_unique<Endpoint>(info, &table_, &clock_, fault::FaultSpec{});
-  a_->Wire(b_.get());
-  b_->Wire(a_.get());
-  b_region_.Liveness(shm::kFutexOwnerDied | static_cast<uint32_t>(child));
+  MarkResponderOwnerDied(pidfd, static_cast<uint32_t>(child));
   PostWrite(1, 64);
   a_->Poll(32);
   EXPECT_EQ(target_[0], 0) << "written while the client may be dying";
