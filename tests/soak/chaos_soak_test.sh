@@ -270,6 +270,25 @@ fault flood_stall 'flood_doorbells: the good pairs made'
 fault skip_kind 'coverage: scribble_rings ran 0 times'
 fault no_operations 'coverage: the good pairs completed no operations'
 
+# expect_after_violations WHAT "DAEMONS" INVARIANT...: the after-run checks
+# of DAEMONS must fail, with a violation of each INVARIANT.
+expect_after_violations() {
+  local what="$1" daemons="$2" report line invariant
+  shift 2
+  # shellcheck disable=SC2086 # DAEMONS is a list of names
+  if report="$(after_checks $daemons)"; then
+    fl_fail "$what: the after-run checks passed"
+  fi
+  for invariant in "$@"; do
+    line="$(grep -m 1 "^AFTER VIOLATION: $invariant:" <<<"$report" || true)"
+    [[ -n $line ]] || {
+      echo "$report" >&2
+      fl_fail "$what: no after-run violation of $invariant"
+    }
+    fl_log "fault $what: seen: $line"
+  done
+}
+
 # A session left behind with 64 MiB written through daemon A: the soak
 # passes, the after-run checks must not.
 take_baseline a b
@@ -277,19 +296,9 @@ run_soak fault-leak_session --seconds=1 --inject=leak_session
 leaker_pid="$(sed -n 's/^chaos_soak: injected: leaker pid \([0-9]*\)$/\1/p' "${FL_PROC_OUT[fault-leak_session]}")"
 [[ -n $leaker_pid ]] || fl_fail "--inject=leak_session: no leaker started"
 AFTER_WAIT=30 # what is leaked stays: no use waiting long for it
-if report="$(after_checks a b)"; then
-  fl_fail "--inject=leak_session: the after-run checks passed"
-fi
 want=(sessions descriptors 'memfd mappings' rss)
 [[ -n $hugepages_before ]] && want+=(hugepages)
-for invariant in "${want[@]}"; do
-  line="$(grep -m 1 "^AFTER VIOLATION: $invariant:" <<<"$report" || true)"
-  [[ -n $line ]] || {
-    echo "$report" >&2
-    fl_fail "--inject=leak_session: no after-run violation of $invariant"
-  }
-  fl_log "fault leak_session: seen: $line"
-done
+expect_after_violations leak_session "a b" "${want[@]}"
 end_leaker
 fl_wait_counters "after the leak" a 30 "$AT_REST"
 
@@ -306,15 +315,7 @@ fl_wait_counters "at start" c 20 "$AT_REST"
 take_baseline c
 fl_start_proc fault-log "$soak_bin" --socket_a="$sock_c" --seconds=1
 fl_wait_exit fault-log $((seconds + 300))
-if report="$(after_checks c)"; then
-  fl_fail "a daemon short of descriptors: the log check passed"
-fi
-line="$(grep -m 1 "^AFTER VIOLATION: log:" <<<"$report" || true)"
-[[ -n $line ]] || {
-  echo "$report" >&2
-  fl_fail "a daemon short of descriptors: no log violation"
-}
-fl_log "fault short_of_descriptors: seen: $line"
+expect_after_violations short_of_descriptors c log
 fl_signal_daemon c KILL || true
 
 # A port that holds frames far longer than the after-run checks wait: a
@@ -339,15 +340,7 @@ fl_start_proc fault-held_frames "$soak_bin" --socket_a="$sock_e" --socket_b="$so
   --peer_a=10.0.1.1 --peer_b=10.0.1.2 --seconds=1
 fl_wait_exit fault-held_frames $((seconds + 300))
 AFTER_WAIT=30 # 3 s: the frames sent in the soak's last seconds are still held
-if report="$(after_checks e)"; then
-  fl_fail "a port holding frames: the after-run checks passed"
-fi
-line="$(grep -m 1 "^AFTER VIOLATION: port_mbufs_in_use:" <<<"$report" || true)"
-[[ -n $line ]] || {
-  echo "$report" >&2
-  fl_fail "a port holding frames: no violation of port_mbufs_in_use"
-}
-fl_log "fault held_frames: seen: $line"
+expect_after_violations held_frames e port_mbufs_in_use
 fl_signal_daemon e KILL || true
 fl_signal_daemon f KILL || true
 fl_clean_stop a "$prefix_a"
