@@ -159,3 +159,31 @@ start_memif_pair() {
     return 1
   fi
 }
+
+# bench_source_revision: sets commit (short hash, or "unknown") and
+# dirty_files (comma-separated tracked files that differ from it, at most
+# 20 named, then "and N more") for the source tree this library came from,
+# symlinks resolved: under Bazel the runner runs from a runfiles tree, and
+# git, asked there, answers for whatever checkout encloses the output base,
+# or for none. A tree that is not the top of a git checkout of its own
+# reports "unknown" and no files.
+# shellcheck disable=SC2034  # the variables are the runner's
+bench_source_revision() {
+  local src top list count
+  commit=unknown dirty_files=""
+  src="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd -P)"
+  top="$(git -C "$src" rev-parse --show-toplevel 2>/dev/null)" || return 0
+  [[ -n $top && "$(cd "$top" && pwd -P)" == "$src" ]] || return 0
+  commit="$(git -C "$src" rev-parse --short HEAD 2>/dev/null)" || {
+    commit=unknown
+    return 0
+  }
+  list="$(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null |
+    awk '{ print $NF }')" || list=""
+  [[ -n $list ]] || return 0
+  count="$(wc -l <<<"$list")"
+  dirty_files="$(head -n 20 <<<"$list" | paste -sd, -)"
+  if ((count > 20)); then
+    dirty_files+=",and $((count - 20)) more"
+  fi
+}

@@ -474,14 +474,7 @@ printf 'end %s\n' "$(loadavg)" >>"$work/load.txt"
 
 # --- Report ----------------------------------------------------------------
 
-repo="$(cd "$here/.." && pwd)"
-commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-# Tracked files that differ from the commit (what was built besides it).
-dirty_files=""
-if [[ $commit != unknown ]]; then
-  dirty_files="$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null |
-    awk '{ print $NF }' | paste -sd, -)"
-fi
+bench_source_revision
 cpu_model="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 hugepages_free="$(sed -n 's/^HugePages_Free: *//p' /proc/meminfo)"
 log "report (run took $((SECONDS - start_seconds)) s)"

@@ -240,13 +240,7 @@ for ((r = 1; r <= rounds; r++)); do
 done
 printf 'end %s\n' "$(loadavg)" >>"$work/load.txt"
 
-repo="$(cd "$here/.." && pwd)"
-commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-dirty_files=""
-if [[ $commit != unknown ]]; then
-  dirty_files="$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null |
-    awk '{ print $NF }' | paste -sd, -)"
-fi
+bench_source_revision
 log "report (run took $((SECONDS - start_seconds)) s)"
 mkdir -p "$out"
 status=0
