@@ -1,0 +1,302 @@
+// The verbs front end's completion queues and completion channels: polling,
+// arming, and the notifier thread that raises a channel's events.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "api/verbs/objects.h"
+
+namespace rdmaplane::verbs {
+
+// Takes up to `max` of the completions of queue pairs `qps` (their send
+// or receive side) into wc; gathers from the daemon what is not there yet.
+int TakeCompletions(const std::vector<Qp*>& qps, bool sends, int max,
+                    ibv_wc* wc) {
+  int n = 0;
+  for (Qp* q : qps) {
+    if (n >= max) break;
+    std::lock_guard<std::mutex> lock(q->mu);
+    std::deque<ibv_wc>& wcs = sends ? q->send_wcs : q->recv_wcs;
+    if (wcs.size() < static_cast<size_t>(max - n)) Pump(q);
+    while (n < max && !wcs.empty()) {
+      wc[n++] = wcs.front();
+      wcs.pop_front();
+      if (!sends) q->recv_solicited.pop_front();
+    }
+  }
+  return n;
+}
+
+// The completions gathered for an armed CQ so far (see Qp::gathered), from
+// the daemon's rings now. Caller holds the CQ's mutex.
+uint64_t Gathered(Cq* cq) {
+  uint64_t n = 0;
+  for (const auto* qps : {&cq->recv_qps, &cq->send_qps}) {
+    const int side = qps == &cq->send_qps ? 1 : 0;
+    for (Qp* q : *qps) {
+      std::lock_guard<std::mutex> lock(q->mu);
+      Pump(q);
+      n += cq->solicited_only ? q->gathered_solicited[side] : q->gathered[side];
+    }
+  }
+  return n;
+}
+
+// Empty polls of a CQ in a row after which ibv_poll_cq gives the CPU away
+// once: RDMAPLANE_VERBS_YIELD_AFTER, a number (0: never), default 1. An
+// application that waits by polling often shares its CPU with the engine
+// that would complete its request (two daemons and two perftest ends on two
+// CPUs): yielding at once lets that engine run, where 64 polls in a row
+// (about 10 us) doubled ib_write_lat's typical over memif. With a CPU to
+// itself the yield returns at once.
+uint32_t YieldAfter() {
+  const char* env = std::getenv("RDMAPLANE_VERBS_YIELD_AFTER");
+  if (env == nullptr || env[0] == '\0') return 1;
+  char* end = nullptr;
+  const int saved_errno = errno;  // the application's
+  errno = 0;
+  const unsigned long n = std::strtoul(env, &end, 10);
+  const bool bad =
+      errno != 0 || *end != '\0' || env[0] == '-' || n > UINT32_MAX;
+  errno = saved_errno;
+  if (bad) {
+    std::fprintf(stderr,
+                 "rdmaplane verbs: RDMAPLANE_VERBS_YIELD_AFTER=%s is not a "
+                 "number from 0 to %u; yielding after every empty poll\n",
+                 env, UINT32_MAX);
+    return 1;
+  }
+  return static_cast<uint32_t>(n);
+}
+
+int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
+  Cq* cq = CqOf(ibcq);
+  if (num_entries < 0) return -EINVAL;
+  std::lock_guard<std::mutex> lock(cq->mu);
+  int n = TakeCompletions(cq->send_qps, true, num_entries, wc);
+  n += TakeCompletions(cq->recv_qps, false, num_entries - n, wc + n);
+  // An application that spins on an empty CQ holds a CPU the daemon's
+  // engine may share: give it away (YieldAfter).
+  static const uint32_t yield_after = YieldAfter();
+  if (n == 0 && yield_after > 0 && ++cq->empty_polls % yield_after == 0) {
+    sched_yield();
+  }
+  if (n > 0) cq->empty_polls = 0;
+  return n;
+}
+
+int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
+  Cq* cq = CqOf(ibcq);
+  if (cq->channel == nullptr) return EINVAL;
+  {
+    // An event comes when a completion is added from now on
+    // (ibv_req_notify_cq(3)), not for those already in the CQ.
+    std::lock_guard<std::mutex> lock(cq->mu);
+    cq->solicited_only = solicited_only != 0;
+    cq->armed_at = Gathered(cq);
+    cq->armed = true;
+  }
+  std::lock_guard<std::mutex> lock(cq->channel->mu);
+  cq->channel->armed_cv.notify_one();
+  return 0;
+}
+
+// The notifier of a channel: raises an event for each armed CQ with a
+// completion, and writes the channel's eventfd.
+void Notify(Channel* ch) {
+  std::unique_lock<std::mutex> lock(ch->mu);
+  while (!ch->stop) {
+    bool armed = false;
+    Qp* wait_on = nullptr;
+    size_t queue_pairs = 0;
+    for (Cq* cq : ch->cqs) {
+      std::lock_guard<std::mutex> cq_lock(cq->mu);
+      if (!cq->armed) continue;
+      armed = true;
+      if (Gathered(cq) > cq->armed_at) {
+        cq->armed = false;
+        ch->events.push_back(cq);
+        const uint64_t one = 1;
+        [[maybe_unused]] ssize_t n = write(ch->ch.fd, &one, sizeof(one));
+        continue;
+      }
+      for (const auto* qps : {&cq->send_qps, &cq->recv_qps}) {
+        for (Qp* q : *qps) {
+          if (q != wait_on) ++queue_pairs;
+          wait_on = q;
+        }
+      }
+    }
+    if (!armed) {
+      ch->armed_cv.wait(lock);
+      continue;
+    }
+    // One queue pair to watch: sleep on its completion doorbell (it is not
+    // destroyed meanwhile: see Qp::waiters). Several: look again shortly.
+    rdp_conn conn = 0;
+    if (queue_pairs == 1) {
+      std::lock_guard<std::mutex> qp_lock(wait_on->mu);
+      conn = wait_on->conn;
+    }
+    if (conn != 0) {
+      wait_on->waiters.fetch_add(1);
+      Client* client = wait_on->owner->client.get();
+      lock.unlock();
+      client->WaitForCompletions(conn, 10'000'000);
+      wait_on->waiters.fetch_sub(1);
+      lock.lock();
+    } else {
+      ch->armed_cv.wait_for(
+          lock, std::chrono::microseconds(queue_pairs == 0 ? 1000 : 50));
+    }
+  }
+}
+
+}  // namespace rdmaplane::verbs
+
+using namespace rdmaplane;         // NOLINT
+using namespace rdmaplane::verbs;  // NOLINT
+
+extern "C" {
+
+// --- Completion queues and channels -----------------------------------------
+
+ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  auto* ch = new Channel();
+  ch->ch.context = context;
+  // Blocking, as a kernel device's channel fd is; an application may set
+  // O_NONBLOCK on it, and ibv_get_cq_event then fails with EAGAIN.
+  ch->ch.fd = eventfd(0, EFD_CLOEXEC);
+  ch->ch.refcnt = 0;
+  if (ch->ch.fd < 0) {
+    delete ch;
+    return Fail<ibv_comp_channel*>(EMFILE, nullptr);
+  }
+  ch->notifier = std::thread(Notify, ch);
+  return &ch->ch;
+}
+
+int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  auto* ch = reinterpret_cast<Channel*>(channel);
+  {
+    std::lock_guard<std::mutex> lock(ch->mu);
+    if (!ch->cqs.empty()) return EBUSY;
+    ch->stop = true;
+    ch->armed_cv.notify_one();
+  }
+  ch->notifier.join();
+  close(ch->ch.fd);
+  delete ch;
+  return 0;
+}
+
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
+                      ibv_comp_channel* channel, int comp_vector) {
+  const shm::DeviceInfo& info = Ctx(context)->info;
+  if (cqe <= 0 ||
+      static_cast<uint64_t>(cqe) > uint64_t{info.max_cqe} * info.max_qps ||
+      comp_vector != 0) {
+    return Fail<ibv_cq*>(EINVAL, nullptr);
+  }
+  auto* cq = new Cq();
+  cq->cq.context = context;
+  cq->cq.channel = channel;
+  cq->cq.cq_context = cq_context;
+  cq->cq.cqe = cqe;
+  pthread_mutex_init(&cq->cq.mutex, nullptr);
+  pthread_cond_init(&cq->cq.cond, nullptr);
+  if (channel != nullptr) {
+    cq->channel = reinterpret_cast<Channel*>(channel);
+    std::lock_guard<std::mutex> lock(cq->channel->mu);
+    cq->channel->cqs.push_back(cq);
+  }
+  return &cq->cq;
+}
+
+int ibv_destroy_cq(ibv_cq* ibcq) {
+  Cq* cq = CqOf(ibcq);
+  {
+    std::lock_guard<std::mutex> lock(cq->mu);
+    if (!cq->send_qps.empty() || !cq->recv_qps.empty()) return EBUSY;
+  }
+  if (cq->channel != nullptr) {
+    // Every event it raised must be acknowledged first (ibv_get_cq_event(3)).
+    {
+      std::unique_lock<std::mutex> lock(cq->mu);
+      cq->acked_cv.wait(lock, [cq] { return cq->acked >= cq->events; });
+    }
+    std::lock_guard<std::mutex> lock(cq->channel->mu);
+    auto& v = cq->channel->cqs;
+    v.erase(std::remove(v.begin(), v.end(), cq), v.end());
+    // Events raised and never taken go with it (one count each on the fd).
+    auto& pending = cq->channel->events;
+    const size_t before = pending.size();
+    pending.erase(std::remove(pending.begin(), pending.end(), cq),
+                  pending.end());
+    uint64_t gone = before - pending.size();
+    uint64_t count = 0;
+    const int flags = fcntl(cq->channel->ch.fd, F_GETFL);
+    fcntl(cq->channel->ch.fd, F_SETFL, flags | O_NONBLOCK);
+    if (gone > 0 &&
+        read(cq->channel->ch.fd, &count, sizeof(count)) == sizeof(count) &&
+        count > gone) {
+      count -= gone;
+      [[maybe_unused]] ssize_t n =
+          write(cq->channel->ch.fd, &count, sizeof(count));
+    }
+    fcntl(cq->channel->ch.fd, F_SETFL, flags);
+  }
+  pthread_mutex_destroy(&cq->cq.mutex);
+  pthread_cond_destroy(&cq->cq.cond);
+  delete cq;
+  return 0;
+}
+
+// Takes the next event the notifier raised: blocks on the channel's fd
+// (EAGAIN when the application made it non-blocking and there is none).
+int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq_out,
+                     void** cq_context) {
+  auto* ch = reinterpret_cast<Channel*>(channel);
+  uint64_t count = 0;
+  while (read(ch->ch.fd, &count, sizeof(count)) != sizeof(count)) {
+    if (errno != EINTR) return -1;
+  }
+  std::lock_guard<std::mutex> lock(ch->mu);
+  // An eventfd read takes the whole count: give back all but one.
+  if (count > 1) {
+    const uint64_t rest = count - 1;
+    [[maybe_unused]] ssize_t n = write(ch->ch.fd, &rest, sizeof(rest));
+  }
+  if (ch->events.empty()) {
+    errno = EAGAIN;
+    return -1;
+  }
+  Cq* cq = ch->events.front();
+  ch->events.pop_front();
+  {
+    std::lock_guard<std::mutex> cq_lock(cq->mu);
+    ++cq->events;  // to be acknowledged before the CQ may go
+  }
+  *cq_out = &cq->cq;
+  *cq_context = cq->cq.cq_context;
+  return 0;
+}
+
+void ibv_ack_cq_events(ibv_cq* ibcq, unsigned int nevents) {
+  Cq* cq = CqOf(ibcq);
+  std::lock_guard<std::mutex> lock(cq->mu);
+  cq->cq.comp_events_completed += nevents;
+  cq->acked += nevents;
+  cq->acked_cv.notify_all();
+}
+
+}  // extern "C"

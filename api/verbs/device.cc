@@ -1,0 +1,284 @@
+// The verbs front end's devices and contexts: one device per daemon
+// socket, a context per session with it, the device's and port's
+// attributes, GIDs and asynchronous events.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "api/shm/setup.h"
+#include "api/status.h"
+#include "api/verbs/objects.h"
+
+namespace rdmaplane::verbs {
+
+// The daemons' sockets: $RDMAPLANE_SOCKET split at ':', or the default.
+std::vector<std::string> SocketPaths() {
+  const char* env = std::getenv("RDMAPLANE_SOCKET");
+  if (env == nullptr || env[0] == '\0') return {shm::DefaultSocketPath()};
+  std::vector<std::string> paths;
+  std::string rest = env;
+  while (true) {
+    const size_t colon = rest.find(':');
+    if (colon != 0 && !rest.empty()) paths.push_back(rest.substr(0, colon));
+    if (colon == std::string::npos) break;
+    rest = rest.substr(colon + 1);
+  }
+  return paths;
+}
+
+// Every device this process may see, made once (applications keep the
+// ibv_device pointers for the life of the process).
+const std::vector<Device*>& Devices() {
+  static const std::vector<Device*>* devices = [] {
+    auto* v = new std::vector<Device*>();
+    for (const std::string& path : SocketPaths()) {
+      auto* d = new Device();
+      const int i = static_cast<int>(v->size());
+      d->dev.node_type = IBV_NODE_CA;
+      d->dev.transport_type = IBV_TRANSPORT_IB;
+      std::snprintf(d->dev.name, sizeof(d->dev.name), "rdmaplane%d", i);
+      std::snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs%d", i);
+      d->socket = path;
+      std::snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "%s",
+                    path.c_str());
+      std::snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "%s",
+                    path.c_str());
+      v->push_back(d);
+    }
+    return v;
+  }();
+  return *devices;
+}
+
+Device* DeviceOf(ibv_device* dev) {
+  for (Device* d : Devices()) {
+    if (&d->dev == dev) return d;
+  }
+  return nullptr;
+}
+
+}  // namespace rdmaplane::verbs
+
+using namespace rdmaplane;         // NOLINT
+using namespace rdmaplane::verbs;  // NOLINT
+
+extern "C" {
+
+// --- Devices -------------------------------------------------------------
+
+// The devices whose daemon's socket is there (a daemon that does not run
+// shows no device).
+ibv_device** ibv_get_device_list(int* num_devices) {
+  const std::vector<Device*>& all = Devices();
+  auto** list =
+      static_cast<ibv_device**>(calloc(all.size() + 1, sizeof(ibv_device*)));
+  if (list == nullptr) return Fail<ibv_device**>(ENOMEM, nullptr);
+  int n = 0;
+  for (Device* d : all) {
+    struct stat st;
+    if (stat(d->socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      list[n++] = &d->dev;
+    }
+  }
+  if (num_devices != nullptr) *num_devices = n;
+  return list;
+}
+
+void ibv_free_device_list(ibv_device** list) { free(list); }
+
+const char* ibv_get_device_name(ibv_device* device) {
+  return device == nullptr ? nullptr : device->name;
+}
+
+__be64 ibv_get_device_guid(ibv_device* device) {
+  // The GUID comes from the daemon's MAC: ask it.
+  ibv_context* ctx = ibv_open_device(device);
+  if (ctx == nullptr) return 0;
+  const uint64_t guid = GuidOf(Ctx(ctx)->info);
+  ibv_close_device(ctx);
+  return guid;
+}
+
+ibv_context* ibv_open_device(ibv_device* device) {
+  Device* d = DeviceOf(device);
+  if (d == nullptr) return Fail<ibv_context*>(ENODEV, nullptr);
+  ClientOptions options;
+  options.socket_path = d->socket;
+  auto client = Client::Open(options);
+  if (!client.ok()) {
+    return Fail<ibv_context*>(ErrnoOf(client.status()), nullptr,
+                              client.status());
+  }
+  auto info = (*client)->QueryDevice();
+  if (!info.ok()) {
+    return Fail<ibv_context*>(ErrnoOf(info.status()), nullptr, info.status());
+  }
+  auto* c = new Context();
+  c->device = d;
+  c->client = std::move(*client);
+  c->info = *info;
+  c->ctx.device = device;
+  c->ctx.cmd_fd = -1;
+  // No asynchronous events are ever raised: a reader of this fd (or of
+  // ibv_get_async_event) waits, as on a device where nothing goes wrong.
+  c->ctx.async_fd = eventfd(0, EFD_CLOEXEC);
+  c->ctx.num_comp_vectors = 1;
+  pthread_mutex_init(&c->ctx.mutex, nullptr);
+  c->ctx.abi_compat = nullptr;  // a plain context: inline verbs use ops
+  ibv_context_ops& ops = c->ctx.ops;
+  ops.poll_cq = PollCq;
+  ops.req_notify_cq = ReqNotifyCq;
+  ops.post_send = PostSend;
+  ops.post_recv = PostRecv;
+  ops.post_srq_recv = PostSrqRecv;
+  ops.alloc_mw = AllocMw;
+  ops.bind_mw = BindMw;
+  ops.dealloc_mw = DeallocMw;
+  return &c->ctx;
+}
+
+int ibv_close_device(ibv_context* context) {
+  Context* c = Ctx(context);
+  if (c->ctx.async_fd >= 0) close(c->ctx.async_fd);
+  pthread_mutex_destroy(&c->ctx.mutex);
+  delete c;  // the session ends: the daemon lets go of everything in it
+  return 0;
+}
+
+int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
+  const shm::DeviceInfo& info = Ctx(context)->info;
+  std::memset(a, 0, sizeof(*a));
+  std::snprintf(a->fw_ver, sizeof(a->fw_ver), "rdmaplane 1.0");
+  a->node_guid = GuidOf(info);
+  a->sys_image_guid = a->node_guid;
+  a->max_mr_size = 1ull << 31;
+  a->page_size_cap = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  a->vendor_id = kVendorId;
+  a->vendor_part_id = kVendorPartId;
+  a->hw_ver = 1;
+  a->max_qp = static_cast<int>(info.max_qps);
+  a->max_qp_wr = static_cast<int>(info.max_qp_wr);
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
+  a->max_sge = info.max_sge;
+  a->max_sge_rd = info.max_sge;
+  a->max_cq = static_cast<int>(info.max_qps);
+  a->max_cqe = static_cast<int>(info.max_cqe * info.max_qps);
+  a->max_mr = static_cast<int>(info.max_mrs);
+  a->max_pd = static_cast<int>(info.max_mrs);
+  a->max_qp_rd_atom = info.max_rd_atomic;
+  a->max_res_rd_atom = info.max_rd_atomic * static_cast<int>(info.max_qps);
+  a->max_qp_init_rd_atom = info.max_rd_atomic;
+  a->atomic_cap = IBV_ATOMIC_NONE;
+  a->max_pkeys = 1;
+  a->local_ca_ack_delay = 15;
+  a->phys_port_cnt = 1;
+  return 0;
+}
+
+int ibv_query_port(ibv_context* context, uint8_t port_num,
+                   struct _compat_ibv_port_attr* compat) {
+  if (port_num != 1) return EINVAL;
+  const shm::DeviceInfo& info = Ctx(context)->info;
+  // The caller passes a whole ibv_port_attr, cleared (verbs.h's inline
+  // ibv_query_port for a context without extended ops).
+  auto* a = reinterpret_cast<ibv_port_attr*>(compat);
+  a->state = info.ip != 0 ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  a->max_mtu = IBV_MTU_4096;
+  a->active_mtu = MtuEnum(info.path_mtu);
+  a->gid_tbl_len = 1;
+  a->port_cap_flags = 0;
+  a->max_msg_sz = 1u << 31;
+  a->pkey_tbl_len = 1;
+  a->lid = 0;
+  a->lmc = 0;
+  a->max_vl_num = 1;
+  a->active_width = 1;                   // 1X
+  a->active_speed = 32;                  // EDR: 25 Gb/s per lane
+  a->phys_state = info.ip != 0 ? 5 : 3;  // LinkUp / Disabled
+  a->link_layer = IBV_LINK_LAYER_ETHERNET;
+  return 0;
+}
+
+int ibv_query_gid(ibv_context* context, uint8_t port_num, int index,
+                  ibv_gid* gid) {
+  if (port_num != 1 || index != 0) return -1;
+  *gid = GidOf(Ctx(context)->info.ip);
+  return 0;
+}
+
+int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num,
+                      uint32_t gid_index, ibv_gid_entry* entry, uint32_t flags,
+                      size_t entry_size) {
+  if (flags != 0 || entry_size < sizeof(ibv_gid_entry)) return EINVAL;
+  if (port_num != 1 || gid_index != 0) return ENODATA;
+  std::memset(entry, 0, sizeof(*entry));
+  entry->gid = GidOf(Ctx(context)->info.ip);
+  entry->gid_index = 0;
+  entry->port_num = 1;
+  entry->gid_type = IBV_GID_TYPE_ROCE_V2;
+  return 0;
+}
+
+// rdma-core's driver.h: enum ibv_gid_type_sysfs, 1 is RoCE v2.
+int ibv_query_gid_type(ibv_context*, uint8_t port_num, unsigned int index,
+                       int* type) {
+  if (port_num != 1 || index != 0) return -1;
+  *type = 1;
+  return 0;
+}
+
+int ibv_query_pkey(ibv_context*, uint8_t port_num, int index, __be16* pkey) {
+  if (port_num != 1 || index != 0) return -1;
+  *pkey = htons(0xFFFF);
+  return 0;
+}
+
+int ibv_get_pkey_index(ibv_context*, uint8_t port_num, __be16 pkey) {
+  return port_num == 1 && pkey == htons(0xFFFF) ? 0 : -1;
+}
+
+// No sysfs behind this device.
+int ibv_read_sysfs_file(const char*, const char*, char*, size_t) { return -1; }
+
+int ibv_fork_init(void) { return 0; }
+
+int ibv_get_device_index(ibv_device* device) {
+  const std::vector<Device*>& all = Devices();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (&all[i]->dev == device) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries,
+                             size_t max_entries, uint32_t flags,
+                             size_t entry_size) {
+  if (flags != 0 || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
+  if (max_entries < 1) return -EINVAL;
+  return _ibv_query_gid_ex(context, 1, 0, entries, 0, entry_size) == 0 ? 1
+                                                                       : -EIO;
+}
+
+// Blocks until an event: none ever comes (see ibv_open_device's async_fd);
+// with O_NONBLOCK set on the fd, fails with EAGAIN.
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  uint64_t count = 0;
+  while (read(context->async_fd, &count, sizeof(count)) != sizeof(count)) {
+    if (errno != EINTR) return -1;
+  }
+  std::memset(event, 0, sizeof(*event));
+  event->event_type = IBV_EVENT_DEVICE_FATAL;
+  return 0;
+}
+
+void ibv_ack_async_event(ibv_async_event*) {}
+
+}  // extern "C"

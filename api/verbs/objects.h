@@ -1,0 +1,255 @@
+// The verbs front end: the libibverbs entry points RDMA applications call,
+// served by rdmaplaned through librdmaplane's client (api/client.h). An
+// application reaches it through LD_PRELOAD (rdmaplane-run): its ibv_*
+// calls bind here before libibverbs, and the inline verbs of
+// <infiniband/verbs.h> (ibv_post_send, ibv_poll_cq, ibv_req_notify_cq, ...)
+// go through the context's ops table, filled here. DPDK is never linked.
+//
+// One device per daemon: rdmaplane0 is the daemon at $RDMAPLANE_SOCKET (or
+// at the default socket); a list there, separated by ':', names several
+// daemons, rdmaplane0, rdmaplane1, ... in its order. What is served and
+// what is refused (with which errno) is in docs/verbs.md.
+//
+// Memory: ibv_reg_mr moves the application's pages onto shared memory at
+// the same addresses (Client::ShareMemory), registers them for local use
+// and, with remote access, in the protection domain, whose queue pairs all
+// serve that rkey.
+//
+// Work requests: a queue pair is one of the session's connections,
+// connected out of band (RTR: the peer's address, QPN and PSN; RTS: our
+// PSN). Each send work request is one native request with its own
+// rdp_overlapped in the queue pair's slot ring; an unsignaled one is posted
+// as a silent success. Completion queues gather the completions of their
+// queue pairs as ibv_wc.
+//
+// This header: what stands behind each handle an application holds, and
+// the helpers the files serving them share; internal to //api/verbs.
+//
+// Files, by object: device.cc (devices, contexts, queries, async events),
+// memory.cc (protection domains and memory regions), completion_queue.cc
+// (CQs, completion channels and their notifier), queue_pair.cc (creating,
+// modifying, querying and destroying queue pairs), post.cc (posting work
+// requests and gathering their completions), unserved.cc (entry points
+// refused with the errno docs/verbs.md gives), convert.cc (errnos, MTUs,
+// GIDs).
+//
+// Thread-safety: as libibverbs promises, calls may come from any thread.
+// Locks, always taken in this order (never the reverse):
+//   1. Context::mu      control calls of one context (PD, MR, QP changes)
+//   2. Channel::mu      a completion channel's CQ list and events
+//   3. Cq::mu           a CQ's queue-pair lists, arming and event counts
+//   4. Qp::mu           a queue pair's posts, completions and state
+// A notifier thread waiting on a queue pair's doorbell holds none of them
+// (Qp::waiters keeps the queue pair alive meanwhile).
+#ifndef RDMAPLANE_API_VERBS_OBJECTS_H_
+#define RDMAPLANE_API_VERBS_OBJECTS_H_
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "api/client.h"
+#include "api/rdmaplane.h"
+#include "api/shm/layout.h"
+
+// These are macros in <infiniband/verbs.h> (over inline wrappers); the
+// exported functions carry the plain names.
+#undef ibv_get_device_list
+#undef ibv_query_port
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+namespace rdmaplane::verbs {
+
+// Not a vendor with a driver of its own in perftest (Mellanox's 0x02c9
+// switches it to mlx5 direct verbs).
+inline constexpr uint32_t kVendorId = 0x000000;
+inline constexpr uint32_t kVendorPartId = 0x0001;
+// Send work requests one queue pair tracks at once (the client's ledger);
+// a slot is reused only after this many later posts.
+inline constexpr uint32_t kSlots = 1024;
+inline constexpr uint32_t kMaxInline = 256;
+
+struct Device {
+  ibv_device dev;  // first: the application holds ibv_device*
+  std::string socket;
+};
+
+struct Context {
+  ibv_context ctx;  // first
+  Device* device = nullptr;
+  std::unique_ptr<Client> client;
+  shm::DeviceInfo info{};
+  std::mutex mu;  // control calls
+};
+
+struct Pd {
+  ibv_pd pd;
+  uint32_t id = 0;     // the daemon's protection domain
+  uint32_t users = 0;  // MRs and QPs in it
+};
+
+struct Mr {
+  ibv_mr mr;
+  uint32_t local_flags = 0;
+  uint32_t remote_flags = 0;  // 0: no remote key
+};
+
+struct Qp;
+struct Channel;
+
+struct Cq {
+  ibv_cq cq;
+  Channel* channel = nullptr;
+  std::mutex mu;
+  std::vector<Qp*> send_qps;  // queue pairs whose sends complete here
+  std::vector<Qp*> recv_qps;  // ... whose receives complete here
+  bool armed = false;
+  bool solicited_only = false;       // armed for solicited and failed ones only
+  uint64_t armed_at = 0;             // Gathered() when it was armed
+  uint32_t events = 0;               // taken by ibv_get_cq_event
+  uint32_t acked = 0;                // events the application acknowledged
+  std::condition_variable acked_cv;  // ibv_destroy_cq waits for acks
+  uint32_t empty_polls = 0;
+};
+
+// A completion channel: its eventfd counts the events waiting in
+// `events`; a notifier thread raises them for armed CQs (so that the fd
+// can be polled, as with a kernel device), and sleeps while none is
+// armed.
+struct Channel {
+  ibv_comp_channel ch;
+  std::mutex mu;
+  std::vector<Cq*> cqs;
+  std::deque<Cq*> events;  // raised, not yet taken by ibv_get_cq_event
+  std::condition_variable armed_cv;
+  bool stop = false;
+  std::thread notifier;
+};
+
+struct Slot {
+  rdp_overlapped ov;
+  uint64_t wr_id = 0;
+  ibv_wc_opcode opcode = IBV_WC_RDMA_WRITE;
+  uint32_t length = 0;
+};
+
+struct Qp {
+  ibv_qp qp;
+  Context* owner = nullptr;
+  Pd* pd = nullptr;
+  Cq* scq = nullptr;
+  Cq* rcq = nullptr;
+  std::mutex mu;  // posts and polls
+  rdp_conn conn = 0;
+  ibv_qp_cap cap{};
+  bool sig_all = false;
+  ibv_qp_attr attr{};  // what ibv_query_qp reports
+  std::unique_ptr<Slot[]> slots;
+  uint64_t posted = 0;            // send work requests posted
+  uint64_t completed = 0;         // every one before this index has completed
+  uint8_t* inline_buf = nullptr;  // kSlots x cap.max_inline_data
+  uint32_t inline_lkey = 0;
+  bool failed = false;  // a completion failed: later ones are flushed
+  // Receives: wr_ids of [rcompleted, rposted), by index modulo kSlots.
+  std::unique_ptr<uint64_t[]> recv_ids;
+  uint64_t rposted = 0;
+  uint64_t rcompleted = 0;
+  // Completions gathered from the daemon, not yet polled; for receives,
+  // whether their message asked for a solicited event.
+  std::deque<ibv_wc> send_wcs;
+  std::deque<ibv_wc> recv_wcs;
+  std::deque<bool> recv_solicited;
+  // Completions gathered so far, per side ([0] receives, [1] sends): all,
+  // and those a solicited-only CQ reports (failed ones, receives of
+  // solicited messages). An armed CQ raises an event once these pass what
+  // they were when it was armed.
+  uint64_t gathered[2] = {0, 0};
+  uint64_t gathered_solicited[2] = {0, 0};
+  // ibv_get_cq_event's notifier sleeps on this queue pair's doorbell:
+  // ibv_destroy_qp waits until it is done.
+  std::atomic<int> waiters{0};
+};
+
+inline Context* Ctx(ibv_context* c) { return reinterpret_cast<Context*>(c); }
+inline Pd* PdOf(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
+inline Cq* CqOf(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+inline Qp* QpOf(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+
+// --- Shared helpers (convert.cc) ------------------------------------------
+
+// errno for a failed control call.
+int ErrnoOf(const absl::Status& s);
+
+// Prints why a call failed on stderr when RDMAPLANE_VERBS_DEBUG is set.
+void ReportFailure(const absl::Status& why);
+
+// Reports a failure: errno set, the library's explanation on stderr when
+// RDMAPLANE_VERBS_DEBUG is set.
+template <typename T>
+T Fail(int err, T value, const absl::Status& why = absl::OkStatus()) {
+  if (!why.ok()) ReportFailure(why);
+  errno = err;
+  return value;
+}
+
+uint32_t MtuBytes(ibv_mtu mtu);
+ibv_mtu MtuEnum(uint32_t bytes);
+// The RoCEv2 GID of an IPv4 address: ::ffff:a.b.c.d.
+ibv_gid GidOf(uint32_t ip);
+bool Ipv4OfGid(const ibv_gid& g, uint32_t* ip);
+// EUI-64 of the data port's MAC, as NICs derive their node GUID.
+uint64_t GuidOf(const shm::DeviceInfo& info);
+
+// --- Devices (device.cc) ----------------------------------------------------
+
+// Every device this process may see, made once.
+const std::vector<Device*>& Devices();
+Device* DeviceOf(ibv_device* dev);
+
+// --- Posting and completions (post.cc) -------------------------------------
+
+int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+void SetError(Qp* q);
+ibv_wc MakeWc(const Qp* q, uint64_t wr_id, ibv_wc_opcode opcode,
+              ibv_wc_status status, uint32_t bytes);
+void AddSendWc(Qp* q, const ibv_wc& wc);
+void AddRecvWc(Qp* q, const ibv_wc& wc, bool solicited);
+// Receives still posted when the queue pair is in the error state complete
+// flushed.
+void FlushReceives(Qp* q);
+// Moves what the daemon completed for q into its send_wcs and recv_wcs.
+// Caller holds q->mu.
+void Pump(Qp* q);
+
+// --- Queue pairs (queue_pair.cc) --------------------------------------------
+
+// The queue pair goes to the error state. Caller holds the context's mutex.
+void EnterError(Qp* q);
+
+// --- Completion queues (completion_queue.cc) --------------------------------
+
+int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc);
+int ReqNotifyCq(ibv_cq* ibcq, int solicited_only);
+
+// --- Not served (unserved.cc) -----------------------------------------------
+
+int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type);
+int BindMw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
+int DeallocMw(ibv_mw* mw);
+
+}  // namespace rdmaplane::verbs
+
+#endif  // RDMAPLANE_API_VERBS_OBJECTS_H_

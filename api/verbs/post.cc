@@ -1,0 +1,255 @@
+// Posting work requests on the verbs front end's queue pairs, and
+// gathering their completions from the daemon's rings. Each send work
+// request is one native request with its own rdp_overlapped in the queue
+// pair's slot ring; an unsignaled one is posted as a silent success.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "api/verbs/objects.h"
+#include "api/verbs/work_request.h"
+
+namespace rdmaplane::verbs {
+
+// The work completion status of a send request that ended with `status`
+// and the transport's `detail` (shm::CompletionDetail).
+ibv_wc_status SendStatusOf(int status, uint32_t detail) {
+  switch (detail) {
+    case shm::kDetailRetryExceeded:
+      return IBV_WC_RETRY_EXC_ERR;
+    case shm::kDetailRnrRetryExceeded:
+      return IBV_WC_RNR_RETRY_EXC_ERR;
+    case shm::kDetailRemoteAccess:
+      return IBV_WC_REM_ACCESS_ERR;
+    case shm::kDetailRemoteInvalid:
+      return IBV_WC_REM_INV_REQ_ERR;
+    case shm::kDetailRemoteOperational:
+      return IBV_WC_REM_OP_ERR;
+    case shm::kDetailBadResponse:
+      return IBV_WC_BAD_RESP_ERR;
+    default:
+      break;
+  }
+  switch (status) {
+    case RDP_OK:
+      return IBV_WC_SUCCESS;
+    case RDP_ERR_FAULT:
+      // The daemon refused a local buffer: a key or range the local
+      // registration does not cover.
+      return IBV_WC_LOC_PROT_ERR;
+    case RDP_ERR_INVALID:
+      return IBV_WC_LOC_QP_OP_ERR;
+    case RDP_ERR_CONN_ABORTED:
+    case RDP_ERR_NET_DOWN:
+      return IBV_WC_RETRY_EXC_ERR;
+    default:
+      return IBV_WC_WR_FLUSH_ERR;
+  }
+}
+
+// ... of a receive request.
+ibv_wc_status RecvStatusOf(int status) {
+  switch (status) {
+    case RDP_OK:
+      return IBV_WC_SUCCESS;
+    case RDP_ERR_NO_BUFFERS:
+      return IBV_WC_LOC_LEN_ERR;  // the message did not fit
+    case RDP_ERR_FAULT:
+      return IBV_WC_LOC_PROT_ERR;
+    case RDP_ERR_INVALID:
+      return IBV_WC_LOC_QP_OP_ERR;
+    default:
+      return IBV_WC_WR_FLUSH_ERR;
+  }
+}
+
+void SetError(Qp* q) {
+  q->failed = true;
+  q->qp.state = IBV_QPS_ERR;
+  q->attr.qp_state = IBV_QPS_ERR;
+  q->attr.cur_qp_state = IBV_QPS_ERR;
+}
+
+ibv_wc MakeWc(const Qp* q, uint64_t wr_id, ibv_wc_opcode opcode,
+              ibv_wc_status status, uint32_t bytes) {
+  ibv_wc wc{};
+  wc.wr_id = wr_id;
+  wc.opcode = opcode;
+  wc.status = status;
+  wc.byte_len = status == IBV_WC_SUCCESS ? bytes : 0;
+  wc.qp_num = q->qp.qp_num;
+  wc.src_qp = q->attr.dest_qp_num;
+  return wc;
+}
+
+void AddSendWc(Qp* q, const ibv_wc& wc) {
+  q->send_wcs.push_back(wc);
+  ++q->gathered[1];
+  if (wc.status != IBV_WC_SUCCESS) ++q->gathered_solicited[1];
+}
+
+void AddRecvWc(Qp* q, const ibv_wc& wc, bool solicited) {
+  q->recv_wcs.push_back(wc);
+  q->recv_solicited.push_back(solicited);
+  ++q->gathered[0];
+  if (solicited || wc.status != IBV_WC_SUCCESS) ++q->gathered_solicited[0];
+}
+
+// Receives still posted when the queue pair is in the error state complete
+// flushed (the daemon ends them without a word).
+void FlushReceives(Qp* q) {
+  for (; q->rcompleted < q->rposted; ++q->rcompleted) {
+    AddRecvWc(q,
+              MakeWc(q, q->recv_ids[q->rcompleted % kSlots], IBV_WC_RECV,
+                     IBV_WC_WR_FLUSH_ERR, 0),
+              false);
+  }
+}
+
+// Moves what the daemon completed for qp into its send_wcs and recv_wcs.
+// Caller holds q->mu.
+void Pump(Qp* q) {
+  if (q->conn == 0) return;
+  Client* client = q->owner->client.get();
+  // Whether the daemon is done with the connection (it broke: the peer's
+  // NAK, retries exhausted, our responder refused a request), read before
+  // draining: everything it completed before is then in the rings, and a
+  // failed request shows its own status before the rest are flushed.
+  const bool ended = client->ConnectionEnded(q->conn);
+  rdp_overlapped* done[64];
+  while (true) {
+    const int n = client->Poll(q->conn, done, 64);
+    if (n <= 0) break;
+    for (int i = 0; i < n; ++i) {
+      const uint64_t index = done[i]->context;
+      const Slot& s = q->slots[index % kSlots];
+      const ibv_wc_status status =
+          q->failed ? IBV_WC_WR_FLUSH_ERR
+                    : SendStatusOf(done[i]->status, done[i]->internal[0]);
+      if (status != IBV_WC_SUCCESS) SetError(q);
+      AddSendWc(q, MakeWc(q, s.wr_id, s.opcode, status, done[i]->bytes));
+      q->completed = std::max(q->completed, index + 1);
+    }
+    if (n < 64) break;
+  }
+  shm::CompletionEntry got[64];
+  while (true) {
+    const int n = client->TakeReceived(q->conn, got, 64);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t index = got[i].wr_id;
+      if (index < q->rcompleted || index >= q->rposted) continue;  // not ours
+      const ibv_wc_status status =
+          q->failed ? IBV_WC_WR_FLUSH_ERR : RecvStatusOf(got[i].status);
+      if (status != IBV_WC_SUCCESS) SetError(q);
+      ibv_wc wc =
+          MakeWc(q, q->recv_ids[index % kSlots],
+                 got[i].op == shm::kRecvWriteImm ? IBV_WC_RECV_RDMA_WITH_IMM
+                                                 : IBV_WC_RECV,
+                 status, got[i].byte_len);
+      if (status == IBV_WC_SUCCESS && (got[i].flags & shm::kCompletionImm)) {
+        wc.wc_flags |= IBV_WC_WITH_IMM;
+        wc.imm_data = got[i].imm;
+      }
+      AddRecvWc(q, wc, (got[i].flags & shm::kCompletionSolicited) != 0);
+      q->rcompleted = index + 1;
+    }
+    if (n < 64) break;
+  }
+  if (ended) SetError(q);
+  if (q->failed) FlushReceives(q);
+}
+
+int PostOne(Qp* q, const ibv_send_wr* wr) {
+  const uint64_t index = q->posted;
+  SendQueueView sq;
+  sq.max_send_wr = q->cap.max_send_wr;
+  sq.max_send_sge = q->cap.max_send_sge;
+  sq.max_inline_data = q->cap.max_inline_data;
+  sq.sig_all = q->sig_all;
+  sq.outstanding = q->posted - q->completed;
+  if (q->inline_buf != nullptr) {
+    sq.inline_dst = q->inline_buf + (index % kSlots) * q->cap.max_inline_data;
+  }
+  sq.inline_lkey = q->inline_lkey;
+  SendRequest req;
+  if (int err = TranslateSendWr(*wr, sq, &req); err != 0) return err;
+  Slot& s = q->slots[index % kSlots];
+  s.wr_id = wr->wr_id;
+  s.opcode = req.wc_opcode;
+  s.ov.context = index;
+  const int r = q->owner->client->PostVerbs(
+      q->conn, req.op, req.sgl, req.sge_count, req.remote_address, req.rkey,
+      req.flags, req.imm, &s.ov);
+  if (r != RDP_PENDING) {
+    return r == RDP_ERR_NO_BUFFERS ? ENOMEM
+           : r == RDP_ERR_INVALID  ? EINVAL
+                                   : EIO;
+  }
+  ++q->posted;
+  return 0;
+}
+
+int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  Qp* q = QpOf(ibqp);
+  std::lock_guard<std::mutex> lock(q->mu);
+  int err = 0;
+  if (q->qp.state != IBV_QPS_RTS) {
+    err = EINVAL;
+    *bad_wr = wr;
+  } else {
+    for (; wr != nullptr; wr = wr->next) {
+      if ((err = PostOne(q, wr)) != 0) {
+        *bad_wr = wr;
+        break;
+      }
+    }
+  }
+  // What was posted before a failure goes out all the same.
+  q->owner->client->Flush(q->conn);
+  return err;
+}
+
+int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  Qp* q = QpOf(ibqp);
+  std::lock_guard<std::mutex> lock(q->mu);
+  if (q->qp.state == IBV_QPS_RESET) {
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  for (; wr != nullptr; wr = wr->next) {
+    RecvQueueView rq;
+    rq.max_recv_wr = q->cap.max_recv_wr;
+    rq.max_recv_sge = q->cap.max_recv_sge;
+    rq.outstanding = q->rposted - q->rcompleted;
+    RecvRequest req;
+    int err = TranslateRecvWr(*wr, rq, &req);
+    if (err == 0 && q->failed) {
+      // In the error state a receive completes at once, flushed.
+      AddRecvWc(q, MakeWc(q, wr->wr_id, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 0),
+                false);
+      continue;
+    }
+    if (err == 0) {
+      const int r = q->owner->client->PostRecv(q->conn, q->rposted, req.sgl,
+                                               req.sge_count);
+      err = r == RDP_OK ? 0 : r == RDP_ERR_NO_BUFFERS ? ENOMEM : EINVAL;
+    }
+    if (err != 0) {
+      *bad_wr = wr;
+      return err;
+    }
+    q->recv_ids[q->rposted % kSlots] = wr->wr_id;
+    ++q->rposted;
+  }
+  return 0;
+}
+
+}  // namespace rdmaplane::verbs
