@@ -65,6 +65,43 @@ Device* DeviceOf(ibv_device* dev) {
   return nullptr;
 }
 
+int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out,
+              size_t out_len) {
+  if (port_num != 1) return EINVAL;
+  const shm::DeviceInfo& info = Ctx(context)->info;
+  ibv_port_attr a{};
+  a.state = info.ip != 0 ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  a.max_mtu = IBV_MTU_4096;
+  a.active_mtu = MtuEnum(info.path_mtu);
+  a.gid_tbl_len = 1;
+  a.port_cap_flags = 0;
+  a.max_msg_sz = 1u << 31;
+  a.pkey_tbl_len = 1;
+  a.lid = 0;
+  a.lmc = 0;
+  a.max_vl_num = 1;
+  a.active_width = 1;                   // 1X
+  a.active_speed = 32;                  // EDR: 25 Gb/s per lane
+  a.phys_state = info.ip != 0 ? 5 : 3;  // LinkUp / Disabled
+  a.link_layer = IBV_LINK_LAYER_ETHERNET;
+  // An application built against older headers passes a shorter struct.
+  std::memcpy(out, &a, std::min(out_len, sizeof(a)));
+  return 0;
+}
+
+int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
+                  ibv_device_attr_ex* out, size_t out_size) {
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
+  if (out_size < sizeof(ibv_device_attr)) return EINVAL;
+  ibv_device_attr_ex a{};
+  if (int err = ibv_query_device(context, &a.orig_attr); err != 0) return err;
+  // No extension is served (no on-demand paging, timestamps, TSO, RSS,
+  // tag matching or device memory); one physical port, as phys_port_cnt.
+  a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
+  std::memcpy(out, &a, std::min(out_size, sizeof(a)));
+  return 0;
+}
+
 }  // namespace rdmaplane::verbs
 
 using namespace rdmaplane;         // NOLINT
@@ -132,7 +169,10 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c->ctx.async_fd = eventfd(0, EFD_CLOEXEC);
   c->ctx.num_comp_vectors = 1;
   pthread_mutex_init(&c->ctx.mutex, nullptr);
-  c->ctx.abi_compat = nullptr;  // a plain context: inline verbs use ops
+  c->ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  c->vctx.sz = sizeof(verbs_context);
+  c->vctx.query_device_ex = QueryDeviceEx;
+  c->vctx.query_port = QueryPort;
   ibv_context_ops& ops = c->ctx.ops;
   ops.poll_cq = PollCq;
   ops.req_notify_cq = ReqNotifyCq;
@@ -185,26 +225,11 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
 
 int ibv_query_port(ibv_context* context, uint8_t port_num,
                    struct _compat_ibv_port_attr* compat) {
-  if (port_num != 1) return EINVAL;
-  const shm::DeviceInfo& info = Ctx(context)->info;
-  // The caller passes a whole ibv_port_attr, cleared (verbs.h's inline
-  // ibv_query_port for a context without extended ops).
-  auto* a = reinterpret_cast<ibv_port_attr*>(compat);
-  a->state = info.ip != 0 ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
-  a->max_mtu = IBV_MTU_4096;
-  a->active_mtu = MtuEnum(info.path_mtu);
-  a->gid_tbl_len = 1;
-  a->port_cap_flags = 0;
-  a->max_msg_sz = 1u << 31;
-  a->pkey_tbl_len = 1;
-  a->lid = 0;
-  a->lmc = 0;
-  a->max_vl_num = 1;
-  a->active_width = 1;                   // 1X
-  a->active_speed = 32;                  // EDR: 25 Gb/s per lane
-  a->phys_state = info.ip != 0 ? 5 : 3;  // LinkUp / Disabled
-  a->link_layer = IBV_LINK_LAYER_ETHERNET;
-  return 0;
+  // Callers pass a whole ibv_port_attr (verbs.h's inline ibv_query_port
+  // when a context has no query_port op; ours has, but a caller may bind
+  // this function directly).
+  return QueryPort(context, port_num, reinterpret_cast<ibv_port_attr*>(compat),
+                   sizeof(ibv_port_attr));
 }
 
 int ibv_query_gid(ibv_context* context, uint8_t port_num, int index,
@@ -244,11 +269,6 @@ int ibv_query_pkey(ibv_context*, uint8_t port_num, int index, __be16* pkey) {
 int ibv_get_pkey_index(ibv_context*, uint8_t port_num, __be16 pkey) {
   return port_num == 1 && pkey == htons(0xFFFF) ? 0 : -1;
 }
-
-// No sysfs behind this device.
-int ibv_read_sysfs_file(const char*, const char*, char*, size_t) { return -1; }
-
-int ibv_fork_init(void) { return 0; }
 
 int ibv_get_device_index(ibv_device* device) {
   const std::vector<Device*>& all = Devices();

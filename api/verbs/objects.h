@@ -48,6 +48,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -71,9 +72,11 @@
 
 namespace rdmaplane::verbs {
 
-// Not a vendor with a driver of its own in perftest (Mellanox's 0x02c9
-// switches it to mlx5 direct verbs).
-inline constexpr uint32_t kVendorId = 0x000000;
+// A software device has no IEEE OUI of its own: 0xFFFFFF, as Linux's
+// soft-RoCE reports, is no vendor with a driver of its own in perftest or
+// UCX (Mellanox's 0x02c9 switches them to mlx5 direct verbs), and not 0,
+// which no device reports.
+inline constexpr uint32_t kVendorId = 0xFFFFFF;
 inline constexpr uint32_t kVendorPartId = 0x0001;
 // Send work requests one queue pair tracks at once (the client's ledger);
 // a slot is reused only after this many later posts.
@@ -85,8 +88,14 @@ struct Device {
   std::string socket;
 };
 
+// An extended context (verbs_context), as every provider of rdma-core
+// makes: the inline verbs of <infiniband/verbs.h> find its extended ops
+// (query_device_ex, query_port, create_cq_ex, ...) just before the
+// ibv_context the application holds, and fail with EOPNOTSUPP where one is
+// not set.
 struct Context {
-  ibv_context ctx;  // first
+  verbs_context vctx;  // first: Ctx() finds the Context from its context
+  ibv_context& ctx = vctx.context;
   Device* device = nullptr;
   std::unique_ptr<Client> client;
   shm::DeviceInfo info{};
@@ -181,7 +190,10 @@ struct Qp {
   std::atomic<int> waiters{0};
 };
 
-inline Context* Ctx(ibv_context* c) { return reinterpret_cast<Context*>(c); }
+inline Context* Ctx(ibv_context* c) {
+  return reinterpret_cast<Context*>(reinterpret_cast<char*>(c) -
+                                    offsetof(verbs_context, context));
+}
 inline Pd* PdOf(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
 inline Cq* CqOf(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 inline Qp* QpOf(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
@@ -216,6 +228,12 @@ uint64_t GuidOf(const shm::DeviceInfo& info);
 // Every device this process may see, made once.
 const std::vector<Device*>& Devices();
 Device* DeviceOf(ibv_device* dev);
+// The extended ops of a context (verbs_context's query_port and
+// query_device_ex): each fills at most the caller's size.
+int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out,
+              size_t out_len);
+int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
+                  ibv_device_attr_ex* out, size_t out_size);
 
 // --- Posting and completions (post.cc) -------------------------------------
 
