@@ -1566,6 +1566,17 @@ absl::Status Client::ModifyQueuePair(rdp_conn conn, shm::QpTransition to,
   return CallStatus(req);
 }
 
+absl::StatusOr<rdp_conn> Client::ResetQueuePair(rdp_conn conn) {
+  const int slot = SlotOf(conn);
+  if (slot < 0) return MakeStatus(RDP_ERR_NOT_CONNECTED, "no such queue pair");
+  if (absl::Status s = ModifyQueuePair(conn, shm::kQpToReset, shm::QpPeer{});
+      !s.ok()) {
+    return s;
+  }
+  // The daemon made the slot's rings new: attach them again.
+  return AttachConnection(static_cast<uint32_t>(slot));
+}
+
 absl::StatusOr<shm::DeviceInfo> Client::QueryDevice() {
   ControlRequest req{};
   req.op = shm::kOpQueryDevice;

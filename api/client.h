@@ -117,6 +117,10 @@ class Client {
   absl::StatusOr<QueuePair> CreateQueuePair(uint32_t pd);
   absl::Status ModifyQueuePair(rdp_conn conn, shm::QpTransition to,
                                const shm::QpPeer& peer);
+  // kQpToReset: the queue pair as new, with the same QPN and slot, under a
+  // new handle (the old one names nothing from now on). Every request of
+  // the old handle must have been reported first (it is at ERR, drained).
+  absl::StatusOr<rdp_conn> ResetQueuePair(rdp_conn conn);
   absl::StatusOr<shm::DeviceInfo> QueryDevice();
   // Posts a WRITE, READ or SEND (shm::kSendWrite / kSendRead / kSendSend)
   // of the SGL; a WRITE or READ to the peer's memory at remote_address

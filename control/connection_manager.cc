@@ -333,9 +333,7 @@ void ConnectionManager::AnswerQueuePair(Connection* c, int32_t status,
   c->waiting = nullptr;
   if (status == shm::kStatusOk) {
     connections_->StartRemote(c);
-  } else {
-    c->rtr = false;  // as before the RTR it asked for
-  }
+  }  // else it stays at INIT, as before the RTR it asked for
   if (s == nullptr) return;
   ControlResponse resp = Reply(status, text);
   resp.request_id = c->waiting_request;

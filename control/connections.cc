@@ -342,8 +342,9 @@ Connection* ConnectionTable::QueuePair(const Session& s, uint32_t slot) const {
 
 ControlResponse ConnectionTable::SetQueuePairPeer(Connection* c,
                                                   const shm::QpPeer& p) {
-  if (c->rtr || c->running) {
-    return Reply(shm::kStatusInvalid, "the queue pair is past RTR already");
+  if (c->life.state() != rc::lifecycle::QpState::kInit || c->running ||
+      c->cm == CmState::kQpResolving) {
+    return Reply(shm::kStatusInvalid, "the queue pair is not at INIT");
   }
   if (p.peer_qpn < 2 || p.peer_qpn > wire::Psn::kMask ||
       p.rq_psn > wire::Psn::kMask) {
@@ -376,7 +377,6 @@ ControlResponse ConnectionTable::SetQueuePairPeer(Connection* c,
   c->reads_in = std::min<uint32_t>(p.max_dest_rd_atomic,
                                    defaults.max_dest_rd_atomic);
   c->min_rnr_timer = p.min_rnr_timer;
-  c->rtr = true;
   return Reply(shm::kStatusOk);
 }
 
@@ -411,6 +411,45 @@ ControlResponse ConnectionTable::StartRequester(Connection* c,
   return Reply(shm::kStatusOk);
 }
 
+void ConnectionTable::StopQueuePair(Connection* c) {
+  if (c->running) {
+    engines_[c->engine]->RemovePair(c->endpoint[0].get(),
+                                    engine::CloseReason::kClosedByClient,
+                                    engine::CloseReason::kPeerClosed);
+    c->running = false;
+    --running_;
+  } else {
+    Finish(c, 0, engine::CloseReason::kClosedByClient);
+  }
+  memory_->DropScope(ScopeOf(c->id, 0));
+}
+
+void ConnectionTable::ResetQueuePair(Connection* c) {
+  if (c->running || c->life.state() != rc::lifecycle::QpState::kErr) {
+    StopQueuePair(c);
+  }
+  // The engine let go of the endpoint (RemovePair returns once it has).
+  c->endpoint[0].reset();
+  const Connection fresh;
+  c->peer_ip = 0;
+  c->peer_mac = fresh.peer_mac;
+  c->qpn[1] = 0;
+  c->psn[0] = NextPsn();
+  c->psn[1] = 0;
+  c->pmtu = options_.path_mtu;
+  c->retry_count = fresh.retry_count;
+  c->retransmit_timeout_ns = fresh.retransmit_timeout_ns;
+  c->rnr_retry = fresh.rnr_retry;
+  c->min_rnr_timer = fresh.min_rnr_timer;
+  c->reads_out = fresh.reads_out;
+  c->reads_in = fresh.reads_in;
+  c->cm = CmState::kNone;
+  c->cm_deadline_ns = 0;
+  c->cm_tries = 0;
+  c->waiting = nullptr;
+  c->side[0]->ResetSlot(c->slot[0]);
+}
+
 // --- Connections to other daemons
 // ------------------------------------------------
 
@@ -422,6 +461,15 @@ void ConnectionTable::StartRemote(Connection* c) {
   engines_[0]->AddRemote(c->endpoint[0].get());
   c->running = true;
   ++running_;
+  if (c->out_of_band) {
+    // The peer is reachable: RTR (the daemon's move; the front end checked
+    // the application's attribute mask against the same table).
+    using rc::lifecycle::QpState;
+    c->life.Modify(QpState::kRtr,
+                   rc::lifecycle::kQpAttrState |
+                       rc::lifecycle::RequiredQpAttrs(
+                           c->life.type(), QpState::kInit, QpState::kRtr));
+  }
 }
 
 void ConnectionTable::PeerClosed(Connection* c, engine::CloseReason reason) {

@@ -37,6 +37,7 @@
 #include "dataplane/engine/endpoint.h"
 #include "dataplane/engine/engine.h"
 #include "dataplane/fault/fault_model.h"
+#include "dataplane/rc/qp_state.h"
 #include "dataplane/wire/roce.h"
 
 namespace rdmaplane::port {
@@ -79,7 +80,10 @@ struct Connection {
   // --- Queue pairs connected out of band (verbs) --------------------------
   bool out_of_band = false;
   uint32_t pd_scope = 0;  // the protection domain peers reach through it
-  bool rtr = false;       // moved to RTR: its peer is set
+  // Its state (RESET, INIT, RTR, RTS, ERR), moved by kOpModifyQp. RTR is
+  // entered once the peer's MAC is known (StartRemote; cm kQpResolving
+  // until then).
+  rc::lifecycle::QpLifecycle life{rc::lifecycle::QpType::kRc};
   uint32_t retry_count = rc::QpConfig{}.retry_count;
   uint64_t retransmit_timeout_ns = 0;  // 0: the daemon's
   uint32_t rnr_retry = rc::QpConfig{}.rnr_retry;
@@ -193,6 +197,13 @@ class ConnectionTable {
   // kQpToRts: our requester's first PSN, retry count, timeout and RNR
   // retry count (checked).
   shm::ControlResponse StartRequester(Connection* c, const shm::QpPeer& p);
+  // kQpToErr: the engine stops serving it; every request posted and not
+  // finished ends flushed (the client sees the slot's final state). The
+  // slot and QPN stay.
+  void StopQueuePair(Connection* c);
+  // kQpToReset: as CreateQueuePair made it, with the same slot and QPN (a
+  // new first PSN); stopped first when it still runs.
+  void ResetQueuePair(Connection* c);
 
   // --- Connections to other daemons (the connection manager) --------------
   // A new connection with its id, our QPN and first PSN; the caller fills

@@ -293,27 +293,74 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
 
 std::optional<ControlResponse> Daemon::ModifyQueuePair(
     Session* s, const ControlRequest& req) {
+  using rc::lifecycle::QpState;
   Connection* c = connections_->QueuePair(*s, req.connection);
   if (c == nullptr) return Reply(shm::kStatusInvalid, "not a queue pair");
   shm::QpPeer peer;
   std::memcpy(&peer, req.descriptor, sizeof(peer));
+  QpState next;
   switch (req.flags) {
-    case shm::kQpToRtr: {
+    case shm::kQpToInit:
+      next = QpState::kInit;
+      break;
+    case shm::kQpToRtr:
+      next = QpState::kRtr;
+      break;
+    case shm::kQpToRts:
+      next = QpState::kRts;
+      break;
+    case shm::kQpToErr:
+      next = QpState::kErr;
+      break;
+    case shm::kQpToReset:
+      next = QpState::kReset;
+      break;
+    default:
+      return Reply(shm::kStatusInvalid, "unknown queue pair transition");
+  }
+  const QpState current = c->life.state();
+  // Whether the move exists from here (the front end checked the
+  // application's attributes against the same table).
+  const rc::lifecycle::QpAttrMask mask =
+      rc::lifecycle::kQpAttrState |
+      rc::lifecycle::RequiredQpAttrs(c->life.type(), current, next);
+  if (!rc::lifecycle::CheckQpTransition(c->life.type(), current, next, mask)
+           .ok ||
+      c->cm == CmState::kQpResolving) {
+    return Reply(
+        shm::kStatusInvalid,
+        absl::StrCat(
+            "the queue pair is at ", rc::lifecycle::QpStateName(current),
+            c->cm == CmState::kQpResolving ? " resolving its peer" : "",
+            ": it cannot move to ", rc::lifecycle::QpStateName(next)));
+  }
+  switch (next) {
+    case QpState::kRtr: {
       if (cm_ == nullptr) {
         return Reply(shm::kStatusNetDown,
                      "this daemon has no data port (--port) to reach peers");
       }
       ControlResponse resp = connections_->SetQueuePairPeer(c, peer);
       if (resp.status != shm::kStatusOk) return resp;
+      // RTR once the peer's MAC is known (ConnectionManager answers).
       return cm_->StartQueuePair(s, c, req.request_id);
     }
-    case shm::kQpToRts:
-      if (!c->rtr || c->cm == CmState::kQpResolving) {
-        return Reply(shm::kStatusInvalid, "the queue pair is not at RTR");
-      }
-      return connections_->StartRequester(c, peer);
+    case QpState::kRts: {
+      ControlResponse resp = connections_->StartRequester(c, peer);
+      if (resp.status != shm::kStatusOk) return resp;
+      break;
+    }
+    case QpState::kErr:
+      if (current != QpState::kErr) connections_->StopQueuePair(c);
+      break;
+    case QpState::kReset:
+      if (current != QpState::kReset) connections_->ResetQueuePair(c);
+      break;
+    default:
+      break;
   }
-  return Reply(shm::kStatusInvalid, "unknown queue pair transition");
+  c->life.Modify(next, mask);
+  return Reply(shm::kStatusOk);
 }
 
 ControlResponse Daemon::QueryDevice() const {

@@ -32,7 +32,7 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 3;
+inline constexpr uint16_t kSessionVersion = 4;
 inline constexpr uint32_t kMaxConnections = 16;
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kControlRingEntries = 64;
@@ -156,11 +156,18 @@ enum ControlOp : uint32_t {
 // every queue pair created in that domain may reach it.
 inline constexpr uint32_t kPdScopeSlot = 0xFFFFFFFF;
 
-// kOpModifyQp's moves, as the verbs state machine names them.
+// kOpModifyQp's moves, as the verbs state machine names them. The daemon
+// keeps each queue pair's state (dataplane/rc/qp_state.h) and refuses a
+// move its table does not have from that state.
 enum QpTransition : uint32_t {
   kQpToRtr = 1,  // connect to the peer (QpPeer), serve it as responder
   kQpToRts = 2,  // the requester starts at QpPeer::sq_psn, with its
                  // retry_count, timeout and rnr_retry
+  kQpToInit = 3,  // from RESET: ready to be connected
+  kQpToErr = 4,   // from any state: the transport stops; every request
+                  // posted and not finished ends flushed; the slot stays
+  kQpToReset = 5,  // from any state: as new, with the same QPN and slot;
+                   // the client attaches the slot again
 };
 
 // kOpModifyQp's arguments, in ControlRequest::descriptor.

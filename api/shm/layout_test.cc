@@ -65,7 +65,7 @@ TEST(RingAbi, BytesFor) {
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 3u);
+  EXPECT_EQ(kSessionVersion, 4u);
   EXPECT_EQ(kMaxConnections, 16u);
   EXPECT_EQ(kMaxSge, 8u);
   EXPECT_EQ(kControlRingEntries, 64u);

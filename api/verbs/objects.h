@@ -62,6 +62,7 @@
 #include "api/client.h"
 #include "api/rdmaplane.h"
 #include "api/shm/layout.h"
+#include "dataplane/rc/qp_state.h"
 
 // These are macros in <infiniband/verbs.h> (over inline wrappers); the
 // exported functions carry the plain names.
@@ -169,7 +170,10 @@ struct Qp {
   uint64_t completed = 0;         // every one before this index has completed
   uint8_t* inline_buf = nullptr;  // kSlots x cap.max_inline_data
   uint32_t inline_lkey = 0;
-  bool failed = false;  // a completion failed: later ones are flushed
+  // Its state: RESET, INIT, RTR, RTS or ERR (a completion failed, or the
+  // application moved it there: later ones are flushed). qp.state and
+  // attr.qp_state mirror it (SyncState).
+  rc::lifecycle::QpLifecycle life{rc::lifecycle::QpType::kRc};
   // Receives: wr_ids of [rcompleted, rposted), by index modulo kSlots.
   std::unique_ptr<uint64_t[]> recv_ids;
   uint64_t rposted = 0;
@@ -239,6 +243,10 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
 
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+// The queue pair's state into qp.state and attr (what the application
+// reads, and ibv_query_qp reports).
+void SyncState(Qp* q);
+// The queue pair goes to ERR (a completion failed, or the connection broke).
 void SetError(Qp* q);
 ibv_wc MakeWc(const Qp* q, uint64_t wr_id, ibv_wc_opcode opcode,
               ibv_wc_status status, uint32_t bytes);
@@ -255,6 +263,8 @@ void Pump(Qp* q);
 
 // The queue pair goes to the error state. Caller holds the context's mutex.
 void EnterError(Qp* q);
+// ... and from there to RESET, reusable. Returns 0 or an errno.
+int ResetQp(Qp* q);
 
 // --- Completion queues (completion_queue.cc) --------------------------------
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "api/verbs/objects.h"
 #include "api/verbs/work_request.h"
@@ -71,11 +72,16 @@ ibv_wc_status RecvStatusOf(int status) {
   }
 }
 
+void SyncState(Qp* q) {
+  const auto state = static_cast<ibv_qp_state>(q->life.state());
+  q->qp.state = state;
+  q->attr.qp_state = state;
+  q->attr.cur_qp_state = state;
+}
+
 void SetError(Qp* q) {
-  q->failed = true;
-  q->qp.state = IBV_QPS_ERR;
-  q->attr.qp_state = IBV_QPS_ERR;
-  q->attr.cur_qp_state = IBV_QPS_ERR;
+  q->life.OnFatalError();
+  SyncState(q);
 }
 
 ibv_wc MakeWc(const Qp* q, uint64_t wr_id, ibv_wc_opcode opcode,
@@ -132,8 +138,9 @@ void Pump(Qp* q) {
       const uint64_t index = done[i]->context;
       const Slot& s = q->slots[index % kSlots];
       const ibv_wc_status status =
-          q->failed ? IBV_WC_WR_FLUSH_ERR
-                    : SendStatusOf(done[i]->status, done[i]->internal[0]);
+          q->life.ShouldFlush()
+              ? IBV_WC_WR_FLUSH_ERR
+              : SendStatusOf(done[i]->status, done[i]->internal[0]);
       if (status != IBV_WC_SUCCESS) SetError(q);
       AddSendWc(q, MakeWc(q, s.wr_id, s.opcode, status, done[i]->bytes));
       q->completed = std::max(q->completed, index + 1);
@@ -146,8 +153,9 @@ void Pump(Qp* q) {
     for (int i = 0; i < n; ++i) {
       const uint64_t index = got[i].wr_id;
       if (index < q->rcompleted || index >= q->rposted) continue;  // not ours
-      const ibv_wc_status status =
-          q->failed ? IBV_WC_WR_FLUSH_ERR : RecvStatusOf(got[i].status);
+      const ibv_wc_status status = q->life.ShouldFlush()
+                                       ? IBV_WC_WR_FLUSH_ERR
+                                       : RecvStatusOf(got[i].status);
       if (status != IBV_WC_SUCCESS) SetError(q);
       ibv_wc wc =
           MakeWc(q, q->recv_ids[index % kSlots],
@@ -164,7 +172,7 @@ void Pump(Qp* q) {
     if (n < 64) break;
   }
   if (ended) SetError(q);
-  if (q->failed) FlushReceives(q);
+  if (q->life.ShouldFlush()) FlushReceives(q);
 }
 
 int PostOne(Qp* q, const ibv_send_wr* wr) {
@@ -197,11 +205,41 @@ int PostOne(Qp* q, const ibv_send_wr* wr) {
   return 0;
 }
 
+// A send work request posted in ERR: checked as PostOne checks it, then
+// completed flushed without reaching the daemon.
+int FlushOne(Qp* q, const ibv_send_wr* wr) {
+  SendQueueView sq;
+  sq.max_send_wr = q->cap.max_send_wr;
+  sq.max_send_sge = q->cap.max_send_sge;
+  sq.max_inline_data = q->cap.max_inline_data;
+  sq.sig_all = q->sig_all;
+  sq.outstanding = 0;  // nothing is outstanding in ERR
+  std::vector<uint8_t> scratch(q->cap.max_inline_data);
+  sq.inline_dst = scratch.empty() ? nullptr : scratch.data();
+  sq.inline_lkey = q->inline_lkey;
+  SendRequest req;
+  if (int err = TranslateSendWr(*wr, sq, &req); err != 0) return err;
+  AddSendWc(q, MakeWc(q, wr->wr_id, req.wc_opcode, IBV_WC_WR_FLUSH_ERR, 0));
+  return 0;
+}
+
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   Qp* q = QpOf(ibqp);
   std::lock_guard<std::mutex> lock(q->mu);
   int err = 0;
-  if (q->qp.state != IBV_QPS_RTS) {
+  if (q->life.ShouldFlush()) {
+    // In ERR a send work request completes at once, flushed (IBA 10.3.1),
+    // signaled or not; one the queue could not take is refused as in RTS.
+    for (; wr != nullptr; wr = wr->next) {
+      if ((err = FlushOne(q, wr)) != 0) {
+        *bad_wr = wr;
+        break;
+      }
+    }
+    return err;
+  }
+  if (!q->life.CanPostSend() ||
+      q->life.state() != rc::lifecycle::QpState::kRts) {
     err = EINVAL;
     *bad_wr = wr;
   } else {
@@ -220,7 +258,7 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Qp* q = QpOf(ibqp);
   std::lock_guard<std::mutex> lock(q->mu);
-  if (q->qp.state == IBV_QPS_RESET) {
+  if (!q->life.CanPostRecv()) {
     *bad_wr = wr;
     return EINVAL;
   }
@@ -231,7 +269,7 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     rq.outstanding = q->rposted - q->rcompleted;
     RecvRequest req;
     int err = TranslateRecvWr(*wr, rq, &req);
-    if (err == 0 && q->failed) {
+    if (err == 0 && q->life.ShouldFlush()) {
       // In the error state a receive completes at once, flushed.
       AddRecvWc(q, MakeWc(q, wr->wr_id, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 0),
                 false);

@@ -13,8 +13,44 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "api/status.h"
 #include "api/verbs/objects.h"
+
+// The lifecycle's numbers are libibverbs' (dataplane/rc/qp_state.h).
+namespace lifecycle_abi = rdmaplane::rc::lifecycle;
+static_assert(static_cast<int>(lifecycle_abi::QpState::kReset) ==
+              IBV_QPS_RESET);
+static_assert(static_cast<int>(lifecycle_abi::QpState::kInit) == IBV_QPS_INIT);
+static_assert(static_cast<int>(lifecycle_abi::QpState::kRtr) == IBV_QPS_RTR);
+static_assert(static_cast<int>(lifecycle_abi::QpState::kRts) == IBV_QPS_RTS);
+static_assert(static_cast<int>(lifecycle_abi::QpState::kSqd) == IBV_QPS_SQD);
+static_assert(static_cast<int>(lifecycle_abi::QpState::kSqe) == IBV_QPS_SQE);
+static_assert(static_cast<int>(lifecycle_abi::QpState::kErr) == IBV_QPS_ERR);
+static_assert(lifecycle_abi::kQpAttrState == IBV_QP_STATE);
+static_assert(lifecycle_abi::kQpAttrCurState == IBV_QP_CUR_STATE);
+static_assert(lifecycle_abi::kQpAttrEnSqdAsyncNotify ==
+              IBV_QP_EN_SQD_ASYNC_NOTIFY);
+static_assert(lifecycle_abi::kQpAttrAccessFlags == IBV_QP_ACCESS_FLAGS);
+static_assert(lifecycle_abi::kQpAttrPkeyIndex == IBV_QP_PKEY_INDEX);
+static_assert(lifecycle_abi::kQpAttrPort == IBV_QP_PORT);
+static_assert(lifecycle_abi::kQpAttrQkey == IBV_QP_QKEY);
+static_assert(lifecycle_abi::kQpAttrAv == IBV_QP_AV);
+static_assert(lifecycle_abi::kQpAttrPathMtu == IBV_QP_PATH_MTU);
+static_assert(lifecycle_abi::kQpAttrTimeout == IBV_QP_TIMEOUT);
+static_assert(lifecycle_abi::kQpAttrRetryCnt == IBV_QP_RETRY_CNT);
+static_assert(lifecycle_abi::kQpAttrRnrRetry == IBV_QP_RNR_RETRY);
+static_assert(lifecycle_abi::kQpAttrRqPsn == IBV_QP_RQ_PSN);
+static_assert(lifecycle_abi::kQpAttrMaxQpRdAtomic == IBV_QP_MAX_QP_RD_ATOMIC);
+static_assert(lifecycle_abi::kQpAttrAltPath == IBV_QP_ALT_PATH);
+static_assert(lifecycle_abi::kQpAttrMinRnrTimer == IBV_QP_MIN_RNR_TIMER);
+static_assert(lifecycle_abi::kQpAttrSqPsn == IBV_QP_SQ_PSN);
+static_assert(lifecycle_abi::kQpAttrMaxDestRdAtomic ==
+              IBV_QP_MAX_DEST_RD_ATOMIC);
+static_assert(lifecycle_abi::kQpAttrPathMigState == IBV_QP_PATH_MIG_STATE);
+static_assert(lifecycle_abi::kQpAttrCap == IBV_QP_CAP);
+static_assert(lifecycle_abi::kQpAttrDestQpn == IBV_QP_DEST_QPN);
+static_assert(lifecycle_abi::kQpAttrRateLimit == IBV_QP_RATE_LIMIT);
 
 namespace rdmaplane::verbs {
 
@@ -24,21 +60,51 @@ namespace rdmaplane::verbs {
 // holds the context's mutex.
 void EnterError(Qp* q) {
   std::lock_guard<std::mutex> lock(q->mu);
+  if (q->life.ShouldFlush() && q->completed == q->posted &&
+      q->rcompleted == q->rposted) {
+    SyncState(q);
+    return;
+  }
+  // The daemon stops the transport and ends every request it did not
+  // finish with a flush; gathering then reports those it finished as they
+  // finished, the rest flushed.
+  absl::Status s =
+      q->owner->client->ModifyQueuePair(q->conn, shm::kQpToErr, shm::QpPeer{});
   Pump(q);
   SetError(q);
-  if (q->conn == 0) return;
-  (void)q->owner->client->Disconnect(q->conn);
-  q->conn = 0;
+  if (!s.ok()) ReportFailure(s);
+  // What the daemon did not end (it did not answer): flushed here.
   for (uint64_t i = q->completed; i < q->posted; ++i) {
-    const Slot& s = q->slots[i % kSlots];
-    const int status = __atomic_load_n(&s.ov.status, __ATOMIC_ACQUIRE);
+    const Slot& slot = q->slots[i % kSlots];
+    const int status = __atomic_load_n(&slot.ov.status, __ATOMIC_ACQUIRE);
     if (status == RDP_PENDING) continue;  // an unsignaled one that succeeded
-    AddSendWc(q, MakeWc(q, s.wr_id, s.opcode,
+    AddSendWc(q, MakeWc(q, slot.wr_id, slot.opcode,
                         status == RDP_OK ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR,
-                        s.ov.bytes));
+                        slot.ov.bytes));
   }
   q->completed = q->posted;
   FlushReceives(q);
+}
+
+// The queue pair goes to RESET (from ERR, drained): the daemon makes it new
+// with the same QPN, under a new handle; completions already gathered stay
+// for the CQ to report (IBA 10.3.1: a reset empties the work queues, not the
+// completion queue). Caller holds the context's mutex.
+int ResetQp(Qp* q) {
+  std::lock_guard<std::mutex> lock(q->mu);
+  auto conn = q->owner->client->ResetQueuePair(q->conn);
+  if (!conn.ok())
+    return Fail<int>(ErrnoOf(conn.status()), ErrnoOf(conn.status()),
+                     conn.status());
+  q->conn = *conn;
+  q->posted = q->completed = 0;
+  q->rposted = q->rcompleted = 0;
+  const ibv_qp_cap cap = q->attr.cap;
+  const ibv_mtu mtu = MtuEnum(q->owner->info.path_mtu);
+  q->attr = ibv_qp_attr{};
+  q->attr.cap = cap;
+  q->attr.path_mtu = mtu;
+  return 0;
 }
 
 }  // namespace rdmaplane::verbs
@@ -123,37 +189,45 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
 }
 
 int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
+  using rc::lifecycle::QpState;
   Qp* q = QpOf(ibqp);
   Context* c = q->owner;
+  if (attr == nullptr) return EINVAL;
   std::lock_guard<std::mutex> lock(c->mu);
-  ibv_qp_state cur;
+  QpState cur;
   {
     std::lock_guard<std::mutex> qp_lock(q->mu);
-    cur = q->qp.state;
+    Pump(q);  // a connection that broke has taken the queue pair to ERR
+    cur = q->life.state();
   }
-  const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
-  if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur) return EINVAL;
-  // The moves of the verbs state machine for RC that are served.
-  const bool ok =
-      (cur == IBV_QPS_RESET &&
-       (next == IBV_QPS_INIT || next == IBV_QPS_RESET)) ||
-      (cur == IBV_QPS_INIT && (next == IBV_QPS_INIT || next == IBV_QPS_RTR)) ||
-      (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) ||
-      (cur == IBV_QPS_RTS && next == IBV_QPS_RTS) || next == IBV_QPS_ERR;
-  if (!ok) return EINVAL;
-  // The attributes each move of an RC queue pair requires
-  // (ibv_modify_qp(3)); the device has one port.
-  int needed = 0;
-  if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT) {
-    needed = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-  } else if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
-    needed = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-  } else if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
-    needed = IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  const QpState next =
+      (mask & IBV_QP_STATE) ? static_cast<QpState>(attr->qp_state) : cur;
+  if ((mask & IBV_QP_CUR_STATE) &&
+      attr->cur_qp_state != static_cast<ibv_qp_state>(cur)) {
+    return EINVAL;
   }
-  if ((mask & IBV_QP_STATE) == 0 || (mask & needed) != needed) return EINVAL;
+  // The one table of legal moves and their attributes (IBA 11.2.4.2), as
+  // the daemon checks it too.
+  const rc::lifecycle::QpTransitionCheck check =
+      rc::lifecycle::CheckQpTransition(rc::lifecycle::QpType::kRc, cur, next,
+                                       static_cast<uint32_t>(mask));
+  if (!check.ok) {
+    return Fail<int>(
+        EINVAL, EINVAL,
+        absl::InvalidArgumentError(absl::StrCat(
+            "ibv_modify_qp ", rc::lifecycle::QpStateName(cur), " -> ",
+            rc::lifecycle::QpStateName(next),
+            check.transition_exists ? "" : ": no such move",
+            check.missing != 0 ? ": attributes missing" : "",
+            check.not_allowed != 0 ? ": attributes this move does not take"
+                                   : "")));
+  }
+  // Legal, not served: draining the send queue, alternate paths.
+  if (next == QpState::kSqd || cur == QpState::kSqd ||
+      (mask & (IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
+               IBV_QP_EN_SQD_ASYNC_NOTIFY)) != 0) {
+    return EOPNOTSUPP;
+  }
   if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
   if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;
   if ((mask & IBV_QP_AV) && attr->ah_attr.port_num > 1) return EINVAL;
@@ -165,7 +239,11 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
       attr->max_dest_rd_atomic > c->info.max_rd_atomic) {
     return EINVAL;
   }
-  if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT) {
+  if (next == QpState::kInit && cur == QpState::kReset) {
+    absl::Status s =
+        c->client->ModifyQueuePair(q->conn, shm::kQpToInit, shm::QpPeer{});
+    if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
+  } else if (next == QpState::kRtr && cur == QpState::kInit) {
     uint32_t ip = 0;
     if (!attr->ah_attr.is_global || !Ipv4OfGid(attr->ah_attr.grh.dgid, &ip)) {
       return EINVAL;  // RoCEv2 needs the peer's IPv4-mapped GID
@@ -181,7 +259,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     peer.min_rnr_timer = attr->min_rnr_timer;
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRtr, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
-  } else if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
+  } else if (next == QpState::kRts && cur == QpState::kRtr) {
     shm::QpPeer peer{};
     peer.sq_psn = attr->sq_psn & 0xFFFFFF;
     peer.retry_count = attr->retry_cnt;
@@ -190,12 +268,19 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     peer.max_rd_atomic = attr->max_rd_atomic;
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRts, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
-  } else if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
+  } else if (next == QpState::kErr && cur != QpState::kErr) {
     EnterError(q);
-  } else if (next == IBV_QPS_RESET && cur != IBV_QPS_RESET) {
-    return EINVAL;
+  } else if (next == QpState::kReset && cur != QpState::kReset) {
+    // Any state -> RESET: through ERR, so that every request ends first.
+    EnterError(q);
+    if (int err = ResetQp(q); err != 0) return err;
   }
   std::lock_guard<std::mutex> qp_lock(q->mu);  // Pump's SetError writes too
+  if (next == QpState::kReset) {
+    q->life.Modify(QpState::kReset, rc::lifecycle::kQpAttrState);
+    SyncState(q);
+    return 0;
+  }
   if (mask & IBV_QP_AV) q->attr.ah_attr = attr->ah_attr;
   if (mask & IBV_QP_PATH_MTU) q->attr.path_mtu = attr->path_mtu;
   if (mask & IBV_QP_DEST_QPN) q->attr.dest_qp_num = attr->dest_qp_num;
@@ -214,11 +299,10 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_MIN_RNR_TIMER) q->attr.min_rnr_timer = attr->min_rnr_timer;
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
     q->attr.max_rd_atomic = attr->max_rd_atomic;
-  // A connection that broke meanwhile leaves the queue pair in ERR.
-  const ibv_qp_state now = q->failed ? IBV_QPS_ERR : next;
-  q->qp.state = now;
-  q->attr.qp_state = now;
-  q->attr.cur_qp_state = now;
+  // A connection that broke meanwhile has left the queue pair in ERR, from
+  // which this move does not exist: it stays there.
+  q->life.Modify(next, static_cast<uint32_t>(mask));
+  SyncState(q);
   return 0;
 }
 

@@ -157,6 +157,15 @@ constexpr const TransitionRule* FindRule(QpState from, QpState to) {
 
 }  // namespace
 
+QpAttrMask RequiredQpAttrs(QpType type, QpState current, QpState next) {
+  if (!IsQpType(type) || !StateExists(type, current) ||
+      !StateExists(type, next)) {
+    return 0;
+  }
+  const TransitionRule* rule = FindRule(current, next);
+  return rule == nullptr ? 0 : rule->required.For(type);
+}
+
 const char* QpStateName(QpState state) {
   switch (state) {
     case QpState::kReset:

@@ -118,6 +118,12 @@ struct QpTransitionCheck {
 QpTransitionCheck CheckQpTransition(QpType type, QpState current, QpState next,
                                     QpAttrMask mask);
 
+// The attributes the (type, current -> next) row requires, without
+// kQpAttrState; 0 when there is no such row. For a caller that speaks of
+// transitions rather than masks (the daemon's control protocol names a
+// move, and the front end that sent it checked the application's mask).
+QpAttrMask RequiredQpAttrs(QpType type, QpState current, QpState next);
+
 // The requester (rxe_req.c's req.state): whether new send work requests
 // start.
 enum class RequesterState : uint8_t {

@@ -254,6 +254,25 @@ TEST(CheckQpTransitionTest, EachMissingRequiredAttributeIsNamed) {
   }
 }
 
+TEST(RequiredQpAttrsTest, EachRowsRequiredSetAndNothingElsewhere) {
+  for (QpType type : kAllTypes) {
+    const std::vector<Legal> legal = Expected(type);
+    for (int from = 0; from < kQpStateCount; ++from) {
+      for (int to = 0; to < kQpStateCount; ++to) {
+        const auto f = static_cast<QpState>(from);
+        const auto t = static_cast<QpState>(to);
+        SCOPED_TRACE(Describe(type, f, t));
+        const Legal* row = FindExpected(legal, f, t);
+        EXPECT_EQ(RequiredQpAttrs(type, f, t),
+                  row == nullptr ? 0u : row->required);
+      }
+    }
+  }
+  EXPECT_EQ(RequiredQpAttrs(static_cast<QpType>(9), QpState::kInit,
+                            QpState::kRtr),
+            0u);
+}
+
 TEST(CheckQpTransitionTest, OptionalAttributesAreTaken) {
   for (QpType type : kAllTypes) {
     for (const Legal& row : Expected(type)) {

@@ -1697,6 +1697,48 @@ TEST_F(CapacityTest, ConnectionsBeyondTheEngineCapacityAreRefusedNotIgnored) {
 // One session may hold DaemonOptions::max_registrations_per_session
 // distinct registrations, so it cannot take the whole table from the
 // others.
+// A queue pair's moves are the lifecycle table's (dataplane/rc/qp_state.h):
+// the daemon refuses one the table lacks from the state it keeps, whatever
+// the client claims, and ERR -> RESET makes the queue pair new under a new
+// handle, the old one naming nothing.
+TEST_F(MaliciousTest, QueuePairMovesOutsideTheLifecycleAreRefused) {
+  std::unique_ptr<Client> client = NewClient();
+  ASSERT_NE(client, nullptr);
+  auto pd = client->AllocPd();
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  auto qp = client->CreateQueuePair(*pd);
+  ASSERT_TRUE(qp.ok()) << qp.status();
+  const shm::QpPeer none{};
+  // RESET: neither RTS nor RTR (nor, without a data port, RTR at all).
+  EXPECT_EQ(RdpCode(client->ModifyQueuePair(qp->conn, shm::kQpToRts, none)),
+            RDP_ERR_INVALID);
+  EXPECT_EQ(RdpCode(client->ModifyQueuePair(qp->conn, shm::kQpToRtr, none)),
+            RDP_ERR_INVALID);
+  EXPECT_EQ(RdpCode(client->ModifyQueuePair(
+                qp->conn, static_cast<shm::QpTransition>(99), none)),
+            RDP_ERR_INVALID);
+  ASSERT_TRUE(client->ModifyQueuePair(qp->conn, shm::kQpToInit, none).ok());
+  // INIT: not RTS.
+  EXPECT_EQ(RdpCode(client->ModifyQueuePair(qp->conn, shm::kQpToRts, none)),
+            RDP_ERR_INVALID);
+  ASSERT_TRUE(client->ModifyQueuePair(qp->conn, shm::kQpToErr, none).ok());
+  // ERR: only ERR and RESET.
+  EXPECT_EQ(RdpCode(client->ModifyQueuePair(qp->conn, shm::kQpToInit, none)),
+            RDP_ERR_INVALID);
+  EXPECT_TRUE(client->ModifyQueuePair(qp->conn, shm::kQpToErr, none).ok());
+  auto fresh = client->ResetQueuePair(qp->conn);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_NE(*fresh, qp->conn);
+  EXPECT_EQ(RdpCode(client->ModifyQueuePair(qp->conn, shm::kQpToInit, none)),
+            RDP_ERR_NOT_CONNECTED)
+      << "the handle from before the reset still names the queue pair";
+  // RESET again: INIT is legal, RTS is not.
+  EXPECT_EQ(RdpCode(client->ModifyQueuePair(*fresh, shm::kQpToRts, none)),
+            RDP_ERR_INVALID);
+  EXPECT_TRUE(client->ModifyQueuePair(*fresh, shm::kQpToInit, none).ok());
+  EXPECT_TRUE(client->Disconnect(*fresh).ok());
+}
+
 TEST_F(MaliciousTest, OneSessionCannotExhaustTheRegistrationTable) {
   RawClient raw(path());
   ASSERT_TRUE(raw.Open());

@@ -405,6 +405,15 @@ static int extra_wcs(struct ibv_cq* cq, int ms) {
   return extra;
 }
 
+/* Takes every completion cq holds now; returns how many. */
+static int drain_cq(struct ibv_cq* cq) {
+  struct ibv_wc wc[16];
+  int taken = 0;
+  int n;
+  while ((n = ibv_poll_cq(cq, 16, wc)) > 0) taken += n;
+  return taken;
+}
+
 static struct ibv_send_wr rdma_wr(enum ibv_wr_opcode op, uint64_t wr_id,
                                   struct ibv_sge* sge, int num_sge,
                                   uint64_t remote_addr, uint32_t rkey,
@@ -926,6 +935,72 @@ static void t_state_machine(void) {
   check_state(qp, IBV_QPS_ERR, "state ERR");
   r = to_state(qp, IBV_QPS_RTS);
   check(r == EINVAL, "ERR->RTS is refused with EINVAL", "returned %d", r);
+
+  /* IBA 10.3.1: in ERR a send work request completes at once, flushed,
+   * signaled or not. */
+  {
+    struct ibv_sge esge = sge_of(local, 64, lmr->lkey);
+    struct ibv_send_wr ewr =
+        rdma_wr(IBV_WR_RDMA_WRITE, 78, &esge, 1, (uint64_t)(uintptr_t)remote,
+                rmr->rkey, 0);
+    struct ibv_send_wr* bad = NULL;
+    struct ibv_wc wc;
+    drain_cq(s0.cq);
+    r = ibv_post_send(qp, &ewr, &bad);
+    const int got = r == 0 ? wait_wcs(s0.cq, &wc, 1, 2000) : 0;
+    check(r == 0 && got == 1 && wc.wr_id == 78 &&
+              wc.status == IBV_WC_WR_FLUSH_ERR,
+          "ibv_post_send in ERR completes flushed (unsignaled too)",
+          "returned %d, %d completions, wr_id %llu status %s", r, got,
+          got == 1 ? (unsigned long long)wc.wr_id : 0ULL,
+          got == 1 ? wc_name(wc.status) : "-");
+  }
+
+  /* ERR -> RESET -> INIT -> RTR -> RTS reuses the queue pair, with its
+   * QPN; the peer goes through RESET too, and a WRITE lands again. */
+  const uint32_t qpn = qp->qp_num;
+  r = to_state(qp, IBV_QPS_RESET);
+  check(r == 0, "ERR->RESET", "returned %d", r);
+  check_state(qp, IBV_QPS_RESET, "state RESET after ERR->RESET");
+  check(qp->qp_num == qpn, "the QPN stays across RESET", "%u, was %u",
+        qp->qp_num, qpn);
+  r = to_state(s1.qp, IBV_QPS_RESET);
+  check(r == 0, "RTS->RESET (through ERR)", "returned %d", r);
+  check_state(s1.qp, IBV_QPS_RESET, "state RESET after RTS->RESET");
+  drain_cq(s1.cq);
+  drain_cq(s0.cq);
+  r = to_init(qp);
+  if (r == 0) r = to_rtr(qp, &g_dev[1].gid, s1.qp->qp_num, 0x5151);
+  if (r == 0) r = to_rts(qp, 0x5252);
+  check(r == 0, "the reset QP goes RESET->INIT->RTR->RTS again", "returned %d",
+        r);
+  r = to_init(s1.qp);
+  if (r == 0) r = to_rtr(s1.qp, &g_dev[0].gid, qp->qp_num, 0x5252);
+  if (r == 0) r = to_rts(s1.qp, 0x5151);
+  check(r == 0, "its reset peer too", "returned %d", r);
+  fill(local, 4096, 9);
+  st = rdma_once(&s0, IBV_WR_RDMA_WRITE, 79, &sge, 1,
+                 (uint64_t)(uintptr_t)remote, rmr->rkey,
+                 "WRITE after ERR->RESET->INIT->RTR->RTS", NULL);
+  check(st == IBV_WC_SUCCESS && first_diff(local, remote, 4096) == 4096,
+        "WRITE after ERR->RESET->INIT->RTR->RTS lands", "status %s",
+        wc_name(st));
+
+  /* Legal moves that are not served: the send queue drain. */
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_SQD;
+  r = ibv_modify_qp(qp, &a, IBV_QP_STATE);
+  check(r == EOPNOTSUPP, "RTS->SQD is refused with EOPNOTSUPP", "returned %d",
+        r);
+  check_state(qp, IBV_QPS_RTS, "still RTS after a refused RTS->SQD");
+  /* An attribute the move does not take is refused, as the kernel's
+   * table refuses it. */
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTS;
+  a.dest_qp_num = 5;
+  r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_DEST_QPN);
+  check(r == EINVAL, "RTS->RTS with IBV_QP_DEST_QPN is refused with EINVAL",
+        "returned %d", r);
 
   free_side(&s0);
   free_side(&s1);
