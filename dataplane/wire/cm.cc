@@ -433,9 +433,11 @@ size_t EncodeCmFrame(const Path& path, const CmMessage& m,
 bool ParseCmFrame(std::span<const uint8_t> frame, CmMessage* out, Path* from) {
   ParsedPacket pkt;
   if (ParseDatagramFrame(frame, &pkt) != ParseError::kOk) return false;
-  // Full or limited member of the default partition.
-  if (pkt.bth.dest_qp != kGsiQpn || (pkt.bth.pkey & 0x7FFF) != 0x7FFF ||
-      pkt.deth.qkey != kGsiQkey || pkt.deth.src_qp != kGsiQpn) {
+  // MADs travel in UD SEND ONLY, never with immediate data. Full or limited
+  // member of the default partition.
+  if (pkt.bth.opcode != Opcode::kUdSendOnly || pkt.bth.dest_qp != kGsiQpn ||
+      (pkt.bth.pkey & 0x7FFF) != 0x7FFF || pkt.deth.qkey != kGsiQkey ||
+      pkt.deth.src_qp != kGsiQpn) {
     return false;
   }
   if (!ParseMad(pkt.payload, out)) return false;

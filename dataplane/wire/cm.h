@@ -234,15 +234,15 @@ uint8_t ReplyPathMtu(const CmMessage& m);
 size_t EncodeCmFrame(const Path& path, const CmMessage& m,
                      std::span<uint8_t> out);
 
-// Decodes a CM frame, checking everything EncodeCmFrame writes that a peer
-// must get right: IPv4/UDP/BTH as ParseDatagramFrame (lengths, checksums,
-// ICRC), destination and source QP 1, the GSI Q_Key, a default P_Key, a
-// 256-byte MAD with base version 1, class CM, class version 2, method SEND
-// and a known attribute; for a REQ, transport RC and IPv4-mapped GIDs with an
-// MTU code 1..5; for a REJ, an ARI length of at most 72; for an MRA or REJ a
+// Decodes a CM frame, checking everything EncodeCmFrame writes that a peer must
+// get right: IPv4/UDP/BTH as ParseDatagramFrame (lengths, checksums, ICRC),
+// opcode UD SEND ONLY, destination and source QP 1, the GSI Q_Key, a default
+// P_Key, a 256-byte MAD with base version 1, class CM, class version 2, method
+// SEND and a known attribute; for a REQ, transport RC and IPv4-mapped GIDs with
+// an MTU code 1..5; for a REJ, an ARI length of at most 72; for an MRA or REJ a
 // known CmRefersTo. On success fills `out` and, if not null, `from`: src_* is
-// the sender, dst_* is us, with the sender's UDP source port, DSCP/ECN and
-// TTL (see ReplyPath).
+// the sender, dst_* is us, with the sender's UDP source port, DSCP/ECN and TTL
+// (see ReplyPath).
 bool ParseCmFrame(std::span<const uint8_t> frame, CmMessage* out, Path* from);
 
 // The path for answering a frame that arrived along `from`: addresses

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -425,6 +426,27 @@ TEST(CmTest, NotACmFrame) {
   std::vector<uint8_t> arp_frame(kArpFrameLen);
   ASSERT_EQ(EncodeArp(arp, arp_frame), kArpFrameLen);
   EXPECT_FALSE(ParseCmFrame(arp_frame, &m, nullptr));
+}
+
+// A well-formed UD SEND ONLY with immediate data to QP1 carrying a valid MAD
+// is a datagram, but not a CM message: MADs never travel with an ImmDt.
+TEST(CmTest, UdSendWithImmediateIsNotACmFrame) {
+  const std::vector<uint8_t> cm = Encode(Sample(CmType::kRtu));
+  PacketHeaders h;
+  h.path = ActiveToPassive();
+  h.bth.opcode = Opcode::kUdSendOnlyImmediate;
+  h.bth.dest_qp = kGsiQpn;
+  h.deth = {kGsiQkey, kGsiQpn};
+  const std::span<const uint8_t> mad(cm.data() + kMadAt, kMadLen);
+  std::vector<uint8_t> frame(FrameLength(h.bth.opcode, kMadLen));
+  ASSERT_EQ(EncodeFrame(h, mad, frame), frame.size());
+  ParsedPacket pkt;
+  ASSERT_EQ(ParseDatagramFrame(frame, &pkt), ParseError::kOk);
+  EXPECT_EQ(std::vector<uint8_t>(pkt.payload.begin(), pkt.payload.end()),
+            std::vector<uint8_t>(mad.begin(), mad.end()));
+  CmMessage m;
+  EXPECT_FALSE(ParseCmFrame(frame, &m, nullptr));
+  EXPECT_EQ(ClassifyFrame(frame), FrameKind::kRoce);
 }
 
 TEST(CmTest, RcParserNeverSeesCmFrames) {

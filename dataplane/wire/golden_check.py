@@ -2,15 +2,19 @@
 """Checks rdmaplane's golden RoCEv2 frames with decoders written by others.
 
 The frames come from the C++ codecs (golden_frames writes a pcap file and a
-JSON file with the field values each frame was built from): RC frames, CM
-MADs in UD datagrams to QP1 ("kind": "cm") and ARP ("kind": "arp"); or
-from a conversation two queue pairs really had (dataplane/rc's
-conversation_frames, the same format, RC frames only). Two modes:
+JSON file with the field values each frame was built from): RC, UC and UD
+frames ("kind": "roce"), CM MADs in UD datagrams to QP1 ("kind": "cm") and
+ARP ("kind": "arp"); or from a conversation two queue pairs really had
+(dataplane/rc's conversation_frames, the same format, RC frames only). Two
+modes:
 
   golden_check.py scapy  FRAMES.pcap FRAMES.json [--set=golden|conversation]
-      Decodes every frame with scapy (scapy.contrib.roce for RoCE, with a
-      DETH layer defined here) and compares the fields; recomputes the ICRC
-      with scapy, and once more the way Linux rxe does (raw CRC register,
+      Decodes every frame with scapy (scapy.contrib.roce for RoCE, with RETH
+      and DETH layers defined here) and compares the fields; the extension
+      headers scapy has no layer for (AtomicETH, AtomicAckETH, IETH, ImmDt)
+      are packed here with struct from the expected fields and compared byte
+      for byte, never taken from the C++ encoder; recomputes the ICRC with
+      scapy, and once more the way Linux rxe does (raw CRC register,
       seed 0xdebb20e3), and compares both with the frame's last four bytes;
       rebuilds each frame from the expected fields with scapy (which computes
       the IPv4 checksum and the ICRC itself) and requires the result to equal
@@ -19,20 +23,23 @@ conversation_frames, the same format, RC frames only). Two modes:
 
   golden_check.py tshark FRAMES.pcap FRAMES.json [--set=golden|conversation]
       Decodes the pcap with tshark, requires every RoCE frame to be dissected
-      as InfiniBand with the expected BTH/RETH/AETH fields, every CM frame
-      with the expected DETH, MAD header and CM message fields, every ARP
-      frame with the expected ARP fields, no frame to be malformed or to have
-      an expert-info warning, and checks that the expert-info check does flag
-      a deliberately truncated frame. Then checks, from tshark's decoding
-      alone, the rules a hardware peer expects of the conversation
-      (check_rc_rules, check_cm_rules): AckReq on READ requests, MSNs that
-      never go back, read responses in order, NAK "invalid request" for
-      opcodes rdmaplane does not serve and silence after it, no answer to
-      another partition, and CM transaction ids and REQ values as Linux's CM
-      gives them.
+      as InfiniBand with the expected BTH, RETH, AETH, DETH, ImmDt, AtomicETH,
+      AtomicAckETH and IETH fields (tshark -V's lines for them too), every
+      CM frame with the expected DETH, MAD header and CM message fields,
+      every ARP frame with the expected ARP fields, no frame to be malformed
+      or to have an expert-info warning, and checks that the expert-info
+      check does flag a deliberately truncated frame. Then checks, from
+      tshark's decoding alone, the rules a hardware peer expects of the
+      conversation (check_rc_rules, check_cm_rules): AckReq on READ
+      requests, MSNs that never go back, read responses in order, NAK
+      "invalid request" for opcodes rdmaplane does not serve and silence
+      after it (other peers, which serve them, answer atomics with ATOMIC
+      ACKNOWLEDGE), no answer to another partition, and CM transaction ids
+      and REQ values as Linux's CM gives them.
 
 The golden set (the default) must hold every opcode with an extension
-header, every CM message and both ARP operations; a conversation need not.
+header that rdmaplane's codec reads (RC, one UC WRITE, both UD opcodes),
+every CM message and both ARP operations; a conversation need not.
 Exits non-zero with a message on the first kind of failure found; prints
 every mismatch. Run with Debian's /usr/bin/python3 (python3-scapy).
 """
@@ -54,7 +61,22 @@ OUTER_LEN = ETH_LEN + IP_LEN + UDP_LEN
 
 # RC opcodes whose packets carry a RETH or an AETH (IBTA vol. 1, 9.3).
 RETH_OPCODES = (0x06, 0x0A, 0x0C)
-AETH_OPCODES = (0x0D, 0x0F, 0x10, 0x11)
+AETH_OPCODES = (0x0D, 0x0F, 0x10, 0x11, 0x12)
+# The other extension headers: AtomicETH (28 bytes: VA, R_Key, swap or add
+# data, compare data), AtomicAckETH after the AETH (8 bytes: the original
+# remote data), IETH (4 bytes: the R_Key to invalidate), ImmDt (4 bytes).
+ATOMIC_ETH_LEN, ATOMIC_ACK_ETH_LEN, IETH_LEN, IMMDT_LEN = 28, 8, 4, 4
+ATOMIC_ACKNOWLEDGE = 0x12
+IETH_OPCODES = (0x16, 0x17)
+# UC (transport bits 001) has RC's SENDs and WRITEs; UD (011) SEND ONLY with
+# and without immediate data, after a DETH.
+UC_WRITE_ONLY = 0x2A
+UD_OPCODES = (0x64, 0x65)
+# How tshark names each transport in the opcode line, by the opcode's top
+# three bits.
+TRANSPORT_LABELS = {0: "Reliable Connection (RC)",
+                    1: "Unreliable Connection (UC)",
+                    3: "Unreliable Datagram (UD)"}
 # The RC opcodes rdmaplane serves (WRITE, READ, ACKNOWLEDGE); a request with
 # any other opcode must be refused with NAK "invalid request".
 SUPPORTED_OPCODES = (0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
@@ -90,6 +112,31 @@ CM_LABELS = {CM_REQ: "ConnectRequest",
 
 ARP_FRAME_LEN = 60
 ARP_END = ETH_LEN + 28
+
+# The extension headers of each opcode with a codec (IBA vol. 1, table 38
+# and 9.3), by their JSON names, and their lengths; UC's SENDs and WRITEs
+# have the headers of RC's. Written here, not taken from the C++ table.
+_SEND_WRITE_HEADERS = {
+    0x00: (), 0x01: (), 0x02: (), 0x03: ("imm",), 0x04: (), 0x05: ("imm",),
+    0x06: ("reth",), 0x07: (), 0x08: (), 0x09: ("imm",), 0x0A: ("reth",),
+    0x0B: ("reth", "imm")}
+OPCODE_HEADERS = {
+    **_SEND_WRITE_HEADERS,
+    **{op + 0x20: h for op, h in _SEND_WRITE_HEADERS.items()},
+    0x0C: ("reth",), 0x0D: ("aeth",), 0x0E: (), 0x0F: ("aeth",),
+    0x10: ("aeth",), 0x11: ("aeth",), 0x12: ("aeth", "atomic_ack_eth"),
+    0x13: ("atomic_eth",), 0x14: ("atomic_eth",), 0x16: ("ieth",),
+    0x17: ("ieth",), 0x64: ("deth",), 0x65: ("deth", "imm")}
+HEADER_LENS = {"reth": RETH_LEN, "aeth": AETH_LEN, "deth": DETH_LEN,
+               "atomic_eth": ATOMIC_ETH_LEN,
+               "atomic_ack_eth": ATOMIC_ACK_ETH_LEN, "ieth": IETH_LEN,
+               "imm": IMMDT_LEN}
+
+
+def named_headers(e):
+    """The extension headers a RoCE frame's JSON fills in."""
+    return {h for h in HEADER_LENS
+            if (e.get("imm_hex") if h == "imm" else e.get(h)) is not None}
 
 
 class Mismatches:
@@ -158,6 +205,15 @@ def load(pcap_path, json_path, complete):
                 sys.exit(f"{json_path}: frame {i + 1}: payload_hex has "
                          f"{len(e['payload'])} bytes, payload_len says "
                          f"{e['payload_len']}")
+            named = named_headers(e)
+            want = OPCODE_HEADERS.get(e["opcode"])
+            if want is not None and (
+                    named != set(want) or e["header_len"] !=
+                    sum(HEADER_LENS[h] for h in want)):
+                sys.exit(f"{json_path}: frame {i + 1}: opcode "
+                         f"{e['opcode']:#x} with headers {sorted(named)} "
+                         f"({e['header_len']} bytes); the IBA says "
+                         f"{sorted(want)}")
         elif kind == "cm":
             e["private_data"] = bytes.fromhex(e["private_data_hex"])
             capacity = (MAD_LEN - MAD_HDR_LEN -
@@ -178,7 +234,9 @@ def load(pcap_path, json_path, complete):
     if not complete:
         return frames, expected
     opcodes = {e["opcode"] for e in expected if e["kind"] == "roce"}
-    missing = set(RETH_OPCODES + AETH_OPCODES + (0x07, 0x08, 0x0E)) - opcodes
+    missing = set(RETH_OPCODES + AETH_OPCODES + (0x07, 0x08, 0x0E) +
+                  ATOMIC_OPCODES + IETH_OPCODES + UD_OPCODES +
+                  (UC_WRITE_ONLY,)) - opcodes
     if missing:
         sys.exit(f"no golden frame for opcodes {sorted(missing)}")
     missing = set(CM_LABELS) - {e["type"] for e in expected
@@ -192,17 +250,35 @@ def load(pcap_path, json_path, complete):
 
 
 def unlayered_header_len(e):
-    """Bytes of a RoCE frame's extension headers other than RETH and AETH."""
+    """Bytes of a RoCE frame's extension headers other than RETH, AETH and
+    DETH (the ones with a scapy layer)."""
     return (e["header_len"] - (RETH_LEN if e["reth"] is not None else 0) -
-            (AETH_LEN if e["aeth"] is not None else 0))
+            (AETH_LEN if e["aeth"] is not None else 0) -
+            (DETH_LEN if e.get("deth") is not None else 0))
 
 
 def unlayered_headers(e):
-    """Those headers' bytes as rdmaplane sends them: the ImmDt, or zeros
-    (the AtomicETH of an opcode rdmaplane does not serve)."""
+    """Those headers' bytes, packed here from the expected fields as IBA vol.
+    1, 9.3 lays them out (big-endian), in their order on the wire: AtomicETH,
+    ImmDt, IETH, AtomicAckETH. Every one of them comes after the headers
+    with a scapy layer (DETH, RETH, AETH). Zeros for headers rdmaplane's
+    codec has no fields for and sends as zeros (FLUSH's FETH and RETH)."""
+    out = b""
+    if e.get("atomic_eth") is not None:
+        a = e["atomic_eth"]
+        out += struct.pack(">QIQQ", a["va"], a["rkey"], a["swap_add"],
+                           a["compare"])
     if e.get("imm_hex"):
-        return bytes.fromhex(e["imm_hex"])
-    return bytes(unlayered_header_len(e))
+        out += bytes.fromhex(e["imm_hex"])
+    if e.get("ieth") is not None:
+        out += struct.pack(">I", e["ieth"]["rkey"])
+    if e.get("atomic_ack_eth") is not None:
+        out += struct.pack(">Q", e["atomic_ack_eth"]["orig_data"])
+    rest = unlayered_header_len(e) - len(out)
+    if rest < 0:
+        sys.exit(f"frame {e['index']}: the JSON names more extension headers "
+                 f"than header_len {e['header_len']} holds")
+    return out + bytes(rest)
 
 
 def of_kind(frames, expected, kind):
@@ -359,7 +435,8 @@ def check_scapy(frames, expected):
     for op in AETH_OPCODES:
         if op != 0x11:
             bind_layers(BTH, AETH, opcode=op)
-    bind_layers(BTH, DETH, opcode=UD_SEND_ONLY)
+    for op in UD_OPCODES:
+        bind_layers(BTH, DETH, opcode=op)
 
     m = Mismatches()
     roce = of_kind(frames, expected, "roce")
@@ -406,9 +483,15 @@ def check_scapy(frames, expected):
             m.expect(e, "aeth syndrome", pkt[AETH].syndrome,
                      e["aeth"]["syndrome"])
             m.expect(e, "aeth msn", pkt[AETH].msn, e["aeth"]["msn"])
-        # Extension headers scapy has no layer for precede the payload: the
-        # ImmDt as sent, or (the AtomicETH of an opcode rdmaplane does not
-        # serve) zeros, as rdmaplane's encoder writes them.
+        m.expect(e, "has DETH", pkt.haslayer(DETH),
+                 e.get("deth") is not None)
+        if e.get("deth") is not None and pkt.haslayer(DETH):
+            m.expect(e, "deth qkey", pkt[DETH].qkey, e["deth"]["qkey"])
+            m.expect(e, "deth reserved", pkt[DETH].reserved, 0)
+            m.expect(e, "deth srcqp", pkt[DETH].srcqp, e["deth"]["src_qp"])
+        # Extension headers scapy has no layer for precede the payload:
+        # AtomicETH, ImmDt, IETH and AtomicAckETH as packed here from the
+        # expected fields.
         data = pkt[Raw].load if pkt.haslayer(Raw) else b""
         m.expect(e, "headers without a layer + payload + pad", data.hex(),
                  (unlayered_headers(e) + e["payload"] + bytes(e["pad"])).hex())
@@ -447,6 +530,8 @@ def check_scapy(frames, expected):
                 migreq=int(e["mig_req"]), padcount=e["pad"], pkey=e["pkey"],
                 fecn=int(e["fecn"]), becn=int(e["becn"]), dqpn=e["dest_qp"],
                 ackreq=int(e["ack_req"]), psn=e["psn"]))
+        if e.get("deth") is not None:
+            rebuilt /= DETH(qkey=e["deth"]["qkey"], srcqp=e["deth"]["src_qp"])
         if e["reth"] is not None:
             rebuilt /= RETH(va=e["reth"]["va"], rkey=e["reth"]["rkey"],
                             dmalen=e["reth"]["dma_length"])
@@ -552,7 +637,8 @@ def check_scapy(frames, expected):
 
     status = m.exit_status("scapy")
     if status == 0:
-        print(f"scapy: {len(roce)} RC and {len(cm)} CM frames decoded and "
+        print(f"scapy: {len(roce)} RoCE (RC, UC, UD) and {len(cm)} CM frames "
+              f"decoded and "
               f"ICRCs recomputed (scapy and rxe-style), CM MADs match the "
               f"IBA layout, {len(arp)} ARP frames decoded, all rebuilt "
               f"byte for byte")
@@ -583,6 +669,10 @@ TSHARK_FIELDS = [
     "infiniband.aeth.syndrome",
     "infiniband.aeth.msn",
     "infiniband.immdt",
+    "infiniband.atomiceth.swapdt",
+    "infiniband.atomiceth.cmpdt",
+    "infiniband.atomicacketh.origremdt",
+    "infiniband.ieth",
     "infiniband.invariant.crc",
     "data.len",
 ]
@@ -882,9 +972,8 @@ def check_tshark(pcap_path, frames, expected):
         m.expect(e, "bth.a", opt_bool(got["infiniband.bth.a"]), e["ack_req"])
         m.expect(e, "bth.psn", opt_int(got["infiniband.bth.psn"]), e["psn"])
         # tshark files an AtomicETH's address and key under the RETH's
-        # names; rdmaplane's encoder writes that header as zeros.
-        reth = e["reth"] or ({"va": 0, "rkey": 0}
-                             if e["opcode"] in ATOMIC_OPCODES else {})
+        # names.
+        reth = e["reth"] or e.get("atomic_eth") or {}
         m.expect(e, "reth.va", opt_int(got["infiniband.reth.va"]),
                  reth.get("va"))
         m.expect(e, "reth.r_key", opt_int(got["infiniband.reth.r_key"]),
@@ -897,10 +986,35 @@ def check_tshark(pcap_path, frames, expected):
                  aeth.get("syndrome"))
         m.expect(e, "aeth.msn", opt_int(got["infiniband.aeth.msn"]),
                  aeth.get("msn"))
+        atomic = e.get("atomic_eth") or {}
+        m.expect(e, "atomiceth.swapdt",
+                 opt_int(got["infiniband.atomiceth.swapdt"]),
+                 atomic.get("swap_add"))
+        m.expect(e, "atomiceth.cmpdt",
+                 opt_int(got["infiniband.atomiceth.cmpdt"]),
+                 atomic.get("compare"))
+        atomic_ack = e.get("atomic_ack_eth") or {}
+        m.expect(e, "atomicacketh.origremdt",
+                 opt_int(got["infiniband.atomicacketh.origremdt"]),
+                 atomic_ack.get("orig_data"))
+        # A DETH outside CM: the Q_Key and source QP of a UD frame.
+        deth = e.get("deth") or {}
+        m.expect(e, "deth.q_key", opt_int(got["infiniband.deth.q_key"]),
+                 deth.get("qkey"))
+        m.expect(e, "deth.srcqp", opt_int(got["infiniband.deth.srcqp"]),
+                 deth.get("src_qp"))
+        # tshark shows the IETH's R_Key as bytes in hex, like the ImmDt
+        # (twice).
+        ieth = e.get("ieth")
+        shown = got["infiniband.ieth"].replace(":", "").split("|")
+        m.expect(e, "ieth", shown[0] or None,
+                 f"{ieth['rkey']:08x}" if ieth is not None else None)
+        if len(set(shown)) != 1:
+            m.fail(e, f"tshark shows IETH {shown}")
         # tshark shows the ImmDt's bytes in hex (the header and its value:
         # twice).
         imm = e.get("imm_hex")
-        shown = got["infiniband.immdt"].split("|")
+        shown = got["infiniband.immdt"].replace(":", "").split("|")
         m.expect(e, "immdt", shown[0] or None, imm or None)
         if len(set(shown)) != 1:
             m.fail(e, f"tshark shows ImmDt {shown}")
@@ -929,10 +1043,12 @@ def check_tshark(pcap_path, frames, expected):
                 "    Base Transport Header",
                 f"        Destination Queue Pair: 0x{e['dest_qp']:06x}",
                 f"        Packet Sequence Number: {e['psn']}"]
-            if not re.search(r"^        Opcode: Reliable Connection \(RC\) "
+            lines += extension_header_lines(e)
+            transport = TRANSPORT_LABELS.get(e["opcode"] >> 5, "?")
+            if not re.search(rf"^        Opcode: {re.escape(transport)} "
                              rf"- .* \({e['opcode']}\)$", text, re.MULTILINE):
-                m.fail(e, "tshark -V lacks an RC opcode line for opcode "
-                          f"{e['opcode']}")
+                m.fail(e, f"tshark -V lacks a {transport} opcode line for "
+                          f"opcode {e['opcode']}")
         elif e["kind"] == "cm":
             lines = [
                 "InfiniBand",
@@ -992,11 +1108,40 @@ def check_tshark(pcap_path, frames, expected):
                    "this tshark shows but does not verify the ICRC")
         counts = {k: len(of_kind(frames, expected, k))
                   for k in ("roce", "cm", "arp")}
-        print(f"tshark: {counts['roce']} RC frames and {counts['cm']} CM "
+        print(f"tshark: {counts['roce']} RoCE (RC, UC, UD) frames and "
+              f"{counts['cm']} CM "
               f"frames dissected as InfiniBand, {counts['arp']} ARP frames, "
               f"fields match, conversation rules hold, no expert warnings "
               f"({checked})")
     return status
+
+
+def extension_header_lines(e):
+    """The lines tshark -V prints for the extension headers of a RoCE frame
+    other than RETH and AETH (whose fields are checked above), with the
+    expected values."""
+    lines = []
+    deth = e.get("deth")
+    if deth is not None:
+        lines += ["    DETH - Datagram Extended Transport Header",
+                  f"        Queue Key: 0x{deth['qkey']:016x}",
+                  f"        Source Queue Pair: 0x{deth['src_qp']:08x}"]
+    atomic = e.get("atomic_eth")
+    if atomic is not None:
+        lines += ["    AtomicETH - Atomic Extended Transport Header",
+                  f"        Virtual Address: 0x{atomic['va']:016x}",
+                  f"        Remote Key: 0x{atomic['rkey']:08x}",
+                  f"        Swap (Or Add) Data: {atomic['swap_add']}",
+                  f"        Compare Data: {atomic['compare']}"]
+    atomic_ack = e.get("atomic_ack_eth")
+    if atomic_ack is not None:
+        lines += ["    ATOMICACKETH - Atomic ACK Extended Transport Header",
+                  f"        Original Remote Data: {atomic_ack['orig_data']}"]
+    ieth = e.get("ieth")
+    if ieth is not None:
+        lines += ["    IETH - Invalidate Extended Transport Header",
+                  f"        RKey: {ieth['rkey']:08x}"]
+    return lines
 
 
 # --- Rules of a conversation, from tshark's decoding alone -----------------------
@@ -1020,13 +1165,18 @@ def check_rc_rules(m, decoded, expected):
         other side sent;
       - a request with an opcode rdmaplane does not serve is answered, in
         the next acknowledgement from the other side, by NAK "invalid
-        request" at its PSN; after a NAK other than "PSN sequence error" its
-        sender sends nothing more to that QP;
+        request" at its PSN, unless other peers, which serve it, exchange
+        it ("other_peers"); then an atomic request is answered, in the next
+        response from the other side, by an ATOMIC ACKNOWLEDGE at its PSN;
+        after a NAK other than "PSN sequence error" its sender sends
+        nothing more to that QP;
       - a frame of another partition than the default one gets no answer:
         the next frame is not from the other side;
       - frames that rdmaplane's queue pairs sent ("from" a or b) carry the
-        default P_Key."""
-    rc = [(got, e) for got, e in zip(decoded, expected) if e["kind"] == "roce"]
+        default P_Key.
+    UC and UD frames, which nobody acknowledges, take no part."""
+    rc = [(got, e) for got, e in zip(decoded, expected)
+          if e["kind"] == "roce" and e["opcode"] >> 5 == 0]
     last_msn = {}     # (sender IP, dest QP) -> last MSN it sent
     read_psns = {}    # requester IP -> PSNs of its READ requests
     stream = {}       # (responder IP, dest QP) -> next PSN of an open stream
@@ -1067,7 +1217,19 @@ def check_rc_rules(m, decoded, expected):
             syndrome = _int(got["infiniband.aeth.syndrome"])
             if syndrome >> 5 == 3 and syndrome != 0x60:
                 dead.add((src, qp))
-        if op not in RESPONSE_OPCODES and op not in SUPPORTED_OPCODES:
+        if op in ATOMIC_OPCODES and e.get("other_peers"):
+            answer = next((g for g, _ in rc[i + 1:]
+                           if g["ip.src"] == dst and
+                           _int(g["infiniband.bth.opcode"]) in
+                           RESPONSE_OPCODES), None)
+            if (answer is None or
+                    _int(answer["infiniband.bth.opcode"]) !=
+                    ATOMIC_ACKNOWLEDGE or
+                    _int(answer["infiniband.bth.psn"]) != psn):
+                m.fail(e, f"atomic opcode {op:#x} was not answered with an "
+                          f"ATOMIC ACKNOWLEDGE at PSN {psn}")
+        elif op not in RESPONSE_OPCODES and op not in SUPPORTED_OPCODES and \
+                not e.get("other_peers"):
             answer = next((g for g, _ in rc[i + 1:]
                            if g["ip.src"] == dst and
                            _int(g["infiniband.bth.opcode"]) == ACKNOWLEDGE),

@@ -20,10 +20,22 @@ constexpr MacAddr kResponderMac{{0x02, 0x00, 0x00, 0x00, 0x00, 0x02}};
 constexpr uint8_t kDscpEct0 = 26 << 2 | 0x2;
 constexpr uint8_t kDscpCe = 26 << 2 | 0x3;
 
+// The queue pairs of two other peers, which serve what rdmaplane does not:
+// atomics and invalidation over RC, UC and UD.
+constexpr Qpn kAtomicRequesterQpn(0x000014);
+constexpr Qpn kAtomicResponderQpn(0x000126);
+constexpr Qpn kUcSenderQpn(0x000015);
+constexpr Qpn kUcReceiverQpn(0x000127);
+constexpr Qpn kUdSenderQpn(0x000016);
+constexpr Qpn kUdReceiverQpn(0x000128);
+
 constexpr uint64_t kWriteVa = 0x00007F3A12340000;
 constexpr uint64_t kReadVa = 0x00007F3A56780010;
 constexpr Rkey kWriteRkey(0x00012A05);
 constexpr Rkey kReadRkey(0x80003B07);
+constexpr uint64_t kAtomicVa = 0x00007F3A9ABC0040;  // 8-byte aligned
+constexpr Rkey kAtomicRkey(0x00045A11);
+constexpr uint32_t kUdQkey = 0x0000C0DE;
 
 PacketHeaders RequesterToResponder(Opcode op, uint32_t psn) {
   PacketHeaders h;
@@ -61,6 +73,13 @@ std::vector<uint8_t> Pattern(size_t len, uint8_t seed) {
     out[i] = static_cast<uint8_t>(i * 131 + seed);
   }
   return out;
+}
+
+// `h` moved onto the queue pairs `from` -> `to` of the other peers.
+PacketHeaders Between(PacketHeaders h, Qpn from, Qpn to) {
+  h.path.udp_src_port = UdpSourcePortForQpn(from);
+  h.bth.dest_qp = to;
+  return h;
 }
 
 GoldenFrame Make(std::string name, PacketHeaders headers,
@@ -237,6 +256,76 @@ std::vector<GoldenFrame> MakeGoldenFrames() {
   h.bth.pkey = 0x8001;
   h.reth = {kWriteVa, kWriteRkey, 4};
   frames.push_back(Make("write_only_other_partition", h, Pattern(4, 12)));
+
+  // Other peers, which serve atomics and invalidation: a COMPARE SWAP that
+  // finds the value it compares with and swaps in all ones, a FETCH ADD
+  // of 1 to the next word, each answered with the word as it was; a SEND
+  // that invalidates the key the atomics used, and a two-packet SEND whose
+  // last packet invalidates the largest key; their ACKs.
+  const size_t other_peers_from = frames.size();
+  auto to_responder = [](Opcode op, uint32_t psn) {
+    return Between(RequesterToResponder(op, psn), kAtomicRequesterQpn,
+                   kAtomicResponderQpn);
+  };
+  auto to_requester = [](Opcode op, uint32_t psn, uint32_t msn) {
+    return Between(ResponderToRequester(op, psn, kAck, msn),
+                   kAtomicResponderQpn, kAtomicRequesterQpn);
+  };
+  h = to_responder(Opcode::kCompareSwap, 50);
+  h.bth.ack_req = true;
+  h.atomic_eth = {kAtomicVa, kAtomicRkey, 0xFFFFFFFFFFFFFFFF,
+                  0x0123456789ABCDEF};
+  frames.push_back(Make("compare_swap", h, {}));
+  h = to_requester(Opcode::kAtomicAcknowledge, 50, 1);
+  h.atomic_ack_eth.orig_data = 0x0123456789ABCDEF;
+  frames.push_back(Make("atomic_acknowledge_of_compare_swap", h, {}));
+  h = to_responder(Opcode::kFetchAdd, 51);
+  h.bth.ack_req = true;
+  h.atomic_eth = {kAtomicVa + 8, kAtomicRkey, 1, 0};
+  frames.push_back(Make("fetch_add", h, {}));
+  h = to_requester(Opcode::kAtomicAcknowledge, 51, 2);
+  h.atomic_ack_eth.orig_data = 0x7FFFFFFFFFFFFFFF;
+  frames.push_back(Make("atomic_acknowledge_of_fetch_add", h, {}));
+  h = to_responder(Opcode::kSendOnlyInvalidate, 52);
+  h.bth.ack_req = true;
+  h.bth.solicited = true;
+  h.ieth.rkey = kAtomicRkey;
+  frames.push_back(Make("send_only_with_invalidate", h, Pattern(48, 18)));
+  frames.push_back(Make("ack_of_the_send_with_invalidate",
+                        to_requester(Opcode::kAcknowledge, 52, 3), {}));
+  h = to_responder(Opcode::kSendFirst, 53);
+  frames.push_back(Make("send_first_to_invalidate", h, Pattern(256, 19)));
+  h = to_responder(Opcode::kSendLastInvalidate, 54);
+  h.bth.ack_req = true;
+  h.ieth.rkey = Rkey(0xFFFFFFFF);
+  frames.push_back(Make("send_last_with_invalidate", h, Pattern(17, 20)));
+  frames.push_back(Make("ack_of_the_send_last_with_invalidate",
+                        to_requester(Opcode::kAcknowledge, 54, 4), {}));
+
+  // UC: a WRITE and a SEND with immediate data, never acknowledged.
+  h = Between(RequesterToResponder(Opcode::kUcWriteOnly, 0x000100),
+              kUcSenderQpn, kUcReceiverQpn);
+  h.reth = {kWriteVa + 0x20000, kWriteRkey, 40};
+  frames.push_back(Make("uc_write_only", h, Pattern(40, 21)));
+  h = Between(RequesterToResponder(Opcode::kUcSendOnlyImmediate, 0x000101),
+              kUcSenderQpn, kUcReceiverQpn);
+  h.imm = kImm;
+  frames.push_back(Make("uc_send_only_with_immediate", h, Pattern(22, 22)));
+
+  // UD: datagrams to a QP other than the CM's, with a Q_Key of their own.
+  h = Between(RequesterToResponder(Opcode::kUdSendOnly, 0x000200), kUdSenderQpn,
+              kUdReceiverQpn);
+  h.deth = {kUdQkey, kUdSenderQpn};
+  frames.push_back(Make("ud_send_only", h, Pattern(64, 23)));
+  h = Between(RequesterToResponder(Opcode::kUdSendOnlyImmediate, 0x000201),
+              kUdSenderQpn, kUdReceiverQpn);
+  h.bth.solicited = true;
+  h.deth = {kUdQkey, kUdSenderQpn};
+  h.imm = kImm;
+  frames.push_back(Make("ud_send_only_with_immediate", h, Pattern(61, 24)));
+  for (size_t i = other_peers_from; i < frames.size(); ++i) {
+    frames[i].other_peers = true;
+  }
   return frames;
 }
 

@@ -1,8 +1,8 @@
-// A fixed set of RoCEv2 frames, one or more per RC opcode, built with the
-// codec in roce.h, plus one frame of each CM message (cm.h) and an ARP
-// request and reply (arp.h). The golden-packet test feeds them to independent
-// decoders (scapy, tshark); the fuzz test and benchmarks use the RC frames as
-// seeds and inputs.
+// A fixed set of RoCEv2 frames, one or more per RC opcode with extension
+// headers and some of UC and UD, built with the codec in roce.h, plus one
+// frame of each CM message (cm.h) and an ARP request and reply (arp.h). The
+// golden-packet test feeds them to independent decoders (scapy, tshark); the
+// fuzz test and benchmarks use the RoCE frames as seeds and inputs.
 //
 // Test-only. Thread-safe (pure functions).
 #ifndef RDMAPLANE_DATAPLANE_WIRE_GOLDEN_FRAMES_H_
@@ -23,6 +23,10 @@ struct GoldenFrame {
   PacketHeaders headers;         // what was encoded (bth.pad_count filled in)
   std::vector<uint8_t> payload;  // without pad
   std::vector<uint8_t> frame;    // the encoded frame, exactly sized
+  // Exchanged by two peers that serve every opcode (hardware RoCE NICs, say),
+  // not by rdmaplane's queue pairs: the golden check expects no refusal of
+  // the opcodes rdmaplane does not serve.
+  bool other_peers = false;
 };
 
 // The frames of a short RC conversation between two QPs: a three-packet
@@ -33,8 +37,14 @@ struct GoldenFrame {
 // the WRITE resent and acknowledged, the small READ again and its replayed
 // response (a higher MSN); a SEND ONLY and a COMPARE SWAP with the NAK
 // "invalid request" they get, a WRITE to an unknown key with its NAK
-// "remote access error", and a WRITE of another partition. Payload sizes
-// give every pad count (0..3). Deterministic.
+// "remote access error", and a WRITE of another partition. Then, between
+// other peers (GoldenFrame::other_peers) and their own queue pairs, the
+// opcodes rdmaplane does not serve, each with its extension headers filled
+// in: a COMPARE SWAP and a FETCH ADD with their ATOMIC ACKNOWLEDGEs, a SEND
+// ONLY and a two-packet SEND ending with invalidation with their ACKs, a
+// UC RDMA WRITE ONLY and UC SEND ONLY with immediate data, and a UD SEND
+// ONLY with and without immediate data. Payload sizes give every pad count
+// (0..3). Deterministic.
 std::vector<GoldenFrame> MakeGoldenFrames();
 
 struct GoldenCmFrame {

@@ -1,8 +1,9 @@
 // Writes the golden frames (golden_frames.h) as a classic pcap file for
 // decoders such as tshark and scapy, plus a JSON file with the field values
 // each frame was built from, so a checker can compare what they decode. The
-// RC frames come first, then the CM frames, then ARP; each JSON object says
-// which with "kind" ("roce", "cm" or "arp"). See golden_io.h.
+// RoCE frames (RC, UC, UD) come first, then the CM frames, then ARP; each
+// JSON object says which with "kind" ("roce", "cm" or "arp"). See
+// golden_io.h.
 //
 // Usage: golden_frames OUT.pcap OUT.json
 #include <algorithm>

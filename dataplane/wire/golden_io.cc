@@ -117,6 +117,40 @@ std::string RoceJson(const GoldenFrame& g, const std::string& extra) {
   } else {
     out += ", \"aeth\": null";
   }
+  if (HasDeth(op)) {
+    std::snprintf(buf, sizeof(buf),
+                  ", \"deth\": {\"qkey\": %u, \"src_qp\": %u}", h.deth.qkey,
+                  h.deth.src_qp.value());
+    out += buf;
+  } else {
+    out += ", \"deth\": null";
+  }
+  if (HasAtomicEth(op)) {
+    std::snprintf(buf, sizeof(buf),
+                  ", \"atomic_eth\": {\"va\": %" PRIu64
+                  ", \"rkey\": %u, \"swap_add\": %" PRIu64
+                  ", \"compare\": %" PRIu64 "}",
+                  h.atomic_eth.va, h.atomic_eth.rkey.value(),
+                  h.atomic_eth.swap_add, h.atomic_eth.compare);
+    out += buf;
+  } else {
+    out += ", \"atomic_eth\": null";
+  }
+  if (HasAtomicAckEth(op)) {
+    std::snprintf(buf, sizeof(buf),
+                  ", \"atomic_ack_eth\": {\"orig_data\": %" PRIu64 "}",
+                  h.atomic_ack_eth.orig_data);
+    out += buf;
+  } else {
+    out += ", \"atomic_ack_eth\": null";
+  }
+  if (HasIeth(op)) {
+    std::snprintf(buf, sizeof(buf), ", \"ieth\": {\"rkey\": %u}",
+                  h.ieth.rkey.value());
+    out += buf;
+  } else {
+    out += ", \"ieth\": null";
+  }
   if (HasImm(op)) {
     uint8_t imm[4];
     std::memcpy(imm, &h.imm, 4);
@@ -124,6 +158,7 @@ std::string RoceJson(const GoldenFrame& g, const std::string& extra) {
   } else {
     out += ", \"imm_hex\": null";
   }
+  out += std::string(", \"other_peers\": ") + Bool(g.other_peers);
   out += ", \"payload_hex\": \"" + Hex(g.payload) + "\"" + extra + "}";
   return out;
 }

@@ -21,8 +21,9 @@ namespace rdmaplane::wire {
 // 10 us apart.
 std::vector<uint8_t> Pcap(const std::vector<std::vector<uint8_t>>& frames);
 
-// The JSON object of an RC frame ("kind": "roce"): every header field the
-// frame was built from (or parsed into), the payload as hex. `extra` is
+// The JSON object of a RoCE frame other than CM ("kind": "roce"; RC, UC or
+// UD): every header field the frame was built from (or parsed into), null
+// for the extension headers its opcode lacks, the payload as hex. `extra` is
 // added verbatim before the closing brace (", \"key\": value" pairs).
 std::string RoceJson(const GoldenFrame& g, const std::string& extra = "");
 

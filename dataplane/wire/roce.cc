@@ -44,10 +44,10 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
                   uint8_t header_len) {
     t[static_cast<uint8_t>(op)] = {name, c, flags, header_len};
   };
-  constexpr uint8_t kImm = 4;         // ImmDt
-  constexpr uint8_t kIeth = 4;        // invalidated R_Key
-  constexpr uint8_t kAtomicEth = 28;  // VA, R_Key, swap/add, compare
-  constexpr uint8_t kAtomicAckEth = 8;
+  constexpr uint8_t kImm = kImmDtLen;
+  constexpr uint8_t kIeth = kIethLen;            // invalidated R_Key
+  constexpr uint8_t kAtomicEth = kAtomicEthLen;  // VA, R_Key, swap/add, compare
+  constexpr uint8_t kAtomicAckEth = kAtomicAckEthLen;
   constexpr uint8_t kFeth = 4;
   using C = OpcodeClass;
   // rdmaplane's own: SEND and WRITE (with immediate data or not), READ
@@ -91,23 +91,79 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
   set(Opcode::kAcknowledge, "ACKNOWLEDGE", C::kAcknowledge,
       kOwn | kResp | kFirstLast | kOpAeth, kAethLen);
   set(Opcode::kAtomicAcknowledge, "ATOMIC_ACKNOWLEDGE", C::kAtomicAcknowledge,
-      kResp | kFirstLast | kOpAeth, kAethLen + kAtomicAckEth);
-  set(Opcode::kCompareSwap, "COMPARE_SWAP", C::kAtomic, kReq | kFirstLast,
-      kAtomicEth);
-  set(Opcode::kFetchAdd, "FETCH_ADD", C::kAtomic, kReq | kFirstLast,
-      kAtomicEth);
+      kResp | kFirstLast | kOpAeth | kOpAtomicAckEth, kAethLen + kAtomicAckEth);
+  set(Opcode::kCompareSwap, "COMPARE_SWAP", C::kAtomic,
+      kReq | kFirstLast | kOpAtomicEth, kAtomicEth);
+  set(Opcode::kFetchAdd, "FETCH_ADD", C::kAtomic,
+      kReq | kFirstLast | kOpAtomicEth, kAtomicEth);
   set(Opcode::kSendLastInvalidate, "SEND_LAST_WITH_INVALIDATE", C::kSend,
-      kReq | kOpLast | kOpPayload, kIeth);
+      kReq | kOpLast | kOpPayload | kOpIeth, kIeth);
   set(Opcode::kSendOnlyInvalidate, "SEND_ONLY_WITH_INVALIDATE", C::kSend,
-      kReq | kFirstLast | kOpPayload, kIeth);
+      kReq | kFirstLast | kOpPayload | kOpIeth, kIeth);
   // IBA 1.5: FETH then RETH; an ATOMIC WRITE's 8 bytes are its payload.
   set(Opcode::kFlush, "FLUSH", C::kFlush, kReq | kFirstLast, kFeth + kRethLen);
   set(Opcode::kAtomicWrite, "ATOMIC_WRITE", C::kAtomicWrite,
       kReq | kFirstLast | kOpPayload | kOpReth, kRethLen);
+  // UC: the SENDs and WRITEs of RC with the same headers, which no queue
+  // pair of rdmaplane serves yet.
+  set(Opcode::kUcSendFirst, "UC_SEND_FIRST", C::kSend,
+      kReq | kOpFirst | kOpPayload, 0);
+  set(Opcode::kUcSendMiddle, "UC_SEND_MIDDLE", C::kSend, kReq | kOpPayload, 0);
+  set(Opcode::kUcSendLast, "UC_SEND_LAST", C::kSend,
+      kReq | kOpLast | kOpPayload, 0);
+  set(Opcode::kUcSendLastImmediate, "UC_SEND_LAST_WITH_IMMEDIATE", C::kSend,
+      kReq | kOpLast | kOpPayload | kOpImm, kImm);
+  set(Opcode::kUcSendOnly, "UC_SEND_ONLY", C::kSend,
+      kReq | kFirstLast | kOpPayload, 0);
+  set(Opcode::kUcSendOnlyImmediate, "UC_SEND_ONLY_WITH_IMMEDIATE", C::kSend,
+      kReq | kFirstLast | kOpPayload | kOpImm, kImm);
+  set(Opcode::kUcWriteFirst, "UC_RDMA_WRITE_FIRST", C::kWrite,
+      kReq | kOpFirst | kOpPayload | kOpReth, kRethLen);
+  set(Opcode::kUcWriteMiddle, "UC_RDMA_WRITE_MIDDLE", C::kWrite,
+      kReq | kOpPayload, 0);
+  set(Opcode::kUcWriteLast, "UC_RDMA_WRITE_LAST", C::kWrite,
+      kReq | kOpLast | kOpPayload, 0);
+  set(Opcode::kUcWriteLastImmediate, "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+      C::kWrite, kReq | kOpLast | kOpPayload | kOpImm, kImm);
+  set(Opcode::kUcWriteOnly, "UC_RDMA_WRITE_ONLY", C::kWrite,
+      kReq | kFirstLast | kOpPayload | kOpReth, kRethLen);
+  set(Opcode::kUcWriteOnlyImmediate, "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+      C::kWrite, kReq | kFirstLast | kOpPayload | kOpReth | kOpImm,
+      kRethLen + kImm);
   set(Opcode::kUdSendOnly, "UD_SEND_ONLY", C::kDatagram,
       kOwn | kReq | kFirstLast | kOpPayload | kOpDeth, kDethLen);
+  set(Opcode::kUdSendOnlyImmediate, "UD_SEND_ONLY_WITH_IMMEDIATE", C::kDatagram,
+      kReq | kFirstLast | kOpPayload | kOpDeth | kOpImm, kDethLen + kImm);
   return t;
 }
+
+// The bytes of the extension headers an opcode's flags name.
+constexpr size_t FlaggedHeadersLen(uint16_t flags) {
+  return ((flags & kOpDeth) != 0 ? kDethLen : 0) +
+         ((flags & kOpReth) != 0 ? kRethLen : 0) +
+         ((flags & kOpAtomicEth) != 0 ? kAtomicEthLen : 0) +
+         ((flags & kOpImm) != 0 ? kImmDtLen : 0) +
+         ((flags & kOpIeth) != 0 ? kIethLen : 0) +
+         ((flags & kOpAeth) != 0 ? kAethLen : 0) +
+         ((flags & kOpAtomicAckEth) != 0 ? kAtomicAckEthLen : 0);
+}
+
+// Every opcode's header_len is the sum of its flagged headers (FLUSH, whose
+// FETH and RETH the codec only skips, has none flagged) and fits
+// kMaxHeadersLen, so the parser's one length check bounds every header it
+// reads.
+constexpr bool HeaderLengthsAgree(const std::array<OpcodeInfo, 256>& t) {
+  constexpr size_t kLongest = kMaxHeadersLen - kOuterHeadersLen - kBthLen;
+  for (size_t op = 0; op < t.size(); ++op) {
+    const bool skipped = op == static_cast<uint8_t>(Opcode::kFlush);
+    if (t[op].header_len > kLongest ||
+        FlaggedHeadersLen(t[op].flags) != (skipped ? 0 : t[op].header_len)) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(HeaderLengthsAgree(MakeOpcodeTable()));
 
 }  // namespace
 
@@ -205,29 +261,45 @@ size_t EncodeHeaders(const PacketHeaders& h, size_t payload_len,
   Put24(bth + 9, h.bth.psn.value());
 
   uint8_t* ext = bth + kBthLen;
-  // Extension headers the codec has no fields for (ImmDt, IETH, atomics,
-  // FETH) go out as zeros.
+  // Extension headers the codec has no fields for (FETH and the RETH after
+  // it) go out as zeros. The others follow in their wire order (roce.h).
+  const uint16_t flags = InfoOf(op).flags;
   std::memset(ext, 0, InfoOf(op).header_len);
-  if (HasDeth(op)) {
+  if ((flags & kOpDeth) != 0) {
     Put32(ext, h.deth.qkey);
     ext[4] = 0;
     Put24(ext + 5, h.deth.src_qp.value());
     ext += kDethLen;
   }
-  if (HasReth(op)) {
+  if ((flags & kOpReth) != 0) {
     Put64(ext, h.reth.va);
     Put32(ext + 8, h.reth.rkey.value());
     Put32(ext + 12, h.reth.dma_length);
     ext += kRethLen;
   }
-  if (HasImm(op)) {
-    std::memcpy(ext, &h.imm, 4);
-    ext += 4;
+  if ((flags & kOpAtomicEth) != 0) {
+    Put64(ext, h.atomic_eth.va);
+    Put32(ext + 8, h.atomic_eth.rkey.value());
+    Put64(ext + 12, h.atomic_eth.swap_add);
+    Put64(ext + 20, h.atomic_eth.compare);
+    ext += kAtomicEthLen;
   }
-  if (HasAeth(op)) {
+  if ((flags & kOpImm) != 0) {
+    std::memcpy(ext, &h.imm, kImmDtLen);
+    ext += kImmDtLen;
+  }
+  if ((flags & kOpIeth) != 0) {
+    Put32(ext, h.ieth.rkey.value());
+    ext += kIethLen;
+  }
+  if ((flags & kOpAeth) != 0) {
     ext[0] = h.aeth.syndrome;
     Put24(ext + 1, h.aeth.msn);
     ext += kAethLen;
+  }
+  if ((flags & kOpAtomicAckEth) != 0) {
+    Put64(ext, h.atomic_ack_eth.orig_data);
+    ext += kAtomicAckEthLen;
   }
   return kOuterHeadersLen + TransportHeaderLen(op);
 }
@@ -286,9 +358,30 @@ size_t EncodeFrame(const PacketHeaders& headers,
 
 namespace {
 
-// The checks shared by ParseFrame and ParseDatagramFrame; only the accepted
-// opcodes differ. A template so that the RC path keeps its single opcode test.
-template <bool kDatagram>
+// Which opcodes a parser accepts.
+enum class Accept : uint8_t {
+  kRc,  // every RC opcode, defined or reserved
+  kUc,  // the defined UC opcodes
+  kUd,  // the defined UD opcodes (UD SEND ONLY, with immediate data or not)
+};
+
+// True when the parser for kAccept takes opcode `op`.
+template <Accept kAccept>
+bool Accepts(uint8_t op) {
+  if constexpr (kAccept == Accept::kRc) {
+    return IsRcOpcode(op);
+  } else {
+    constexpr uint8_t kBase =
+        kAccept == Accept::kUc ? kUcOpcodeBase : kUdOpcodeBase;
+    return (op & kTransportMask) == kBase &&
+           (kOpcodeTable[op].flags & kOpDefined) != 0;
+  }
+}
+
+// The checks shared by ParseFrame, ParseUcFrame and ParseDatagramFrame; only
+// the accepted opcodes differ. A template so that the RC path keeps its
+// single opcode test.
+template <Accept kAccept>
 ParseError Parse(std::span<const uint8_t> frame, ParsedPacket* out,
                  ParseCounters* counters) {
   auto reject = [counters](ParseError e) {
@@ -323,13 +416,12 @@ ParseError Parse(std::span<const uint8_t> frame, ParsedPacket* out,
 
   const uint8_t* bth = udp + kUdpHeaderLen;
   if ((bth[1] & 0x0F) != 0) return reject(ParseError::kBthVersion);
-  const bool known = kDatagram
-                         ? bth[0] == static_cast<uint8_t>(Opcode::kUdSendOnly)
-                         : IsRcOpcode(bth[0]);
-  if (!known) return reject(ParseError::kUnknownOpcode);
+  if (!Accepts<kAccept>(bth[0])) return reject(ParseError::kUnknownOpcode);
   const Opcode op = static_cast<Opcode>(bth[0]);
   const size_t transport_len = TransportHeaderLen(op);
   const size_t after_udp = udp_len - kUdpHeaderLen;
+  // Every extension header read below lies inside transport_len
+  // (HeaderLengthsAgree), so this one check bounds them all.
   if (after_udp < transport_len + kIcrcLen) return reject(ParseError::kTruncated);
   const size_t data_len = after_udp - transport_len - kIcrcLen;
   const size_t pad = (bth[1] >> 4) & 3;
@@ -364,27 +456,57 @@ ParseError Parse(std::span<const uint8_t> frame, ParsedPacket* out,
   pkt.bth.dest_qp = Qpn(Get24(bth + 5));
   pkt.bth.ack_req = (bth[8] & 0x80) != 0;
   pkt.bth.psn = Psn(Get24(bth + 9));
+  // The extension headers in their wire order (roce.h); the DETH's reserved
+  // byte is ignored.
+  const uint16_t flags = InfoOf(op).flags;
   const uint8_t* ext = bth + kBthLen;
-  if constexpr (kDatagram) {
+  if ((flags & kOpDeth) != 0) {
     pkt.deth.qkey = Get32(ext);
     pkt.deth.src_qp = Qpn(Get24(ext + 5));
+    ext += kDethLen;
   } else {
     pkt.deth = Deth{};
   }
-  if (HasReth(op)) {
+  if ((flags & kOpReth) != 0) {
     pkt.reth.va = Get64(ext);
     pkt.reth.rkey = Rkey(Get32(ext + 8));
     pkt.reth.dma_length = Get32(ext + 12);
+    ext += kRethLen;
   } else {
     pkt.reth = Reth{};
   }
+  if ((flags & kOpAtomicEth) != 0) {
+    // Alignment of the address is the responder's to check (roce.h).
+    pkt.atomic_eth.va = Get64(ext);
+    pkt.atomic_eth.rkey = Rkey(Get32(ext + 8));
+    pkt.atomic_eth.swap_add = Get64(ext + 12);
+    pkt.atomic_eth.compare = Get64(ext + 20);
+    ext += kAtomicEthLen;
+  } else {
+    pkt.atomic_eth = AtomicEth{};
+  }
   pkt.imm = 0;
-  if (HasImm(op)) std::memcpy(&pkt.imm, ext + (HasReth(op) ? kRethLen : 0), 4);
-  if (HasAeth(op)) {
+  if ((flags & kOpImm) != 0) {
+    std::memcpy(&pkt.imm, ext, kImmDtLen);
+    ext += kImmDtLen;
+  }
+  if ((flags & kOpIeth) != 0) {
+    pkt.ieth.rkey = Rkey(Get32(ext));
+    ext += kIethLen;
+  } else {
+    pkt.ieth = Ieth{};
+  }
+  if ((flags & kOpAeth) != 0) {
     pkt.aeth.syndrome = ext[0];
     pkt.aeth.msn = Get24(ext + 1);
+    ext += kAethLen;
   } else {
     pkt.aeth = Aeth{};
+  }
+  if ((flags & kOpAtomicAckEth) != 0) {
+    pkt.atomic_ack_eth.orig_data = Get64(ext);
+  } else {
+    pkt.atomic_ack_eth = AtomicAckEth{};
   }
   pkt.payload = {bth + transport_len, data_len - pad};
   if (counters != nullptr) ++(*counters)[ParseError::kOk];
@@ -395,12 +517,17 @@ ParseError Parse(std::span<const uint8_t> frame, ParsedPacket* out,
 
 ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
                       ParseCounters* counters) {
-  return Parse</*kDatagram=*/false>(frame, out, counters);
+  return Parse<Accept::kRc>(frame, out, counters);
+}
+
+ParseError ParseUcFrame(std::span<const uint8_t> frame, ParsedPacket* out,
+                        ParseCounters* counters) {
+  return Parse<Accept::kUc>(frame, out, counters);
 }
 
 ParseError ParseDatagramFrame(std::span<const uint8_t> frame, ParsedPacket* out,
                               ParseCounters* counters) {
-  return Parse</*kDatagram=*/true>(frame, out, counters);
+  return Parse<Accept::kUd>(frame, out, counters);
 }
 
 }  // namespace rdmaplane::wire

@@ -1,9 +1,11 @@
-// Fuzz target for ParseFrame. Any input must be parsed without reading
-// outside it, with a deterministic verdict counted exactly once; an accepted
-// frame must re-encode (EncodeFrame) to the same bytes, up to the fields the
-// parser deliberately ignores. Because random edits almost always break the
-// IPv4 checksum or the ICRC, each input is also parsed with both recomputed,
-// so that edits reach the checks behind them.
+// Fuzz target for ParseFrame, ParseUcFrame and ParseDatagramFrame. Any input
+// must be parsed by each without reading outside it, with a deterministic
+// verdict counted exactly once; at most one of them may accept it (their
+// opcodes are disjoint), and an accepted frame must re-encode (EncodeFrame)
+// to the same bytes, up to the fields the parser deliberately ignores.
+// Because random edits almost always break the IPv4 checksum or the ICRC,
+// each input is also parsed with both recomputed, so that edits reach the
+// checks behind them.
 //
 // Runs under libFuzzer (link with -fsanitize=fuzzer) or, as roce_fuzz_test,
 // under fuzz_driver.cc with the golden frames as seeds.
@@ -55,19 +57,26 @@ void FixChecksums(std::span<uint8_t> frame) {
   PutIcrc(ip + ip_len - kIcrcLen, ComputeIcrc({ip, ip_len - kIcrcLen}));
 }
 
+// The bytes of the extension headers the codec reads and writes for `op`.
+size_t KnownHeadersLen(Opcode op) {
+  return (HasDeth(op) ? kDethLen : 0) + (HasReth(op) ? kRethLen : 0) +
+         (HasAtomicEth(op) ? kAtomicEthLen : 0) + (HasImm(op) ? kImmDtLen : 0) +
+         (HasIeth(op) ? kIethLen : 0) + (HasAeth(op) ? kAethLen : 0) +
+         (HasAtomicAckEth(op) ? kAtomicAckEthLen : 0);
+}
+
 // Sets the bits the parser accepts with any value to what EncodeFrame
 // writes: IPv4 identification, the DF and reserved flag bits (not MF or the
-// fragment offset), UDP checksum, BTH reserved bits, pad bytes and the
-// extension headers the codec has no fields for (those of opcodes rdmaplane
-// does not serve, which EncodeFrame writes as zeros), then recomputes the
+// fragment offset), UDP checksum, BTH reserved bits, the DETH's reserved
+// byte, pad bytes and the extension headers the codec has no fields for
+// (FLUSH's, which EncodeFrame writes as zeros), then recomputes the
 // checksums. The parser has verified the checksums, so a frame that already
 // had these values comes out unchanged.
 void Canonicalize(std::span<uint8_t> frame, Opcode op, size_t pad) {
-  const size_t known = (HasReth(op) ? kRethLen : 0) +
-                       (HasAeth(op) ? kAethLen : 0) +
-                       (HasDeth(op) ? kDethLen : 0);
+  const size_t known = KnownHeadersLen(op);
   std::memset(frame.data() + kBthOffset + kBthLen + known, 0,
               InfoOf(op).header_len - known);
+  if (HasDeth(op)) frame[kBthOffset + kBthLen + 4] = 0;
   uint8_t* ip = frame.data() + kIpOffset;
   Put16(ip + 4, 0);
   ip[6] = static_cast<uint8_t>((ip[6] & 0x3F) | 0x40);
@@ -89,22 +98,51 @@ bool SamePacket(const ParsedPacket& a, const ParsedPacket& b) {
          a.bth.psn == b.bth.psn && a.reth.va == b.reth.va &&
          a.reth.rkey == b.reth.rkey && a.reth.dma_length == b.reth.dma_length &&
          a.aeth.syndrome == b.aeth.syndrome && a.aeth.msn == b.aeth.msn &&
+         a.deth.qkey == b.deth.qkey && a.deth.src_qp == b.deth.src_qp &&
+         a.atomic_eth.va == b.atomic_eth.va &&
+         a.atomic_eth.rkey == b.atomic_eth.rkey &&
+         a.atomic_eth.swap_add == b.atomic_eth.swap_add &&
+         a.atomic_eth.compare == b.atomic_eth.compare &&
+         a.atomic_ack_eth.orig_data == b.atomic_ack_eth.orig_data &&
+         a.ieth.rkey == b.ieth.rkey && a.imm == b.imm &&
          a.payload.size() == b.payload.size() &&
          (a.payload.empty() || std::memcmp(a.payload.data(), b.payload.data(),
                                            a.payload.size()) == 0);
 }
 
-void CheckFrame(std::span<const uint8_t> frame) {
+using Parser = ParseError (*)(std::span<const uint8_t>, ParsedPacket*,
+                              ParseCounters*);
+
+// One parser and the opcodes it may return.
+struct Transport {
+  Parser parse;
+  bool (*takes)(uint8_t opcode);
+};
+
+constexpr Transport kTransports[] = {
+    {&ParseFrame, [](uint8_t op) { return IsRcOpcode(op); }},
+    {&ParseUcFrame,
+     [](uint8_t op) {
+       return IsUcOpcode(op) && IsDefined(static_cast<Opcode>(op));
+     }},
+    {&ParseDatagramFrame,
+     [](uint8_t op) {
+       return IsUdOpcode(op) && IsDefined(static_cast<Opcode>(op));
+     }},
+};
+
+// Returns true when `t` accepted the frame.
+bool CheckFrameWith(const Transport& t, std::span<const uint8_t> frame) {
   ParsedPacket pkt;
   ParseCounters counters;
-  const ParseError verdict = ParseFrame(frame, &pkt, &counters);
+  const ParseError verdict = t.parse(frame, &pkt, &counters);
   FUZZ_CHECK(verdict < ParseError::kNumReasons);
   uint64_t counted = 0;
   for (uint64_t c : counters.by_reason) counted += c;
   FUZZ_CHECK(counted == 1 && counters[verdict] == 1);
   ParsedPacket again;
-  FUZZ_CHECK(ParseFrame(frame, &again) == verdict);
-  if (verdict != ParseError::kOk) return;
+  FUZZ_CHECK(t.parse(frame, &again, nullptr) == verdict);
+  if (verdict != ParseError::kOk) return false;
   FUZZ_CHECK(SamePacket(pkt, again));
 
   // The accepted frame is the IPv4 packet; anything after it is Ethernet
@@ -112,7 +150,7 @@ void CheckFrame(std::span<const uint8_t> frame) {
   const size_t frame_len = kIpOffset + Get16(frame.data() + kIpOffset + 2);
   const Opcode op = pkt.bth.opcode;
   FUZZ_CHECK(frame_len <= frame.size());
-  FUZZ_CHECK(IsRcOpcode(static_cast<uint8_t>(op)));
+  FUZZ_CHECK(t.takes(static_cast<uint8_t>(op)));
   FUZZ_CHECK(pkt.payload.empty() || CarriesPayload(op));
   FUZZ_CHECK(FrameLength(op, pkt.payload.size()) == frame_len);
   FUZZ_CHECK(pkt.bth.pad_count == (4 - pkt.payload.size() % 4) % 4);
@@ -132,6 +170,11 @@ void CheckFrame(std::span<const uint8_t> frame) {
   h.bth = pkt.bth;
   h.reth = pkt.reth;
   h.aeth = pkt.aeth;
+  h.deth = pkt.deth;
+  h.atomic_eth = pkt.atomic_eth;
+  h.atomic_ack_eth = pkt.atomic_ack_eth;
+  h.ieth = pkt.ieth;
+  h.imm = pkt.imm;
   std::vector<uint8_t> encoded(frame_len);
   FUZZ_CHECK(EncodeFrame(h, pkt.payload, encoded) == frame_len);
 
@@ -140,8 +183,17 @@ void CheckFrame(std::span<const uint8_t> frame) {
   FUZZ_CHECK(encoded == expected);
 
   ParsedPacket reparsed;
-  FUZZ_CHECK(ParseFrame(encoded, &reparsed) == ParseError::kOk);
+  FUZZ_CHECK(t.parse(encoded, &reparsed, nullptr) == ParseError::kOk);
   FUZZ_CHECK(SamePacket(pkt, reparsed));
+  return true;
+}
+
+void CheckFrame(std::span<const uint8_t> frame) {
+  int accepted = 0;
+  for (const Transport& t : kTransports) {
+    if (CheckFrameWith(t, frame)) ++accepted;
+  }
+  FUZZ_CHECK(accepted <= 1);
 }
 
 }  // namespace

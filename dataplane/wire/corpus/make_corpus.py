@@ -4,8 +4,8 @@
 Seeds come from two encoders: the project's golden frames (the pcap that
 //dataplane/wire:golden_frames writes), and frames built here with scapy's
 RoCE layers (scapy.contrib.roce: BTH and AETH, with scapy's own ICRC and
-IPv4 checksum; RETH, DETH and ImmDt packed by hand), so the parsers also
-see frames no code of this project encoded.
+IPv4 checksum; RETH, DETH, ImmDt, AtomicETH, AtomicAckETH and IETH packed by
+hand), so the parsers also see frames no code of this project encoded.
 
 Usage (from the repository root):
   bazel run //dataplane/wire:golden_frames -- /tmp/g.pcap /tmp/g.json
@@ -40,11 +40,34 @@ OP = {
     "WRITE_ONLY": 0x0A, "WRITE_ONLY_IMM": 0x0B, "READ_REQUEST": 0x0C,
     "READ_RESPONSE_FIRST": 0x0D, "READ_RESPONSE_LAST": 0x0F,
     "READ_RESPONSE_ONLY": 0x10, "ACK": 0x11,
+    "ATOMIC_ACK": 0x12, "COMPARE_SWAP": 0x13, "FETCH_ADD": 0x14,
+    "SEND_LAST_INV": 0x16, "SEND_ONLY_INV": 0x17,
+    "UC_SEND_FIRST": 0x20, "UC_SEND_LAST_IMM": 0x23, "UC_SEND_ONLY_IMM": 0x25,
+    "UC_WRITE_FIRST": 0x26, "UC_WRITE_MIDDLE": 0x27, "UC_WRITE_ONLY": 0x2A,
+    "UC_WRITE_ONLY_IMM": 0x2B,
+    "UD_SEND_ONLY": 0x64, "UD_SEND_ONLY_IMM": 0x65,
 }
+# Queue pairs of the other peers of the golden frames, which serve atomics,
+# invalidation, UC and UD.
+ATOMIC_QPN, UC_QPN, UD_QPN = 0x126, 0x127, 0x128
+ATOMIC_VA, ATOMIC_RKEY, UD_QKEY = 0x00007F3A9ABC0040, 0x00045A11, 0x0000C0DE
 
 
 def reth(va, rkey, length):
     return struct.pack("!QII", va, rkey, length)
+
+
+def deth(qkey, src_qp):
+    """Q_Key, a reserved byte, the 24-bit source QP."""
+    return struct.pack("!II", qkey, src_qp & 0xFFFFFF)
+
+
+def atomic_eth(va, rkey, swap_add, compare):
+    return struct.pack("!QIQQ", va, rkey, swap_add, compare)
+
+
+def ieth(rkey):
+    return struct.pack("!I", rkey)
 
 
 def roce(op, psn, dqpn=RESP_QPN, ext=b"", payload=b"", ackreq=False,
@@ -78,6 +101,17 @@ def aeth_frame(op, psn, syndrome, msn, payload=b""):
     if payload:
         pkt = pkt / Raw(payload + b"\0" * pad)
     return bytes(pkt)
+
+
+def atomic_ack_frame(psn, msn, orig_data, syndrome=0x1F):
+    """An ATOMIC ACKNOWLEDGE: scapy's AETH, then the AtomicAckETH."""
+    return bytes(Ether(src=RESP_MAC, dst=REQ_MAC) /
+                 IP(src=RESP_IP, dst=REQ_IP, tos=26 << 2 | 2, ttl=64,
+                    flags="DF", id=0) /
+                 UDP(sport=0xC126, dport=ROCE_PORT, chksum=0) /
+                 BTH(opcode=OP["ATOMIC_ACK"], dqpn=0x14, psn=psn) /
+                 AETH(syndrome=syndrome, msn=msn) /
+                 Raw(struct.pack("!Q", orig_data)))
 
 
 def pattern(n, seed):
@@ -123,6 +157,59 @@ def scapy_rc_frames():
                            payload=pattern(4, 10), pkey=0x8001),
     }
     return out
+
+
+def scapy_other_frames():
+    """Named single frames of the opcodes rdmaplane's queue pairs do not
+    serve but its codec reads: atomics (one at a misaligned address, which
+    is the responder's to refuse), invalidation, UC and UD."""
+    base = 0x000300
+    a, u, d = ATOMIC_QPN, UC_QPN, UD_QPN
+    return {
+        "compare-swap": roce(OP["COMPARE_SWAP"], base, dqpn=a,
+                             ext=atomic_eth(ATOMIC_VA, ATOMIC_RKEY,
+                                            0xFFFFFFFFFFFFFFFF, 5),
+                             ackreq=True),
+        "fetch-add-misaligned": roce(OP["FETCH_ADD"], base + 1, dqpn=a,
+                                     ext=atomic_eth(ATOMIC_VA + 3,
+                                                    ATOMIC_RKEY, 1, 0),
+                                     ackreq=True),
+        "atomic-ack": atomic_ack_frame(base, 1, 0x0123456789ABCDEF),
+        "atomic-ack-nak": atomic_ack_frame(base + 1, 1, 0, syndrome=0x61),
+        "send-only-inv": roce(OP["SEND_ONLY_INV"], base + 2, dqpn=a,
+                              ext=ieth(ATOMIC_RKEY), payload=pattern(20, 11),
+                              ackreq=True),
+        "send-last-inv": roce(OP["SEND_LAST_INV"], base + 3, dqpn=a,
+                              ext=ieth(0xFFFFFFFF), payload=pattern(3, 12),
+                              ackreq=True),
+        "uc-send-first": roce(OP["UC_SEND_FIRST"], base, dqpn=u,
+                              payload=pattern(64, 13)),
+        "uc-send-last-imm": roce(OP["UC_SEND_LAST_IMM"], base + 1, dqpn=u,
+                                 ext=struct.pack("!I", 0xA1B2C3D4),
+                                 payload=pattern(5, 14)),
+        "uc-send-only-imm": roce(OP["UC_SEND_ONLY_IMM"], base, dqpn=u,
+                                 ext=struct.pack("!I", 3),
+                                 payload=pattern(22, 15)),
+        "uc-write-first": roce(OP["UC_WRITE_FIRST"], base, dqpn=u,
+                               ext=reth(WRITE_VA, WRITE_RKEY, 2 * PMTU),
+                               payload=pattern(PMTU, 16)),
+        "uc-write-middle": roce(OP["UC_WRITE_MIDDLE"], base + 1, dqpn=u,
+                                payload=pattern(PMTU, 17)),
+        "uc-write-only": roce(OP["UC_WRITE_ONLY"], base, dqpn=u,
+                              ext=reth(WRITE_VA, WRITE_RKEY, 9),
+                              payload=pattern(9, 18)),
+        "uc-write-only-imm": roce(OP["UC_WRITE_ONLY_IMM"], base, dqpn=u,
+                                  ext=reth(WRITE_VA, WRITE_RKEY, 2) +
+                                  struct.pack("!I", 0xFFFFFFFF),
+                                  payload=pattern(2, 19)),
+        "ud-send-only": roce(OP["UD_SEND_ONLY"], base, dqpn=d,
+                             ext=deth(UD_QKEY, 0x16),
+                             payload=pattern(40, 20)),
+        "ud-send-only-imm": roce(OP["UD_SEND_ONLY_IMM"], base, dqpn=d,
+                                 ext=deth(0xFFFFFFFF, 0xFFFFFF) +
+                                 struct.pack("!I", 0x12345678),
+                                 payload=pattern(13, 21)),
+    }
 
 
 def scapy_cm_frames(golden_cm):
@@ -372,6 +459,8 @@ def main():
     roce_files = {"golden-%02d" % i: f for i, f in enumerate(rc)}
     roce_files.update(
         {"scapy-" + k: v for k, v in scapy_rc_frames().items()})
+    roce_files.update(
+        {"scapy-" + k: v for k, v in scapy_other_frames().items()})
     write_all(os.path.join(root, "roce"), roce_files)
     cm_files = {"golden-cm-%02d" % i: f for i, f in enumerate(cm)}
     cm_files.update({"golden-arp-%02d" % i: f for i, f in enumerate(arp)})
