@@ -122,6 +122,10 @@ class Client {
   // the old handle must have been reported first (it is at ERR, drained).
   absl::StatusOr<rdp_conn> ResetQueuePair(rdp_conn conn);
   absl::StatusOr<shm::DeviceInfo> QueryDevice();
+  // The session's setup socket: its peer shuts down (POLLRDHUP) when the
+  // daemon ends the session or dies. For a watcher that waits on it with
+  // poll(2); only the client reads it (the answers of setup messages).
+  int session_fd() const { return sock_; }
   // Posts a WRITE, READ or SEND (shm::kSendWrite / kSendRead / kSendSend)
   // of the SGL; a WRITE or READ to the peer's memory at remote_address
   // under rkey, which the peer's daemon checks. `flags` may add

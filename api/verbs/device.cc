@@ -3,6 +3,7 @@
 // attributes, GIDs and asynchronous events.
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/eventfd.h>
@@ -102,6 +103,118 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
   return 0;
 }
 
+bool IsQpEvent(ibv_event_type type) {
+  switch (type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void RaiseAsyncEvent(Context* c, const ibv_async_event& event) {
+  std::lock_guard<std::mutex> lock(c->async_mu);
+  if (event.event_type == IBV_EVENT_DEVICE_FATAL) {
+    if (c->device_fatal) return;
+    c->device_fatal = true;
+  }
+  c->async_events.push_back(event);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(c->ctx.async_fd, &one, sizeof(one));
+}
+
+void ForgetAsyncEvents(Qp* q) {
+  Context* c = q->owner;
+  std::unique_lock<std::mutex> lock(c->async_mu);
+  auto& events = c->async_events;
+  const size_t before = events.size();
+  events.erase(std::remove_if(events.begin(), events.end(),
+                              [q](const ibv_async_event& e) {
+                                return IsQpEvent(e.event_type) &&
+                                       e.element.qp == &q->qp;
+                              }),
+               events.end());
+  // One count on the fd each: take them back.
+  if (const uint64_t gone = before - events.size(); gone > 0) {
+    uint64_t count = 0;
+    const int flags = fcntl(c->ctx.async_fd, F_GETFL);
+    fcntl(c->ctx.async_fd, F_SETFL, flags | O_NONBLOCK);
+    if (read(c->ctx.async_fd, &count, sizeof(count)) == sizeof(count) &&
+        count > gone) {
+      count -= gone;
+      [[maybe_unused]] ssize_t n =
+          write(c->ctx.async_fd, &count, sizeof(count));
+    }
+    fcntl(c->ctx.async_fd, F_SETFL, flags);
+  }
+  // ibv_destroy_qp(3): every event taken must be acknowledged first.
+  c->async_acked.wait(lock,
+                      [q] { return q->events_acked >= q->events_taken; });
+}
+
+// The watcher: the session's socket hangs up when the daemon is gone; that is IBV_EVENT_DEVICE_FATAL. Sleeps in poll(2) until
+// then, or until the context closes; with queue pairs, wakes every 100 ms
+// to gather what the transport ended (Pump raises their events).
+void Watch(Context* c) {
+  constexpr int kQpLookMs = 100;
+  // POLLRDHUP, not POLLIN: the client reads setup answers on the socket
+  // (arenas it hands over), so data there says nothing; the daemon's end
+  // shutting down does.
+  pollfd fds[2] = {{c->client->session_fd(), POLLRDHUP, 0},
+                   {c->watcher_kick, POLLIN, 0}};
+  while (!c->watcher_quit.load()) {
+    const int timeout =
+        c->qp_count.load(std::memory_order_relaxed) > 0 ? kQpLookMs : -1;
+    const int n = poll(fds, 2, timeout);
+    if (n < 0 && errno != EINTR) return;
+    if (n > 0 && fds[1].revents != 0) {
+      uint64_t count;
+      [[maybe_unused]] ssize_t r = read(c->watcher_kick, &count, sizeof(count));
+      continue;  // a queue pair came, or the context closes
+    }
+    if (n > 0 && (fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+      ibv_async_event event{};
+      event.event_type = IBV_EVENT_DEVICE_FATAL;
+      RaiseAsyncEvent(c, event);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(c->mu);
+    for (Qp* q : c->qps) {
+      std::lock_guard<std::mutex> qp_lock(q->mu);
+      if (q->conn != 0 && !q->life.ShouldFlush() &&
+          c->client->ConnectionEnded(q->conn)) {
+        Pump(q);
+      }
+    }
+  }
+}
+
+void KickWatcher(Context* c) {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(c->watcher_kick, &one, sizeof(one));
+}
+
+void StartWatcher(Context* c) {
+  c->watcher_kick = eventfd(0, EFD_CLOEXEC);
+  if (c->watcher_kick >= 0) c->watcher = std::thread(Watch, c);
+}
+
+void StopWatcher(Context* c) {
+  if (c->watcher_kick < 0) return;
+  c->watcher_quit.store(true);
+  KickWatcher(c);
+  if (c->watcher.joinable()) c->watcher.join();
+  close(c->watcher_kick);
+  c->watcher_kick = -1;
+}
+
 }  // namespace rdmaplane::verbs
 
 using namespace rdmaplane;         // NOLINT
@@ -164,8 +277,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c->info = *info;
   c->ctx.device = device;
   c->ctx.cmd_fd = -1;
-  // No asynchronous events are ever raised: a reader of this fd (or of
-  // ibv_get_async_event) waits, as on a device where nothing goes wrong.
+  // Counts the asynchronous events raised and not taken (RaiseAsyncEvent).
   c->ctx.async_fd = eventfd(0, EFD_CLOEXEC);
   c->ctx.num_comp_vectors = 1;
   pthread_mutex_init(&c->ctx.mutex, nullptr);
@@ -182,11 +294,13 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ops.alloc_mw = AllocMw;
   ops.bind_mw = BindMw;
   ops.dealloc_mw = DeallocMw;
+  StartWatcher(c);
   return &c->ctx;
 }
 
 int ibv_close_device(ibv_context* context) {
   Context* c = Ctx(context);
+  StopWatcher(c);
   if (c->ctx.async_fd >= 0) close(c->ctx.async_fd);
   pthread_mutex_destroy(&c->ctx.mutex);
   delete c;  // the session ends: the daemon lets go of everything in it
@@ -287,18 +401,36 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries,
                                                                        : -EIO;
 }
 
-// Blocks until an event: none ever comes (see ibv_open_device's async_fd);
-// with O_NONBLOCK set on the fd, fails with EAGAIN.
+// Blocks until an event is raised (ibv_get_async_event(3)); with
+// O_NONBLOCK set on async_fd, fails with EAGAIN when there is none.
 int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  Context* c = Ctx(context);
   uint64_t count = 0;
   while (read(context->async_fd, &count, sizeof(count)) != sizeof(count)) {
     if (errno != EINTR) return -1;
   }
-  std::memset(event, 0, sizeof(*event));
-  event->event_type = IBV_EVENT_DEVICE_FATAL;
+  std::lock_guard<std::mutex> lock(c->async_mu);
+  // An eventfd read takes the whole count: give back all but one.
+  if (count > 1) {
+    const uint64_t rest = count - 1;
+    [[maybe_unused]] ssize_t n = write(context->async_fd, &rest, sizeof(rest));
+  }
+  if (c->async_events.empty()) {
+    errno = EAGAIN;
+    return -1;
+  }
+  *event = c->async_events.front();
+  c->async_events.pop_front();
+  if (IsQpEvent(event->event_type)) ++QpOf(event->element.qp)->events_taken;
   return 0;
 }
 
-void ibv_ack_async_event(ibv_async_event*) {}
+void ibv_ack_async_event(ibv_async_event* event) {
+  if (event == nullptr || !IsQpEvent(event->event_type)) return;
+  Context* c = Ctx(event->element.qp->context);
+  std::lock_guard<std::mutex> lock(c->async_mu);
+  ++QpOf(event->element.qp)->events_acked;
+  c->async_acked.notify_all();
+}
 
 }  // extern "C"

@@ -39,6 +39,7 @@
 //   2. Channel::mu      a completion channel's CQ list and events
 //   3. Cq::mu           a CQ's queue-pair lists, arming and event counts
 //   4. Qp::mu           a queue pair's posts, completions and state
+//   5. Context::async_mu  the context's asynchronous events
 // A notifier thread waiting on a queue pair's doorbell holds none of them
 // (Qp::waiters keeps the queue pair alive meanwhile).
 #ifndef RDMAPLANE_API_VERBS_OBJECTS_H_
@@ -94,6 +95,8 @@ struct Device {
 // (query_device_ex, query_port, create_cq_ex, ...) just before the
 // ibv_context the application holds, and fail with EOPNOTSUPP where one is
 // not set.
+struct Qp;
+
 struct Context {
   verbs_context vctx;  // first: Ctx() finds the Context from its context
   ibv_context& ctx = vctx.context;
@@ -101,6 +104,23 @@ struct Context {
   std::unique_ptr<Client> client;
   shm::DeviceInfo info{};
   std::mutex mu;  // control calls
+  // Asynchronous events (ibv_get_async_event(3)): raised here, counted on
+  // ctx.async_fd (an eventfd the application may poll), taken in order.
+  std::mutex async_mu;  // the last lock taken: nothing is locked under it
+  std::deque<ibv_async_event> async_events;
+  std::condition_variable async_acked;  // an event of a queue pair acked
+  bool device_fatal = false;            // raised once
+  // Its queue pairs (guarded by mu), which the watcher looks at.
+  std::vector<Qp*> qps;
+  std::atomic<size_t> qp_count{0};
+  // Waits on the session's socket: the daemon gone raises
+  // IBV_EVENT_DEVICE_FATAL. While the context has queue pairs it also
+  // looks at them every 100 ms, so that a connection the transport ended
+  // raises its event even when nobody polls its CQs. Woken through
+  // watcher_kick (an eventfd), stopped with watcher_quit too.
+  std::thread watcher;
+  int watcher_kick = -1;
+  std::atomic<bool> watcher_quit{false};
 };
 
 struct Pd {
@@ -189,6 +209,13 @@ struct Qp {
   // they were when it was armed.
   uint64_t gathered[2] = {0, 0};
   uint64_t gathered_solicited[2] = {0, 0};
+  // Its asynchronous events taken by ibv_get_async_event and acknowledged
+  // (guarded by the context's async_mu): ibv_destroy_qp waits for the acks.
+  uint32_t events_taken = 0;
+  uint32_t events_acked = 0;
+  // EnterError is ending the connection for the application: what Pump
+  // sees end is no transport failure (no event).
+  bool stopping = false;
   // ibv_get_cq_event's notifier sleeps on this queue pair's doorbell:
   // ibv_destroy_qp waits until it is done.
   std::atomic<int> waiters{0};
@@ -238,6 +265,20 @@ int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out,
               size_t out_len);
 int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
                   ibv_device_attr_ex* out, size_t out_size);
+
+// Whether an event names a queue pair (element.qp).
+bool IsQpEvent(ibv_event_type type);
+// Raises an asynchronous event on the context (and wakes its async_fd).
+// Caller may hold any lock but async_mu.
+void RaiseAsyncEvent(Context* c, const ibv_async_event& event);
+// Drops the events of `q` not yet taken, and waits until those taken are
+// acknowledged (ibv_destroy_qp).
+void ForgetAsyncEvents(Qp* q);
+// Starts and stops a context's watcher thread.
+void StartWatcher(Context* c);
+void StopWatcher(Context* c);
+// Wakes the watcher (a queue pair was added).
+void KickWatcher(Context* c);
 
 // --- Posting and completions (post.cc) -------------------------------------
 

@@ -171,6 +171,16 @@ void Pump(Qp* q) {
     }
     if (n < 64) break;
   }
+  if (ended && !q->life.ShouldFlush() && !q->stopping) {
+    // The transport ended the connection and no completion says so (our
+    // responder refused the peer's request, the daemon went away): the
+    // queue pair's affiliated error is an asynchronous event.
+    SetError(q);
+    ibv_async_event event{};
+    event.event_type = IBV_EVENT_QP_FATAL;
+    event.element.qp = &q->qp;
+    RaiseAsyncEvent(q->owner, event);
+  }
   if (ended) SetError(q);
   if (q->life.ShouldFlush()) FlushReceives(q);
 }

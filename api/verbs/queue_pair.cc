@@ -70,7 +70,9 @@ void EnterError(Qp* q) {
   // finished, the rest flushed.
   absl::Status s =
       q->owner->client->ModifyQueuePair(q->conn, shm::kQpToErr, shm::QpPeer{});
+  q->stopping = true;  // what ends now is the application's doing
   Pump(q);
+  q->stopping = false;
   SetError(q);
   if (!s.ok()) ReportFailure(s);
   // What the daemon did not end (it did not answer): flushed here.
@@ -185,6 +187,9 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
     std::lock_guard<std::mutex> cq_lock(q->rcq->mu);
     q->rcq->recv_qps.push_back(q.get());
   }
+  c->qps.push_back(q.get());
+  c->qp_count.fetch_add(1);
+  KickWatcher(c);  // it looks at queue pairs from now on
   return &q.release()->qp;
 }
 
@@ -340,7 +345,11 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
     v.erase(std::remove(v.begin(), v.end(), q), v.end());
   }
   while (q->waiters.load() > 0) usleep(100);
+  // Its events not taken go; those taken must be acknowledged first.
+  ForgetAsyncEvents(q);
   std::lock_guard<std::mutex> lock(c->mu);
+  c->qps.erase(std::remove(c->qps.begin(), c->qps.end(), q), c->qps.end());
+  c->qp_count.fetch_sub(1);
   {
     std::lock_guard<std::mutex> qp_lock(q->mu);
     if (q->conn != 0) (void)c->client->Disconnect(q->conn);

@@ -5,6 +5,7 @@
  * and what rdmaplane documents it serves and refuses (docs/verbs.md).
  *
  *   conformance_test IP_OF_RDMAPLANE0 IP_OF_RDMAPLANE1
+ *   conformance_test --device-fatal
  *
  * Run with RDMAPLANE_SOCKET=A:B naming two daemons joined by a data port
  * (conformance_test.sh starts them): this one process opens rdmaplane0 and
@@ -1707,6 +1708,72 @@ static void expect_error(struct bufs* b, const char* what,
   free_pair(&p);
 }
 
+/* Waits (bounded) until context c has an asynchronous event: async_fd
+ * polls readable. */
+static bool async_ready(struct ibv_context* c, int timeout_ms) {
+  struct pollfd p = {c->async_fd, POLLIN, 0};
+  return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
+}
+
+/* ibv_get_async_event(3): a queue pair that the transport ends without a
+ * completion to say so (here, the responder of a WRITE it refused) raises
+ * IBV_EVENT_QP_FATAL on its context, whether or not its CQ is polled; the
+ * context's async_fd polls readable; the requester, whose completion
+ * carries the error, raises none. */
+static void t_async_events(struct bufs* b) {
+  step("asynchronous events");
+  struct ibv_context* c0 = g_dev[0].ctx;
+  struct ibv_context* c1 = g_dev[1].ctx;
+  check(!async_ready(c0, 0) && !async_ready(c1, 0),
+        "no asynchronous event is pending before the checks",
+        "an event is pending");
+  struct pair p;
+  if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    struct ibv_sge sge = sge_of(b->local, 4096, b->lmr->lkey);
+    struct ibv_send_wr w =
+        rdma_wr(IBV_WR_RDMA_WRITE, 1300, &sge, 1, raddr(b, 0),
+                b->rmr->rkey ^ 0x5A5A00u, IBV_SEND_SIGNALED);
+    struct ibv_send_wr* bad = NULL;
+    const int r = ibv_post_send(p.s[0].qp, &w, &bad);
+    struct ibv_wc wc;
+    const int got = r == 0 ? wait_wcs(p.s[0].cq, &wc, 1, 10000) : 0;
+    check(got == 1 && wc.status == IBV_WC_REM_ACCESS_ERR,
+          "events: a WRITE with a wrong rkey fails", "post %d, %d completions",
+          r, got);
+    /* Nobody polls the responder's CQ. */
+    const bool ready = async_ready(c1, 5000);
+    check(ready, "the responder's context's async_fd polls readable",
+          "nothing within 5 s");
+    if (ready) {
+      struct ibv_async_event ev;
+      memset(&ev, 0, sizeof(ev));
+      const int g = ibv_get_async_event(c1, &ev);
+      check(g == 0 && ev.event_type == IBV_EVENT_QP_FATAL &&
+                ev.element.qp == p.s[1].qp,
+            "the responder's queue pair raises IBV_EVENT_QP_FATAL",
+            "returned %d, event %s, qp %p (responder's %p)", g,
+            ibv_event_type_str(ev.event_type), (void*)ev.element.qp,
+            (void*)p.s[1].qp);
+      if (g == 0) ibv_ack_async_event(&ev);
+      check_state(p.s[1].qp, IBV_QPS_ERR, "the responder's QP is then in ERR");
+    }
+    check(!async_ready(c0, 200),
+          "the requester, whose completion says it, raises no event",
+          "an event came");
+    /* With O_NONBLOCK and nothing pending: EAGAIN. */
+    const int flags = fcntl(c1->async_fd, F_GETFL);
+    fcntl(c1->async_fd, F_SETFL, flags | O_NONBLOCK);
+    struct ibv_async_event none;
+    errno = 0;
+    const int g = ibv_get_async_event(c1, &none);
+    check(g == -1 && errno == EAGAIN,
+          "ibv_get_async_event with nothing pending and O_NONBLOCK: EAGAIN",
+          "returned %d errno %d", g, errno);
+    fcntl(c1->async_fd, F_SETFL, flags);
+  }
+  free_pair(&p);
+}
+
 static void t_remote_errors(struct bufs* b) {
   step("remote access errors");
   struct ibv_sge sge = sge_of(b->local, 4096, b->lmr->lkey);
@@ -3100,7 +3167,44 @@ static void t_recv_events(struct bufs* b) {
 
 /* --- Main -------------------------------------------------------------- */
 
+/* conformance --device-fatal: opens the first device, says "ready", and
+ * waits in ibv_get_async_event until IBV_EVENT_DEVICE_FATAL, which must
+ * come when the daemon goes (conformance_test.sh stops it). */
+static int device_fatal_mode(void) {
+  step("IBV_EVENT_DEVICE_FATAL when the daemon goes");
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  if (!check(list != NULL && n >= 1, "a device to open", "%d devices", n)) {
+    return 1;
+  }
+  struct ibv_context* c = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  if (!check(c != NULL, "ibv_open_device", "errno %d", errno)) return 1;
+  printf("ready\n");
+  fflush(stdout);
+  alarm(30);
+  struct ibv_async_event ev;
+  memset(&ev, 0, sizeof(ev));
+  const int r = ibv_get_async_event(c, &ev);
+  check(r == 0 && ev.event_type == IBV_EVENT_DEVICE_FATAL,
+        "the daemon gone raises IBV_EVENT_DEVICE_FATAL", "returned %d, %s", r,
+        ibv_event_type_str(ev.event_type));
+  if (r == 0) ibv_ack_async_event(&ev);
+  check(!async_ready(c, 100), "it is raised once", "another event came");
+  ibv_close_device(c);
+  alarm(0);
+  return g_failed == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 2 && strcmp(argv[1], "--device-fatal") == 0) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+    return device_fatal_mode();
+  }
   if (argc != 3) {
     fprintf(stderr, "usage: %s IP_OF_RDMAPLANE0 IP_OF_RDMAPLANE1\n", argv[0]);
     return 2;
@@ -3133,6 +3237,7 @@ int main(int argc, char** argv) {
       t_max_send_wr(&b);
       t_shared_cq(&b);
       t_remote_errors(&b);
+      t_async_events(&b);
       t_local_errors(&b);
       t_peer_gone(&b);
       t_modify_to_err(&b);

@@ -51,7 +51,33 @@ fi
   e2e_fail "the conformance checks exited 0 without a clean summary: ${summary:-none}"
 e2e_log "$summary"
 
-# The daemons survived every error the checks provoked.
+# IBV_EVENT_DEVICE_FATAL: a process waiting in ibv_get_async_event on
+# rdmaplane0 = B learns that B went, when B stops (after the check that it
+# survived every error the checks provoked and stops cleanly).
+fatal_out="$E2E_TMP/device_fatal.out"
+RDMAPLANE_SOCKET="$sock_b" timeout --kill-after=5 60 \
+  "$conformance_bin" --device-fatal >"$fatal_out" 2>&1 &
+fatal_pid=$!
+ready=0
+for _ in $(seq 1 300); do
+  if grep -qx ready "$fatal_out"; then
+    ready=1
+    break
+  fi
+  if ! kill -0 "$fatal_pid" 2>/dev/null; then break; fi
+  sleep 0.1
+done
+if [[ $ready -ne 1 ]]; then
+  sed 's/^/    /' "$fatal_out"
+  e2e_fail "conformance --device-fatal did not open the device within 30 s"
+fi
 e2e_check_clean_stop b
+fatal_status=0
+wait "$fatal_pid" || fatal_status=$?
+sed 's/^/    /' "$fatal_out"
+if [[ $fatal_status -ne 0 ]]; then
+  e2e_fail "conformance --device-fatal exited with status $fatal_status"
+fi
+e2e_log "IBV_EVENT_DEVICE_FATAL came when daemon b stopped"
 e2e_check_clean_stop a
 e2e_log "ok in $(e2e_since "$test_start") s"
