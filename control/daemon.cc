@@ -377,6 +377,7 @@ ControlResponse Daemon::QueryDevice() const {
   d.max_cqe = shm::kCompletionRingEntries;
   d.max_sge = shm::kMaxSge;
   d.max_rd_atomic = static_cast<uint8_t>(rc::QpConfig{}.max_rd_atomic);
+  d.link_up = port_ != nullptr && port_->LinkUp() ? 1 : 0;
   ControlResponse resp = Reply(shm::kStatusOk);
   resp.descriptor_length = sizeof(d);
   std::memcpy(resp.descriptor, &d, sizeof(d));

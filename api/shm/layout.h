@@ -198,7 +198,8 @@ struct DeviceInfo {
   uint32_t max_cqe;    // completion ring entries
   uint8_t max_sge;
   uint8_t max_rd_atomic;
-  uint8_t reserved[2];
+  uint8_t link_up;  // 1: the data port's link is up (a peer is there)
+  uint8_t reserved;
 };
 static_assert(sizeof(DeviceInfo) == kDescriptorBytes);
 

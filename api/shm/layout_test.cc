@@ -295,6 +295,7 @@ TEST(LayoutAbi, VerbsMessages) {
   EXPECT_EQ(offsetof(DeviceInfo, max_cqe), 24u);
   EXPECT_EQ(offsetof(DeviceInfo, max_sge), 28u);
   EXPECT_EQ(offsetof(DeviceInfo, max_rd_atomic), 29u);
+  EXPECT_EQ(offsetof(DeviceInfo, link_up), 30u);
   EXPECT_EQ(sizeof(DeviceInfo), kDescriptorBytes);
   EXPECT_EQ(kOpAllocPd, 10u);
   EXPECT_EQ(kOpDeallocPd, 11u);

@@ -69,9 +69,19 @@ Device* DeviceOf(ibv_device* dev) {
 int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out,
               size_t out_len) {
   if (port_num != 1) return EINVAL;
-  const shm::DeviceInfo& info = Ctx(context)->info;
+  Context* c = Ctx(context);
+  const shm::DeviceInfo& info = c->info;
+  // The link as it is now: asked from the daemon (the data port's link is
+  // up while its peer is there).
+  bool link_up = false;
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    auto now = c->client->QueryDevice();
+    if (!now.ok()) return ErrnoOf(now.status());
+    link_up = now->ip != 0 && now->link_up != 0;
+  }
   ibv_port_attr a{};
-  a.state = info.ip != 0 ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  a.state = link_up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a.max_mtu = IBV_MTU_4096;
   a.active_mtu = MtuEnum(info.path_mtu);
   a.gid_tbl_len = 1;
@@ -83,7 +93,8 @@ int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out,
   a.max_vl_num = 1;
   a.active_width = 1;                   // 1X
   a.active_speed = 32;                  // EDR: 25 Gb/s per lane
-  a.phys_state = info.ip != 0 ? 5 : 3;  // LinkUp / Disabled
+  // LinkUp; Polling (a data port whose peer is not there); Disabled.
+  a.phys_state = link_up ? 5 : info.ip != 0 ? 2 : 3;
   a.link_layer = IBV_LINK_LAYER_ETHERNET;
   // An application built against older headers passes a shorter struct.
   std::memcpy(out, &a, std::min(out_len, sizeof(a)));

@@ -727,6 +727,12 @@ void EthPort::Transmit(rte_mbuf* m) {
   Delay(m, d.delay_ns, d.reordered);
 }
 
+bool EthPort::LinkUp() const {
+  rte_eth_link link{};
+  return rte_eth_link_get_nowait(config_.port_id, &link) == 0 &&
+         link.link_status == RTE_ETH_LINK_UP;
+}
+
 bool EthPort::CheckLink() {
   rte_eth_link link{};
   rte_eth_link_get_nowait(config_.port_id, &link);

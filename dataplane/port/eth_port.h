@@ -188,6 +188,10 @@ class EthPort : public rc::FrameSink {
   // per engine loop turn.
   void Flush();
 
+  // Whether the link is up now, read from the device. Read-only: callable
+  // from any thread (the control thread answers device queries with it).
+  bool LinkUp() const;
+
   // Sends a prebuilt frame (ARP, connection management): one copy.
   bool Send(std::span<const uint8_t> frame);
 

@@ -6,6 +6,7 @@
  *
  *   conformance_test IP_OF_RDMAPLANE0 IP_OF_RDMAPLANE1
  *   conformance_test --device-fatal
+ *   conformance_test --port-down
  *
  * Run with RDMAPLANE_SOCKET=A:B naming two daemons joined by a data port
  * (conformance_test.sh starts them): this one process opens rdmaplane0 and
@@ -3196,7 +3197,41 @@ static int device_fatal_mode(void) {
   return g_failed == 0 ? 0 : 1;
 }
 
+/* conformance --port-down: the first device's daemon has lost its data
+ * port's peer (conformance_test.sh stopped it): port 1 goes DOWN, as the
+ * link is, within 10 s. */
+static int port_down_mode(void) {
+  step("ibv_query_port reports the link as it is");
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  if (!check(list != NULL && n >= 1, "a device to open", "%d devices", n)) {
+    return 1;
+  }
+  struct ibv_context* c = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  if (!check(c != NULL, "ibv_open_device", "errno %d", errno)) return 1;
+  struct ibv_port_attr pa;
+  int r = 0;
+  const double until = now_s() + 10;
+  do {
+    memset(&pa, 0, sizeof(pa));
+    r = ibv_query_port(c, 1, &pa);
+    if (r != 0 || pa.state != IBV_PORT_ACTIVE) break;
+    sleep_us(10000);
+  } while (now_s() < until);
+  check(r == 0 && pa.state == IBV_PORT_DOWN && pa.phys_state == 2,
+        "with the data port's peer gone, port 1 is DOWN (physical state "
+        "Polling)",
+        "returned %d, state %d, phys_state %u", r, pa.state, pa.phys_state);
+  ibv_close_device(c);
+  return g_failed == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 2 && strcmp(argv[1], "--port-down") == 0) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    return port_down_mode();
+  }
   if (argc == 2 && strcmp(argv[1], "--device-fatal") == 0) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     struct sigaction sa;

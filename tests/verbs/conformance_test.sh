@@ -79,5 +79,14 @@ if [[ $fatal_status -ne 0 ]]; then
   e2e_fail "conformance --device-fatal exited with status $fatal_status"
 fi
 e2e_log "IBV_EVENT_DEVICE_FATAL came when daemon b stopped"
+# With B gone, A's data port has no peer: its port is DOWN.
+down_status=0
+RDMAPLANE_SOCKET="$sock_a" timeout --kill-after=5 30 \
+  "$conformance_bin" --port-down >"$E2E_TMP/port_down.out" 2>&1 ||
+  down_status=$?
+sed 's/^/    /' "$E2E_TMP/port_down.out"
+if [[ $down_status -ne 0 ]]; then
+  e2e_fail "conformance --port-down exited with status $down_status"
+fi
 e2e_check_clean_stop a
 e2e_log "ok in $(e2e_since "$test_start") s"
