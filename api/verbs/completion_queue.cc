@@ -201,11 +201,13 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
 
 ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
                       ibv_comp_channel* channel, int comp_vector) {
-  const shm::DeviceInfo& info = Ctx(context)->info;
-  if (cqe <= 0 ||
-      static_cast<uint64_t>(cqe) > uint64_t{info.max_cqe} * info.max_qps ||
-      comp_vector != 0) {
+  Context* c = Ctx(context);
+  if (cqe <= 0 || cqe > kMaxCqe || comp_vector != 0) {
     return Fail<ibv_cq*>(EINVAL, nullptr);
+  }
+  if (c->cq_count.fetch_add(1) >= kMaxCq) {
+    c->cq_count.fetch_sub(1);
+    return Fail<ibv_cq*>(ENOMEM, nullptr);
   }
   auto* cq = new Cq();
   cq->cq.context = context;
@@ -257,6 +259,7 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
   }
   pthread_mutex_destroy(&cq->cq.mutex);
   pthread_cond_destroy(&cq->cq.cond);
+  Ctx(ibcq->context)->cq_count.fetch_sub(1);
   delete cq;
   return 0;
 }

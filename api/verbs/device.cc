@@ -334,8 +334,8 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
   a->max_sge = info.max_sge;
   a->max_sge_rd = info.max_sge;
-  a->max_cq = static_cast<int>(info.max_qps);
-  a->max_cqe = static_cast<int>(info.max_cqe * info.max_qps);
+  a->max_cq = kMaxCq;
+  a->max_cqe = kMaxCqe;
   a->max_mr = static_cast<int>(info.max_mrs);
   a->max_pd = static_cast<int>(info.max_mrs);
   a->max_qp_rd_atom = info.max_rd_atomic;

@@ -84,6 +84,12 @@ inline constexpr uint32_t kVendorPartId = 0x0001;
 // a slot is reused only after this many later posts.
 inline constexpr uint32_t kSlots = 1024;
 inline constexpr uint32_t kMaxInline = 256;
+// Completion queues live in the front end (lists the completions of their
+// queue pairs are gathered into; they never overflow): what bounds them is
+// this process's memory, not the daemon. The limits reported are those a
+// device of this kind offers.
+inline constexpr int kMaxCq = 65536;
+inline constexpr int kMaxCqe = 65535;
 
 struct Device {
   ibv_device dev;  // first: the application holds ibv_device*
@@ -113,6 +119,7 @@ struct Context {
   // Its queue pairs (guarded by mu), which the watcher looks at.
   std::vector<Qp*> qps;
   std::atomic<size_t> qp_count{0};
+  std::atomic<int> cq_count{0};  // CQs made, at most kMaxCq
   // Waits on the session's socket: the daemon gone raises
   // IBV_EVENT_DEVICE_FATAL. While the context has queue pairs it also
   // looks at them every 100 ms, so that a connection the transport ended

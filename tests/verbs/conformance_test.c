@@ -704,6 +704,35 @@ static void t_lifecycle(void) {
         "ibv_create_cq with comp_vector >= num_comp_vectors fails",
         "created one with comp_vector %d", d->ctx->num_comp_vectors);
   if (bad_cq != NULL) ibv_destroy_cq(bad_cq);
+  /* ibv_query_device's max_cqe is what a CQ takes, and no more; a device
+   * of this kind offers at least 65535 entries and 1024 CQs. */
+  struct ibv_device_attr da;
+  memset(&da, 0, sizeof(da));
+  if (ibv_query_device(d->ctx, &da) == 0) {
+    check(da.max_cqe >= 65535 && da.max_cq >= 1024,
+          "ibv_query_device: max_cqe >= 65535 and max_cq >= 1024",
+          "max_cqe %d max_cq %d", da.max_cqe, da.max_cq);
+    struct ibv_cq* big = ibv_create_cq(d->ctx, da.max_cqe, NULL, NULL, 0);
+    check(big != NULL && big->cqe >= da.max_cqe,
+          "ibv_create_cq with max_cqe entries", "cq %p errno %d", (void*)big,
+          errno);
+    if (big != NULL) ibv_destroy_cq(big);
+    errno = 0;
+    struct ibv_cq* over = ibv_create_cq(d->ctx, da.max_cqe + 1, NULL, NULL, 0);
+    check(over == NULL && errno == EINVAL,
+          "ibv_create_cq with max_cqe + 1 entries fails with EINVAL",
+          "cq %p errno %d", (void*)over, errno);
+    if (over != NULL) ibv_destroy_cq(over);
+    struct ibv_cq* many[1024];
+    int made = 0;
+    while (made < 1024 &&
+           (many[made] = ibv_create_cq(d->ctx, 1, NULL, NULL, 0)) != NULL) {
+      ++made;
+    }
+    check(made == 1024, "1024 CQs on one context", "%d made, errno %d", made,
+          errno);
+    while (made > 0) ibv_destroy_cq(many[--made]);
+  }
 
   struct ibv_qp_init_attr init;
   memset(&init, 0, sizeof(init));
