@@ -316,6 +316,13 @@ std::optional<ControlResponse> ConnectionManager::StartQueuePair(
     connections_->StartRemote(c);
     return Reply(shm::kStatusOk);
   }
+  if (c->peer_ip == us_.ip) {
+    // A queue pair of this daemon (loopback): our port hands frames to our
+    // own MAC back to our receive path.
+    c->peer_mac = us_.mac;
+    connections_->StartRemote(c);
+    return Reply(shm::kStatusOk);
+  }
   c->cm = CmState::kQpResolving;
   c->cm_deadline_ns = NowNs() + kArpIntervalNs;
   c->cm_tries = 1;

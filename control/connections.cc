@@ -363,9 +363,8 @@ ControlResponse ConnectionTable::SetQueuePairPeer(Connection* c,
   if (p.min_rnr_timer > 31) {
     return Reply(shm::kStatusInvalid, "the RNR timer code is 0..31");
   }
-  if (p.peer_ip == 0 || p.peer_ip == port_ip_) {
-    return Reply(shm::kStatusInvalid,
-                 "the peer must be another daemon's IPv4 address");
+  if (p.peer_ip == 0) {
+    return Reply(shm::kStatusInvalid, "the peer's IPv4 address is 0");
   }
   c->peer_ip = p.peer_ip;
   c->qpn[1] = p.peer_qpn;

@@ -428,6 +428,7 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(
   rte_ether_addr addr;
   rte_eth_macaddr_get(c.port_id, &addr);
   std::memcpy(port->mac_.bytes.data(), addr.addr_bytes, 6);
+  port->loops_ = port->mac_ != wire::MacAddr{};
   port->max_frame_ = std::min<uint32_t>(
       room,
       std::max<uint32_t>(info.max_rx_pktlen, raise_mtu ? c.max_frame : 0));
@@ -514,6 +515,9 @@ void EthPort::UnregisterExternalMemory(void* addr) {
 
 EthPort::~EthPort() {
   if (pending_ != nullptr) rte_pktmbuf_free(pending_);
+  while (loop_head_ != loop_tail_) {
+    rte_pktmbuf_free(loop_[loop_head_++ % kLoopFrames]);
+  }
   for (uint32_t i = 0; i < delayed_count_; ++i) {
     rte_pktmbuf_free(delayed_[i].mbuf);
   }
@@ -708,6 +712,21 @@ void EthPort::CommitGather(std::span<uint8_t> frame, size_t header_len,
 }
 
 void EthPort::Transmit(rte_mbuf* m) {
+  // To our own MAC: looped back to our receive path, not sent (the
+  // device would not bring it back), fault model or not. Not for a port
+  // without a MAC of its own (net_ring's ports all have 0).
+  if (ABSL_PREDICT_FALSE(loops_ &&
+                         std::memcmp(rte_pktmbuf_mtod(m, const uint8_t*),
+                                     mac_.bytes.data(), 6) == 0)) {
+    if (loop_tail_ - loop_head_ == kLoopFrames) {
+      ++counters_.loop_dropped;
+      rte_pktmbuf_free(m);
+      return;
+    }
+    loop_[loop_tail_++ % kLoopFrames] = m;
+    ++counters_.tx_looped;
+    return;
+  }
   if (!faults_) {
     tx_[tx_count_++] = m;
     return;

@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/status/statusor.h"
 #include "dataplane/fault/fault_model.h"
 #include "dataplane/port/burst_guard.h"
@@ -116,6 +117,9 @@ struct PortCounters {
   rc::StatCounter fault_delayed;
   rc::StatCounter link_down;     // times the link was seen going down
   rc::StatCounter burst_faults;  // bursts cut short by a departed memif peer
+  rc::StatCounter tx_looped;     // frames to this port's own MAC, looped back
+  rc::StatCounter rx_looped;     // ... received
+  rc::StatCounter loop_dropped;  // ... dropped: the loop queue was full
   rc::StatCounter tx_zero_copy;  // frames whose payload went out in place
   // Frames offered in place that were copied after all (no buffer free).
   rc::StatCounter tx_zero_copy_fallback;
@@ -135,8 +139,35 @@ class EthPort : public rc::FrameSink {
 
   // Receives up to one burst; calls fn(std::span<const uint8_t>) per frame.
   // Nothing while the link is down (see burst_guard.h).
+  // Frames this port sent to its own MAC (loopback: queue pairs of this
+  // daemon connected to each other) come first, link up or not.
   template <typename Fn>
   uint16_t Receive(Fn&& fn) {
+    const uint16_t looped = loop_head_ != loop_tail_ ? ReceiveLooped(fn) : 0;
+    return static_cast<uint16_t>(looped + ReceiveFromDevice(fn));
+  }
+
+  // Receive's looped frames, up to one burst.
+  template <typename Fn>
+  uint16_t ReceiveLooped(Fn&& fn) {
+    uint16_t looped = 0;
+    while (loop_head_ != loop_tail_ && looped < config_.burst) {
+      rte_mbuf* m = loop_[loop_head_++ % kLoopFrames];
+      fn(m->nb_segs == 1
+             ? std::span<const uint8_t>(rte_pktmbuf_mtod(m, const uint8_t*),
+                                        m->data_len)
+             : Linearize(m));
+      rte_pktmbuf_free(m);
+      ++looped;
+    }
+    counters_.rx_looped += looped;
+    return looped;
+  }
+
+  // Receive's burst from the device. Out of line: the guarded burst's
+  // setjmp must not share a frame with Receive's locals.
+  template <typename Fn>
+  ABSL_ATTRIBUTE_NOINLINE uint16_t ReceiveFromDevice(Fn&& fn) {
     if (!LinkUsable()) return 0;
     rte_mbuf* burst[kMaxBurst];
     // A burst that faults has filled some entries: empty ones tell which.
@@ -223,7 +254,8 @@ class EthPort : public rc::FrameSink {
   // Frames held back by the delay model.
   uint32_t delayed() const { return delayed_count_; }
   // Frames queued that the device has not taken yet.
-  uint16_t tx_pending() const { return tx_count_; }
+  // Frames queued for the device, and looped frames not yet received.
+  uint32_t tx_pending() const { return tx_count_ + (loop_tail_ - loop_head_); }
 
   const wire::MacAddr& mac() const { return mac_; }
   const PortCounters& counters() const { return counters_; }
@@ -272,6 +304,14 @@ class EthPort : public rc::FrameSink {
     rte_mbuf* mbuf;
   };
   static constexpr uint32_t kMaxDelayed = 4096;
+
+  // Frames to our own MAC, taken from the transmit path and handed to the
+  // next Receive (free-running indices).
+  static constexpr uint32_t kLoopFrames = 2 * kMaxBurst;
+  rte_mbuf* loop_[kLoopFrames] = {};
+  uint32_t loop_head_ = 0;
+  uint32_t loop_tail_ = 0;
+  bool loops_ = false;  // the port has a MAC of its own (not 0)
 
   PortConfig config_;
   rte_mempool* pool_ = nullptr;

@@ -1443,22 +1443,18 @@ static void t_bad_wr_in_list(struct pair* p, struct bufs* b) {
                 raddr(b, (size_t)i * 2048), b->rmr->rkey, IBV_SEND_SIGNALED);
     wrs[i].next = i < 3 ? &wrs[i + 1] : NULL;
   }
-  wrs[1].opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-  wrs[1].wr.atomic.remote_addr = raddr(b, 0);
-  wrs[1].wr.atomic.rkey = b->rmr->rkey;
-  wrs[1].wr.atomic.compare_add = 0;
-  wrs[1].wr.atomic.swap = 1;
-  sg[1].length = 8;
+  wrs[1].opcode = IBV_WR_SEND_WITH_INV;
+  wrs[1].invalidate_rkey = b->rmr->rkey;
   bad = NULL;
   r = ibv_post_send(s->qp, &wrs[0], &bad);
   check(r == EOPNOTSUPP && bad == &wrs[1],
-        "IBV_WR_ATOMIC_CMP_AND_SWP is refused with EOPNOTSUPP; bad_wr names it",
+        "IBV_WR_SEND_WITH_INV is refused with EOPNOTSUPP; bad_wr names it",
         "returned %d, bad_wr is WR %d", r, bad == NULL ? -1 : (int)(bad - wrs));
   got = wait_wcs(s->cq, wc, 1, 10000);
   check(got == 1 && wc[0].wr_id == 410 && wc[0].status == IBV_WC_SUCCESS &&
             extra_wcs(s->cq, 200) == 0,
-        "the WR before the atomic completes, nothing else", "%d completions",
-        got);
+        "the WR before the unserved one completes, nothing else",
+        "%d completions", got);
 }
 
 static void t_unsignaled(struct bufs* b) {
@@ -1804,6 +1800,90 @@ static void t_async_events(struct bufs* b) {
   free_pair(&p);
 }
 
+/* Loopback: two queue pairs of one daemon (rdmaplane0) connected to each
+ * other, by that daemon's own GID, as every RNIC and soft-RoCE allow:
+ * WRITE, READ and SEND/RECV with immediate data land. */
+static void t_loopback(void) {
+  step("loopback: two QPs of one daemon");
+  struct dev* d = &g_dev[0];
+  struct qp_opts o = kDefaultOpts;
+  o.max_recv_wr = 4;
+  struct side s0, s1;
+  if (!make_side(&s0, d, &o) || !make_side(&s1, d, &o)) return;
+  int r = to_init(s0.qp);
+  if (r == 0) r = to_init(s1.qp);
+  if (r == 0) r = to_rtr(s0.qp, &d->gid, s1.qp->qp_num, 0x6161);
+  if (r == 0) r = to_rtr(s1.qp, &d->gid, s0.qp->qp_num, 0x6262);
+  if (r == 0) r = to_rts(s0.qp, 0x6262);
+  if (r == 0) r = to_rts(s1.qp, 0x6161);
+  if (!check(r == 0, "loopback: both QPs reach RTS with the daemon's own GID",
+             "returned %d", r)) {
+    free_side(&s0);
+    free_side(&s1);
+    return;
+  }
+  const size_t len = 65536;
+  uint8_t* src = pages(len);
+  uint8_t* dst = pages(len);
+  uint8_t* back = pages(len);
+  struct ibv_mr* smr = reg(d, src, len, kRemoteAccess, "loopback: source MR");
+  struct ibv_mr* dmr = reg(d, dst, len, kRemoteAccess, "loopback: target MR");
+  struct ibv_mr* bmr = reg(d, back, len, kRemoteAccess, "loopback: read MR");
+  if (smr != NULL && dmr != NULL && bmr != NULL) {
+    fill(src, len, 31);
+    struct ibv_sge sge = sge_of(src, (uint32_t)len, smr->lkey);
+    int st = rdma_once(&s0, IBV_WR_RDMA_WRITE, 1400, &sge, 1,
+                       (uint64_t)(uintptr_t)dst, dmr->rkey, "loopback WRITE",
+                       NULL);
+    check(st == IBV_WC_SUCCESS && first_diff(src, dst, len) == len,
+          "loopback: a 64 KiB WRITE lands", "status %s, first difference %zu",
+          wc_name(st), first_diff(src, dst, len));
+    struct ibv_sge rsge = sge_of(back, (uint32_t)len, bmr->lkey);
+    st = rdma_once(&s1, IBV_WR_RDMA_READ, 1401, &rsge, 1,
+                   (uint64_t)(uintptr_t)dst, dmr->rkey, "loopback READ", NULL);
+    check(st == IBV_WC_SUCCESS && first_diff(src, back, len) == len,
+          "loopback: a 64 KiB READ of it comes back", "status %s",
+          wc_name(st));
+    /* SEND with immediate data into a posted receive. */
+    memset(dst, 0, 4096);
+    struct ibv_sge recv_sge = sge_of(dst, 4096, dmr->lkey);
+    struct ibv_recv_wr rwr;
+    memset(&rwr, 0, sizeof(rwr));
+    rwr.wr_id = 1402;
+    rwr.sg_list = &recv_sge;
+    rwr.num_sge = 1;
+    struct ibv_recv_wr* rbad = NULL;
+    r = ibv_post_recv(s1.qp, &rwr, &rbad);
+    struct ibv_sge send_sge = sge_of(src, 4096, smr->lkey);
+    struct ibv_send_wr swr;
+    memset(&swr, 0, sizeof(swr));
+    swr.wr_id = 1403;
+    swr.sg_list = &send_sge;
+    swr.num_sge = 1;
+    swr.opcode = IBV_WR_SEND_WITH_IMM;
+    swr.imm_data = htonl(0x1234);
+    swr.send_flags = IBV_SEND_SIGNALED;
+    struct ibv_send_wr* sbad = NULL;
+    if (r == 0) r = ibv_post_send(s0.qp, &swr, &sbad);
+    struct ibv_wc rwc, swc;
+    const int rgot = r == 0 ? wait_wcs(s1.cq, &rwc, 1, 10000) : 0;
+    const int sgot = r == 0 ? wait_wcs(s0.cq, &swc, 1, 10000) : 0;
+    check(r == 0 && rgot == 1 && sgot == 1 && rwc.wr_id == 1402 &&
+              rwc.status == IBV_WC_SUCCESS && rwc.byte_len == 4096 &&
+              (rwc.wc_flags & IBV_WC_WITH_IMM) &&
+              rwc.imm_data == htonl(0x1234) && swc.status == IBV_WC_SUCCESS &&
+              first_diff(src, dst, 4096) == 4096,
+          "loopback: a SEND with immediate data lands in the posted receive",
+          "post %d, %d/%d completions, recv status %s len %u", r, rgot, sgot,
+          rgot ? wc_name(rwc.status) : "-", rgot ? rwc.byte_len : 0);
+  }
+  free_side(&s0);
+  free_side(&s1);
+  if (smr != NULL) dereg(smr);
+  if (dmr != NULL) dereg(dmr);
+  if (bmr != NULL) dereg(bmr);
+}
+
 static void t_remote_errors(struct bufs* b) {
   step("remote access errors");
   struct ibv_sge sge = sge_of(b->local, 4096, b->lmr->lkey);
@@ -1909,6 +1989,190 @@ static void t_remote_errors(struct bufs* b) {
           got > 2 ? wc_name(wc[2].status) : "-");
   }
   free_pair(&p);
+}
+
+/* --- Atomics ------------------------------------------------------------- */
+
+static struct ibv_send_wr atomic_wr(enum ibv_wr_opcode op, uint64_t wr_id,
+                                    struct ibv_sge* sge, uint64_t remote_addr,
+                                    uint32_t rkey, uint64_t compare_add,
+                                    uint64_t swap) {
+  struct ibv_send_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = wr_id;
+  wr.opcode = op;
+  wr.sg_list = sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.atomic.remote_addr = remote_addr;
+  wr.wr.atomic.rkey = rkey;
+  wr.wr.atomic.compare_add = compare_add;
+  wr.wr.atomic.swap = swap;
+  return wr;
+}
+
+/* Posts one atomic and waits for its completion: its status, or -1 after a
+ * failed check. */
+static int atomic_once(struct side* s, enum ibv_wr_opcode op, uint64_t wr_id,
+                       struct ibv_sge* sge, uint64_t remote_addr,
+                       uint32_t rkey, uint64_t compare_add, uint64_t swap,
+                       const char* name, struct ibv_wc* out) {
+  struct ibv_send_wr wr =
+      atomic_wr(op, wr_id, sge, remote_addr, rkey, compare_add, swap);
+  struct ibv_send_wr* bad = NULL;
+  int r = ibv_post_send(s->qp, &wr, &bad);
+  if (r != 0) {
+    check(false, name, "ibv_post_send returned %d", r);
+    return -1;
+  }
+  struct ibv_wc wc;
+  memset(&wc, 0, sizeof(wc));
+  if (wait_wcs(s->cq, &wc, 1, 10000) != 1) {
+    check(false, name, "no completion within 10 s");
+    return -1;
+  }
+  if (out != NULL) *out = wc;
+  return wc.wr_id == wr_id ? (int)wc.status : -1;
+}
+
+static uint64_t word_at(const uint8_t* p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+static void set_word(uint8_t* p, uint64_t v) { memcpy(p, &v, sizeof(v)); }
+
+static void t_atomics(struct bufs* b) {
+  step("atomics: COMPARE AND SWAP, FETCH AND ADD");
+  uint8_t* target = pages(65536);
+  struct ibv_mr* amr =
+      reg(&g_dev[1], target, 65536,
+          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
+              IBV_ACCESS_REMOTE_READ,
+          "atomic MR");
+  if (amr == NULL) return;
+  const uint64_t at = (uint64_t)(uintptr_t)target;
+  uint8_t* result = b->local;
+  struct ibv_sge sge = sge_of(result, 8, b->lmr->lkey);
+  struct ibv_wc wc;
+  struct pair p;
+  if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    struct side* s = &p.s[0];
+    memset(target, 0, 4096);
+    set_word(target + 64, 0x1111222233334444ull);
+    set_word(result, 0xEEEEEEEEEEEEEEEEull);
+    int st = atomic_once(s, IBV_WR_ATOMIC_CMP_AND_SWP, 1201, &sge, at + 64,
+                         amr->rkey, 0x1111222233334444ull,
+                         0x5555666677778888ull, "COMPARE AND SWAP", &wc);
+    check(st == IBV_WC_SUCCESS && wc.opcode == IBV_WC_COMP_SWAP &&
+              wc.byte_len == 8 &&
+              word_at(result) == 0x1111222233334444ull &&
+              word_at(target + 64) == 0x5555666677778888ull,
+          "a COMPARE AND SWAP that matches swaps, returns the original value "
+          "(opcode COMP_SWAP, byte_len 8)",
+          "status %s opcode %d byte_len %u, returned %#llx, word %#llx",
+          wc_name(st), wc.opcode, wc.byte_len,
+          (unsigned long long)word_at(result),
+          (unsigned long long)word_at(target + 64));
+    st = atomic_once(s, IBV_WR_ATOMIC_CMP_AND_SWP, 1202, &sge, at + 64,
+                     amr->rkey, 0x1111222233334444ull, 0x9999ull,
+                     "COMPARE AND SWAP that does not match", &wc);
+    check(st == IBV_WC_SUCCESS &&
+              word_at(result) == 0x5555666677778888ull &&
+              word_at(target + 64) == 0x5555666677778888ull,
+          "a COMPARE AND SWAP that does not match leaves the word and returns "
+          "it",
+          "status %s, returned %#llx, word %#llx", wc_name(st),
+          (unsigned long long)word_at(result),
+          (unsigned long long)word_at(target + 64));
+    set_word(target + 128, 1000);
+    st = atomic_once(s, IBV_WR_ATOMIC_FETCH_AND_ADD, 1203, &sge, at + 128,
+                     amr->rkey, 24, 0, "FETCH AND ADD", &wc);
+    check(st == IBV_WC_SUCCESS && wc.opcode == IBV_WC_FETCH_ADD &&
+              wc.byte_len == 8 && word_at(result) == 1000 &&
+              word_at(target + 128) == 1024,
+          "a FETCH AND ADD adds and returns the original value (opcode "
+          "FETCH_ADD, byte_len 8)",
+          "status %s opcode %d byte_len %u, returned %llu, word %llu",
+          wc_name(st), wc.opcode, wc.byte_len,
+          (unsigned long long)word_at(result),
+          (unsigned long long)word_at(target + 128));
+    /* A list of 16 FETCH AND ADDs of 1, each into its own result word:
+     * they run in order, each sees the one before. */
+    struct ibv_sge many[16];
+    struct ibv_send_wr wrs[16];
+    set_word(target + 256, 0);
+    for (int i = 0; i < 16; ++i) {
+      set_word(result + 8 * i, ~0ull);
+      many[i] = sge_of(result + 8 * i, 8, b->lmr->lkey);
+      wrs[i] = atomic_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, 1300 + (uint64_t)i,
+                         &many[i], at + 256, amr->rkey, 1, 0);
+      wrs[i].next = i < 15 ? &wrs[i + 1] : NULL;
+    }
+    struct ibv_send_wr* bad = NULL;
+    int r = ibv_post_send(s->qp, &wrs[0], &bad);
+    struct ibv_wc w16[16];
+    int got = r == 0 ? wait_wcs(s->cq, w16, 16, 10000) : 0;
+    bool ok = got == 16 && word_at(target + 256) == 16;
+    for (int i = 0; i < got; ++i) {
+      if (w16[i].wr_id != 1300 + (uint64_t)i ||
+          w16[i].status != IBV_WC_SUCCESS ||
+          word_at(result + 8 * i) != (uint64_t)i) {
+        ok = false;
+      }
+    }
+    check(r == 0 && ok,
+          "16 FETCH AND ADDs of 1 in one list return 0..15 in order, and the "
+          "word is 16",
+          "post %d, %d completions, word %llu", r, got,
+          (unsigned long long)word_at(target + 256));
+    /* An SGE other than one of 8 bytes is refused at post. */
+    struct ibv_sge short_sge = sge_of(result, 4, b->lmr->lkey);
+    struct ibv_send_wr w =
+        atomic_wr(IBV_WR_ATOMIC_FETCH_AND_ADD, 1210, &short_sge, at + 128,
+                  amr->rkey, 1, 0);
+    bad = NULL;
+    r = ibv_post_send(s->qp, &w, &bad);
+    check(r == EINVAL && bad == &w,
+          "an atomic whose SGE is not 8 bytes is refused with EINVAL",
+          "returned %d", r);
+    check(extra_wcs(s->cq, 100) == 0 && word_at(target + 128) == 1024,
+          "the refused atomic did nothing", "word %llu",
+          (unsigned long long)word_at(target + 128));
+  }
+  free_pair(&p);
+
+  /* A misaligned address is an invalid request at the peer. */
+  if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    struct side* s = &p.s[0];
+    set_word(target + 512, 7);
+    set_word(target + 520, 9);
+    int st = atomic_once(s, IBV_WR_ATOMIC_FETCH_AND_ADD, 1220, &sge, at + 516,
+                         amr->rkey, 1, 0, "misaligned FETCH AND ADD", &wc);
+    check(st == IBV_WC_REM_INV_REQ_ERR && word_at(target + 512) == 7 &&
+              word_at(target + 520) == 9,
+          "an atomic to a misaligned address completes with "
+          "IBV_WC_REM_INV_REQ_ERR and changes nothing",
+          "status %s", wc_name(st));
+    if (st >= 0) check_after_error(s, b, "a misaligned atomic");
+  }
+  free_pair(&p);
+
+  /* An MR without REMOTE_ATOMIC: remote access error. */
+  if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    struct side* s = &p.s[0];
+    set_word(b->remote, 5);
+    int st = atomic_once(s, IBV_WR_ATOMIC_CMP_AND_SWP, 1230, &sge, raddr(b, 0),
+                         b->rmr->rkey, 5, 6, "COMPARE AND SWAP without rights",
+                         &wc);
+    check(st == IBV_WC_REM_ACCESS_ERR && word_at(b->remote) == 5,
+          "an atomic on an MR without REMOTE_ATOMIC completes with "
+          "IBV_WC_REM_ACCESS_ERR and changes nothing",
+          "status %s", wc_name(st));
+  }
+  free_pair(&p);
+  dereg(amr);
 }
 
 /* The peer QP destroyed: the next WRITE fails with the transport's error
@@ -3301,7 +3565,9 @@ int main(int argc, char** argv) {
       t_max_send_wr(&b);
       t_shared_cq(&b);
       t_remote_errors(&b);
+      t_atomics(&b);
       t_async_events(&b);
+      t_loopback();
       t_local_errors(&b);
       t_peer_gone(&b);
       t_modify_to_err(&b);

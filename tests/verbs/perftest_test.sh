@@ -222,7 +222,9 @@ check_pingpong() {
 
 # perf_pair LABEL CHECK TOOL ARGS...: one run of a pair, the one place where
 # the tools run: TOOL ARGS as server on daemon A (rdmaplane0 of
-# RDMAPLANE_SOCKET=A), then as client on B connecting to it over 127.0.0.1
+# RDMAPLANE_SOCKET=A), then as client on B (on A too with PERF_CLIENT_SOCK
+# set to A's socket: loopback, two processes on one daemon whose queue pairs
+# connect by its own GID) connecting to it over 127.0.0.1
 # on a free port. Both must exit 0 within 60 s and print their results, as
 # CHECK says:
 #   tables    perftest's results table at both ends;
@@ -277,8 +279,8 @@ perf_pair() {
     e2e_fail "pair $label: the server did not listen on port $port within 10 s"
   fi
   local cstatus=0 sstatus=0
-  verbs "$sock_b" 60 "$cout" "$tool" -d rdmaplane0 -p "$port" "$@" 127.0.0.1 ||
-    cstatus=$?
+  verbs "${PERF_CLIENT_SOCK:-$sock_b}" 60 "$cout" "$tool" -d rdmaplane0 \
+    -p "$port" "$@" 127.0.0.1 || cstatus=$?
   wait "$server" || sstatus=$?
   local took why=""
   took="$(e2e_since "$start")"
@@ -319,6 +321,9 @@ perf_pair write_lat tables ib_write_lat -s 65536 -n 200
 perf_pair write_lat_all tables ib_write_lat -a -n 5
 perf_pair read_lat client ib_read_lat -s 65536 -n 200
 perf_pair read_lat_all client ib_read_lat -a -n 5
+# Loopback: both ends on daemon A.
+PERF_CLIENT_SOCK="$sock_a" perf_pair write_bw_loopback tables ib_write_bw -s 65536 -n 200
+PERF_CLIENT_SOCK="$sock_a" perf_pair read_lat_loopback client ib_read_lat -s 8 -n 200
 # ibv_poll_cq's yield cadence (RDMAPLANE_VERBS_YIELD_AFTER): 0, never
 # yielding, still completes; a value that is not a number is named on
 # stderr, and the default kept.
@@ -385,6 +390,7 @@ fi
 
 perf_pair rc_pingpong pingpong ibv_rc_pingpong -g 0 -c -s 65536 -n 200
 perf_pair rc_pingpong_events pingpong ibv_rc_pingpong -g 0 -c -e -s 65536 -n 200
+PERF_CLIENT_SOCK="$sock_a" perf_pair rc_pingpong_loopback pingpong ibv_rc_pingpong -g 0 -c -s 65536 -n 200
 
 perf_pair send_bw tables ib_send_bw -s 65536 -n 200
 perf_pair send_bw_all tables ib_send_bw -a -n 5
