@@ -244,18 +244,7 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
     const size_t before = pending.size();
     pending.erase(std::remove(pending.begin(), pending.end(), cq),
                   pending.end());
-    uint64_t gone = before - pending.size();
-    uint64_t count = 0;
-    const int flags = fcntl(cq->channel->ch.fd, F_GETFL);
-    fcntl(cq->channel->ch.fd, F_SETFL, flags | O_NONBLOCK);
-    if (gone > 0 &&
-        read(cq->channel->ch.fd, &count, sizeof(count)) == sizeof(count) &&
-        count > gone) {
-      count -= gone;
-      [[maybe_unused]] ssize_t n =
-          write(cq->channel->ch.fd, &count, sizeof(count));
-    }
-    fcntl(cq->channel->ch.fd, F_SETFL, flags);
+    TakeBackCounts(cq->channel->ch.fd, before - pending.size());
   }
   pthread_mutex_destroy(&cq->cq.mutex);
   pthread_cond_destroy(&cq->cq.cond);

@@ -1,5 +1,5 @@
-// Conversions the verbs front end's files share: errnos of failed
-// control calls, MTUs, GIDs and the node GUID.
+// What the verbs front end's files share: errnos of failed control calls,
+// MTUs, GIDs and the node GUID, and eventfd counts taken back.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +35,18 @@ int ErrnoOf(const absl::Status& s) {
     default:
       return EIO;
   }
+}
+
+void TakeBackCounts(int fd, uint64_t gone) {
+  if (gone == 0) return;
+  uint64_t count = 0;
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  if (read(fd, &count, sizeof(count)) == sizeof(count) && count > gone) {
+    count -= gone;
+    [[maybe_unused]] ssize_t n = write(fd, &count, sizeof(count));
+  }
+  fcntl(fd, F_SETFL, flags);
 }
 
 void ReportFailure(const absl::Status& why) {

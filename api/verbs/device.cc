@@ -153,18 +153,7 @@ void ForgetAsyncEvents(Qp* q) {
                               }),
                events.end());
   // One count on the fd each: take them back.
-  if (const uint64_t gone = before - events.size(); gone > 0) {
-    uint64_t count = 0;
-    const int flags = fcntl(c->ctx.async_fd, F_GETFL);
-    fcntl(c->ctx.async_fd, F_SETFL, flags | O_NONBLOCK);
-    if (read(c->ctx.async_fd, &count, sizeof(count)) == sizeof(count) &&
-        count > gone) {
-      count -= gone;
-      [[maybe_unused]] ssize_t n =
-          write(c->ctx.async_fd, &count, sizeof(count));
-    }
-    fcntl(c->ctx.async_fd, F_SETFL, flags);
-  }
+  TakeBackCounts(c->ctx.async_fd, before - events.size());
   // ibv_destroy_qp(3): every event taken must be acknowledged first.
   c->async_acked.wait(lock,
                       [q] { return q->events_acked >= q->events_taken; });

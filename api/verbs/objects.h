@@ -261,6 +261,11 @@ bool Ipv4OfGid(const ibv_gid& g, uint32_t* ip);
 // EUI-64 of the data port's MAC, as NICs derive their node GUID.
 uint64_t GuidOf(const shm::DeviceInfo& info);
 
+// An eventfd counting events in a queue (a completion channel's, a
+// context's async_fd) whose `gone` events were dropped: takes their counts
+// back, leaving the rest (never blocking, whatever the fd's mode).
+void TakeBackCounts(int fd, uint64_t gone);
+
 // --- Devices (device.cc) ----------------------------------------------------
 
 // Every device this process may see, made once.

@@ -3461,19 +3461,28 @@ static void t_recv_events(struct bufs* b) {
 
 /* --- Main -------------------------------------------------------------- */
 
+/* The first device of RDMAPLANE_SOCKET, opened; NULL (a failed check)
+ * when there is none. */
+static struct ibv_context* open_first_device(void) {
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  if (!check(list != NULL && n >= 1, "a device to open", "%d devices", n)) {
+    if (list != NULL) ibv_free_device_list(list);
+    return NULL;
+  }
+  struct ibv_context* c = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  check(c != NULL, "ibv_open_device", "errno %d", errno);
+  return c;
+}
+
 /* conformance --device-fatal: opens the first device, says "ready", and
  * waits in ibv_get_async_event until IBV_EVENT_DEVICE_FATAL, which must
  * come when the daemon goes (conformance_test.sh stops it). */
 static int device_fatal_mode(void) {
   step("IBV_EVENT_DEVICE_FATAL when the daemon goes");
-  int n = 0;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  if (!check(list != NULL && n >= 1, "a device to open", "%d devices", n)) {
-    return 1;
-  }
-  struct ibv_context* c = ibv_open_device(list[0]);
-  ibv_free_device_list(list);
-  if (!check(c != NULL, "ibv_open_device", "errno %d", errno)) return 1;
+  struct ibv_context* c = open_first_device();
+  if (c == NULL) return 1;
   printf("ready\n");
   fflush(stdout);
   alarm(30);
@@ -3495,14 +3504,8 @@ static int device_fatal_mode(void) {
  * link is, within 10 s. */
 static int port_down_mode(void) {
   step("ibv_query_port reports the link as it is");
-  int n = 0;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  if (!check(list != NULL && n >= 1, "a device to open", "%d devices", n)) {
-    return 1;
-  }
-  struct ibv_context* c = ibv_open_device(list[0]);
-  ibv_free_device_list(list);
-  if (!check(c != NULL, "ibv_open_device", "errno %d", errno)) return 1;
+  struct ibv_context* c = open_first_device();
+  if (c == NULL) return 1;
   struct ibv_port_attr pa;
   int r = 0;
   const double until = now_s() + 10;
