@@ -1087,6 +1087,33 @@ int Client::PostVerbs(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
   return Submit(static_cast<uint32_t>(slot), e, flags, ov);
 }
 
+int Client::PostAtomic(rdp_conn conn, uint8_t op, const rdp_sge& sge,
+                       uint64_t remote_address, uint32_t rkey, uint64_t compare,
+                       uint64_t swap_add, uint32_t flags, rdp_overlapped* ov) {
+  if (ov == nullptr) return RDP_ERR_FAULT;
+  ov->internal[0] = shm::kDetailNone;
+  constexpr uint32_t kAtomicFlags = shm::kVerbsSendFlags &
+                                    ~shm::kFlagImmediate &
+                                    ~shm::kFlagReadLocalInvalidate;
+  if ((op != shm::kSendCompareSwap && op != shm::kSendFetchAdd) ||
+      (flags & ~kAtomicFlags) != 0 || sge.length != sizeof(uint64_t)) {
+    return Refuse(ov, RDP_ERR_INVALID);
+  }
+  const int slot = SlotOf(conn);
+  if (int err = ConnectionError(slot); err != RDP_OK) return Refuse(ov, err);
+  SendEntry e{};
+  uint64_t total = 0;
+  if (int err = FillSgl(&e, &sge, 1, &total); err != RDP_OK) {
+    return Refuse(ov, err);
+  }
+  e.op = op;
+  e.remote_address = remote_address;
+  e.rkey = rkey;
+  e.compare = op == shm::kSendCompareSwap ? compare : 0;
+  e.swap_add = swap_add;
+  return Submit(static_cast<uint32_t>(slot), e, flags, ov);
+}
+
 int Client::PostRecv(rdp_conn conn, uint64_t wr_id, const rdp_sge* sgl,
                      uint32_t sge_count) {
   const int slot = SlotOf(conn);

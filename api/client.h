@@ -103,7 +103,8 @@ class Client {
   absl::StatusOr<uint32_t> AllocPd();
   absl::Status DeallocPd(uint32_t pd);
   // An RDMA registration in protection domain `pd`: its rkey, which every
-  // queue pair of the domain serves. `flags`: RDP_MEM_READ / RDP_MEM_WRITE.
+  // queue pair of the domain serves. `flags`: RDP_MEM_READ / RDP_MEM_WRITE
+  // and shm::kAccessAtomic, at least one of them.
   absl::StatusOr<uint32_t> RegisterPdMemory(uint32_t pd, void* addr,
                                             uint64_t length, uint32_t flags);
   absl::Status DeregisterPdMemory(uint32_t pd, uint32_t rkey, void* addr,
@@ -135,6 +136,16 @@ class Client {
   int PostVerbs(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
                 uint32_t sge_count, uint64_t remote_address, uint32_t rkey,
                 uint32_t flags, uint32_t imm, rdp_overlapped* ov);
+  // Posts an atomic (shm::kSendCompareSwap with `compare` and `swap_add`,
+  // or shm::kSendFetchAdd adding `swap_add`) on the peer's 8-byte word at
+  // remote_address under rkey, which the peer's daemon checks (an address
+  // not 8-byte aligned fails there, with shm::kDetailRemoteInvalid). `sge`
+  // is the one 8-byte buffer the word as it was lands in (another length:
+  // RDP_ERR_INVALID). `flags` as PostVerbs's, without kFlagImmediate. The
+  // completion's bytes are 8.
+  int PostAtomic(rdp_conn conn, uint8_t op, const rdp_sge& sge,
+                 uint64_t remote_address, uint32_t rkey, uint64_t compare,
+                 uint64_t swap_add, uint32_t flags, rdp_overlapped* ov);
   // Posts a receive request (SEND's target) named wr_id; RDP_ERR_NO_BUFFERS
   // when the receive ring is full.
   int PostRecv(rdp_conn conn, uint64_t wr_id, const rdp_sge* sgl,

@@ -30,10 +30,16 @@ ControlResponse ReleaseReply(RegistrationCache::Release result,
   return Reply(shm::kStatusInvalid, unknown);
 }
 
-// Registration access bits for the seed's MEM_READ / MEM_WRITE flags.
+// The access flags an RDMA registration may carry: the seed's MEM_READ and
+// MEM_WRITE, and remote atomics (verbs).
+constexpr uint32_t kRdmaAccessFlags =
+    shm::kAccessRead | shm::kAccessWrite | shm::kAccessAtomic;
+
+// Registration access bits for those flags.
 uint8_t RemoteAccessBits(uint32_t flags) {
   return ((flags & shm::kAccessRead) ? mr::kAccessRemoteRead : 0) |
-         ((flags & shm::kAccessWrite) ? mr::kAccessRemoteWrite : 0);
+         ((flags & shm::kAccessWrite) ? mr::kAccessRemoteWrite : 0) |
+         ((flags & shm::kAccessAtomic) ? mr::kAccessRemoteAtomic : 0);
 }
 
 }  // namespace
@@ -114,10 +120,9 @@ ControlResponse MemoryService::DeregisterLocal(const Session& s,
 ControlResponse MemoryService::RegisterRdma(const Session& s,
                                             std::optional<uint32_t> scope,
                                             const ControlRequest& r) {
-  if (r.flags != shm::kAccessRead && r.flags != shm::kAccessWrite &&
-      r.flags != shm::kAccessReadWrite) {
+  if (r.flags == 0 || (r.flags & ~kRdmaAccessFlags) != 0) {
     return Reply(shm::kStatusInvalid,
-                 "flags must be MEM_READ, MEM_WRITE or MEM_READWRITE");
+                 "flags must mix MEM_READ, MEM_WRITE and atomic access");
   }
   if (!scope) {
     return Reply(shm::kStatusNotConnected, "connection is not established");
@@ -181,7 +186,7 @@ ControlResponse MemoryService::DeregisterRdma(const Session& s,
   if (reg == nullptr || reg->owner != s.id || reg->connection != *scope ||
       d.address != reg->address || d.length != reg->length ||
       RemoteAccessBits(d.access) != reg->access ||
-      (d.access & ~shm::kAccessReadWrite) != 0 || d.reserved != 0) {
+      (d.access & ~kRdmaAccessFlags) != 0 || d.reserved != 0) {
     return Reply(shm::kStatusInvalid, "not a registered RDMA buffer");
   }
   return ReleaseReply(cache_.Deregister(s.id, *scope, d.rkey),
@@ -242,7 +247,8 @@ void MemoryService::AppendStatus(DaemonStatus* st) const {
     rs.address = r.address;
     rs.length = r.length;
     rs.access = ((r.access & mr::kAccessRemoteRead) ? shm::kAccessRead : 0) |
-                ((r.access & mr::kAccessRemoteWrite) ? shm::kAccessWrite : 0);
+                ((r.access & mr::kAccessRemoteWrite) ? shm::kAccessWrite : 0) |
+                ((r.access & mr::kAccessRemoteAtomic) ? shm::kAccessAtomic : 0);
     rs.refs = refs;
     st->registrations.push_back(rs);
   });

@@ -74,8 +74,12 @@ class MemoryServiceTest : public ::testing::Test {
 
 TEST_F(MemoryServiceTest, TheSeedsOrderOfChecks) {
   // Flags first, then the connection, then the buffer, then the size.
-  EXPECT_EQ(memory_.RegisterRdma(session_, std::nullopt, Rdma(0, 64, 4)).status,
-            shm::kStatusInvalid);
+  for (uint32_t flags : {0u, 8u, 1u << 31}) {
+    EXPECT_EQ(
+        memory_.RegisterRdma(session_, std::nullopt, Rdma(0, 64, flags)).status,
+        shm::kStatusInvalid)
+        << flags;
+  }
   EXPECT_EQ(memory_.RegisterRdma(session_, std::nullopt, Rdma(0, 64)).status,
             shm::kStatusNotConnected);
   shm::ControlResponse outside =
@@ -116,6 +120,40 @@ TEST_F(MemoryServiceTest, ADescriptorMustMatchItsRegistrationInEveryField) {
   EXPECT_EQ(memory_.DeregisterRdma(session_, 3, Dereg(real)).status,
             shm::kStatusOk);
   EXPECT_EQ(memory_.size(), 0u);
+}
+
+// Remote atomic access is a right of its own, alone or with the others,
+// and part of what a descriptor names.
+TEST_F(MemoryServiceTest, AtomicAccessIsCarriedToTheRegistration) {
+  const shm::ControlResponse a =
+      memory_.RegisterRdma(session_, 3, Rdma(0, 4096, shm::kAccessAtomic));
+  ASSERT_EQ(a.status, shm::kStatusOk);
+  const mr::Registration* r = table_.Lookup(a.key);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->access, mr::kAccessRemoteAtomic);
+  EXPECT_EQ(DescOf(a).access, shm::kAccessAtomic);
+  const shm::ControlResponse rwa = memory_.RegisterRdma(
+      session_, 3,
+      Rdma(8192, 4096, shm::kAccessReadWrite | shm::kAccessAtomic));
+  ASSERT_EQ(rwa.status, shm::kStatusOk);
+  r = table_.Lookup(rwa.key);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->access, mr::kAccessRemoteRead | mr::kAccessRemoteWrite |
+                           mr::kAccessRemoteAtomic);
+  // Read and write access never include atomics.
+  const shm::ControlResponse rw =
+      memory_.RegisterRdma(session_, 3, Rdma(16384, 4096));
+  ASSERT_EQ(rw.status, shm::kStatusOk);
+  EXPECT_EQ(table_.Lookup(rw.key)->access & mr::kAccessRemoteAtomic, 0);
+  // A descriptor without the atomic bit names nothing.
+  shm::RdmaDescriptor altered = DescOf(rwa);
+  altered.access = shm::kAccessReadWrite;
+  EXPECT_EQ(memory_.DeregisterRdma(session_, 3, Dereg(altered)).status,
+            shm::kStatusInvalid);
+  EXPECT_EQ(memory_.DeregisterRdma(session_, 3, Dereg(DescOf(rwa))).status,
+            shm::kStatusOk);
+  EXPECT_EQ(memory_.DeregisterRdma(session_, 3, Dereg(DescOf(a))).status,
+            shm::kStatusOk);
 }
 
 TEST_F(MemoryServiceTest, RegisteringAgainAddsAReferenceNotACharge) {

@@ -32,7 +32,7 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 4;
+inline constexpr uint16_t kSessionVersion = 5;
 inline constexpr uint32_t kMaxConnections = 16;
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kControlRingEntries = 64;
@@ -207,6 +207,9 @@ static_assert(sizeof(DeviceInfo) == kDescriptorBytes);
 inline constexpr uint32_t kAccessRead = 1u << 0;
 inline constexpr uint32_t kAccessWrite = 1u << 1;
 inline constexpr uint32_t kAccessReadWrite = kAccessRead | kAccessWrite;
+// Remote atomics (COMPARE SWAP, FETCH ADD; verbs' IBV_ACCESS_REMOTE_ATOMIC):
+// for kOpRegisterRdma only, alone or with the others.
+inline constexpr uint32_t kAccessAtomic = 1u << 2;
 
 struct ControlRequest {
   uint64_t request_id;
@@ -251,6 +254,10 @@ static_assert(sizeof(RdmaDescriptor) == kDescriptorBytes);
 // kSendSend (verbs) is a two-sided SEND, placed in the peer's next
 // receive; kRecv and kRecvWriteImm are the ops of receive completions (a
 // SEND received, a WRITE with immediate data that consumed the receive).
+// kSendCompareSwap and kSendFetchAdd (verbs) are the atomics on the peer's
+// 8-byte word at remote_address (8-byte aligned, or the peer refuses it)
+// with SendEntry::compare and swap_add; their one SGE of 8 bytes receives
+// the word as it was. Their completions carry the same ops.
 enum SendOp : uint8_t {
   kSendWrite = 1,
   kSendRead = 2,
@@ -258,6 +265,8 @@ enum SendOp : uint8_t {
   kSendSend = 4,
   kRecv = 5,
   kRecvWriteImm = 6,
+  kSendCompareSwap = 7,
+  kSendFetchAdd = 8,
 };
 
 // Work request flags, numbered as in the NDK's ndkpi.h (the NdkRead page
@@ -293,8 +302,13 @@ struct SendEntry {
   uint64_t remote_address;
   uint32_t rkey;
   uint32_t imm;  // with kFlagImmediate: ImmDt, as on the wire
+  // kSendCompareSwap: the value compared with, and the one written when
+  // they are equal; kSendFetchAdd: swap_add is added (modulo 2^64).
+  // Host order, as the word is in the peer's memory.
+  uint64_t compare;
+  uint64_t swap_add;
 };
-static_assert(sizeof(SendEntry) == 160);
+static_assert(sizeof(SendEntry) == 176);
 
 // A receive request (verbs' ibv_post_recv): the buffers the peer's next
 // SEND fills. Its completion names it by wr_id.

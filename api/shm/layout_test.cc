@@ -55,7 +55,7 @@ TEST(RingAbi, RingIndex) {
 TEST(RingAbi, BytesFor) {
   EXPECT_EQ(SpscRing<ControlRequest>::BytesFor(kControlRingEntries), 9408u);
   EXPECT_EQ(SpscRing<ControlResponse>::BytesFor(kControlRingEntries), 7872u);
-  EXPECT_EQ(SpscRing<SendEntry>::BytesFor(kSendRingEntries), 41152u);
+  EXPECT_EQ(SpscRing<SendEntry>::BytesFor(kSendRingEntries), 45248u);
   EXPECT_EQ(SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries),
             32960u);
   EXPECT_EQ(SpscRing<RecvEntry>::BytesFor(kRecvRingEntries), 73920u);
@@ -65,7 +65,7 @@ TEST(RingAbi, BytesFor) {
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 4u);
+  EXPECT_EQ(kSessionVersion, 5u);
   EXPECT_EQ(kMaxConnections, 16u);
   EXPECT_EQ(kMaxSge, 8u);
   EXPECT_EQ(kControlRingEntries, 64u);
@@ -245,7 +245,9 @@ TEST(LayoutAbi, SendEntry) {
   EXPECT_EQ(offsetof(SendEntry, remote_address), 144u);
   EXPECT_EQ(offsetof(SendEntry, rkey), 152u);
   EXPECT_EQ(offsetof(SendEntry, imm), 156u);
-  EXPECT_EQ(sizeof(SendEntry), 160u);
+  EXPECT_EQ(offsetof(SendEntry, compare), 160u);
+  EXPECT_EQ(offsetof(SendEntry, swap_add), 168u);
+  EXPECT_EQ(sizeof(SendEntry), 176u);
   EXPECT_EQ(alignof(SendEntry), 8u);
 }
 
@@ -308,6 +310,9 @@ TEST(LayoutAbi, VerbsMessages) {
   EXPECT_EQ(kSendSend, 4u);
   EXPECT_EQ(kRecv, 5u);
   EXPECT_EQ(kRecvWriteImm, 6u);
+  EXPECT_EQ(kAccessAtomic, 4u);
+  EXPECT_EQ(kSendCompareSwap, 7u);
+  EXPECT_EQ(kSendFetchAdd, 8u);
   EXPECT_EQ(kFlagImmediate, 0x10000u);
   EXPECT_EQ(kFlagSolicited, 0x20000u);
   EXPECT_EQ(kVerbsSendFlags & kKnownSendFlags, kKnownSendFlags);
@@ -375,7 +380,7 @@ TEST(SessionRegionBytes, IsPageRoundedAndHoldsEveryRing) {
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t region = SessionRegionBytes();
   static_assert(region % kPage == 0);
-  EXPECT_EQ(region, 2392064u);  // 584 pages
+  EXPECT_EQ(region, 2457600u);  // 600 pages
   SessionHeader header{};
   const uint64_t end = PlanSession(header);
   EXPECT_LE(end, region);

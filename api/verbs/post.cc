@@ -203,9 +203,15 @@ int PostOne(Qp* q, const ibv_send_wr* wr) {
   s.wr_id = wr->wr_id;
   s.opcode = req.wc_opcode;
   s.ov.context = index;
-  const int r = q->owner->client->PostVerbs(
-      q->conn, req.op, req.sgl, req.sge_count, req.remote_address, req.rkey,
-      req.flags, req.imm, &s.ov);
+  const bool atomic =
+      req.op == shm::kSendCompareSwap || req.op == shm::kSendFetchAdd;
+  const int r =
+      atomic ? q->owner->client->PostAtomic(
+                   q->conn, req.op, req.sgl[0], req.remote_address, req.rkey,
+                   req.compare, req.swap_add, req.flags, &s.ov)
+             : q->owner->client->PostVerbs(q->conn, req.op, req.sgl,
+                                           req.sge_count, req.remote_address,
+                                           req.rkey, req.flags, req.imm, &s.ov);
   if (r != RDP_PENDING) {
     return r == RDP_ERR_NO_BUFFERS ? ENOMEM
            : r == RDP_ERR_INVALID  ? EINVAL

@@ -47,18 +47,34 @@ int TranslateSendWr(const ibv_send_wr& wr, const SendQueueView& sq,
       out->op = shm::kSendRead;
       out->wc_opcode = IBV_WC_RDMA_READ;
       break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      out->op = shm::kSendCompareSwap;
+      out->wc_opcode = IBV_WC_COMP_SWAP;
+      break;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      out->op = shm::kSendFetchAdd;
+      out->wc_opcode = IBV_WC_FETCH_ADD;
+      break;
     default:
-      return EOPNOTSUPP;  // atomics, invalidation, TSO...: docs/verbs.md
+      return EOPNOTSUPP;  // invalidation, memory windows, TSO...: docs/verbs.md
   }
+  const bool atomic =
+      out->op == shm::kSendCompareSwap || out->op == shm::kSendFetchAdd;
   constexpr unsigned kKnown = IBV_SEND_SIGNALED | IBV_SEND_INLINE |
                               IBV_SEND_FENCE | IBV_SEND_SOLICITED;
   if ((wr.send_flags & ~kKnown) != 0) return EINVAL;
   if (!SgeCountFits(wr.num_sge, sq.max_send_sge)) return EINVAL;
+  // An atomic's original value lands in one buffer of exactly 8 bytes.
+  if (atomic && (wr.num_sge != 1 || wr.sg_list[0].length != sizeof(uint64_t))) {
+    return EINVAL;
+  }
   if (sq.outstanding >= sq.max_send_wr) return ENOMEM;
   const uint32_t count = static_cast<uint32_t>(wr.num_sge);
   uint64_t total = 0;
   for (uint32_t i = 0; i < count; ++i) total += wr.sg_list[i].length;
-  if ((wr.send_flags & IBV_SEND_INLINE) != 0 && out->op != shm::kSendRead) {
+  // Inline has no meaning where data comes back (READ, atomics): ignored.
+  if ((wr.send_flags & IBV_SEND_INLINE) != 0 && out->op != shm::kSendRead &&
+      !atomic) {
     // Copied now, so the application may reuse its buffers at once, and
     // they need no lkey.
     if (total > sq.max_inline_data) return EINVAL;
@@ -90,8 +106,18 @@ int TranslateSendWr(const ibv_send_wr& wr, const SendQueueView& sq,
   if ((wr.send_flags & IBV_SEND_SOLICITED) != 0) flags |= shm::kFlagSolicited;
   if (imm) flags |= shm::kFlagImmediate;
   out->flags = flags;
-  out->remote_address = wr.wr.rdma.remote_addr;
-  out->rkey = wr.wr.rdma.rkey;
+  if (atomic) {
+    // compare_add is the value compared with (COMPARE SWAP) or added
+    // (FETCH ADD); swap the value a COMPARE SWAP writes.
+    out->remote_address = wr.wr.atomic.remote_addr;
+    out->rkey = wr.wr.atomic.rkey;
+    const bool swap = out->op == shm::kSendCompareSwap;
+    out->compare = swap ? wr.wr.atomic.compare_add : 0;
+    out->swap_add = swap ? wr.wr.atomic.swap : wr.wr.atomic.compare_add;
+  } else {
+    out->remote_address = wr.wr.rdma.remote_addr;
+    out->rkey = wr.wr.rdma.rkey;
+  }
   out->imm = imm ? wr.imm_data : 0;
   return 0;
 }

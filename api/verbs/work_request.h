@@ -38,9 +38,12 @@ struct SendQueueView {
   uint32_t inline_lkey = 0;
 };
 
-// A send request ready for Client::PostVerbs.
+// A send request ready for Client::PostVerbs (Client::PostAtomic for
+// shm::kSendCompareSwap and kSendFetchAdd).
 struct SendRequest {
-  uint8_t op = 0;  // shm::kSendWrite, kSendRead or kSendSend
+  // shm::kSendWrite, kSendRead, kSendSend, kSendCompareSwap or
+  // kSendFetchAdd
+  uint8_t op = 0;
   ibv_wc_opcode wc_opcode = IBV_WC_RDMA_WRITE;  // of its completion
   // RDP_FLAG_DEFER always; RDP_FLAG_SILENT_SUCCESS, RDP_FLAG_READ_FENCE,
   // shm::kFlagSolicited and shm::kFlagImmediate as the request asks.
@@ -51,18 +54,24 @@ struct SendRequest {
   uint64_t remote_address = 0;
   uint32_t rkey = 0;
   uint32_t imm = 0;  // with shm::kFlagImmediate
+  // Atomics: COMPARE SWAP's compare and swap values; FETCH ADD's addend in
+  // swap_add.
+  uint64_t compare = 0;
+  uint64_t swap_add = 0;
 };
 
 // Translates `wr` (not the requests chained after it). Returns 0 and fills
 // *out, or returns the errno ibv_post_send gives for it, in this order of
 // checks: EOPNOTSUPP for an opcode other than RDMA WRITE (with or without
-// immediate), RDMA READ and SEND (with or without immediate); EINVAL for a
-// send flag other than SIGNALED, INLINE, FENCE and SOLICITED, or a
-// num_sge below 0 or above max_send_sge (or shm::kMaxSge); ENOMEM when
-// max_send_wr requests are outstanding; EINVAL for an inline request
-// (IBV_SEND_INLINE on anything but a READ) of more than max_inline_data
-// bytes. An inline request's data is copied to sq.inline_dst and its SGL
-// is that one buffer.
+// immediate), RDMA READ, SEND (with or without immediate), ATOMIC CMP AND
+// SWP and ATOMIC FETCH AND ADD; EINVAL for a send flag other than
+// SIGNALED, INLINE, FENCE and SOLICITED, a num_sge below 0 or above
+// max_send_sge (or shm::kMaxSge), or an atomic whose SGL is not one SGE of
+// exactly 8 bytes; ENOMEM when max_send_wr requests are outstanding; EINVAL
+// for an inline request (IBV_SEND_INLINE on anything but a READ or an
+// atomic) of more than max_inline_data bytes. An inline request's data is
+// copied to sq.inline_dst and its SGL is that one buffer. An atomic's
+// remote address is not checked here: the peer refuses a misaligned one.
 int TranslateSendWr(const ibv_send_wr& wr, const SendQueueView& sq,
                     SendRequest* out);
 

@@ -7,10 +7,11 @@
 //     for an opcode not served, else EINVAL or ENOMEM, as a model of the
 //     checks predicts) and leaves the inline slot untouched;
 //   - an accepted one is what librdmaplane accepts (an op it serves, no
-//     flag beyond shm::kVerbsSendFlags, at most shm::kMaxSge SGEs), its
-//     length is the sum of its SGEs, its SGL is theirs or, inline, one
-//     buffer holding their bytes in order, and the flags, immediate data
-//     and remote address are the request's;
+//     flag beyond shm::kVerbsSendFlags, at most shm::kMaxSge SGEs; an
+//     atomic, exactly one SGE of 8 bytes), its length is the sum of its
+//     SGEs, its SGL is theirs or, inline, one buffer holding their bytes in
+//     order, and the flags, immediate data, remote address and key, and an
+//     atomic's compare and swap or add values are the request's;
 //   - no byte is read or written outside the SGEs' buffers, the SGE array
 //     (exactly num_sge entries, heap-allocated) and the inline slot
 //     (exactly max_inline_data bytes), so AddressSanitizer sees a stray one.
@@ -116,10 +117,24 @@ bool Served(uint8_t opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return true;
     default:
       return false;
   }
+}
+
+bool Atomic(uint8_t opcode) {
+  return opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+// Whether IBV_SEND_INLINE copies the request's data: not for a READ or an
+// atomic, whose data comes back.
+bool InlineData(const Request& r) {
+  return (r.send_flags & IBV_SEND_INLINE) != 0 &&
+         r.opcode != IBV_WR_RDMA_READ && !Atomic(r.opcode);
 }
 
 uint64_t SumOf(const ibv_sge* sges, uint32_t n) {
@@ -138,10 +153,12 @@ int ExpectedSend(const Request& r, const SendQueueView& sq) {
       static_cast<uint32_t>(r.num_sge) > shm::kMaxSge) {
     return EINVAL;
   }
+  if (Atomic(r.opcode) && (r.num_sge != 1 || r.sges[0].length != 8)) {
+    return EINVAL;
+  }
   if (sq.outstanding >= sq.max_send_wr) return ENOMEM;
-  const bool inline_data = (r.send_flags & IBV_SEND_INLINE) != 0 &&
-                           r.opcode != IBV_WR_RDMA_READ;
-  if (inline_data && SumOf(r.sges.get(), r.sge_entries) > sq.max_inline_data) {
+  if (InlineData(r) &&
+      SumOf(r.sges.get(), r.sge_entries) > sq.max_inline_data) {
     return EINVAL;
   }
   return 0;
@@ -151,8 +168,7 @@ void CheckSend(const Request& r, const ibv_send_wr& wr, const SendQueueView& sq,
                const std::vector<uint8_t>& inline_slot, int err,
                const SendRequest& out) {
   FUZZ_CHECK(err == ExpectedSend(r, sq));
-  const bool inline_data = (r.send_flags & IBV_SEND_INLINE) != 0 &&
-                           r.opcode != IBV_WR_RDMA_READ;
+  const bool inline_data = InlineData(r);
   if (err != 0) {
     for (uint8_t b : inline_slot) FUZZ_CHECK(b == kCanary);
     return;
@@ -184,13 +200,32 @@ void CheckSend(const Request& r, const ibv_send_wr& wr, const SendQueueView& sq,
       FUZZ_CHECK(out.op == shm::kSendSend);
       FUZZ_CHECK(out.wc_opcode == IBV_WC_SEND);
       break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      FUZZ_CHECK(out.op == shm::kSendCompareSwap);
+      FUZZ_CHECK(out.wc_opcode == IBV_WC_COMP_SWAP);
+      break;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      FUZZ_CHECK(out.op == shm::kSendFetchAdd);
+      FUZZ_CHECK(out.wc_opcode == IBV_WC_FETCH_ADD);
+      break;
     default:
       FUZZ_CHECK(out.op == shm::kSendRead);
       FUZZ_CHECK(out.wc_opcode == IBV_WC_RDMA_READ);
       break;
   }
-  FUZZ_CHECK(out.remote_address == wr.wr.rdma.remote_addr);
-  FUZZ_CHECK(out.rkey == wr.wr.rdma.rkey);
+  if (Atomic(r.opcode)) {
+    FUZZ_CHECK(out.remote_address == wr.wr.atomic.remote_addr);
+    FUZZ_CHECK(out.rkey == wr.wr.atomic.rkey);
+    const bool swap = r.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+    FUZZ_CHECK(out.compare == (swap ? wr.wr.atomic.compare_add : 0));
+    FUZZ_CHECK(out.swap_add ==
+               (swap ? wr.wr.atomic.swap : wr.wr.atomic.compare_add));
+    FUZZ_CHECK(out.sge_count == 1 && out.length == 8);
+  } else {
+    FUZZ_CHECK(out.remote_address == wr.wr.rdma.remote_addr);
+    FUZZ_CHECK(out.rkey == wr.wr.rdma.rkey);
+    FUZZ_CHECK(out.compare == 0 && out.swap_add == 0);
+  }
   if (inline_data) {
     FUZZ_CHECK(out.sge_count == 1);
     FUZZ_CHECK(out.sgl[0].addr == sq.inline_dst);
@@ -300,8 +335,16 @@ void Run(const uint8_t* data, size_t size) {
     chain[i].num_sge = requests[i].num_sge;
     chain[i].sg_list = requests[i].sges.get();
     chain[i].imm_data = static_cast<uint32_t>(0x5EED0000u + i);
-    chain[i].wr.rdma.remote_addr = 0x7F0000000000ull + (i << 12);
-    chain[i].wr.rdma.rkey = static_cast<uint32_t>(0xA000 + i);
+    if (Atomic(requests[i].opcode)) {
+      // Any address: alignment is the peer's to check.
+      chain[i].wr.atomic.remote_addr = 0x7F0000000000ull + (i << 12) + i;
+      chain[i].wr.atomic.compare_add = 0xC0C0000000000000ull + i;
+      chain[i].wr.atomic.swap = 0x5A5A000000000000ull + i;
+      chain[i].wr.atomic.rkey = static_cast<uint32_t>(0xB000 + i);
+    } else {
+      chain[i].wr.rdma.remote_addr = 0x7F0000000000ull + (i << 12);
+      chain[i].wr.rdma.rkey = static_cast<uint32_t>(0xA000 + i);
+    }
     chain[i].next = i + 1 < chain.size() ? &chain[i + 1] : nullptr;
   }
   for (ibv_send_wr* wr = chain.empty() ? nullptr : &chain[0]; wr != nullptr;
@@ -333,13 +376,19 @@ void Run(const uint8_t* data, size_t size) {
 namespace rdmaplane::wire {
 
 // For the fuzz_driver's mutation mode: a WRITE with two SGEs, an inline
-// SEND and a READ on a roomy queue; two receives.
+// SEND and a READ on a roomy queue; a COMPARE SWAP and a FETCH ADD, and one
+// with a 4-byte SGE; two receives.
 std::vector<std::vector<uint8_t>> FuzzSeedCorpus() {
   return {
       {0, 16, 4, 64, 0, 9,
        IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, 2, 0, 0, 0, 16, 0, 64, 0, 8, 0,
        IBV_WR_SEND_WITH_IMM, IBV_SEND_INLINE, 1, 0, 8, 0, 40, 0,
        IBV_WR_RDMA_READ, IBV_SEND_FENCE, 1, 1, 0, 1, 0, 1},
+      {0, 16, 4, 64, 0, 9,
+       IBV_WR_ATOMIC_CMP_AND_SWP, IBV_SEND_SIGNALED, 1, 0, 8, 0, 8, 0,
+       IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_SEND_INLINE | IBV_SEND_FENCE, 1, 0,
+       16, 0, 8, 0,
+       IBV_WR_ATOMIC_FETCH_AND_ADD, 0, 1, 0, 16, 0, 4, 0},
       {1, 4, 2, 0, 3, 0,
        0, 0, 2, 0, 0, 0, 32, 0, 32, 0, 32, 0,
        0, 0, 0, 2},

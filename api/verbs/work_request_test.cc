@@ -1,6 +1,7 @@
 // TranslateSendWr and TranslateRecvWr: each opcode served and one not,
-// every send flag, the SGE and queue limits, inline data, and the order of
-// the checks (the errno a request with several faults gets).
+// atomics and their one 8-byte SGE, every send flag, the SGE and queue
+// limits, inline data, and the order of the checks (the errno a request
+// with several faults gets).
 #include "api/verbs/work_request.h"
 
 #include <errno.h>
@@ -97,10 +98,88 @@ TEST_F(SendWrTest, EachOpcodeServed) {
   }
 }
 
+TEST_F(SendWrTest, Atomics) {
+  struct Case {
+    ibv_wr_opcode opcode;
+    uint8_t op;
+    ibv_wc_opcode wc_opcode;
+    uint64_t compare;
+    uint64_t swap_add;
+  };
+  // compare_add is COMPARE SWAP's compare value and FETCH ADD's addend.
+  const Case cases[] = {
+      {IBV_WR_ATOMIC_CMP_AND_SWP, shm::kSendCompareSwap, IBV_WC_COMP_SWAP,
+       0x1111222233334444ull, 0x5555666677778888ull},
+      {IBV_WR_ATOMIC_FETCH_AND_ADD, shm::kSendFetchAdd, IBV_WC_FETCH_ADD, 0,
+       0x1111222233334444ull},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.opcode);
+    wr_ = ibv_send_wr{};
+    wr_.wr_id = 7;
+    wr_.opcode = c.opcode;
+    wr_.send_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE;
+    wr_.wr.atomic.remote_addr = 0x7F0000001008ull;
+    wr_.wr.atomic.compare_add = 0x1111222233334444ull;
+    wr_.wr.atomic.swap = 0x5555666677778888ull;
+    wr_.wr.atomic.rkey = 0x66;
+    SetSges({{8, 8}});
+    out_ = SendRequest{};
+    ASSERT_EQ(Translate(), 0);
+    EXPECT_EQ(out_.op, c.op);
+    EXPECT_EQ(out_.wc_opcode, c.wc_opcode);
+    EXPECT_EQ(out_.flags, RDP_FLAG_DEFER | RDP_FLAG_READ_FENCE);
+    EXPECT_EQ(out_.remote_address, 0x7F0000001008ull);
+    EXPECT_EQ(out_.rkey, 0x66u);
+    EXPECT_EQ(out_.compare, c.compare);
+    EXPECT_EQ(out_.swap_add, c.swap_add);
+    ASSERT_EQ(out_.sge_count, 1u);
+    EXPECT_EQ(out_.sgl[0].addr, data_.data() + 8);
+    EXPECT_EQ(out_.sgl[0].length, 8u);
+    EXPECT_EQ(out_.sgl[0].lkey, 100u);
+    EXPECT_EQ(out_.length, 8u);
+    // A misaligned remote address is the peer's to refuse.
+    wr_.wr.atomic.remote_addr = 0x7F0000001004ull;
+    ASSERT_EQ(Translate(), 0);
+    EXPECT_EQ(out_.remote_address, 0x7F0000001004ull);
+    // Inline is ignored: the value comes back into the SGE.
+    wr_.send_flags = IBV_SEND_INLINE;
+    ASSERT_EQ(Translate(), 0);
+    EXPECT_EQ(out_.sgl[0].addr, data_.data() + 8);
+    EXPECT_EQ(inline_buf_[0], 0);
+  }
+}
+
+TEST_F(SendWrTest, AtomicsTakeOneEightByteSge) {
+  for (ibv_wr_opcode op :
+       {IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD}) {
+    SCOPED_TRACE(op);
+    wr_.opcode = op;
+    SetSges({{0, 8}});
+    EXPECT_EQ(Translate(), 0);
+    for (uint32_t len : {0u, 4u, 7u, 9u, 16u}) {
+      SetSges({{0, len}});
+      EXPECT_EQ(Translate(), EINVAL) << len;
+    }
+    SetSges({{0, 8}, {8, 8}});
+    EXPECT_EQ(Translate(), EINVAL);
+    SetSges({{0, 4}, {4, 4}});  // 8 bytes, but in two SGEs
+    EXPECT_EQ(Translate(), EINVAL);
+    wr_.num_sge = 0;
+    EXPECT_EQ(Translate(), EINVAL);
+    // ... checked before the queue's room.
+    SetSges({{0, 4}});
+    sq_.outstanding = sq_.max_send_wr;
+    EXPECT_EQ(Translate(), EINVAL);
+    SetSges({{0, 8}});
+    EXPECT_EQ(Translate(), ENOMEM);
+    sq_.outstanding = 0;
+  }
+}
+
 TEST_F(SendWrTest, OpcodeNotServed) {
   for (ibv_wr_opcode op :
-       {IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
-        IBV_WR_LOCAL_INV, IBV_WR_BIND_MW, IBV_WR_SEND_WITH_INV, IBV_WR_TSO}) {
+       {IBV_WR_LOCAL_INV, IBV_WR_BIND_MW, IBV_WR_SEND_WITH_INV, IBV_WR_TSO}) {
     wr_.opcode = op;
     EXPECT_EQ(Translate(), EOPNOTSUPP) << op;
   }

@@ -184,9 +184,10 @@ bool Endpoint::ClientsLive() {
 
 rc::ResolvedMemory Endpoint::Resolve(wire::Qpn, wire::Rkey rkey, uint64_t va,
                                      uint32_t len, rc::RemoteAccess access) {
-  const uint8_t bit = access == rc::RemoteAccess::kRead
-                          ? mr::kAccessRemoteRead
-                          : mr::kAccessRemoteWrite;
+  const uint8_t bit = access == rc::RemoteAccess::kRead ? mr::kAccessRemoteRead
+                      : access == rc::RemoteAccess::kWrite
+                          ? mr::kAccessRemoteWrite
+                          : mr::kAccessRemoteAtomic;
   const mr::AccessResult r = mr::ResolveRemote(
       *table_, rkey.value(), info_.registration_scope, bit, va, len);
   // Pinned until the responder releases it, so that deregistration of a
@@ -204,19 +205,26 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
   pins->count = 0;
   pins->invalidate = 0;
   // SENDs and immediate data (verbs) go over a port only: inside the
-  // daemon a connection's requests are carried out directly.
+  // daemon a connection's requests are carried out directly. Atomics go
+  // either way; their one SGE takes the 8-byte word as it was.
   const uint32_t known = remote() ? shm::kVerbsSendFlags : shm::kKnownSendFlags;
-  if ((e.op != shm::kSendWrite && e.op != shm::kSendRead &&
+  const bool atomic =
+      e.op == shm::kSendCompareSwap || e.op == shm::kSendFetchAdd;
+  if ((e.op != shm::kSendWrite && e.op != shm::kSendRead && !atomic &&
        !(e.op == shm::kSendSend && remote())) ||
       e.num_sge > shm::kMaxSge || (e.flags & ~known) != 0 ||
-      (e.op == shm::kSendRead && (e.flags & shm::kFlagImmediate) != 0)) {
+      ((e.op == shm::kSendRead || atomic) &&
+       (e.flags & shm::kFlagImmediate) != 0) ||
+      (atomic && (e.num_sge != 1 || e.sge[0].length != rc::kAtomicBytes))) {
     ++stats_.bad_entries;
     return shm::kStatusInvalid;
   }
   wr->wr_id = e.wr_id;
-  wr->opcode = e.op == shm::kSendWrite  ? rc::WrOpcode::kWrite
-               : e.op == shm::kSendRead ? rc::WrOpcode::kRead
-                                        : rc::WrOpcode::kSend;
+  wr->opcode = e.op == shm::kSendWrite         ? rc::WrOpcode::kWrite
+               : e.op == shm::kSendRead        ? rc::WrOpcode::kRead
+               : e.op == shm::kSendCompareSwap ? rc::WrOpcode::kCompareSwap
+               : e.op == shm::kSendFetchAdd    ? rc::WrOpcode::kFetchAdd
+                                               : rc::WrOpcode::kSend;
   wr->flags = ((e.flags & shm::kFlagSilentSuccess) ? rc::kWrSilentSuccess : 0) |
               ((e.flags & shm::kFlagReadFence) ? rc::kWrReadFence : 0) |
               ((e.flags & shm::kFlagImmediate) ? rc::kWrImmediate : 0) |
@@ -225,10 +233,13 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
   wr->remote_va = e.remote_address;
   wr->rkey = wire::Rkey(e.rkey);
   wr->imm = e.imm;
+  wr->compare = atomic ? e.compare : 0;
+  wr->swap_add = atomic ? e.swap_add : 0;
   uint64_t total = 0;
-  // A write or send reads the local buffers, a read fills them.
-  const uint8_t access =
-      e.op == shm::kSendRead ? mr::kAccessLocalWrite : mr::kAccessLocal;
+  // A write or send reads the local buffers, a read or atomic fills them.
+  const uint8_t access = e.op == shm::kSendRead || atomic
+                             ? mr::kAccessLocalWrite
+                             : mr::kAccessLocal;
   for (uint32_t i = 0; i < e.num_sge; ++i) {
     const shm::SgeEntry& s = e.sge[i];
     total += s.length;
@@ -437,9 +448,68 @@ void Endpoint::ReleasePins(Pins& pins) {
   pins.count = 0;
 }
 
+void Endpoint::FailDirect(const rc::WorkRequest& wr, Pins& pins, uint8_t op,
+                          int32_t status, uint8_t detail) {
+  // As over the wire: the peer's NAK, the requester fails the request and
+  // the connection breaks for both ends.
+  ReleasePins(pins);
+  PublishState(shm::kConnAborted);
+  peer_->PublishState(shm::kConnReset);
+  PushCompletion(wr.wr_id, status, op, 0, detail);
+  Close(CloseReason::kTransportError);
+  peer_->Close(CloseReason::kPeerClosed);
+}
+
+void Endpoint::ExecuteDirectAtomic(const rc::WorkRequest& wr, Pins& pins,
+                                   uint8_t op) {
+  // The peer's responder's checks, in its order: alignment (NAK "invalid
+  // request"), then key, connection, atomic access and range (NAK "remote
+  // access error").
+  if ((wr.remote_va & (rc::kAtomicBytes - 1)) != 0) {
+    FailDirect(wr, pins, op, shm::kStatusConnAborted,
+               shm::kDetailRemoteInvalid);
+    return;
+  }
+  const rc::ResolvedMemory mem =
+      peer_->Resolve(peer_->info_.qp.local_qpn, wr.rkey, wr.remote_va,
+                     rc::kAtomicBytes, rc::RemoteAccess::kAtomic);
+  if (mem.check != rc::AccessCheck::kOk) {
+    FailDirect(wr, pins, op, shm::kStatusRemoteResources,
+               shm::kDetailRemoteAccess);
+    return;
+  }
+  if ((reinterpret_cast<uintptr_t>(mem.addr) & (rc::kAtomicBytes - 1)) != 0) {
+    peer_->Release(wr.rkey);
+    FailDirect(wr, pins, op, shm::kStatusConnAborted,
+               shm::kDetailRemoteInvalid);
+    return;
+  }
+  // One atomic instruction on the word, as the RC responder executes it:
+  // atomic against requesters on other engines and the owner's CPUs.
+  auto* word = reinterpret_cast<uint64_t*>(mem.addr);
+  uint64_t orig;
+  if (wr.opcode == rc::WrOpcode::kCompareSwap) {
+    orig = wr.compare;  // replaced by the word's value when it differs
+    __atomic_compare_exchange_n(word, &orig, wr.swap_add, /*weak=*/false,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  } else {
+    orig = __atomic_fetch_add(word, wr.swap_add, __ATOMIC_SEQ_CST);
+  }
+  peer_->Release(wr.rkey);
+  std::memcpy(wr.sge[0].addr, &orig, sizeof(orig));
+  ReleasePins(pins);
+  if ((wr.flags & rc::kWrSilentSuccess) == 0) {
+    PushCompletion(wr.wr_id, shm::kStatusOk, op, rc::kAtomicBytes);
+  }
+}
+
 void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, Pins& pins,
                              uint8_t op) {
   ++stats_.direct;
+  if (rc::IsAtomic(wr.opcode)) {
+    ExecuteDirectAtomic(wr, pins, op);
+    return;
+  }
   uint32_t len = 0;
   for (uint32_t i = 0; i < wr.num_sge; ++i) len += wr.sge[i].length;
   const bool write = wr.opcode == rc::WrOpcode::kWrite;
@@ -452,16 +522,10 @@ void Endpoint::ExecuteDirect(const rc::WorkRequest& wr, Pins& pins,
         write ? rc::RemoteAccess::kWrite : rc::RemoteAccess::kRead);
   }
   if (mem.check != rc::AccessCheck::kOk) {
-    // As over the wire: NAK "remote access error", the requester fails the
-    // request and the connection breaks for both ends.
-    ReleasePins(pins);
-    PublishState(shm::kConnAborted);
-    peer_->PublishState(shm::kConnReset);
-    PushCompletion(wr.wr_id,
-                   write ? shm::kStatusFault : shm::kStatusRemoteResources, op,
-                   0, shm::kDetailRemoteAccess);
-    Close(CloseReason::kTransportError);
-    peer_->Close(CloseReason::kPeerClosed);
+    // NAK "remote access error".
+    FailDirect(wr, pins, op,
+               write ? shm::kStatusFault : shm::kStatusRemoteResources,
+               shm::kDetailRemoteAccess);
     return;
   }
   if (len <= kDirectBytesPerTurn) {
@@ -536,7 +600,10 @@ void Endpoint::Complete(const rc::Completion& c) {
   }
   const uint8_t op = c.opcode == rc::WrOpcode::kWrite  ? shm::kSendWrite
                      : c.opcode == rc::WrOpcode::kRead ? shm::kSendRead
-                                                       : shm::kSendSend;
+                     : c.opcode == rc::WrOpcode::kCompareSwap
+                         ? shm::kSendCompareSwap
+                     : c.opcode == rc::WrOpcode::kFetchAdd ? shm::kSendFetchAdd
+                                                           : shm::kSendSend;
   int32_t status = shm::kStatusOk;
   uint8_t detail = shm::kDetailNone;
   switch (c.status) {
@@ -545,8 +612,9 @@ void Endpoint::Complete(const rc::Completion& c) {
       break;
     case rc::WcStatus::kRemoteAccessError:
       // The target lies outside what the peer registered for us.
-      status = op == shm::kSendRead ? shm::kStatusRemoteResources
-                                    : shm::kStatusFault;
+      status = op == shm::kSendRead || rc::IsAtomic(c.opcode)
+                   ? shm::kStatusRemoteResources
+                   : shm::kStatusFault;
       detail = shm::kDetailRemoteAccess;
       break;
     case rc::WcStatus::kRetryExceeded:

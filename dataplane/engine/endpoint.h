@@ -248,6 +248,13 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // connections only): the responder's checks, one copy, spread over turns
   // when it is large.
   void ExecuteDirect(const rc::WorkRequest& wr, Pins& pins, uint8_t op);
+  // COMPARE SWAP and FETCH ADD on the peer endpoint's memory, with the
+  // checks and the atomic instruction of the RC responder.
+  void ExecuteDirectAtomic(const rc::WorkRequest& wr, Pins& pins, uint8_t op);
+  // The request fails as its NAK would fail it over a wire (`status` and
+  // `detail`), and the connection breaks for both ends.
+  void FailDirect(const rc::WorkRequest& wr, Pins& pins, uint8_t op,
+                  int32_t status, uint8_t detail);
   // Copies the next piece of the direct request in progress; completes it
   // when it is done.
   void ContinueDirect();

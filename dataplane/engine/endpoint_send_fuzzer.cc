@@ -14,6 +14,8 @@
 //     length, or a remote access error that closes the connection; port:
 //     never a success, no peer answers), or silently on success, or by the
 //     connection's final status (its index at or past the retired count);
+//     an atomic that fails directly, with the peer's refusal (remote
+//     access, or invalid request for a misaligned address);
 //   - pins: none held between turns on the direct path, and over a port
 //     exactly one per SGE of every request outstanding in the queue pair;
 //     none once the endpoints closed;
@@ -22,13 +24,14 @@
 //
 // Input: a mode byte (bit 0: over a port instead of direct; bit 1: over a
 // port, time passes, so retransmissions run out and the queue pair
-// fails), then records of 161 bytes: a steering byte and a SendEntry's
-// 160 bytes. The steering byte's bits pull parts of the entry towards the
+// fails), then records of 177 bytes: a steering byte and a SendEntry's
+// 176 bytes. The steering byte's bits pull parts of the entry towards the
 // registrations so that valid requests are common: bit 0 the op, bit 1
-// the flags, bit 2 num_sge, bit 3 the SGEs' keys and addresses, bit 4 their
-// lengths (small), bit 5 the remote key and address, bit 6 the remote
-// length range (small); bit 7 runs the endpoints until idle before the
-// next entry is pushed. wr_id is always the entry's index.
+// the flags, bit 2 num_sge (an atomic's: 1), bit 3 the SGEs' keys and
+// addresses, bit 4 their lengths (small; an atomic's first: 8), bit 5 the
+// remote key and address, bit 6 the remote length range (small); bit 7
+// runs the endpoints until idle before the next entry is pushed. wr_id is
+// always the entry's index.
 //
 // Runs under libFuzzer (--config=fuzz) or, as endpoint_send_fuzzer under
 // gcc, replaying dataplane/engine/corpus/endpoint_send (see
@@ -139,10 +142,11 @@ class Harness {
     AddLocal(kRequester, kHugeVa, kHugeBytes, HugeMemory(), mr::kAccessLocal);
     AddLocal(kStranger, kLocalVa, kBufferBytes, local_.get(),
              mr::kAccessLocal | mr::kAccessLocalWrite);
-    // Remote, on the responder's side: read-write, read-only, and one
-    // scoped to another connection.
+    // Remote, on the responder's side: read-write-atomic, read-only, and
+    // one scoped to another connection.
     AddRemote(kResponderScope, kRemoteVa, kHalf, remote_.get(),
-              mr::kAccessRemoteRead | mr::kAccessRemoteWrite);
+              mr::kAccessRemoteRead | mr::kAccessRemoteWrite |
+                  mr::kAccessRemoteAtomic);
     AddRemote(kResponderScope, kRemoteVa + kHalf, kHalf, remote_.get() + kHalf,
               mr::kAccessRemoteRead);
     AddRemote(kRequesterScope, kRemoteVa, kBufferBytes, remote_.get(),
@@ -177,11 +181,16 @@ class Harness {
   void Steer(uint8_t steer, shm::SendEntry& e) const {
     if ((steer & 0x01) != 0) {
       constexpr uint8_t kOps[] = {shm::kSendWrite, shm::kSendRead,
-                                  shm::kSendSend};
-      e.op = kOps[e.op % 3];
+                                  shm::kSendSend, shm::kSendCompareSwap,
+                                  shm::kSendFetchAdd};
+      e.op = kOps[e.op % 5];
     }
+    const bool atomic =
+        e.op == shm::kSendCompareSwap || e.op == shm::kSendFetchAdd;
     if ((steer & 0x02) != 0) e.flags &= shm::kVerbsSendFlags;
-    if ((steer & 0x04) != 0) e.num_sge %= shm::kMaxSge + 1;
+    if ((steer & 0x04) != 0) {
+      e.num_sge = atomic ? 1 : e.num_sge % (shm::kMaxSge + 1);
+    }
     for (uint32_t i = 0; i < shm::kMaxSge; ++i) {
       shm::SgeEntry& s = e.sge[i];
       if ((steer & 0x08) != 0) {
@@ -196,7 +205,8 @@ class Harness {
           s.lkey = pick == keys_.size() ? 0 : keys_[0].key ^ 1;
         }
       }
-      if ((steer & 0x10) != 0) s.length %= 4096;
+      if ((steer & 0x10) != 0)
+        s.length = atomic && i == 0 ? 8 : s.length % 4096;
     }
     if ((steer & 0x20) != 0) {
       e.rkey = keys_[4 + e.rkey % 3].key;
@@ -319,14 +329,18 @@ class Harness {
   int32_t Expected(const shm::SendEntry& e) const {
     const uint32_t known =
         port_ ? shm::kVerbsSendFlags : shm::kKnownSendFlags;
-    if ((e.op != shm::kSendWrite && e.op != shm::kSendRead &&
+    const bool atomic = Atomic(e);
+    if ((e.op != shm::kSendWrite && e.op != shm::kSendRead && !atomic &&
          !(e.op == shm::kSendSend && port_)) ||
         e.num_sge > shm::kMaxSge || (e.flags & ~known) != 0 ||
-        (e.op == shm::kSendRead && (e.flags & shm::kFlagImmediate) != 0)) {
+        ((e.op == shm::kSendRead || atomic) &&
+         (e.flags & shm::kFlagImmediate) != 0) ||
+        (atomic && (e.num_sge != 1 || e.sge[0].length != 8))) {
       return shm::kStatusInvalid;
     }
-    const uint8_t access =
-        e.op == shm::kSendRead ? mr::kAccessLocalWrite : mr::kAccessLocal;
+    const uint8_t access = e.op == shm::kSendRead || atomic
+                               ? mr::kAccessLocalWrite
+                               : mr::kAccessLocal;
     uint64_t total = 0;
     for (uint32_t i = 0; i < e.num_sge; ++i) {
       const shm::SgeEntry& s = e.sge[i];
@@ -341,6 +355,10 @@ class Harness {
     }
     if (total > (uint64_t{1} << 31)) return shm::kStatusInvalid;
     return shm::kStatusOk;
+  }
+
+  static bool Atomic(const shm::SendEntry& e) {
+    return e.op == shm::kSendCompareSwap || e.op == shm::kSendFetchAdd;
   }
 
   const Key* Find(uint32_t key) const {
@@ -382,6 +400,12 @@ class Harness {
         FUZZ_CHECK((e.flags & shm::kFlagSilentSuccess) == 0);
         FUZZ_CHECK(o.completion->byte_len == total);
         succeeded = true;
+      } else if (Atomic(e) && (e.remote_address & 7) != 0) {
+        // The peer refuses a misaligned atomic: the connection breaks.
+        FUZZ_CHECK(o.completion->status == shm::kStatusConnAborted);
+        FUZZ_CHECK(o.completion->detail == shm::kDetailRemoteInvalid);
+        FUZZ_CHECK(a_->closed());
+        FUZZ_CHECK(checked_ + 1 == taken);
       } else {
         // The peer's registration refused it: the connection breaks.
         FUZZ_CHECK(o.completion->status == (e.op == shm::kSendWrite
@@ -469,25 +493,37 @@ void Run(const uint8_t* data, size_t size) {
 namespace rdmaplane::wire {
 
 // For the fuzz_driver's mutation mode: on the direct path, a write of 64
-// bytes, a read with local invalidate, and a raw entry.
+// bytes, a read with local invalidate, and a raw entry; then a COMPARE
+// SWAP, a FETCH ADD and a misaligned FETCH ADD, directly and over a port.
 std::vector<std::vector<uint8_t>> FuzzSeedCorpus() {
-  std::vector<uint8_t> seed = {0};
-  auto record = [&seed](uint8_t steer, uint8_t op, uint32_t flags) {
+  auto record = [](std::vector<uint8_t>& seed, uint8_t steer, uint8_t op,
+                   uint32_t flags, uint64_t remote_address = 128) {
     shm::SendEntry e{};
     e.op = op;
     e.flags = flags;
     e.num_sge = 1;
     e.sge[0] = {64, 64, 0};
     e.rkey = 0;
-    e.remote_address = 128;
+    e.remote_address = remote_address;
+    e.compare = 0;
+    e.swap_add = 5;
     seed.push_back(steer);
     const auto* p = reinterpret_cast<const uint8_t*>(&e);
     seed.insert(seed.end(), p, p + sizeof(e));
   };
-  record(0x7F, 0, 0);
-  record(0x7F, 1, shm::kFlagReadLocalInvalidate);
-  record(0x00, shm::kSendWrite, 0);
-  return {seed};
+  std::vector<uint8_t> seed = {0};
+  record(seed, 0x7F, 0, 0);
+  record(seed, 0x7F, 1, shm::kFlagReadLocalInvalidate);
+  record(seed, 0x00, shm::kSendWrite, 0);
+  std::vector<std::vector<uint8_t>> seeds = {seed};
+  for (uint8_t mode : {0, 1}) {
+    std::vector<uint8_t> atomics = {mode};
+    record(atomics, 0xFF, 3, 0);  // steered to COMPARE SWAP
+    record(atomics, 0xFF, 4, 0);  // FETCH ADD
+    record(atomics, 0x7F, 4, 0, 132);
+    seeds.push_back(atomics);
+  }
+  return seeds;
 }
 
 }  // namespace rdmaplane::wire

@@ -207,6 +207,105 @@ TEST_F(EndpointTest, ARefusedDirectRequestEndsAsARemoteAccessError) {
   EXPECT_EQ(target_[kBytes - 1], 0) << "a refused write touched memory";
 }
 
+// Atomics inside one engine: the peer endpoint's checks, one atomic
+// instruction on its client's word, the word as it was in the local SGE.
+class DirectAtomicTest : public EndpointTest {
+ protected:
+  DirectAtomicTest() {
+    mr::Registration atomic;
+    atomic.owner = kResponder;
+    atomic.connection = kResponderScope;
+    atomic.address = kAtomicVa;
+    atomic.length = 64;
+    atomic.host = target_.data();
+    atomic.access = mr::kAccessRemoteAtomic;
+    atomic_key_ = *table_.Insert(atomic);
+  }
+  void PostAtomic(uint64_t id, uint8_t op, uint64_t remote_va, uint64_t compare,
+                  uint64_t swap_add, uint32_t rkey, uint32_t local_offset = 0,
+                  uint32_t len = 8) {
+    shm::SendEntry e{};
+    e.wr_id = id;
+    e.op = op;
+    e.num_sge = 1;
+    e.sge[0] = {kClientVa + local_offset, len, lkey_};
+    e.remote_address = remote_va;
+    e.rkey = rkey;
+    e.compare = compare;
+    e.swap_add = swap_add;
+    ASSERT_TRUE(a_region_.send.TryPush(e));
+  }
+  uint64_t Word(const std::vector<uint8_t>& v, size_t offset) const {
+    uint64_t w;
+    std::memcpy(&w, v.data() + offset, sizeof(w));
+    return w;
+  }
+  static constexpr uint64_t kAtomicVa = 0x7f1000000000ull;
+  uint32_t atomic_key_ = 0;
+};
+
+TEST_F(DirectAtomicTest, CompareSwapAndFetchAddRunOnThePeersWord) {
+  const uint64_t start = 40;
+  std::memcpy(target_.data() + 8, &start, sizeof(start));
+  PostAtomic(1, shm::kSendCompareSwap, kAtomicVa + 8, 40, 50, atomic_key_, 0);
+  PostAtomic(2, shm::kSendCompareSwap, kAtomicVa + 8, 40, 60, atomic_key_, 8);
+  PostAtomic(3, shm::kSendFetchAdd, kAtomicVa + 8, 0, 7, atomic_key_, 16);
+  a_->Poll(32);
+  const auto done = a_region_.Completions();
+  ASSERT_EQ(done.size(), 3u);
+  const uint8_t ops[] = {shm::kSendCompareSwap, shm::kSendCompareSwap,
+                         shm::kSendFetchAdd};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(done[i].status, shm::kStatusOk);
+    EXPECT_EQ(done[i].op, ops[i]);
+    EXPECT_EQ(done[i].byte_len, 8u);
+  }
+  EXPECT_EQ(Word(source_, 0), 40u);   // matched: swapped in 50
+  EXPECT_EQ(Word(source_, 8), 50u);   // did not match: unchanged
+  EXPECT_EQ(Word(source_, 16), 50u);  // then 7 added
+  EXPECT_EQ(Word(target_, 8), 57u);
+  EXPECT_EQ(table_.in_flight(atomic_key_), 0u);
+  EXPECT_EQ(table_.in_flight(lkey_), 0u);
+  EXPECT_EQ(a_region_.state(), shm::kConnUp);
+}
+
+TEST_F(DirectAtomicTest, AKeyWithoutAtomicAccessIsARemoteAccessError) {
+  PostAtomic(1, shm::kSendFetchAdd, kClientVa, 0, 1, rkey_);
+  a_->Poll(32);
+  const auto done = a_region_.Completions();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, shm::kStatusRemoteResources);
+  EXPECT_EQ(done[0].detail, shm::kDetailRemoteAccess);
+  EXPECT_EQ(a_region_.state(), shm::kConnAborted);
+  EXPECT_EQ(b_region_.state(), shm::kConnReset);
+  EXPECT_EQ(Word(target_, 0), 0u);
+}
+
+TEST_F(DirectAtomicTest, AMisalignedAddressIsAnInvalidRequest) {
+  PostAtomic(1, shm::kSendFetchAdd, kAtomicVa + 4, 0, 1, atomic_key_);
+  a_->Poll(32);
+  const auto done = a_region_.Completions();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, shm::kStatusConnAborted);
+  EXPECT_EQ(done[0].detail, shm::kDetailRemoteInvalid);
+  EXPECT_EQ(a_region_.state(), shm::kConnAborted);
+  EXPECT_EQ(Word(target_, 0), 0u);
+  EXPECT_EQ(Word(target_, 8), 0u);
+  EXPECT_EQ(table_.in_flight(atomic_key_), 0u);
+}
+
+TEST_F(DirectAtomicTest, AnythingButOneEightByteBufferIsRefused) {
+  PostAtomic(1, shm::kSendFetchAdd, kAtomicVa, 0, 1, atomic_key_, 0, 4);
+  PostAtomic(2, shm::kSendCompareSwap, kAtomicVa, 0, 1, atomic_key_, 0, 16);
+  a_->Poll(32);
+  const auto done = a_region_.Completions();
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].status, shm::kStatusInvalid);
+  EXPECT_EQ(done[1].status, shm::kStatusInvalid);
+  EXPECT_EQ(a_region_.state(), shm::kConnUp);
+  EXPECT_EQ(Word(target_, 0), 0u);
+}
+
 TEST_F(EndpointTest, ALargeRequestCompletesAfterEnoughTurns) {
   PostWrite(1, static_cast<uint32_t>(kBytes));
   int turns = 0;

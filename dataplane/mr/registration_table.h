@@ -56,13 +56,17 @@ namespace rdmaplane::mr {
 
 // Access bits of a registration and of a requested access. kAccessLocal lets
 // the daemon read the memory (the source of a write); kAccessLocalWrite lets
-// it write there (the target of a read).
+// it write there (the target of a read). kAccessRemoteAtomic lets the peer's
+// COMPARE SWAP and FETCH ADD read and write a word of it; neither remote
+// read nor remote write implies it.
 inline constexpr uint8_t kAccessLocal = 1;
 inline constexpr uint8_t kAccessRemoteRead = 2;
 inline constexpr uint8_t kAccessRemoteWrite = 4;
 inline constexpr uint8_t kAccessLocalWrite = 8;
+inline constexpr uint8_t kAccessRemoteAtomic = 16;
 inline constexpr uint8_t kAccessKnownBits =
-    kAccessLocal | kAccessRemoteRead | kAccessRemoteWrite | kAccessLocalWrite;
+    kAccessLocal | kAccessRemoteRead | kAccessRemoteWrite | kAccessLocalWrite |
+    kAccessRemoteAtomic;
 
 // Connection scope of registrations that are not reachable remotely.
 inline constexpr uint32_t kAnyConnection = 0xFFFFFFFF;

@@ -98,8 +98,10 @@ enum class AccessCheck : uint8_t {
   kOk = 0,
   kUnknownKey,       // no registration under this rkey (or a stale tag)
   kWrongConnection,  // registered for another connection
-  kNoPermission,     // read-only target of a write, write-only source of a read
-  kOutOfRange,       // [va, va + len) not inside the registration
+  // A read-only target of a write, a write-only source of a read, the
+  // target of an atomic without atomic access.
+  kNoPermission,
+  kOutOfRange,  // [va, va + len) not inside the registration
 };
 
 struct ResolvedMemory {

@@ -86,8 +86,10 @@ RcQp::RcQp(const QpConfig& config, const Env& env)
       epsn_(config.recv_psn),
       rq_(new WorkRequest[config.rq_depth]),
       rq_mask_(config.rq_depth - 1),
-      read_resources_(new ReadResource[config.max_dest_rd_atomic]) {
-  // At most one coalesced ACK sits between two reads, plus NAKs.
+      read_resources_(new ReadResource[config.max_dest_rd_atomic]),
+      atomic_resources_(new AtomicResource[config.max_dest_rd_atomic]) {
+  // At most one coalesced ACK sits between two reads or atomics (the peer
+  // keeps no more of them outstanding than we have resources), plus NAKs.
   const uint32_t resp_capacity =
       NextPowerOfTwo(2 * config.max_dest_rd_atomic + 8);
   resp_q_.reset(new RespItem[resp_capacity]);
@@ -127,7 +129,14 @@ PostResult RcQp::Post(const WorkRequest& wr) {
   owner_.Check();
   if (state_ != QpState::kReadyToSend) return PostResult::kNotConnected;
   if ((wr.flags & ~kWrKnownFlags) != 0 || wr.num_sge > kMaxSge ||
-      (wr.opcode == WrOpcode::kRead && (wr.flags & kWrImmediate) != 0)) {
+      static_cast<uint8_t>(wr.opcode) >
+          static_cast<uint8_t>(WrOpcode::kFetchAdd) ||
+      (AwaitsResponse(wr.opcode) && (wr.flags & kWrImmediate) != 0)) {
+    return PostResult::kInvalid;
+  }
+  // An atomic's original value lands in exactly one 8-byte buffer.
+  if (IsAtomic(wr.opcode) &&
+      (wr.num_sge != 1 || wr.sge[0].length != kAtomicBytes)) {
     return PostResult::kInvalid;
   }
   const uint64_t length = SglLength(wr);
@@ -216,7 +225,7 @@ void RcQp::Flush() {
 }
 
 void RcQp::CompleteWqe(Wqe& w, WcStatus status) {
-  if (w.wr.opcode == WrOpcode::kRead && w.started && !w.read_done) {
+  if (AwaitsResponse(w.wr.opcode) && w.started && !w.read_done) {
     --outstanding_reads_;
   }
   Completion c;

@@ -1,7 +1,8 @@
-// One reliable-connection queue pair: requester (RDMA WRITE and READ),
-// completer (ACK/NAK and read-response handling, go-back-N retransmission)
-// and responder (executes the peer's writes and reads against registered
-// memory), as in the InfiniBand RC transport.
+// One reliable-connection queue pair: requester (RDMA WRITE, READ, SEND and
+// the atomics COMPARE SWAP and FETCH ADD), completer (ACK/NAK, read-response
+// and atomic-acknowledge handling, go-back-N retransmission) and responder
+// (executes the peer's requests against registered memory), as in the
+// InfiniBand RC transport.
 //
 // Engine thread only: a QP is created, polled and destroyed by the engine that
 // owns it; nothing in it locks or allocates after construction. The
@@ -87,7 +88,9 @@ class RcQp {
     wire::Psn first_psn;
     wire::Psn last_psn;
     bool started = false;    // sent at least once (fence and read counting)
-    bool read_done = false;  // all read response bytes placed
+    // All read response bytes placed; for an atomic, its ATOMIC ACKNOWLEDGE
+    // arrived and the original value is in its SGE.
+    bool read_done = false;
     uint32_t read_received = 0;
     wire::Psn read_next_psn;  // next expected response PSN
     // Where the last READ request sent for it starts: the only PSN at which
@@ -115,7 +118,21 @@ class RcQp {
     uint32_t stream_offset = 0;
   };
 
-  enum class RespKind : uint8_t { kAck, kRead };
+  // An atomic the responder executed, kept so that a resend of it (the
+  // same PSN: its ATOMIC ACKNOWLEDGE was lost) is answered with the same
+  // original value instead of being executed again (IBA 9.7.5.1.5). The
+  // slot's previous atomic is at least max_dest_rd_atomic atomics old: the
+  // requester, which keeps no more than that outstanding, is done with it.
+  struct AtomicResource {
+    bool valid = false;
+    wire::Psn psn;
+    wire::Opcode opcode = wire::Opcode::kFetchAdd;
+    uint64_t va = 0;
+    wire::Rkey rkey;
+    uint64_t orig = 0;  // the word before the operation
+  };
+
+  enum class RespKind : uint8_t { kAck, kRead, kAtomic };
   // Responses carry the responder's current MSN when they are sent (the
   // number of messages it has completed), as the IBA has every
   // acknowledgement do, so the MSNs on the wire never go back, replayed
@@ -123,9 +140,10 @@ class RcQp {
   struct RespItem {
     RespKind kind;
     uint8_t syndrome;   // kAck: AETH syndrome
-    wire::Psn psn;      // kAck
+    wire::Psn psn;      // kAck, kAtomic
     uint32_t resource;  // kRead: index into read_resources_
     uint32_t stream;    // kRead: the resource's stream_seq when queued
+    uint64_t orig = 0;  // kAtomic: the original value it carries
   };
 
   // Requester.
@@ -141,6 +159,10 @@ class RcQp {
   void HandleResponse(const wire::ParsedPacket& pkt);
   void HandleAck(const wire::ParsedPacket& pkt);
   void HandleReadResponse(const wire::ParsedPacket& pkt);
+  void HandleAtomicAck(const wire::ParsedPacket& pkt);
+  // The oldest started READ or atomic whose response has not all arrived,
+  // or nullptr: responses answer them in PSN order.
+  Wqe* OldestAwaitingResponse();
   void OnProgress();
   void RetireCompleted();
   void RecomputeUna();
@@ -167,12 +189,21 @@ class RcQp {
   void CompleteRecv(WcStatus status, uint32_t byte_len, bool write,
                     const wire::ParsedPacket& pkt);
   bool ExecuteReadRequest(const wire::ParsedPacket& pkt);
+  // COMPARE SWAP and FETCH ADD: alignment, room for the answer, the remote
+  // key, then one atomic instruction on the word.
+  bool ExecuteAtomic(const wire::ParsedPacket& pkt);
+  // A resent atomic: its answer again, from the atomic resources.
+  void ReplayAtomic(const wire::ParsedPacket& pkt);
   void QueueAck(wire::Psn psn);
   void QueueNak(uint8_t syndrome, wire::Psn psn);
   bool PushResp(const RespItem& item);
+  bool RespQueueFull() const {
+    return resp_q_tail_ - resp_q_head_ > resp_q_mask_;
+  }
   uint32_t SendResponses(uint32_t budget);
   bool SendAck(const RespItem& item);
   bool SendReadResponse(ReadResource& res);
+  bool SendAtomicAck(const RespItem& item);
   void ReleaseWrite();
   void ReleaseRead(ReadResource& res);
   void ReleaseAll();
@@ -249,6 +280,8 @@ class RcQp {
   uint32_t rq_tail_ = 0;
   std::unique_ptr<ReadResource[]> read_resources_;
   uint32_t read_res_next_ = 0;  // free-running index of the next slot
+  std::unique_ptr<AtomicResource[]> atomic_resources_;
+  uint32_t atomic_res_next_ = 0;  // free-running index of the next slot
   std::unique_ptr<RespItem[]> resp_q_;
   uint32_t resp_q_mask_;
   uint32_t resp_q_head_ = 0;

@@ -661,10 +661,9 @@ TEST(ResponderTest, LengthErrorsAreRefusedAsInvalid) {
   }
 }
 
-// SEND, WRITE with immediate, atomics, SEND with invalidate, FLUSH and
-// ATOMIC WRITE are defined but not served; the reserved RC opcodes are
-// invalid. The IBA's answer to all of them: NAK "invalid request", and the
-// responder's QP in the error state.
+// SEND with invalidate, FLUSH and ATOMIC WRITE are defined but not served;
+// the reserved RC opcodes are invalid. The IBA's answer to all of them: NAK
+// "invalid request", and the responder's QP in the error state.
 TEST(ResponderTest, UnsupportedAndReservedOpcodesAreRefused) {
   for (int op = 0; op < wire::kRcOpcodeLimit; ++op) {
     const Opcode opcode = static_cast<Opcode>(op);
@@ -1066,11 +1065,22 @@ TEST(RequesterTest, TheFirstStreamMayGoOnAfterARequestForTheRest) {
   r.ExpectSuccess();
 }
 
-TEST(RequesterTest, AtomicAcknowledgeIsIgnored) {
-  Requester r(600);
-  r.Respond(Opcode::kAtomicAcknowledge, 0, 0);
-  EXPECT_EQ(r.f_.pair.a.qp->state(), QpState::kReadyToSend);
-  EXPECT_EQ(r.f_.pair.a.qp->stats().ignored_packets, 1u);
+// An ATOMIC ACKNOWLEDGE answers an atomic only: at a READ's PSN it is a bad
+// response; stale, it is ignored.
+TEST(RequesterTest, AtomicAcknowledgeOfAReadIsABadResponse) {
+  {
+    Requester r(600);
+    r.Respond(Opcode::kAtomicAcknowledge, 0, 0);
+    r.ExpectBadResponse();
+  }
+  {
+    Requester r(100);
+    r.Respond(Opcode::kReadResponseOnly, 0, 100);
+    r.Respond(Opcode::kAtomicAcknowledge, 0, 0);  // after it completed
+    r.ExpectSuccess();
+    EXPECT_EQ(r.f_.pair.a.qp->state(), QpState::kReadyToSend);
+    EXPECT_EQ(r.f_.pair.a.qp->stats().ignored_packets, 1u);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 // Requester and completer of an RC QP: segmentation of WRITEs into packets,
-// READ requests, ACK/NAK and read-response processing, in-order completion,
-// go-back-N retransmission and the retry budget.
+// READ requests, atomics, ACK/NAK, read-response and atomic-acknowledge
+// processing, in-order completion, go-back-N retransmission and the retry
+// budget.
+#include <cstring>
+
 #include "dataplane/rc/qp.h"
 #include "dataplane/rc/sgl.h"
 
@@ -15,11 +18,12 @@ uint32_t RcQp::SendRequests(uint32_t budget) {
   while (sent < budget && sq_send_ != sq_tail_) {
     Wqe& w = wqe_at(sq_send_);
     if (!w.started) {
-      if (w.wr.opcode == WrOpcode::kRead &&
+      // READs and atomics share the initiator depth.
+      if (AwaitsResponse(w.wr.opcode) &&
           outstanding_reads_ >= config_.max_rd_atomic) {
         break;
       }
-      // READ_FENCE: every earlier read must have completed.
+      // READ_FENCE: every earlier read and atomic must have completed.
       if ((w.wr.flags & kWrReadFence) != 0 && outstanding_reads_ > 0) break;
     }
     if (static_cast<uint32_t>(next_psn_.DistanceFrom(una_)) >=
@@ -39,7 +43,18 @@ bool RcQp::SendOnePacket(Wqe& w) {
   uint32_t payload = 0;
   uint32_t psns_used = 1;
   bool last = true;
-  if (w.wr.opcode != WrOpcode::kRead) {
+  if (IsAtomic(w.wr.opcode)) {
+    // One packet, one PSN; its ATOMIC ACKNOWLEDGE is the answer, so it asks
+    // for one like the last packet of any message.
+    h.bth.opcode = w.wr.opcode == WrOpcode::kCompareSwap ? Opcode::kCompareSwap
+                                                         : Opcode::kFetchAdd;
+    h.bth.ack_req = true;
+    w.read_request_psn = psn;
+    h.atomic_eth.va = w.wr.remote_va;
+    h.atomic_eth.rkey = w.wr.rkey;
+    h.atomic_eth.swap_add = w.wr.swap_add;
+    h.atomic_eth.compare = w.wr.compare;
+  } else if (w.wr.opcode != WrOpcode::kRead) {
     const uint32_t remaining = w.length - send_offset_;
     const bool first = send_offset_ == 0;
     last = remaining <= config_.pmtu;
@@ -106,11 +121,11 @@ bool RcQp::SendOnePacket(Wqe& w) {
 
   if (psn < sent_limit_) ++stats_.retransmitted_packets;
   pkts_since_ack_req_ = h.bth.ack_req ? 0 : pkts_since_ack_req_ + 1;
-  if (w.wr.opcode == WrOpcode::kRead && !w.started) ++outstanding_reads_;
+  if (AwaitsResponse(w.wr.opcode) && !w.started) ++outstanding_reads_;
   w.started = true;
   next_psn_ += psns_used;
   if (next_psn_ > sent_limit_) sent_limit_ = next_psn_;
-  if (last || w.wr.opcode == WrOpcode::kRead) {
+  if (last || AwaitsResponse(w.wr.opcode)) {
     ++sq_send_;
     send_offset_ = 0;
   } else {
@@ -208,14 +223,14 @@ void RcQp::RecomputeUna() {
     return;
   }
   const Wqe& w = wqe_at(sq_head_);
-  una_ = w.wr.opcode == WrOpcode::kRead ? w.read_next_psn : acked_psn_ + 1;
+  una_ = AwaitsResponse(w.wr.opcode) ? w.read_next_psn : acked_psn_ + 1;
 }
 
 void RcQp::RetireCompleted() {
   const Psn old_una = una_;
   while (sq_head_ != sq_tail_) {
     Wqe& w = wqe_at(sq_head_);
-    const bool done = w.wr.opcode == WrOpcode::kRead
+    const bool done = AwaitsResponse(w.wr.opcode)
                           ? w.read_done
                           : w.started && w.last_psn <= acked_psn_;
     if (!done) break;
@@ -240,7 +255,10 @@ void RcQp::HandleResponse(const wire::ParsedPacket& pkt) {
     case wire::OpcodeClass::kReadResponse:
       HandleReadResponse(pkt);
       return;
-    default:  // ATOMIC ACKNOWLEDGE: an answer to nothing we ever ask
+    case wire::OpcodeClass::kAtomicAcknowledge:
+      HandleAtomicAck(pkt);
+      return;
+    default:
       ++stats_.ignored_packets;
       return;
   }
@@ -258,11 +276,11 @@ void RcQp::HandleAck(const wire::ParsedPacket& pkt) {
     case 0: {  // ACK
       if (psn > acked_psn_) acked_psn_ = psn;
       RetireCompleted();
-      // The responder answered requests past a read whose responses we still
-      // miss: they were lost.
+      // The responder answered requests past a read or atomic whose
+      // responses we still miss: they were lost.
       if (sq_head_ != sq_tail_) {
         const Wqe& head = wqe_at(sq_head_);
-        if (head.wr.opcode == WrOpcode::kRead && head.started &&
+        if (AwaitsResponse(head.wr.opcode) && head.started &&
             head.read_next_psn <= acked_psn_) {
           ++stats_.out_of_order_responses;
           RequestRetransmit();
@@ -322,17 +340,8 @@ void RcQp::HandleReadResponse(const wire::ParsedPacket& pkt) {
     ++stats_.ignored_packets;
     return;
   }
-  // Responses come in PSN order for the oldest unfinished read.
-  Wqe* read = nullptr;
-  if (read_scan_ - sq_head_ > sq_tail_ - sq_head_) read_scan_ = sq_head_;
-  for (; read_scan_ != sq_tail_; ++read_scan_) {
-    Wqe& w = wqe_at(read_scan_);
-    if (!w.started) break;
-    if (w.wr.opcode == WrOpcode::kRead && !w.read_done) {
-      read = &w;
-      break;
-    }
-  }
+  // Responses come in PSN order for the oldest unfinished read (or atomic).
+  Wqe* read = OldestAwaitingResponse();
   if (read == nullptr || psn < read->read_next_psn) {
     ++stats_.ignored_packets;  // a duplicate of something already placed
     return;
@@ -342,18 +351,20 @@ void RcQp::HandleReadResponse(const wire::ParsedPacket& pkt) {
     RequestRetransmit();
     return;
   }
-  // The response the read expects: a stream of responses begins (FIRST,
-  // ONLY) only where a READ request of ours began, goes on (MIDDLE, LAST)
-  // only after bytes of it arrived, and ends (LAST, ONLY) at the read's
-  // last PSN; every packet but the last is a full MTU, the last brings the
-  // rest; FIRST, LAST and ONLY carry an ACK. Anything else at this PSN is a
-  // bad response: the read fails and the QP enters the error state.
+  // The response the read expects (an atomic expects none): a stream of
+  // responses begins (FIRST, ONLY) only where a READ request of ours began,
+  // goes on (MIDDLE, LAST) only after bytes of it arrived, and ends (LAST,
+  // ONLY) at the read's last PSN; every packet but the last is a full MTU,
+  // the last brings the rest; FIRST, LAST and ONLY carry an ACK. Anything
+  // else at this PSN is a bad response: the request fails and the QP enters
+  // the error state.
   const wire::OpcodeInfo& info = wire::InfoOf(pkt.bth.opcode);
   const bool begins = (info.flags & wire::kOpFirst) != 0;
   const bool last = (info.flags & wire::kOpLast) != 0;
   const uint32_t remaining = read->length - read->read_received;
   const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
   const bool valid =
+      read->wr.opcode == WrOpcode::kRead &&
       (begins ? psn == read->read_request_psn : read->read_received > 0) &&
       last == (psn == read->last_psn) &&
       (last ? len == remaining : len == config_.pmtu) &&
@@ -372,6 +383,54 @@ void RcQp::HandleReadResponse(const wire::ParsedPacket& pkt) {
     read->read_done = true;
     --outstanding_reads_;
   }
+  RetireCompleted();
+}
+
+RcQp::Wqe* RcQp::OldestAwaitingResponse() {
+  if (read_scan_ - sq_head_ > sq_tail_ - sq_head_) read_scan_ = sq_head_;
+  for (; read_scan_ != sq_tail_; ++read_scan_) {
+    Wqe& w = wqe_at(read_scan_);
+    if (!w.started) break;
+    if (AwaitsResponse(w.wr.opcode) && !w.read_done) return &w;
+  }
+  return nullptr;
+}
+
+void RcQp::HandleAtomicAck(const wire::ParsedPacket& pkt) {
+  const Psn psn = pkt.bth.psn;
+  if (psn >= sent_limit_) {
+    ++stats_.ignored_packets;
+    return;
+  }
+  Wqe* atomic = OldestAwaitingResponse();
+  if (atomic == nullptr || psn < atomic->read_next_psn) {
+    ++stats_.ignored_packets;  // a duplicate of an answer already taken
+    return;
+  }
+  if (psn != atomic->read_next_psn) {
+    // Responses before it were lost.
+    ++stats_.out_of_order_responses;
+    RequestRetransmit();
+    return;
+  }
+  // The answer the oldest outstanding READ or atomic expects: only an
+  // atomic's, and only an ACK (a NAK comes as ACKNOWLEDGE). Anything else
+  // is a bad response.
+  if (!IsAtomic(atomic->wr.opcode) || (pkt.aeth.syndrome >> 5) != 0) {
+    ++stats_.bad_responses;
+    EnterError(WcStatus::kBadResponse, psn);
+    return;
+  }
+  // The word as it was, in host order (the AtomicAckETH is big-endian on
+  // the wire; the codec converted it), into the request's 8-byte buffer.
+  const uint64_t orig = pkt.atomic_ack_eth.orig_data;
+  std::memcpy(atomic->wr.sge[0].addr, &orig, sizeof(orig));
+  atomic->read_received = kAtomicBytes;
+  ++atomic->read_next_psn;
+  atomic->read_done = true;
+  --outstanding_reads_;
+  // It also acknowledges every request before it.
+  if (psn > acked_psn_) acked_psn_ = psn;
   RetireCompleted();
 }
 

@@ -1,8 +1,9 @@
 // Responder of an RC QP: PSN checking (duplicates and gaps), opcode sequence
 // and length checks, remote-key checks, execution of WRITEs into registered
 // memory, SENDs into posted receive requests (RNR NAK when there is none),
-// READ responses from the responder-resource ring, and ordered, coalesced
-// ACK/NAK generation.
+// READ responses from the responder-resource ring, atomics (one atomic
+// instruction on the word, the result kept for resends), and ordered,
+// coalesced ACK/NAK generation.
 #include <cstring>
 
 #include "dataplane/rc/qp.h"
@@ -29,8 +30,8 @@ WcStatus RefusalCause(uint8_t syndrome) {
 }  // namespace
 
 // The checks, in order: PSN (duplicates and gaps), then the opcode (one
-// rdmaplane serves, in sequence), then lengths and the remote key in
-// ExecuteWrite and ExecuteReadRequest.
+// rdmaplane serves, in sequence), then lengths (an atomic's alignment) and
+// the remote key in ExecuteWrite, ExecuteReadRequest and ExecuteAtomic.
 void RcQp::HandleRequest(const wire::ParsedPacket& pkt) {
   if (refusing_) {
     ++stats_.ignored_packets;  // the QP is about to enter the error state
@@ -50,7 +51,7 @@ void RcQp::HandleRequest(const wire::ParsedPacket& pkt) {
     return;
   }
   seq_nak_sent_ = false;
-  // Opcodes rdmaplane does not serve (atomics, invalidations, FLUSH...) and
+  // Opcodes rdmaplane does not serve (invalidations, FLUSH...) and
   // reserved ones are invalid requests, as is any opcode out of sequence:
   // inside a multi-packet WRITE or SEND only its MIDDLE or LAST may come,
   // outside one only an opcode that starts a message.
@@ -67,6 +68,8 @@ void RcQp::HandleRequest(const wire::ParsedPacket& pkt) {
   }
   if (pkt.bth.opcode == Opcode::kReadRequest) {
     ExecuteReadRequest(pkt);
+  } else if (info.op_class == wire::OpcodeClass::kAtomic) {
+    ExecuteAtomic(pkt);
   } else if (info.op_class == wire::OpcodeClass::kSend) {
     ExecuteSend(pkt);
   } else {
@@ -270,6 +273,89 @@ bool RcQp::ExecuteReadRequest(const wire::ParsedPacket& pkt) {
   return true;
 }
 
+bool RcQp::ExecuteAtomic(const wire::ParsedPacket& pkt) {
+  const Psn psn = pkt.bth.psn;
+  const wire::AtomicEth& a = pkt.atomic_eth;
+  // The IBA's atomics work on naturally aligned 8-byte words; another
+  // address is an invalid request, refused before any memory is named.
+  if ((a.va & (kAtomicBytes - 1)) != 0) {
+    ++stats_.invalid_requests;
+    RefuseRequest(wire::kAethNakInvalidRequest, psn);
+    return false;
+  }
+  // Reserve first: an atomic executed must be answered, so without room
+  // for its answer it is dropped unexecuted, and the requester resends it.
+  if (RespQueueFull()) return false;
+  const ResolvedMemory mem = env_.memory->Resolve(
+      config_.local_qpn, a.rkey, a.va, kAtomicBytes, RemoteAccess::kAtomic);
+  if (mem.check != AccessCheck::kOk) {
+    ++stats_.access_errors;
+    RefuseRequest(wire::kAethNakRemoteAccess, psn);
+    return false;
+  }
+  // The word in our mapping is aligned as the address is (mappings are
+  // page-granular); checked all the same, since an atomic instruction on a
+  // misaligned word is not atomic.
+  if ((reinterpret_cast<uintptr_t>(mem.addr) & (kAtomicBytes - 1)) != 0) {
+    env_.memory->Release(a.rkey);
+    ++stats_.invalid_requests;
+    RefuseRequest(wire::kAethNakInvalidRequest, psn);
+    return false;
+  }
+  // One atomic instruction on the word itself, in the target's byte order
+  // (host order), so that it is atomic against every other requester of
+  // that memory: queue pairs on other engine threads, and the CPUs of the
+  // process that registered it. Sequentially consistent: it is ordered
+  // after this queue pair's earlier writes (IBA 9.5).
+  auto* word = reinterpret_cast<uint64_t*>(mem.addr);
+  uint64_t orig;
+  if (pkt.bth.opcode == Opcode::kCompareSwap) {
+    orig = a.compare;  // replaced by the word's value when it differs
+    __atomic_compare_exchange_n(word, &orig, a.swap_add, /*weak=*/false,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  } else {
+    orig = __atomic_fetch_add(word, a.swap_add, __ATOMIC_SEQ_CST);
+  }
+  env_.memory->Release(a.rkey);
+  ++stats_.atomics_executed;
+  AtomicResource& res =
+      atomic_resources_[atomic_res_next_ & (config_.max_dest_rd_atomic - 1)];
+  ++atomic_res_next_;
+  res.valid = true;
+  res.psn = psn;
+  res.opcode = pkt.bth.opcode;
+  res.va = a.va;
+  res.rkey = a.rkey;
+  res.orig = orig;
+  PushResp({RespKind::kAtomic, wire::kAethAck | wire::kAethCreditsInvalid, psn,
+            0, 0, orig});  // room was checked above
+  msn_ = (msn_ + 1) & Psn::kMask;
+  ++epsn_;
+  return true;
+}
+
+void RcQp::ReplayAtomic(const wire::ParsedPacket& pkt) {
+  const Psn psn = pkt.bth.psn;
+  for (uint32_t i = 0; i < config_.max_dest_rd_atomic; ++i) {
+    const AtomicResource& res = atomic_resources_[i];
+    if (!res.valid || res.psn != psn) continue;
+    // The same request again, or it is no resend of that atomic.
+    if (res.opcode != pkt.bth.opcode || res.va != pkt.atomic_eth.va ||
+        res.rkey != pkt.atomic_eth.rkey) {
+      break;
+    }
+    // Answered again, never executed again; without room, dropped (the
+    // requester asks once more).
+    if (PushResp({RespKind::kAtomic, wire::kAethAck | wire::kAethCreditsInvalid,
+                  psn, 0, 0, res.orig})) {
+      ++stats_.atomic_replays;
+    }
+    return;
+  }
+  // Too old to be kept (or never executed): the requester is done with it.
+  ++stats_.ignored_packets;
+}
+
 void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
   const Psn psn = pkt.bth.psn;
   if (!wire::IsSupported(pkt.bth.opcode)) {
@@ -277,6 +363,10 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
     return;
   }
   ++stats_.duplicate_requests;
+  if (wire::InfoOf(pkt.bth.opcode).op_class == wire::OpcodeClass::kAtomic) {
+    ReplayAtomic(pkt);
+    return;
+  }
   if (pkt.bth.opcode != Opcode::kReadRequest) {
     // A resent write we already executed: acknowledge all we have.
     QueueAck(epsn_ - 1);
@@ -332,7 +422,7 @@ void RcQp::HandleDuplicateRequest(const wire::ParsedPacket& pkt) {
 }
 
 bool RcQp::PushResp(const RespItem& item) {
-  if (resp_q_tail_ - resp_q_head_ > resp_q_mask_) return false;
+  if (RespQueueFull()) return false;
   resp_q_[resp_q_tail_ & resp_q_mask_] = item;
   ++resp_q_tail_;
   resp_tail_ack_open_ = false;
@@ -370,6 +460,9 @@ uint32_t RcQp::SendResponses(uint32_t budget) {
         Shutdown(RefusalCause(item.syndrome), nullptr);
         return sent;
       }
+    } else if (item.kind == RespKind::kAtomic) {
+      if (!SendAtomicAck(item)) break;
+      ++sent;
     } else {
       ReadResource& res = read_resources_[item.resource];
       if (res.active && res.stream_seq == item.stream) {
@@ -400,6 +493,21 @@ bool RcQp::SendAck(const RespItem& item) {
   } else {
     ++stats_.acks_sent;
   }
+  return true;
+}
+
+bool RcQp::SendAtomicAck(const RespItem& item) {
+  wire::PacketHeaders h = BaseHeaders();
+  h.bth.opcode = Opcode::kAtomicAcknowledge;
+  h.bth.psn = item.psn;
+  h.aeth.syndrome = item.syndrome;
+  h.aeth.msn = msn_;
+  h.atomic_ack_eth.orig_data = item.orig;
+  std::span<uint8_t> buf =
+      env_.tx->Reserve(wire::FrameLength(Opcode::kAtomicAcknowledge, 0));
+  if (buf.empty()) return false;
+  env_.tx->Commit(wire::EncodeFrame(h, {}, buf));
+  ++stats_.acks_sent;
   return true;
 }
 

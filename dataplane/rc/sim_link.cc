@@ -90,8 +90,9 @@ ResolvedMemory TestMemory::Resolve(wire::Qpn local_qpn, wire::Rkey rkey,
   for (const Region& r : regions_) {
     if (r.rkey != rkey) continue;
     if (r.qpn != local_qpn) return {AccessCheck::kWrongConnection, nullptr};
-    const bool allowed =
-        access == RemoteAccess::kRead ? r.readable : r.writable;
+    const bool allowed = access == RemoteAccess::kRead    ? r.readable
+                         : access == RemoteAccess::kWrite ? r.writable
+                                                          : r.atomic;
     if (!allowed) return {AccessCheck::kNoPermission, nullptr};
     if (va < r.va || va - r.va > r.length || len > r.length - (va - r.va)) {
       return {AccessCheck::kOutOfRange, nullptr};

@@ -107,6 +107,7 @@ class TestMemory : public RemoteMemory {
     bool readable = false;
     bool writable = false;
     MemoryOwner* owner = nullptr;
+    bool atomic = false;  // the target of COMPARE SWAP and FETCH ADD
   };
   void Add(const Region& r) { regions_.push_back(r); }
   ResolvedMemory Resolve(wire::Qpn local_qpn, wire::Rkey rkey, uint64_t va,

@@ -33,8 +33,8 @@ inline wire::ParsedPacket Decode(std::span<const uint8_t> frame) {
   return pkt;
 }
 
-// A SimPair where each side exposes `region_bytes` of read/write memory to
-// the other's QP.
+// A SimPair where each side exposes `region_bytes` of read/write/atomic
+// memory to the other's QP.
 struct Fixture {
   explicit Fixture(const QpConfig& config = SmallConfig(),
                    const fault::FaultSpec& a_to_b = {},
@@ -44,9 +44,11 @@ struct Fixture {
         a_region(region_bytes, 0),
         b_region(region_bytes, 0) {
     pair.b.memory.Add({pair.b.qp->config().local_qpn, kKeyOnB, kRemoteVa,
-                       b_region.data(), region_bytes, true, true});
+                       b_region.data(), region_bytes, true, true, nullptr,
+                       true});
     pair.a.memory.Add({pair.a.qp->config().local_qpn, kKeyOnA, kRemoteVa,
-                       a_region.data(), region_bytes, true, true});
+                       a_region.data(), region_bytes, true, true, nullptr,
+                       true});
   }
 
   static WorkRequest Write(uint64_t id, uint8_t* src, uint32_t len,
@@ -68,6 +70,28 @@ struct Fixture {
                           wire::Rkey rkey = kKeyOnB) {
     WorkRequest wr = Write(id, dst, len, remote_offset, flags, rkey);
     wr.opcode = WrOpcode::kRead;
+    return wr;
+  }
+
+  // COMPARE SWAP and FETCH ADD of the word `remote_offset` bytes into the
+  // peer's region; the word as it was lands in *orig.
+  static WorkRequest CompareSwap(uint64_t id, uint64_t* orig,
+                                 uint64_t remote_offset, uint64_t compare,
+                                 uint64_t swap, wire::Rkey rkey = kKeyOnB) {
+    WorkRequest wr = Write(id, reinterpret_cast<uint8_t*>(orig), kAtomicBytes,
+                           remote_offset, 0, rkey);
+    wr.opcode = WrOpcode::kCompareSwap;
+    wr.compare = compare;
+    wr.swap_add = swap;
+    return wr;
+  }
+  static WorkRequest FetchAdd(uint64_t id, uint64_t* orig,
+                              uint64_t remote_offset, uint64_t add,
+                              wire::Rkey rkey = kKeyOnB) {
+    WorkRequest wr = Write(id, reinterpret_cast<uint8_t*>(orig), kAtomicBytes,
+                           remote_offset, 0, rkey);
+    wr.opcode = WrOpcode::kFetchAdd;
+    wr.swap_add = add;
     return wr;
   }
 

@@ -17,11 +17,34 @@ namespace rdmaplane::rc {
 
 inline constexpr int kMaxSge = 8;
 
-enum class RemoteAccess : uint8_t { kRead = 1, kWrite = 2 };
+// kAtomic: COMPARE SWAP and FETCH ADD on an 8-byte word (the IBA's remote
+// atomic access right, which neither read nor write access implies).
+enum class RemoteAccess : uint8_t { kRead = 1, kWrite = 2, kAtomic = 4 };
 
 // kSend is a two-sided SEND: the peer's responder places it in the buffers
-// of its next receive request.
-enum class WrOpcode : uint8_t { kWrite = 0, kRead = 1, kSend = 2 };
+// of its next receive request. kCompareSwap and kFetchAdd are the IBA's
+// atomics on the 8-byte word at remote_va: the word as it was before lands
+// in the request's one SGE of 8 bytes.
+enum class WrOpcode : uint8_t {
+  kWrite = 0,
+  kRead = 1,
+  kSend = 2,
+  kCompareSwap = 3,
+  kFetchAdd = 4,
+};
+
+inline constexpr bool IsAtomic(WrOpcode op) {
+  return op == WrOpcode::kCompareSwap || op == WrOpcode::kFetchAdd;
+}
+// READs and atomics are answered with data (read responses, ATOMIC
+// ACKNOWLEDGE), use the peer's responder resources and count against
+// max_rd_atomic together, as the IBA has them share the initiator depth.
+inline constexpr bool AwaitsResponse(WrOpcode op) {
+  return op == WrOpcode::kRead || IsAtomic(op);
+}
+// The bytes an atomic reads and writes, its alignment, and the length of
+// its one SGE.
+inline constexpr uint32_t kAtomicBytes = 8;
 
 // Work request flags (a subset of the seed API's flags).
 inline constexpr uint32_t kWrSilentSuccess = 1u
@@ -52,6 +75,10 @@ struct WorkRequest {
   uint64_t remote_va = 0;
   wire::Rkey rkey;
   uint32_t imm = 0;  // with kWrImmediate: ImmDt, as on the wire
+  // Atomics: kCompareSwap writes swap_add where the word equals compare;
+  // kFetchAdd adds swap_add (modulo 2^64) and ignores compare.
+  uint64_t compare = 0;
+  uint64_t swap_add = 0;
 };
 
 enum class WcStatus : uint8_t {
@@ -128,8 +155,10 @@ struct QpConfig {
   uint32_t sq_depth = 256;  // power of two
   uint32_t max_inflight_packets = 128;  // go-back-N window
   uint32_t ack_req_every = 16;          // AckReq at least every N packets
-  uint32_t max_rd_atomic = 16;          // reads we keep outstanding
-  uint32_t max_dest_rd_atomic = 16;     // read responder resources (power of 2)
+  uint32_t max_rd_atomic = 16;          // reads and atomics we keep outstanding
+  // Responder resources (power of 2): as many READs of the peer kept for
+  // replay, and as many atomics' results.
+  uint32_t max_dest_rd_atomic = 16;
   // Doubled after each timeout without progress (up to 64x).
   uint64_t retransmit_timeout_ns = 1'000'000;
   uint32_t retry_count = 7;  // retransmissions without progress
@@ -147,7 +176,7 @@ struct RequesterSettings {
   uint32_t retry_count = 7;
   uint32_t rnr_retry = 7;
   uint64_t retransmit_timeout_ns = 1'000'000;
-  uint32_t max_rd_atomic = 16;  // READs kept outstanding at the peer
+  uint32_t max_rd_atomic = 16;  // READs and atomics kept outstanding
 };
 
 // Per-QP counters; engine thread only.
@@ -161,6 +190,9 @@ struct QpStats {
   StatCounter seq_naks_sent;
   StatCounter acks_sent;
   StatCounter duplicate_requests;
+  StatCounter atomics_executed;  // COMPARE SWAPs and FETCH ADDs carried out
+  // Resent atomics answered from the atomic resources, not executed again.
+  StatCounter atomic_replays;
   StatCounter out_of_order_responses;
   StatCounter ignored_packets;  // stale, foreign or inconsistent
   StatCounter access_errors;    // remote accesses this responder refused

@@ -77,10 +77,12 @@ UD_OPCODES = (0x64, 0x65)
 TRANSPORT_LABELS = {0: "Reliable Connection (RC)",
                     1: "Unreliable Connection (UC)",
                     3: "Unreliable Datagram (UD)"}
-# The RC opcodes rdmaplane serves (WRITE, READ, ACKNOWLEDGE); a request with
-# any other opcode must be refused with NAK "invalid request".
+# The RC opcodes rdmaplane serves (SEND, WRITE, READ, ACKNOWLEDGE, the
+# atomics and ATOMIC ACKNOWLEDGE); a request with any other opcode must be
+# refused with NAK "invalid request".
 SUPPORTED_OPCODES = (0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
-                     0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11)
+                     0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11,
+                     0x12, 0x13, 0x14)
 READ_REQUEST, ACKNOWLEDGE = 0x0C, 0x11
 ATOMIC_OPCODES = (0x13, 0x14)
 READ_RESPONSE_FIRST, READ_RESPONSE_MIDDLE = 0x0D, 0x0E

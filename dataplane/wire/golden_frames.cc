@@ -235,9 +235,6 @@ std::vector<GoldenFrame> MakeGoldenFrames() {
   h.bth.ack_req = true;
   frames.push_back(
       Make("send_only_with_invalidate_unsupported", h, Pattern(20, 10)));
-  h = RequesterToResponder(Opcode::kCompareSwap, 9);
-  h.bth.ack_req = true;
-  frames.push_back(Make("compare_swap_unsupported", h, {}));
   frames.push_back(Make(
       "nak_invalid_request",
       ResponderToRequester(Opcode::kAcknowledge, 9, kAethNakInvalidRequest, 7),

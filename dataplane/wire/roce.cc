@@ -50,8 +50,8 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
   constexpr uint8_t kAtomicAckEth = kAtomicAckEthLen;
   constexpr uint8_t kFeth = 4;
   using C = OpcodeClass;
-  // rdmaplane's own: SEND and WRITE (with immediate data or not), READ
-  // and ACKNOWLEDGE.
+  // rdmaplane's own: SEND and WRITE (with immediate data or not), READ,
+  // COMPARE SWAP, FETCH ADD and their acknowledgements.
   constexpr uint16_t kOwn = kOpSupported;
   set(Opcode::kSendFirst, "SEND_FIRST", C::kSend,
       kOwn | kReq | kOpFirst | kOpPayload, 0);
@@ -91,11 +91,12 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
   set(Opcode::kAcknowledge, "ACKNOWLEDGE", C::kAcknowledge,
       kOwn | kResp | kFirstLast | kOpAeth, kAethLen);
   set(Opcode::kAtomicAcknowledge, "ATOMIC_ACKNOWLEDGE", C::kAtomicAcknowledge,
-      kResp | kFirstLast | kOpAeth | kOpAtomicAckEth, kAethLen + kAtomicAckEth);
+      kOwn | kResp | kFirstLast | kOpAeth | kOpAtomicAckEth,
+      kAethLen + kAtomicAckEth);
   set(Opcode::kCompareSwap, "COMPARE_SWAP", C::kAtomic,
-      kReq | kFirstLast | kOpAtomicEth, kAtomicEth);
+      kOwn | kReq | kFirstLast | kOpAtomicEth, kAtomicEth);
   set(Opcode::kFetchAdd, "FETCH_ADD", C::kAtomic,
-      kReq | kFirstLast | kOpAtomicEth, kAtomicEth);
+      kOwn | kReq | kFirstLast | kOpAtomicEth, kAtomicEth);
   set(Opcode::kSendLastInvalidate, "SEND_LAST_WITH_INVALIDATE", C::kSend,
       kReq | kOpLast | kOpPayload | kOpIeth, kIeth);
   set(Opcode::kSendOnlyInvalidate, "SEND_ONLY_WITH_INVALIDATE", C::kSend,

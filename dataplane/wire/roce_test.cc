@@ -326,8 +326,8 @@ TEST(RoceTest, OpcodeTableFollowsTheIba) {
     EXPECT_EQ(info.flags & kOpDefined, 0) << int{op};
     EXPECT_TRUE(IsRequest(static_cast<Opcode>(op))) << int{op};
   }
-  // rdmaplane serves SEND and WRITE (with immediate data or not), READ and
-  // ACKNOWLEDGE only; the ImmDt opcodes say so.
+  // rdmaplane serves SEND and WRITE (with immediate data or not), READ,
+  // the atomics and the acknowledgements only; the ImmDt opcodes say so.
   std::vector<int> supported;
   std::vector<int> with_imm;
   for (int op = 0; op < kRcOpcodeLimit; ++op) {
@@ -335,9 +335,9 @@ TEST(RoceTest, OpcodeTableFollowsTheIba) {
     if (HasImm(static_cast<Opcode>(op))) with_imm.push_back(op);
   }
   EXPECT_EQ(supported,
-            (std::vector<int>{0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
-                              0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
-                              0x10, 0x11}));
+            (std::vector<int>{0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06,
+                              0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d,
+                              0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13, 0x14}));
   EXPECT_EQ(with_imm, (std::vector<int>{0x03, 0x05, 0x09, 0x0b}));
 }
 

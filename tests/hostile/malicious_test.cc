@@ -945,8 +945,8 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
         }
         return std::nullopt;
       case shm::kOpRegisterRdma:
-        if (r.flags != shm::kAccessRead && r.flags != shm::kAccessWrite &&
-            r.flags != shm::kAccessReadWrite) {
+        if (r.flags == 0 ||
+            (r.flags & ~(shm::kAccessReadWrite | shm::kAccessAtomic)) != 0) {
           return shm::kStatusInvalid;
         }
         if (!slot_open) return shm::kStatusNotConnected;

@@ -26,6 +26,9 @@
 #        never yields) and =often (not a number: a warning on stderr).
 #      - perftest's two-sided ib_send_bw and ib_send_lat, each with -s 65536
 #        and with -a, polling and with -e: results tables as above.
+#      - perftest's ib_atomic_bw and ib_atomic_lat, each with -A
+#        CMP_AND_SWAP and -A FETCH_AND_ADD: one row of 8 bytes (the server
+#        of ib_atomic_lat prints none).
 #   4. Both daemons then stop cleanly.
 #
 #   perftest_test.sh E2E_LIB TCP_PORTS_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO
@@ -50,7 +53,7 @@ daemon_bin="$3"
 # Absolute: the tools resolve LD_PRELOAD themselves.
 verbs_so="$(realpath "$4")"
 for tool in ibv_devices ibv_devinfo ib_write_bw ib_read_bw ib_write_lat ib_read_lat \
-  ib_send_bw ib_send_lat ibv_rc_pingpong; do
+  ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat ibv_rc_pingpong; do
   command -v "$tool" >/dev/null ||
     e2e_fail "$tool is not installed (deploy/setup.sh installs perftest and ibverbs-utils)"
 done
@@ -232,9 +235,9 @@ check_pingpong() {
 #             none);
 #   pingpong  ibv_rc_pingpong's two lines at both ends (check_pingpong).
 # For a table, -s SIZE gives one row, SIZE; -a gives 2 .. 8388608 bytes (23
-# rows) on the client and the last row at least on the server; the
-# iterations come from -n (for ibv_rc_pingpong too; its size from -s,
-# default 4096). On failure both ends' output and the daemons' logs are
+# rows) on the client and the last row at least on the server; an atomic
+# (-A) one row, 8 bytes; the iterations come from -n (for ibv_rc_pingpong
+# too; its size from -s, default 4096). On failure both ends' output and the daemons' logs are
 # printed.
 perf_pair() {
   local label="$1" kind="$2" tool="$3"
@@ -245,6 +248,7 @@ perf_pair() {
       -n) iters="${args[$((i + 1))]}" ;;
       -s) size="${args[$((i + 1))]}" ;;
       -a) all=yes ;;
+      -A) size=8 ;; # an atomic's 8 bytes
     esac
   done
   [[ -n $iters ]] || e2e_fail "perf_pair $label: give -n"
@@ -400,6 +404,13 @@ perf_pair send_lat tables ib_send_lat -s 65536 -n 200
 perf_pair send_lat_all tables ib_send_lat -a -n 5
 perf_pair send_lat_events tables ib_send_lat -e -s 65536 -n 200
 perf_pair send_lat_events_all tables ib_send_lat -e -a -n 5
+
+# Atomics: the server's memory is the target of the client's COMPARE AND
+# SWAPs or FETCH AND ADDs.
+perf_pair atomic_bw_cas tables ib_atomic_bw -A CMP_AND_SWAP -n 1000
+perf_pair atomic_bw_faa tables ib_atomic_bw -A FETCH_AND_ADD -n 1000
+perf_pair atomic_lat_cas client ib_atomic_lat -A CMP_AND_SWAP -n 1000
+perf_pair atomic_lat_faa client ib_atomic_lat -A FETCH_AND_ADD -n 1000
 
 # --- 4. Clean stops -----------------------------------------------------------
 
