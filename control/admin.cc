@@ -21,10 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long SendAdminAnswer lets a peer take nothing, and take everything.
-constexpr auto kSendStall = std::chrono::milliseconds(100);
-constexpr auto kSendTotal = std::chrono::milliseconds(1000);
-
 class Deadline {
  public:
   explicit Deadline(absl::Duration timeout)
@@ -254,74 +250,76 @@ absl::StatusOr<std::string> QueryDaemon(const std::string& socket_path,
   return body;
 }
 
-bool SendAdminAnswer(int sock, int32_t status, std::string_view reason,
-                     std::string_view body) {
+std::string AdminAnswerBytes(int32_t status, std::string_view reason,
+                             std::string_view body) {
   shm::SetupMessage reply = shm::MakeSetup(shm::kSetupAdminReply);
   reply.status = status;
   reply.length = body.size();
   std::memcpy(reply.text, reason.data(),
               std::min(reason.size(), sizeof(reply.text) - 1));
+  std::string bytes(reinterpret_cast<const char*>(&reply), sizeof(reply));
+  bytes.append(body);
+  return bytes;
+}
 
-  iovec iov[2] = {{&reply, sizeof(reply)},
-                  {const_cast<char*>(body.data()), body.size()}};
-  int first = 0;
-  const auto end = Clock::now() + kSendTotal;
-  while (first < 2) {
-    msghdr mh{};
-    mh.msg_iov = iov + first;
-    mh.msg_iovlen = static_cast<size_t>(2 - first);
-    const ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+bool SendAdminBytes(int sock, std::string_view bytes, absl::Duration stall,
+                    absl::Duration total) {
+  const Deadline all(total);
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = send(sock, bytes.data() + sent, bytes.size() - sent,
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) {
-      size_t left = static_cast<size_t>(n);
-      while (first < 2 && left >= iov[first].iov_len) {
-        left -= iov[first].iov_len;
-        ++first;
-      }
-      if (first < 2) {
-        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-        iov[first].iov_len -= left;
-      }
+      sent += static_cast<size_t>(n);
       continue;
     }
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
-    const auto now = Clock::now();
-    if (now >= end) return false;
-    const auto wait = std::min<Clock::duration>(kSendStall, end - now);
-    pollfd p{sock, POLLOUT, 0};
-    const int ready =
-        poll(&p, 1,
-             static_cast<int>(
-                 std::chrono::ceil<std::chrono::milliseconds>(wait).count()));
-    if (ready == 0) return false;  // the peer took nothing for a while
-    if (ready < 0 && errno != EINTR) return false;
+    if (all.Expired()) return false;
+    const Deadline quiet(stall);
+    const bool all_first =
+        all.PollMs() >= 0 &&
+        (quiet.PollMs() < 0 || all.PollMs() < quiet.PollMs());
+    const int ready = WaitFor(sock, POLLOUT, all_first ? all : quiet);
+    if (ready <= 0) return false;  // the peer took nothing for a while
   }
   return true;
 }
 
-bool AnswerAdminRequest(int sock, const shm::SetupMessage& request,
-                        const std::function<DaemonStatus()>& source) {
+bool SendAdminAnswer(int sock, int32_t status, std::string_view reason,
+                     std::string_view body, absl::Duration stall,
+                     absl::Duration total) {
+  return SendAdminBytes(sock, AdminAnswerBytes(status, reason, body), stall,
+                        total);
+}
+
+std::string AdminAnswerFor(const shm::SetupMessage& request,
+                           const std::function<DaemonStatus()>& source) {
   if (request.type != shm::kSetupAdmin) {
-    return SendAdminAnswer(sock, shm::kStatusInvalid, "not an admin request",
-                           "");
+    return AdminAnswerBytes(shm::kStatusInvalid, "not an admin request", "");
   }
   const std::string_view topic(request.text,
                                strnlen(request.text, sizeof(request.text)));
   if (request.id != kAdminFormatText && request.id != kAdminFormatJson) {
-    return SendAdminAnswer(sock, shm::kStatusInvalid,
-                           absl::StrCat("unknown format ", request.id), "");
+    return AdminAnswerBytes(shm::kStatusInvalid,
+                            absl::StrCat("unknown format ", request.id), "");
   }
   if (!ValidTopic(topic)) {
     std::string reason = "unknown topic '";
     reason.append(topic.substr(0, 24));
     reason += "'";
-    return SendAdminAnswer(sock, shm::kStatusInvalid, reason, "");
+    return AdminAnswerBytes(shm::kStatusInvalid, reason, "");
   }
   const DaemonStatus status = source();
   const std::string body = request.id == kAdminFormatJson
                                ? RenderJson(status, topic)
                                : RenderText(status, topic);
-  return SendAdminAnswer(sock, shm::kStatusOk, "", body);
+  return AdminAnswerBytes(shm::kStatusOk, "", body);
+}
+
+bool AnswerAdminRequest(int sock, const shm::SetupMessage& request,
+                        const std::function<DaemonStatus()>& source) {
+  return SendAdminBytes(sock, AdminAnswerFor(request, source));
 }
 
 }  // namespace rdmaplane::control

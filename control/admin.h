@@ -47,19 +47,35 @@ absl::StatusOr<std::string> QueryDaemon(const std::string& socket_path,
 
 // --- Daemon side -------------------------------------------------------------
 
-// Sends one kSetupAdminReply (`reason` cut to 63 bytes) and `body` on the
-// stream socket `sock`. Never waits long: it gives up (false) when the peer
-// takes nothing for 100 ms or the whole answer is not out within 1 s, so a
-// client that does not read cannot hold the control thread. A body of a few
-// MiB goes through to a reading peer. False also if the peer is gone
-// (no SIGPIPE). The caller closes `sock` afterwards either way.
-bool SendAdminAnswer(int sock, int32_t status, std::string_view reason,
-                     std::string_view body);
+// The bytes of one kSetupAdminReply (`reason` cut to 63 bytes) followed by
+// `body`, as they go on the stream socket.
+std::string AdminAnswerBytes(int32_t status, std::string_view reason,
+                             std::string_view body);
 
-// Serves one kSetupAdmin request: checks the format and topic (answering
-// kStatusInvalid with a reason when they are wrong), calls `source` only
-// for a valid request, renders the topic and sends it. Returns what
-// SendAdminAnswer returned.
+// The answer to one kSetupAdmin request: checks the format and topic
+// (answering kStatusInvalid with a reason when they are wrong), calls
+// `source` only for a valid request, and renders the topic. The daemon
+// sends it without blocking (SessionServer).
+std::string AdminAnswerFor(const shm::SetupMessage& request,
+                           const std::function<DaemonStatus()>& source);
+
+// Sends `bytes` on the stream socket `sock`, waiting while the peer does
+// not read: gives up (false) when the peer takes nothing for `stall` or the
+// whole answer is not out within `total`. False also if the peer is gone
+// (no SIGPIPE). The caller closes `sock` afterwards either way. For a
+// thread that may wait (tests' servers); the daemon's control thread never
+// does.
+bool SendAdminBytes(int sock, std::string_view bytes,
+                    absl::Duration stall = absl::Milliseconds(100),
+                    absl::Duration total = absl::Seconds(1));
+
+// SendAdminBytes of AdminAnswerBytes.
+bool SendAdminAnswer(int sock, int32_t status, std::string_view reason,
+                     std::string_view body,
+                     absl::Duration stall = absl::Milliseconds(100),
+                     absl::Duration total = absl::Seconds(1));
+
+// SendAdminBytes of AdminAnswerFor.
 bool AnswerAdminRequest(int sock, const shm::SetupMessage& request,
                         const std::function<DaemonStatus()>& source);
 

@@ -560,7 +560,11 @@ TEST(QueryDaemonTest, LargeAnswer) {
   auto server = FakeAdminServer::Start(ShortSocketPath("large"), [&](int sock) {
     shm::SetupMessage request;
     if (!self->ReadRequest(sock, &request)) return;
-    sent = SendAdminAnswer(sock, 0, "", big) ? 1 : 0;
+    // Patient, as the daemon is (kAdminStall, 10 s): this checks the asker's
+    // reassembly of a large answer, on a machine that may be busy.
+    sent = SendAdminAnswer(sock, 0, "", big, absl::Seconds(10), absl::Seconds(60))
+               ? 1
+               : 0;
   });
   ASSERT_NE(server, nullptr);
   self = server.get();

@@ -166,6 +166,7 @@ void Daemon::ControlLoop() {
     if (cm_ != nullptr) cm_->Tick();
     table_.Reclaim();
     arena_memory_.Reap();
+    sessions_->DropStalledAdmin(absl::Now());
     UpdateGauges();
     if (telemetry_) PublishStatus(/*force=*/false);
   }

@@ -35,14 +35,14 @@ Reactor::~Reactor() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-absl::Status Reactor::Add(int fd, Handler handler) {
+absl::Status Reactor::Add(int fd, Handler handler, bool writable) {
   if (fd < 0 || fd == wake_fd_ || handlers_.count(fd) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot watch descriptor ", fd));
   }
   const uint64_t generation = next_generation_++;
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.events = (writable ? EPOLLOUT : EPOLLIN) | EPOLLRDHUP;
   ev.data.u64 = Tag(fd, generation);
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
     return absl::ResourceExhaustedError(

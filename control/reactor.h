@@ -34,9 +34,10 @@ class Reactor {
   // False when epoll or the wake-up eventfd could not be created.
   bool ok() const { return epoll_fd_ >= 0 && wake_fd_ >= 0; }
 
-  // Runs `handler` whenever `fd` is readable (or hung up) until Remove(fd).
+  // Runs `handler` whenever `fd` is readable (or hung up) until Remove(fd);
+  // with `writable`, whenever it has room to write (or hung up) instead.
   // `fd` is not owned.
-  absl::Status Add(int fd, Handler handler);
+  absl::Status Add(int fd, Handler handler, bool writable = false);
   void Remove(int fd);
   bool Watches(int fd) const { return handlers_.count(fd) != 0; }
 

@@ -338,8 +338,10 @@ void SessionServer::OnReadable(Session* s) {
       if (!s->ready) {
         if (fd0 >= 0) close(fd0);
         s->admin = true;
-        AnswerAdminRequest(s->sock, msg, hooks_.status);
-        Close(s);
+        s->admin_answer = AdminAnswerFor(msg, hooks_.status);
+        s->admin_sent = 0;
+        s->admin_progress = absl::Now();
+        ContinueAdminAnswer(s);
         return;
       }
       break;
@@ -557,6 +559,47 @@ void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
   reply.status = shm::kStatusOk;
   reply.id = id;
   answer();
+}
+
+void SessionServer::ContinueAdminAnswer(Session* s) {
+  const std::string& out = s->admin_answer;
+  while (s->admin_sent < out.size()) {
+    const ssize_t n = send(s->sock, out.data() + s->admin_sent,
+                           out.size() - s->admin_sent,
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      s->admin_sent += static_cast<size_t>(n);
+      s->admin_progress = absl::Now();
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // Room comes when the asker reads: watch for it (once).
+      if (!s->admin_waits_for_room) {
+        reactor_->Remove(s->sock);
+        if (!reactor_->Add(s->sock, [this, s] { ContinueAdminAnswer(s); },
+                           /*writable=*/true)
+                 .ok()) {
+          break;
+        }
+        s->admin_waits_for_room = true;
+      }
+      return;
+    }
+    break;  // the asker is gone
+  }
+  Close(s);
+}
+
+void SessionServer::DropStalledAdmin(absl::Time now) {
+  std::vector<Session*> stalled;
+  for (const auto& [fd, s] : sessions_) {
+    if (s->admin && s->admin_waits_for_room &&
+        now - s->admin_progress > kAdminStall) {
+      stalled.push_back(s.get());
+    }
+  }
+  for (Session* s : stalled) Close(s);
 }
 
 void SessionServer::Close(Session* s) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "api/shm/layout.h"
 #include "api/shm/ring.h"
 #include "api/shm/setup.h"
@@ -69,6 +70,13 @@ struct Session {
   UserAccounts::Charge charge;  // one of the user's sessions
   bool ready = false;  // hello done
   bool admin = false;  // an rdmaplanectl query, not a client
+  // An admin query's answer, sent as the asker reads it (never waiting in
+  // the control thread): what is left from admin_sent, and when the asker
+  // last took some.
+  std::string admin_answer;
+  size_t admin_sent = 0;
+  absl::Time admin_progress;
+  bool admin_waits_for_room = false;  // watched for writability
   std::unique_ptr<shm::SetupReader> setup;  // non-blocking reads
   int control_wake = -1;  // read end of the control doorbell socket
   // The read end of the engine doorbell socket, as engines watch it.
@@ -136,6 +144,12 @@ struct SessionHooks {
   std::function<DaemonStatus()> status;
 };
 
+// How long an admin query's asker may take nothing of its answer before
+// the daemon drops it: long enough for a reader on a loaded machine (a
+// sanitizer build on two busy CPUs), short enough that a client that never
+// reads holds nothing for long. The control thread never waits for it.
+inline constexpr absl::Duration kAdminStall = absl::Seconds(10);
+
 class SessionServer {
  public:
   SessionServer(const SessionPolicy& policy, Reactor* reactor,
@@ -152,6 +166,9 @@ class SessionServer {
   absl::Status Publish();
   // Closes every session, as if each client had exited, and the socket.
   void Shutdown();
+  // Ends admin queries whose asker took nothing of its answer for
+  // kAdminStall (it does not read, or is gone without closing).
+  void DropStalledAdmin(absl::Time now);
 
   void Close(Session* s);
 
@@ -179,6 +196,9 @@ class SessionServer {
   void RefuseForLackOfDescriptors();
   bool Allowed(uid_t uid, gid_t gid) const;
   void OnReadable(Session* s);
+  // Sends what the socket takes of an admin answer; closes the session once
+  // all is out or the asker is gone, else waits for room (writable).
+  void ContinueAdminAnswer(Session* s);
   void HandleHello(Session* s, const shm::SetupMessage& msg, int fd);
   void HandleArena(Session* s, const shm::SetupMessage& msg, int fd);
   void Forget(Session* s);

@@ -51,9 +51,9 @@ class SessionsTest : public ::testing::Test {
     policy.max_arenas_per_session = 2;
     SessionHooks hooks;
     hooks.closing = [this](Session*) { closed_.fetch_add(1); };
-    hooks.status = [] {
+    hooks.status = [this] {
       DaemonStatus st;
-      st.version = "sessions-test";
+      st.version = "sessions-test" + big_version_;
       return st;
     };
     server_ = std::make_unique<SessionServer>(policy, &reactor_, &arena_memory_,
@@ -91,6 +91,7 @@ class SessionsTest : public ::testing::Test {
   std::atomic<int> closed_{0};
   std::atomic<bool> stop_{false};
   std::thread loop_;
+  std::string big_version_;  // set before a query: makes its answer large
 };
 
 TEST_F(SessionsTest, ASessionIsServedAndItsEndRunsTheHookOnce) {
@@ -150,6 +151,55 @@ TEST_F(SessionsTest, AnAdminQueryIsAnsweredAndDoesNotCountAsASession) {
     ASSERT_TRUE(c.ok()) << i << " " << c.status();
     held.push_back(std::move(*c));
   }
+}
+
+// The daemon sends an admin answer as the asker reads it: an asker that
+// reads nothing of a large answer holds no other session up (the control
+// thread never waits for it), and once it reads, the whole answer comes.
+TEST_F(SessionsTest, AnAdminAskerThatDoesNotReadHoldsNothingUp) {
+  big_version_ = std::string(8 << 20, 'v');  // far more than a socket holds
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
+  const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sock, 0);
+  ASSERT_EQ(
+      connect(sock, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  shm::SetupMessage request = shm::MakeSetup(shm::kSetupAdmin);
+  std::snprintf(request.text, sizeof(request.text), "status");
+  request.id = kAdminFormatText;
+  ASSERT_EQ(write(sock, &request, sizeof(request)),
+            static_cast<ssize_t>(sizeof(request)));
+  // While the asker reads nothing, a client is served (its hello and an
+  // arena go through the control thread).
+  {
+    auto c = Open();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_NE((*c)->Alloc(4096), nullptr);
+  }
+  // Now it reads: the header, then the whole body.
+  shm::SetupMessage reply;
+  size_t got = 0;
+  while (got < sizeof(reply)) {
+    const ssize_t n =
+        read(sock, reinterpret_cast<char*>(&reply) + got, sizeof(reply) - got);
+    ASSERT_GT(n, 0) << "the answer ended after " << got << " bytes";
+    got += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(reply.type, shm::kSetupAdminReply);
+  EXPECT_EQ(reply.status, 0);
+  std::string body(reply.length, '\0');
+  got = 0;
+  while (got < body.size()) {
+    const ssize_t n = read(sock, body.data() + got, body.size() - got);
+    ASSERT_GT(n, 0) << "the body ended after " << got << " of " << body.size()
+                    << " bytes";
+    got += static_cast<size_t>(n);
+  }
+  EXPECT_NE(body.find(big_version_), std::string::npos);
+  char extra;
+  EXPECT_EQ(read(sock, &extra, 1), 0) << "the daemon closes after the answer";
+  close(sock);
 }
 
 TEST_F(SessionsTest, NonsenseDropsTheSessionAndIsCounted) {
