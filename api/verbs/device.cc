@@ -330,7 +330,10 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
   a->max_qp_rd_atom = info.max_rd_atomic;
   a->max_res_rd_atom = info.max_rd_atomic * static_cast<int>(info.max_qps);
   a->max_qp_init_rd_atom = info.max_rd_atomic;
-  a->atomic_cap = IBV_ATOMIC_NONE;
+  // Atomics run as one atomic instruction on the target word: atomic
+  // with respect to every queue pair of every daemon reaching that memory
+  // through this one, and to its CPUs.
+  a->atomic_cap = IBV_ATOMIC_HCA;
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;

@@ -562,6 +562,9 @@ static bool t_devices(void) {
           on_dev(i, "ibv_query_device: one port and non-zero limits"),
           "r %d ports %u max_qp %d max_qp_wr %d max_sge %d max_cqe %d", r,
           da.phys_port_cnt, da.max_qp, da.max_qp_wr, da.max_sge, da.max_cqe);
+    check(r == 0 && da.atomic_cap == IBV_ATOMIC_HCA,
+          on_dev(i, "ibv_query_device: atomics served (IBV_ATOMIC_HCA)"),
+          "atomic_cap %d", da.atomic_cap);
     check(r == 0 && da.vendor_id != 0 && da.vendor_id != 0x02c9,
           on_dev(i, "ibv_query_device: a vendor id, not 0 and not Mellanox's"),
           "vendor_id 0x%x", da.vendor_id);
