@@ -2000,13 +2000,9 @@ static struct ibv_send_wr atomic_wr(enum ibv_wr_opcode op, uint64_t wr_id,
                                     struct ibv_sge* sge, uint64_t remote_addr,
                                     uint32_t rkey, uint64_t compare_add,
                                     uint64_t swap) {
-  struct ibv_send_wr wr;
-  memset(&wr, 0, sizeof(wr));
-  wr.wr_id = wr_id;
-  wr.opcode = op;
-  wr.sg_list = sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
+  /* An RDMA WR with the atomic half of the union filled instead. */
+  struct ibv_send_wr wr = rdma_wr(op, wr_id, sge, 1, 0, 0, IBV_SEND_SIGNALED);
+  memset(&wr.wr, 0, sizeof(wr.wr));
   wr.wr.atomic.remote_addr = remote_addr;
   wr.wr.atomic.rkey = rkey;
   wr.wr.atomic.compare_add = compare_add;
