@@ -95,6 +95,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
   m->mr.handle = *lkey;
   m->mr.lkey = *lkey;
   m->mr.rkey = rkey;
+  m->access = access;
   ++p->users;
   return &m.release()->mr;
 }
@@ -110,8 +111,10 @@ ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                           static_cast<unsigned>(access));
 }
 
-int ibv_dereg_mr(ibv_mr* mr) {
-  auto* m = reinterpret_cast<Mr*>(mr);
+// The MR's keys out of the daemon, and out of its PD's count; the Mr
+// stays. 0 or an errno (then nothing changed but what a refusal keeps).
+static int DeregisterKeys(Mr* m) {
+  ibv_mr* mr = &m->mr;
   Context* c = Ctx(mr->context);
   std::lock_guard<std::mutex> lock(c->mu);
   if (m->remote_flags != 0) {
@@ -124,7 +127,52 @@ int ibv_dereg_mr(ibv_mr* mr) {
     return RdpCode(s) == RDP_ERR_INVALID ? EBUSY : ErrnoOf(s);
   }
   --PdOf(mr->pd)->users;
+  return 0;
+}
+
+int ibv_dereg_mr(ibv_mr* mr) {
+  auto* m = reinterpret_cast<Mr*>(mr);
+  if (int err = DeregisterKeys(m); err != 0) return err;
   delete m;  // the pages stay where they are, with their contents
+  return 0;
+}
+
+// ibv_rereg_mr(3): a registration with the new translation, PD or access is
+// made first, then the old one goes, so that any failure leaves the old MR
+// as it was (IBV_REREG_MR_ERR_INPUT, errno saying why); on success the same
+// ibv_mr holds the new keys (they change, as the man page allows).
+int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length,
+                 int access) {
+  constexpr int kKnown = IBV_REREG_MR_CHANGE_TRANSLATION |
+                         IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  if (mr == nullptr || flags == 0 || (flags & ~kKnown) != 0) {
+    return Fail<int>(EINVAL, IBV_REREG_MR_ERR_INPUT);
+  }
+  auto* m = reinterpret_cast<Mr*>(mr);
+  ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
+  if (new_pd == nullptr || new_pd->context != mr->context) {
+    return Fail<int>(EINVAL, IBV_REREG_MR_ERR_INPUT);
+  }
+  const bool move = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
+  void* new_addr = move ? addr : mr->addr;
+  const size_t new_length = move ? length : mr->length;
+  const unsigned new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS)
+                                  ? static_cast<unsigned>(access)
+                                  : m->access;
+  ibv_mr* fresh =
+      ibv_reg_mr_iova2(new_pd, new_addr, new_length,
+                       reinterpret_cast<uint64_t>(new_addr), new_access);
+  if (fresh == nullptr) return IBV_REREG_MR_ERR_INPUT;  // errno set
+  auto* f = reinterpret_cast<Mr*>(fresh);
+  if (int err = DeregisterKeys(m); err != 0) {
+    (void)ibv_dereg_mr(fresh);
+    return Fail<int>(err, IBV_REREG_MR_ERR_INPUT);
+  }
+  m->mr = f->mr;  // the caller's ibv_mr keeps its address
+  m->access = f->access;
+  m->local_flags = f->local_flags;
+  m->remote_flags = f->remote_flags;
+  delete f;  // its keys are m's now
   return 0;
 }
 

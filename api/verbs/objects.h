@@ -138,6 +138,7 @@ struct Pd {
 
 struct Mr {
   ibv_mr mr;
+  unsigned access = 0;  // the ibv_access_flags it was registered with
   uint32_t local_flags = 0;
   uint32_t remote_flags = 0;  // 0: no remote key
 };

@@ -43,10 +43,6 @@ ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) {
 }
 int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
 int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
-int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
-  errno = EOPNOTSUPP;
-  return IBV_REREG_MR_ERR_INPUT;
-}
 ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) {
   return Fail<ibv_ah*>(EOPNOTSUPP, nullptr);
 }

@@ -2296,6 +2296,71 @@ static void t_modify_to_err(struct bufs* b) {
 
 /* --- Memory registration ------------------------------------------------- */
 
+/* ibv_rereg_mr(3): the same ibv_mr changes access, translation and PD; a
+ * WRITE through its new rkey lands where the MR now is; what cannot be done
+ * fails with IBV_REREG_MR_ERR_INPUT and leaves the MR as it was. */
+static void t_rereg(struct bufs* b) {
+  step("ibv_rereg_mr");
+  struct pair p;
+  if (!connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    free_pair(&p);
+    return;
+  }
+  struct dev* target = &g_dev[1];
+  uint8_t* first = pages(65536);
+  uint8_t* second = pages(65536);
+  struct ibv_mr* mr = reg(target, first, 65536, IBV_ACCESS_LOCAL_WRITE,
+                          "rereg: a local-only MR");
+  if (mr == NULL) {
+    free_pair(&p);
+    return;
+  }
+  struct ibv_sge sge = sge_of(b->local, 4096, b->lmr->lkey);
+  fill(b->local, 4096, 41);
+  int r = ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0);
+  check(r == IBV_REREG_MR_ERR_INPUT && errno == EINVAL,
+        "ibv_rereg_mr with no flags fails with IBV_REREG_MR_ERR_INPUT, EINVAL",
+        "returned %d errno %d", r, errno);
+  r = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+                   IBV_ACCESS_REMOTE_WRITE);
+  check(r == IBV_REREG_MR_ERR_INPUT && mr->addr == first,
+        "rereg to remote write without local write fails, the MR unchanged",
+        "returned %d", r);
+  struct ibv_mr* const same = mr;
+  r = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  check(r == 0 && mr == same, "ibv_rereg_mr CHANGE_ACCESS adds remote write",
+        "returned %d errno %d", r, errno);
+  int st = rdma_once(&p.s[0], IBV_WR_RDMA_WRITE, 1500, &sge, 1,
+                     (uint64_t)(uintptr_t)first, mr->rkey, "rereg WRITE 1",
+                     NULL);
+  check(st == IBV_WC_SUCCESS && first_diff(b->local, first, 4096) == 4096,
+        "a WRITE through the new rkey lands", "status %s", wc_name(st));
+  fill(b->local, 4096, 42);
+  r = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, second, 65536,
+                   0);
+  check(r == 0 && mr->addr == second && mr->length == 65536,
+        "ibv_rereg_mr CHANGE_TRANSLATION moves the MR", "returned %d", r);
+  st = rdma_once(&p.s[0], IBV_WR_RDMA_WRITE, 1501, &sge, 1,
+                 (uint64_t)(uintptr_t)second, mr->rkey, "rereg WRITE 2", NULL);
+  check(st == IBV_WC_SUCCESS && first_diff(b->local, second, 4096) == 4096,
+        "a WRITE lands in the MR's new place, with its remote access kept",
+        "status %s", wc_name(st));
+  struct ibv_pd* other = ibv_alloc_pd(target->ctx);
+  if (other != NULL) {
+    r = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, other, NULL, 0, 0);
+    check(r == 0 && mr->pd == other, "ibv_rereg_mr CHANGE_PD", "returned %d",
+          r);
+    check(ibv_dealloc_pd(other) == EBUSY,
+          "the new PD holds the MR (ibv_dealloc_pd: EBUSY)", "it did not");
+  }
+  check(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr after rereg", "failed");
+  if (other != NULL) {
+    check(ibv_dealloc_pd(other) == 0, "then the PD goes", "it did not");
+  }
+  free_pair(&p);
+}
+
 static void t_memory(struct bufs* b) {
   step("memory registration");
   /* ibv_reg_mr(3): remote write (or atomic) needs local write. */
@@ -3582,6 +3647,7 @@ int main(int argc, char** argv) {
       t_recv_queue(&b);
       t_recv_events(&b);
       t_memory(&b);
+      t_rereg(&b);
       free_bufs(&b);
     }
     t_unsupported();
