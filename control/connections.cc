@@ -342,10 +342,6 @@ Connection* ConnectionTable::QueuePair(const Session& s, uint32_t slot) const {
 
 ControlResponse ConnectionTable::SetQueuePairPeer(Connection* c,
                                                   const shm::QpPeer& p) {
-  if (c->life.state() != rc::lifecycle::QpState::kInit || c->running ||
-      c->cm == CmState::kQpResolving) {
-    return Reply(shm::kStatusInvalid, "the queue pair is not at INIT");
-  }
   if (p.peer_qpn < 2 || p.peer_qpn > wire::Psn::kMask ||
       p.rq_psn > wire::Psn::kMask) {
     return Reply(shm::kStatusInvalid,
@@ -411,16 +407,9 @@ ControlResponse ConnectionTable::StartRequester(Connection* c,
 }
 
 void ConnectionTable::StopQueuePair(Connection* c) {
-  if (c->running) {
-    engines_[c->engine]->RemovePair(c->endpoint[0].get(),
-                                    engine::CloseReason::kClosedByClient,
-                                    engine::CloseReason::kPeerClosed);
-    c->running = false;
-    --running_;
-  } else {
-    Finish(c, 0, engine::CloseReason::kClosedByClient);
-  }
-  memory_->DropScope(ScopeOf(c->id, 0));
+  // As a disconnect, but the slot and the connection stay.
+  CloseConnection(c, 0, engine::CloseReason::kClosedByClient,
+                  engine::CloseReason::kPeerClosed);
 }
 
 void ConnectionTable::ResetQueuePair(Connection* c) {

@@ -191,8 +191,9 @@ class ConnectionTable {
   // The queue pair in `slot` of `s`, or null.
   Connection* QueuePair(const Session& s, uint32_t slot) const;
   // kQpToRtr: checks and takes the peer's QPN, first PSN, path MTU (at most
-  // ours), READ depths and retry settings. Refused (and nothing changed)
-  // once the queue pair is at RTR.
+  // ours), READ depths and retry settings (nothing changed when refused).
+  // The caller checked that the queue pair is at INIT with no RTR under way
+  // (Daemon::ModifyQueuePair, against the lifecycle's table).
   shm::ControlResponse SetQueuePairPeer(Connection* c, const shm::QpPeer& p);
   // kQpToRts: our requester's first PSN, retry count, timeout and RNR
   // retry count (checked).

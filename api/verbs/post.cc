@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #include "api/verbs/objects.h"
 #include "api/verbs/work_request.h"
@@ -185,8 +184,9 @@ void Pump(Qp* q) {
   if (q->life.ShouldFlush()) FlushReceives(q);
 }
 
-int PostOne(Qp* q, const ibv_send_wr* wr) {
-  const uint64_t index = q->posted;
+// The send queue as the next request sees it: its limits, what is
+// outstanding, and the inline buffer of its slot.
+SendQueueView ViewOf(const Qp* q) {
   SendQueueView sq;
   sq.max_send_wr = q->cap.max_send_wr;
   sq.max_send_sge = q->cap.max_send_sge;
@@ -194,11 +194,17 @@ int PostOne(Qp* q, const ibv_send_wr* wr) {
   sq.sig_all = q->sig_all;
   sq.outstanding = q->posted - q->completed;
   if (q->inline_buf != nullptr) {
-    sq.inline_dst = q->inline_buf + (index % kSlots) * q->cap.max_inline_data;
+    sq.inline_dst =
+        q->inline_buf + (q->posted % kSlots) * q->cap.max_inline_data;
   }
   sq.inline_lkey = q->inline_lkey;
+  return sq;
+}
+
+int PostOne(Qp* q, const ibv_send_wr* wr) {
+  const uint64_t index = q->posted;
   SendRequest req;
-  if (int err = TranslateSendWr(*wr, sq, &req); err != 0) return err;
+  if (int err = TranslateSendWr(*wr, ViewOf(q), &req); err != 0) return err;
   Slot& s = q->slots[index % kSlots];
   s.wr_id = wr->wr_id;
   s.opcode = req.wc_opcode;
@@ -223,18 +229,11 @@ int PostOne(Qp* q, const ibv_send_wr* wr) {
 
 // A send work request posted in ERR: checked as PostOne checks it, then
 // completed flushed without reaching the daemon.
+// In ERR nothing is outstanding (EnterError completed everything), so the
+// next slot's inline buffer is free to take an inline copy.
 int FlushOne(Qp* q, const ibv_send_wr* wr) {
-  SendQueueView sq;
-  sq.max_send_wr = q->cap.max_send_wr;
-  sq.max_send_sge = q->cap.max_send_sge;
-  sq.max_inline_data = q->cap.max_inline_data;
-  sq.sig_all = q->sig_all;
-  sq.outstanding = 0;  // nothing is outstanding in ERR
-  std::vector<uint8_t> scratch(q->cap.max_inline_data);
-  sq.inline_dst = scratch.empty() ? nullptr : scratch.data();
-  sq.inline_lkey = q->inline_lkey;
   SendRequest req;
-  if (int err = TranslateSendWr(*wr, sq, &req); err != 0) return err;
+  if (int err = TranslateSendWr(*wr, ViewOf(q), &req); err != 0) return err;
   AddSendWc(q, MakeWc(q, wr->wr_id, req.wc_opcode, IBV_WC_WR_FLUSH_ERR, 0));
   return 0;
 }
@@ -254,8 +253,7 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     return err;
   }
-  if (!q->life.CanPostSend() ||
-      q->life.state() != rc::lifecycle::QpState::kRts) {
+  if (q->life.state() != rc::lifecycle::QpState::kRts) {
     err = EINVAL;
     *bad_wr = wr;
   } else {

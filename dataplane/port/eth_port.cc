@@ -753,9 +753,7 @@ bool EthPort::LinkUp() const {
 }
 
 bool EthPort::CheckLink() {
-  rte_eth_link link{};
-  rte_eth_link_get_nowait(config_.port_id, &link);
-  const bool up = link.link_status == RTE_ETH_LINK_UP;
+  const bool up = LinkUp();
   if (!up && !link_down_) ++counters_.link_down;
   link_down_ = !up;
   return up;

@@ -32,7 +32,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/base/attributes.h"
 #include "absl/status/statusor.h"
 #include "dataplane/fault/fault_model.h"
 #include "dataplane/port/burst_guard.h"
@@ -137,38 +136,17 @@ class EthPort : public rc::FrameSink {
   EthPort(const EthPort&) = delete;
   EthPort& operator=(const EthPort&) = delete;
 
-  // Receives up to one burst; calls fn(std::span<const uint8_t>) per frame.
-  // Nothing while the link is down (see burst_guard.h).
-  // Frames this port sent to its own MAC (loopback: queue pairs of this
-  // daemon connected to each other) come first, link up or not.
+  // Receives up to one burst from the device; calls
+  // fn(std::span<const uint8_t>) per frame. Frames this port sent to its own
+  // MAC (loopback: queue pairs of this daemon connected to each other) come
+  // first, up to one burst, link up or not; from the device, nothing while
+  // the link is down (see burst_guard.h).
   template <typename Fn>
   uint16_t Receive(Fn&& fn) {
-    const uint16_t looped = loop_head_ != loop_tail_ ? ReceiveLooped(fn) : 0;
-    return static_cast<uint16_t>(looped + ReceiveFromDevice(fn));
-  }
-
-  // Receive's looped frames, up to one burst.
-  template <typename Fn>
-  uint16_t ReceiveLooped(Fn&& fn) {
-    uint16_t looped = 0;
-    while (loop_head_ != loop_tail_ && looped < config_.burst) {
-      rte_mbuf* m = loop_[loop_head_++ % kLoopFrames];
-      fn(m->nb_segs == 1
-             ? std::span<const uint8_t>(rte_pktmbuf_mtod(m, const uint8_t*),
-                                        m->data_len)
-             : Linearize(m));
-      rte_pktmbuf_free(m);
-      ++looped;
-    }
-    counters_.rx_looped += looped;
-    return looped;
-  }
-
-  // Receive's burst from the device. Out of line: the guarded burst's
-  // setjmp must not share a frame with Receive's locals.
-  template <typename Fn>
-  ABSL_ATTRIBUTE_NOINLINE uint16_t ReceiveFromDevice(Fn&& fn) {
-    if (!LinkUsable()) return 0;
+    // A member, not a local: a local would have to survive the guarded
+    // burst's setjmp below.
+    looped_now_ = loop_head_ != loop_tail_ ? ReceiveLooped(fn) : 0;
+    if (!LinkUsable()) return looped_now_;
     rte_mbuf* burst[kMaxBurst];
     // A burst that faults has filled some entries: empty ones tell which.
     if (recovers_bursts_) std::fill_n(burst, config_.burst, nullptr);
@@ -189,7 +167,7 @@ class EthPort : public rc::FrameSink {
       rte_pktmbuf_free(m);
     }
     counters_.rx_frames += n;
-    return n;
+    return static_cast<uint16_t>(n + looped_now_);
   }
 
   // rc::FrameSink: the frame is built in a fresh mbuf.
@@ -253,7 +231,6 @@ class EthPort : public rc::FrameSink {
   void SetFaults(const fault::FaultSpec& spec);
   // Frames held back by the delay model.
   uint32_t delayed() const { return delayed_count_; }
-  // Frames queued that the device has not taken yet.
   // Frames queued for the device, and looped frames not yet received.
   uint32_t tx_pending() const { return tx_count_ + (loop_tail_ - loop_head_); }
 
@@ -305,6 +282,23 @@ class EthPort : public rc::FrameSink {
   };
   static constexpr uint32_t kMaxDelayed = 4096;
 
+  // Receive's looped frames, up to one burst.
+  template <typename Fn>
+  uint16_t ReceiveLooped(Fn&& fn) {
+    uint16_t looped = 0;
+    while (loop_head_ != loop_tail_ && looped < config_.burst) {
+      rte_mbuf* m = loop_[loop_head_++ % kLoopFrames];
+      fn(m->nb_segs == 1
+             ? std::span<const uint8_t>(rte_pktmbuf_mtod(m, const uint8_t*),
+                                        m->data_len)
+             : Linearize(m));
+      rte_pktmbuf_free(m);
+      ++looped;
+    }
+    counters_.rx_looped += looped;
+    return looped;
+  }
+
   // Frames to our own MAC, taken from the transmit path and handed to the
   // next Receive (free-running indices).
   static constexpr uint32_t kLoopFrames = 2 * kMaxBurst;
@@ -312,6 +306,7 @@ class EthPort : public rc::FrameSink {
   uint32_t loop_head_ = 0;
   uint32_t loop_tail_ = 0;
   bool loops_ = false;  // the port has a MAC of its own (not 0)
+  uint16_t looped_now_ = 0;  // looped frames this Receive delivered
 
   PortConfig config_;
   rte_mempool* pool_ = nullptr;

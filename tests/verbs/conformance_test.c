@@ -440,32 +440,39 @@ static struct ibv_sge sge_of(const void* addr, uint32_t length, uint32_t lkey) {
   return s;
 }
 
-/* Posts one signaled WRITE or READ and waits for its completion; returns
- * its status, or -1 (after a failed check) when the post failed or nothing
- * completed within 10 s. */
-static int rdma_once(struct side* s, enum ibv_wr_opcode op, uint64_t wr_id,
-                     struct ibv_sge* sge, int num_sge, uint64_t remote_addr,
-                     uint32_t rkey, const char* name, struct ibv_wc* out) {
-  struct ibv_send_wr wr =
-      rdma_wr(op, wr_id, sge, num_sge, remote_addr, rkey, IBV_SEND_SIGNALED);
+/* Posts one signaled WR and waits for its completion; returns its status,
+ * or -1 (after a failed check) when the post failed, nothing completed
+ * within 10 s or another WR completed. */
+static int post_once(struct side* s, struct ibv_send_wr* wr, const char* name,
+                     struct ibv_wc* out) {
   struct ibv_send_wr* bad = NULL;
-  int r = ibv_post_send(s->qp, &wr, &bad);
+  int r = ibv_post_send(s->qp, wr, &bad);
   if (r != 0) {
     check(false, name, "ibv_post_send returned %d", r);
     return -1;
   }
   struct ibv_wc wc;
+  memset(&wc, 0, sizeof(wc));
   if (wait_wcs(s->cq, &wc, 1, 10000) != 1) {
     check(false, name, "no completion within 10 s");
     return -1;
   }
-  if (wc.wr_id != wr_id) {
+  if (wc.wr_id != wr->wr_id) {
     check(false, name, "completion of wr_id %llu, expected %llu",
-          (unsigned long long)wc.wr_id, (unsigned long long)wr_id);
+          (unsigned long long)wc.wr_id, (unsigned long long)wr->wr_id);
     return -1;
   }
   if (out != NULL) *out = wc;
   return (int)wc.status;
+}
+
+/* ... a WRITE or READ. */
+static int rdma_once(struct side* s, enum ibv_wr_opcode op, uint64_t wr_id,
+                     struct ibv_sge* sge, int num_sge, uint64_t remote_addr,
+                     uint32_t rkey, const char* name, struct ibv_wc* out) {
+  struct ibv_send_wr wr =
+      rdma_wr(op, wr_id, sge, num_sge, remote_addr, rkey, IBV_SEND_SIGNALED);
+  return post_once(s, &wr, name, out);
 }
 
 static struct ibv_mr* reg(struct dev* d, void* addr, size_t len, int access,
@@ -2018,20 +2025,7 @@ static int atomic_once(struct side* s, enum ibv_wr_opcode op, uint64_t wr_id,
                        const char* name, struct ibv_wc* out) {
   struct ibv_send_wr wr =
       atomic_wr(op, wr_id, sge, remote_addr, rkey, compare_add, swap);
-  struct ibv_send_wr* bad = NULL;
-  int r = ibv_post_send(s->qp, &wr, &bad);
-  if (r != 0) {
-    check(false, name, "ibv_post_send returned %d", r);
-    return -1;
-  }
-  struct ibv_wc wc;
-  memset(&wc, 0, sizeof(wc));
-  if (wait_wcs(s->cq, &wc, 1, 10000) != 1) {
-    check(false, name, "no completion within 10 s");
-    return -1;
-  }
-  if (out != NULL) *out = wc;
-  return wc.wr_id == wr_id ? (int)wc.status : -1;
+  return post_once(s, &wr, name, out);
 }
 
 static uint64_t word_at(const uint8_t* p) {
