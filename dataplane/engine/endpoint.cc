@@ -109,6 +109,13 @@ void Endpoint::HandleFrame(const wire::ParsedPacket& pkt) {
   // The responder may touch our client's memory: not once it exited (a
   // frame dropped while it may be dying is sent again).
   if (closed_ || !ClientsLive()) return;
+  // The frame may start a message that needs a receive request: those the
+  // client posted before it arrived serve it, even when this turn has not
+  // pulled them yet (UC would drop the message, RC send an RNR NAK).
+  if (qp_->recv_outstanding() == 0 && info_.receive.valid() &&
+      qp_->state() == rc::QpState::kReadyToSend) {
+    PullReceives(kReceivesPulledForAFrame);
+  }
   qp_->HandleFrame(pkt);
 }
 
@@ -652,7 +659,7 @@ uint32_t Endpoint::Receive(uint32_t budget) {
     wire::ParsedPacket pkt;
     if (closed_) {
       // Nothing of a closed connection reaches client memory.
-    } else if (wire::ParseFrame(rx_->Front(), &pkt) == wire::ParseError::kOk) {
+    } else if (wire::ParseConnectedFrame(rx_->Front(), &pkt) == wire::ParseError::kOk) {
       qp_->HandleFrame(pkt);
     } else {
       ++stats_.rx_rejected;

@@ -239,6 +239,7 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // Receive requests from the client's receive ring into the QP (when
   // info.receive was given).
   uint32_t PullReceives(uint32_t budget);
+  static constexpr uint32_t kReceivesPulledForAFrame = 32;
   // Whether the completion ring keeps room for one more request taken.
   bool CompletionRoom() const;
   void Push(const shm::CompletionEntry& c);

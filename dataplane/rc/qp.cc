@@ -64,6 +64,9 @@ const char* RcQp::ValidateConfig(const QpConfig& c) {
   if (c.ack_req_every == 0) return "ack request interval must be positive";
   if (c.retransmit_timeout_ns == 0) return "retransmit timeout must be positive";
   if ((c.pkey & 0x7FFF) == 0) return "P_Keys 0x0000 and 0x8000 are invalid";
+  if (c.type != lifecycle::QpType::kRc && c.type != lifecycle::QpType::kUc) {
+    return "a connected queue pair is RC or UC";
+  }
   if (c.local_qpn.value() > wire::Psn::kMask ||
       c.remote_qpn.value() > wire::Psn::kMask) {
     return "queue pair numbers are 24 bits";
@@ -134,6 +137,11 @@ PostResult RcQp::Post(const WorkRequest& wr) {
       (AwaitsResponse(wr.opcode) && (wr.flags & kWrImmediate) != 0)) {
     return PostResult::kInvalid;
   }
+  // UC carries SENDs and WRITEs only (IBA 9.8.1).
+  if (config_.type == lifecycle::QpType::kUc &&
+      wr.opcode != WrOpcode::kWrite && wr.opcode != WrOpcode::kSend) {
+    return PostResult::kInvalid;
+  }
   // An atomic's original value lands in exactly one 8-byte buffer.
   if (IsAtomic(wr.opcode) &&
       (wr.num_sge != 1 || wr.sge[0].length != kAtomicBytes)) {
@@ -198,10 +206,12 @@ uint32_t RcQp::Poll(uint32_t budget) {
 
 void RcQp::HandleFrame(const wire::ParsedPacket& pkt) {
   owner_.Check();
-  // Only the connected peer may use this QP.
+  // Only the connected peer may use this QP, and only with its transport's
+  // opcodes (a UC queue pair takes no acknowledgements).
   if (state_ != QpState::kReadyToSend ||
       pkt.bth.dest_qp != config_.local_qpn ||
-      pkt.src_ip != config_.path.dst_ip) {
+      pkt.src_ip != config_.path.dst_ip ||
+      wire::IsUcOpcode(static_cast<uint8_t>(pkt.bth.opcode)) != unreliable()) {
     ++stats_.ignored_packets;
     return;
   }
@@ -212,7 +222,9 @@ void RcQp::HandleFrame(const wire::ParsedPacket& pkt) {
     return;
   }
   ++stats_.rx_packets;
-  if (wire::IsRequest(pkt.bth.opcode)) {
+  if (unreliable()) {
+    HandleUcRequest(pkt);
+  } else if (wire::IsRequest(pkt.bth.opcode)) {
     HandleRequest(pkt);
   } else {
     HandleResponse(pkt);

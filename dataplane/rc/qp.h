@@ -1,8 +1,10 @@
-// One reliable-connection queue pair: requester (RDMA WRITE, READ, SEND and
+// One connected queue pair, reliable (RC) or unreliable (UC): requester (RDMA WRITE, READ, SEND and
 // the atomics COMPARE SWAP and FETCH ADD), completer (ACK/NAK, read-response
 // and atomic-acknowledge handling, go-back-N retransmission) and responder
 // (executes the peer's requests against registered memory), as in the
-// InfiniBand RC transport.
+// InfiniBand RC transport. A UC queue pair (QpConfig::type) is the same
+// requester and responder for SENDs and WRITEs without acknowledgements,
+// resends or NAKs.
 //
 // Engine thread only: a QP is created, polled and destroyed by the engine that
 // owns it; nothing in it locks or allocates after construction. The
@@ -172,8 +174,16 @@ class RcQp {
   // Moves to the error state for `cause`: the WQE holding `*failed_at`, if
   // given, completes with `cause`, every other one with kFlushed.
   void Shutdown(WcStatus cause, const wire::Psn* failed_at);
+  bool unreliable() const { return config_.type == lifecycle::QpType::kUc; }
   // Responder.
   void HandleRequest(const wire::ParsedPacket& pkt);
+  // UC: a packet out of sequence (one was lost) or one that does not fit
+  // the message in progress drops that message; only a FIRST or ONLY
+  // packet starts the next one.
+  void HandleUcRequest(const wire::ParsedPacket& pkt);
+  // UC: the message in progress (if any) is dropped, and so is every packet
+  // until the next one that starts a message.
+  void DropUcMessage();
   // Refuses the request at `psn` with a NAK 0x61 or 0x62: later requests
   // are dropped, and once the NAK is sent the QP enters the error state, as
   // the IBA has a responder do for these errors (its classes B and C); at
@@ -272,6 +282,7 @@ class RcQp {
   uint32_t write_remaining_ = 0;
   uint32_t write_length_ = 0;  // the whole write's (a receive's byte_len)
   bool send_active_ = false;   // inside a multi-packet SEND
+  bool uc_dropping_ = false;   // UC: dropping until a message starts
   uint32_t recv_offset_ = 0;   // bytes of the SEND placed so far
   // Receive queue: [rq_head_, rq_tail_) posted, the head one being filled.
   std::unique_ptr<WorkRequest[]> rq_;

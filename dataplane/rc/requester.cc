@@ -26,8 +26,10 @@ uint32_t RcQp::SendRequests(uint32_t budget) {
       // READ_FENCE: every earlier read and atomic must have completed.
       if ((w.wr.flags & kWrReadFence) != 0 && outstanding_reads_ > 0) break;
     }
-    if (static_cast<uint32_t>(next_psn_.DistanceFrom(una_)) >=
-        config_.max_inflight_packets) {
+    // UC keeps no window: nothing it sends is ever acknowledged.
+    if (!unreliable() &&
+        static_cast<uint32_t>(next_psn_.DistanceFrom(una_)) >=
+            config_.max_inflight_packets) {
       break;
     }
     if (!SendOnePacket(w)) break;
@@ -87,6 +89,11 @@ bool RcQp::SendOnePacket(Wqe& w) {
       h.reth.rkey = w.wr.rkey;
       h.reth.dma_length = w.length;
     }
+    if (unreliable()) {  // the UC namesake; nothing is acknowledged
+      h.bth.opcode = static_cast<Opcode>(
+          static_cast<uint8_t>(h.bth.opcode) | wire::kUcOpcodeBase);
+      h.bth.ack_req = false;
+    }
   } else {
     // A read (or the rest of one, after a retransmission) is one request
     // that consumes a PSN per response packet. It is a whole message, so
@@ -130,6 +137,14 @@ bool RcQp::SendOnePacket(Wqe& w) {
     send_offset_ = 0;
   } else {
     send_offset_ += payload;
+  }
+  if (unreliable()) {
+    // A UC request is done once its last packet is on the wire.
+    if (last) {
+      acked_psn_ = psn;
+      RetireCompleted();
+    }
+    return true;
   }
   ArmTimer();
   return true;

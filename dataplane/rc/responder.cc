@@ -1,9 +1,11 @@
-// Responder of an RC QP: PSN checking (duplicates and gaps), opcode sequence
-// and length checks, remote-key checks, execution of WRITEs into registered
-// memory, SENDs into posted receive requests (RNR NAK when there is none),
-// READ responses from the responder-resource ring, atomics (one atomic
-// instruction on the word, the result kept for resends), and ordered,
-// coalesced ACK/NAK generation.
+// Responder of an RC QP: PSN checking (duplicates and gaps), opcode
+// sequence and length checks, remote-key checks, execution of WRITEs into
+// registered memory, SENDs into posted receive requests (RNR NAK when there
+// is none), READ responses from the responder-resource ring, atomics (one
+// atomic instruction on the word, the result kept for resends), and
+// ordered, coalesced ACK/NAK generation. A UC QP's responder shares the
+// SEND and WRITE execution and answers nothing: what RC would refuse or
+// NAK, UC drops with its message.
 #include <cstring>
 
 #include "dataplane/rc/qp.h"
@@ -77,7 +79,55 @@ void RcQp::HandleRequest(const wire::ParsedPacket& pkt) {
   }
 }
 
+void RcQp::HandleUcRequest(const wire::ParsedPacket& pkt) {
+  const Psn psn = pkt.bth.psn;
+  const wire::OpcodeInfo& info = wire::InfoOf(pkt.bth.opcode);
+  const bool starts = (info.flags & wire::kOpFirst) != 0;
+  // Another PSN than the next one: packets were lost (nothing is resent,
+  // so an older PSN is a loss as well), and the message they belonged to
+  // with them.
+  if (psn != epsn_) DropUcMessage();
+  epsn_ = psn + 1;
+  const bool in_message = write_active_ || send_active_;
+  const bool fits =
+      in_message ? !starts && info.op_class == (write_active_
+                                                    ? wire::OpcodeClass::kWrite
+                                                    : wire::OpcodeClass::kSend)
+                 : starts;
+  if (!fits) {
+    // The end of the message in progress was lost, or a packet came that
+    // no message in progress continues: drop that, and start over only at
+    // a packet that starts a message.
+    if (in_message || !uc_dropping_) DropUcMessage();
+    if (!starts) {
+      ++stats_.ignored_packets;
+      return;
+    }
+  }
+  uc_dropping_ = false;
+  epsn_ = psn;
+  if (info.op_class == wire::OpcodeClass::kSend) {
+    ExecuteSend(pkt);
+  } else {
+    ExecuteWrite(pkt);
+  }
+  epsn_ = psn + 1;
+}
+
+void RcQp::DropUcMessage() {
+  if (!uc_dropping_) ++stats_.uc_messages_dropped;
+  uc_dropping_ = true;
+  write_active_ = false;
+  send_active_ = false;
+  recv_offset_ = 0;
+  ReleaseWrite();
+}
+
 void RcQp::RefuseNotReady(Psn psn) {
+  if (unreliable()) {  // no RNR NAK in UC: the message is lost
+    DropUcMessage();
+    return;
+  }
   ++stats_.rnr_naks_sent;
   QueueNak(static_cast<uint8_t>(wire::kAethRnrNak | config_.min_rnr_timer),
            psn);
@@ -142,6 +192,10 @@ bool RcQp::ExecuteSend(const wire::ParsedPacket& pkt) {
 }
 
 void RcQp::RefuseRequest(uint8_t syndrome, Psn psn) {
+  if (unreliable()) {  // no NAK in UC: the message is dropped, silently
+    DropUcMessage();
+    return;
+  }
   refusing_ = true;
   if (!PushResp({RespKind::kAck, syndrome, psn, 0, 0})) {
     Shutdown(RefusalCause(syndrome), nullptr);
@@ -430,6 +484,7 @@ bool RcQp::PushResp(const RespItem& item) {
 }
 
 void RcQp::QueueAck(Psn psn) {
+  if (unreliable()) return;
   // Coalesce with an ACK that is still waiting at the tail of the queue.
   if (resp_tail_ack_open_) {
     RespItem& tail = resp_q_[(resp_q_tail_ - 1) & resp_q_mask_];

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "dataplane/rc/memory_owner.h"
+#include "dataplane/rc/qp_state.h"
 #include "dataplane/rc/stat_counter.h"
 #include "dataplane/wire/psn.h"
 #include "dataplane/wire/roce.h"
@@ -143,6 +144,12 @@ enum class PostResult : uint8_t {
 enum class QpState : uint8_t { kReadyToSend, kError };
 
 struct QpConfig {
+  // kRc, or kUc: the same SENDs and WRITEs with the UC opcodes, never
+  // acknowledged or resent. A request completes once its last packet is
+  // sent; the responder drops a message that lost a packet (or found no
+  // receive request, or broke a rule) without a word to the requester and
+  // waits for the next message's first packet. No READs, no atomics.
+  lifecycle::QpType type = lifecycle::QpType::kRc;
   // The partition: frames whose BTH P_Key does not match it (wire::
   // PkeysMatch) are dropped and counted; ours carry it.
   uint16_t pkey = wire::kDefaultPkey;
@@ -203,6 +210,9 @@ struct QpStats {
   StatCounter bad_responses;    // responses that broke the protocol
   StatCounter rnr_naks_sent;    // a SEND found no receive request
   StatCounter rnr_naks_received;
+  // UC: messages the responder dropped (a packet lost, no receive request,
+  // a rule broken); the requester never learns of them.
+  StatCounter uc_messages_dropped;
 };
 
 }  // namespace rdmaplane::rc

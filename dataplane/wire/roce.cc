@@ -364,6 +364,7 @@ enum class Accept : uint8_t {
   kRc,  // every RC opcode, defined or reserved
   kUc,  // the defined UC opcodes
   kUd,  // the defined UD opcodes (UD SEND ONLY, with immediate data or not)
+  kConnected,  // kRc's and kUc's
 };
 
 // True when the parser for kAccept takes opcode `op`.
@@ -371,6 +372,8 @@ template <Accept kAccept>
 bool Accepts(uint8_t op) {
   if constexpr (kAccept == Accept::kRc) {
     return IsRcOpcode(op);
+  } else if constexpr (kAccept == Accept::kConnected) {
+    return IsRcOpcode(op) || Accepts<Accept::kUc>(op);
   } else {
     constexpr uint8_t kBase =
         kAccept == Accept::kUc ? kUcOpcodeBase : kUdOpcodeBase;
@@ -524,6 +527,11 @@ ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
 ParseError ParseUcFrame(std::span<const uint8_t> frame, ParsedPacket* out,
                         ParseCounters* counters) {
   return Parse<Accept::kUc>(frame, out, counters);
+}
+
+ParseError ParseConnectedFrame(std::span<const uint8_t> frame,
+                               ParsedPacket* out, ParseCounters* counters) {
+  return Parse<Accept::kConnected>(frame, out, counters);
 }
 
 ParseError ParseDatagramFrame(std::span<const uint8_t> frame, ParsedPacket* out,

@@ -421,6 +421,12 @@ ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
 ParseError ParseUcFrame(std::span<const uint8_t> frame, ParsedPacket* out,
                         ParseCounters* counters = nullptr);
 
+// ParseFrame or ParseUcFrame, as the opcode's transport says: a frame for
+// a connected queue pair, which checks the transport against its own.
+ParseError ParseConnectedFrame(std::span<const uint8_t> frame,
+                               ParsedPacket* out,
+                               ParseCounters* counters = nullptr);
+
 // The same checks for a UD SEND ONLY frame, with immediate data or not (the
 // only UD opcodes); fills out->deth as well.
 ParseError ParseDatagramFrame(std::span<const uint8_t> frame, ParsedPacket* out,
