@@ -1565,10 +1565,12 @@ absl::Status Client::DeregisterPdMemory(uint32_t pd, uint32_t rkey,
   return CallStatus(req);
 }
 
-absl::StatusOr<Client::QueuePair> Client::CreateQueuePair(uint32_t pd) {
+absl::StatusOr<Client::QueuePair> Client::CreateQueuePair(
+    uint32_t pd, shm::QpService service) {
   ControlRequest req{};
   req.op = shm::kOpCreateQp;
   req.key = pd;
+  req.flags = service;
   ControlResponse resp;
   if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
   if (resp.connection >= shm::kMaxConnections) {

@@ -115,7 +115,8 @@ class Client {
   };
   // A queue pair in `pd`, connected out of band by ModifyQueuePair; ended
   // by Disconnect.
-  absl::StatusOr<QueuePair> CreateQueuePair(uint32_t pd);
+  absl::StatusOr<QueuePair> CreateQueuePair(
+      uint32_t pd, shm::QpService service = shm::kQpServiceRc);
   absl::Status ModifyQueuePair(rdp_conn conn, shm::QpTransition to,
                                const shm::QpPeer& peer);
   // kQpToReset: the queue pair as new, with the same QPN and slot, under a

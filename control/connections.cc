@@ -131,6 +131,7 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   if (c->out_of_band) info.receive = s->receive[slot];
   info.owner_pidfd = s->pidfd;
   rc::QpConfig qp;
+  qp.type = c->life.type();
   qp.local_qpn = wire::Qpn(c->qpn[side]);
   qp.remote_qpn = wire::Qpn(c->qpn[1 - side]);
   qp.send_psn = wire::Psn(c->psn[side]);
@@ -309,8 +310,8 @@ ControlResponse ConnectionTable::Accept(Session* s, const ControlRequest& r) {
 // --- Queue pairs connected out of band
 // ---------------------------------------------
 
-ControlResponse ConnectionTable::CreateQueuePair(Session* s,
-                                                 uint32_t pd_scope) {
+ControlResponse ConnectionTable::CreateQueuePair(
+    Session* s, uint32_t pd_scope, rc::lifecycle::QpType type) {
   const int slot = s->FreeSlot();
   if (slot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
   ControlResponse refusal;
@@ -320,6 +321,7 @@ ControlResponse ConnectionTable::CreateQueuePair(Session* s,
   c->charge[0] = std::move(*charge);
   c->remote = true;
   c->out_of_band = true;
+  c->life = rc::lifecycle::QpLifecycle(type);
   c->pd_scope = pd_scope;
   c->side[0] = s;
   c->slot[0] = static_cast<uint32_t>(slot);

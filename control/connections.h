@@ -184,10 +184,12 @@ class ConnectionTable {
                                               uint32_t slot) const;
 
   // --- Queue pairs connected out of band (verbs) --------------------------
-  // kOpCreateQp: a queue pair in a free slot of `s`, in the protection
-  // domain `pd_scope`, charged like a connection end; answers the slot and
-  // our QPN. Not served until SetQueuePairPeer and StartRemote.
-  shm::ControlResponse CreateQueuePair(Session* s, uint32_t pd_scope);
+  // kOpCreateQp: a queue pair of `type` (RC or UC) in a free slot of `s`,
+  // in the protection domain `pd_scope`, charged like a connection end;
+  // answers the slot and our QPN. Not served until SetQueuePairPeer and
+  // StartRemote.
+  shm::ControlResponse CreateQueuePair(Session* s, uint32_t pd_scope,
+                                       rc::lifecycle::QpType type);
   // The queue pair in `slot` of `s`, or null.
   Connection* QueuePair(const Session& s, uint32_t slot) const;
   // kQpToRtr: checks and takes the peer's QPN, first PSN, path MTU (at most

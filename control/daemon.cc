@@ -262,7 +262,19 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
     case shm::kOpCreateQp: {
       const std::optional<uint32_t> pd = memory_.PdScope(*s, req.key);
       if (!pd) return Reply(shm::kStatusInvalid, "not a protection domain");
-      return connections_->CreateQueuePair(s, *pd);
+      rc::lifecycle::QpType type;
+      switch (req.flags) {
+        case shm::kQpServiceRc:
+          type = rc::lifecycle::QpType::kRc;
+          break;
+        case shm::kQpServiceUc:
+          type = rc::lifecycle::QpType::kUc;
+          break;
+        default:
+          return Reply(shm::kStatusInvalid,
+                       "queue pairs are RC (2) or UC (3)");
+      }
+      return connections_->CreateQueuePair(s, *pd, type);
     }
     case shm::kOpModifyQp:
       return ModifyQueuePair(s, req);

@@ -32,7 +32,7 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 5;
+inline constexpr uint16_t kSessionVersion = 6;
 inline constexpr uint32_t kMaxConnections = 16;
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kControlRingEntries = 64;
@@ -146,7 +146,8 @@ enum ControlOp : uint32_t {
   // band, and what the device offers.
   kOpAllocPd = 10,       // key: the new protection domain
   kOpDeallocPd = 11,     // key: the protection domain
-  kOpCreateQp = 12,      // key: its protection domain; answers slot and QPN
+  kOpCreateQp = 12,      // key: its protection domain; flags: its
+                         // QpService; answers slot and QPN
   kOpModifyQp = 13,      // connection: slot; flags: QpTransition; QpPeer
   kOpQueryDevice = 14,   // answers a DeviceInfo in the descriptor
 };
@@ -155,6 +156,13 @@ enum ControlOp : uint32_t {
 // registration to the protection domain in `key` instead of one connection:
 // every queue pair created in that domain may reach it.
 inline constexpr uint32_t kPdScopeSlot = 0xFFFFFFFF;
+
+// kOpCreateQp's queue-pair services, numbered as libibverbs' ibv_qp_type.
+enum QpService : uint32_t {
+  kQpServiceRc = 2,  // reliable connected
+  kQpServiceUc = 3,  // unreliable connected: SENDs and WRITEs, never
+                     // acknowledged or resent
+};
 
 // kOpModifyQp's moves, as the verbs state machine names them. The daemon
 // keeps each queue pair's state (dataplane/rc/qp_state.h) and refuses a

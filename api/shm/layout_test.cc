@@ -65,7 +65,7 @@ TEST(RingAbi, BytesFor) {
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 5u);
+  EXPECT_EQ(kSessionVersion, 6u);
   EXPECT_EQ(kMaxConnections, 16u);
   EXPECT_EQ(kMaxSge, 8u);
   EXPECT_EQ(kControlRingEntries, 64u);
@@ -302,6 +302,8 @@ TEST(LayoutAbi, VerbsMessages) {
   EXPECT_EQ(kOpAllocPd, 10u);
   EXPECT_EQ(kOpDeallocPd, 11u);
   EXPECT_EQ(kOpCreateQp, 12u);
+  EXPECT_EQ(kQpServiceRc, 2u);  // IBV_QPT_RC
+  EXPECT_EQ(kQpServiceUc, 3u);  // IBV_QPT_UC
   EXPECT_EQ(kOpModifyQp, 13u);
   EXPECT_EQ(kOpQueryDevice, 14u);
   EXPECT_EQ(kQpToRtr, 1u);

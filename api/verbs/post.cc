@@ -192,6 +192,7 @@ SendQueueView ViewOf(const Qp* q) {
   sq.max_send_sge = q->cap.max_send_sge;
   sq.max_inline_data = q->cap.max_inline_data;
   sq.sig_all = q->sig_all;
+  sq.unreliable_connected = q->qp.qp_type == IBV_QPT_UC;
   sq.outstanding = q->posted - q->completed;
   if (q->inline_buf != nullptr) {
     sq.inline_dst =

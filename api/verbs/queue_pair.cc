@@ -120,7 +120,10 @@ extern "C" {
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   if (pd == nullptr || init == nullptr) return Fail<ibv_qp*>(EINVAL, nullptr);
-  if (init->qp_type != IBV_QPT_RC) return Fail<ibv_qp*>(EOPNOTSUPP, nullptr);
+  // RC and UC (UD, XRC and the raw types are not served: docs/verbs.md).
+  if (init->qp_type != IBV_QPT_RC && init->qp_type != IBV_QPT_UC) {
+    return Fail<ibv_qp*>(EOPNOTSUPP, nullptr);
+  }
   if (init->srq != nullptr) return Fail<ibv_qp*>(EOPNOTSUPP, nullptr);
   Context* c = Ctx(pd->context);
   const shm::DeviceInfo& info = c->info;
@@ -137,6 +140,9 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   q->scq = CqOf(init->send_cq);
   q->rcq = CqOf(init->recv_cq);
   q->sig_all = init->sq_sig_all != 0;
+  q->life = rc::lifecycle::QpLifecycle(init->qp_type == IBV_QPT_UC
+                                           ? rc::lifecycle::QpType::kUc
+                                           : rc::lifecycle::QpType::kRc);
   cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
   cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
   q->cap = cap;
@@ -154,7 +160,9 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
     }
     q->inline_lkey = *key;
   }
-  auto made = c->client->CreateQueuePair(q->pd->id);
+  auto made = c->client->CreateQueuePair(
+      q->pd->id,
+      init->qp_type == IBV_QPT_UC ? shm::kQpServiceUc : shm::kQpServiceRc);
   if (!made.ok()) {
     if (q->inline_buf != nullptr) {
       (void)c->client->DeregisterMemory(q->inline_lkey);
@@ -171,7 +179,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   q->qp.handle = made->qpn;
   q->qp.qp_num = made->qpn;
   q->qp.state = IBV_QPS_RESET;
-  q->qp.qp_type = IBV_QPT_RC;
+  q->qp.qp_type = init->qp_type;
   pthread_mutex_init(&q->qp.mutex, nullptr);
   pthread_cond_init(&q->qp.cond, nullptr);
   q->attr.qp_state = IBV_QPS_RESET;
@@ -214,7 +222,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   // The one table of legal moves and their attributes (IBA 11.2.4.2), as
   // the daemon checks it too.
   const rc::lifecycle::QpTransitionCheck check =
-      rc::lifecycle::CheckQpTransition(rc::lifecycle::QpType::kRc, cur, next,
+      rc::lifecycle::CheckQpTransition(q->life.type(), cur, next,
                                        static_cast<uint32_t>(mask));
   if (!check.ok) {
     return Fail<int>(
@@ -259,18 +267,22 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     peer.rq_psn = attr->rq_psn & 0xFFFFFF;
     peer.path_mtu = MtuBytes(attr->path_mtu);
     peer.max_rd_atomic = c->info.max_rd_atomic;
-    // Every attribute read here is one the move requires (above).
-    peer.max_dest_rd_atomic = attr->max_dest_rd_atomic;
-    peer.min_rnr_timer = attr->min_rnr_timer;
+    // Every attribute read here is in the mask (an RC queue pair's move
+    // requires these; UC has no READs and no RNR NAKs).
+    if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
+      peer.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+    }
+    if (mask & IBV_QP_MIN_RNR_TIMER) peer.min_rnr_timer = attr->min_rnr_timer;
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRtr, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
   } else if (next == QpState::kRts && cur == QpState::kRtr) {
     shm::QpPeer peer{};
     peer.sq_psn = attr->sq_psn & 0xFFFFFF;
-    peer.retry_count = attr->retry_cnt;
-    peer.rnr_retry = attr->rnr_retry;
-    peer.timeout = attr->timeout;
-    peer.max_rd_atomic = attr->max_rd_atomic;
+    // As at RTR: only what the mask holds (UC takes none of these).
+    if (mask & IBV_QP_RETRY_CNT) peer.retry_count = attr->retry_cnt;
+    if (mask & IBV_QP_RNR_RETRY) peer.rnr_retry = attr->rnr_retry;
+    if (mask & IBV_QP_TIMEOUT) peer.timeout = attr->timeout;
+    if (mask & IBV_QP_MAX_QP_RD_ATOMIC) peer.max_rd_atomic = attr->max_rd_atomic;
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRts, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
   } else if (next == QpState::kErr && cur != QpState::kErr) {
@@ -323,7 +335,7 @@ int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*mask*/,
     init->send_cq = q->qp.send_cq;
     init->recv_cq = q->qp.recv_cq;
     init->cap = q->cap;
-    init->qp_type = IBV_QPT_RC;
+    init->qp_type = q->qp.qp_type;
     init->sq_sig_all = q->sig_all ? 1 : 0;
   }
   return 0;

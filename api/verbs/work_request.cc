@@ -60,6 +60,9 @@ int TranslateSendWr(const ibv_send_wr& wr, const SendQueueView& sq,
   }
   const bool atomic =
       out->op == shm::kSendCompareSwap || out->op == shm::kSendFetchAdd;
+  if (sq.unreliable_connected && (atomic || out->op == shm::kSendRead)) {
+    return EINVAL;
+  }
   constexpr unsigned kKnown = IBV_SEND_SIGNALED | IBV_SEND_INLINE |
                               IBV_SEND_FENCE | IBV_SEND_SOLICITED;
   if ((wr.send_flags & ~kKnown) != 0) return EINVAL;

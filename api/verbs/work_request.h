@@ -30,6 +30,9 @@ struct SendQueueView {
   uint32_t max_send_sge = 1;
   uint32_t max_inline_data = 0;
   bool sig_all = false;  // sq_sig_all: every request is signaled
+  // A UC queue pair's: SENDs and WRITEs only (IBA 9.8.1), anything else
+  // is EINVAL.
+  bool unreliable_connected = false;
   uint64_t outstanding = 0;  // posted and not yet completed
   // Where an inline request's data goes: max_inline_data bytes registered
   // under inline_lkey (the request's slot of the queue pair's bounce

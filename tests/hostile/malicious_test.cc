@@ -1706,6 +1706,16 @@ TEST_F(MaliciousTest, QueuePairMovesOutsideTheLifecycleAreRefused) {
   ASSERT_NE(client, nullptr);
   auto pd = client->AllocPd();
   ASSERT_TRUE(pd.ok()) << pd.status();
+  // Only the services the daemon serves: RC (2) and UC (3); UD (4), the
+  // raw and XRC types and garbage are refused, and take no slot.
+  for (uint32_t service : {0u, 1u, 4u, 8u, 9u, 10u, 0xFFFFFFFFu}) {
+    auto refused =
+        client->CreateQueuePair(*pd, static_cast<shm::QpService>(service));
+    EXPECT_EQ(RdpCode(refused.status()), RDP_ERR_INVALID) << service;
+  }
+  auto uc = client->CreateQueuePair(*pd, shm::kQpServiceUc);
+  ASSERT_TRUE(uc.ok()) << uc.status();
+  EXPECT_TRUE(client->Disconnect(uc->conn).ok());
   auto qp = client->CreateQueuePair(*pd);
   ASSERT_TRUE(qp.ok()) << qp.status();
   const shm::QpPeer none{};

@@ -183,6 +183,7 @@ struct qp_opts {
   uint32_t max_recv_sge; /* 0: 1 */
   uint8_t min_rnr_timer; /* set at RTR (this side's RNR NAKs); 0: 12 */
   uint8_t rnr_retry;     /* set at RTS; 0: 7 (for ever) */
+  enum ibv_qp_type qp_type; /* 0: IBV_QPT_RC */
 };
 
 static const struct qp_opts kDefaultOpts = {
@@ -209,7 +210,7 @@ static bool make_side(struct side* s, struct dev* d, const struct qp_opts* o) {
   memset(&init, 0, sizeof(init));
   init.send_cq = s->cq;
   init.recv_cq = s->cq;
-  init.qp_type = IBV_QPT_RC;
+  init.qp_type = o->qp_type != 0 ? o->qp_type : IBV_QPT_RC;
   init.sq_sig_all = o->sq_sig_all;
   init.cap.max_send_wr = o->max_send_wr;
   init.cap.max_recv_wr = o->max_recv_wr != 0 ? o->max_recv_wr : 1;
@@ -3581,6 +3582,144 @@ static int port_down_mode(void) {
   return g_failed == 0 ? 0 : 1;
 }
 
+/* UC (ibv_modify_qp(3)'s UC column, ibv_post_send(3)): the moves take
+ * only UC's attributes; SENDs and WRITEs (with immediate data too) land,
+ * READs and atomics are refused at the post with EINVAL. */
+static void t_uc(struct bufs* b) {
+  step("UC queue pairs");
+  struct qp_opts o = kDefaultOpts;
+  o.qp_type = IBV_QPT_UC;
+  o.max_recv_wr = 8;
+  struct pair p;
+  memset(&p, 0, sizeof(p));
+  if (!make_side(&p.s[0], &g_dev[0], &o) || !make_side(&p.s[1], &g_dev[1], &o)) {
+    free_pair(&p);
+    return;
+  }
+  struct ibv_qp_attr qa;
+  struct ibv_qp_init_attr qi;
+  int r = ibv_query_qp(p.s[0].qp, &qa, IBV_QP_STATE, &qi);
+  check(r == 0 && qi.qp_type == IBV_QPT_UC && p.s[0].qp->qp_type == IBV_QPT_UC,
+        "a UC queue pair is created and reports its type", "r %d type %d", r,
+        qi.qp_type);
+  if (!pair_to_init(&p)) {
+    free_pair(&p);
+    return;
+  }
+  enum {
+    kUcRtrMask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                 IBV_QP_RQ_PSN,
+    kUcRtsMask = IBV_QP_STATE | IBV_QP_SQ_PSN,
+  };
+  const uint32_t psn[2] = {g_psn, g_psn + 0x100};
+  g_psn += 0x10000;
+  for (int i = 0; i < 2; ++i) {
+    struct ibv_qp_attr a;
+    rtr_attr(&a, &g_dev[1 - i].gid, p.s[1 - i].qp->qp_num, psn[1 - i]);
+    r = ibv_modify_qp(p.s[i].qp, &a, kRtrMask);
+    check(r == EINVAL, "UC INIT->RTR refuses RC's READ and RNR attributes",
+          "side %d: %d", i, r);
+    r = ibv_modify_qp(p.s[i].qp, &a, kUcRtrMask);
+    check(r == 0, "UC INIT->RTR with AV, path MTU, dest QPN and RQ PSN",
+          "side %d: %d", i, r);
+  }
+  for (int i = 0; i < 2; ++i) {
+    struct ibv_qp_attr a;
+    rts_attr(&a, psn[i]);
+    r = ibv_modify_qp(p.s[i].qp, &a, kRtsMask);
+    check(r == EINVAL, "UC RTR->RTS refuses RC's timeout and retry counts",
+          "side %d: %d", i, r);
+    r = ibv_modify_qp(p.s[i].qp, &a, kUcRtsMask);
+    check(r == 0, "UC RTR->RTS with the SQ PSN", "side %d: %d", i, r);
+  }
+  if (qp_state(p.s[0].qp) != IBV_QPS_RTS || qp_state(p.s[1].qp) != IBV_QPS_RTS) {
+    check(false, "UC queue pairs reach RTS", "states %d %d",
+          qp_state(p.s[0].qp), qp_state(p.s[1].qp));
+    free_pair(&p);
+    return;
+  }
+
+  /* READ and the atomics are not UC operations. */
+  uint8_t* src = b->local;
+  struct ibv_sge sge = sge_of(src, 8, b->lmr->lkey);
+  const enum ibv_wr_opcode refused[] = {IBV_WR_RDMA_READ,
+                                        IBV_WR_ATOMIC_CMP_AND_SWP,
+                                        IBV_WR_ATOMIC_FETCH_AND_ADD};
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); ++i) {
+    struct ibv_send_wr wr = rdma_wr(refused[i], 900 + i, &sge, 1, raddr(b, 0),
+                                    b->rmr->rkey, IBV_SEND_SIGNALED);
+    wr.wr.atomic.remote_addr = raddr(b, 0);
+    wr.wr.atomic.rkey = b->rmr->rkey;
+    struct ibv_send_wr* bad = NULL;
+    r = ibv_post_send(p.s[0].qp, &wr, &bad);
+    check(r == EINVAL && bad == &wr, "a UC post of READ or an atomic is EINVAL",
+          "opcode %d: %d", (int)refused[i], r);
+  }
+  check(extra_wcs(p.s[0].cq, 20) == 0,
+        "refused UC posts complete nothing", "a completion came");
+
+  /* A 1 MiB WRITE, a WRITE with immediate data and a SEND; the receiver's
+   * completions come in order, so once the SEND is in, so is the rest. */
+  const uint32_t kLen = 1 << 20;
+  fill(src, kLen, 77);
+  fill(src + kLen, 5000, 78);
+  memset(b->remote, 0, 2 * kLen + 8192);
+  uint8_t* rbuf = b->remote + 2 * kLen;
+  struct ibv_sge rsge[2] = {sge_of(rbuf, 16, b->rmr->lkey),
+                            sge_of(rbuf + 4096, 8192, b->rmr->lkey)};
+  r = post_recv1(&p.s[1], 51, &rsge[0], 1);
+  r |= post_recv1(&p.s[1], 52, &rsge[1], 1);
+  check(r == 0, "UC ibv_post_recv", "returned %d", r);
+  struct ibv_sge wsge = sge_of(src, kLen, b->lmr->lkey);
+  struct ibv_sge isge = sge_of(src, 100, b->lmr->lkey);
+  struct ibv_sge ssge = sge_of(src + kLen, 5000, b->lmr->lkey);
+  struct ibv_send_wr wr[3];
+  wr[0] = rdma_wr(IBV_WR_RDMA_WRITE, 61, &wsge, 1, raddr(b, 0), b->rmr->rkey,
+                  IBV_SEND_SIGNALED);
+  wr[1] = rdma_wr(IBV_WR_RDMA_WRITE_WITH_IMM, 62, &isge, 1, raddr(b, kLen),
+                  b->rmr->rkey, IBV_SEND_SIGNALED);
+  wr[1].imm_data = htonl(0xC0FFEE);
+  wr[2] = rdma_wr(IBV_WR_SEND, 63, &ssge, 1, 0, 0, IBV_SEND_SIGNALED);
+  wr[0].next = &wr[1];
+  wr[1].next = &wr[2];
+  struct ibv_send_wr* bad = NULL;
+  r = ibv_post_send(p.s[0].qp, &wr[0], &bad);
+  check(r == 0, "UC ibv_post_send of WRITE, WRITE_WITH_IMM and SEND",
+        "returned %d", r);
+  struct ibv_wc wc[3];
+  memset(wc, 0, sizeof(wc));
+  int n = wait_wcs(p.s[0].cq, wc, 3, 10000);
+  check(n == 3 && wc[0].wr_id == 61 && wc[0].status == IBV_WC_SUCCESS &&
+            wc[0].opcode == IBV_WC_RDMA_WRITE && wc[1].wr_id == 62 &&
+            wc[1].status == IBV_WC_SUCCESS && wc[2].wr_id == 63 &&
+            wc[2].status == IBV_WC_SUCCESS && wc[2].opcode == IBV_WC_SEND,
+        "UC sends complete in order, successfully", "%d of 3; first %s",
+        n, wc_name(wc[0].status));
+  struct ibv_wc rwc[2];
+  memset(rwc, 0, sizeof(rwc));
+  n = wait_wcs(p.s[1].cq, rwc, 2, 10000);
+  check(n == 2 && rwc[0].wr_id == 51 && rwc[0].status == IBV_WC_SUCCESS &&
+            rwc[0].opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+            (rwc[0].wc_flags & IBV_WC_WITH_IMM) != 0 &&
+            ntohl(rwc[0].imm_data) == 0xC0FFEE && rwc[0].byte_len == 100 &&
+            rwc[0].qp_num == p.s[1].qp->qp_num,
+        "a UC WRITE_WITH_IMM consumes a receive with its immediate data",
+        "%d completions; first wr_id %llu %s opcode %d imm %x len %u", n,
+        (unsigned long long)rwc[0].wr_id, wc_name(rwc[0].status),
+        (int)rwc[0].opcode, ntohl(rwc[0].imm_data), rwc[0].byte_len);
+  check(n == 2 && rwc[1].wr_id == 52 && rwc[1].status == IBV_WC_SUCCESS &&
+            rwc[1].opcode == IBV_WC_RECV && rwc[1].byte_len == 5000 &&
+            first_diff(src + kLen, rbuf + 4096, 5000) == 5000,
+        "a UC SEND lands in the next receive", "wr_id %llu %s len %u",
+        (unsigned long long)rwc[1].wr_id, wc_name(rwc[1].status),
+        rwc[1].byte_len);
+  check(first_diff(src, b->remote, kLen) == kLen &&
+            first_diff(src, b->remote + kLen, 100) == 100,
+        "UC WRITEs land before the messages posted after them",
+        "first difference at %zu", first_diff(src, b->remote, kLen));
+  free_pair(&p);
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "--port-down") == 0) {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -3642,6 +3781,7 @@ int main(int argc, char** argv) {
       t_recv_events(&b);
       t_memory(&b);
       t_rereg(&b);
+      t_uc(&b);
       free_bufs(&b);
     }
     t_unsupported();

@@ -19,9 +19,12 @@
 #        hugepages: as root only, with 64 free hugepages (reserved here when
 #        missing; nr_hugepages is set back at every exit); otherwise this
 #        case alone is skipped, saying why.
-#      - ibverbs-utils' ibv_rc_pingpong (SEND/RECV, -g 0 for RoCE), polling
-#        and with -e, with -c: both print the bytes and iterations they
-#        exchanged, and neither reports invalid data.
+#      - ibverbs-utils' ibv_rc_pingpong and ibv_uc_pingpong (SEND/RECV,
+#        -g 0 for RoCE), polling and with -e, with -c, and with both ends
+#        on daemon A: both print the bytes and iterations they exchanged,
+#        and neither reports invalid data.
+#      - UC queue pairs in perftest: ib_write_bw, ib_send_bw and
+#        ib_send_lat (polling and -e) with -c UC.
 #      - ib_read_lat -s 8 with RDMAPLANE_VERBS_YIELD_AFTER=0 (ibv_poll_cq
 #        never yields) and =often (not a number: a warning on stderr).
 #      - perftest's two-sided ib_send_bw and ib_send_lat, each with -s 65536
@@ -53,7 +56,7 @@ daemon_bin="$3"
 # Absolute: the tools resolve LD_PRELOAD themselves.
 verbs_so="$(realpath "$4")"
 for tool in ibv_devices ibv_devinfo ib_write_bw ib_read_bw ib_write_lat ib_read_lat \
-  ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat ibv_rc_pingpong; do
+  ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat ibv_rc_pingpong ibv_uc_pingpong; do
   command -v "$tool" >/dev/null ||
     e2e_fail "$tool is not installed (deploy/setup.sh installs perftest and ibverbs-utils)"
 done
@@ -395,6 +398,13 @@ fi
 perf_pair rc_pingpong pingpong ibv_rc_pingpong -g 0 -c -s 65536 -n 200
 perf_pair rc_pingpong_events pingpong ibv_rc_pingpong -g 0 -c -e -s 65536 -n 200
 PERF_CLIENT_SOCK="$sock_a" perf_pair rc_pingpong_loopback pingpong ibv_rc_pingpong -g 0 -c -s 65536 -n 200
+perf_pair uc_pingpong pingpong ibv_uc_pingpong -g 0 -c -s 4096 -n 200
+perf_pair uc_pingpong_events pingpong ibv_uc_pingpong -g 0 -c -e -s 4096 -n 200
+PERF_CLIENT_SOCK="$sock_a" perf_pair uc_pingpong_loopback pingpong ibv_uc_pingpong -g 0 -c -s 4096 -n 200
+perf_pair write_bw_uc tables ib_write_bw -c UC -s 65536 -n 200
+perf_pair send_lat_uc tables ib_send_lat -c UC -s 4096 -n 200
+perf_pair send_lat_uc_events tables ib_send_lat -c UC -e -s 4096 -n 200
+perf_pair send_bw_uc tables ib_send_bw -c UC -s 4096 -n 200
 
 perf_pair send_bw tables ib_send_bw -s 65536 -n 200
 perf_pair send_bw_all tables ib_send_bw -a -n 5
