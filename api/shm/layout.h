@@ -32,7 +32,7 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 6;
+inline constexpr uint16_t kSessionVersion = 7;
 inline constexpr uint32_t kMaxConnections = 16;
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kControlRingEntries = 64;
@@ -150,7 +150,15 @@ enum ControlOp : uint32_t {
                          // QpService; answers slot and QPN
   kOpModifyQp = 13,      // connection: slot; flags: QpTransition; QpPeer
   kOpQueryDevice = 14,   // answers a DeviceInfo in the descriptor
+  // UD address handles: key: the destination's IPv4 (host order); answers
+  // the handle in key once the destination's MAC is known (ARP), or
+  // kStatusTimeout. Destroy: key: the handle.
+  kOpCreateAh = 15,
+  kOpDestroyAh = 16,
 };
+
+// Address handles one session may hold (kOpCreateAh).
+inline constexpr uint32_t kMaxAddressHandles = 4096;
 
 // kOpRegisterRdma / kOpDeregisterRdma with this connection value scope the
 // registration to the protection domain in `key` instead of one connection:
@@ -162,6 +170,8 @@ enum QpService : uint32_t {
   kQpServiceRc = 2,  // reliable connected
   kQpServiceUc = 3,  // unreliable connected: SENDs and WRITEs, never
                      // acknowledged or resent
+  kQpServiceUd = 4,  // unreliable datagram: one-packet SENDs to any UD
+                     // queue pair, through an address handle
 };
 
 // kOpModifyQp's moves, as the verbs state machine names them. The daemon
@@ -191,7 +201,8 @@ struct QpPeer {
   uint8_t timeout;             // IBA local ACK timeout code; 0: ours
   uint8_t rnr_retry;           // RNR NAKs we retry in a row (7: for ever)
   uint8_t min_rnr_timer;       // the RNR timer code our RNR NAKs carry
-  uint8_t reserved[6];
+  uint8_t reserved[2];
+  uint32_t qkey;  // UD (kQpToInit, kQpToRtr): the queue pair's Q_Key
 };
 static_assert(sizeof(QpPeer) == kDescriptorBytes);
 
@@ -315,8 +326,15 @@ struct SendEntry {
   // Host order, as the word is in the peer's memory.
   uint64_t compare;
   uint64_t swap_add;
+  // A UD queue pair's SEND: where it goes (kOpCreateAh's handle), to which
+  // queue pair there, under which Q_Key (its top bit set: the sending
+  // queue pair's own Q_Key, as the IBA has it).
+  uint32_t ah;
+  uint32_t remote_qpn;
+  uint32_t remote_qkey;
+  uint32_t reserved1;
 };
-static_assert(sizeof(SendEntry) == 176);
+static_assert(sizeof(SendEntry) == 192);
 
 // A receive request (verbs' ibv_post_recv): the buffers the peer's next
 // SEND fills. Its completion names it by wr_id.
@@ -342,10 +360,13 @@ struct CompletionEntry {
   // leave it 0.
   uint32_t retired;
   uint32_t imm;  // with kCompletionImm: the immediate data, as on the wire
-  uint32_t reserved1;
+  // With kCompletionGrh (UD receives): the sending queue pair; the
+  // receive's first 40 bytes hold the GRH (the IPv4 header in its last 20).
+  uint32_t src_qp;
 };
 static_assert(sizeof(CompletionEntry) == 32);
 inline constexpr uint8_t kCompletionImm = 1;
+inline constexpr uint8_t kCompletionGrh = 4;
 // A receive whose message asked for a solicited event.
 inline constexpr uint8_t kCompletionSolicited = 2;
 

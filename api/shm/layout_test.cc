@@ -55,7 +55,7 @@ TEST(RingAbi, RingIndex) {
 TEST(RingAbi, BytesFor) {
   EXPECT_EQ(SpscRing<ControlRequest>::BytesFor(kControlRingEntries), 9408u);
   EXPECT_EQ(SpscRing<ControlResponse>::BytesFor(kControlRingEntries), 7872u);
-  EXPECT_EQ(SpscRing<SendEntry>::BytesFor(kSendRingEntries), 45248u);
+  EXPECT_EQ(SpscRing<SendEntry>::BytesFor(kSendRingEntries), 49344u);
   EXPECT_EQ(SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries),
             32960u);
   EXPECT_EQ(SpscRing<RecvEntry>::BytesFor(kRecvRingEntries), 73920u);
@@ -65,7 +65,7 @@ TEST(RingAbi, BytesFor) {
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 6u);
+  EXPECT_EQ(kSessionVersion, 7u);
   EXPECT_EQ(kMaxConnections, 16u);
   EXPECT_EQ(kMaxSge, 8u);
   EXPECT_EQ(kControlRingEntries, 64u);
@@ -247,7 +247,10 @@ TEST(LayoutAbi, SendEntry) {
   EXPECT_EQ(offsetof(SendEntry, imm), 156u);
   EXPECT_EQ(offsetof(SendEntry, compare), 160u);
   EXPECT_EQ(offsetof(SendEntry, swap_add), 168u);
-  EXPECT_EQ(sizeof(SendEntry), 176u);
+  EXPECT_EQ(offsetof(SendEntry, ah), 176u);
+  EXPECT_EQ(offsetof(SendEntry, remote_qpn), 180u);
+  EXPECT_EQ(offsetof(SendEntry, remote_qkey), 184u);
+  EXPECT_EQ(sizeof(SendEntry), 192u);
   EXPECT_EQ(alignof(SendEntry), 8u);
 }
 
@@ -261,7 +264,7 @@ TEST(LayoutAbi, CompletionEntry) {
   EXPECT_EQ(offsetof(CompletionEntry, byte_len), 16u);
   EXPECT_EQ(offsetof(CompletionEntry, retired), 20u);
   EXPECT_EQ(offsetof(CompletionEntry, imm), 24u);
-  EXPECT_EQ(offsetof(CompletionEntry, reserved1), 28u);
+  EXPECT_EQ(offsetof(CompletionEntry, src_qp), 28u);
   EXPECT_EQ(sizeof(CompletionEntry), 32u);
   EXPECT_EQ(alignof(CompletionEntry), 8u);
 }
@@ -304,6 +307,10 @@ TEST(LayoutAbi, VerbsMessages) {
   EXPECT_EQ(kOpCreateQp, 12u);
   EXPECT_EQ(kQpServiceRc, 2u);  // IBV_QPT_RC
   EXPECT_EQ(kQpServiceUc, 3u);  // IBV_QPT_UC
+  EXPECT_EQ(kQpServiceUd, 4u);  // IBV_QPT_UD
+  EXPECT_EQ(kOpCreateAh, 15u);
+  EXPECT_EQ(kOpDestroyAh, 16u);
+  EXPECT_EQ(offsetof(QpPeer, qkey), 28u);
   EXPECT_EQ(kOpModifyQp, 13u);
   EXPECT_EQ(kOpQueryDevice, 14u);
   EXPECT_EQ(kQpToRtr, 1u);
@@ -382,7 +389,7 @@ TEST(SessionRegionBytes, IsPageRoundedAndHoldsEveryRing) {
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t region = SessionRegionBytes();
   static_assert(region % kPage == 0);
-  EXPECT_EQ(region, 2457600u);  // 600 pages
+  EXPECT_EQ(region, 2523136u);  // 616 pages
   SessionHeader header{};
   const uint64_t end = PlanSession(header);
   EXPECT_LE(end, region);

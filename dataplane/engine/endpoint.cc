@@ -105,6 +105,30 @@ void Endpoint::SetPeer(wire::Qpn remote_qpn, wire::Psn recv_psn,
                                    rc::RcQp::Env{clock_, port_tx_, this, this});
 }
 
+void AddressHandles::Set(uint32_t handle, uint32_t ip,
+                         const wire::MacAddr& mac) {
+  uint64_t mac48 = 0;
+  for (uint8_t b : mac.bytes) mac48 = mac48 << 8 | b;
+  slots_[handle].ip.store(ip, std::memory_order_relaxed);
+  slots_[handle].mac_valid.store(mac48 | kValid, std::memory_order_release);
+}
+
+void AddressHandles::Clear(uint32_t handle) {
+  slots_[handle].mac_valid.store(0, std::memory_order_release);
+}
+
+bool AddressHandles::Lookup(uint32_t handle, rc::DatagramDest* dest) const {
+  if (handle >= kCount) return false;
+  uint64_t word = slots_[handle].mac_valid.load(std::memory_order_acquire);
+  if ((word & kValid) == 0) return false;
+  for (int i = 5; i >= 0; --i) {
+    dest->mac.bytes[i] = static_cast<uint8_t>(word);
+    word >>= 8;
+  }
+  dest->ip = slots_[handle].ip.load(std::memory_order_relaxed);
+  return true;
+}
+
 void Endpoint::HandleFrame(const wire::ParsedPacket& pkt) {
   // The responder may touch our client's memory: not once it exited (a
   // frame dropped while it may be dying is sent again).
@@ -217,6 +241,16 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
   const uint32_t known = remote() ? shm::kVerbsSendFlags : shm::kKnownSendFlags;
   const bool atomic =
       e.op == shm::kSendCompareSwap || e.op == shm::kSendFetchAdd;
+  // A UD queue pair's SEND goes where its address handle says.
+  if (info_.qp.type == rc::lifecycle::QpType::kUd) {
+    if (e.op != shm::kSendSend || info_.address_handles == nullptr ||
+        !info_.address_handles->Lookup(e.ah, &wr->ud)) {
+      ++stats_.bad_entries;
+      return shm::kStatusInvalid;
+    }
+    wr->ud.qpn = wire::Qpn(e.remote_qpn & wire::Psn::kMask);
+    wr->ud.qkey = e.remote_qkey;
+  }
   if ((e.op != shm::kSendWrite && e.op != shm::kSendRead && !atomic &&
        !(e.op == shm::kSendSend && remote())) ||
       e.num_sge > shm::kMaxSge || (e.flags & ~known) != 0 ||
@@ -324,9 +358,10 @@ bool Endpoint::CompletionRoom() const {
 }
 
 void Endpoint::PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
-                                  uint32_t bytes, uint8_t flags,
-                                  uint32_t imm) {
+                                  uint32_t bytes, uint8_t flags, uint32_t imm,
+                                  uint32_t src_qp) {
   shm::CompletionEntry c{};
+  c.src_qp = src_qp;
   c.wr_id = wr_id;
   c.status = status;
   c.op = op;
@@ -345,9 +380,10 @@ void Endpoint::CompleteRecv(const rc::RecvCompletion& c) {
   }
   const uint8_t flags =
       static_cast<uint8_t>((c.with_imm ? shm::kCompletionImm : 0) |
-                           (c.solicited ? shm::kCompletionSolicited : 0));
+                           (c.solicited ? shm::kCompletionSolicited : 0) |
+                           (c.grh ? shm::kCompletionGrh : 0));
   PushRecvCompletion(c.wr_id, status, c.write ? shm::kRecvWriteImm : shm::kRecv,
-                     c.byte_len, flags, c.imm);
+                     c.byte_len, flags, c.imm, c.src_qp.value());
 }
 
 uint32_t Endpoint::PullReceives(uint32_t budget) {
@@ -659,7 +695,7 @@ uint32_t Endpoint::Receive(uint32_t budget) {
     wire::ParsedPacket pkt;
     if (closed_) {
       // Nothing of a closed connection reaches client memory.
-    } else if (wire::ParseConnectedFrame(rx_->Front(), &pkt) == wire::ParseError::kOk) {
+    } else if (wire::ParseQueuePairFrame(rx_->Front(), &pkt) == wire::ParseError::kOk) {
       qp_->HandleFrame(pkt);
     } else {
       ++stats_.rx_rejected;

@@ -116,6 +116,29 @@ struct WakeRoute {
   uint32_t endpoints[kMaxEngines] = {};
 };
 
+// A session's UD address handles (kOpCreateAh): where each sends, by
+// handle. The control thread sets and clears a handle; the engines read it
+// when a UD queue pair's SEND names it. Each word is atomic, so a handle
+// the client destroys while it still posts to it reads as gone, or as a
+// mix of its own handles' addresses: it harms no one else.
+class AddressHandles {
+ public:
+  static constexpr uint32_t kCount = shm::kMaxAddressHandles;
+  void Set(uint32_t handle, uint32_t ip, const wire::MacAddr& mac);
+  void Clear(uint32_t handle);
+  // The handle's destination into dest->ip and dest->mac; false when it is
+  // not set.
+  bool Lookup(uint32_t handle, rc::DatagramDest* dest) const;
+
+ private:
+  static constexpr uint64_t kValid = uint64_t{1} << 48;
+  struct Slot {
+    std::atomic<uint64_t> mac_valid{0};  // MAC in the low 48 bits
+    std::atomic<uint32_t> ip{0};
+  };
+  Slot slots_[kCount];
+};
+
 struct EndpointInfo {
   uint32_t connection_id = 0;  // the connection end (shm scope), for errors
   // Scope of the registrations peers may reach through this endpoint: the
@@ -133,6 +156,9 @@ struct EndpointInfo {
   // The client process (pidfd_open), to confirm that it exited when its
   // liveness mutex says it may have; -1: no such check. Not owned.
   int owner_pidfd = -1;
+  // The session's address handles: UD queue pairs only. Not owned; lives
+  // as long as the session.
+  const AddressHandles* address_handles = nullptr;
   rc::QpConfig qp;
 };
 
@@ -244,7 +270,8 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   bool CompletionRoom() const;
   void Push(const shm::CompletionEntry& c);
   void PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
-                          uint32_t bytes, uint8_t flags, uint32_t imm);
+                          uint32_t bytes, uint8_t flags, uint32_t imm,
+                          uint32_t src_qp = 0);
   // Carries out a request against the peer endpoint's memory (direct_
   // connections only): the responder's checks, one copy, spread over turns
   // when it is large.

@@ -148,7 +148,7 @@ void Engine::Dispatch(std::span<const uint8_t> frame) {
   const wire::FrameKind kind = wire::ClassifyFrame(frame);
   if (kind == wire::FrameKind::kRoce) {
     wire::ParsedPacket pkt;
-    if (wire::ParseConnectedFrame(frame, &pkt) != wire::ParseError::kOk) {
+    if (wire::ParseQueuePairFrame(frame, &pkt) != wire::ParseError::kOk) {
       counters_.rx_rejected.fetch_add(1, std::memory_order_relaxed);
       return;
     }

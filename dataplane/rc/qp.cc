@@ -64,8 +64,9 @@ const char* RcQp::ValidateConfig(const QpConfig& c) {
   if (c.ack_req_every == 0) return "ack request interval must be positive";
   if (c.retransmit_timeout_ns == 0) return "retransmit timeout must be positive";
   if ((c.pkey & 0x7FFF) == 0) return "P_Keys 0x0000 and 0x8000 are invalid";
-  if (c.type != lifecycle::QpType::kRc && c.type != lifecycle::QpType::kUc) {
-    return "a connected queue pair is RC or UC";
+  if (c.type != lifecycle::QpType::kRc && c.type != lifecycle::QpType::kUc &&
+      c.type != lifecycle::QpType::kUd) {
+    return "a queue pair is RC, UC or UD";
   }
   if (c.local_qpn.value() > wire::Psn::kMask ||
       c.remote_qpn.value() > wire::Psn::kMask) {
@@ -137,9 +138,15 @@ PostResult RcQp::Post(const WorkRequest& wr) {
       (AwaitsResponse(wr.opcode) && (wr.flags & kWrImmediate) != 0)) {
     return PostResult::kInvalid;
   }
-  // UC carries SENDs and WRITEs only (IBA 9.8.1).
+  // UC carries SENDs and WRITEs only (IBA 9.8.1), UD SENDs of one packet
+  // each, to a queue pair that is not 0.
   if (config_.type == lifecycle::QpType::kUc &&
       wr.opcode != WrOpcode::kWrite && wr.opcode != WrOpcode::kSend) {
+    return PostResult::kInvalid;
+  }
+  if (datagram() &&
+      (wr.opcode != WrOpcode::kSend || SglLength(wr) > config_.pmtu ||
+       wr.ud.qpn.value() == 0 || wr.ud.qpn.value() > wire::Psn::kMask)) {
     return PostResult::kInvalid;
   }
   // An atomic's original value lands in exactly one 8-byte buffer.
@@ -206,12 +213,18 @@ uint32_t RcQp::Poll(uint32_t budget) {
 
 void RcQp::HandleFrame(const wire::ParsedPacket& pkt) {
   owner_.Check();
+  if (datagram()) {
+    HandleDatagram(pkt);
+    return;
+  }
   // Only the connected peer may use this QP, and only with its transport's
   // opcodes (a UC queue pair takes no acknowledgements).
   if (state_ != QpState::kReadyToSend ||
       pkt.bth.dest_qp != config_.local_qpn ||
       pkt.src_ip != config_.path.dst_ip ||
-      wire::IsUcOpcode(static_cast<uint8_t>(pkt.bth.opcode)) != unreliable()) {
+      (config_.type == lifecycle::QpType::kUc
+           ? !wire::IsUcOpcode(static_cast<uint8_t>(pkt.bth.opcode))
+           : !wire::IsRcOpcode(static_cast<uint8_t>(pkt.bth.opcode)))) {
     ++stats_.ignored_packets;
     return;
   }

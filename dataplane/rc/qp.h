@@ -174,7 +174,12 @@ class RcQp {
   // Moves to the error state for `cause`: the WQE holding `*failed_at`, if
   // given, completes with `cause`, every other one with kFlushed.
   void Shutdown(WcStatus cause, const wire::Psn* failed_at);
-  bool unreliable() const { return config_.type == lifecycle::QpType::kUc; }
+  // UC and UD: nothing acknowledged, nothing resent.
+  bool unreliable() const { return config_.type != lifecycle::QpType::kRc; }
+  bool datagram() const { return config_.type == lifecycle::QpType::kUd; }
+  // UD: a datagram for this queue pair from anyone with its Q_Key lands in
+  // the next receive request, behind its GRH; otherwise it is dropped.
+  void HandleDatagram(const wire::ParsedPacket& pkt);
   // Responder.
   void HandleRequest(const wire::ParsedPacket& pkt);
   // UC: a packet out of sequence (one was lost) or one that does not fit

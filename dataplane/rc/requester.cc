@@ -45,7 +45,22 @@ bool RcQp::SendOnePacket(Wqe& w) {
   uint32_t payload = 0;
   uint32_t psns_used = 1;
   bool last = true;
-  if (IsAtomic(w.wr.opcode)) {
+  if (datagram()) {
+    // One packet (Post checked the length), to the request's destination,
+    // with the DETH naming us.
+    payload = w.length;
+    const bool imm = (w.wr.flags & kWrImmediate) != 0;
+    h.bth.opcode = imm ? Opcode::kUdSendOnlyImmediate : Opcode::kUdSendOnly;
+    h.bth.dest_qp = w.wr.ud.qpn;
+    h.bth.solicited = (w.wr.flags & kWrSolicited) != 0;
+    h.bth.ack_req = false;
+    h.imm = w.wr.imm;
+    h.path.dst_mac = w.wr.ud.mac;
+    h.path.dst_ip = w.wr.ud.ip;
+    h.deth.qkey =
+        (w.wr.ud.qkey & 0x80000000u) != 0 ? config_.qkey : w.wr.ud.qkey;
+    h.deth.src_qp = config_.local_qpn;
+  } else if (IsAtomic(w.wr.opcode)) {
     // One packet, one PSN; its ATOMIC ACKNOWLEDGE is the answer, so it asks
     // for one like the last packet of any message.
     h.bth.opcode = w.wr.opcode == WrOpcode::kCompareSwap ? Opcode::kCompareSwap

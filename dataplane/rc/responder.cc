@@ -114,6 +114,45 @@ void RcQp::HandleUcRequest(const wire::ParsedPacket& pkt) {
   epsn_ = psn + 1;
 }
 
+void RcQp::HandleDatagram(const wire::ParsedPacket& pkt) {
+  // Only UD SENDs for us, in our partition, with our Q_Key (IBA 10.2.5,
+  // 9.6.1.1): anything else is dropped and counted.
+  if (state_ != QpState::kReadyToSend ||
+      pkt.bth.dest_qp != config_.local_qpn ||
+      !wire::IsUdOpcode(static_cast<uint8_t>(pkt.bth.opcode))) {
+    ++stats_.ignored_packets;
+    return;
+  }
+  if (!wire::PkeysMatch(pkt.bth.pkey, config_.pkey)) {
+    ++stats_.pkey_violations;
+    return;
+  }
+  if (pkt.deth.qkey != config_.qkey) {
+    ++stats_.qkey_violations;
+    return;
+  }
+  ++stats_.rx_packets;
+  if (rq_head_ == rq_tail_) {  // UD has no RNR NAK: the datagram is lost
+    ++stats_.ud_no_receive;
+    return;
+  }
+  const WorkRequest& recv = rq_[rq_head_ & rq_mask_];
+  const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
+  if (SglLength(recv) < uint64_t{kGrhBytes} + len) {
+    CompleteRecv(WcStatus::kLocalLengthError, 0, false, pkt);
+    return;
+  }
+  // The GRH: for RoCEv2 over IPv4, 20 bytes of zeros and the IPv4 header
+  // as it arrived.
+  uint8_t grh[kGrhBytes] = {};
+  if (pkt.ipv4_header.size() == kGrhBytes / 2) {
+    std::memcpy(grh + kGrhBytes / 2, pkt.ipv4_header.data(), kGrhBytes / 2);
+  }
+  CopyToSgl(recv, 0, grh, kGrhBytes);
+  if (len > 0) CopyToSgl(recv, kGrhBytes, pkt.payload.data(), len);
+  CompleteRecv(WcStatus::kSuccess, kGrhBytes + len, false, pkt);
+}
+
 void RcQp::DropUcMessage() {
   if (!uc_dropping_) ++stats_.uc_messages_dropped;
   uc_dropping_ = true;
@@ -146,6 +185,10 @@ void RcQp::CompleteRecv(WcStatus status, uint32_t byte_len, bool write,
   c.with_imm = wire::HasImm(pkt.bth.opcode);
   c.solicited = pkt.bth.solicited;
   c.imm = pkt.imm;
+  if (datagram()) {
+    c.grh = true;
+    c.src_qp = pkt.deth.src_qp;
+  }
   ++rq_head_;
   env_.completions->CompleteRecv(c);
 }

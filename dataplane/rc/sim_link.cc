@@ -135,7 +135,7 @@ SimPair::SimPair(const QpConfig& base, const fault::FaultSpec& ab,
 
 void SimPair::Receive(Side& side, std::span<const uint8_t> frame) {
   wire::ParsedPacket pkt;
-  if (wire::ParseConnectedFrame(frame, &pkt, &side.parse) != wire::ParseError::kOk) {
+  if (wire::ParseQueuePairFrame(frame, &pkt, &side.parse) != wire::ParseError::kOk) {
     ++rejected_frames;
     return;
   }

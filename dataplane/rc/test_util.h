@@ -27,7 +27,7 @@ inline QpConfig SmallConfig() {
 
 inline wire::ParsedPacket Decode(std::span<const uint8_t> frame) {
   wire::ParsedPacket pkt;
-  if (wire::ParseConnectedFrame(frame, &pkt) != wire::ParseError::kOk) {
+  if (wire::ParseQueuePairFrame(frame, &pkt) != wire::ParseError::kOk) {
     pkt.bth.opcode = static_cast<wire::Opcode>(0xFF);
   }
   return pkt;

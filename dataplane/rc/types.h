@@ -67,6 +67,16 @@ struct Sge {
   MemoryOwner* owner = nullptr;
 };
 
+// Where a UD queue pair's SEND goes: the destination's addresses, its
+// queue pair, and the Q_Key the frame carries (its top bit set: the
+// sending queue pair's own, IBA 10.2.5).
+struct DatagramDest {
+  wire::MacAddr mac;
+  uint32_t ip = 0;  // host order
+  wire::Qpn qpn;
+  uint32_t qkey = 0;
+};
+
 struct WorkRequest {
   uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::kWrite;
@@ -80,6 +90,7 @@ struct WorkRequest {
   // kFetchAdd adds swap_add (modulo 2^64) and ignores compare.
   uint64_t compare = 0;
   uint64_t swap_add = 0;
+  DatagramDest ud;  // a UD queue pair's SEND
 };
 
 enum class WcStatus : uint8_t {
@@ -132,7 +143,15 @@ struct RecvCompletion {
   bool write = false;  // consumed by a WRITE with immediate data
   bool solicited = false;  // the message's last packet asked for an event
   uint32_t imm = 0;    // ImmDt, as on the wire
+  // UD: the receive's first kGrhBytes hold the GRH (an IPv4 header in its
+  // last 20, as RoCEv2 has it), and byte_len counts them; src_qp is the
+  // sender's queue pair.
+  bool grh = false;
+  wire::Qpn src_qp;
 };
+
+// The room a UD receive keeps in front of the message for its GRH.
+inline constexpr uint32_t kGrhBytes = 40;
 
 enum class PostResult : uint8_t {
   kOk = 0,
@@ -149,7 +168,12 @@ struct QpConfig {
   // sent; the responder drops a message that lost a packet (or found no
   // receive request, or broke a rule) without a word to the requester and
   // waits for the next message's first packet. No READs, no atomics.
+  // Or kUd: one-packet SENDs (UD SEND ONLY, with a DETH) to the
+  // destination each request names (WorkRequest::ud), taken from any
+  // sender whose frame carries `qkey`; remote_qpn, recv_psn and the
+  // path's destination are unused.
   lifecycle::QpType type = lifecycle::QpType::kRc;
+  uint32_t qkey = 0;  // UD
   // The partition: frames whose BTH P_Key does not match it (wire::
   // PkeysMatch) are dropped and counted; ours carry it.
   uint16_t pkey = wire::kDefaultPkey;
@@ -213,6 +237,10 @@ struct QpStats {
   // UC: messages the responder dropped (a packet lost, no receive request,
   // a rule broken); the requester never learns of them.
   StatCounter uc_messages_dropped;
+  // UD: datagrams dropped for a Q_Key other than the queue pair's, and for
+  // want of a receive request.
+  StatCounter qkey_violations;
+  StatCounter ud_no_receive;
 };
 
 }  // namespace rdmaplane::rc

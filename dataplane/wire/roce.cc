@@ -364,7 +364,7 @@ enum class Accept : uint8_t {
   kRc,  // every RC opcode, defined or reserved
   kUc,  // the defined UC opcodes
   kUd,  // the defined UD opcodes (UD SEND ONLY, with immediate data or not)
-  kConnected,  // kRc's and kUc's
+  kQueuePair,  // kRc's, kUc's and kUd's
 };
 
 // True when the parser for kAccept takes opcode `op`.
@@ -372,8 +372,9 @@ template <Accept kAccept>
 bool Accepts(uint8_t op) {
   if constexpr (kAccept == Accept::kRc) {
     return IsRcOpcode(op);
-  } else if constexpr (kAccept == Accept::kConnected) {
-    return IsRcOpcode(op) || Accepts<Accept::kUc>(op);
+  } else if constexpr (kAccept == Accept::kQueuePair) {
+    return IsRcOpcode(op) || Accepts<Accept::kUc>(op) ||
+           Accepts<Accept::kUd>(op);
   } else {
     constexpr uint8_t kBase =
         kAccept == Accept::kUc ? kUcOpcodeBase : kUdOpcodeBase;
@@ -448,6 +449,7 @@ ParseError Parse(std::span<const uint8_t> frame, ParsedPacket* out,
   std::memcpy(pkt.dst_mac.bytes.data(), p, 6);
   std::memcpy(pkt.src_mac.bytes.data(), p + 6, 6);
   pkt.src_ip = Get32(ip + 12);
+  pkt.ipv4_header = {ip, kIpv4HeaderLen};
   pkt.dst_ip = Get32(ip + 16);
   pkt.udp_src_port = Get16(udp);
   pkt.bth.opcode = op;
@@ -529,9 +531,9 @@ ParseError ParseUcFrame(std::span<const uint8_t> frame, ParsedPacket* out,
   return Parse<Accept::kUc>(frame, out, counters);
 }
 
-ParseError ParseConnectedFrame(std::span<const uint8_t> frame,
+ParseError ParseQueuePairFrame(std::span<const uint8_t> frame,
                                ParsedPacket* out, ParseCounters* counters) {
-  return Parse<Accept::kConnected>(frame, out, counters);
+  return Parse<Accept::kQueuePair>(frame, out, counters);
 }
 
 ParseError ParseDatagramFrame(std::span<const uint8_t> frame, ParsedPacket* out,

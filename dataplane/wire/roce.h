@@ -391,6 +391,8 @@ struct ParsedPacket {
   Ieth ieth;
   uint32_t imm = 0;  // ImmDt as on the wire (see PacketHeaders::imm)
   std::span<const uint8_t> payload;  // without pad and ICRC
+  // The frame's IPv4 header as received (a UD receive's GRH holds it).
+  std::span<const uint8_t> ipv4_header;
 };
 
 struct ParseCounters {
@@ -421,9 +423,10 @@ ParseError ParseFrame(std::span<const uint8_t> frame, ParsedPacket* out,
 ParseError ParseUcFrame(std::span<const uint8_t> frame, ParsedPacket* out,
                         ParseCounters* counters = nullptr);
 
-// ParseFrame or ParseUcFrame, as the opcode's transport says: a frame for
-// a connected queue pair, which checks the transport against its own.
-ParseError ParseConnectedFrame(std::span<const uint8_t> frame,
+// ParseFrame, ParseUcFrame or ParseDatagramFrame, as the opcode's transport
+// says: a frame for a queue pair, which checks the transport against its
+// own.
+ParseError ParseQueuePairFrame(std::span<const uint8_t> frame,
                                ParsedPacket* out,
                                ParseCounters* counters = nullptr);
 
