@@ -1114,6 +1114,44 @@ int Client::PostAtomic(rdp_conn conn, uint8_t op, const rdp_sge& sge,
   return Submit(static_cast<uint32_t>(slot), e, flags, ov);
 }
 
+int Client::PostDatagram(rdp_conn conn, const rdp_sge* sgl,
+                         uint32_t sge_count, uint32_t ah, uint32_t remote_qpn,
+                         uint32_t remote_qkey, uint32_t flags, uint32_t imm,
+                         rdp_overlapped* ov) {
+  if (ov == nullptr) return RDP_ERR_FAULT;
+  ov->internal[0] = shm::kDetailNone;
+  if ((flags & ~shm::kVerbsSendFlags) != 0) return Refuse(ov, RDP_ERR_INVALID);
+  const int slot = SlotOf(conn);
+  if (int err = ConnectionError(slot); err != RDP_OK) return Refuse(ov, err);
+  SendEntry e{};
+  uint64_t total = 0;
+  if (int err = FillSgl(&e, sgl, sge_count, &total); err != RDP_OK) {
+    return Refuse(ov, err);
+  }
+  e.op = shm::kSendSend;
+  e.imm = imm;
+  e.ah = ah;
+  e.remote_qpn = remote_qpn;
+  e.remote_qkey = remote_qkey;
+  return Submit(static_cast<uint32_t>(slot), e, flags, ov);
+}
+
+absl::StatusOr<uint32_t> Client::CreateAddressHandle(uint32_t ip) {
+  ControlRequest req{};
+  req.op = shm::kOpCreateAh;
+  req.key = ip;
+  ControlResponse resp;
+  if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
+  return resp.key;
+}
+
+absl::Status Client::DestroyAddressHandle(uint32_t ah) {
+  ControlRequest req{};
+  req.op = shm::kOpDestroyAh;
+  req.key = ah;
+  return CallStatus(req);
+}
+
 int Client::PostRecv(rdp_conn conn, uint64_t wr_id, const rdp_sge* sgl,
                      uint32_t sge_count) {
   const int slot = SlotOf(conn);

@@ -147,6 +147,17 @@ class Client {
   int PostAtomic(rdp_conn conn, uint8_t op, const rdp_sge& sge,
                  uint64_t remote_address, uint32_t rkey, uint64_t compare,
                  uint64_t swap_add, uint32_t flags, rdp_overlapped* ov);
+  // Posts a UD queue pair's SEND of the SGL (one packet: at most the path
+  // MTU) to queue pair `remote_qpn` where address handle `ah` points, under
+  // `remote_qkey` (top bit set: the queue pair's own). `flags` as
+  // PostVerbs's.
+  int PostDatagram(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
+                   uint32_t ah, uint32_t remote_qpn, uint32_t remote_qkey,
+                   uint32_t flags, uint32_t imm, rdp_overlapped* ov);
+  // A UD address handle for the IPv4 address `ip` (host order), once the
+  // daemon knows its MAC (RDP_ERR_TIMEOUT when ARP did not answer).
+  absl::StatusOr<uint32_t> CreateAddressHandle(uint32_t ip);
+  absl::Status DestroyAddressHandle(uint32_t ah);
   // Posts a receive request (SEND's target) named wr_id; RDP_ERR_NO_BUFFERS
   // when the receive ring is full.
   int PostRecv(rdp_conn conn, uint64_t wr_id, const rdp_sge* sgl,

@@ -18,8 +18,6 @@ using shm::ControlRequest;
 using shm::ControlResponse;
 
 // Retransmission schedule of the connection manager.
-constexpr uint64_t kArpIntervalNs = 200'000'000;
-constexpr uint32_t kArpTries = 10;
 constexpr uint64_t kReqIntervalNs = 250'000'000;
 constexpr uint32_t kReqTries = 8;
 // While the peer has not accepted, the REQ is repeated as a keep-alive (the
@@ -30,13 +28,6 @@ constexpr uint64_t kRepIntervalNs = 250'000'000;
 constexpr uint32_t kRepTries = 8;
 constexpr uint64_t kDreqIntervalNs = 100'000'000;
 constexpr uint32_t kDreqTries = 5;
-
-std::string IpText(uint32_t ip) {
-  in_addr a{htonl(ip)};
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &a, buf, sizeof(buf));
-  return buf;
-}
 
 // A REJ carries why, as text in its private data, for the client's error.
 void SetRejectText(wire::CmMessage* m, const std::string& text) {
@@ -180,6 +171,12 @@ void ConnectionManager::HandleArp(std::span<const uint8_t> frame) {
     }
   });
   for (Connection* c : queue_pairs) AnswerQueuePair(c, shm::kStatusOk, "");
+}
+
+std::optional<wire::MacAddr> ConnectionManager::Neighbor(uint32_t ip) const {
+  if (ip == us_.ip) return us_.mac;  // our port loops frames to us back
+  if (auto it = neighbors_.find(ip); it != neighbors_.end()) return it->second;
+  return std::nullopt;
 }
 
 void ConnectionManager::SendArpRequest(uint32_t ip) {

@@ -64,6 +64,15 @@ class ConnectionManager : public PeerLink {
   // (kStatusTimeout; the queue pair stays as it was before RTR).
   std::optional<shm::ControlResponse> StartQueuePair(Session* s, Connection* c,
                                                      uint64_t request_id);
+  // The MAC of `ip` when known (ours for our own address), else nullopt.
+  std::optional<wire::MacAddr> Neighbor(uint32_t ip) const;
+  // Asks for the MAC of `ip` (an ARP request); Neighbor knows it once the
+  // answer came.
+  void AskNeighbor(uint32_t ip) { SendArpRequest(ip); }
+  // ARP requests are repeated this often, this many times, before a
+  // destination counts as unreachable.
+  static constexpr uint64_t kArpIntervalNs = 200'000'000;
+  static constexpr uint32_t kArpTries = 10;
   // Everything the engine passed up: ARP, CM, broken connections.
   void DrainControlFrames();
   // Retransmissions and time-outs.

@@ -18,13 +18,6 @@ namespace {
 using shm::ControlRequest;
 using shm::ControlResponse;
 
-std::string IpText(uint32_t ip) {
-  in_addr a{htonl(ip)};
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &a, buf, sizeof(buf));
-  return buf;
-}
-
 bool ValidService(const ControlRequest& r) {
   const void* nul = std::memchr(r.service, '\0', sizeof(r.service));
   return nul != nullptr && r.service[0] != '\0';
@@ -129,9 +122,13 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   // Receives only for queue pairs set up out of band (verbs): engines never
   // look at the receive ring of any other connection.
   if (c->out_of_band) info.receive = s->receive[slot];
+  if (c->life.type() == rc::lifecycle::QpType::kUd) {
+    info.address_handles = s->EnsureAddressHandles();
+  }
   info.owner_pidfd = s->pidfd;
   rc::QpConfig qp;
   qp.type = c->life.type();
+  qp.qkey = c->qkey;
   qp.local_qpn = wire::Qpn(c->qpn[side]);
   qp.remote_qpn = wire::Qpn(c->qpn[1 - side]);
   qp.send_psn = wire::Psn(c->psn[side]);
@@ -431,6 +428,7 @@ void ConnectionTable::ResetQueuePair(Connection* c) {
   c->retransmit_timeout_ns = fresh.retransmit_timeout_ns;
   c->rnr_retry = fresh.rnr_retry;
   c->min_rnr_timer = fresh.min_rnr_timer;
+  c->qkey = fresh.qkey;
   c->reads_out = fresh.reads_out;
   c->reads_in = fresh.reads_in;
   c->cm = CmState::kNone;

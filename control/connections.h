@@ -88,6 +88,7 @@ struct Connection {
   uint64_t retransmit_timeout_ns = 0;  // 0: the daemon's
   uint32_t rnr_retry = rc::QpConfig{}.rnr_retry;
   uint8_t min_rnr_timer = rc::QpConfig{}.min_rnr_timer;
+  uint32_t qkey = 0;  // UD: the Q_Key datagrams to it must carry
 
   // --- Connections to another daemon -------------------------------------
   bool remote = false;

@@ -164,6 +164,7 @@ void Daemon::ControlLoop() {
     const int n = reactor_.RunOnce(linger ? 0 : 100);
     if (ServeControlRings() || n > 0) active_until = absl::Now() + kLinger;
     if (cm_ != nullptr) cm_->Tick();
+    ResolveAddressHandles();
     table_.Reclaim();
     arena_memory_.Reap();
     sessions_->DropStalledAdmin(absl::Now());
@@ -190,6 +191,8 @@ void Daemon::UpdateGauges() {
 }
 
 void Daemon::SessionClosing(Session* s) {
+  pending_address_handles_ -= s->pending_address_handles.size();
+  s->pending_address_handles.clear();
   connections_->CloseSession(s, stop_.load(std::memory_order_acquire));
   memory_.DropOwner(s->id);
 }
@@ -270,9 +273,12 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
         case shm::kQpServiceUc:
           type = rc::lifecycle::QpType::kUc;
           break;
+        case shm::kQpServiceUd:
+          type = rc::lifecycle::QpType::kUd;
+          break;
         default:
           return Reply(shm::kStatusInvalid,
-                       "queue pairs are RC (2) or UC (3)");
+                       "queue pairs are RC (2), UC (3) or UD (4)");
       }
       return connections_->CreateQueuePair(s, *pd, type);
     }
@@ -280,6 +286,10 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
       return ModifyQueuePair(s, req);
     case shm::kOpQueryDevice:
       return QueryDevice();
+    case shm::kOpCreateAh:
+      return CreateAddressHandle(s, req);
+    case shm::kOpDestroyAh:
+      return DestroyAddressHandle(s, req);
     case shm::kOpListen:
       return connections_->Listen(s, req);
     case shm::kOpUnlisten:
@@ -353,6 +363,12 @@ std::optional<ControlResponse> Daemon::ModifyQueuePair(
         return Reply(shm::kStatusNetDown,
                      "this daemon has no data port (--port) to reach peers");
       }
+      if (c->life.type() == rc::lifecycle::QpType::kUd) {
+        // No peer: datagrams for its QPN with its Q_Key land from now on.
+        c->qkey = peer.qkey;
+        connections_->StartRemote(c);
+        return Reply(shm::kStatusOk);
+      }
       ControlResponse resp = connections_->SetQueuePairPeer(c, peer);
       if (resp.status != shm::kStatusOk) return resp;
       // RTR once the peer's MAC is known (ConnectionManager answers).
@@ -374,6 +390,94 @@ std::optional<ControlResponse> Daemon::ModifyQueuePair(
   }
   c->life.Modify(next, mask);
   return Reply(shm::kStatusOk);
+}
+
+std::optional<ControlResponse> Daemon::CreateAddressHandle(
+    Session* s, const ControlRequest& req) {
+  const uint32_t ip = req.key;
+  if (cm_ == nullptr) {
+    return Reply(shm::kStatusNetDown,
+                 "this daemon has no data port (--port) to reach peers");
+  }
+  if (ip == 0 || ip == 0xFFFFFFFF || (ip >> 28) == 0xE) {
+    return Reply(shm::kStatusInvalid,
+                 "an address handle names a unicast IPv4 address");
+  }
+  s->EnsureAddressHandles();
+  uint32_t handle = 0;
+  while (handle < engine::AddressHandles::kCount &&
+         s->address_handle_taken[handle]) {
+    ++handle;
+  }
+  if (handle == engine::AddressHandles::kCount) {
+    return Reply(shm::kStatusLimit,
+                 absl::StrCat("a session holds at most ",
+                              engine::AddressHandles::kCount,
+                              " address handles"));
+  }
+  s->address_handle_taken[handle] = true;
+  if (std::optional<wire::MacAddr> mac = cm_->Neighbor(ip)) {
+    s->address_handles->Set(handle, ip, *mac);
+    ControlResponse resp = Reply(shm::kStatusOk);
+    resp.key = handle;
+    return resp;
+  }
+  // Answered once ARP does (ResolveAddressHandles).
+  s->pending_address_handles.push_back(
+      {req.request_id, ip, handle,
+       NowNs() + ConnectionManager::kArpIntervalNs, 1});
+  ++pending_address_handles_;
+  cm_->AskNeighbor(ip);
+  return std::nullopt;
+}
+
+ControlResponse Daemon::DestroyAddressHandle(Session* s,
+                                             const ControlRequest& req) {
+  const uint32_t handle = req.key;
+  if (s->address_handles == nullptr ||
+      handle >= engine::AddressHandles::kCount ||
+      !s->address_handle_taken[handle] ||
+      std::any_of(s->pending_address_handles.begin(),
+                  s->pending_address_handles.end(),
+                  [handle](const Session::PendingAddressHandle& p) {
+                    return p.handle == handle;
+                  })) {
+    return Reply(shm::kStatusInvalid, "not an address handle of this session");
+  }
+  s->address_handles->Clear(handle);
+  s->address_handle_taken[handle] = false;
+  return Reply(shm::kStatusOk);
+}
+
+void Daemon::ResolveAddressHandles() {
+  if (pending_address_handles_ == 0 || cm_ == nullptr) return;
+  const uint64_t now = NowNs();
+  sessions_->ForEachReady([&](Session* s) {
+    std::erase_if(s->pending_address_handles,
+                  [&](Session::PendingAddressHandle& p) {
+      ControlResponse resp;
+      if (std::optional<wire::MacAddr> mac = cm_->Neighbor(p.ip)) {
+        s->address_handles->Set(p.handle, p.ip, *mac);
+        resp = Reply(shm::kStatusOk);
+        resp.key = p.handle;
+      } else if (now < p.deadline_ns) {
+        return false;
+      } else if (p.tries < ConnectionManager::kArpTries) {
+        ++p.tries;
+        p.deadline_ns = now + ConnectionManager::kArpIntervalNs;
+        cm_->AskNeighbor(p.ip);
+        return false;
+      } else {
+        s->address_handle_taken[p.handle] = false;
+        resp = Reply(shm::kStatusTimeout,
+                     absl::StrCat("no ARP answer from ", IpText(p.ip)));
+      }
+      resp.request_id = p.request_id;
+      s->Answer(resp);
+      --pending_address_handles_;
+      return true;
+    });
+  });
 }
 
 ControlResponse Daemon::QueryDevice() const {

@@ -158,6 +158,17 @@ class Daemon {
       Session* s, const shm::ControlRequest& req);
   // kOpQueryDevice: what the verbs front end reports as its device.
   shm::ControlResponse QueryDevice() const;
+  // kOpCreateAh: a UD address handle for an IPv4 destination, answered
+  // once its MAC is known (now, or, nullopt, when ARP answers or gives up).
+  std::optional<shm::ControlResponse> CreateAddressHandle(
+      Session* s, const shm::ControlRequest& req);
+  shm::ControlResponse DestroyAddressHandle(Session* s,
+                                            const shm::ControlRequest& req);
+  // Answers the address-handle creations whose ARP answered or timed out,
+  // and repeats the ARP requests of the others.
+  void ResolveAddressHandles();
+  // Creations waiting in some session's pending_address_handles.
+  size_t pending_address_handles_ = 0;
   // A session is ending: its connections, listeners and registrations go.
   void SessionClosing(Session* s);
   void UpdateGauges();

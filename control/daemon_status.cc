@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "control/daemon.h"
+#include "control/reply.h"
 #include "dataplane/engine/tsc.h"
 #include "dataplane/port/eth_port.h"
 
@@ -23,13 +24,6 @@ namespace rdmaplane::control {
 namespace {
 
 constexpr char kVersion[] = "0.4.0";
-
-std::string IpText(uint32_t ip) {
-  in_addr a{htonl(ip)};
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &a, buf, sizeof(buf));
-  return buf;
-}
 
 std::string MacText(const wire::MacAddr& m) {
   char buf[18];

@@ -58,6 +58,14 @@ uint8_t* Session::Translate(uint64_t address, uint64_t length,
   return nullptr;
 }
 
+engine::AddressHandles* Session::EnsureAddressHandles() {
+  if (address_handles == nullptr) {
+    address_handles = std::make_unique<engine::AddressHandles>();
+    address_handle_taken.assign(engine::AddressHandles::kCount, false);
+  }
+  return address_handles.get();
+}
+
 int Session::FreeSlot() const {
   for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
     if (connections[i] == nullptr) return static_cast<int>(i);

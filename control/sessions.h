@@ -98,6 +98,22 @@ struct Session {
   std::set<std::string> listening;
   // Answers that found the response ring full, oldest first (Answer).
   std::deque<shm::ControlResponse> held;
+  // UD address handles (kOpCreateAh), made with the first one or the first
+  // UD queue pair; which handles are taken (set, or waiting for ARP); and
+  // the creations that wait for ARP, each answered once it does (the
+  // daemon's ResolveAddressHandles).
+  std::unique_ptr<engine::AddressHandles> address_handles;
+  std::vector<bool> address_handle_taken;
+  struct PendingAddressHandle {
+    uint64_t request_id = 0;
+    uint32_t ip = 0;
+    uint32_t handle = 0;
+    uint64_t deadline_ns = 0;
+    uint32_t tries = 0;
+  };
+  std::vector<PendingAddressHandle> pending_address_handles;
+  // The address handles, made when first needed.
+  engine::AddressHandles* EnsureAddressHandles();
 
   // Host address of [address, address + length) inside one of the arenas,
   // and that arena's owner in `owner` if given; nullptr when the range is

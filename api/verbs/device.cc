@@ -328,6 +328,7 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
   a->max_mr = static_cast<int>(info.max_mrs);
   a->max_pd = static_cast<int>(info.max_mrs);
   a->max_qp_rd_atom = info.max_rd_atomic;
+  a->max_ah = static_cast<int>(shm::kMaxAddressHandles);
   a->max_res_rd_atom = info.max_rd_atomic * static_cast<int>(info.max_qps);
   a->max_qp_init_rd_atom = info.max_rd_atomic;
   // Atomics run as one atomic instruction on the target word: atomic

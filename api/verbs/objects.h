@@ -136,6 +136,13 @@ struct Pd {
   uint32_t users = 0;  // MRs and QPs in it
 };
 
+struct Ah {
+  ibv_ah ah;
+  uint32_t handle = 0;  // the daemon's (kOpCreateAh)
+  ibv_ah_attr attr{};
+};
+Ah* AhOf(ibv_ah* ah);
+
 struct Mr {
   ibv_mr mr;
   unsigned access = 0;  // the ibv_access_flags it was registered with

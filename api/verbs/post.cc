@@ -155,7 +155,11 @@ void Pump(Qp* q) {
       const ibv_wc_status status = q->life.ShouldFlush()
                                        ? IBV_WC_WR_FLUSH_ERR
                                        : RecvStatusOf(got[i].status);
-      if (status != IBV_WC_SUCCESS) SetError(q);
+      // A receive that failed breaks an RC queue pair; UC and UD go on
+      // (the daemon's queue pair did).
+      if (status != IBV_WC_SUCCESS && q->qp.qp_type == IBV_QPT_RC) {
+        SetError(q);
+      }
       ibv_wc wc =
           MakeWc(q, q->recv_ids[index % kSlots],
                  got[i].op == shm::kRecvWriteImm ? IBV_WC_RECV_RDMA_WITH_IMM
@@ -164,6 +168,10 @@ void Pump(Qp* q) {
       if (status == IBV_WC_SUCCESS && (got[i].flags & shm::kCompletionImm)) {
         wc.wc_flags |= IBV_WC_WITH_IMM;
         wc.imm_data = got[i].imm;
+      }
+      if (got[i].flags & shm::kCompletionGrh) {  // UD: a datagram's sender
+        wc.wc_flags |= IBV_WC_GRH;
+        wc.src_qp = got[i].src_qp;
       }
       AddRecvWc(q, wc, (got[i].flags & shm::kCompletionSolicited) != 0);
       q->rcompleted = index + 1;
@@ -193,6 +201,8 @@ SendQueueView ViewOf(const Qp* q) {
   sq.max_inline_data = q->cap.max_inline_data;
   sq.sig_all = q->sig_all;
   sq.unreliable_connected = q->qp.qp_type == IBV_QPT_UC;
+  sq.datagram = q->qp.qp_type == IBV_QPT_UD;
+  sq.datagram_bytes = q->owner->info.path_mtu;
   sq.outstanding = q->posted - q->completed;
   if (q->inline_buf != nullptr) {
     sq.inline_dst =
@@ -212,13 +222,18 @@ int PostOne(Qp* q, const ibv_send_wr* wr) {
   s.ov.context = index;
   const bool atomic =
       req.op == shm::kSendCompareSwap || req.op == shm::kSendFetchAdd;
+  Client* client = q->owner->client.get();
   const int r =
-      atomic ? q->owner->client->PostAtomic(
-                   q->conn, req.op, req.sgl[0], req.remote_address, req.rkey,
-                   req.compare, req.swap_add, req.flags, &s.ov)
-             : q->owner->client->PostVerbs(q->conn, req.op, req.sgl,
-                                           req.sge_count, req.remote_address,
-                                           req.rkey, req.flags, req.imm, &s.ov);
+      atomic ? client->PostAtomic(q->conn, req.op, req.sgl[0],
+                                  req.remote_address, req.rkey, req.compare,
+                                  req.swap_add, req.flags, &s.ov)
+      : q->qp.qp_type == IBV_QPT_UD
+          ? client->PostDatagram(q->conn, req.sgl, req.sge_count, req.ah,
+                                 req.remote_qpn, req.remote_qkey, req.flags,
+                                 req.imm, &s.ov)
+          : client->PostVerbs(q->conn, req.op, req.sgl, req.sge_count,
+                              req.remote_address, req.rkey, req.flags, req.imm,
+                              &s.ov);
   if (r != RDP_PENDING) {
     return r == RDP_ERR_NO_BUFFERS ? ENOMEM
            : r == RDP_ERR_INVALID  ? EINVAL

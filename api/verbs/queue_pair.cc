@@ -120,8 +120,9 @@ extern "C" {
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   if (pd == nullptr || init == nullptr) return Fail<ibv_qp*>(EINVAL, nullptr);
-  // RC and UC (UD, XRC and the raw types are not served: docs/verbs.md).
-  if (init->qp_type != IBV_QPT_RC && init->qp_type != IBV_QPT_UC) {
+  // RC, UC and UD (XRC and the raw types are not served: docs/verbs.md).
+  if (init->qp_type != IBV_QPT_RC && init->qp_type != IBV_QPT_UC &&
+      init->qp_type != IBV_QPT_UD) {
     return Fail<ibv_qp*>(EOPNOTSUPP, nullptr);
   }
   if (init->srq != nullptr) return Fail<ibv_qp*>(EOPNOTSUPP, nullptr);
@@ -140,9 +141,10 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   q->scq = CqOf(init->send_cq);
   q->rcq = CqOf(init->recv_cq);
   q->sig_all = init->sq_sig_all != 0;
-  q->life = rc::lifecycle::QpLifecycle(init->qp_type == IBV_QPT_UC
-                                           ? rc::lifecycle::QpType::kUc
-                                           : rc::lifecycle::QpType::kRc);
+  q->life = rc::lifecycle::QpLifecycle(
+      init->qp_type == IBV_QPT_UC   ? rc::lifecycle::QpType::kUc
+      : init->qp_type == IBV_QPT_UD ? rc::lifecycle::QpType::kUd
+                                    : rc::lifecycle::QpType::kRc);
   cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
   cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
   q->cap = cap;
@@ -161,8 +163,9 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
     q->inline_lkey = *key;
   }
   auto made = c->client->CreateQueuePair(
-      q->pd->id,
-      init->qp_type == IBV_QPT_UC ? shm::kQpServiceUc : shm::kQpServiceRc);
+      q->pd->id, init->qp_type == IBV_QPT_UC   ? shm::kQpServiceUc
+                 : init->qp_type == IBV_QPT_UD ? shm::kQpServiceUd
+                                               : shm::kQpServiceRc);
   if (!made.ok()) {
     if (q->inline_buf != nullptr) {
       (void)c->client->DeregisterMemory(q->inline_lkey);
@@ -242,6 +245,12 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     return EOPNOTSUPP;
   }
   if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  // A UD queue pair's Q_Key goes to the daemon with RTR; changing it once
+  // the queue pair receives is not served.
+  if ((mask & IBV_QP_QKEY) && cur != QpState::kReset &&
+      cur != QpState::kInit && attr->qkey != q->attr.qkey) {
+    return EOPNOTSUPP;
+  }
   if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;
   if ((mask & IBV_QP_AV) && attr->ah_attr.port_num > 1) return EINVAL;
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) &&
@@ -255,6 +264,13 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (next == QpState::kInit && cur == QpState::kReset) {
     absl::Status s =
         c->client->ModifyQueuePair(q->conn, shm::kQpToInit, shm::QpPeer{});
+    if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
+  } else if (next == QpState::kRtr && cur == QpState::kInit &&
+             q->qp.qp_type == IBV_QPT_UD) {
+    // No peer: datagrams with its Q_Key land from now on.
+    shm::QpPeer peer{};
+    peer.qkey = (mask & IBV_QP_QKEY) ? attr->qkey : q->attr.qkey;
+    absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRtr, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
   } else if (next == QpState::kRtr && cur == QpState::kInit) {
     uint32_t ip = 0;
@@ -309,6 +325,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_ACCESS_FLAGS)
     q->attr.qp_access_flags = attr->qp_access_flags;
   if (mask & IBV_QP_PKEY_INDEX) q->attr.pkey_index = attr->pkey_index;
+  if (mask & IBV_QP_QKEY) q->attr.qkey = attr->qkey;
   if (mask & IBV_QP_PORT) q->attr.port_num = attr->port_num;
   if (mask & IBV_QP_TIMEOUT) q->attr.timeout = attr->timeout;
   if (mask & IBV_QP_RETRY_CNT) q->attr.retry_cnt = attr->retry_cnt;

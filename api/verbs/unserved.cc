@@ -43,13 +43,6 @@ ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) {
 }
 int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
 int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
-ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) {
-  return Fail<ibv_ah*>(EOPNOTSUPP, nullptr);
-}
-ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) {
-  return Fail<ibv_ah*>(EOPNOTSUPP, nullptr);
-}
-int ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
 int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 
@@ -93,12 +86,6 @@ int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 
 // No promise that data lands in order beyond what completions say.
 int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
-
-// Address handles from a received UD completion: UD is not served.
-int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*,
-                        ibv_ah_attr*) {
-  return Fail<int>(EOPNOTSUPP, -1);
-}
 
 // The data port's MAC of a GID is resolved inside the daemon (ARP); it is
 // not handed out.

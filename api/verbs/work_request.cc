@@ -63,6 +63,11 @@ int TranslateSendWr(const ibv_send_wr& wr, const SendQueueView& sq,
   if (sq.unreliable_connected && (atomic || out->op == shm::kSendRead)) {
     return EINVAL;
   }
+  if (sq.datagram &&
+      (out->op != shm::kSendSend || wr.wr.ud.ah == nullptr ||
+       wr.wr.ud.remote_qpn == 0 || wr.wr.ud.remote_qpn > 0xFFFFFF)) {
+    return EINVAL;
+  }
   constexpr unsigned kKnown = IBV_SEND_SIGNALED | IBV_SEND_INLINE |
                               IBV_SEND_FENCE | IBV_SEND_SOLICITED;
   if ((wr.send_flags & ~kKnown) != 0) return EINVAL;
@@ -102,6 +107,7 @@ int TranslateSendWr(const ibv_send_wr& wr, const SendQueueView& sq,
     out->sge_count = count;
   }
   out->length = total;
+  if (sq.datagram && total > sq.datagram_bytes) return EINVAL;  // one packet
   const bool signaled = sq.sig_all || (wr.send_flags & IBV_SEND_SIGNALED) != 0;
   uint32_t flags = RDP_FLAG_DEFER;
   if (!signaled) flags |= RDP_FLAG_SILENT_SUCCESS;
@@ -117,6 +123,10 @@ int TranslateSendWr(const ibv_send_wr& wr, const SendQueueView& sq,
     const bool swap = out->op == shm::kSendCompareSwap;
     out->compare = swap ? wr.wr.atomic.compare_add : 0;
     out->swap_add = swap ? wr.wr.atomic.swap : wr.wr.atomic.compare_add;
+  } else if (sq.datagram) {
+    out->ah = wr.wr.ud.ah->handle;
+    out->remote_qpn = wr.wr.ud.remote_qpn;
+    out->remote_qkey = wr.wr.ud.remote_qkey;
   } else {
     out->remote_address = wr.wr.rdma.remote_addr;
     out->rkey = wr.wr.rdma.rkey;

@@ -33,6 +33,11 @@ struct SendQueueView {
   // A UC queue pair's: SENDs and WRITEs only (IBA 9.8.1), anything else
   // is EINVAL.
   bool unreliable_connected = false;
+  // A UD queue pair's: one-packet SENDs (with immediate data or not) of at
+  // most `datagram_bytes` through an address handle; anything else is
+  // EINVAL.
+  bool datagram = false;
+  uint32_t datagram_bytes = 0;
   uint64_t outstanding = 0;  // posted and not yet completed
   // Where an inline request's data goes: max_inline_data bytes registered
   // under inline_lkey (the request's slot of the queue pair's bounce
@@ -61,6 +66,11 @@ struct SendRequest {
   // swap_add.
   uint64_t compare = 0;
   uint64_t swap_add = 0;
+  // UD: the address handle (ibv_ah::handle), the destination queue pair
+  // (24 bits) and Q_Key.
+  uint32_t ah = 0;
+  uint32_t remote_qpn = 0;
+  uint32_t remote_qkey = 0;
 };
 
 // Translates `wr` (not the requests chained after it). Returns 0 and fills

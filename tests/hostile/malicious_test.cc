@@ -826,7 +826,7 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
     if (op < 86) {
       r.op = static_cast<uint32_t>(1 + rng.below(9));
     } else if (op < 92) {
-      r.op = rng.percent(50) ? 0 : static_cast<uint32_t>(10 + rng.below(6));
+      r.op = rng.percent(50) ? 0 : static_cast<uint32_t>(10 + rng.below(8));
     } else {
       r.op = rng.u32();
     }
@@ -977,6 +977,10 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
         return std::nullopt;
       case shm::kOpQueryDevice:
         return shm::kStatusOk;
+      case shm::kOpCreateAh:
+        return shm::kStatusNetDown;  // this daemon has no data port
+      case shm::kOpDestroyAh:
+        return shm::kStatusInvalid;  // so no handle was ever given
       case shm::kOpAllocPd:
       case shm::kOpDeallocPd:
       case shm::kOpCreateQp:
@@ -1024,7 +1028,7 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
       ASSERT_GE(resp.status, shm::kStatusAgain);
       ASSERT_LE(resp.status, shm::kStatusOk);
       ++statuses[resp.status];
-      if (r.op < shm::kOpRegisterLocal || r.op > shm::kOpQueryDevice) {
+      if (r.op < shm::kOpRegisterLocal || r.op > shm::kOpDestroyAh) {
         ++unknown_ops;
       }
       // Whether a slot or key is valid can depend on an earlier request of
@@ -1706,16 +1710,26 @@ TEST_F(MaliciousTest, QueuePairMovesOutsideTheLifecycleAreRefused) {
   ASSERT_NE(client, nullptr);
   auto pd = client->AllocPd();
   ASSERT_TRUE(pd.ok()) << pd.status();
-  // Only the services the daemon serves: RC (2) and UC (3); UD (4), the
+  // Only the services the daemon serves: RC (2), UC (3) and UD (4); the
   // raw and XRC types and garbage are refused, and take no slot.
-  for (uint32_t service : {0u, 1u, 4u, 8u, 9u, 10u, 0xFFFFFFFFu}) {
+  for (uint32_t service : {0u, 1u, 5u, 8u, 9u, 10u, 0xFFFFFFFFu}) {
     auto refused =
         client->CreateQueuePair(*pd, static_cast<shm::QpService>(service));
     EXPECT_EQ(RdpCode(refused.status()), RDP_ERR_INVALID) << service;
   }
-  auto uc = client->CreateQueuePair(*pd, shm::kQpServiceUc);
-  ASSERT_TRUE(uc.ok()) << uc.status();
-  EXPECT_TRUE(client->Disconnect(uc->conn).ok());
+  for (shm::QpService service : {shm::kQpServiceUc, shm::kQpServiceUd}) {
+    auto other = client->CreateQueuePair(*pd, service);
+    ASSERT_TRUE(other.ok()) << other.status();
+    EXPECT_TRUE(client->Disconnect(other->conn).ok());
+  }
+  // Address handles: none without a data port to reach anyone, and none
+  // to destroy that the session was not given.
+  EXPECT_EQ(RdpCode(client->CreateAddressHandle(0x0A000002).status()),
+            RDP_ERR_NET_DOWN);
+  for (uint32_t ah : {0u, 1u, shm::kMaxAddressHandles, 0xFFFFFFFFu}) {
+    EXPECT_EQ(RdpCode(client->DestroyAddressHandle(ah)), RDP_ERR_INVALID)
+        << ah;
+  }
   auto qp = client->CreateQueuePair(*pd);
   ASSERT_TRUE(qp.ok()) << qp.status();
   const shm::QpPeer none{};

@@ -2535,14 +2535,15 @@ static void t_unsupported(void) {
   memset(&init, 0, sizeof(init));
   init.send_cq = cq;
   init.recv_cq = cq;
-  init.qp_type = IBV_QPT_UD;
+  init.qp_type = IBV_QPT_RAW_PACKET;
   init.cap.max_send_wr = 4;
   init.cap.max_recv_wr = 4;
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
   errno = 0;
   struct ibv_qp* qp = ibv_create_qp(d->pd, &init);
-  check(qp == NULL && errno == EOPNOTSUPP, "a UD QP fails with EOPNOTSUPP",
+  check(qp == NULL && errno == EOPNOTSUPP,
+        "a raw packet QP fails with EOPNOTSUPP",
         "qp %p errno %d", (void*)qp, errno);
   if (qp != NULL) ibv_destroy_qp(qp);
 
@@ -3720,6 +3721,206 @@ static void t_uc(struct bufs* b) {
   free_pair(&p);
 }
 
+/* UD (ibv_create_qp(3), ibv_create_ah(3), ibv_post_send(3)'s ud fields,
+ * ibv_poll_cq(3)'s src_qp and IBV_WC_GRH): address handles for the
+ * IPv4-mapped GID of a daemon, datagrams that land behind a 40-byte GRH,
+ * an answer through ibv_create_ah_from_wc, a Q_Key other than the
+ * receiver's dropped, and posts a UD queue pair cannot carry refused. */
+static void t_ud(struct bufs* b) {
+  step("UD queue pairs and address handles");
+  enum { kQkey = 0x11111111 };
+  struct qp_opts o = kDefaultOpts;
+  o.qp_type = IBV_QPT_UD;
+  o.max_recv_wr = 8;
+  struct pair p;
+  memset(&p, 0, sizeof(p));
+  if (!make_side(&p.s[0], &g_dev[0], &o) || !make_side(&p.s[1], &g_dev[1], &o)) {
+    free_pair(&p);
+    return;
+  }
+  for (int i = 0; i < 2; ++i) {
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = 1;
+    a.qkey = kQkey;
+    int r = ibv_modify_qp(p.s[i].qp, &a,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT);
+    check(r == EINVAL, "UD RESET->INIT without the Q_Key is EINVAL",
+          "side %d: %d", i, r);
+    r = ibv_modify_qp(p.s[i].qp, &a,
+                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                          IBV_QP_QKEY);
+    check(r == 0, "UD RESET->INIT with pkey index, port and Q_Key",
+          "side %d: %d", i, r);
+    r = to_state(p.s[i].qp, IBV_QPS_RTR);
+    check(r == 0, "UD INIT->RTR with the state alone", "side %d: %d", i, r);
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 0x123;
+    r = ibv_modify_qp(p.s[i].qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+    check(r == 0, "UD RTR->RTS with the SQ PSN", "side %d: %d", i, r);
+  }
+  struct ibv_qp_init_attr qi;
+  struct ibv_qp_attr qa;
+  int r = ibv_query_qp(p.s[1].qp, &qa, IBV_QP_STATE | IBV_QP_QKEY, &qi);
+  check(r == 0 && qi.qp_type == IBV_QPT_UD && qa.qkey == kQkey &&
+            qa.qp_state == IBV_QPS_RTS,
+        "ibv_query_qp reports a UD queue pair, its Q_Key and RTS",
+        "r %d type %d qkey %x state %d", r, qi.qp_type, qa.qkey, qa.qp_state);
+
+  /* Address handles: only an IPv4-mapped GID of port 1. */
+  struct ibv_ah_attr aa;
+  memset(&aa, 0, sizeof(aa));
+  aa.port_num = 1;
+  errno = 0;
+  struct ibv_ah* bad_ah = ibv_create_ah(g_dev[0].pd, &aa);
+  check(bad_ah == NULL && errno == EINVAL,
+        "ibv_create_ah without a GRH (no route on RoCE) is EINVAL",
+        "ah %p errno %d", (void*)bad_ah, errno);
+  aa.is_global = 1;
+  aa.grh.dgid = g_dev[1].gid;
+  struct ibv_ah* ah = ibv_create_ah(g_dev[0].pd, &aa);
+  check(ah != NULL, "ibv_create_ah for the other daemon's GID", "errno %d",
+        errno);
+  if (ah == NULL) {
+    free_pair(&p);
+    return;
+  }
+
+  /* Posts a UD queue pair cannot carry. */
+  uint8_t* src = b->local;
+  fill(src, 4096, 91);
+  struct ibv_sge sge = sge_of(src, 64, b->lmr->lkey);
+  struct ibv_send_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = p.s[1].qp->qp_num;
+  wr.wr.ud.remote_qkey = kQkey;
+  struct ibv_send_wr* bad = NULL;
+  r = ibv_post_send(p.s[0].qp, &wr, &bad);
+  check(r == EINVAL && bad == &wr, "a UD post of an RDMA WRITE is EINVAL",
+        "returned %d", r);
+  wr.opcode = IBV_WR_SEND;
+  sge.length = 4097;
+  r = ibv_post_send(p.s[0].qp, &wr, &bad);
+  check(r == EINVAL, "a UD SEND longer than the path MTU is EINVAL",
+        "returned %d", r);
+  sge.length = 64;
+  wr.wr.ud.ah = NULL;
+  r = ibv_post_send(p.s[0].qp, &wr, &bad);
+  check(r == EINVAL, "a UD SEND without an address handle is EINVAL",
+        "returned %d", r);
+  wr.wr.ud.ah = ah;
+
+  /* A datagram under another Q_Key, then one under the receiver's: only
+   * the second lands, in the first receive posted. */
+  uint8_t* rbuf = b->remote + 3 * (1 << 20);
+  memset(rbuf, 0xEE, 3 * 8192);
+  for (int i = 0; i < 3; ++i) {
+    struct ibv_sge rs = sge_of(rbuf + i * 8192, 4096 + 40, b->rmr->lkey);
+    r = post_recv1(&p.s[1], 70 + i, &rs, 1);
+    check(r == 0, "UD ibv_post_recv", "returned %d", r);
+  }
+  wr.wr.ud.remote_qkey = kQkey + 1;
+  wr.wr_id = 2;
+  r = ibv_post_send(p.s[0].qp, &wr, &bad);
+  wr.wr.ud.remote_qkey = kQkey;
+  wr.wr_id = 3;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(0xD06);
+  sge.length = 4096;  /* a full path MTU */
+  r |= ibv_post_send(p.s[0].qp, &wr, &bad);
+  check(r == 0, "UD SENDs posted", "returned %d", r);
+  struct ibv_wc wc[2];
+  memset(wc, 0, sizeof(wc));
+  int n = wait_wcs(p.s[0].cq, wc, 2, 10000);
+  check(n == 2 && wc[0].status == IBV_WC_SUCCESS &&
+            wc[1].status == IBV_WC_SUCCESS && wc[1].opcode == IBV_WC_SEND,
+        "UD SENDs complete once sent, whatever the receiver does",
+        "%d; %s", n, wc_name(wc[0].status));
+  struct ibv_wc rwc;
+  memset(&rwc, 0, sizeof(rwc));
+  n = wait_wcs(p.s[1].cq, &rwc, 1, 10000);
+  uint32_t sender_ip = 0;
+  memcpy(&sender_ip, rbuf + 20 + 12, 4);
+  check(n == 1 && rwc.wr_id == 70 && rwc.status == IBV_WC_SUCCESS &&
+            rwc.opcode == IBV_WC_RECV && rwc.byte_len == 40 + 4096 &&
+            (rwc.wc_flags & IBV_WC_GRH) != 0 &&
+            (rwc.wc_flags & IBV_WC_WITH_IMM) != 0 &&
+            ntohl(rwc.imm_data) == 0xD06 &&
+            rwc.src_qp == p.s[0].qp->qp_num &&
+            rwc.qp_num == p.s[1].qp->qp_num,
+        "only the datagram under the receiver's Q_Key lands, with GRH, "
+        "immediate data and the sender's QPN",
+        "%d: wr_id %llu %s len %u flags %x src_qp %u", n,
+        (unsigned long long)rwc.wr_id, wc_name(rwc.status), rwc.byte_len,
+        rwc.wc_flags, rwc.src_qp);
+  check(first_diff(src, rbuf + 40, 4096) == 4096 && rbuf[40 + 4096] == 0xEE,
+        "the datagram's bytes follow the 40-byte GRH, and nothing more",
+        "first difference at %zu", first_diff(src, rbuf + 40, 4096));
+  char ip_text[INET_ADDRSTRLEN] = "";
+  inet_ntop(AF_INET, &sender_ip, ip_text, sizeof(ip_text));
+  check(strcmp(ip_text, g_dev[0].ip) == 0,
+        "the GRH holds the IPv4 header, its source the sender's daemon",
+        "source %s", ip_text);
+
+  /* An answer to the sender, through the received GRH. */
+  struct ibv_ah* back =
+      ibv_create_ah_from_wc(g_dev[1].pd, &rwc, (struct ibv_grh*)rbuf, 1);
+  check(back != NULL, "ibv_create_ah_from_wc from a received datagram",
+        "errno %d", errno);
+  if (back != NULL) {
+    struct ibv_sge ls = sge_of(b->local2, 4096 + 40, b->lmr2->lkey);
+    r = post_recv1(&p.s[0], 80, &ls, 1);
+    struct ibv_sge rs = sge_of(rbuf + 40, 100, b->rmr->lkey);
+    struct ibv_send_wr answer;
+    memset(&answer, 0, sizeof(answer));
+    answer.wr_id = 4;
+    answer.sg_list = &rs;
+    answer.num_sge = 1;
+    answer.opcode = IBV_WR_SEND;
+    answer.send_flags = IBV_SEND_SIGNALED;
+    answer.wr.ud.ah = back;
+    answer.wr.ud.remote_qpn = rwc.src_qp;
+    answer.wr.ud.remote_qkey = 0x80000000u; /* the sender's own Q_Key */
+    r |= ibv_post_send(p.s[1].qp, &answer, &bad);
+    check(r == 0, "the answer is posted", "returned %d", r);
+    struct ibv_wc awc;
+    memset(&awc, 0, sizeof(awc));
+    n = wait_wcs(p.s[0].cq, &awc, 1, 10000);
+    check(n == 1 && awc.wr_id == 80 && awc.status == IBV_WC_SUCCESS &&
+              awc.byte_len == 140 && awc.src_qp == p.s[1].qp->qp_num &&
+              first_diff(src, b->local2 + 40, 100) == 100,
+          "the answer lands at the first sender", "%d: wr_id %llu %s len %u",
+          n, (unsigned long long)awc.wr_id, wc_name(awc.status),
+          awc.byte_len);
+    (void)drain_cq(p.s[1].cq);
+    r = ibv_destroy_ah(back);
+    check(r == 0, "ibv_destroy_ah", "returned %d", r);
+  }
+  struct ibv_wc none;
+  memset(&none, 0, sizeof(none));
+  errno = 0;
+  struct ibv_ah* no_grh = ibv_create_ah_from_wc(g_dev[1].pd, &none,
+                                                (struct ibv_grh*)rbuf, 1);
+  check(no_grh == NULL && errno == EINVAL,
+        "ibv_create_ah_from_wc of a completion without a GRH is EINVAL",
+        "ah %p errno %d", (void*)no_grh, errno);
+  r = ibv_dealloc_pd(g_dev[0].pd);
+  check(r == EBUSY, "ibv_dealloc_pd while an address handle uses it is EBUSY",
+        "returned %d", r);
+  r = ibv_destroy_ah(ah);
+  check(r == 0, "ibv_destroy_ah", "returned %d", r);
+  free_pair(&p);
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "--port-down") == 0) {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -3782,6 +3983,7 @@ int main(int argc, char** argv) {
       t_memory(&b);
       t_rereg(&b);
       t_uc(&b);
+      t_ud(&b);
       free_bufs(&b);
     }
     t_unsupported();

@@ -19,12 +19,14 @@
 #        hugepages: as root only, with 64 free hugepages (reserved here when
 #        missing; nr_hugepages is set back at every exit); otherwise this
 #        case alone is skipped, saying why.
-#      - ibverbs-utils' ibv_rc_pingpong and ibv_uc_pingpong (SEND/RECV,
+#      - ibverbs-utils' ibv_rc_pingpong, ibv_uc_pingpong and
+#        ibv_ud_pingpong (SEND/RECV,
 #        -g 0 for RoCE), polling and with -e, with -c, and with both ends
 #        on daemon A: both print the bytes and iterations they exchanged,
 #        and neither reports invalid data.
 #      - UC queue pairs in perftest: ib_write_bw, ib_send_bw and
-#        ib_send_lat (polling and -e) with -c UC.
+#        ib_send_lat (polling and -e) with -c UC; UD: ibv_ud_pingpong as
+#        above, and ib_send_bw and ib_send_lat (polling and -e) with -c UD.
 #      - ib_read_lat -s 8 with RDMAPLANE_VERBS_YIELD_AFTER=0 (ibv_poll_cq
 #        never yields) and =often (not a number: a warning on stderr).
 #      - perftest's two-sided ib_send_bw and ib_send_lat, each with -s 65536
@@ -56,7 +58,8 @@ daemon_bin="$3"
 # Absolute: the tools resolve LD_PRELOAD themselves.
 verbs_so="$(realpath "$4")"
 for tool in ibv_devices ibv_devinfo ib_write_bw ib_read_bw ib_write_lat ib_read_lat \
-  ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat ibv_rc_pingpong ibv_uc_pingpong; do
+  ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat ibv_rc_pingpong ibv_uc_pingpong \
+  ibv_ud_pingpong; do
   command -v "$tool" >/dev/null ||
     e2e_fail "$tool is not installed (deploy/setup.sh installs perftest and ibverbs-utils)"
 done
@@ -405,6 +408,12 @@ perf_pair write_bw_uc tables ib_write_bw -c UC -s 65536 -n 200
 perf_pair send_lat_uc tables ib_send_lat -c UC -s 4096 -n 200
 perf_pair send_lat_uc_events tables ib_send_lat -c UC -e -s 4096 -n 200
 perf_pair send_bw_uc tables ib_send_bw -c UC -s 4096 -n 200
+perf_pair ud_pingpong pingpong ibv_ud_pingpong -g 0 -c -s 2048 -n 200
+perf_pair ud_pingpong_events pingpong ibv_ud_pingpong -g 0 -c -e -s 2048 -n 200
+PERF_CLIENT_SOCK="$sock_a" perf_pair ud_pingpong_loopback pingpong ibv_ud_pingpong -g 0 -c -s 2048 -n 200
+perf_pair send_lat_ud tables ib_send_lat -c UD -s 2048 -n 200
+perf_pair send_lat_ud_events tables ib_send_lat -c UD -e -s 2048 -n 200
+perf_pair send_bw_ud tables ib_send_bw -c UD -s 2048 -n 200
 
 perf_pair send_bw tables ib_send_bw -s 65536 -n 200
 perf_pair send_bw_all tables ib_send_bw -a -n 5
