@@ -124,7 +124,7 @@ absl::Status Client::Init(const ClientOptions& options) {
   header_ = new (region_) shm::SessionHeader{};
   header_->magic = shm::kSessionMagic;
   header_->version = shm::kSessionVersion;
-  header_->header_bytes = sizeof(shm::SessionHeader);
+  header_->header_pages = sizeof(shm::SessionHeader) / 4096;
   header_->region_bytes = region_bytes_;
   header_->max_connections = shm::kMaxConnections;
   // Held by this thread for the session's life: when the thread dies, the
@@ -155,21 +155,7 @@ absl::Status Client::Init(const ClientOptions& options) {
     requests_ = *req;
     responses_ = *resp;
   }
-  for (auto& slot : header_->connections) {
-    auto s = shm::SpscRing<SendEntry>::Create(
-        region_ + slot.send.offset, slot.send.bytes, shm::kSendRingEntries);
-    auto c = shm::SpscRing<CompletionEntry>::Create(
-        region_ + slot.completion.offset, slot.completion.bytes,
-        shm::kCompletionRingEntries);
-    if (!s.ok()) return s.status();
-    if (!c.ok()) return c.status();
-  }
-  for (auto& ref : header_->receive) {
-    auto r = shm::SpscRing<shm::RecvEntry>::Create(region_ + ref.offset,
-                                                   ref.bytes,
-                                                   shm::kRecvRingEntries);
-    if (!r.ok()) return r.status();
-  }
+  // A slot's rings are the daemon's to format, when it hands the slot out.
 
   // Say hello.
   sock_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -554,14 +540,15 @@ absl::Status Client::Listen(absl::string_view service) {
 }
 
 int Client::SlotOf(rdp_conn conn) const {
-  const uint32_t slot = conn & 0xFF;
+  const uint32_t slot = conn & kSlotMask;
   if (slot >= shm::kMaxConnections) return -1;
   const Connection& c = connections_[slot];
-  return c.open && (conn >> 8) == c.generation ? static_cast<int>(slot) : -1;
+  return c.open && (conn >> kSlotBits) == c.generation ? static_cast<int>(slot)
+                                                       : -1;
 }
 
 rdp_conn Client::HandleOf(uint32_t slot) const {
-  return (connections_[slot].generation << 8) | slot;
+  return (connections_[slot].generation << kSlotBits) | slot;
 }
 
 rdp_conn Client::AttachConnection(uint32_t slot) {
@@ -588,9 +575,9 @@ rdp_conn Client::AttachConnection(uint32_t slot) {
   c.posted = 0;
   c.head = 0;
   c.silent = 0;
-  // Never 0, and 24 bits: handles are never 0 and always differ from the
-  // slot's previous ones (until 2^24 connections later).
-  c.generation = (c.generation + 1) & 0xFFFFFF;
+  // Never 0, and 22 bits: handles are never 0 and always differ from the
+  // slot's previous ones (until 2^22 connections later).
+  c.generation = (c.generation + 1) & (~uint32_t{0} >> kSlotBits);
   if (c.generation == 0) c.generation = 1;
   c.open = true;
   return HandleOf(slot);

@@ -226,6 +226,10 @@ class Client {
 
   Client() = default;
   absl::Status Init(const ClientOptions& options);
+  // A connection handle is the slot's generation above the slot number.
+  static constexpr uint32_t kSlotBits = 10;
+  static constexpr uint32_t kSlotMask = (1u << kSlotBits) - 1;
+  static_assert(shm::kMaxConnections <= (1u << kSlotBits));
   // The slot of a connection handle; -1 unless it names an open
   // connection.
   int SlotOf(rdp_conn conn) const;

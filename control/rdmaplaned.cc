@@ -45,7 +45,7 @@ ABSL_FLAG(uint32_t, max_registrations_per_session, 4096,
           "distinct registrations one client session may hold");
 ABSL_FLAG(uint32_t, max_arenas_per_session, 64,
           "memory arenas one client session may hand over (1..4096)");
-ABSL_FLAG(uint32_t, max_connections, 512,
+ABSL_FLAG(uint32_t, max_connections, 8192,
           "connections the daemon serves at once");
 ABSL_FLAG(uint64_t, max_sessions_per_user, 256,
           "client sessions one uid may hold at once (0: unlimited)");
@@ -58,7 +58,7 @@ ABSL_FLAG(uint64_t, max_arena_bytes_per_user, 0,
 ABSL_FLAG(uint64_t, max_registrations_per_user, 16384,
           "distinct registrations one uid's sessions may hold in all (0: "
           "unlimited)");
-ABSL_FLAG(uint64_t, max_connections_per_user, 256,
+ABSL_FLAG(uint64_t, max_connections_per_user, 2048,
           "connection ends one uid's sessions may hold in all (0: "
           "unlimited)");
 ABSL_FLAG(uint32_t, mtu, 0,

@@ -104,10 +104,24 @@ bool Session::FlushHeldAnswers() {
 }
 
 void Session::ResetSlot(uint32_t slot) {
-  shm::SendEntry stale;
-  for (uint32_t i = 0; i < send[slot].capacity() &&
-                       send[slot].TryPop(&stale) == shm::PopResult::kOk;
-       ++i) {
+  if (!send[slot].valid()) {
+    // First use: format the slot's rings where the header (as copied at
+    // hello, checked there to hold them) puts them.
+    const shm::ConnectionSlotRef& c = refs.connections[slot];
+    const shm::RingRef& r = refs.receive[slot];
+    send[slot] = *shm::SpscRing<shm::SendEntry>::Create(
+        region + c.send.offset, c.send.bytes, shm::kSendRingEntries);
+    completion[slot] = *shm::SpscRing<shm::CompletionEntry>::Create(
+        region + c.completion.offset, c.completion.bytes,
+        shm::kCompletionRingEntries);
+    receive[slot] = *shm::SpscRing<shm::RecvEntry>::Create(
+        region + r.offset, r.bytes, shm::kRecvRingEntries);
+  } else {
+    shm::SendEntry stale;
+    for (uint32_t i = 0; i < send[slot].capacity() &&
+                         send[slot].TryPop(&stale) == shm::PopResult::kOk;
+         ++i) {
+    }
   }
   shm::ResetSlot(header, slot);
 }
@@ -409,32 +423,26 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
            r.bytes <= s->region_bytes - r.offset;
   };
   bool ok = in_region(h.control_requests) && in_region(h.control_responses);
+  // A slot's rings are formatted here when the slot is first handed out
+  // (Session::ResetSlot): each must have room for its ring.
   for (const auto& c : h.connections) {
-    ok = ok && in_region(c.send) && in_region(c.completion);
+    ok = ok && in_region(c.send) && in_region(c.completion) &&
+         c.send.bytes >= shm::SpscRing<shm::SendEntry>::BytesFor(
+                             shm::kSendRingEntries) &&
+         c.completion.bytes >= shm::SpscRing<shm::CompletionEntry>::BytesFor(
+                                   shm::kCompletionRingEntries);
   }
-  for (const auto& r : h.receive) ok = ok && in_region(r);
+  for (const auto& r : h.receive) {
+    ok = ok && in_region(r) &&
+         r.bytes >=
+             shm::SpscRing<shm::RecvEntry>::BytesFor(shm::kRecvRingEntries);
+  }
   if (!ok) return refuse("a ring lies outside the session region");
   auto req = shm::SpscRing<shm::ControlRequest>::Attach(
       s->region + h.control_requests.offset, h.control_requests.bytes);
   auto resp = shm::SpscRing<shm::ControlResponse>::Attach(
       s->region + h.control_responses.offset, h.control_responses.bytes);
   if (!req.ok() || !resp.ok()) return refuse("control rings are malformed");
-  for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
-    const auto& c = h.connections[i];
-    auto send = shm::SpscRing<shm::SendEntry>::Attach(s->region + c.send.offset,
-                                                     c.send.bytes);
-    auto completion = shm::SpscRing<shm::CompletionEntry>::Attach(
-        s->region + c.completion.offset, c.completion.bytes);
-    if (!send.ok() || !completion.ok()) {
-      return refuse("connection rings are malformed");
-    }
-    auto receive = shm::SpscRing<shm::RecvEntry>::Attach(
-        s->region + h.receive[i].offset, h.receive[i].bytes);
-    if (!receive.ok()) return refuse("connection rings are malformed");
-    s->send[i] = *send;
-    s->completion[i] = *completion;
-    s->receive[i] = *receive;
-  }
   for (auto& state : s->header->connection_state) {
     state.store(shm::kConnFree, std::memory_order_relaxed);
   }

@@ -5,8 +5,8 @@
 //
 // Session region layout (offsets from the start of the region):
 //
-//   0      SessionHeader                                  (one page)
-//   4096   control request ring   client -> daemon  (ControlRequest)
+//   0      SessionHeader                        (header_pages pages)
+//   ...    control request ring   client -> daemon  (ControlRequest)
 //   ...    control response ring  daemon -> client  (ControlResponse)
 //   ...    kMaxConnections x ConnectionSlot, each:
 //            send ring        client -> daemon  (SendEntry)
@@ -15,6 +15,9 @@
 //
 // Every ring is an SpscRing (ring.h). The header records each ring's offset
 // so that the daemon never derives addresses from sizes it did not check.
+// The client formats the control rings; a connection slot's rings are
+// formatted by the daemon when it first hands the slot out (the client
+// attaches after the answer), so a slot never used costs no memory.
 //
 // Wakeups: a side that sleeps publishes that in a doorbell word and waits on
 // it with futex(2) (shared, not private: the word is in shared memory); the
@@ -32,8 +35,11 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 7;
-inline constexpr uint32_t kMaxConnections = 16;
+inline constexpr uint16_t kSessionVersion = 8;
+// Connection slots (connections and verbs queue pairs) of one session. The
+// region reserves room for every slot's rings, but only a slot the daemon
+// hands out is formatted and touched: memory grows with what is used.
+inline constexpr uint32_t kMaxConnections = 1024;
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kControlRingEntries = 64;
 inline constexpr uint32_t kSendRingEntries = 256;
@@ -64,7 +70,7 @@ struct ConnectionSlotRef {
 struct alignas(4096) SessionHeader {
   uint32_t magic;
   uint16_t version;
-  uint16_t header_bytes;
+  uint16_t header_pages;  // the header's size in 4 KiB pages
   uint64_t region_bytes;
   uint32_t max_connections;
   uint32_t reserved0;
@@ -98,7 +104,8 @@ struct alignas(4096) SessionHeader {
   // can tell a dead client with one load (SessionOwnerMaybeGone).
   alignas(kCacheLine) uint8_t liveness[kCacheLine];
 };
-static_assert(sizeof(SessionHeader) == 4096);
+static_assert(sizeof(SessionHeader) % 4096 == 0);
+static_assert(sizeof(SessionHeader) / 4096 <= 0xFFFF);
 static_assert(offsetof(SessionHeader, control_requests) == 24);
 
 // Status codes carried in responses and completions. They equal the

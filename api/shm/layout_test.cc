@@ -65,8 +65,8 @@ TEST(RingAbi, BytesFor) {
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 7u);
-  EXPECT_EQ(kMaxConnections, 16u);
+  EXPECT_EQ(kSessionVersion, 8u);
+  EXPECT_EQ(kMaxConnections, 1024u);
   EXPECT_EQ(kMaxSge, 8u);
   EXPECT_EQ(kControlRingEntries, 64u);
   EXPECT_EQ(kSendRingEntries, 256u);
@@ -153,35 +153,36 @@ TEST(LayoutAbi, ConnectionSlotRef) {
 }
 
 TEST(LayoutAbi, SessionHeader) {
+  static_assert(kMaxConnections == 1024u);
   EXPECT_EQ(offsetof(SessionHeader, magic), 0u);
   EXPECT_EQ(offsetof(SessionHeader, version), 4u);
-  EXPECT_EQ(offsetof(SessionHeader, header_bytes), 6u);
+  EXPECT_EQ(offsetof(SessionHeader, header_pages), 6u);
   EXPECT_EQ(offsetof(SessionHeader, region_bytes), 8u);
   EXPECT_EQ(offsetof(SessionHeader, max_connections), 16u);
   EXPECT_EQ(offsetof(SessionHeader, reserved0), 20u);
   EXPECT_EQ(offsetof(SessionHeader, control_requests), 24u);
   EXPECT_EQ(offsetof(SessionHeader, control_responses), 40u);
   EXPECT_EQ(offsetof(SessionHeader, connections), 56u);
-  EXPECT_EQ(sizeof(SessionHeader::connections), 16u * 32u);
-  EXPECT_EQ(offsetof(SessionHeader, control_response_bell), 576u);
-  EXPECT_EQ(offsetof(SessionHeader, completion_bell), 640u);
-  EXPECT_EQ(sizeof(SessionHeader::completion_bell), 16u * 64u);
-  EXPECT_EQ(offsetof(SessionHeader, engine_idle), 1664u);
-  EXPECT_EQ(sizeof(SessionHeader::engine_idle), 16u * 64u);
-  EXPECT_EQ(offsetof(SessionHeader, connection_state), 2688u);
-  EXPECT_EQ(sizeof(SessionHeader::connection_state), 16u * 4u);
-  EXPECT_EQ(offsetof(SessionHeader, final_status), 2752u);
-  EXPECT_EQ(sizeof(SessionHeader::final_status), 16u * 4u);
-  EXPECT_EQ(offsetof(SessionHeader, retired), 2816u);
-  EXPECT_EQ(sizeof(SessionHeader::retired), 16u * 4u);
-  EXPECT_EQ(offsetof(SessionHeader, receive), 2880u);
-  EXPECT_EQ(sizeof(SessionHeader::receive), 16u * 16u);
-  EXPECT_EQ(offsetof(SessionHeader, liveness), 3136u);
+  EXPECT_EQ(sizeof(SessionHeader::connections), 1024u * 32u);
+  EXPECT_EQ(offsetof(SessionHeader, control_response_bell), 32832u);
+  EXPECT_EQ(offsetof(SessionHeader, completion_bell), 32896u);
+  EXPECT_EQ(sizeof(SessionHeader::completion_bell), 1024u * 64u);
+  EXPECT_EQ(offsetof(SessionHeader, engine_idle), 98432u);
+  EXPECT_EQ(sizeof(SessionHeader::engine_idle), 1024u * 64u);
+  EXPECT_EQ(offsetof(SessionHeader, connection_state), 163968u);
+  EXPECT_EQ(sizeof(SessionHeader::connection_state), 1024u * 4u);
+  EXPECT_EQ(offsetof(SessionHeader, final_status), 168064u);
+  EXPECT_EQ(sizeof(SessionHeader::final_status), 1024u * 4u);
+  EXPECT_EQ(offsetof(SessionHeader, retired), 172160u);
+  EXPECT_EQ(sizeof(SessionHeader::retired), 1024u * 4u);
+  EXPECT_EQ(offsetof(SessionHeader, receive), 176256u);
+  EXPECT_EQ(sizeof(SessionHeader::receive), 1024u * 16u);
+  EXPECT_EQ(offsetof(SessionHeader, liveness), 192640u);
   EXPECT_EQ(sizeof(SessionHeader::liveness), 64u);
-  EXPECT_EQ(sizeof(SessionHeader), 4096u);
+  EXPECT_EQ(sizeof(SessionHeader), 48u * 4096u);
   EXPECT_EQ(alignof(SessionHeader), 4096u);
-  // header_bytes must be able to record the header's size.
-  EXPECT_LE(sizeof(SessionHeader), std::numeric_limits<uint16_t>::max());
+  // header_pages must be able to record the header's size.
+  EXPECT_LE(sizeof(SessionHeader) / 4096, std::numeric_limits<uint16_t>::max());
 }
 
 TEST(LayoutAbi, ControlRequest) {
@@ -368,7 +369,7 @@ RingRef Place(uint64_t* cursor, uint32_t capacity) {
 uint64_t PlanSession(SessionHeader& header) {
   header.magic = kSessionMagic;
   header.version = kSessionVersion;
-  header.header_bytes = sizeof(SessionHeader);
+  header.header_pages = sizeof(SessionHeader) / 4096;
   header.region_bytes = SessionRegionBytes();
   header.max_connections = kMaxConnections;
   uint64_t cursor = sizeof(SessionHeader);
@@ -389,7 +390,7 @@ TEST(SessionRegionBytes, IsPageRoundedAndHoldsEveryRing) {
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t region = SessionRegionBytes();
   static_assert(region % kPage == 0);
-  EXPECT_EQ(region, 2523136u);  // 616 pages
+  EXPECT_EQ(region, 160190464u);  // 39109 pages, touched only as used
   SessionHeader header{};
   const uint64_t end = PlanSession(header);
   EXPECT_LE(end, region);

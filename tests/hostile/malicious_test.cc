@@ -242,8 +242,11 @@ TEST_F(MaliciousTest, BadHellosAreRefusedAndNothingIsKept) {
          h.version = shm::kSessionVersion + 1;
        })});
   cases.push_back(
-      {"max_connections 17", Want::kRefused,
-       header([](shm::SessionHeader& h) { h.max_connections = 17; })});
+      {"max_connections 1025", Want::kRefused,
+       header([](shm::SessionHeader& h) { h.max_connections = 1025; })});
+  cases.push_back(
+      {"max_connections 16", Want::kRefused,
+       header([](shm::SessionHeader& h) { h.max_connections = 16; })});
   cases.push_back(
       {"max_connections 0", Want::kRefused,
        header([](shm::SessionHeader& h) { h.max_connections = 0; })});
@@ -287,12 +290,37 @@ TEST_F(MaliciousTest, BadHellosAreRefusedAndNothingIsKept) {
                      h.connections[7].completion.offset += 1;
                    })});
   // Ring headers.
+  // A slot's rings are the daemon's to format when it hands the slot out:
+  // what the client wrote in their headers before is not read, and the
+  // first slot handed out has well-formed rings all the same.
+  auto formatted_at_hand_out = [](RawClient& r) {
+    ASSERT_EQ(r.Status(RawClient::Request(shm::kOpListen, "fmt")),
+              shm::kStatusOk);
+    const std::optional<uint32_t> slot = r.ConnectTo("fmt");
+    ASSERT_EQ(slot, std::optional<uint32_t>(0));
+    shm::RingHeader send, completion;
+    std::memcpy(&send, r.send_ring(0), sizeof(send));
+    std::memcpy(&completion, r.completion_ring(0), sizeof(completion));
+    EXPECT_EQ(send.magic, shm::kRingMagic);
+    EXPECT_EQ(send.version, shm::kRingVersion);
+    EXPECT_EQ(send.capacity, shm::kSendRingEntries);
+    EXPECT_EQ(send.entry_size, sizeof(shm::SendEntry));
+    EXPECT_EQ(completion.magic, shm::kRingMagic);
+    EXPECT_EQ(completion.version, shm::kRingVersion);
+    EXPECT_EQ(completion.capacity, shm::kCompletionRingEntries);
+    EXPECT_EQ(completion.entry_size, sizeof(shm::CompletionEntry));
+  };
   cases.push_back(
-      {"send ring capacity beyond its bytes", Want::kRefused,
-       ring(send_ring(0), [](shm::RingHeader& h) { h.capacity = 1024; })});
+      {"send ring capacity beyond its bytes (slot rings: the daemon's)",
+       Want::kAccepted,
+       ring(send_ring(0), [](shm::RingHeader& h) { h.capacity = 1024; }),
+       formatted_at_hand_out});
   cases.push_back(
-      {"completion ring capacity not a power of two", Want::kRefused,
-       ring(completion_ring(5), [](shm::RingHeader& h) { h.capacity = 511; })});
+      {"completion ring capacity not a power of two (slot rings: the "
+       "daemon's)",
+       Want::kAccepted,
+       ring(completion_ring(5), [](shm::RingHeader& h) { h.capacity = 511; }),
+       formatted_at_hand_out});
   cases.push_back(
       {"response ring capacity zero", Want::kRefused,
        ring(response_ring, [](shm::RingHeader& h) { h.capacity = 0; })});
@@ -300,11 +328,22 @@ TEST_F(MaliciousTest, BadHellosAreRefusedAndNothingIsKept) {
       {"request ring entry size mismatch", Want::kRefused,
        ring(request_ring, [](shm::RingHeader& h) { h.entry_size = 128; })});
   cases.push_back(
-      {"send ring without magic", Want::kRefused,
-       ring(send_ring(15), [](shm::RingHeader& h) { h.magic = 0; })});
+      {"send ring without magic (slot rings: the daemon's)", Want::kAccepted,
+       ring(send_ring(15), [](shm::RingHeader& h) { h.magic = 0; }),
+       formatted_at_hand_out});
   cases.push_back(
-      {"completion ring version 2", Want::kRefused,
-       ring(completion_ring(0), [](shm::RingHeader& h) { h.version = 2; })});
+      {"completion ring version 2 (slot rings: the daemon's)",
+       Want::kAccepted,
+       ring(completion_ring(0), [](shm::RingHeader& h) { h.version = 2; }),
+       formatted_at_hand_out});
+  cases.push_back({"a send ring too small for its capacity", Want::kRefused,
+                   header([](shm::SessionHeader& h) {
+                     h.connections[900].send.bytes = shm::kRingEntriesOffset;
+                   })});
+  cases.push_back({"a receive ring too small for its capacity",
+                   Want::kRefused, header([](shm::SessionHeader& h) {
+                     h.receive[1023].bytes = 4096;
+                   })});
   // Setup messages.
   cases.push_back(
       {"setup magic wrong", Want::kClosed,

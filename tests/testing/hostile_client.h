@@ -290,7 +290,7 @@ class RawClient {
     header_ = new (region_) shm::SessionHeader{};
     header_->magic = shm::kSessionMagic;
     header_->version = shm::kSessionVersion;
-    header_->header_bytes = sizeof(shm::SessionHeader);
+    header_->header_pages = sizeof(shm::SessionHeader) / 4096;
     header_->region_bytes = region_bytes_;
     header_->max_connections = shm::kMaxConnections;
     // The liveness word as a held mutex shows it (our thread id), without

@@ -13,7 +13,9 @@
 #      - perftest's ib_write_bw, ib_read_bw, ib_write_lat and ib_read_lat,
 #        each with -s 65536 and with -a (2 B .. 8 MiB), and ib_read_bw in
 #        event mode (-e) too: perftest's results table (the server of
-#        ib_read_lat prints none). ib_write_bw refuses -e itself ("Events
+#        ib_read_lat prints none); ib_write_bw and ib_read_bw (16 READs
+#        outstanding, -o 16) over 64 queue pairs (-q 64), ib_send_bw over
+#        16. ib_write_bw refuses -e itself ("Events
 #        feature not available on WRITE verb").
 #      - ib_write_bw --use_hugepages -s 65536, its buffers on 2 MiB
 #        hugepages: as root only, with 64 free hugepages (reserved here when
@@ -248,16 +250,18 @@ check_pingpong() {
 perf_pair() {
   local label="$1" kind="$2" tool="$3"
   shift 3
-  local args=("$@") iters="" size="" all=no i
+  local args=("$@") iters="" size="" all=no qps=1 i
   for ((i = 0; i < ${#args[@]}; i++)); do
     case "${args[$i]}" in
       -n) iters="${args[$((i + 1))]}" ;;
+      -q) qps="${args[$((i + 1))]}" ;; # the table counts every QP's iterations
       -s) size="${args[$((i + 1))]}" ;;
       -a) all=yes ;;
       -A) size=8 ;; # an atomic's 8 bytes
     esac
   done
   [[ -n $iters ]] || e2e_fail "perf_pair $label: give -n"
+  iters=$((iters * qps))
   local first last rows server_rows
   case "$kind" in
     tables | client)
@@ -327,6 +331,12 @@ perf_pair read_bw tables ib_read_bw -s 65536 -n 200
 perf_pair read_bw_all tables ib_read_bw -a -n 5
 perf_pair read_bw_events tables ib_read_bw -e -s 65536 -n 200
 perf_pair read_bw_events_all tables ib_read_bw -e -a -n 5
+# Many queue pairs (a table row counts every queue pair's iterations), and
+# 16 READs outstanding on each.
+perf_pair write_bw_q64 tables ib_write_bw -q 64 -s 65536 -n 100
+perf_pair read_bw_q64_outs16 tables ib_read_bw -q 64 -o 16 -s 65536 -n 100
+perf_pair read_bw_outs16_events tables ib_read_bw -e -o 16 -s 65536 -n 200
+perf_pair send_bw_q16 tables ib_send_bw -q 16 -s 65536 -n 100
 perf_pair write_lat tables ib_write_lat -s 65536 -n 200
 perf_pair write_lat_all tables ib_write_lat -a -n 5
 perf_pair read_lat client ib_read_lat -s 65536 -n 200
