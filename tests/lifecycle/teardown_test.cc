@@ -404,7 +404,8 @@ TEST_F(TeardownTest, AStaleHandleNeverNamesTheNextConnection) {
   ASSERT_TRUE(second.ok());
   ASSERT_TRUE(server->Accept("stale", kHangLimit).ok());
   EXPECT_NE(*first, *second);
-  EXPECT_EQ(*first & 0xFF, *second & 0xFF) << "expected the slot reused";
+  EXPECT_EQ(*first & Client::kSlotMask, *second & Client::kSlotMask)
+      << "expected the slot reused";
   EXPECT_NE(*first, 0u);
   rdp_overlapped ov{};
   rdp_overlapped* done[1];
