@@ -633,6 +633,31 @@ absl::StatusOr<rdp_conn> Client::Connect(absl::string_view service,
   return AttachConnection(resp.connection);
 }
 
+absl::StatusOr<rdp_conn> Client::CreateSharedReceiveQueue(uint32_t pd) {
+  ControlRequest req{};
+  req.op = shm::kOpCreateSrq;
+  req.key = pd;
+  ControlResponse resp;
+  if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
+  if (resp.connection >= shm::kMaxConnections) {
+    return MakeStatus(RDP_ERR_NET_DOWN, "the daemon named no slot");
+  }
+  return AttachConnection(resp.connection);
+}
+
+absl::Status Client::DestroySharedReceiveQueue(rdp_conn srq) {
+  const int slot = SlotOf(srq);
+  if (slot < 0) {
+    return MakeStatus(RDP_ERR_INVALID, "no such shared receive queue");
+  }
+  ControlRequest req{};
+  req.op = shm::kOpDestroySrq;
+  req.connection = static_cast<uint32_t>(slot);
+  absl::Status s = CallStatus(req);
+  if (s.ok()) EndConnection(static_cast<uint32_t>(slot), RDP_ERR_ABORTED);
+  return s;
+}
+
 absl::Status Client::Disconnect(rdp_conn conn) {
   const int slot = SlotOf(conn);
   if (slot < 0) return MakeStatus(RDP_ERR_NOT_CONNECTED, "no such connection");
@@ -1591,11 +1616,19 @@ absl::Status Client::DeregisterPdMemory(uint32_t pd, uint32_t rkey,
 }
 
 absl::StatusOr<Client::QueuePair> Client::CreateQueuePair(
-    uint32_t pd, shm::QpService service) {
+    uint32_t pd, shm::QpService service, rdp_conn srq) {
   ControlRequest req{};
   req.op = shm::kOpCreateQp;
   req.key = pd;
   req.flags = service;
+  req.connection = shm::kNoSrq;
+  if (srq != 0) {
+    const int srq_slot = SlotOf(srq);
+    if (srq_slot < 0) {
+      return MakeStatus(RDP_ERR_INVALID, "no such shared receive queue");
+    }
+    req.connection = static_cast<uint32_t>(srq_slot);
+  }
   ControlResponse resp;
   if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
   if (resp.connection >= shm::kMaxConnections) {

@@ -109,14 +109,27 @@ class Client {
                                             uint64_t length, uint32_t flags);
   absl::Status DeregisterPdMemory(uint32_t pd, uint32_t rkey, void* addr,
                                   uint64_t length, uint32_t flags);
+  // A connection handle is the slot's generation above the slot number.
+  static constexpr uint32_t kSlotBits = 10;
+  static constexpr uint32_t kSlotMask = (1u << kSlotBits) - 1;
+  static_assert(shm::kMaxConnections <= (1u << kSlotBits));
   struct QueuePair {
     rdp_conn conn = 0;
     uint32_t qpn = 0;
   };
   // A queue pair in `pd`, connected out of band by ModifyQueuePair; ended
   // by Disconnect.
+  // With `srq` (CreateSharedReceiveQueue's handle) its receives come from
+  // that queue.
   absl::StatusOr<QueuePair> CreateQueuePair(
-      uint32_t pd, shm::QpService service = shm::kQpServiceRc);
+      uint32_t pd, shm::QpService service = shm::kQpServiceRc,
+      rdp_conn srq = 0);
+  // A shared receive queue in `pd`: receives posted to its handle
+  // (PostRecv) serve the queue pairs created with it, whose completion
+  // rings report them. Ended by DestroySharedReceiveQueue, which fails
+  // while a queue pair still uses it.
+  absl::StatusOr<rdp_conn> CreateSharedReceiveQueue(uint32_t pd);
+  absl::Status DestroySharedReceiveQueue(rdp_conn srq);
   absl::Status ModifyQueuePair(rdp_conn conn, shm::QpTransition to,
                                const shm::QpPeer& peer);
   // kQpToReset: the queue pair as new, with the same QPN and slot, under a
@@ -226,10 +239,6 @@ class Client {
 
   Client() = default;
   absl::Status Init(const ClientOptions& options);
-  // A connection handle is the slot's generation above the slot number.
-  static constexpr uint32_t kSlotBits = 10;
-  static constexpr uint32_t kSlotMask = (1u << kSlotBits) - 1;
-  static_assert(shm::kMaxConnections <= (1u << kSlotBits));
   // The slot of a connection handle; -1 unless it names an open
   // connection.
   int SlotOf(rdp_conn conn) const;

@@ -121,7 +121,10 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   info.completion = s->completion[slot];
   // Receives only for queue pairs set up out of band (verbs): engines never
   // look at the receive ring of any other connection.
-  if (c->out_of_band) info.receive = s->receive[slot];
+  if (c->out_of_band) {
+    info.receive = s->receive[c->srq_slot != shm::kNoSrq ? c->srq_slot : slot];
+    info.shared_receive = c->srq_slot != shm::kNoSrq;
+  }
   if (c->life.type() == rc::lifecycle::QpType::kUd) {
     info.address_handles = s->EnsureAddressHandles();
   }
@@ -307,8 +310,38 @@ ControlResponse ConnectionTable::Accept(Session* s, const ControlRequest& r) {
 // --- Queue pairs connected out of band
 // ---------------------------------------------
 
+ControlResponse ConnectionTable::CreateSharedReceiveQueue(Session* s) {
+  const int slot = s->FreeSlot();
+  if (slot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  if (s->srq_users.empty()) {
+    s->srq_users.assign(shm::kMaxConnections, Session::kNotSrq);
+  }
+  s->srq_users[slot] = 0;
+  s->ResetSlot(static_cast<uint32_t>(slot));
+  ControlResponse resp = Reply(shm::kStatusOk);
+  resp.connection = static_cast<uint32_t>(slot);
+  return resp;
+}
+
+ControlResponse ConnectionTable::DestroySharedReceiveQueue(Session* s,
+                                                           uint32_t slot) {
+  if (!s->IsSrq(slot)) {
+    return Reply(shm::kStatusInvalid, "not a shared receive queue");
+  }
+  if (s->srq_users[slot] != 0) {
+    return Reply(shm::kStatusAgain, "queue pairs still use the queue");
+  }
+  s->srq_users[slot] = Session::kNotSrq;
+  s->PublishState(slot, shm::kConnFree);
+  return Reply(shm::kStatusOk);
+}
+
 ControlResponse ConnectionTable::CreateQueuePair(
-    Session* s, uint32_t pd_scope, rc::lifecycle::QpType type) {
+    Session* s, uint32_t pd_scope, rc::lifecycle::QpType type,
+    uint32_t srq_slot) {
+  if (srq_slot != shm::kNoSrq && !s->IsSrq(srq_slot)) {
+    return Reply(shm::kStatusInvalid, "not a shared receive queue");
+  }
   const int slot = s->FreeSlot();
   if (slot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
   ControlResponse refusal;
@@ -320,6 +353,8 @@ ControlResponse ConnectionTable::CreateQueuePair(
   c->out_of_band = true;
   c->life = rc::lifecycle::QpLifecycle(type);
   c->pd_scope = pd_scope;
+  c->srq_slot = srq_slot;
+  if (srq_slot != shm::kNoSrq) ++s->srq_users[srq_slot];
   c->side[0] = s;
   c->slot[0] = static_cast<uint32_t>(slot);
   c->slot[1] = shm::kMaxConnections;
@@ -534,6 +569,7 @@ ControlResponse ConnectionTable::Disconnect(Session* s,
   const int side = c->SideOf(s, r.connection);
   CloseConnection(c, side, engine::CloseReason::kClosedByClient,
                   engine::CloseReason::kPeerClosed);
+  if (c->srq_slot != shm::kNoSrq) --s->srq_users[c->srq_slot];
   c->open[side] = false;
   c->side[side] = nullptr;  // the session may go; nothing may reach it
   c->charge[side].Release();

@@ -89,6 +89,9 @@ struct Connection {
   uint32_t rnr_retry = rc::QpConfig{}.rnr_retry;
   uint8_t min_rnr_timer = rc::QpConfig{}.min_rnr_timer;
   uint32_t qkey = 0;  // UD: the Q_Key datagrams to it must carry
+  // The slot of the shared receive queue it takes receives from, or
+  // shm::kNoSrq (its own receive ring).
+  uint32_t srq_slot = shm::kNoSrq;
 
   // --- Connections to another daemon -------------------------------------
   bool remote = false;
@@ -190,7 +193,12 @@ class ConnectionTable {
   // answers the slot and our QPN. Not served until SetQueuePairPeer and
   // StartRemote.
   shm::ControlResponse CreateQueuePair(Session* s, uint32_t pd_scope,
-                                       rc::lifecycle::QpType type);
+                                       rc::lifecycle::QpType type,
+                                       uint32_t srq_slot = shm::kNoSrq);
+  // kOpCreateSrq / kOpDestroySrq: a slot whose receive ring queue pairs
+  // share; destroyed only once no queue pair uses it.
+  shm::ControlResponse CreateSharedReceiveQueue(Session* s);
+  shm::ControlResponse DestroySharedReceiveQueue(Session* s, uint32_t slot);
   // The queue pair in `slot` of `s`, or null.
   Connection* QueuePair(const Session& s, uint32_t slot) const;
   // kQpToRtr: checks and takes the peer's QPN, first PSN, path MTU (at most

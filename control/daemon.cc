@@ -280,12 +280,19 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
           return Reply(shm::kStatusInvalid,
                        "queue pairs are RC (2), UC (3) or UD (4)");
       }
-      return connections_->CreateQueuePair(s, *pd, type);
+      return connections_->CreateQueuePair(s, *pd, type, req.connection);
     }
     case shm::kOpModifyQp:
       return ModifyQueuePair(s, req);
     case shm::kOpQueryDevice:
       return QueryDevice();
+    case shm::kOpCreateSrq:
+      if (!memory_.PdScope(*s, req.key)) {
+        return Reply(shm::kStatusInvalid, "not a protection domain");
+      }
+      return connections_->CreateSharedReceiveQueue(s);
+    case shm::kOpDestroySrq:
+      return connections_->DestroySharedReceiveQueue(s, req.connection);
     case shm::kOpCreateAh:
       return CreateAddressHandle(s, req);
     case shm::kOpDestroyAh:

@@ -68,7 +68,7 @@ engine::AddressHandles* Session::EnsureAddressHandles() {
 
 int Session::FreeSlot() const {
   for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
-    if (connections[i] == nullptr) return static_cast<int>(i);
+    if (connections[i] == nullptr && !IsSrq(i)) return static_cast<int>(i);
   }
   return -1;
 }

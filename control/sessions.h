@@ -95,6 +95,13 @@ struct Session {
   shm::SpscRing<shm::RecvEntry> receive[shm::kMaxConnections];
   std::map<uint32_t, Arena> arenas;  // by arena id
   Connection* connections[shm::kMaxConnections] = {};
+  // Slots that hold a shared receive queue (kOpCreateSrq), and how many
+  // queue pairs take receives from each.
+  std::vector<uint32_t> srq_users;  // by slot; empty until the first SRQ
+  bool IsSrq(uint32_t slot) const {
+    return slot < srq_users.size() && srq_users[slot] != kNotSrq;
+  }
+  static constexpr uint32_t kNotSrq = 0xFFFFFFFF;
   std::set<std::string> listening;
   // Answers that found the response ring full, oldest first (Answer).
   std::deque<shm::ControlResponse> held;

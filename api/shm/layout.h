@@ -154,7 +154,8 @@ enum ControlOp : uint32_t {
   kOpAllocPd = 10,       // key: the new protection domain
   kOpDeallocPd = 11,     // key: the protection domain
   kOpCreateQp = 12,      // key: its protection domain; flags: its
-                         // QpService; answers slot and QPN
+                         // QpService; connection: its shared receive
+                         // queue's slot, or kNoSrq; answers slot and QPN
   kOpModifyQp = 13,      // connection: slot; flags: QpTransition; QpPeer
   kOpQueryDevice = 14,   // answers a DeviceInfo in the descriptor
   // UD address handles: key: the destination's IPv4 (host order); answers
@@ -162,7 +163,17 @@ enum ControlOp : uint32_t {
   // kStatusTimeout. Destroy: key: the handle.
   kOpCreateAh = 15,
   kOpDestroyAh = 16,
+  // Shared receive queues (verbs): a connection slot whose receive ring
+  // the queue pairs created with it (kOpCreateQp's connection) take their
+  // receive requests from, one at a time, as messages need them.
+  // Create: key: the protection domain; answers the slot. Destroy:
+  // connection: the slot (refused while a queue pair uses it).
+  kOpCreateSrq = 17,
+  kOpDestroySrq = 18,
 };
+
+// kOpCreateQp's connection when the queue pair has its own receive ring.
+inline constexpr uint32_t kNoSrq = 0xFFFFFFFF;
 
 // Address handles one session may hold (kOpCreateAh).
 inline constexpr uint32_t kMaxAddressHandles = 4096;

@@ -29,7 +29,8 @@
 // memory.cc (protection domains and memory regions), completion_queue.cc
 // (CQs, completion channels and their notifier), queue_pair.cc (creating,
 // modifying, querying and destroying queue pairs), post.cc (posting work
-// requests and gathering their completions), unserved.cc (entry points
+// requests and gathering their completions), shared_receive_queue.cc
+// (SRQs), address_handle.cc (UD address handles), unserved.cc (entry points
 // refused with the errno docs/verbs.md gives), convert.cc (errnos, MTUs,
 // GIDs).
 //
@@ -39,7 +40,8 @@
 //   2. Channel::mu      a completion channel's CQ list and events
 //   3. Cq::mu           a CQ's queue-pair lists, arming and event counts
 //   4. Qp::mu           a queue pair's posts, completions and state
-//   5. Context::async_mu  the context's asynchronous events
+//   5. Srq::mu          a shared receive queue's posts and counts
+//   6. Context::async_mu  the context's asynchronous events
 // A notifier thread waiting on a queue pair's doorbell holds none of them
 // (Qp::waiters keeps the queue pair alive meanwhile).
 #ifndef RDMAPLANE_API_VERBS_OBJECTS_H_
@@ -153,6 +155,33 @@ struct Mr {
 struct Qp;
 struct Channel;
 
+// A shared receive queue: a connection slot of the session whose receive
+// ring the queue pairs made with it take receives from (the daemon hands
+// each queue pair one as a message needs it), reported on that queue
+// pair's completions.
+struct Srq {
+  ibv_srq srq;
+  Context* owner = nullptr;
+  Pd* pd = nullptr;
+  rdp_conn conn = 0;  // the slot's handle
+  std::mutex mu;
+  uint32_t max_wr = 0;
+  uint32_t max_sge = 0;
+  // Armed limit (ibv_modify_srq IBV_SRQ_LIMIT): when fewer receives than
+  // this are left, IBV_EVENT_SRQ_LIMIT_REACHED, once; 0: not armed.
+  uint32_t limit = 0;
+  // wr_ids of the receives posted, by index modulo kSlots; `posted`
+  // counts them, `completed` those reported (in any order).
+  std::unique_ptr<uint64_t[]> recv_ids;
+  uint64_t posted = 0;
+  uint64_t completed = 0;
+  uint32_t users = 0;  // queue pairs made with it (under Context::mu)
+};
+Srq* SrqOf(ibv_srq* srq);
+// A receive of `s` (index `index`) completed: its wr_id, and the limit
+// event if it is due. Caller holds the queue pair's mutex.
+uint64_t TakeSharedReceive(Srq* s, uint64_t index);
+
 struct Cq {
   ibv_cq cq;
   Channel* channel = nullptr;
@@ -209,6 +238,8 @@ struct Qp {
   // application moved it there: later ones are flushed). qp.state and
   // attr.qp_state mirror it (SyncState).
   rc::lifecycle::QpLifecycle life{rc::lifecycle::QpType::kRc};
+  // Its shared receive queue, or null (its own receives).
+  Srq* srq = nullptr;
   // Receives: wr_ids of [rcompleted, rposted), by index modulo kSlots.
   std::unique_ptr<uint64_t[]> recv_ids;
   uint64_t rposted = 0;

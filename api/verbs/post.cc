@@ -79,7 +79,14 @@ void SyncState(Qp* q) {
 }
 
 void SetError(Qp* q) {
-  q->life.OnFatalError();
+  // A queue pair with a shared receive queue tells the application when
+  // it has taken its last receive from it (IBA 11.6.3: once in ERR).
+  if (q->life.OnFatalError() && q->srq != nullptr) {
+    ibv_async_event event{};
+    event.event_type = IBV_EVENT_QP_LAST_WQE_REACHED;
+    event.element.qp = &q->qp;
+    RaiseAsyncEvent(q->owner, event);
+  }
   SyncState(q);
 }
 
@@ -151,7 +158,14 @@ void Pump(Qp* q) {
     const int n = client->TakeReceived(q->conn, got, 64);
     for (int i = 0; i < n; ++i) {
       const uint64_t index = got[i].wr_id;
-      if (index < q->rcompleted || index >= q->rposted) continue;  // not ours
+      uint64_t wr_id;
+      if (q->srq != nullptr) {
+        wr_id = TakeSharedReceive(q->srq, index);  // in any order
+      } else if (index < q->rcompleted || index >= q->rposted) {
+        continue;  // not ours
+      } else {
+        wr_id = q->recv_ids[index % kSlots];
+      }
       const ibv_wc_status status = q->life.ShouldFlush()
                                        ? IBV_WC_WR_FLUSH_ERR
                                        : RecvStatusOf(got[i].status);
@@ -161,7 +175,7 @@ void Pump(Qp* q) {
         SetError(q);
       }
       ibv_wc wc =
-          MakeWc(q, q->recv_ids[index % kSlots],
+          MakeWc(q, wr_id,
                  got[i].op == shm::kRecvWriteImm ? IBV_WC_RECV_RDMA_WITH_IMM
                                                  : IBV_WC_RECV,
                  status, got[i].byte_len);
@@ -174,7 +188,7 @@ void Pump(Qp* q) {
         wc.src_qp = got[i].src_qp;
       }
       AddRecvWc(q, wc, (got[i].flags & shm::kCompletionSolicited) != 0);
-      q->rcompleted = index + 1;
+      if (q->srq == nullptr) q->rcompleted = index + 1;
     }
     if (n < 64) break;
   }
@@ -288,7 +302,8 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Qp* q = QpOf(ibqp);
   std::lock_guard<std::mutex> lock(q->mu);
-  if (!q->life.CanPostRecv()) {
+  // Its receives come from its shared receive queue (ibv_post_srq_recv).
+  if (!q->life.CanPostRecv() || q->srq != nullptr) {
     *bad_wr = wr;
     return EINVAL;
   }

@@ -125,14 +125,18 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
       init->qp_type != IBV_QPT_UD) {
     return Fail<ibv_qp*>(EOPNOTSUPP, nullptr);
   }
-  if (init->srq != nullptr) return Fail<ibv_qp*>(EOPNOTSUPP, nullptr);
+  // A shared receive queue of the same context.
+  if (init->srq != nullptr && init->srq->context != pd->context) {
+    return Fail<ibv_qp*>(EINVAL, nullptr);
+  }
   Context* c = Ctx(pd->context);
   const shm::DeviceInfo& info = c->info;
   ibv_qp_cap& cap = init->cap;
   if (init->send_cq == nullptr || init->recv_cq == nullptr ||
       cap.max_send_wr > info.max_qp_wr || cap.max_send_sge > info.max_sge ||
-      cap.max_recv_wr > shm::kRecvRingEntries ||
-      cap.max_recv_sge > info.max_sge || cap.max_inline_data > kMaxInline) {
+      (init->srq == nullptr && (cap.max_recv_wr > shm::kRecvRingEntries ||
+                                cap.max_recv_sge > info.max_sge)) ||
+      cap.max_inline_data > kMaxInline) {
     return Fail<ibv_qp*>(EINVAL, nullptr);
   }
   auto q = std::make_unique<Qp>();
@@ -141,6 +145,11 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   q->scq = CqOf(init->send_cq);
   q->rcq = CqOf(init->recv_cq);
   q->sig_all = init->sq_sig_all != 0;
+  if (init->srq != nullptr) {
+    q->srq = SrqOf(init->srq);
+    cap.max_recv_wr = 0;  // its receives are the queue's
+    cap.max_recv_sge = 0;
+  }
   q->life = rc::lifecycle::QpLifecycle(
       init->qp_type == IBV_QPT_UC   ? rc::lifecycle::QpType::kUc
       : init->qp_type == IBV_QPT_UD ? rc::lifecycle::QpType::kUd
@@ -165,7 +174,8 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   auto made = c->client->CreateQueuePair(
       q->pd->id, init->qp_type == IBV_QPT_UC   ? shm::kQpServiceUc
                  : init->qp_type == IBV_QPT_UD ? shm::kQpServiceUd
-                                               : shm::kQpServiceRc);
+                                               : shm::kQpServiceRc,
+      q->srq != nullptr ? q->srq->conn : 0);
   if (!made.ok()) {
     if (q->inline_buf != nullptr) {
       (void)c->client->DeregisterMemory(q->inline_lkey);
@@ -183,6 +193,8 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   q->qp.qp_num = made->qpn;
   q->qp.state = IBV_QPS_RESET;
   q->qp.qp_type = init->qp_type;
+  q->qp.srq = init->srq;
+  if (q->srq != nullptr) ++q->srq->users;
   pthread_mutex_init(&q->qp.mutex, nullptr);
   pthread_cond_init(&q->qp.cond, nullptr);
   q->attr.qp_state = IBV_QPS_RESET;
@@ -352,6 +364,7 @@ int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*mask*/,
     init->send_cq = q->qp.send_cq;
     init->recv_cq = q->qp.recv_cq;
     init->cap = q->cap;
+    init->srq = q->qp.srq;
     init->qp_type = q->qp.qp_type;
     init->sq_sig_all = q->sig_all ? 1 : 0;
   }
@@ -389,6 +402,7 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
     (void)c->client->Free(q->inline_buf);
   }
   --q->pd->users;
+  if (q->srq != nullptr) --q->srq->users;
   pthread_mutex_destroy(&q->qp.mutex);
   pthread_cond_destroy(&q->qp.cond);
   delete q;

@@ -16,11 +16,6 @@
 
 namespace rdmaplane::verbs {
 
-int PostSrqRecv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  *bad_wr = wr;
-  return EOPNOTSUPP;
-}
-
 ibv_mw* AllocMw(ibv_pd*, ibv_mw_type) {
   errno = EOPNOTSUPP;
   return nullptr;
@@ -38,10 +33,6 @@ extern "C" {
 
 // --- Not served: refused with EOPNOTSUPP (docs/verbs.md) ------------------
 
-ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) {
-  return Fail<ibv_srq*>(EOPNOTSUPP, nullptr);
-}
-int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
 int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
 int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
@@ -76,8 +67,6 @@ ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
   return Fail<ibv_mr*>(EOPNOTSUPP, nullptr);
 }
 
-int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) { return EOPNOTSUPP; }
-int ibv_query_srq(ibv_srq*, ibv_srq_attr*) { return EOPNOTSUPP; }
 
 // Enhanced connection establishment: no options to offer or accept
 // (ibv_set_ece(3): EOPNOTSUPP).

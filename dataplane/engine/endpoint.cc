@@ -129,6 +129,20 @@ bool AddressHandles::Lookup(uint32_t handle, rc::DatagramDest* dest) const {
   return true;
 }
 
+namespace {
+
+// Whether the frame begins a message that consumes a receive request: the
+// first packet of a SEND (or a datagram), or a packet with immediate data.
+bool NeedsReceive(const wire::ParsedPacket& pkt) {
+  const wire::OpcodeInfo& info = wire::InfoOf(pkt.bth.opcode);
+  return ((info.op_class == wire::OpcodeClass::kSend ||
+           info.op_class == wire::OpcodeClass::kDatagram) &&
+          (info.flags & wire::kOpFirst) != 0) ||
+         wire::HasImm(pkt.bth.opcode);
+}
+
+}  // namespace
+
 void Endpoint::HandleFrame(const wire::ParsedPacket& pkt) {
   // The responder may touch our client's memory: not once it exited (a
   // frame dropped while it may be dying is sent again).
@@ -138,7 +152,11 @@ void Endpoint::HandleFrame(const wire::ParsedPacket& pkt) {
   // pulled them yet (UC would drop the message, RC send an RNR NAK).
   if (qp_->recv_outstanding() == 0 && info_.receive.valid() &&
       qp_->state() == rc::QpState::kReadyToSend) {
-    PullReceives(kReceivesPulledForAFrame);
+    if (!info_.shared_receive) {
+      PullReceives(kReceivesPulledForAFrame);
+    } else if (NeedsReceive(pkt)) {
+      PullReceives(1);  // one for this message, none kept from the others
+    }
   }
   qp_->HandleFrame(pkt);
 }
@@ -372,6 +390,7 @@ void Endpoint::PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
 }
 
 void Endpoint::CompleteRecv(const rc::RecvCompletion& c) {
+  shared_taken_.reset();
   int32_t status = shm::kStatusOk;
   if (c.status == rc::WcStatus::kLocalLengthError) {
     status = shm::kStatusNoBuffers;  // the message did not fit
@@ -427,6 +446,8 @@ uint32_t Endpoint::PullReceives(uint32_t budget) {
       if (r != rc::PostResult::kOk) {
         status = r == rc::PostResult::kNotConnected ? shm::kStatusNotConnected
                                                     : shm::kStatusInvalid;
+      } else if (info_.shared_receive) {
+        shared_taken_ = e.wr_id;
       }
     }
     if (status != shm::kStatusOk) {
@@ -730,6 +751,12 @@ void Endpoint::Close(CloseReason reason) {
     ReleasePins(direct_copy_.pins);
   }
   const CloseOutcome outcome = OutcomeOf(reason);
+  // A receive taken from a shared receive queue and not used goes back to
+  // the client, ended (its own receives it ends itself, by count).
+  if (shared_taken_.has_value() && !client_gone_) {
+    PushRecvCompletion(*shared_taken_, outcome.status, shm::kRecv, 0, 0, 0);
+    shared_taken_.reset();
+  }
   shm::PublishFinal(info_.header, info_.slot, outcome.state, outcome.status,
                     published_retired_);
   ring_bell_ = false;
@@ -751,7 +778,8 @@ uint32_t Endpoint::Poll(uint32_t budget) {
     // The QP may have entered the error state on a frame (a NAK, a bad
     // response): no request is handed to it after that; it closes below.
     if (qp_->state() == rc::QpState::kReadyToSend) {
-      work += PullReceives(budget);
+      // A shared receive queue's receives are taken as frames need them.
+      if (!info_.shared_receive) work += PullReceives(budget);
       work += PullRequests(budget);
     }
     work += qp_->Poll(budget);

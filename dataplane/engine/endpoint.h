@@ -153,6 +153,10 @@ struct EndpointInfo {
   // Receive requests: given only to verbs queue pairs (over a port); left
   // invalid, no receive is ever looked for.
   shm::SpscRing<shm::RecvEntry> receive;
+  // `receive` is a shared receive queue's, which other endpoints of the
+  // same engine take from too: a receive is taken only when a message
+  // needs one, one at a time.
+  bool shared_receive = false;
   // The client process (pidfd_open), to confirm that it exited when its
   // liveness mutex says it may have; -1: no such check. Not owned.
   int owner_pidfd = -1;
@@ -266,6 +270,10 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // info.receive was given).
   uint32_t PullReceives(uint32_t budget);
   static constexpr uint32_t kReceivesPulledForAFrame = 32;
+  // Shared receive queue: the receive this endpoint took for its QP and
+  // the QP has not completed (at most one), to end flushed if the
+  // connection closes first.
+  std::optional<uint64_t> shared_taken_;
   // Whether the completion ring keeps room for one more request taken.
   bool CompletionRoom() const;
   void Push(const shm::CompletionEntry& c);

@@ -865,7 +865,7 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
     if (op < 86) {
       r.op = static_cast<uint32_t>(1 + rng.below(9));
     } else if (op < 92) {
-      r.op = rng.percent(50) ? 0 : static_cast<uint32_t>(10 + rng.below(8));
+      r.op = rng.percent(50) ? 0 : static_cast<uint32_t>(10 + rng.below(10));
     } else {
       r.op = rng.u32();
     }
@@ -1020,6 +1020,9 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
         return shm::kStatusNetDown;  // this daemon has no data port
       case shm::kOpDestroyAh:
         return shm::kStatusInvalid;  // so no handle was ever given
+      case shm::kOpCreateSrq:
+      case shm::kOpDestroySrq:
+        return std::nullopt;  // valid or not by the domains and queues made
       case shm::kOpAllocPd:
       case shm::kOpDeallocPd:
       case shm::kOpCreateQp:
@@ -1067,7 +1070,7 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
       ASSERT_GE(resp.status, shm::kStatusAgain);
       ASSERT_LE(resp.status, shm::kStatusOk);
       ++statuses[resp.status];
-      if (r.op < shm::kOpRegisterLocal || r.op > shm::kOpDestroyAh) {
+      if (r.op < shm::kOpRegisterLocal || r.op > shm::kOpDestroySrq) {
         ++unknown_ops;
       }
       // Whether a slot or key is valid can depend on an earlier request of
@@ -1761,6 +1764,23 @@ TEST_F(MaliciousTest, QueuePairMovesOutsideTheLifecycleAreRefused) {
     ASSERT_TRUE(other.ok()) << other.status();
     EXPECT_TRUE(client->Disconnect(other->conn).ok());
   }
+  // Shared receive queues: made in a protection domain; a queue pair names
+  // only one of this session's; destroyed once, and not while used.
+  EXPECT_EQ(RdpCode(client->CreateSharedReceiveQueue(*pd + 1000).status()),
+            RDP_ERR_INVALID);
+  auto srq = client->CreateSharedReceiveQueue(*pd);
+  ASSERT_TRUE(srq.ok()) << srq.status();
+  auto on_srq = client->CreateQueuePair(*pd, shm::kQpServiceRc, *srq);
+  ASSERT_TRUE(on_srq.ok()) << on_srq.status();
+  EXPECT_EQ(RdpCode(client->DestroySharedReceiveQueue(*srq)), RDP_ERR_AGAIN);
+  // A connection slot that is a queue pair is no shared receive queue.
+  EXPECT_EQ(RdpCode(client->CreateQueuePair(*pd, shm::kQpServiceRc,
+                                            on_srq->conn)
+                        .status()),
+            RDP_ERR_INVALID);
+  EXPECT_TRUE(client->Disconnect(on_srq->conn).ok());
+  EXPECT_TRUE(client->DestroySharedReceiveQueue(*srq).ok());
+  EXPECT_EQ(RdpCode(client->DestroySharedReceiveQueue(*srq)), RDP_ERR_INVALID);
   // Address handles: none without a data port to reach anyone, and none
   // to destroy that the session was not given.
   EXPECT_EQ(RdpCode(client->CreateAddressHandle(0x0A000002).status()),

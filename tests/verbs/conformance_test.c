@@ -2599,17 +2599,6 @@ static void t_unsupported(void) {
     }
   }
 
-  struct ibv_srq_init_attr sattr;
-  memset(&sattr, 0, sizeof(sattr));
-  sattr.attr.max_wr = 4;
-  sattr.attr.max_sge = 1;
-  errno = 0;
-  struct ibv_srq* srq = ibv_create_srq(d->pd, &sattr);
-  check(srq == NULL && errno == EOPNOTSUPP,
-        "ibv_create_srq fails with EOPNOTSUPP", "srq %p errno %d", (void*)srq,
-        errno);
-  if (srq != NULL) ibv_destroy_srq(srq);
-
   errno = 0;
   struct ibv_mw* mw = ibv_alloc_mw(d->pd, IBV_MW_TYPE_1);
   check(mw == NULL && errno == EOPNOTSUPP,
@@ -4006,6 +3995,149 @@ static void t_many_qps(void) {
         "failed");
 }
 
+/* Takes one asynchronous event of `type` for `what` within 10 s. */
+static bool take_async(struct ibv_context* c, enum ibv_event_type type,
+                       const void* what) {
+  if (!async_ready(c, 10000)) return false;
+  struct ibv_async_event ev;
+  if (ibv_get_async_event(c, &ev) != 0) return false;
+  const bool ok =
+      ev.event_type == type &&
+      (type == IBV_EVENT_SRQ_LIMIT_REACHED ? (const void*)ev.element.srq
+                                           : (const void*)ev.element.qp) ==
+          what;
+  ibv_ack_async_event(&ev);
+  return ok;
+}
+
+/* Shared receive queues (ibv_create_srq(3), ibv_post_srq_recv(3),
+ * ibv_modify_srq(3)): two queue pairs take their receives from one queue,
+ * in the order messages come; the limit event and the last-WQE event;
+ * what is refused. */
+static void t_srq(struct bufs* b) {
+  step("shared receive queues");
+  struct dev* d = &g_dev[1];
+  struct ibv_srq_init_attr sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.attr.max_wr = 513;
+  sa.attr.max_sge = 1;
+  errno = 0;
+  struct ibv_srq* too_big = ibv_create_srq(d->pd, &sa);
+  check(too_big == NULL && errno == EINVAL,
+        "ibv_create_srq beyond 512 receives is EINVAL", "srq %p errno %d",
+        (void*)too_big, errno);
+  sa.attr.max_wr = 8;
+  struct ibv_srq* srq = ibv_create_srq(d->pd, &sa);
+  check(srq != NULL, "ibv_create_srq", "errno %d", errno);
+  if (srq == NULL) return;
+  struct ibv_srq_attr qa;
+  int r = ibv_query_srq(srq, &qa);
+  check(r == 0 && qa.max_wr == 8 && qa.max_sge == 1 && qa.srq_limit == 0,
+        "ibv_query_srq", "r %d max_wr %u", r, qa.max_wr);
+
+  /* Two pairs; the receiving ends (on rdmaplane1) share the queue. */
+  struct pair p[2];
+  memset(p, 0, sizeof(p));
+  bool ok = true;
+  for (int k = 0; k < 2 && ok; ++k) {
+    ok = make_side(&p[k].s[0], &g_dev[0], &kDefaultOpts);
+    struct side* rcv = &p[k].s[1];
+    rcv->dev = d;
+    rcv->cq = ibv_create_cq(d->ctx, 64, NULL, NULL, 0);
+    struct ibv_qp_init_attr init;
+    memset(&init, 0, sizeof(init));
+    init.send_cq = rcv->cq;
+    init.recv_cq = rcv->cq;
+    init.srq = srq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = 4;
+    init.cap.max_send_sge = 1;
+    rcv->qp = ok && rcv->cq != NULL ? ibv_create_qp(d->pd, &init) : NULL;
+    ok = ok && rcv->qp != NULL && rcv->qp->srq == srq;
+    ok = ok && pair_to_init(&p[k]) && pair_to_rts(&p[k], &kDefaultOpts,
+                                                   &kDefaultOpts);
+  }
+  check(ok, "queue pairs with a shared receive queue connect", "errno %d",
+        errno);
+  if (ok) {
+    struct ibv_sge rs = sge_of(b->remote, 64, b->rmr->lkey);
+    struct ibv_recv_wr rwr = recv_wr(1, &rs, 1);
+    struct ibv_recv_wr* rbad = NULL;
+    r = ibv_post_recv(p[0].s[1].qp, &rwr, &rbad);
+    check(r == EINVAL && rbad == &rwr,
+          "ibv_post_recv on a queue pair with a shared receive queue is EINVAL",
+          "returned %d", r);
+    r = ibv_destroy_srq(srq);
+    check(r == EBUSY, "ibv_destroy_srq while queue pairs use it is EBUSY",
+          "returned %d", r);
+    /* Four receives, 1 KiB apart; three messages: A, B, A. */
+    struct ibv_recv_wr wrs[4];
+    struct ibv_sge sges[4];
+    for (int i = 0; i < 4; ++i) {
+      sges[i] = sge_of(b->remote + 1024 * i, 1024, b->rmr->lkey);
+      wrs[i] = recv_wr(100 + i, &sges[i], 1);
+      wrs[i].next = i < 3 ? &wrs[i + 1] : NULL;
+    }
+    memset(b->remote, 0, 4096);
+    r = ibv_post_srq_recv(srq, &wrs[0], &rbad);
+    check(r == 0, "ibv_post_srq_recv of a list of 4", "returned %d", r);
+    const int order[3] = {0, 1, 0};
+    for (int m = 0; m < 3; ++m) {
+      fill(b->local + 1024 * m, 500, 200 + m);
+      struct ibv_sge ss = sge_of(b->local + 1024 * m, 500, b->lmr->lkey);
+      struct ibv_send_wr sw = rdma_wr(IBV_WR_SEND, 10 + m, &ss, 1, 0, 0,
+                                      IBV_SEND_SIGNALED);
+      const int st = post_once(&p[order[m]].s[0], &sw, "SEND to an SRQ", NULL);
+      struct ibv_wc wc;
+      memset(&wc, 0, sizeof(wc));
+      const int n = wait_wcs(p[order[m]].s[1].cq, &wc, 1, 10000);
+      check(st == IBV_WC_SUCCESS && n == 1 && wc.status == IBV_WC_SUCCESS &&
+                wc.wr_id == (uint64_t)(100 + m) && wc.byte_len == 500 &&
+                wc.qp_num == p[order[m]].s[1].qp->qp_num &&
+                first_diff(b->local + 1024 * m, b->remote + 1024 * m, 500) ==
+                    500,
+            "each message takes the shared queue's next receive, on the "
+            "queue pair it came to",
+            "message %d: %s, %d completions, wr_id %llu, len %u", m,
+            wc_name(st), n, (unsigned long long)wc.wr_id, wc.byte_len);
+    }
+    /* One receive left: a limit of 2 is reached by the next message. */
+    struct ibv_srq_attr lim;
+    memset(&lim, 0, sizeof(lim));
+    lim.srq_limit = 9;
+    r = ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT);
+    check(r == EINVAL, "an SRQ limit above max_wr is EINVAL", "returned %d",
+          r);
+    lim.srq_limit = 2;
+    r = ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT);
+    check(r == 0, "ibv_modify_srq arms the limit", "returned %d", r);
+    struct ibv_sge ss = sge_of(b->local, 10, b->lmr->lkey);
+    struct ibv_send_wr sw = rdma_wr(IBV_WR_SEND, 20, &ss, 1, 0, 0,
+                                    IBV_SEND_SIGNALED);
+    (void)post_once(&p[1].s[0], &sw, "SEND to an SRQ", NULL);
+    struct ibv_wc wc;
+    const int n = wait_wcs(p[1].s[1].cq, &wc, 1, 10000);
+    check(n == 1 && wc.wr_id == 103 &&
+              take_async(d->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, srq),
+          "IBV_EVENT_SRQ_LIMIT_REACHED once fewer receives than the limit "
+          "are left", "%d completions, wr_id %llu", n,
+          (unsigned long long)wc.wr_id);
+    r = ibv_query_srq(srq, &qa);
+    check(r == 0 && qa.srq_limit == 0, "the limit is disarmed by its event",
+          "limit %u", qa.srq_limit);
+    r = to_state(p[0].s[1].qp, IBV_QPS_ERR);
+    check(r == 0 && take_async(d->ctx, IBV_EVENT_QP_LAST_WQE_REACHED,
+                               p[0].s[1].qp),
+          "IBV_EVENT_QP_LAST_WQE_REACHED when a queue pair with a shared "
+          "receive queue enters ERR", "modify returned %d", r);
+  }
+  free_pair(&p[0]);
+  free_pair(&p[1]);
+  r = ibv_destroy_srq(srq);
+  check(r == 0, "ibv_destroy_srq once no queue pair uses it", "returned %d",
+        r);
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "--port-down") == 0) {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -4069,6 +4201,7 @@ int main(int argc, char** argv) {
       t_rereg(&b);
       t_uc(&b);
       t_ud(&b);
+      t_srq(&b);
       free_bufs(&b);
       t_many_qps();
     }

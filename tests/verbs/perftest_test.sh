@@ -21,8 +21,9 @@
 #        hugepages: as root only, with 64 free hugepages (reserved here when
 #        missing; nr_hugepages is set back at every exit); otherwise this
 #        case alone is skipped, saying why.
-#      - ibverbs-utils' ibv_rc_pingpong, ibv_uc_pingpong and
-#        ibv_ud_pingpong (SEND/RECV,
+#      - ibverbs-utils' ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong
+#        and ibv_srq_pingpong (16 queue pairs on one shared receive queue)
+#        (SEND/RECV,
 #        -g 0 for RoCE), polling and with -e, with -c, and with both ends
 #        on daemon A: both print the bytes and iterations they exchanged,
 #        and neither reports invalid data.
@@ -61,7 +62,7 @@ daemon_bin="$3"
 verbs_so="$(realpath "$4")"
 for tool in ibv_devices ibv_devinfo ib_write_bw ib_read_bw ib_write_lat ib_read_lat \
   ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat ibv_rc_pingpong ibv_uc_pingpong \
-  ibv_ud_pingpong; do
+  ibv_ud_pingpong ibv_srq_pingpong; do
   command -v "$tool" >/dev/null ||
     e2e_fail "$tool is not installed (deploy/setup.sh installs perftest and ibverbs-utils)"
 done
@@ -418,6 +419,9 @@ perf_pair write_bw_uc tables ib_write_bw -c UC -s 65536 -n 200
 perf_pair send_lat_uc tables ib_send_lat -c UC -s 4096 -n 200
 perf_pair send_lat_uc_events tables ib_send_lat -c UC -e -s 4096 -n 200
 perf_pair send_bw_uc tables ib_send_bw -c UC -s 4096 -n 200
+perf_pair srq_pingpong pingpong ibv_srq_pingpong -g 0 -c -s 4096 -n 200
+perf_pair srq_pingpong_events pingpong ibv_srq_pingpong -g 0 -c -e -s 4096 -n 200
+PERF_CLIENT_SOCK="$sock_a" perf_pair srq_pingpong_loopback pingpong ibv_srq_pingpong -g 0 -c -s 4096 -n 200
 perf_pair ud_pingpong pingpong ibv_ud_pingpong -g 0 -c -s 2048 -n 200
 perf_pair ud_pingpong_events pingpong ibv_ud_pingpong -g 0 -c -e -s 2048 -n 200
 PERF_CLIENT_SOCK="$sock_a" perf_pair ud_pingpong_loopback pingpong ibv_ud_pingpong -g 0 -c -s 2048 -n 200
