@@ -117,12 +117,13 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   info.header = s->header;
   info.slot = slot;
   info.wake = s->engine_wake.get();
-  info.send = s->send[slot];
-  info.completion = s->completion[slot];
+  info.send = s->slots[slot].send;
+  info.completion = s->slots[slot].completion;
   // Receives only for queue pairs set up out of band (verbs): engines never
   // look at the receive ring of any other connection.
   if (c->out_of_band) {
-    info.receive = s->receive[c->srq_slot != shm::kNoSrq ? c->srq_slot : slot];
+    info.receive =
+        s->slots[c->srq_slot != shm::kNoSrq ? c->srq_slot : slot].receive;
     info.shared_receive = c->srq_slot != shm::kNoSrq;
   }
   if (c->life.type() == rc::lifecycle::QpType::kUd) {

@@ -100,7 +100,7 @@ TEST_F(ConnectionsTest, AConnectorTheListenerNeverAcceptsIsReset) {
   ASSERT_EQ(c.status, shm::kStatusOk);
   // Requests wait in the ring while the connection is pending.
   shm::SendEntry e{};
-  ASSERT_TRUE(connector_.s.send[c.connection].TryPush(e));
+  ASSERT_TRUE(connector_.s.slots[c.connection].send.TryPush(e));
   EXPECT_EQ(connector_.final_status(c.connection), 0);
   ASSERT_EQ(connections_.Unlisten(&listener_.s, Op(shm::kOpUnlisten)).status,
             shm::kStatusOk);
@@ -127,7 +127,7 @@ TEST_F(ConnectionsTest, AReusedSlotStartsAfresh) {
       shm::kStatusOk);
   // A request the client posted after the end, left in the ring.
   shm::SendEntry stale{};
-  ASSERT_TRUE(connector_.s.send[c].TryPush(stale));
+  ASSERT_TRUE(connector_.s.slots[c].send.TryPush(stale));
   const shm::ControlResponse again =
       connections_.Connect(&connector_.s, Op(shm::kOpConnect));
   ASSERT_EQ(again.status, shm::kStatusOk);
@@ -135,7 +135,7 @@ TEST_F(ConnectionsTest, AReusedSlotStartsAfresh) {
   EXPECT_EQ(connector_.final_status(c), 0);
   EXPECT_EQ(connector_.s.header->retired[c].load(), 0u);
   EXPECT_EQ(connector_.state(c), shm::kConnUp);
-  EXPECT_EQ(connector_.s.send[c].Size(), 0u)
+  EXPECT_EQ(connector_.s.slots[c].send.Size(), 0u)
       << "the stale request is still there";
   connections_.CloseSession(&connector_.s, false);
   connections_.CloseSession(&listener_.s, false);

@@ -104,22 +104,25 @@ bool Session::FlushHeldAnswers() {
 }
 
 void Session::ResetSlot(uint32_t slot) {
-  if (!send[slot].valid()) {
-    // First use: format the slot's rings where the header (as copied at
-    // hello, checked there to hold them) puts them.
-    const shm::ConnectionSlotRef& c = refs.connections[slot];
-    const shm::RingRef& r = refs.receive[slot];
-    send[slot] = *shm::SpscRing<shm::SendEntry>::Create(
-        region + c.send.offset, c.send.bytes, shm::kSendRingEntries);
-    completion[slot] = *shm::SpscRing<shm::CompletionEntry>::Create(
-        region + c.completion.offset, c.completion.bytes,
-        shm::kCompletionRingEntries);
-    receive[slot] = *shm::SpscRing<shm::RecvEntry>::Create(
-        region + r.offset, r.bytes, shm::kRecvRingEntries);
+  if (slot >= slots.size()) slots.resize(slot + 1);
+  SlotRings& rings = slots[slot];
+  if (!rings.send.valid()) {
+    // First use: format the slot's rings where the layout puts them (the
+    // region was checked at hello to be this layout's size).
+    using shm::SessionRings;
+    const shm::RingRef s = SessionRings::Send(slot);
+    const shm::RingRef c = SessionRings::Completion(slot);
+    const shm::RingRef r = SessionRings::Receive(slot);
+    rings.send = *shm::SpscRing<shm::SendEntry>::Create(region + s.offset,
+                                                       s.bytes, s.capacity);
+    rings.completion = *shm::SpscRing<shm::CompletionEntry>::Create(
+        region + c.offset, c.bytes, c.capacity);
+    rings.receive = *shm::SpscRing<shm::RecvEntry>::Create(region + r.offset,
+                                                          r.bytes, r.capacity);
   } else {
     shm::SendEntry stale;
-    for (uint32_t i = 0; i < send[slot].capacity() &&
-                         send[slot].TryPop(&stale) == shm::PopResult::kOk;
+    for (uint32_t i = 0; i < rings.send.capacity() &&
+                         rings.send.TryPop(&stale) == shm::PopResult::kOk;
          ++i) {
     }
   }
@@ -411,37 +414,23 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
     return refuse("session region: holes could be punched in it");
   }
   s->header = reinterpret_cast<shm::SessionHeader*>(s->region);
-  // Copy the ring table once; later changes by the client are ignored.
-  std::memcpy(static_cast<void*>(&s->refs), s->header, sizeof(s->refs));
-  const shm::SessionHeader& h = s->refs;
-  if (h.magic != shm::kSessionMagic || h.version != shm::kSessionVersion ||
-      h.max_connections != shm::kMaxConnections) {
+  // The header must name this version's limits and ring layout; from then
+  // on the daemon uses that layout, never what the header says.
+  shm::SessionHeader* h = s->header;
+  if (h->magic != shm::kSessionMagic || h->version != shm::kSessionVersion ||
+      h->max_connections != shm::kMaxConnections) {
     return refuse("bad session header (magic, version or limits)");
   }
-  auto in_region = [&](const shm::RingRef& r) {
-    return r.offset % shm::kCacheLine == 0 && r.offset <= s->region_bytes &&
-           r.bytes <= s->region_bytes - r.offset;
-  };
-  bool ok = in_region(h.control_requests) && in_region(h.control_responses);
-  // A slot's rings are formatted here when the slot is first handed out
-  // (Session::ResetSlot): each must have room for its ring.
-  for (const auto& c : h.connections) {
-    ok = ok && in_region(c.send) && in_region(c.completion) &&
-         c.send.bytes >= shm::SpscRing<shm::SendEntry>::BytesFor(
-                             shm::kSendRingEntries) &&
-         c.completion.bytes >= shm::SpscRing<shm::CompletionEntry>::BytesFor(
-                                   shm::kCompletionRingEntries);
+  if (!shm::HasSessionRings(*h)) {
+    return refuse("the ring table is not this version's layout");
   }
-  for (const auto& r : h.receive) {
-    ok = ok && in_region(r) &&
-         r.bytes >=
-             shm::SpscRing<shm::RecvEntry>::BytesFor(shm::kRecvRingEntries);
-  }
-  if (!ok) return refuse("a ring lies outside the session region");
+  using shm::SessionRings;
   auto req = shm::SpscRing<shm::ControlRequest>::Attach(
-      s->region + h.control_requests.offset, h.control_requests.bytes);
+      s->region + SessionRings::ControlRequests().offset,
+      SessionRings::ControlRequests().bytes);
   auto resp = shm::SpscRing<shm::ControlResponse>::Attach(
-      s->region + h.control_responses.offset, h.control_responses.bytes);
+      s->region + SessionRings::ControlResponses().offset,
+      SessionRings::ControlResponses().bytes);
   if (!req.ok() || !resp.ok()) return refuse("control rings are malformed");
   for (auto& state : s->header->connection_state) {
     state.store(shm::kConnFree, std::memory_order_relaxed);

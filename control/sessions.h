@@ -85,14 +85,17 @@ struct Session {
   uint64_t region_bytes = 0;
   int region_fd = -1;
   shm::SessionHeader* header = nullptr;
-  shm::SessionHeader refs;  // ring offsets, copied once at hello
+  // Attached at hello; a slot's rings formatted when the slot is first
+  // handed out (ResetSlot), where shm::SessionRings puts them. Ring headers
+  // are never read from client memory.
   shm::SpscRing<shm::ControlRequest> requests;
   shm::SpscRing<shm::ControlResponse> responses;
-  // Attached once at hello: ring headers are never read from client
-  // memory again.
-  shm::SpscRing<shm::SendEntry> send[shm::kMaxConnections];
-  shm::SpscRing<shm::CompletionEntry> completion[shm::kMaxConnections];
-  shm::SpscRing<shm::RecvEntry> receive[shm::kMaxConnections];
+  struct SlotRings {
+    shm::SpscRing<shm::SendEntry> send;
+    shm::SpscRing<shm::CompletionEntry> completion;
+    shm::SpscRing<shm::RecvEntry> receive;
+  };
+  std::vector<SlotRings> slots;  // by slot, as far as slots were used
   std::map<uint32_t, Arena> arenas;  // by arena id
   Connection* connections[shm::kMaxConnections] = {};
   // Slots that hold a shared receive queue (kOpCreateSrq), and how many

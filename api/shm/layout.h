@@ -60,6 +60,7 @@ struct RingRef {
   uint64_t offset;    // from the start of the session region
   uint32_t capacity;  // entries
   uint32_t bytes;     // SpscRing<T>::BytesFor(capacity)
+  friend constexpr bool operator==(const RingRef&, const RingRef&) = default;
 };
 
 struct ConnectionSlotRef {
@@ -437,45 +438,92 @@ inline bool SessionOwnerMaybeGone(const SessionHeader* h) {
   return (word & kFutexOwnerDied) != 0 || (word & kFutexTidMask) == 0;
 }
 
-// Where a session's creator puts its rings: one after the other from the
-// end of the header, each on a cache line (SpscRing::Create needs it), in
-// the order the layout comment lists them. Fills the header's ring table
-// and returns the offset past the last ring (at most
-// SessionRegionBytes()).
+// Where every ring of a session lies: one after the other from the end of
+// the header, each on a cache line (SpscRing::Create needs it), in the
+// order the layout comment lists them. The one layout of this version:
+// the creator writes it into the header (PlanRings), and the daemon takes
+// a session only when its header says exactly this, then uses these
+// offsets, never the header's.
+inline constexpr uint64_t RoundToCacheLine(uint64_t bytes) {
+  return (bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
+}
+
+struct SessionRings {
+  static constexpr uint64_t Line(uint64_t bytes) {
+    return RoundToCacheLine(bytes);
+  }
+  static constexpr uint32_t kRequestBytes =
+      SpscRing<ControlRequest>::BytesFor(kControlRingEntries);
+  static constexpr uint32_t kResponseBytes =
+      SpscRing<ControlResponse>::BytesFor(kControlRingEntries);
+  static constexpr uint32_t kSendBytes =
+      SpscRing<SendEntry>::BytesFor(kSendRingEntries);
+  static constexpr uint32_t kCompletionBytes =
+      SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries);
+  static constexpr uint32_t kReceiveBytes =
+      SpscRing<RecvEntry>::BytesFor(kRecvRingEntries);
+  static constexpr uint64_t kSlotsAt = sizeof(SessionHeader) +
+                                       RoundToCacheLine(kRequestBytes) +
+                                       RoundToCacheLine(kResponseBytes);
+  static constexpr uint64_t kSlotStride =
+      RoundToCacheLine(kSendBytes) + RoundToCacheLine(kCompletionBytes);
+  static constexpr uint64_t kReceivesAt =
+      kSlotsAt + uint64_t{kMaxConnections} * kSlotStride;
+  static constexpr uint64_t kEnd =
+      kReceivesAt + uint64_t{kMaxConnections} * RoundToCacheLine(kReceiveBytes);
+
+  static constexpr RingRef ControlRequests() {
+    return {sizeof(SessionHeader), kControlRingEntries, kRequestBytes};
+  }
+  static constexpr RingRef ControlResponses() {
+    return {sizeof(SessionHeader) + Line(kRequestBytes), kControlRingEntries,
+            kResponseBytes};
+  }
+  static constexpr RingRef Send(uint32_t slot) {
+    return {kSlotsAt + slot * kSlotStride, kSendRingEntries, kSendBytes};
+  }
+  static constexpr RingRef Completion(uint32_t slot) {
+    return {kSlotsAt + slot * kSlotStride + Line(kSendBytes),
+            kCompletionRingEntries, kCompletionBytes};
+  }
+  static constexpr RingRef Receive(uint32_t slot) {
+    return {kReceivesAt + slot * Line(kReceiveBytes), kRecvRingEntries,
+            kReceiveBytes};
+  }
+};
+
+// Writes SessionRings' layout into the header's ring table; returns the
+// offset past the last ring (at most SessionRegionBytes()).
 inline uint64_t PlanRings(SessionHeader* h) {
-  uint64_t offset = sizeof(SessionHeader);
-  auto place = [&offset](RingRef* ref, uint32_t capacity, uint32_t bytes) {
-    ref->offset = offset;
-    ref->capacity = capacity;
-    ref->bytes = bytes;
-    offset += (bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
-  };
-  place(&h->control_requests, kControlRingEntries,
-        SpscRing<ControlRequest>::BytesFor(kControlRingEntries));
-  place(&h->control_responses, kControlRingEntries,
-        SpscRing<ControlResponse>::BytesFor(kControlRingEntries));
-  for (ConnectionSlotRef& slot : h->connections) {
-    place(&slot.send, kSendRingEntries,
-          SpscRing<SendEntry>::BytesFor(kSendRingEntries));
-    place(&slot.completion, kCompletionRingEntries,
-          SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries));
+  h->control_requests = SessionRings::ControlRequests();
+  h->control_responses = SessionRings::ControlResponses();
+  for (uint32_t i = 0; i < kMaxConnections; ++i) {
+    h->connections[i].send = SessionRings::Send(i);
+    h->connections[i].completion = SessionRings::Completion(i);
+    h->receive[i] = SessionRings::Receive(i);
   }
-  for (RingRef& ref : h->receive) {
-    place(&ref, kRecvRingEntries, SpscRing<RecvEntry>::BytesFor(kRecvRingEntries));
+  return SessionRings::kEnd;
+}
+
+// Whether the header's ring table is SessionRings' layout.
+inline bool HasSessionRings(const SessionHeader& h) {
+  if (!(h.control_requests == SessionRings::ControlRequests()) ||
+      !(h.control_responses == SessionRings::ControlResponses())) {
+    return false;
   }
-  return offset;
+  for (uint32_t i = 0; i < kMaxConnections; ++i) {
+    if (!(h.connections[i].send == SessionRings::Send(i)) ||
+        !(h.connections[i].completion == SessionRings::Completion(i)) ||
+        !(h.receive[i] == SessionRings::Receive(i))) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // Bytes of a session region with every ring, page-rounded.
 constexpr uint64_t SessionRegionBytes() {
-  uint64_t bytes = sizeof(SessionHeader);
-  bytes += SpscRing<ControlRequest>::BytesFor(kControlRingEntries);
-  bytes += SpscRing<ControlResponse>::BytesFor(kControlRingEntries);
-  bytes += kMaxConnections *
-           (SpscRing<SendEntry>::BytesFor(kSendRingEntries) +
-            SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries) +
-            SpscRing<RecvEntry>::BytesFor(kRecvRingEntries));
-  return (bytes + 4095) & ~uint64_t{4095};
+  return (SessionRings::kEnd + 4095) & ~uint64_t{4095};
 }
 
 }  // namespace rdmaplane::shm

@@ -170,6 +170,30 @@ class SpscRing {
     return PopResult::kOk;
   }
 
+  // TryPop in two steps, for a consumer that decides whether to take the
+  // oldest entry from what it sees once that entry is visible (the daemon
+  // looks at a client's other rings after it saw the client's request):
+  // TryPeek copies the entry out without taking it; Consume, right after a
+  // TryPeek that returned kOk, takes it.
+  PopResult TryPeek(T* out) {
+    const uint32_t tail = consumer()->value.load(std::memory_order_relaxed);
+    if (tail != popped_to_ ||
+        seen_head_ - tail - 1 >= capacity_) {  // empty, or not ours
+      // Pairs with the producer's release store in TryPush.
+      seen_head_ = producer()->value.load(std::memory_order_acquire);
+      if (seen_head_ == tail) return PopResult::kEmpty;
+      if (seen_head_ - tail > capacity_) return PopResult::kCorrupted;
+      popped_to_ = tail;
+    }
+    std::memcpy(out, slot(tail), sizeof(T));
+    return PopResult::kOk;
+  }
+  void Consume() {
+    // Pairs with the producer's acquire load of the consumer index.
+    consumer()->value.store(popped_to_ + 1, std::memory_order_release);
+    ++popped_to_;
+  }
+
   // Entries waiting, as seen from either side (a snapshot).
   uint32_t Size() const {
     const uint32_t head = producer()->value.load(std::memory_order_acquire);

@@ -498,5 +498,49 @@ TEST_F(SpscRingUntrusted, ArbitraryIndicesStayInBounds) {
   }
 }
 
+// TryPeek copies the oldest entry out without taking it; Consume takes it.
+// A consumer index the peer rewrote between the two is read again, as
+// TryPop reads it.
+TEST(SpscRingPeek, PeekLeavesTheEntryAndConsumeTakesIt) {
+  GuardedRegion region(Ring::BytesFor(8));
+  auto ring = Ring::Create(region.data(), region.size(), 8);
+  ASSERT_TRUE(ring.ok());
+  uint64_t out = 0;
+  EXPECT_EQ(ring->TryPeek(&out), PopResult::kEmpty);
+  ASSERT_TRUE(ring->TryPush(11));
+  ASSERT_TRUE(ring->TryPush(22));
+  ASSERT_EQ(ring->TryPeek(&out), PopResult::kOk);
+  EXPECT_EQ(out, 11u);
+  EXPECT_EQ(ring->Size(), 2u);  // not taken
+  ASSERT_EQ(ring->TryPeek(&out), PopResult::kOk);
+  EXPECT_EQ(out, 11u);  // still the oldest
+  ring->Consume();
+  EXPECT_EQ(ring->Size(), 1u);
+  EXPECT_EQ(ConsumerIndex(region.data()).load(), 1u);
+  ASSERT_EQ(ring->TryPeek(&out), PopResult::kOk);
+  EXPECT_EQ(out, 22u);
+  ring->Consume();
+  EXPECT_EQ(ring->TryPeek(&out), PopResult::kEmpty);
+  // Peeks and pops mix: each takes what the other left.
+  ASSERT_TRUE(ring->TryPush(33));
+  ASSERT_TRUE(ring->TryPush(44));
+  ASSERT_EQ(ring->TryPop(&out), PopResult::kOk);
+  EXPECT_EQ(out, 33u);
+  ASSERT_EQ(ring->TryPeek(&out), PopResult::kOk);
+  EXPECT_EQ(out, 44u);
+  ring->Consume();
+  EXPECT_EQ(ring->TryPop(&out), PopResult::kEmpty);
+  // A peer moves the consumer index back by one: the entry there is
+  // peeked again, and consumed from where the index now is.
+  ConsumerIndex(region.data()).store(3);
+  ASSERT_EQ(ring->TryPeek(&out), PopResult::kOk);
+  EXPECT_EQ(out, 44u);
+  ring->Consume();
+  EXPECT_EQ(ConsumerIndex(region.data()).load(), 4u);
+  // Moved past the producer: corrupted, as for TryPop.
+  ConsumerIndex(region.data()).store(4 + 100);
+  EXPECT_EQ(ring->TryPeek(&out), PopResult::kCorrupted);
+}
+
 }  // namespace
 }  // namespace rdmaplane::shm

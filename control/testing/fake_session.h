@@ -1,9 +1,10 @@
 // Tests: a client session as SessionServer leaves it after a hello, in
-// plain memory instead of a memfd: the control response ring and every
-// connection slot's rings attached.
+// anonymous memory instead of a memfd: the control response ring attached,
+// a connection slot's rings formatted as the daemon hands the slot out.
 #ifndef RDMAPLANE_CONTROL_TESTING_FAKE_SESSION_H_
 #define RDMAPLANE_CONTROL_TESTING_FAKE_SESSION_H_
 
+#include <sys/mman.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -18,39 +19,29 @@
 
 namespace rdmaplane::control {
 
-struct AlignedDelete {
-  void operator()(uint8_t* p) const {
-    ::operator delete[](p, std::align_val_t(4096));
-  }
+// The region in anonymous memory: zero pages, touched only where the
+// daemon formats rings, as a client's memfd is.
+struct RegionUnmap {
+  void operator()(uint8_t* p) const { munmap(p, shm::SessionRegionBytes()); }
 };
 
 class FakeSession {
  public:
   FakeSession(uint32_t id, uid_t uid)
-      : memory_(static_cast<uint8_t*>(::operator new[](
-            shm::SessionRegionBytes(), std::align_val_t(4096)))) {
-    std::memset(memory_.get(), 0, shm::SessionRegionBytes());
+      : memory_(static_cast<uint8_t*>(
+            mmap(nullptr, shm::SessionRegionBytes(), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0))) {
     s.id = id;
     s.uid = uid;
+    s.region = memory_.get();
+    s.region_bytes = shm::SessionRegionBytes();
     s.header = new (memory_.get()) shm::SessionHeader{};
-    uint64_t offset = sizeof(shm::SessionHeader);
-    const size_t responses =
-        shm::SpscRing<shm::ControlResponse>::BytesFor(shm::kControlRingEntries);
+    shm::PlanRings(s.header);
+    const shm::RingRef responses = shm::SessionRings::ControlResponses();
     s.responses = *shm::SpscRing<shm::ControlResponse>::Create(
-        memory_.get() + offset, responses, shm::kControlRingEntries);
-    offset += (responses + 63) / 64 * 64;
-    for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
-      const size_t send =
-          shm::SpscRing<shm::SendEntry>::BytesFor(shm::kSendRingEntries);
-      const size_t completion = shm::SpscRing<shm::CompletionEntry>::BytesFor(
-          shm::kCompletionRingEntries);
-      s.send[i] = *shm::SpscRing<shm::SendEntry>::Create(
-          memory_.get() + offset, send, shm::kSendRingEntries);
-      offset += (send + 63) / 64 * 64;
-      s.completion[i] = *shm::SpscRing<shm::CompletionEntry>::Create(
-          memory_.get() + offset, completion, shm::kCompletionRingEntries);
-      offset += (completion + 63) / 64 * 64;
-    }
+        memory_.get() + responses.offset, responses.bytes,
+        responses.capacity);
+    // A slot's rings: formatted by Session::ResetSlot when handed out.
   }
   uint32_t state(uint32_t slot) const {
     return s.header->connection_state[slot].load();
@@ -67,7 +58,7 @@ class FakeSession {
   Session s;
 
  private:
-  std::unique_ptr<uint8_t[], AlignedDelete> memory_;
+  std::unique_ptr<uint8_t[], RegionUnmap> memory_;
 };
 
 // A control request of type `op` for `service` (and connection slot

@@ -407,10 +407,9 @@ void Endpoint::CompleteRecv(const rc::RecvCompletion& c) {
 
 uint32_t Endpoint::PullReceives(uint32_t budget) {
   uint32_t n = 0;
-  while (n < budget && info_.receive.valid() && !closed_ &&
-         CompletionRoom() && ClientsLive()) {
+  while (n < budget && info_.receive.valid() && !closed_ && ClientsLive()) {
     shm::RecvEntry e;
-    const shm::PopResult pr = info_.receive.TryPop(&e);
+    const shm::PopResult pr = info_.receive.TryPeek(&e);
     if (pr == shm::PopResult::kEmpty) break;
     if (pr == shm::PopResult::kCorrupted) {
       ++stats_.bad_entries;
@@ -418,6 +417,8 @@ uint32_t Endpoint::PullReceives(uint32_t budget) {
       transport_error_ = true;
       break;
     }
+    if (!CompletionRoom()) break;  // judged as for requests (PullRequests)
+    info_.receive.Consume();
     ++n;
     rc::WorkRequest wr;
     wr.wr_id = e.wr_id;
@@ -463,9 +464,9 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
   // loop runs, and what it posts later must never be carried out.
   while (n < budget && !closed_ && !direct_copy_.active && ClientsLive()) {
     const uint32_t outstanding = pins_tail_ - pins_head_;
-    if (outstanding >= kMaxOutstanding || !CompletionRoom()) break;
+    if (outstanding >= kMaxOutstanding) break;
     shm::SendEntry e;
-    const shm::PopResult pr = info_.send.TryPop(&e);
+    const shm::PopResult pr = info_.send.TryPeek(&e);
     if (pr == shm::PopResult::kEmpty) break;
     if (pr == shm::PopResult::kCorrupted) {
       // The client broke its own ring: its connection cannot go on.
@@ -475,6 +476,11 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
       if (remote()) transport_error_ = true;
       break;
     }
+    // Room for its completion, judged once the request is visible: a
+    // client that moved its completion ring's consumer index before it
+    // posted is seen to have, and the request stays in the ring.
+    if (!CompletionRoom()) break;
+    info_.send.Consume();
     ++n;
     rc::WorkRequest wr;
     Pins& pins = pins_[pins_tail_ & pins_mask_];
