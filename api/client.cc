@@ -1148,20 +1148,21 @@ int Client::PostDatagram(rdp_conn conn, const rdp_sge* sgl,
   return Submit(static_cast<uint32_t>(slot), e, flags, ov);
 }
 
-absl::StatusOr<uint32_t> Client::CreateAddressHandle(uint32_t ip) {
+absl::StatusOr<uint32_t> Client::CallForKey(uint32_t op, uint32_t key) {
   ControlRequest req{};
-  req.op = shm::kOpCreateAh;
-  req.key = ip;
+  req.op = op;
+  req.key = key;
   ControlResponse resp;
   if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
   return resp.key;
 }
 
+absl::StatusOr<uint32_t> Client::CreateAddressHandle(uint32_t ip) {
+  return CallForKey(shm::kOpCreateAh, ip);
+}
+
 absl::Status Client::DestroyAddressHandle(uint32_t ah) {
-  ControlRequest req{};
-  req.op = shm::kOpDestroyAh;
-  req.key = ah;
-  return CallStatus(req);
+  return CallForKey(shm::kOpDestroyAh, ah).status();
 }
 
 int Client::PostRecv(rdp_conn conn, uint64_t wr_id, const rdp_sge* sgl,
@@ -1567,18 +1568,11 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
 }
 
 absl::StatusOr<uint32_t> Client::AllocPd() {
-  ControlRequest req{};
-  req.op = shm::kOpAllocPd;
-  ControlResponse resp;
-  if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
-  return resp.key;
+  return CallForKey(shm::kOpAllocPd, 0);
 }
 
 absl::Status Client::DeallocPd(uint32_t pd) {
-  ControlRequest req{};
-  req.op = shm::kOpDeallocPd;
-  req.key = pd;
-  return CallStatus(req);
+  return CallForKey(shm::kOpDeallocPd, pd).status();
 }
 
 absl::StatusOr<uint32_t> Client::RegisterPdMemory(uint32_t pd, void* addr,

@@ -242,6 +242,8 @@ class Client {
   // The slot of a connection handle; -1 unless it names an open
   // connection.
   int SlotOf(rdp_conn conn) const;
+  // A control request of `op` naming `key`; the key the answer names.
+  absl::StatusOr<uint32_t> CallForKey(uint32_t op, uint32_t key);
   rdp_conn HandleOf(uint32_t slot) const;
   // Ends the work of every connection (rdp_close): the daemon takes them all
   // back, then every request not completed ends as aborted.

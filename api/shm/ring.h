@@ -155,22 +155,12 @@ class SpscRing {
   // producer published. Another handle of the same ring (a copy, a new
   // Attach) or a peer rewriting the index makes this handle read again.
   PopResult TryPop(T* out) {
-    const uint32_t tail = consumer()->value.load(std::memory_order_relaxed);
-    if (tail != popped_to_ ||
-        seen_head_ - tail - 1 >= capacity_) {  // empty, or not ours
-      // Pairs with the producer's release store in TryPush.
-      seen_head_ = producer()->value.load(std::memory_order_acquire);
-      if (seen_head_ == tail) return PopResult::kEmpty;
-      if (seen_head_ - tail > capacity_) return PopResult::kCorrupted;
-    }
-    std::memcpy(out, slot(tail), sizeof(T));
-    // Pairs with the producer's acquire load of the consumer index.
-    consumer()->value.store(tail + 1, std::memory_order_release);
-    popped_to_ = tail + 1;
-    return PopResult::kOk;
+    const PopResult r = TryPeek(out);
+    if (r == PopResult::kOk) Consume();
+    return r;
   }
 
-  // TryPop in two steps, for a consumer that decides whether to take the
+  // TryPop's two steps, for a consumer that decides whether to take the
   // oldest entry from what it sees once that entry is visible (the daemon
   // looks at a client's other rings after it saw the client's request):
   // TryPeek copies the entry out without taking it; Consume, right after a

@@ -16,20 +16,9 @@ namespace {
 
 using testing::Fixture;
 using testing::Pattern;
+using testing::Send;
 
 constexpr uint64_t kSecond = 1'000'000'000;
-
-WorkRequest Send(uint64_t id, uint8_t* src, uint32_t len, uint32_t flags = 0,
-                 uint32_t imm = 0) {
-  WorkRequest wr;
-  wr.wr_id = id;
-  wr.opcode = WrOpcode::kSend;
-  wr.flags = flags;
-  wr.num_sge = 1;
-  wr.sge[0] = {src, len};
-  wr.imm = imm;
-  return wr;
-}
 
 // A receive over two buffers of `half` bytes each.
 WorkRequest Recv(uint64_t id, uint8_t* dst, uint32_t half) {

@@ -100,6 +100,38 @@ struct Fixture {
   std::vector<uint8_t> b_region;
 };
 
+// A SEND of `len` bytes from `src` (with kWrImmediate, `imm` goes along).
+inline WorkRequest Send(uint64_t id, uint8_t* src, uint32_t len,
+                        uint32_t flags = 0, uint32_t imm = 0) {
+  WorkRequest wr;
+  wr.wr_id = id;
+  wr.opcode = WrOpcode::kSend;
+  wr.flags = flags;
+  wr.num_sge = 1;
+  wr.sge[0] = {src, len};
+  wr.imm = imm;
+  return wr;
+}
+
+// A receive request of one buffer.
+inline WorkRequest Recv(uint64_t id, uint8_t* dst, uint32_t len) {
+  WorkRequest wr;
+  wr.wr_id = id;
+  wr.num_sge = 1;
+  wr.sge[0] = {dst, len};
+  return wr;
+}
+
+// Steps until nothing moves and nothing is due. For UC and UD, whose
+// requesters are done as soon as they have sent, "idle" must also mean an
+// empty wire. False if it never came to rest.
+inline bool RunUntilQuiet(SimPair& pair) {
+  for (int i = 0; i < 1'000'000; ++i) {
+    if (!pair.Step()) return true;
+  }
+  return false;
+}
+
 inline std::vector<uint8_t> Pattern(size_t n, uint32_t seed) {
   std::vector<uint8_t> v(n);
   uint32_t x = seed * 2654435761u + 1;

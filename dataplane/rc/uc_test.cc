@@ -19,6 +19,9 @@ namespace {
 using testing::Decode;
 using testing::Fixture;
 using testing::Pattern;
+using testing::Recv;
+using testing::RunUntilQuiet;
+using testing::Send;
 
 constexpr uint64_t kSecond = 1'000'000'000;
 
@@ -26,35 +29,6 @@ QpConfig UcConfig() {
   QpConfig c = testing::SmallConfig();  // path MTU 256, window 64 packets
   c.type = lifecycle::QpType::kUc;
   return c;
-}
-
-WorkRequest Send(uint64_t id, uint8_t* src, uint32_t len, uint32_t flags = 0,
-                 uint32_t imm = 0) {
-  WorkRequest wr;
-  wr.wr_id = id;
-  wr.opcode = WrOpcode::kSend;
-  wr.flags = flags;
-  wr.num_sge = 1;
-  wr.sge[0] = {src, len};
-  wr.imm = imm;
-  return wr;
-}
-
-WorkRequest Recv(uint64_t id, uint8_t* dst, uint32_t len) {
-  WorkRequest wr;
-  wr.wr_id = id;
-  wr.num_sge = 1;
-  wr.sge[0] = {dst, len};
-  return wr;
-}
-
-// Runs until nothing moves and nothing is due: the requester is done as
-// soon as it has sent, so "idle" must also mean an empty wire.
-bool RunUntilQuiet(SimPair& pair) {
-  for (int i = 0; i < 1'000'000; ++i) {
-    if (!pair.Step()) return true;
-  }
-  return false;
 }
 
 // Counts the frames one direction carries, by opcode, through its tap.

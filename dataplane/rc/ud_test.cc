@@ -19,6 +19,8 @@ namespace {
 
 using testing::Decode;
 using testing::Pattern;
+using testing::Recv;
+using testing::RunUntilQuiet;
 
 constexpr uint32_t kQkey = 0x11111111;
 
@@ -29,37 +31,16 @@ QpConfig UdConfig() {
   return c;
 }
 
-bool RunUntilQuiet(SimPair& pair) {
-  for (int i = 0; i < 1'000'000; ++i) {
-    if (!pair.Step()) return true;
-  }
-  return false;
-}
-
 // A SEND from `from` to `to`'s queue pair.
 WorkRequest Datagram(uint64_t id, const SimPair::Side& to, uint8_t* src,
                      uint32_t len, uint32_t qkey = kQkey, uint32_t flags = 0,
                      uint32_t imm = 0) {
-  WorkRequest wr;
-  wr.wr_id = id;
-  wr.opcode = WrOpcode::kSend;
-  wr.flags = flags;
-  wr.num_sge = 1;
-  wr.sge[0] = {src, len};
-  wr.imm = imm;
+  WorkRequest wr = testing::Send(id, src, len, flags, imm);
   const QpConfig& c = to.qp->config();
   wr.ud.mac = c.path.src_mac;
   wr.ud.ip = c.path.src_ip;
   wr.ud.qpn = c.local_qpn;
   wr.ud.qkey = qkey;
-  return wr;
-}
-
-WorkRequest Recv(uint64_t id, uint8_t* dst, uint32_t len) {
-  WorkRequest wr;
-  wr.wr_id = id;
-  wr.num_sge = 1;
-  wr.sge[0] = {dst, len};
   return wr;
 }
 
