@@ -1085,18 +1085,23 @@ int Client::PostVerbs(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
       (flags & ~shm::kVerbsSendFlags) != 0) {
     return Refuse(ov, RDP_ERR_INVALID);
   }
-  const int slot = SlotOf(conn);
-  if (int err = ConnectionError(slot); err != RDP_OK) return Refuse(ov, err);
   SendEntry e{};
-  uint64_t total = 0;
-  if (int err = FillSgl(&e, sgl, sge_count, &total); err != RDP_OK) {
-    return Refuse(ov, err);
-  }
   e.op = op;
   e.remote_address = remote_address;
   e.rkey = rkey;
   e.imm = imm;
-  return Submit(static_cast<uint32_t>(slot), e, flags, ov);
+  return PostEntry(conn, &e, sgl, sge_count, flags, ov);
+}
+
+int Client::PostEntry(rdp_conn conn, SendEntry* e, const rdp_sge* sgl,
+                      uint32_t sge_count, uint32_t flags, rdp_overlapped* ov) {
+  const int slot = SlotOf(conn);
+  if (int err = ConnectionError(slot); err != RDP_OK) return Refuse(ov, err);
+  uint64_t total = 0;
+  if (int err = FillSgl(e, sgl, sge_count, &total); err != RDP_OK) {
+    return Refuse(ov, err);
+  }
+  return Submit(static_cast<uint32_t>(slot), *e, flags, ov);
 }
 
 int Client::PostAtomic(rdp_conn conn, uint8_t op, const rdp_sge& sge,
@@ -1111,19 +1116,13 @@ int Client::PostAtomic(rdp_conn conn, uint8_t op, const rdp_sge& sge,
       (flags & ~kAtomicFlags) != 0 || sge.length != sizeof(uint64_t)) {
     return Refuse(ov, RDP_ERR_INVALID);
   }
-  const int slot = SlotOf(conn);
-  if (int err = ConnectionError(slot); err != RDP_OK) return Refuse(ov, err);
   SendEntry e{};
-  uint64_t total = 0;
-  if (int err = FillSgl(&e, &sge, 1, &total); err != RDP_OK) {
-    return Refuse(ov, err);
-  }
   e.op = op;
   e.remote_address = remote_address;
   e.rkey = rkey;
   e.compare = op == shm::kSendCompareSwap ? compare : 0;
   e.swap_add = swap_add;
-  return Submit(static_cast<uint32_t>(slot), e, flags, ov);
+  return PostEntry(conn, &e, &sge, 1, flags, ov);
 }
 
 int Client::PostDatagram(rdp_conn conn, const rdp_sge* sgl,
@@ -1133,19 +1132,13 @@ int Client::PostDatagram(rdp_conn conn, const rdp_sge* sgl,
   if (ov == nullptr) return RDP_ERR_FAULT;
   ov->internal[0] = shm::kDetailNone;
   if ((flags & ~shm::kVerbsSendFlags) != 0) return Refuse(ov, RDP_ERR_INVALID);
-  const int slot = SlotOf(conn);
-  if (int err = ConnectionError(slot); err != RDP_OK) return Refuse(ov, err);
   SendEntry e{};
-  uint64_t total = 0;
-  if (int err = FillSgl(&e, sgl, sge_count, &total); err != RDP_OK) {
-    return Refuse(ov, err);
-  }
   e.op = shm::kSendSend;
   e.imm = imm;
   e.ah = ah;
   e.remote_qpn = remote_qpn;
   e.remote_qkey = remote_qkey;
-  return Submit(static_cast<uint32_t>(slot), e, flags, ov);
+  return PostEntry(conn, &e, sgl, sge_count, flags, ov);
 }
 
 absl::StatusOr<uint32_t> Client::CallForKey(uint32_t op, uint32_t key) {

@@ -242,6 +242,10 @@ class Client {
   // The slot of a connection handle; -1 unless it names an open
   // connection.
   int SlotOf(rdp_conn conn) const;
+  // The verbs posts' common end: the connection's slot, the SGL into *e,
+  // and Submit.
+  int PostEntry(rdp_conn conn, shm::SendEntry* e, const rdp_sge* sgl,
+                uint32_t sge_count, uint32_t flags, rdp_overlapped* ov);
   // A control request of `op` naming `key`; the key the answer names.
   absl::StatusOr<uint32_t> CallForKey(uint32_t op, uint32_t key);
   rdp_conn HandleOf(uint32_t slot) const;
