@@ -149,14 +149,12 @@ void Endpoint::HandleFrame(const wire::ParsedPacket& pkt) {
   if (closed_ || !ClientsLive()) return;
   // The frame may start a message that needs a receive request: those the
   // client posted before it arrived serve it, even when this turn has not
-  // pulled them yet (UC would drop the message, RC send an RNR NAK).
+  // pulled them yet (UC would drop the message, RC send an RNR NAK). A
+  // shared receive queue gives one for this message, none kept from the
+  // others. Frames that need none (WRITEs) look at no ring.
   if (qp_->recv_outstanding() == 0 && info_.receive.valid() &&
-      qp_->state() == rc::QpState::kReadyToSend) {
-    if (!info_.shared_receive) {
-      PullReceives(kReceivesPulledForAFrame);
-    } else if (NeedsReceive(pkt)) {
-      PullReceives(1);  // one for this message, none kept from the others
-    }
+      NeedsReceive(pkt) && qp_->state() == rc::QpState::kReadyToSend) {
+    PullReceives(info_.shared_receive ? 1 : kReceivesPulledForAFrame);
   }
   qp_->HandleFrame(pkt);
 }
