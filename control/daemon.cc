@@ -20,6 +20,10 @@
 #include "dataplane/port/eth_port.h"
 
 namespace rdmaplane::control {
+
+// Why a request that needs the data port is refused without one.
+constexpr char kNoDataPort[] =
+    "this daemon has no data port (--port) to reach peers";
 namespace {
 
 using shm::ControlRequest;
@@ -308,8 +312,7 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
         return Reply(shm::kStatusInvalid, "bad service name");
       }
       if (cm_ == nullptr) {
-        return Reply(shm::kStatusNetDown,
-                     "this daemon has no data port (--port) to reach peers");
+        return Reply(shm::kStatusNetDown, kNoDataPort);
       }
       return cm_->Connect(s, req);
     case shm::kOpAccept:
@@ -367,8 +370,7 @@ std::optional<ControlResponse> Daemon::ModifyQueuePair(
   switch (next) {
     case QpState::kRtr: {
       if (cm_ == nullptr) {
-        return Reply(shm::kStatusNetDown,
-                     "this daemon has no data port (--port) to reach peers");
+        return Reply(shm::kStatusNetDown, kNoDataPort);
       }
       if (c->life.type() == rc::lifecycle::QpType::kUd) {
         // No peer: datagrams for its QPN with its Q_Key land from now on.
@@ -403,8 +405,7 @@ std::optional<ControlResponse> Daemon::CreateAddressHandle(
     Session* s, const ControlRequest& req) {
   const uint32_t ip = req.key;
   if (cm_ == nullptr) {
-    return Reply(shm::kStatusNetDown,
-                 "this daemon has no data port (--port) to reach peers");
+    return Reply(shm::kStatusNetDown, kNoDataPort);
   }
   if (ip == 0 || ip == 0xFFFFFFFF || (ip >> 28) == 0xE) {
     return Reply(shm::kStatusInvalid,
