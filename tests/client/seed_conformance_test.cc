@@ -776,13 +776,15 @@ TEST_F(SeedTest, ReadFenceOrdersAfterEarlierReads) {
 
 // The fence as applications use it, end to end: a WRITE whose source is the
 // destination of an earlier READ carries what the READ brought only when it
-// is fenced. The connection's frames cross a link with 5 ms of delay (the
+// is fenced. The connection's frames cross a link with 20 ms of delay (the
 // daemon's in-process copies would run in order anyway). Unfenced, the same
 // WRITE goes out at once with the buffer's old bytes, which shows that the
-// test tells the two apart.
+// test tells the two apart. The READ is deferred until the WRITE is posted,
+// so that the engine finds both in one turn: a client descheduled between
+// its two posts on a busy machine does not let the READ's answer overtake.
 TEST_F(SeedTest, ReadFenceHoldsAWriteUntilTheReadHasLanded) {
   control::DaemonOptions options;
-  ASSERT_EQ(fault::ParseFaultSpec("delay_us=5000,seed=1", &options.link_faults),
+  ASSERT_EQ(fault::ParseFaultSpec("delay_us=20000,seed=1", &options.link_faults),
             "");
   options.retransmit_timeout_ns = 200'000'000;  // well above the delay
   Start(options);
@@ -798,7 +800,7 @@ TEST_F(SeedTest, ReadFenceHoldsAWriteUntilTheReadHasLanded) {
     rdp_sge sge{local, kLen, Lkey(client(), local, kLen)};
     rdp_overlapped read{}, write{};
     ASSERT_EQ(client().Read(cconn(), &sge, 1, source.d()->address, source.bytes,
-                            source.len, 0, &read),
+                            source.len, RDP_FLAG_DEFER, &read),
               RDP_PENDING);
     const uint32_t offset = fenced ? kLen : 0;
     ASSERT_EQ(client().Write(cconn(), &sge, 1, target.bytes, target.len, offset,
