@@ -10,7 +10,6 @@
 #include "api/shm/doorbell.h"
 #include "control/log.h"
 #include "control/reply.h"
-#include "dataplane/port/eth_port.h"
 
 namespace rdmaplane::control {
 namespace {
@@ -56,9 +55,9 @@ std::optional<UserAccounts::Charge> ConnectionTable::ChargeEnd(
 
 ConnectionTable::~ConnectionTable() = default;
 
-void ConnectionTable::AttachPort(port::EthPort* port, const wire::MacAddr& mac,
+void ConnectionTable::AttachPort(rc::FrameSink* tx, const wire::MacAddr& mac,
                                  uint32_t ip, PeerLink* link) {
-  port_ = port;
+  port_tx_ = tx;
   port_mac_ = mac;
   port_ip_ = ip;
   link_ = link;
@@ -167,7 +166,7 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   const rc::Clock* clock = engines_[0]->clock();
   if (c->remote) {
     return std::make_unique<engine::Endpoint>(info, &memory_->table(), clock,
-                                              fault::FaultSpec{}, port_);
+                                              fault::FaultSpec{}, port_tx_);
   }
   return std::make_unique<engine::Endpoint>(info, &memory_->table(), clock,
                                             options_.link_faults);

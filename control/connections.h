@@ -40,10 +40,6 @@
 #include "dataplane/rc/qp_state.h"
 #include "dataplane/wire/roce.h"
 
-namespace rdmaplane::port {
-class EthPort;
-}  // namespace rdmaplane::port
-
 namespace rdmaplane::control {
 
 // Connection manager state of a connection to another daemon.
@@ -161,9 +157,11 @@ class ConnectionTable {
   ConnectionTable(const ConnectionTable&) = delete;
   ConnectionTable& operator=(const ConnectionTable&) = delete;
 
-  // The data port connections to other daemons go through, with our
-  // address on it; `link` hears of their changes.
-  void AttachPort(port::EthPort* port, const wire::MacAddr& mac, uint32_t ip,
+  // Where connections to queue pairs outside this table's pairs go: the
+  // data port's transmit side, or an engine's link to itself (a daemon
+  // without a data port), with our address on it; `link` (null without a
+  // data port) hears of their changes.
+  void AttachPort(rc::FrameSink* tx, const wire::MacAddr& mac, uint32_t ip,
                   PeerLink* link);
 
   // --- Control operations of a session ----------------------------------
@@ -276,7 +274,7 @@ class ConnectionTable {
   std::vector<engine::Engine*> engines_;
   MemoryService* memory_;
   UserAccounts* accounts_;
-  port::EthPort* port_ = nullptr;
+  rc::FrameSink* port_tx_ = nullptr;
   wire::MacAddr port_mac_;
   uint32_t port_ip_ = 0;
   PeerLink* link_ = nullptr;

@@ -1,5 +1,6 @@
 #include "control/daemon.h"
 
+#include <netinet/in.h>
 #include <rte_errno.h>
 #include <unistd.h>
 
@@ -21,9 +22,6 @@
 
 namespace rdmaplane::control {
 
-// Why a request that needs the data port is refused without one.
-constexpr char kNoDataPort[] =
-    "this daemon has no data port (--port) to reach peers";
 namespace {
 
 using shm::ControlRequest;
@@ -105,6 +103,7 @@ absl::Status Daemon::Start() {
     sessions_->Shutdown();
     return st;
   }
+  if (port_ == nullptr) StartSelfLink();
   arena_memory_.AttachPort(port_.get());
   if (cm_ != nullptr) {
     absl::Status st = reactor_.Add(port_engine().control_notify_fd(),
@@ -311,9 +310,7 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
           req.service[0] == '\0') {
         return Reply(shm::kStatusInvalid, "bad service name");
       }
-      if (cm_ == nullptr) {
-        return Reply(shm::kStatusNetDown, kNoDataPort);
-      }
+      if (cm_ == nullptr) return Reply(shm::kStatusNetDown, NoDataPort());
       return cm_->Connect(s, req);
     case shm::kOpAccept:
       return connections_->Accept(s, req);
@@ -369,17 +366,22 @@ std::optional<ControlResponse> Daemon::ModifyQueuePair(
   }
   switch (next) {
     case QpState::kRtr: {
-      if (cm_ == nullptr) {
-        return Reply(shm::kStatusNetDown, kNoDataPort);
-      }
       if (c->life.type() == rc::lifecycle::QpType::kUd) {
         // No peer: datagrams for its QPN with its Q_Key land from now on.
         c->qkey = peer.qkey;
         connections_->StartRemote(c);
         return Reply(shm::kStatusOk);
       }
+      if (cm_ == nullptr && peer.peer_ip != own_ip_) {
+        return Reply(shm::kStatusNetDown, NoDataPort());
+      }
       ControlResponse resp = connections_->SetQueuePairPeer(c, peer);
       if (resp.status != shm::kStatusOk) return resp;
+      if (cm_ == nullptr) {  // a queue pair of ours, over the self link
+        c->peer_mac = kSelfLinkMac;
+        connections_->StartRemote(c);
+        return Reply(shm::kStatusOk);
+      }
       // RTR once the peer's MAC is known (ConnectionManager answers).
       return cm_->StartQueuePair(s, c, req.request_id);
     }
@@ -404,12 +406,12 @@ std::optional<ControlResponse> Daemon::ModifyQueuePair(
 std::optional<ControlResponse> Daemon::CreateAddressHandle(
     Session* s, const ControlRequest& req) {
   const uint32_t ip = req.key;
-  if (cm_ == nullptr) {
-    return Reply(shm::kStatusNetDown, kNoDataPort);
-  }
   if (ip == 0 || ip == 0xFFFFFFFF || (ip >> 28) == 0xE) {
     return Reply(shm::kStatusInvalid,
                  "an address handle names a unicast IPv4 address");
+  }
+  if (cm_ == nullptr && ip != own_ip_) {
+    return Reply(shm::kStatusNetDown, NoDataPort());
   }
   s->EnsureAddressHandles();
   uint32_t handle = 0;
@@ -424,7 +426,9 @@ std::optional<ControlResponse> Daemon::CreateAddressHandle(
                               " address handles"));
   }
   s->address_handle_taken[handle] = true;
-  if (std::optional<wire::MacAddr> mac = cm_->Neighbor(ip)) {
+  // Without a data port the address is ours (above): the self link.
+  if (std::optional<wire::MacAddr> mac =
+          cm_ != nullptr ? cm_->Neighbor(ip) : kSelfLinkMac) {
     s->address_handles->Set(handle, ip, *mac);
     ControlResponse resp = Reply(shm::kStatusOk);
     resp.key = handle;
@@ -490,10 +494,8 @@ void Daemon::ResolveAddressHandles() {
 
 ControlResponse Daemon::QueryDevice() const {
   shm::DeviceInfo d{};
-  if (port_ != nullptr) {
-    d.ip = options_.port.ip;
-    std::memcpy(d.mac, port_mac_.bytes.data(), sizeof(d.mac));
-  }
+  d.ip = own_ip_;
+  std::memcpy(d.mac, port_mac_.bytes.data(), sizeof(d.mac));
   d.path_mtu = static_cast<uint16_t>(connections_->options().path_mtu);
   d.max_qps = std::min(shm::kMaxConnections,
                        connections_->options().max_connections);
@@ -502,7 +504,8 @@ ControlResponse Daemon::QueryDevice() const {
   d.max_cqe = shm::kCompletionRingEntries;
   d.max_sge = shm::kMaxSge;
   d.max_rd_atomic = static_cast<uint8_t>(rc::QpConfig{}.max_rd_atomic);
-  d.link_up = port_ != nullptr && port_->LinkUp() ? 1 : 0;
+  // The self link is always up.
+  d.link_up = port_ == nullptr || port_->LinkUp() ? 1 : 0;
   ControlResponse resp = Reply(shm::kStatusOk);
   resp.descriptor_length = sizeof(d);
   std::memcpy(resp.descriptor, &d, sizeof(d));
@@ -705,6 +708,7 @@ absl::Status Daemon::StartPort() {
   port_ = std::move(*opened);
   port_->SetFaults(p.faults);
   port_mac_ = p.mac.value_or(port_->mac());
+  own_ip_ = p.ip;
   port_engine().AttachPort(port_.get());
   PeerAddress us;
   us.ip = p.ip;
@@ -714,6 +718,24 @@ absl::Status Daemon::StartPort() {
       static_cast<uint32_t>(seed_ * 0x9E3779B97F4A7C15ull >> 33));
   connections_->AttachPort(port_.get(), port_mac_, p.ip, cm_.get());
   return absl::OkStatus();
+}
+
+void Daemon::StartSelfLink() {
+  own_ip_ = options_.port.ip != 0 ? options_.port.ip : INADDR_LOOPBACK;
+  port_mac_ = kSelfLinkMac;
+  port_engine().AttachSelfLink();
+  connections_->AttachPort(port_engine().self_link(), port_mac_, own_ip_,
+                           nullptr);
+  RDP_LOG(kInfo,
+          "no data port: queue pairs reach only each other, at %s (GID "
+          "::ffff:%s)",
+          IpText(own_ip_).c_str(), IpText(own_ip_).c_str());
+}
+
+std::string Daemon::NoDataPort() const {
+  return absl::StrCat("this daemon has no data port (--port) to reach peers; "
+                      "without one its queue pairs reach only each other, at ",
+                      IpText(own_ip_));
 }
 
 void Daemon::StopPort() {

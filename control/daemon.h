@@ -176,6 +176,14 @@ class Daemon {
   DaemonStatus BuildStatus() const;
   void PublishStatus(bool force);
   absl::Status StartPort();
+  // Without a data port the daemon is a network of its own: its queue pairs
+  // reach each other (loopback) over the port engine's link to itself, and
+  // nothing else.
+  void StartSelfLink();
+  // A locally administered MAC (02:...) that no device has.
+  static constexpr wire::MacAddr kSelfLinkMac{{0x02, 0x72, 0x64, 0x70, 0, 1}};
+  // Why a request to reach another address is refused without a data port.
+  std::string NoDataPort() const;
   void StopPort();
   uint64_t NowNs() const { return engines_[0]->clock()->NowNs(); }
   engine::Engine& port_engine() const { return *engines_[0]; }
@@ -212,6 +220,9 @@ class Daemon {
   ArenaMemory arena_memory_;
   std::vector<std::unique_ptr<engine::Engine>> engines_;
   std::unique_ptr<port::EthPort> port_;
+  // Our address: the data port's, or without one (see StartSelfLink) --ip,
+  // else 127.0.0.1, and kSelfLinkMac.
+  uint32_t own_ip_ = 0;
   wire::MacAddr port_mac_;
   bool dpdk_ = false;
   Reactor reactor_;

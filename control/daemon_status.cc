@@ -45,11 +45,10 @@ DaemonStatus Daemon::BuildStatus() const {
       options_.poll_mode == engine::PollMode::kBusy ? "busy" : "adaptive";
   st.mtu = PathMtu();
   st.engines = static_cast<uint32_t>(engines_.size());
-  if (port_ != nullptr) {
-    st.data_port = options_.port.device;
-    st.ip = IpText(options_.port.ip);
-    st.mac = MacText(port_mac_);
-  }
+  if (port_ != nullptr) st.data_port = options_.port.device;
+  // Without a data port: the address of the self link (StartSelfLink).
+  st.ip = IpText(own_ip_);
+  st.mac = MacText(port_mac_);
   sessions_->ForEachReady([&](const Session* s) {
     ClientStatus c;
     c.session_id = s->id;

@@ -72,6 +72,7 @@ class FrameQueue {
   std::span<const uint8_t> Front() const;
   void Pop() { ++head_; }
   bool empty() const { return head_ == tail_; }
+  uint32_t size() const { return tail_ - head_; }
 
  private:
   std::unique_ptr<uint8_t[]> frames_;

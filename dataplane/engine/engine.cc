@@ -65,6 +65,12 @@ void Engine::AttachPort(port::EthPort* port) {
   }
 }
 
+void Engine::AttachSelfLink() {
+  self_rx_ = std::make_unique<FrameQueue>();
+  self_tx_ = std::make_unique<LoopbackTx>(fault::FaultSpec{});
+  self_tx_->Connect(self_rx_.get());
+}
+
 void Engine::SetSiblings(std::span<const int> wake_fds) {
   siblings_ = static_cast<uint32_t>(
       std::min<size_t>(wake_fds.size(), WakeRoute::kMaxEngines));
@@ -170,6 +176,17 @@ void Engine::Dispatch(std::span<const uint8_t> frame) {
   f.length = static_cast<uint16_t>(frame.size());
   std::memcpy(f.bytes, frame.data(), frame.size());
   PassUp(f);
+}
+
+uint32_t Engine::PollSelfLink() {
+  // The frames queued before this turn: what they make the receivers send
+  // (acknowledgements, READ responses) waits for the next one.
+  uint32_t n = std::min(self_rx_->size(), kRxBurstsPerTurn * options_.budget);
+  for (uint32_t i = 0; i < n; ++i) {
+    Dispatch(self_rx_->Front());
+    self_rx_->Pop();
+  }
+  return n;
 }
 
 uint32_t Engine::PollPort() {
@@ -330,7 +347,8 @@ bool Engine::Sleep() {
   bool woken = false;
   if (port_ != nullptr) port_->ArmRxInterrupt();
   bool work = commands_.Size() > 0 || from_control_.Size() > 0 ||
-              (port_ != nullptr && port_->tx_pending() > 0);
+              (port_ != nullptr && port_->tx_pending() > 0) ||
+              (self_rx_ != nullptr && !self_rx_->empty());
   uint64_t next_timer = 0;
   for (uint32_t i = 0; i < count_ && !work; ++i) {
     work = endpoints_[i]->HasWork();
@@ -397,7 +415,9 @@ void Engine::Run() {
     const uint64_t turn_start = ReadTsc();
     MonotonicClock::BeginTurn();
     ApplyCommands();
-    uint32_t work = port_ != nullptr ? PollPort() : 0;
+    uint32_t work = port_ != nullptr     ? PollPort()
+                    : self_rx_ != nullptr ? PollSelfLink()
+                                          : 0;
     for (uint32_t i = 0; i < count_; ++i) {
       Endpoint* e = endpoints_[i];
       work += e->Poll(options_.budget);

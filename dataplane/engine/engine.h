@@ -117,6 +117,13 @@ class Engine {
   // Before Start: the engine owns the port's queues from then on.
   void AttachPort(port::EthPort* port);
   port::EthPort* port() const { return port_; }
+  // Before Start, for a daemon without a data port: a link from the engine
+  // to itself, over which the remote endpoints it serves reach each other
+  // (verbs queue pairs of this daemon connected by its own address). Frames
+  // sent into self_link() come back through the receive path, one turn
+  // later; a full link pushes back on the sender.
+  void AttachSelfLink();
+  rc::FrameSink* self_link() const { return self_tx_.get(); }
 
   void Start();
   void Stop();
@@ -179,6 +186,7 @@ class Engine {
   void Run();
   void ApplyCommands();
   uint32_t PollPort();
+  uint32_t PollSelfLink();
   void Dispatch(std::span<const uint8_t> frame);
   void PassUp(const ControlFrame& f);
   void Remove(Endpoint* e);
@@ -221,6 +229,8 @@ class Engine {
   shm::SpscRing<ControlFrame> from_control_;  // control -> engine
   int notify_fd_ = -1;
   port::EthPort* port_ = nullptr;
+  std::unique_ptr<FrameQueue> self_rx_;  // AttachSelfLink
+  std::unique_ptr<LoopbackTx> self_tx_;
   // Remote endpoints by local QPN; capacity reserved up front, so the loop
   // never allocates.
   absl::flat_hash_map<uint32_t, Endpoint*> by_qpn_;

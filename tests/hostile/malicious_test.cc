@@ -21,6 +21,7 @@
 // Several tests here first reproduced daemon bugs; all are fixed.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -1017,7 +1018,12 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
       case shm::kOpQueryDevice:
         return shm::kStatusOk;
       case shm::kOpCreateAh:
-        return shm::kStatusNetDown;  // this daemon has no data port
+        if (r.key == 0 || r.key == 0xFFFFFFFF || (r.key >> 28) == 0xE) {
+          return shm::kStatusInvalid;  // not a unicast address
+        }
+        // This daemon has no data port: it reaches only its own address.
+        if (r.key == INADDR_LOOPBACK) return std::nullopt;
+        return shm::kStatusNetDown;
       case shm::kOpDestroyAh:
         return shm::kStatusInvalid;  // so no handle was ever given
       case shm::kOpCreateSrq:
@@ -1781,10 +1787,16 @@ TEST_F(MaliciousTest, QueuePairMovesOutsideTheLifecycleAreRefused) {
   EXPECT_TRUE(client->Disconnect(on_srq->conn).ok());
   EXPECT_TRUE(client->DestroySharedReceiveQueue(*srq).ok());
   EXPECT_EQ(RdpCode(client->DestroySharedReceiveQueue(*srq)), RDP_ERR_INVALID);
-  // Address handles: none without a data port to reach anyone, and none
-  // to destroy that the session was not given.
+  // Address handles: without a data port, none to another address than
+  // the daemon's own (127.0.0.1), and none to destroy that the session was
+  // not given.
   EXPECT_EQ(RdpCode(client->CreateAddressHandle(0x0A000002).status()),
             RDP_ERR_NET_DOWN);
+  EXPECT_EQ(RdpCode(client->CreateAddressHandle(0).status()),
+            RDP_ERR_INVALID);
+  auto own_ah = client->CreateAddressHandle(INADDR_LOOPBACK);
+  ASSERT_TRUE(own_ah.ok()) << own_ah.status();
+  EXPECT_TRUE(client->DestroyAddressHandle(*own_ah).ok());
   for (uint32_t ah : {0u, 1u, shm::kMaxAddressHandles, 0xFFFFFFFFu}) {
     EXPECT_EQ(RdpCode(client->DestroyAddressHandle(ah)), RDP_ERR_INVALID)
         << ah;
@@ -1801,9 +1813,16 @@ TEST_F(MaliciousTest, QueuePairMovesOutsideTheLifecycleAreRefused) {
                 qp->conn, static_cast<shm::QpTransition>(99), none)),
             RDP_ERR_INVALID);
   ASSERT_TRUE(client->ModifyQueuePair(qp->conn, shm::kQpToInit, none).ok());
-  // INIT: not RTS.
+  // INIT: not RTS, and without a data port no RTR to a peer elsewhere.
   EXPECT_EQ(RdpCode(client->ModifyQueuePair(qp->conn, shm::kQpToRts, none)),
             RDP_ERR_INVALID);
+  shm::QpPeer elsewhere{};
+  elsewhere.peer_ip = 0x0A000002;
+  elsewhere.peer_qpn = 2;
+  elsewhere.path_mtu = 1024;
+  EXPECT_EQ(
+      RdpCode(client->ModifyQueuePair(qp->conn, shm::kQpToRtr, elsewhere)),
+      RDP_ERR_NET_DOWN);
   ASSERT_TRUE(client->ModifyQueuePair(qp->conn, shm::kQpToErr, none).ok());
   // ERR: only ERR and RESET.
   EXPECT_EQ(RdpCode(client->ModifyQueuePair(qp->conn, shm::kQpToInit, none)),

@@ -89,8 +89,11 @@ flags="$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs rdma
 # shellcheck disable=SC2086 # pkg-config's output is a list of words
 (cd "$tmp/app" && cc -std=c11 -Wall -Wextra -Werror -o app app.c $flags) ||
   fail "the example does not build with: cc -std=c11 app.c $flags"
-ldd "$tmp/app/app" | grep -q "librdmaplane.so.1 => $installed" ||
-  fail "the example does not load the installed library: $(ldd "$tmp/app/app" | grep rdmaplane)"
+# ldd's whole output first: `ldd | grep -q` under pipefail fails whenever
+# grep, having matched, exits before ldd has written everything (SIGPIPE).
+loaded="$(ldd "$tmp/app/app")" || fail "ldd $tmp/app/app failed"
+grep -qF "librdmaplane.so.1 => $installed " <<<"$loaded" ||
+  fail "the example does not load the installed library: $(grep rdmaplane <<<"$loaded")"
 
 # --- 4. run it against the installed daemon ---------------------------------
 "$example_test" "$prefix/sbin/rdmaplaned" "$tmp/app/app" "$tmp/app/app.c"
@@ -126,7 +129,8 @@ done <<<"$verbs_exported"
 echo "verbs exports: $(grep -c '^_\{0,1\}ibv_' <<<"$verbs_exported") ibv_* and _ibv_* symbols, each under a libibverbs version"
 
 # The installed wrapper, library and daemon together, as an application
-# sees them. The daemon has no data port: the port is down, GID ::ffff:0.0.0.0.
+# sees them. The daemon has no data port: its port is its link to itself,
+# active, GID ::ffff:127.0.0.1.
 if command -v ibv_devinfo >/dev/null; then
   rm -f "$sock"
   "$prefix/sbin/rdmaplaned" --socket="$sock" 2>"$tmp/rdmaplaned.log" &
@@ -140,7 +144,8 @@ if command -v ibv_devinfo >/dev/null; then
   RDMAPLANE_VERBS_DEBUG=1 "$run" --socket="$sock" ibv_devinfo -v >"$tmp/devinfo.txt" 2>&1 ||
     fail "rdmaplane-run ibv_devinfo -v failed: $(cat "$tmp/devinfo.txt")"
   for want in $'^hca_id:\trdmaplane0$' 'link_layer:[[:space:]]+Ethernet$' \
-    'GID\[  0\]:[[:space:]]+::ffff:0\.0\.0\.0, RoCE v2$'; do
+    'state:[[:space:]]+PORT_ACTIVE \(4\)$' \
+    'GID\[  0\]:[[:space:]]+::ffff:127\.0\.0\.1, RoCE v2$'; do
     grep -Eq -- "$want" "$tmp/devinfo.txt" ||
       fail "rdmaplane-run ibv_devinfo -v has no line matching /$want/: $(cat "$tmp/devinfo.txt")"
   done
