@@ -85,6 +85,7 @@ RcQp::RcQp(const QpConfig& config, const Env& env)
       sent_limit_(config.send_psn),
       acked_psn_(config.send_psn - 1),
       una_(config.send_psn),
+      window_(config.max_inflight_packets),
       retries_left_(config.retry_count),
       rnr_retries_left_(config.rnr_retry),
       epsn_(config.recv_psn),

@@ -268,6 +268,13 @@ class RcQp {
   // Timeouts in a row without progress: the timeout is doubled that often.
   static constexpr uint32_t kMaxBackoffShift = 6;
   uint32_t backoff_shift_ = 0;
+  // Packets that may be in flight (at most max_inflight_packets). A
+  // retransmission timeout means the path lost a whole window, or the peer
+  // could not take it (a receive ring overflowing, a descheduled peer):
+  // what is resent then is one packet, and each acknowledgement of
+  // progress doubles the window back, so that a resent window does not
+  // overflow the same ring again and again until the retries run out.
+  uint32_t window_;
   uint32_t retries_left_;
   bool went_back_at_una_ = false;  // a NAK or gap already sent us back
                                    // to the current una_

@@ -469,6 +469,47 @@ TEST(QpTest, WindowBoundsPacketsInFlight) {
   EXPECT_TRUE(std::equal(src.begin(), src.end(), f.b_region.begin()));
 }
 
+// A timeout means the whole window was lost (a receive ring overflowed,
+// the peer stalled): what is resent then is one packet, and each
+// acknowledgement of progress doubles the window back, instead of the
+// same window overflowing the same ring again.
+TEST(QpTest, TimeoutShrinksTheWindowToOnePacketThatAcksDoubleBack) {
+  QpConfig c = SmallConfig();  // a window of 64 packets of 256 bytes
+  fault::FaultSpec slow;
+  slow.delay_ns = 20'000;
+  Fixture f(c, slow, slow);
+  // The first window is lost entirely.
+  f.pair.a_to_b.drop = [&](auto) {
+    return f.pair.a.qp->stats().timeouts == 0;
+  };
+  // Packets A sends after the timeout between two of B's ACKs.
+  std::vector<int> rounds;
+  f.pair.a_to_b.tap = [&](auto) {
+    if (f.pair.a.qp->stats().timeouts == 0) return;
+    if (rounds.empty()) rounds.push_back(0);
+    ++rounds.back();
+  };
+  f.pair.b_to_a.tap = [&](auto) {
+    if (!rounds.empty()) rounds.push_back(0);
+  };
+  auto src = Pattern(64 * 256, 5);
+  ASSERT_EQ(f.pair.a.qp->Post(Fixture::Write(1, src.data(), src.size(), 0)),
+            PostResult::kOk);
+  ASSERT_TRUE(f.pair.RunUntilIdle(kSecond));
+  ASSERT_EQ(f.pair.a.cq.completions.size(), 1u);
+  EXPECT_EQ(f.pair.a.cq.completions[0].status, WcStatus::kSuccess);
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), f.b_region.begin()));
+  EXPECT_EQ(f.pair.a.qp->stats().timeouts, 1u);
+  ASSERT_GE(rounds.size(), 4u);
+  EXPECT_EQ(rounds[0], 1) << "one packet resent until the peer answers";
+  EXPECT_EQ(rounds[1], 2);
+  EXPECT_EQ(rounds[2], 4);
+  // 1 + 2 + 4 + ... covers the 64 packets, each resent once.
+  int resent = 0;
+  for (int n : rounds) resent += n;
+  EXPECT_EQ(resent, 64);
+}
+
 TEST(QpTest, ResponderPinsRemoteMemoryOnlyWhileUsingIt) {
   Fixture f;
   // Let the FIRST packet of a write through, then lose everything.

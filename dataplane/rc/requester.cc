@@ -2,6 +2,7 @@
 // READ requests, atomics, ACK/NAK, read-response and atomic-acknowledge
 // processing, in-order completion, go-back-N retransmission and the retry
 // budget.
+#include <algorithm>
 #include <cstring>
 
 #include "dataplane/rc/qp.h"
@@ -28,8 +29,7 @@ uint32_t RcQp::SendRequests(uint32_t budget) {
     }
     // UC keeps no window: nothing it sends is ever acknowledged.
     if (!unreliable() &&
-        static_cast<uint32_t>(next_psn_.DistanceFrom(una_)) >=
-            config_.max_inflight_packets) {
+        static_cast<uint32_t>(next_psn_.DistanceFrom(una_)) >= window_) {
       break;
     }
     if (!SendOnePacket(w)) break;
@@ -97,8 +97,7 @@ bool RcQp::SendOnePacket(Wqe& w) {
     // the window is about to close, so that the window keeps moving.
     h.bth.ack_req =
         last || pkts_since_ack_req_ + 1 >= config_.ack_req_every ||
-        static_cast<uint32_t>((psn + 1).DistanceFrom(una_)) >=
-            config_.max_inflight_packets;
+        static_cast<uint32_t>((psn + 1).DistanceFrom(una_)) >= window_;
     if (first && w.wr.opcode == WrOpcode::kWrite) {
       h.reth.va = w.wr.remote_va;
       h.reth.rkey = w.wr.rkey;
@@ -234,6 +233,7 @@ void RcQp::CheckTimer() {
   // Each timeout without progress doubles the next one: a peer that is
   // slow (descheduled, its queue overflowing) is not taken for a dead one.
   if (backoff_shift_ < kMaxBackoffShift) ++backoff_shift_;
+  window_ = 1;
   timer_deadline_ns_ = env_.clock->NowNs() + RetransmitTimeoutNs();
   GoBack(/*count_retry=*/true);
 }
@@ -243,6 +243,7 @@ void RcQp::OnProgress() {
   rnr_retries_left_ = config_.rnr_retry;
   went_back_at_una_ = false;
   backoff_shift_ = 0;
+  window_ = std::min(window_ * 2, config_.max_inflight_packets);
   timer_deadline_ns_ =
       una_ < sent_limit_ ? env_.clock->NowNs() + RetransmitTimeoutNs() : 0;
 }
