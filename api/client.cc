@@ -565,13 +565,21 @@ rdp_conn Client::AttachConnection(uint32_t slot) {
   }
   c.receive = *shm::SpscRing<shm::RecvEntry>::Attach(
       region_ + header_->receive[slot].offset, header_->receive[slot].bytes);
-  if (c.received == nullptr) {
-    c.received.reset(new CompletionEntry[kReceivedEntries]);
+  // Sized by the depths the daemon formatted the rings with (powers of
+  // two).
+  const uint32_t received = 2 * c.receive.capacity();
+  if (c.received_size != received) {
+    c.received.reset(new CompletionEntry[received]);
+    c.received_size = received;
   }
   c.received_head = c.received_tail = 0;
-  c.deferred.resize(shm::kSendRingEntries);
+  c.deferred.resize(c.send.capacity());
   c.deferred_count = 0;
-  if (c.ledger == nullptr) c.ledger.reset(new Pending[kLedgerEntries]);
+  const uint32_t ledger = kLedgerPerSendEntry * c.send.capacity();
+  if (c.ledger_size != ledger) {
+    c.ledger.reset(new Pending[ledger]);
+    c.ledger_size = ledger;
+  }
   c.posted = 0;
   c.head = 0;
   c.silent = 0;
@@ -633,10 +641,12 @@ absl::StatusOr<rdp_conn> Client::Connect(absl::string_view service,
   return AttachConnection(resp.connection);
 }
 
-absl::StatusOr<rdp_conn> Client::CreateSharedReceiveQueue(uint32_t pd) {
+absl::StatusOr<rdp_conn> Client::CreateSharedReceiveQueue(uint32_t pd,
+                                                          uint32_t depth) {
   ControlRequest req{};
   req.op = shm::kOpCreateSrq;
   req.key = pd;
+  req.length = shm::SlotDepths::Encode(0, depth);
   ControlResponse resp;
   if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
   if (resp.connection >= shm::kMaxConnections) {
@@ -805,9 +815,9 @@ int Refuse(rdp_overlapped* ov, int code) {
 int Client::Post(uint32_t slot, SendEntry& entry, rdp_overlapped* ov,
                  bool defer) {
   Connection& c = connections_[slot];
-  if (c.posted - c.head >= kLedgerEntries) {
+  if (c.posted - c.head >= c.ledger_size) {
     RetireSilent(c, header_->retired[slot].load(std::memory_order_acquire));
-    if (c.posted - c.head >= kLedgerEntries) return RDP_ERR_NO_BUFFERS;
+    if (c.posted - c.head >= c.ledger_size) return RDP_ERR_NO_BUFFERS;
   }
   // The request's index, with the connection's generation so that a
   // completion of the slot's previous connection is never taken for it.
@@ -820,7 +830,7 @@ int Client::Post(uint32_t slot, SendEntry& entry, rdp_overlapped* ov,
     // for what went out.
     return RDP_ERR_NO_BUFFERS;
   }
-  c.ledger[c.posted % kLedgerEntries] = {ov, entry.flags, false};
+  c.ledger[c.posted & (c.ledger_size - 1)] = {ov, entry.flags, false};
   ++c.posted;
   if ((entry.flags & RDP_FLAG_SILENT_SUCCESS) != 0) ++c.silent;
   return RDP_PENDING;
@@ -912,7 +922,7 @@ void Client::RetireSilent(Connection& c, uint32_t retired) {
   // A retired count outside what we posted is not the daemon's: ignored.
   if (retired - c.head > c.posted - c.head) return;
   for (uint32_t i = c.head; i != retired; ++i) {
-    Pending& p = c.ledger[i % kLedgerEntries];
+    Pending& p = c.ledger[i & (c.ledger_size - 1)];
     // A silent success is never reported: its overlapped structure stays
     // as it was posted, and the library forgets it.
     if (!p.done && (p.flags & RDP_FLAG_SILENT_SUCCESS) != 0) {
@@ -920,7 +930,7 @@ void Client::RetireSilent(Connection& c, uint32_t retired) {
       --c.silent;
     }
   }
-  while (c.head != c.posted && c.ledger[c.head % kLedgerEntries].done) {
+  while (c.head != c.posted && c.ledger[c.head & (c.ledger_size - 1)].done) {
     ++c.head;
   }
 }
@@ -931,7 +941,7 @@ rdp_overlapped* Client::Apply(Connection& c, const CompletionEntry& e) {
   if ((e.wr_id >> 32) != c.generation || index - c.head >= c.posted - c.head) {
     return nullptr;
   }
-  Pending& p = c.ledger[index % kLedgerEntries];
+  Pending& p = c.ledger[index & (c.ledger_size - 1)];
   if (p.done) return nullptr;
   p.done = true;
   if ((p.flags & RDP_FLAG_SILENT_SUCCESS) != 0) --c.silent;
@@ -940,7 +950,7 @@ rdp_overlapped* Client::Apply(Connection& c, const CompletionEntry& e) {
   RetireSilent(c, e.retired);
   p.ov->internal[0] = e.detail;
   Finish(p.ov, e.status, e.byte_len);
-  while (c.head != c.posted && c.ledger[c.head % kLedgerEntries].done) {
+  while (c.head != c.posted && c.ledger[c.head & (c.ledger_size - 1)].done) {
     ++c.head;
   }
   return p.ov;
@@ -951,7 +961,7 @@ int Client::EndRemaining(Connection& c, int32_t status, rdp_overlapped** done,
   int n = 0;
   for (uint32_t i = c.head; i != c.posted; ++i) {
     if (done != nullptr && n >= max) break;
-    Pending& p = c.ledger[i % kLedgerEntries];
+    Pending& p = c.ledger[i & (c.ledger_size - 1)];
     if (p.done) continue;
     p.done = true;
     if ((p.flags & RDP_FLAG_SILENT_SUCCESS) != 0) --c.silent;
@@ -959,7 +969,7 @@ int Client::EndRemaining(Connection& c, int32_t status, rdp_overlapped** done,
     if (done != nullptr) done[n] = p.ov;
     ++n;
   }
-  while (c.head != c.posted && c.ledger[c.head % kLedgerEntries].done) {
+  while (c.head != c.posted && c.ledger[c.head & (c.ledger_size - 1)].done) {
     ++c.head;
   }
   // Deferred requests are in the ledger too: once ended, never sent.
@@ -987,10 +997,10 @@ int Client::Reap(uint32_t slot, rdp_overlapped** done, int max) {
   while (done == nullptr || n < max) {
     // Receive completions are set aside for TakeReceived, while there is
     // room (else they wait in the ring).
-    if (c.received_tail - c.received_head >= kReceivedEntries) break;
+    if (c.received_tail - c.received_head >= c.received_size) break;
     if (c.completion.TryPop(&e) != shm::PopResult::kOk) break;
     if (e.op == shm::kRecv || e.op == shm::kRecvWriteImm) {
-      c.received[c.received_tail++ % kReceivedEntries] = e;
+      c.received[c.received_tail++ & (c.received_size - 1)] = e;
       continue;
     }
     rdp_overlapped* ov = Apply(c, e);
@@ -1182,7 +1192,7 @@ int Client::TakeReceived(rdp_conn conn, CompletionEntry* out, int max) {
   Connection& c = connections_[slot];
   int n = 0;
   while (n < max && c.received_head != c.received_tail) {
-    out[n++] = c.received[c.received_head++ % kReceivedEntries];
+    out[n++] = c.received[c.received_head++ & (c.received_size - 1)];
   }
   return n;
 }
@@ -1603,11 +1613,13 @@ absl::Status Client::DeregisterPdMemory(uint32_t pd, uint32_t rkey,
 }
 
 absl::StatusOr<Client::QueuePair> Client::CreateQueuePair(
-    uint32_t pd, shm::QpService service, rdp_conn srq) {
+    uint32_t pd, shm::QpService service, rdp_conn srq, uint32_t send_depth,
+    uint32_t recv_depth) {
   ControlRequest req{};
   req.op = shm::kOpCreateQp;
   req.key = pd;
   req.flags = service;
+  req.length = shm::SlotDepths::Encode(send_depth, recv_depth);
   req.connection = shm::kNoSrq;
   if (srq != 0) {
     const int srq_slot = SlotOf(srq);

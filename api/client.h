@@ -121,14 +121,18 @@ class Client {
   // by Disconnect.
   // With `srq` (CreateSharedReceiveQueue's handle) its receives come from
   // that queue.
+  // `send_depth` and `recv_depth`: the requests its send and receive rings
+  // must hold (up to shm::kMaxSendRingEntries and kMaxRecvRingEntries;
+  // 0: a native connection's depths).
   absl::StatusOr<QueuePair> CreateQueuePair(
       uint32_t pd, shm::QpService service = shm::kQpServiceRc,
-      rdp_conn srq = 0);
+      rdp_conn srq = 0, uint32_t send_depth = 0, uint32_t recv_depth = 0);
   // A shared receive queue in `pd`: receives posted to its handle
   // (PostRecv) serve the queue pairs created with it, whose completion
   // rings report them. Ended by DestroySharedReceiveQueue, which fails
   // while a queue pair still uses it.
-  absl::StatusOr<rdp_conn> CreateSharedReceiveQueue(uint32_t pd);
+  absl::StatusOr<rdp_conn> CreateSharedReceiveQueue(uint32_t pd,
+                                                    uint32_t depth = 0);
   absl::Status DestroySharedReceiveQueue(rdp_conn srq);
   absl::Status ModifyQueuePair(rdp_conn conn, shm::QpTransition to,
                                const shm::QpPeer& peer);
@@ -207,9 +211,10 @@ class Client {
     uint32_t flags = 0;
     bool done = false;
   };
-  // Requests one connection may have posted and not ended: deferred, in
-  // the send ring, taken by the engine, and completed but not reaped.
-  static constexpr uint32_t kLedgerEntries = 1024;
+  // Requests one connection may have posted and not ended (deferred, in
+  // the send ring, taken by the engine, and completed but not reaped): four
+  // times its send ring's depth.
+  static constexpr uint32_t kLedgerPerSendEntry = 4;
 
   struct Connection {
     bool open = false;
@@ -221,21 +226,23 @@ class Client {
     std::vector<shm::SendEntry> deferred;  // reserved at connect time
     uint32_t deferred_count = 0;
     // Every request posted and not ended, by its index (sent as wr_id):
-    // [head, posted) modulo kLedgerEntries. Reserved at connect time.
+    // [head, posted) modulo ledger_size (a power of two). Reserved at
+    // connect time.
     std::unique_ptr<Pending[]> ledger;
+    uint32_t ledger_size = 0;
     uint32_t posted = 0;  // index of the next request
     uint32_t head = 0;    // the oldest request not ended
     uint32_t silent = 0;  // silent requests among them
     // Receives (verbs): the ring, and the completions Reap set aside for
-    // TakeReceived, [received_head, received_tail) modulo kReceivedEntries.
+    // TakeReceived, [received_head, received_tail) modulo received_size:
+    // at most one per receive in the ring and one per receive the daemon
+    // holds, twice the receive ring's depth.
     shm::SpscRing<shm::RecvEntry> receive;
     std::unique_ptr<shm::CompletionEntry[]> received;
+    uint32_t received_size = 0;
     uint32_t received_head = 0;
     uint32_t received_tail = 0;
   };
-  // Receive completions set aside at once: at most one per receive in the
-  // ring and one per receive the daemon holds.
-  static constexpr uint32_t kReceivedEntries = 1024;
 
   Client() = default;
   absl::Status Init(const ClientOptions& options);

@@ -158,6 +158,9 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   qp.retry_count = c->retry_count;
   qp.rnr_retry = c->rnr_retry;
   // A receive queue only where receives can be posted (verbs queue pairs).
+  // Receives the responder takes from the ring and holds at once; a
+  // deeper ring keeps the rest in the client's memory until these are
+  // used.
   qp.rq_depth = c->out_of_band ? shm::kRecvRingEntries : 1;
   qp.min_rnr_timer = c->min_rnr_timer;
   // retry_count, READ depths: QpConfig's defaults, which the CM's REQ and
@@ -310,14 +313,15 @@ ControlResponse ConnectionTable::Accept(Session* s, const ControlRequest& r) {
 // --- Queue pairs connected out of band
 // ---------------------------------------------
 
-ControlResponse ConnectionTable::CreateSharedReceiveQueue(Session* s) {
+ControlResponse ConnectionTable::CreateSharedReceiveQueue(
+    Session* s, const shm::SlotDepths& depths) {
   const int slot = s->FreeSlot();
   if (slot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
   if (s->srq_users.empty()) {
     s->srq_users.assign(shm::kMaxConnections, Session::kNotSrq);
   }
   s->srq_users[slot] = 0;
-  s->ResetSlot(static_cast<uint32_t>(slot));
+  s->ResetSlot(static_cast<uint32_t>(slot), depths);
   ControlResponse resp = Reply(shm::kStatusOk);
   resp.connection = static_cast<uint32_t>(slot);
   return resp;
@@ -338,7 +342,7 @@ ControlResponse ConnectionTable::DestroySharedReceiveQueue(Session* s,
 
 ControlResponse ConnectionTable::CreateQueuePair(
     Session* s, uint32_t pd_scope, rc::lifecycle::QpType type,
-    uint32_t srq_slot) {
+    const shm::SlotDepths& depths, uint32_t srq_slot) {
   if (srq_slot != shm::kNoSrq && !s->IsSrq(srq_slot)) {
     return Reply(shm::kStatusInvalid, "not a shared receive queue");
   }
@@ -361,7 +365,7 @@ ControlResponse ConnectionTable::CreateQueuePair(
   c->open[0] = true;
   c->pmtu = options_.path_mtu;
   s->connections[slot] = c;
-  s->ResetSlot(static_cast<uint32_t>(slot));
+  s->ResetSlot(static_cast<uint32_t>(slot), depths);
   ControlResponse resp = Reply(shm::kStatusOk);
   resp.connection = static_cast<uint32_t>(slot);
   resp.key = c->qpn[0];
@@ -470,7 +474,7 @@ void ConnectionTable::ResetQueuePair(Connection* c) {
   c->cm_deadline_ns = 0;
   c->cm_tries = 0;
   c->waiting = nullptr;
-  c->side[0]->ResetSlot(c->slot[0]);
+  c->side[0]->ResetSlot(c->slot[0], c->side[0]->slots[c->slot[0]].depths);
 }
 
 // --- Connections to other daemons

@@ -192,10 +192,12 @@ class ConnectionTable {
   // StartRemote.
   shm::ControlResponse CreateQueuePair(Session* s, uint32_t pd_scope,
                                        rc::lifecycle::QpType type,
+                                       const shm::SlotDepths& depths = {},
                                        uint32_t srq_slot = shm::kNoSrq);
   // kOpCreateSrq / kOpDestroySrq: a slot whose receive ring queue pairs
   // share; destroyed only once no queue pair uses it.
-  shm::ControlResponse CreateSharedReceiveQueue(Session* s);
+  shm::ControlResponse CreateSharedReceiveQueue(
+      Session* s, const shm::SlotDepths& depths = {});
   shm::ControlResponse DestroySharedReceiveQueue(Session* s, uint32_t slot);
   // The queue pair in `slot` of `s`, or null.
   Connection* QueuePair(const Session& s, uint32_t slot) const;

@@ -24,6 +24,9 @@ namespace rdmaplane::control {
 
 namespace {
 
+constexpr char kDepthsTooLarge[] =
+    "a queue holds at most 4096 send and 4096 receive requests";
+
 using shm::ControlRequest;
 using shm::ControlResponse;
 
@@ -283,7 +286,11 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
           return Reply(shm::kStatusInvalid,
                        "queue pairs are RC (2), UC (3) or UD (4)");
       }
-      return connections_->CreateQueuePair(s, *pd, type, req.connection);
+      const std::optional<shm::SlotDepths> depths =
+          shm::SlotDepths::Decode(req.length);
+      if (!depths) return Reply(shm::kStatusInvalid, kDepthsTooLarge);
+      return connections_->CreateQueuePair(s, *pd, type, *depths,
+                                           req.connection);
     }
     case shm::kOpModifyQp:
       return ModifyQueuePair(s, req);
@@ -293,7 +300,15 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
       if (!memory_.PdScope(*s, req.key)) {
         return Reply(shm::kStatusInvalid, "not a protection domain");
       }
-      return connections_->CreateSharedReceiveQueue(s);
+      {
+        // Only a receive depth.
+        const std::optional<shm::SlotDepths> depths =
+            shm::SlotDepths::Decode(req.length & ~uint64_t{0xFFFFFFFF});
+        if (!depths || (req.length & 0xFFFFFFFF) != 0) {
+          return Reply(shm::kStatusInvalid, kDepthsTooLarge);
+        }
+        return connections_->CreateSharedReceiveQueue(s, *depths);
+      }
     case shm::kOpDestroySrq:
       return connections_->DestroySharedReceiveQueue(s, req.connection);
     case shm::kOpCreateAh:
@@ -500,8 +515,8 @@ ControlResponse Daemon::QueryDevice() const {
   d.max_qps = std::min(shm::kMaxConnections,
                        connections_->options().max_connections);
   d.max_mrs = options_.max_registrations_per_session;
-  d.max_qp_wr = shm::kSendRingEntries;
-  d.max_cqe = shm::kCompletionRingEntries;
+  d.max_qp_wr = std::min(shm::kMaxSendRingEntries, shm::kMaxRecvRingEntries);
+  d.max_cqe = shm::kMaxCompletionRingEntries;
   d.max_sge = shm::kMaxSge;
   d.max_rd_atomic = static_cast<uint8_t>(rc::QpConfig{}.max_rd_atomic);
   // The self link is always up.

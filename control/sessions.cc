@@ -103,29 +103,23 @@ bool Session::FlushHeldAnswers() {
   return sent;
 }
 
-void Session::ResetSlot(uint32_t slot) {
+void Session::ResetSlot(uint32_t slot, const shm::SlotDepths& depths) {
   if (slot >= slots.size()) slots.resize(slot + 1);
   SlotRings& rings = slots[slot];
-  if (!rings.send.valid()) {
-    // First use: format the slot's rings where the layout puts them (the
-    // region was checked at hello to be this layout's size).
-    using shm::SessionRings;
-    const shm::RingRef s = SessionRings::Send(slot);
-    const shm::RingRef c = SessionRings::Completion(slot);
-    const shm::RingRef r = SessionRings::Receive(slot);
-    rings.send = *shm::SpscRing<shm::SendEntry>::Create(region + s.offset,
-                                                       s.bytes, s.capacity);
-    rings.completion = *shm::SpscRing<shm::CompletionEntry>::Create(
-        region + c.offset, c.bytes, c.capacity);
-    rings.receive = *shm::SpscRing<shm::RecvEntry>::Create(region + r.offset,
-                                                          r.bytes, r.capacity);
-  } else {
-    shm::SendEntry stale;
-    for (uint32_t i = 0; i < rings.send.capacity() &&
-                         rings.send.TryPop(&stale) == shm::PopResult::kOk;
-         ++i) {
-    }
-  }
+  // Formatted where the layout puts them (the region was checked at hello
+  // to be this layout's size), each within its room: the depths are at
+  // most the maxima the layout reserves (SlotDepths::Decode).
+  using shm::SessionRings;
+  const shm::RingRef s = SessionRings::Send(slot);
+  const shm::RingRef c = SessionRings::Completion(slot);
+  const shm::RingRef r = SessionRings::Receive(slot);
+  rings.send = *shm::SpscRing<shm::SendEntry>::Create(region + s.offset,
+                                                     s.bytes, depths.send);
+  rings.completion = *shm::SpscRing<shm::CompletionEntry>::Create(
+      region + c.offset, c.bytes, depths.completion);
+  rings.receive = *shm::SpscRing<shm::RecvEntry>::Create(
+      region + r.offset, r.bytes, depths.receive);
+  rings.depths = depths;
   shm::ResetSlot(header, slot);
 }
 

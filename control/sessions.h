@@ -94,6 +94,7 @@ struct Session {
     shm::SpscRing<shm::SendEntry> send;
     shm::SpscRing<shm::CompletionEntry> completion;
     shm::SpscRing<shm::RecvEntry> receive;
+    shm::SlotDepths depths;  // what they were formatted with
   };
   std::vector<SlotRings> slots;  // by slot, as far as slots were used
   std::map<uint32_t, Arena> arenas;  // by arena id
@@ -148,10 +149,10 @@ struct Session {
   bool FlushHeldAnswers();
   // Answers taken requests wait for; no new request is taken meanwhile.
   size_t held_answers() const { return held.size(); }
-  // Readies `slot` for a new connection: drops what a previous user left in
-  // its send ring (bounded: the client moves the indices) and resets its
-  // state words (shm::ResetSlot).
-  void ResetSlot(uint32_t slot);
+  // Readies `slot` for a new connection: formats its rings, empty, with
+  // `depths` where the layout puts them (whatever a previous user left in
+  // them is gone), and resets its state words (shm::ResetSlot).
+  void ResetSlot(uint32_t slot, const shm::SlotDepths& depths = {});
 };
 
 struct SessionPolicy {

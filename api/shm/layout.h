@@ -29,22 +29,29 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "api/shm/ring.h"
 
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 8;
+inline constexpr uint16_t kSessionVersion = 9;
 // Connection slots (connections and verbs queue pairs) of one session. The
 // region reserves room for every slot's rings, but only a slot the daemon
 // hands out is formatted and touched: memory grows with what is used.
 inline constexpr uint32_t kMaxConnections = 1024;
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kControlRingEntries = 64;
+// A slot's rings as a native connection has them; a verbs queue pair or
+// shared receive queue asks for its own depths (SlotDepths), up to the
+// maxima, which the layout reserves room for.
 inline constexpr uint32_t kSendRingEntries = 256;
 inline constexpr uint32_t kCompletionRingEntries = 1024;
 inline constexpr uint32_t kRecvRingEntries = 512;
+inline constexpr uint32_t kMaxSendRingEntries = 4096;
+inline constexpr uint32_t kMaxRecvRingEntries = 4096;
+inline constexpr uint32_t kMaxCompletionRingEntries = 8192;
 inline constexpr uint32_t kDescriptorBytes = 32;
 inline constexpr uint32_t kServiceNameBytes = 64;
 
@@ -156,7 +163,8 @@ enum ControlOp : uint32_t {
   kOpDeallocPd = 11,     // key: the protection domain
   kOpCreateQp = 12,      // key: its protection domain; flags: its
                          // QpService; connection: its shared receive
-                         // queue's slot, or kNoSrq; answers slot and QPN
+                         // queue's slot, or kNoSrq; length: its depths
+                         // (SlotDepths::Encode); answers slot and QPN
   kOpModifyQp = 13,      // connection: slot; flags: QpTransition; QpPeer
   kOpQueryDevice = 14,   // answers a DeviceInfo in the descriptor
   // UD address handles: key: the destination's IPv4 (host order); answers
@@ -167,10 +175,49 @@ enum ControlOp : uint32_t {
   // Shared receive queues (verbs): a connection slot whose receive ring
   // the queue pairs created with it (kOpCreateQp's connection) take their
   // receive requests from, one at a time, as messages need them.
-  // Create: key: the protection domain; answers the slot. Destroy:
-  // connection: the slot (refused while a queue pair uses it).
+  // Create: key: the protection domain; length: its depth (the receive
+  // half of SlotDepths::Encode); answers the slot. Destroy: connection: the
+  // slot (refused while a queue pair uses it).
   kOpCreateSrq = 17,
   kOpDestroySrq = 18,
+};
+
+// How many entries a slot's rings hold: powers of two, the send and
+// receive rings at least what was asked for (kOpCreateQp, kOpCreateSrq),
+// the completion ring one entry for each of theirs, within the maxima.
+struct SlotDepths {
+  uint32_t send = kSendRingEntries;
+  uint32_t receive = kRecvRingEntries;
+  uint32_t completion = kCompletionRingEntries;
+
+  static constexpr uint32_t kMinEntries = 16;
+  static constexpr uint32_t RoundUp(uint32_t n) {
+    uint32_t p = kMinEntries;
+    while (p < n) p <<= 1;
+    return p;
+  }
+  // A request's `length`: send entries in the low 32 bits, receive entries
+  // in the high ones.
+  static constexpr uint64_t Encode(uint32_t send, uint32_t receive) {
+    return uint64_t{send} | uint64_t{receive} << 32;
+  }
+  // The depths a request's `length` asks for, or nullopt when one is above
+  // its maximum (0: the native default).
+  static constexpr std::optional<SlotDepths> Decode(uint64_t length) {
+    const uint64_t send = length & 0xFFFFFFFF;
+    const uint64_t receive = length >> 32;
+    if (send > kMaxSendRingEntries || receive > kMaxRecvRingEntries) {
+      return std::nullopt;
+    }
+    SlotDepths d;
+    d.send = send == 0 ? kSendRingEntries : RoundUp(send);
+    d.receive = receive == 0 ? kRecvRingEntries : RoundUp(receive);
+    d.completion = d.send + d.receive;  // both powers of two
+    uint32_t c = kMinEntries;
+    while (c < d.completion) c <<= 1;
+    d.completion = c;
+    return d;
+  }
 };
 
 // kOpCreateQp's connection when the queue pair has its own receive ring.
@@ -457,11 +504,11 @@ struct SessionRings {
   static constexpr uint32_t kResponseBytes =
       SpscRing<ControlResponse>::BytesFor(kControlRingEntries);
   static constexpr uint32_t kSendBytes =
-      SpscRing<SendEntry>::BytesFor(kSendRingEntries);
+      SpscRing<SendEntry>::BytesFor(kMaxSendRingEntries);
   static constexpr uint32_t kCompletionBytes =
-      SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries);
+      SpscRing<CompletionEntry>::BytesFor(kMaxCompletionRingEntries);
   static constexpr uint32_t kReceiveBytes =
-      SpscRing<RecvEntry>::BytesFor(kRecvRingEntries);
+      SpscRing<RecvEntry>::BytesFor(kMaxRecvRingEntries);
   static constexpr uint64_t kSlotsAt = sizeof(SessionHeader) +
                                        RoundToCacheLine(kRequestBytes) +
                                        RoundToCacheLine(kResponseBytes);
@@ -479,15 +526,17 @@ struct SessionRings {
     return {sizeof(SessionHeader) + Line(kRequestBytes), kControlRingEntries,
             kResponseBytes};
   }
+  // Each ring's room, and in `capacity` the most entries it may hold (the
+  // daemon formats it with the slot's SlotDepths, which its header says).
   static constexpr RingRef Send(uint32_t slot) {
-    return {kSlotsAt + slot * kSlotStride, kSendRingEntries, kSendBytes};
+    return {kSlotsAt + slot * kSlotStride, kMaxSendRingEntries, kSendBytes};
   }
   static constexpr RingRef Completion(uint32_t slot) {
     return {kSlotsAt + slot * kSlotStride + Line(kSendBytes),
-            kCompletionRingEntries, kCompletionBytes};
+            kMaxCompletionRingEntries, kCompletionBytes};
   }
   static constexpr RingRef Receive(uint32_t slot) {
-    return {kReceivesAt + slot * Line(kReceiveBytes), kRecvRingEntries,
+    return {kReceivesAt + slot * Line(kReceiveBytes), kMaxRecvRingEntries,
             kReceiveBytes};
   }
 };

@@ -65,13 +65,16 @@ TEST(RingAbi, BytesFor) {
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 8u);
+  EXPECT_EQ(kSessionVersion, 9u);
   EXPECT_EQ(kMaxConnections, 1024u);
   EXPECT_EQ(kMaxSge, 8u);
   EXPECT_EQ(kControlRingEntries, 64u);
   EXPECT_EQ(kSendRingEntries, 256u);
   EXPECT_EQ(kCompletionRingEntries, 1024u);
   EXPECT_EQ(kRecvRingEntries, 512u);
+  EXPECT_EQ(kMaxSendRingEntries, 4096u);
+  EXPECT_EQ(kMaxRecvRingEntries, 4096u);
+  EXPECT_EQ(kMaxCompletionRingEntries, 8192u);
   EXPECT_EQ(kDescriptorBytes, 32u);
   EXPECT_EQ(kServiceNameBytes, 64u);
   EXPECT_EQ(kDescriptorMagic, 0x44504452u);
@@ -377,11 +380,11 @@ uint64_t PlanSession(SessionHeader& header) {
   header.control_responses =
       Place<ControlResponse>(&cursor, kControlRingEntries);
   for (ConnectionSlotRef& slot : header.connections) {
-    slot.send = Place<SendEntry>(&cursor, kSendRingEntries);
-    slot.completion = Place<CompletionEntry>(&cursor, kCompletionRingEntries);
+    slot.send = Place<SendEntry>(&cursor, kMaxSendRingEntries);
+    slot.completion = Place<CompletionEntry>(&cursor, kMaxCompletionRingEntries);
   }
   for (RingRef& ref : header.receive) {
-    ref = Place<RecvEntry>(&cursor, kRecvRingEntries);
+    ref = Place<RecvEntry>(&cursor, kMaxRecvRingEntries);
   }
   return cursor;
 }
@@ -390,11 +393,51 @@ TEST(SessionRegionBytes, IsPageRoundedAndHoldsEveryRing) {
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t region = SessionRegionBytes();
   static_assert(region % kPage == 0);
-  EXPECT_EQ(region, 160190464u);  // 39109 pages, touched only as used
+  // 409797 pages of address space, each slot's room for its deepest rings;
+  // touched only as used.
+  EXPECT_EQ(region, 1678528512u);
   SessionHeader header{};
   const uint64_t end = PlanSession(header);
   EXPECT_LE(end, region);
   EXPECT_LT(region - end, kPage) << "more than a page of slack";
+}
+
+TEST(SlotDepths, DecodeRoundsUpToPowersOfTwoWithinTheMaxima) {
+  // 0: a native connection's depths.
+  std::optional<SlotDepths> d = SlotDepths::Decode(0);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->send, kSendRingEntries);
+  EXPECT_EQ(d->receive, kRecvRingEntries);
+  EXPECT_EQ(d->completion, kCompletionRingEntries);
+  // At least what was asked, a power of two, at least 16; the completion
+  // ring one entry for each of theirs.
+  d = SlotDepths::Decode(SlotDepths::Encode(1, 100));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->send, 16u);
+  EXPECT_EQ(d->receive, 128u);
+  EXPECT_EQ(d->completion, 256u);
+  d = SlotDepths::Decode(SlotDepths::Encode(4096, 4095));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->send, 4096u);
+  EXPECT_EQ(d->receive, 4096u);
+  EXPECT_EQ(d->completion, kMaxCompletionRingEntries);
+  // Above a maximum: refused, whatever the other half says.
+  EXPECT_FALSE(SlotDepths::Decode(SlotDepths::Encode(4097, 1)));
+  EXPECT_FALSE(SlotDepths::Decode(SlotDepths::Encode(1, 4097)));
+  EXPECT_FALSE(SlotDepths::Decode(~uint64_t{0}));
+  // Every depth Decode gives fits the room the layout reserves.
+  for (uint32_t send : {1u, 16u, 17u, 1000u, 4096u}) {
+    for (uint32_t receive : {0u, 1u, 513u, 4096u}) {
+      d = SlotDepths::Decode(SlotDepths::Encode(send, receive));
+      ASSERT_TRUE(d);
+      EXPECT_LE(SpscRing<SendEntry>::BytesFor(d->send),
+                SessionRings::Send(0).bytes);
+      EXPECT_LE(SpscRing<RecvEntry>::BytesFor(d->receive),
+                SessionRings::Receive(0).bytes);
+      EXPECT_LE(SpscRing<CompletionEntry>::BytesFor(d->completion),
+                SessionRings::Completion(0).bytes);
+    }
+  }
 }
 
 // Each ring's first entry byte pattern, distinct per ring and per entry so

@@ -329,6 +329,11 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
   a->max_pd = static_cast<int>(info.max_mrs);
   a->max_qp_rd_atom = info.max_rd_atomic;
   a->max_ah = static_cast<int>(shm::kMaxAddressHandles);
+  // A shared receive queue is a connection slot whose receive ring holds up
+  // to max_qp_wr requests.
+  a->max_srq = static_cast<int>(info.max_qps);
+  a->max_srq_wr = static_cast<int>(info.max_qp_wr);
+  a->max_srq_sge = info.max_sge;
   a->max_res_rd_atom = info.max_rd_atomic * static_cast<int>(info.max_qps);
   a->max_qp_init_rd_atom = info.max_rd_atomic;
   // Atomics run as one atomic instruction on the target word: atomic

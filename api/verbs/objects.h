@@ -82,9 +82,13 @@ namespace rdmaplane::verbs {
 // which no device reports.
 inline constexpr uint32_t kVendorId = 0xFFFFFF;
 inline constexpr uint32_t kVendorPartId = 0x0001;
-// Send work requests one queue pair tracks at once (the client's ledger);
-// a slot is reused only after this many later posts.
-inline constexpr uint32_t kSlots = 1024;
+// Entries of a queue pair's send slots, receive ids or a shared receive
+// queue's ids: a power of two holding `outstanding` requests, at least 16.
+inline uint32_t SlotsFor(uint32_t outstanding) {
+  uint32_t n = 16;
+  while (n < outstanding) n <<= 1;
+  return n;
+}
 inline constexpr uint32_t kMaxInline = 256;
 // Completion queues live in the front end (lists the completions of their
 // queue pairs are gathered into; they never overflow): what bounds them is
@@ -170,9 +174,11 @@ struct Srq {
   // Armed limit (ibv_modify_srq IBV_SRQ_LIMIT): when fewer receives than
   // this are left, IBV_EVENT_SRQ_LIMIT_REACHED, once; 0: not armed.
   uint32_t limit = 0;
-  // wr_ids of the receives posted, by index modulo kSlots; `posted`
-  // counts them, `completed` those reported (in any order).
+  // wr_ids of the receives posted, by index modulo id_mask + 1 (twice
+  // max_wr: they complete in any order); `posted` counts them, `completed`
+  // those reported.
   std::unique_ptr<uint64_t[]> recv_ids;
+  uint32_t id_mask = 0;
   uint64_t posted = 0;
   uint64_t completed = 0;
   uint32_t users = 0;  // queue pairs made with it (under Context::mu)
@@ -229,10 +235,13 @@ struct Qp {
   ibv_qp_cap cap{};
   bool sig_all = false;
   ibv_qp_attr attr{};  // what ibv_query_qp reports
+  // Send work requests outstanding, by index modulo slot_mask + 1 (at
+  // least cap.max_send_wr): a slot is reused only that many posts later.
   std::unique_ptr<Slot[]> slots;
+  uint32_t slot_mask = 0;
   uint64_t posted = 0;            // send work requests posted
   uint64_t completed = 0;         // every one before this index has completed
-  uint8_t* inline_buf = nullptr;  // kSlots x cap.max_inline_data
+  uint8_t* inline_buf = nullptr;  // one cap.max_inline_data per slot
   uint32_t inline_lkey = 0;
   // Its state: RESET, INIT, RTR, RTS or ERR (a completion failed, or the
   // application moved it there: later ones are flushed). qp.state and
@@ -240,8 +249,10 @@ struct Qp {
   rc::lifecycle::QpLifecycle life{rc::lifecycle::QpType::kRc};
   // Its shared receive queue, or null (its own receives).
   Srq* srq = nullptr;
-  // Receives: wr_ids of [rcompleted, rposted), by index modulo kSlots.
+  // Receives: wr_ids of [rcompleted, rposted), by index modulo
+  // recv_mask + 1 (at least cap.max_recv_wr).
   std::unique_ptr<uint64_t[]> recv_ids;
+  uint32_t recv_mask = 0;
   uint64_t rposted = 0;
   uint64_t rcompleted = 0;
   // Completions gathered from the daemon, not yet polled; for receives,

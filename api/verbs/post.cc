@@ -120,7 +120,7 @@ void AddRecvWc(Qp* q, const ibv_wc& wc, bool solicited) {
 void FlushReceives(Qp* q) {
   for (; q->rcompleted < q->rposted; ++q->rcompleted) {
     AddRecvWc(q,
-              MakeWc(q, q->recv_ids[q->rcompleted % kSlots], IBV_WC_RECV,
+              MakeWc(q, q->recv_ids[q->rcompleted & q->recv_mask], IBV_WC_RECV,
                      IBV_WC_WR_FLUSH_ERR, 0),
               false);
   }
@@ -142,7 +142,7 @@ void Pump(Qp* q) {
     if (n <= 0) break;
     for (int i = 0; i < n; ++i) {
       const uint64_t index = done[i]->context;
-      const Slot& s = q->slots[index % kSlots];
+      const Slot& s = q->slots[index & q->slot_mask];
       const ibv_wc_status status =
           q->life.ShouldFlush()
               ? IBV_WC_WR_FLUSH_ERR
@@ -164,7 +164,7 @@ void Pump(Qp* q) {
       } else if (index < q->rcompleted || index >= q->rposted) {
         continue;  // not ours
       } else {
-        wr_id = q->recv_ids[index % kSlots];
+        wr_id = q->recv_ids[index & q->recv_mask];
       }
       const ibv_wc_status status = q->life.ShouldFlush()
                                        ? IBV_WC_WR_FLUSH_ERR
@@ -220,7 +220,7 @@ SendQueueView ViewOf(const Qp* q) {
   sq.outstanding = q->posted - q->completed;
   if (q->inline_buf != nullptr) {
     sq.inline_dst =
-        q->inline_buf + (q->posted % kSlots) * q->cap.max_inline_data;
+        q->inline_buf + (q->posted & q->slot_mask) * q->cap.max_inline_data;
   }
   sq.inline_lkey = q->inline_lkey;
   return sq;
@@ -230,7 +230,7 @@ int PostOne(Qp* q, const ibv_send_wr* wr) {
   const uint64_t index = q->posted;
   SendRequest req;
   if (int err = TranslateSendWr(*wr, ViewOf(q), &req); err != 0) return err;
-  Slot& s = q->slots[index % kSlots];
+  Slot& s = q->slots[index & q->slot_mask];
   s.wr_id = wr->wr_id;
   s.opcode = req.wc_opcode;
   s.ov.context = index;
@@ -329,7 +329,7 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       *bad_wr = wr;
       return err;
     }
-    q->recv_ids[q->rposted % kSlots] = wr->wr_id;
+    q->recv_ids[q->rposted & q->recv_mask] = wr->wr_id;
     ++q->rposted;
   }
   return 0;

@@ -77,7 +77,7 @@ void EnterError(Qp* q) {
   if (!s.ok()) ReportFailure(s);
   // What the daemon did not end (it did not answer): flushed here.
   for (uint64_t i = q->completed; i < q->posted; ++i) {
-    const Slot& slot = q->slots[i % kSlots];
+    const Slot& slot = q->slots[i & q->slot_mask];
     const int status = __atomic_load_n(&slot.ov.status, __ATOMIC_ACQUIRE);
     if (status == RDP_PENDING) continue;  // an unsignaled one that succeeded
     AddSendWc(q, MakeWc(q, slot.wr_id, slot.opcode,
@@ -134,7 +134,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   ibv_qp_cap& cap = init->cap;
   if (init->send_cq == nullptr || init->recv_cq == nullptr ||
       cap.max_send_wr > info.max_qp_wr || cap.max_send_sge > info.max_sge ||
-      (init->srq == nullptr && (cap.max_recv_wr > shm::kRecvRingEntries ||
+      (init->srq == nullptr && (cap.max_recv_wr > shm::kMaxRecvRingEntries ||
                                 cap.max_recv_sge > info.max_sge)) ||
       cap.max_inline_data > kMaxInline) {
     return Fail<ibv_qp*>(EINVAL, nullptr);
@@ -157,11 +157,15 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
   cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
   q->cap = cap;
-  q->slots.reset(new Slot[kSlots]);
-  q->recv_ids.reset(new uint64_t[kSlots]);
+  const uint32_t send_slots = SlotsFor(cap.max_send_wr);
+  const uint32_t recv_slots = SlotsFor(cap.max_recv_wr);
+  q->slots.reset(new Slot[send_slots]);
+  q->slot_mask = send_slots - 1;
+  q->recv_ids.reset(new uint64_t[recv_slots]);
+  q->recv_mask = recv_slots - 1;
   std::lock_guard<std::mutex> lock(c->mu);
   if (cap.max_inline_data > 0) {
-    const size_t bytes = size_t{kSlots} * cap.max_inline_data;
+    const size_t bytes = size_t{send_slots} * cap.max_inline_data;
     q->inline_buf = static_cast<uint8_t*>(c->client->Alloc(bytes));
     if (q->inline_buf == nullptr) return Fail<ibv_qp*>(ENOMEM, nullptr);
     auto key = c->client->RegisterMemory(q->inline_buf, bytes, RDP_MEM_READ);
@@ -175,7 +179,8 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
       q->pd->id, init->qp_type == IBV_QPT_UC   ? shm::kQpServiceUc
                  : init->qp_type == IBV_QPT_UD ? shm::kQpServiceUd
                                                : shm::kQpServiceRc,
-      q->srq != nullptr ? q->srq->conn : 0);
+      q->srq != nullptr ? q->srq->conn : 0, cap.max_send_wr,
+      cap.max_recv_wr);
   if (!made.ok()) {
     if (q->inline_buf != nullptr) {
       (void)c->client->DeregisterMemory(q->inline_lkey);

@@ -21,7 +21,7 @@ uint64_t TakeSharedReceive(Srq* s, uint64_t index) {
   uint64_t wr_id;
   {
     std::lock_guard<std::mutex> lock(s->mu);
-    wr_id = s->recv_ids[index % kSlots];
+    wr_id = s->recv_ids[index & s->id_mask];
     ++s->completed;
     if (s->limit != 0 && s->posted - s->completed < s->limit) {
       s->limit = 0;  // one event per arming (ibv_modify_srq(3))
@@ -56,7 +56,7 @@ int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       *bad_wr = wr;
       return err;
     }
-    s->recv_ids[s->posted % kSlots] = wr->wr_id;
+    s->recv_ids[s->posted & s->id_mask] = wr->wr_id;
     ++s->posted;
   }
   return 0;
@@ -73,7 +73,7 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
   if (pd == nullptr || init == nullptr) return Fail<ibv_srq*>(EINVAL, nullptr);
   ibv_srq_attr& a = init->attr;
   // A receive ring's entries and a receive's SGEs (docs/verbs.md).
-  if (a.max_wr == 0 || a.max_wr > shm::kRecvRingEntries || a.max_sge == 0 ||
+  if (a.max_wr == 0 || a.max_wr > shm::kMaxRecvRingEntries || a.max_sge == 0 ||
       a.max_sge > shm::kMaxSge || a.srq_limit > a.max_wr) {
     return Fail<ibv_srq*>(EINVAL, nullptr);
   }
@@ -84,10 +84,12 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
   s->max_wr = a.max_wr;
   s->max_sge = a.max_sge;
   s->limit = a.srq_limit;
-  s->recv_ids.reset(new uint64_t[kSlots]);
+  const uint32_t ids = SlotsFor(2 * a.max_wr);
+  s->recv_ids.reset(new uint64_t[ids]);
+  s->id_mask = ids - 1;
   std::lock_guard<std::mutex> lock(c->mu);
   absl::StatusOr<rdp_conn> conn =
-      c->client->CreateSharedReceiveQueue(s->pd->id);
+      c->client->CreateSharedReceiveQueue(s->pd->id, a.max_wr);
   if (!conn.ok()) {
     return Fail<ibv_srq*>(ErrnoOf(conn.status()), nullptr, conn.status());
   }

@@ -62,7 +62,11 @@ void LoopbackTx::Commit(size_t len) {
 
 namespace {
 
-// Pins FIFO and send ring sizes bound the requests outstanding per QP.
+// Requests the engine takes from a send ring and holds at once (its pins
+// FIFO and the QP's send queue); a deeper ring (a verbs queue pair's, up to
+// shm::kMaxSendRingEntries) keeps the rest in the client's memory until
+// these end, so that the daemon's memory per queue pair does not grow with
+// the depth a client asks for.
 constexpr uint32_t kMaxOutstanding = shm::kSendRingEntries;
 
 rc::QpConfig WithDepth(rc::QpConfig c) {
@@ -416,6 +420,9 @@ uint32_t Endpoint::PullReceives(uint32_t budget) {
       break;
     }
     if (!CompletionRoom()) break;  // judged as for requests (PullRequests)
+    // A ring deeper than the queue pair's receive queue keeps the rest
+    // until receives are used.
+    if (qp_->RecvQueueFull()) break;
     info_.receive.Consume();
     ++n;
     rc::WorkRequest wr;

@@ -48,6 +48,11 @@ class RcQp {
   // or the receive a WRITE with immediate data consumes. Only wr_id,
   // num_sge and sge are used.
   PostResult PostRecv(const WorkRequest& wr);
+  // Whether PostRecv would find the receive queue full (rq_depth taken and
+  // not used yet).
+  bool RecvQueueFull() const {
+    return rq_tail_ - rq_head_ >= config_.rq_depth;
+  }
   // Receive requests posted and not yet consumed.
   uint32_t recv_outstanding() const { return rq_tail_ - rq_head_; }
 

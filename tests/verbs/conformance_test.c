@@ -185,6 +185,7 @@ struct qp_opts {
   uint8_t min_rnr_timer; /* set at RTR (this side's RNR NAKs); 0: 12 */
   uint8_t rnr_retry;     /* set at RTS; 0: 7 (for ever) */
   enum ibv_qp_type qp_type; /* 0: IBV_QPT_RC */
+  int cqe;                  /* the CQ's entries; 0: 256 */
 };
 
 static const struct qp_opts kDefaultOpts = {
@@ -202,7 +203,7 @@ static bool make_side(struct side* s, struct dev* d, const struct qp_opts* o) {
       return false;
     }
   }
-  s->cq = ibv_create_cq(d->ctx, 256, s, s->channel, 0);
+  s->cq = ibv_create_cq(d->ctx, o->cqe != 0 ? o->cqe : 256, s, s->channel, 0);
   if (s->cq == NULL) {
     check(false, "ibv_create_cq", "errno %d", errno);
     return false;
@@ -1640,6 +1641,120 @@ static void t_max_send_wr(struct bufs* b) {
           "post %d, %d completions", r, got);
     free(wrs);
   }
+  free_pair(&p);
+}
+
+/* Queues as deep as a device's (ibv_query_device(3): max_qp_wr and
+ * max_srq_wr at least 4096, as issue-level limits ask): a queue pair made
+ * with max_send_wr and max_recv_wr of max_qp_wr holds that many requests
+ * at once. Every receive is posted, then every SEND, before anything is
+ * polled; one more of either is refused with ENOMEM; all complete, in
+ * order, each SEND's bytes in its receive. */
+static void t_deep_queues(struct bufs* b) {
+  step("queues of max_qp_wr requests");
+  struct ibv_device_attr da;
+  if (ibv_query_device(g_dev[0].ctx, &da) != 0) {
+    check(false, "ibv_query_device", "errno %d", errno);
+    return;
+  }
+  check(da.max_qp_wr >= 4096 && da.max_srq_wr >= 4096 && da.max_srq >= 1 &&
+            da.max_srq_sge >= 1 && da.max_cqe >= 65535,
+        "ibv_query_device: max_qp_wr and max_srq_wr at least 4096, "
+        "max_cqe at least 65535, max_srq and max_srq_sge set",
+        "max_qp_wr %d max_srq_wr %d max_srq %d max_srq_sge %d max_cqe %d",
+        da.max_qp_wr, da.max_srq_wr, da.max_srq, da.max_srq_sge, da.max_cqe);
+  const int depth = da.max_qp_wr;
+  const uint32_t kMsg = 16;
+  if ((size_t)depth * kMsg > kBig) return;
+  struct qp_opts o = kDefaultOpts;
+  o.max_send_wr = (uint32_t)depth;
+  o.max_send_sge = 1;
+  o.max_recv_wr = (uint32_t)depth;
+  o.cqe = 2 * depth;
+  struct pair p;
+  if (!connect_pair(&p, &o, &o)) {
+    free_pair(&p);
+    return;
+  }
+  struct side* tx = &p.s[0];
+  struct side* rx = &p.s[1];
+  fill(b->local, (size_t)depth * kMsg, 41);
+  memset(b->remote, 0, (size_t)depth * kMsg);
+  int r = 0;
+  int posted = 0;
+  for (; posted < depth && r == 0; ++posted) {
+    struct ibv_sge sge =
+        sge_of(b->remote + (size_t)posted * kMsg, kMsg, b->rmr->lkey);
+    struct ibv_recv_wr wr = {.wr_id = 5000 + (uint64_t)posted,
+                             .sg_list = &sge,
+                             .num_sge = 1};
+    struct ibv_recv_wr* bad = NULL;
+    r = ibv_post_recv(rx->qp, &wr, &bad);
+  }
+  check(r == 0, "max_qp_wr receives posted at once", "receive %d: %d",
+        posted - 1, r);
+  {
+    struct ibv_sge sge = sge_of(b->remote, kMsg, b->rmr->lkey);
+    struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1};
+    struct ibv_recv_wr* bad = NULL;
+    r = ibv_post_recv(rx->qp, &wr, &bad);
+    check(r == ENOMEM, "one receive more is refused with ENOMEM",
+          "returned %d", r);
+  }
+  r = 0;
+  int sent = 0;
+  for (; sent < depth && r == 0; ++sent) {
+    struct ibv_sge sge =
+        sge_of(b->local + (size_t)sent * kMsg, kMsg, b->lmr->lkey);
+    struct ibv_send_wr wr = {.wr_id = 9000 + (uint64_t)sent,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED};
+    struct ibv_send_wr* bad = NULL;
+    r = ibv_post_send(tx->qp, &wr, &bad);
+  }
+  check(r == 0, "max_qp_wr SENDs posted at once", "SEND %d: %d", sent - 1,
+        r);
+  {
+    struct ibv_sge sge = sge_of(b->local, kMsg, b->lmr->lkey);
+    struct ibv_send_wr wr = {.wr_id = 1,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED};
+    struct ibv_send_wr* bad = NULL;
+    r = ibv_post_send(tx->qp, &wr, &bad);
+    check(r == ENOMEM, "one SEND more is refused with ENOMEM", "returned %d",
+          r);
+  }
+  struct ibv_wc* wc = calloc((size_t)depth, sizeof(*wc));
+  if (wc == NULL) {
+    free_pair(&p);
+    return;
+  }
+  int got = wait_wcs(tx->cq, wc, depth, 60000);
+  int in_order = 0;
+  for (int i = 0; i < got; ++i) {
+    in_order += wc[i].wr_id == 9000 + (uint64_t)i &&
+                wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_SEND;
+  }
+  check(got == depth && in_order == depth,
+        "every SEND completes, in order", "%d of %d, %d in order", got, depth,
+        in_order);
+  got = wait_wcs(rx->cq, wc, depth, 60000);
+  in_order = 0;
+  for (int i = 0; i < got; ++i) {
+    in_order += wc[i].wr_id == 5000 + (uint64_t)i &&
+                wc[i].status == IBV_WC_SUCCESS && wc[i].byte_len == kMsg;
+  }
+  check(got == depth && in_order == depth &&
+            first_diff(b->local, b->remote, (size_t)depth * kMsg) ==
+                (size_t)depth * kMsg,
+        "every receive completes, in order, with its SEND's bytes",
+        "%d of %d, %d in order, first difference at byte %zu", got, depth,
+        in_order, first_diff(b->local, b->remote, (size_t)depth * kMsg));
+  free(wc);
   free_pair(&p);
 }
 
@@ -3324,17 +3439,28 @@ static void t_recv_queue(struct bufs* b) {
   free(lsge);
   free_pair(&p);
 
-  /* The largest receive queue and SGE count served, and one more. */
+  /* The largest receive queue and SGE count served (max_qp_wr, max_sge),
+   * and one more. */
+  struct ibv_device_attr da;
+  if (ibv_query_device(g_dev[1].ctx, &da) != 0) {
+    check(false, "ibv_query_device", "errno %d", errno);
+    return;
+  }
   struct ibv_cq* cq = ibv_create_cq(g_dev[1].ctx, 16, NULL, NULL, 0);
   if (cq == NULL) return;
-  static const struct {
+  const uint32_t max_wr = (uint32_t)da.max_qp_wr;
+  const uint32_t max_sge = (uint32_t)da.max_sge;
+  const struct {
     uint32_t wr, sge;
     bool ok;
     const char* name;
   } kCaps[] = {
-      {512, 8, true, "ibv_create_qp with max_recv_wr 512 and max_recv_sge 8"},
-      {513, 1, false, "ibv_create_qp with max_recv_wr 513 fails with EINVAL"},
-      {1, 9, false, "ibv_create_qp with max_recv_sge 9 fails with EINVAL"},
+      {max_wr, max_sge, true,
+       "ibv_create_qp with max_recv_wr max_qp_wr and max_recv_sge max_sge"},
+      {max_wr + 1, 1, false,
+       "ibv_create_qp with max_recv_wr max_qp_wr + 1 fails with EINVAL"},
+      {1, max_sge + 1, false,
+       "ibv_create_qp with max_recv_sge max_sge + 1 fails with EINVAL"},
   };
   for (size_t i = 0; i < sizeof(kCaps) / sizeof(kCaps[0]); ++i) {
     struct ibv_qp_init_attr init;
@@ -4017,15 +4143,26 @@ static bool take_async(struct ibv_context* c, enum ibv_event_type type,
 static void t_srq(struct bufs* b) {
   step("shared receive queues");
   struct dev* d = &g_dev[1];
+  struct ibv_device_attr da;
+  if (ibv_query_device(d->ctx, &da) != 0) {
+    check(false, "ibv_query_device", "errno %d", errno);
+    return;
+  }
   struct ibv_srq_init_attr sa;
   memset(&sa, 0, sizeof(sa));
-  sa.attr.max_wr = 513;
+  sa.attr.max_wr = (uint32_t)da.max_srq_wr + 1;
   sa.attr.max_sge = 1;
   errno = 0;
   struct ibv_srq* too_big = ibv_create_srq(d->pd, &sa);
   check(too_big == NULL && errno == EINVAL,
-        "ibv_create_srq beyond 512 receives is EINVAL", "srq %p errno %d",
-        (void*)too_big, errno);
+        "ibv_create_srq beyond max_srq_wr receives is EINVAL",
+        "max_srq_wr %d: srq %p errno %d", da.max_srq_wr, (void*)too_big,
+        errno);
+  sa.attr.max_wr = (uint32_t)da.max_srq_wr;
+  struct ibv_srq* largest = ibv_create_srq(d->pd, &sa);
+  check(largest != NULL, "ibv_create_srq of max_srq_wr receives",
+        "max_srq_wr %d: errno %d", da.max_srq_wr, errno);
+  if (largest != NULL) ibv_destroy_srq(largest);
   sa.attr.max_wr = 8;
   struct ibv_srq* srq = ibv_create_srq(d->pd, &sa);
   check(srq != NULL, "ibv_create_srq", "errno %d", errno);
@@ -4181,6 +4318,7 @@ int main(int argc, char** argv) {
       t_unsignaled(&b);
       t_inline(&b);
       t_max_send_wr(&b);
+      t_deep_queues(&b);
       t_shared_cq(&b);
       t_remote_errors(&b);
       t_atomics(&b);
