@@ -183,6 +183,10 @@ class Client {
   // completion it made is in the rings (acquire), the rest end with its
   // final status.
   bool ConnectionEnded(rdp_conn conn);
+  // The daemon's port state word (shm::SessionHeader::port_state).
+  uint32_t PortState() const {
+    return header_->port_state.load(std::memory_order_acquire);
+  }
   // Takes up to max receive completions (op shm::kRecv or kRecvWriteImm)
   // that Poll set aside, in order.
   int TakeReceived(rdp_conn conn, shm::CompletionEntry* out, int max);

@@ -84,6 +84,9 @@ Daemon::Daemon(const DaemonOptions& options)
   SessionHooks hooks;
   hooks.closing = [this](Session* s) { SessionClosing(s); };
   hooks.status = [this] { return BuildStatus(); };
+  hooks.ready = [this](Session* s) {
+    s->header->port_state.store(port_state_, std::memory_order_release);
+  };
   sessions_ =
       std::make_unique<SessionServer>(policy, &reactor_, &arena_memory_,
                                       &accounts_, &counters_, std::move(hooks));
@@ -108,6 +111,7 @@ absl::Status Daemon::Start() {
   }
   if (port_ == nullptr) StartSelfLink();
   arena_memory_.AttachPort(port_.get());
+  port_state_ = port_ == nullptr || port_->LinkUp() ? 1 : 0;
   if (cm_ != nullptr) {
     absl::Status st = reactor_.Add(port_engine().control_notify_fd(),
                                    [this] { cm_->DrainControlFrames(); });
@@ -174,6 +178,7 @@ void Daemon::ControlLoop() {
     table_.Reclaim();
     arena_memory_.Reap();
     sessions_->DropStalledAdmin(absl::Now());
+    PublishPortState();
     UpdateGauges();
     if (telemetry_) PublishStatus(/*force=*/false);
   }
@@ -189,6 +194,21 @@ void Daemon::ControlLoop() {
     reactor_.RunOnce(10);
     cm_->Tick();
   }
+}
+
+void Daemon::PublishPortState() {
+  // Asked of the device (a system call for some) at most every 10 ms.
+  const uint64_t now = NowNs();
+  if (now < next_port_look_ns_) return;
+  next_port_look_ns_ = now + 10'000'000;
+  // Without a data port the port is the self link, always up.
+  const uint32_t up = port_ == nullptr || port_->LinkUp() ? 1 : 0;
+  if ((port_state_ & 1) == up) return;
+  port_state_ = ((port_state_ >> 1) + 1) << 1 | up;
+  RDP_LOG(kInfo, "data port link %s", up != 0 ? "up" : "down");
+  sessions_->ForEachReady([&](Session* s) {
+    s->header->port_state.store(port_state_, std::memory_order_release);
+  });
 }
 
 void Daemon::UpdateGauges() {

@@ -172,6 +172,11 @@ class Daemon {
   // A session is ending: its connections, listeners and registrations go.
   void SessionClosing(Session* s);
   void UpdateGauges();
+  // Writes the data port's link state into every session's header when it
+  // changed (shm::SessionHeader::port_state); control thread.
+  void PublishPortState();
+  uint32_t port_state_ = 1;  // up, no change yet (port_state's format)
+  uint64_t next_port_look_ns_ = 0;
   // Control thread: the status as of now (daemon_status.cc).
   DaemonStatus BuildStatus() const;
   void PublishStatus(bool force);

@@ -474,6 +474,7 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
   s->requests = *req;
   s->responses = *resp;
   s->ready = true;
+  if (hooks_.ready) hooks_.ready(s);
   reply.status = shm::kStatusOk;
   reply.id = s->id;
   const bool sent = shm::SendSetup(s->sock, reply, control_pipe[1],

@@ -169,6 +169,8 @@ struct SessionHooks {
   std::function<void(Session*)> closing;
   // What an admin query shows.
   std::function<DaemonStatus()> status;
+  // The session finished its hello: its header is the daemon's to write.
+  std::function<void(Session*)> ready;
 };
 
 // How long an admin query's asker may take nothing of its answer before

@@ -81,7 +81,12 @@ struct alignas(4096) SessionHeader {
   uint16_t header_pages;  // the header's size in 4 KiB pages
   uint64_t region_bytes;
   uint32_t max_connections;
-  uint32_t reserved0;
+  // The data port's link as the daemon last saw it, written by the daemon
+  // (at hello and whenever it changes): bit 0 set while it is up (the
+  // peer is there; always, for a daemon without a data port), and above
+  // it the number of times it changed since the daemon started, so that a
+  // reader who missed a quick down-and-up still sees both.
+  std::atomic<uint32_t> port_state;
   RingRef control_requests;
   RingRef control_responses;
   ConnectionSlotRef connections[kMaxConnections];

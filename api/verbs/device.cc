@@ -159,20 +159,39 @@ void ForgetAsyncEvents(Qp* q) {
                       [q] { return q->events_acked >= q->events_taken; });
 }
 
-// The watcher: the session's socket hangs up when the daemon is gone; that is IBV_EVENT_DEVICE_FATAL. Sleeps in poll(2) until
-// then, or until the context closes; with queue pairs, wakes every 100 ms
-// to gather what the transport ended (Pump raises their events).
+// The port's link changed since the watcher last looked: IBV_EVENT_PORT_ERR
+// when it went down, IBV_EVENT_PORT_ACTIVE when it came up, in order; of
+// many changes since, the last two.
+void RaisePortEvents(Context* c) {
+  const uint32_t now = c->client->PortState();
+  const uint32_t seen = c->port_state_seen;
+  if (now == seen) return;
+  c->port_state_seen = now;
+  const uint32_t changes = std::min<uint32_t>((now >> 1) - (seen >> 1), 2);
+  for (uint32_t i = changes; i > 0; --i) {
+    // The state after the change i - 1 changes before the last one.
+    const bool up = ((now & 1) ^ ((i - 1) & 1)) != 0;
+    ibv_async_event event{};
+    event.event_type = up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR;
+    event.element.port_num = 1;
+    RaiseAsyncEvent(c, event);
+  }
+}
+
+// The watcher: the session's socket hangs up when the daemon is gone; that
+// is IBV_EVENT_DEVICE_FATAL. Sleeps in poll(2) until then, or until the
+// context closes, waking every 100 ms to look at the port's state and, with
+// queue pairs, to gather what the transport ended (Pump raises their
+// events).
 void Watch(Context* c) {
-  constexpr int kQpLookMs = 100;
+  constexpr int kLookMs = 100;
   // POLLRDHUP, not POLLIN: the client reads setup answers on the socket
   // (arenas it hands over), so data there says nothing; the daemon's end
   // shutting down does.
   pollfd fds[2] = {{c->client->session_fd(), POLLRDHUP, 0},
                    {c->watcher_kick, POLLIN, 0}};
   while (!c->watcher_quit.load()) {
-    const int timeout =
-        c->qp_count.load(std::memory_order_relaxed) > 0 ? kQpLookMs : -1;
-    const int n = poll(fds, 2, timeout);
+    const int n = poll(fds, 2, kLookMs);
     if (n < 0 && errno != EINTR) return;
     if (n > 0 && fds[1].revents != 0) {
       uint64_t count;
@@ -185,6 +204,8 @@ void Watch(Context* c) {
       RaiseAsyncEvent(c, event);
       return;
     }
+    RaisePortEvents(c);
+    if (c->qp_count.load(std::memory_order_relaxed) == 0) continue;
     std::lock_guard<std::mutex> lock(c->mu);
     for (Qp* q : c->qps) {
       std::lock_guard<std::mutex> qp_lock(q->mu);
@@ -202,6 +223,7 @@ void KickWatcher(Context* c) {
 }
 
 void StartWatcher(Context* c) {
+  c->port_state_seen = c->client->PortState();
   c->watcher_kick = eventfd(0, EFD_CLOEXEC);
   if (c->watcher_kick >= 0) c->watcher = std::thread(Watch, c);
 }

@@ -127,12 +127,15 @@ struct Context {
   std::atomic<size_t> qp_count{0};
   std::atomic<int> cq_count{0};  // CQs made, at most kMaxCq
   // Waits on the session's socket: the daemon gone raises
-  // IBV_EVENT_DEVICE_FATAL. While the context has queue pairs it also
-  // looks at them every 100 ms, so that a connection the transport ended
-  // raises its event even when nobody polls its CQs. Woken through
-  // watcher_kick (an eventfd), stopped with watcher_quit too.
+  // IBV_EVENT_DEVICE_FATAL. Every 100 ms it also looks at the port's state
+  // word (IBV_EVENT_PORT_ERR and IBV_EVENT_PORT_ACTIVE when the link went
+  // down or up) and, while the context has queue pairs, at them, so that a
+  // connection the transport ended raises its event even when nobody
+  // polls its CQs. Woken through watcher_kick (an eventfd), stopped with
+  // watcher_quit too.
   std::thread watcher;
   int watcher_kick = -1;
+  uint32_t port_state_seen = 0;  // the watcher's; shm port_state format
   std::atomic<bool> watcher_quit{false};
 };
 

@@ -3679,6 +3679,46 @@ static int device_fatal_mode(void) {
   return g_failed == 0 ? 0 : 1;
 }
 
+/* Waits for the next asynchronous event of c (alarm() bounds the wait):
+ * it must be `want`, naming port 1; then ibv_query_port must say `state`. */
+static void expect_port_event(struct ibv_context* c, enum ibv_event_type want,
+                              enum ibv_port_state state, const char* name) {
+  struct ibv_async_event ev;
+  memset(&ev, 0, sizeof(ev));
+  const int r = ibv_get_async_event(c, &ev);
+  check(r == 0 && ev.event_type == want && ev.element.port_num == 1, name,
+        "returned %d, %s, port %d", r, ibv_event_type_str(ev.event_type),
+        ev.element.port_num);
+  if (r == 0) ibv_ack_async_event(&ev);
+  struct ibv_port_attr pa;
+  memset(&pa, 0, sizeof(pa));
+  const int q = ibv_query_port(c, 1, &pa);
+  check(q == 0 && pa.state == state, "ibv_query_port agrees with the event",
+        "returned %d, state %s", q, ibv_port_state_str(pa.state));
+}
+
+/* conformance --port-events: the first device's daemon loses its data
+ * port's peer and gets it back (conformance_test.sh stops daemon B, then
+ * starts it again): IBV_EVENT_PORT_ERR, then IBV_EVENT_PORT_ACTIVE, each
+ * naming port 1, and nothing else; ibv_query_port agrees after each.
+ * Prints "ready" once the device is open, "down" after the first event. */
+static int port_events_mode(void) {
+  step("IBV_EVENT_PORT_ERR and IBV_EVENT_PORT_ACTIVE as the link goes");
+  struct ibv_context* c = open_first_device();
+  if (c == NULL) return 1;
+  printf("ready\n");
+  alarm(60);
+  expect_port_event(c, IBV_EVENT_PORT_ERR, IBV_PORT_DOWN,
+                    "the peer gone raises IBV_EVENT_PORT_ERR on port 1");
+  printf("down\n");
+  expect_port_event(c, IBV_EVENT_PORT_ACTIVE, IBV_PORT_ACTIVE,
+                    "the peer back raises IBV_EVENT_PORT_ACTIVE on port 1");
+  check(!async_ready(c, 300), "no other event comes", "another event came");
+  alarm(0);
+  ibv_close_device(c);
+  return g_failed == 0 ? 0 : 1;
+}
+
 /* conformance --port-down: the first device's daemon has lost its data
  * port's peer (conformance_test.sh stopped it): port 1 goes DOWN, as the
  * link is, within 10 s. */
@@ -4279,6 +4319,14 @@ int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "--port-down") == 0) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     return port_down_mode();
+  }
+  if (argc == 2 && strcmp(argv[1], "--port-events") == 0) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+    return port_events_mode();
   }
   if (argc == 2 && strcmp(argv[1], "--device-fatal") == 0) {
     setvbuf(stdout, NULL, _IOLBF, 0);

@@ -4,7 +4,9 @@
 # 10.9.0.2). One process opens both, rdmaplane0 and rdmaplane1
 # (RDMAPLANE_SOCKET=A:B), and connects queue pairs between them; it prints
 # PASS or FAIL for every check and fails when one did. Afterwards both
-# daemons must still stop cleanly.
+# daemons must still stop cleanly; B's stop raises IBV_EVENT_DEVICE_FATAL
+# in a process on B and IBV_EVENT_PORT_ERR in one on A, whose port is
+# then DOWN, and B started again raises IBV_EVENT_PORT_ACTIVE there.
 #
 #   conformance_test.sh E2E_LIB RDMAPLANED CONFORMANCE
 set -euo pipefail
@@ -51,26 +53,35 @@ fi
   e2e_fail "the conformance checks exited 0 without a clean summary: ${summary:-none}"
 e2e_log "$summary"
 
+# wait_line FILE PID LINE WHAT: waits at most 30 s for the process PID to
+# print LINE into FILE; fails the test (FILE printed) if it does not.
+wait_line() {
+  local file="$1" pid="$2" line="$3" what="$4" i
+  for ((i = 0; i < 300; i++)); do
+    grep -qx "$line" "$file" && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  sed 's/^/    /' "$file"
+  e2e_fail "$what did not print '$line' within 30 s"
+}
+
 # IBV_EVENT_DEVICE_FATAL: a process waiting in ibv_get_async_event on
 # rdmaplane0 = B learns that B went, when B stops (after the check that it
-# survived every error the checks provoked and stops cleanly).
+# survived every error the checks provoked and stops cleanly). Meanwhile a
+# process with A's device open sees A's port go down (IBV_EVENT_PORT_ERR),
+# and come back up when B is started again (IBV_EVENT_PORT_ACTIVE).
 fatal_out="$E2E_TMP/device_fatal.out"
 RDMAPLANE_SOCKET="$sock_b" timeout --kill-after=5 60 \
   "$conformance_bin" --device-fatal >"$fatal_out" 2>&1 &
 fatal_pid=$!
-ready=0
-for _ in $(seq 1 300); do
-  if grep -qx ready "$fatal_out"; then
-    ready=1
-    break
-  fi
-  if ! kill -0 "$fatal_pid" 2>/dev/null; then break; fi
-  sleep 0.1
-done
-if [[ $ready -ne 1 ]]; then
-  sed 's/^/    /' "$fatal_out"
-  e2e_fail "conformance --device-fatal did not open the device within 30 s"
-fi
+wait_line "$fatal_out" "$fatal_pid" ready "conformance --device-fatal"
+events_out="$E2E_TMP/port_events.out"
+RDMAPLANE_SOCKET="$sock_a" timeout --kill-after=5 90 \
+  "$conformance_bin" --port-events >"$events_out" 2>&1 &
+events_pid=$!
+E2E_HELPER_PIDS+=("$events_pid")
+wait_line "$events_out" "$events_pid" ready "conformance --port-events"
 e2e_check_clean_stop b
 fatal_status=0
 wait "$fatal_pid" || fatal_status=$?
@@ -88,5 +99,19 @@ sed 's/^/    /' "$E2E_TMP/port_down.out"
 if [[ $down_status -ne 0 ]]; then
   e2e_fail "conformance --port-down exited with status $down_status"
 fi
+wait_line "$events_out" "$events_pid" down "conformance --port-events"
+e2e_log "IBV_EVENT_PORT_ERR came on A's device when daemon b stopped"
+e2e_start_daemon b "$sock_b" "rdp-verbs-$$-b" \
+  "$daemon_bin" --socket="$sock_b" --file_prefix="rdp-verbs-$$-b" \
+  --port="net_memif0,role=client,socket=$E2E_TMP/memif.sock" --ip="$ip_b" \
+  --log_level=debug || e2e_fail "daemon b did not start again"
+events_status=0
+wait "$events_pid" || events_status=$?
+sed 's/^/    /' "$events_out"
+if [[ $events_status -ne 0 ]]; then
+  e2e_fail "conformance --port-events exited with status $events_status"
+fi
+e2e_log "IBV_EVENT_PORT_ACTIVE came on A's device when daemon b was back"
+e2e_check_clean_stop b
 e2e_check_clean_stop a
 e2e_log "ok in $(e2e_since "$test_start") s"
