@@ -66,6 +66,15 @@ wait_line() {
   e2e_fail "$what did not print '$line' within 30 s"
 }
 
+# wait_done PID FILE WHAT: waits for the process PID, prints its output
+# FILE, and fails the test unless it exited with status 0.
+wait_done() {
+  local pid="$1" file="$2" what="$3" status=0
+  wait "$pid" || status=$?
+  sed 's/^/    /' "$file"
+  [[ $status -eq 0 ]] || e2e_fail "$what exited with status $status"
+}
+
 # IBV_EVENT_DEVICE_FATAL: a process waiting in ibv_get_async_event on
 # rdmaplane0 = B learns that B went, when B stops (after the check that it
 # survived every error the checks provoked and stops cleanly). Meanwhile a
@@ -83,12 +92,7 @@ events_pid=$!
 E2E_HELPER_PIDS+=("$events_pid")
 wait_line "$events_out" "$events_pid" ready "conformance --port-events"
 e2e_check_clean_stop b
-fatal_status=0
-wait "$fatal_pid" || fatal_status=$?
-sed 's/^/    /' "$fatal_out"
-if [[ $fatal_status -ne 0 ]]; then
-  e2e_fail "conformance --device-fatal exited with status $fatal_status"
-fi
+wait_done "$fatal_pid" "$fatal_out" "conformance --device-fatal"
 e2e_log "IBV_EVENT_DEVICE_FATAL came when daemon b stopped"
 # With B gone, A's data port has no peer: its port is DOWN.
 down_status=0
@@ -105,12 +109,7 @@ e2e_start_daemon b "$sock_b" "rdp-verbs-$$-b" \
   "$daemon_bin" --socket="$sock_b" --file_prefix="rdp-verbs-$$-b" \
   --port="net_memif0,role=client,socket=$E2E_TMP/memif.sock" --ip="$ip_b" \
   --log_level=debug || e2e_fail "daemon b did not start again"
-events_status=0
-wait "$events_pid" || events_status=$?
-sed 's/^/    /' "$events_out"
-if [[ $events_status -ne 0 ]]; then
-  e2e_fail "conformance --port-events exited with status $events_status"
-fi
+wait_done "$events_pid" "$events_out" "conformance --port-events"
 e2e_log "IBV_EVENT_PORT_ACTIVE came on A's device when daemon b was back"
 e2e_check_clean_stop b
 e2e_check_clean_stop a
