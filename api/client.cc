@@ -743,6 +743,8 @@ int Client::ConnectionError(int slot) const {
     case shm::kConnReset:
       return RDP_ERR_CONN_RESET;
     case shm::kConnAborted:
+    case shm::kConnRequestRefused:
+    case shm::kConnAccessRefused:
       return RDP_ERR_CONN_ABORTED;
     case shm::kConnDaemonGone:
       return RDP_ERR_NET_DOWN;

@@ -183,6 +183,14 @@ class Client {
   // completion it made is in the rings (acquire), the rest end with its
   // final status.
   bool ConnectionEnded(rdp_conn conn);
+  // The connection's shm::ConnectionState as the daemon published it
+  // (kConnFree for a handle that names none).
+  uint32_t ConnectionStateOf(rdp_conn conn) const {
+    const int slot = SlotOf(conn);
+    return slot < 0 ? uint32_t{shm::kConnFree}
+                    : header_->connection_state[slot].load(
+                          std::memory_order_acquire);
+  }
   // The daemon's port state word (shm::SessionHeader::port_state).
   uint32_t PortState() const {
     return header_->port_state.load(std::memory_order_acquire);

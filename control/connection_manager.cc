@@ -125,7 +125,7 @@ void ConnectionManager::OnTransportError(uint32_t scope) {
           "connection %u to %s broke: %s (tx %llu, rx %llu, "
           "retransmitted %llu, timeouts %llu, NAKs in %llu)",
           c->id, IpText(c->peer_ip).c_str(),
-          e.close_reason() == engine::CloseReason::kTransportError
+          engine::IsTransportBreak(e.close_reason())
               ? BreakReason(e.qp_error())
               : engine::CloseReasonName(e.close_reason()),
           static_cast<unsigned long long>(q.tx_packets),

@@ -148,6 +148,13 @@ enum ConnectionState : uint32_t {
   kConnReset = 2,    // the peer closed
   kConnAborted = 3,  // time-out or transport failure
   kConnDaemonGone = 4,  // the daemon shut down
+  // The transport failed as for kConnAborted because our responder refused
+  // a request of the peer (and sent it the NAK): an invalid request (an
+  // opcode not served, out of sequence, a bad length, an unaligned
+  // atomic), or an access to memory the peer may not touch. A verbs queue
+  // pair's affiliated asynchronous error tells which (IBA 11.6.3).
+  kConnRequestRefused = 5,
+  kConnAccessRefused = 6,
 };
 
 // --- Control messages ----------------------------------------------------

@@ -107,6 +107,8 @@ TEST(LayoutAbi, EnumValuesAndFlags) {
   EXPECT_EQ(kConnReset, 2u);
   EXPECT_EQ(kConnAborted, 3u);
   EXPECT_EQ(kConnDaemonGone, 4u);
+  EXPECT_EQ(kConnRequestRefused, 5u);
+  EXPECT_EQ(kConnAccessRefused, 6u);
 
   EXPECT_EQ(sizeof(StatusCode), 4u);
   EXPECT_EQ(kStatusOk, 0);
@@ -162,7 +164,7 @@ TEST(LayoutAbi, SessionHeader) {
   EXPECT_EQ(offsetof(SessionHeader, header_pages), 6u);
   EXPECT_EQ(offsetof(SessionHeader, region_bytes), 8u);
   EXPECT_EQ(offsetof(SessionHeader, max_connections), 16u);
-  EXPECT_EQ(offsetof(SessionHeader, reserved0), 20u);
+  EXPECT_EQ(offsetof(SessionHeader, port_state), 20u);
   EXPECT_EQ(offsetof(SessionHeader, control_requests), 24u);
   EXPECT_EQ(offsetof(SessionHeader, control_responses), 40u);
   EXPECT_EQ(offsetof(SessionHeader, connections), 56u);

@@ -195,10 +195,21 @@ void Pump(Qp* q) {
   if (ended && !q->life.ShouldFlush() && !q->stopping) {
     // The transport ended the connection and no completion says so (our
     // responder refused the peer's request, the daemon went away): the
-    // queue pair's affiliated error is an asynchronous event.
+    // queue pair's affiliated error is an asynchronous event, as IBA
+    // 11.6.3 names it: an invalid request refused, an access refused, or
+    // any other failure.
     SetError(q);
     ibv_async_event event{};
-    event.event_type = IBV_EVENT_QP_FATAL;
+    switch (client->ConnectionStateOf(q->conn)) {
+      case shm::kConnRequestRefused:
+        event.event_type = IBV_EVENT_QP_REQ_ERR;
+        break;
+      case shm::kConnAccessRefused:
+        event.event_type = IBV_EVENT_QP_ACCESS_ERR;
+        break;
+      default:
+        event.event_type = IBV_EVENT_QP_FATAL;
+    }
     event.element.qp = &q->qp;
     RaiseAsyncEvent(q->owner, event);
   }

@@ -22,6 +22,10 @@ enum class CloseReason : uint8_t {
   // Retries exhausted, or the peer answered with a NAK the connection
   // cannot survive.
   kTransportError,
+  // Our responder refused a request of the peer, an invalid one or an
+  // access it may not make, and the connection broke.
+  kRequestRefused,
+  kAccessRefused,
   // The client corrupted its own rings (a completion could not be pushed,
   // a send ring index out of range).
   kClientBroke,
@@ -43,10 +47,21 @@ constexpr CloseOutcome OutcomeOf(CloseReason reason) {
     case CloseReason::kTransportError:
     case CloseReason::kClientBroke:
       return {shm::kConnAborted, shm::kStatusConnAborted};
+    case CloseReason::kRequestRefused:
+      return {shm::kConnRequestRefused, shm::kStatusConnAborted};
+    case CloseReason::kAccessRefused:
+      return {shm::kConnAccessRefused, shm::kStatusConnAborted};
     case CloseReason::kDaemonStopping:
       return {shm::kConnDaemonGone, shm::kStatusConnAborted};
   }
   return {shm::kConnAborted, shm::kStatusConnAborted};
+}
+
+// The transport broke the connection (whatever the QP's error was).
+constexpr bool IsTransportBreak(CloseReason reason) {
+  return reason == CloseReason::kTransportError ||
+         reason == CloseReason::kRequestRefused ||
+         reason == CloseReason::kAccessRefused;
 }
 
 constexpr const char* CloseReasonName(CloseReason reason) {
@@ -57,6 +72,10 @@ constexpr const char* CloseReasonName(CloseReason reason) {
       return "closed by the peer";
     case CloseReason::kTransportError:
       return "transport error";
+    case CloseReason::kRequestRefused:
+      return "its responder refused an invalid request";
+    case CloseReason::kAccessRefused:
+      return "its responder refused an access";
     case CloseReason::kClientBroke:
       return "the client corrupted its rings";
     case CloseReason::kDaemonStopping:

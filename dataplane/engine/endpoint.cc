@@ -801,8 +801,12 @@ uint32_t Endpoint::Poll(uint32_t budget) {
     } else if (qp_->state() == rc::QpState::kError) {
       // A transport error breaks the connection for both ends, whatever
       // put the QP in the error state (retries exhausted, a NAK, a bad
-      // response, a request our responder refused once its NAK is sent).
-      Close(CloseReason::kTransportError);
+      // response, a request our responder refused once its NAK is sent);
+      // the client learns which of the last it was.
+      const rc::WcStatus why = qp_->error_status();
+      Close(why == rc::WcStatus::kPeerInvalidRequest ? CloseReason::kRequestRefused
+            : why == rc::WcStatus::kPeerAccessError  ? CloseReason::kAccessRefused
+                                                     : CloseReason::kTransportError);
       if (peer_ != nullptr) peer_->PeerEnded();
       if (remote()) transport_error_ = true;
     }

@@ -504,10 +504,13 @@ class PortEndpointTest : public EndpointTest {
   }
 
   // The connection ended as transport errors end it: the final status says
-  // aborted, the control plane is told once, nothing more is taken.
-  void ExpectClosedAsTransportError() {
-    EXPECT_EQ(port_->close_reason(), CloseReason::kTransportError);
-    EXPECT_EQ(port_region_.state(), shm::kConnAborted);
+  // aborted, the control plane is told once, nothing more is taken. The
+  // state says why (`reason`: a request our responder refused, or any
+  // other transport error).
+  void ExpectClosedAsTransportError(
+      CloseReason reason = CloseReason::kTransportError) {
+    EXPECT_EQ(port_->close_reason(), reason);
+    EXPECT_EQ(port_region_.state(), OutcomeOf(reason).state);
     EXPECT_EQ(port_region_.final_status(), shm::kStatusConnAborted);
     EXPECT_TRUE(port_->TakeTransportError());
     EXPECT_FALSE(port_->TakeTransportError());
@@ -538,7 +541,9 @@ TEST_F(PortEndpointTest, RefusedRequestClosesTheConnection) {
   EXPECT_EQ(port_->qp_error(), rc::WcStatus::kPeerInvalidRequest);
   EXPECT_TRUE(port_region_.Completions().empty());
   EXPECT_EQ(port_region_.retired(), 0u);
-  ExpectClosedAsTransportError();
+  EXPECT_EQ(OutcomeOf(CloseReason::kRequestRefused).state,
+            shm::kConnRequestRefused);
+  ExpectClosedAsTransportError(CloseReason::kRequestRefused);
 }
 
 // A WRITE to a key we never registered: NAK "remote access error", and the
@@ -549,7 +554,9 @@ TEST_F(PortEndpointTest, RemoteAccessErrorClosesTheConnection) {
   ASSERT_EQ(sink_.sent.size(), 1u);
   EXPECT_EQ(sink_.sent[0].aeth.syndrome, wire::kAethNakRemoteAccess);
   EXPECT_EQ(port_->qp_error(), rc::WcStatus::kPeerAccessError);
-  ExpectClosedAsTransportError();
+  EXPECT_EQ(OutcomeOf(CloseReason::kAccessRefused).state,
+            shm::kConnAccessRefused);
+  ExpectClosedAsTransportError(CloseReason::kAccessRefused);
 }
 
 // A read response out of order fails our READ on the frame, before the

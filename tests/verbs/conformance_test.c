@@ -1872,9 +1872,13 @@ static bool async_ready(struct ibv_context* c, int timeout_ms) {
   return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
 }
 
+static bool take_async(struct ibv_context* c, enum ibv_event_type type,
+                       const void* what);
+
 /* ibv_get_async_event(3): a queue pair that the transport ends without a
- * completion to say so (here, the responder of a WRITE it refused) raises
- * IBV_EVENT_QP_FATAL on its context, whether or not its CQ is polled; the
+ * completion to say so (here, the responder of a WRITE it refused for a
+ * wrong rkey) raises its affiliated error, IBV_EVENT_QP_ACCESS_ERR, on its
+ * context, whether or not its CQ is polled; the
  * context's async_fd polls readable; the requester, whose completion
  * carries the error, raises none. */
 static void t_async_events(struct bufs* b) {
@@ -1905,9 +1909,9 @@ static void t_async_events(struct bufs* b) {
       struct ibv_async_event ev;
       memset(&ev, 0, sizeof(ev));
       const int g = ibv_get_async_event(c1, &ev);
-      check(g == 0 && ev.event_type == IBV_EVENT_QP_FATAL &&
+      check(g == 0 && ev.event_type == IBV_EVENT_QP_ACCESS_ERR &&
                 ev.element.qp == p.s[1].qp,
-            "the responder's queue pair raises IBV_EVENT_QP_FATAL",
+            "the responder's queue pair raises IBV_EVENT_QP_ACCESS_ERR",
             "returned %d, event %s, qp %p (responder's %p)", g,
             ibv_event_type_str(ev.event_type), (void*)ev.element.qp,
             (void*)p.s[1].qp);
@@ -2270,6 +2274,11 @@ static void t_atomics(struct bufs* b) {
           "IBV_WC_REM_INV_REQ_ERR and changes nothing",
           "status %s", wc_name(st));
     if (st >= 0) check_after_error(s, b, "a misaligned atomic");
+    /* The responder refused an invalid request: its queue pair's
+     * affiliated error (IBA 11.6.3). */
+    check(take_async(g_dev[1].ctx, IBV_EVENT_QP_REQ_ERR, p.s[1].qp),
+          "the responder's queue pair raises IBV_EVENT_QP_REQ_ERR",
+          "no such event within 10 s");
   }
   free_pair(&p);
 
