@@ -92,7 +92,6 @@ class LoopbackTx : public rc::FrameSink {
  private:
   FrameQueue* peer_rx_ = nullptr;
   fault::FaultModel faults_;
-  uint8_t scratch_[FrameQueue::kSlotBytes];  // frames the model drops
   bool reserved_in_peer_ = false;
 };
 
