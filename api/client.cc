@@ -832,7 +832,7 @@ int Client::Post(uint32_t slot, SendEntry& entry, rdp_overlapped* ov,
     // for what went out.
     return RDP_ERR_NO_BUFFERS;
   }
-  c.ledger[c.posted & (c.ledger_size - 1)] = {ov, entry.flags, false};
+  c.Ledger(c.posted) = {ov, entry.flags, false};
   ++c.posted;
   if ((entry.flags & RDP_FLAG_SILENT_SUCCESS) != 0) ++c.silent;
   return RDP_PENDING;
@@ -924,7 +924,7 @@ void Client::RetireSilent(Connection& c, uint32_t retired) {
   // A retired count outside what we posted is not the daemon's: ignored.
   if (retired - c.head > c.posted - c.head) return;
   for (uint32_t i = c.head; i != retired; ++i) {
-    Pending& p = c.ledger[i & (c.ledger_size - 1)];
+    Pending& p = c.Ledger(i);
     // A silent success is never reported: its overlapped structure stays
     // as it was posted, and the library forgets it.
     if (!p.done && (p.flags & RDP_FLAG_SILENT_SUCCESS) != 0) {
@@ -932,7 +932,7 @@ void Client::RetireSilent(Connection& c, uint32_t retired) {
       --c.silent;
     }
   }
-  while (c.head != c.posted && c.ledger[c.head & (c.ledger_size - 1)].done) {
+  while (c.head != c.posted && c.Ledger(c.head).done) {
     ++c.head;
   }
 }
@@ -943,7 +943,7 @@ rdp_overlapped* Client::Apply(Connection& c, const CompletionEntry& e) {
   if ((e.wr_id >> 32) != c.generation || index - c.head >= c.posted - c.head) {
     return nullptr;
   }
-  Pending& p = c.ledger[index & (c.ledger_size - 1)];
+  Pending& p = c.Ledger(index);
   if (p.done) return nullptr;
   p.done = true;
   if ((p.flags & RDP_FLAG_SILENT_SUCCESS) != 0) --c.silent;
@@ -952,7 +952,7 @@ rdp_overlapped* Client::Apply(Connection& c, const CompletionEntry& e) {
   RetireSilent(c, e.retired);
   p.ov->internal[0] = e.detail;
   Finish(p.ov, e.status, e.byte_len);
-  while (c.head != c.posted && c.ledger[c.head & (c.ledger_size - 1)].done) {
+  while (c.head != c.posted && c.Ledger(c.head).done) {
     ++c.head;
   }
   return p.ov;
@@ -963,7 +963,7 @@ int Client::EndRemaining(Connection& c, int32_t status, rdp_overlapped** done,
   int n = 0;
   for (uint32_t i = c.head; i != c.posted; ++i) {
     if (done != nullptr && n >= max) break;
-    Pending& p = c.ledger[i & (c.ledger_size - 1)];
+    Pending& p = c.Ledger(i);
     if (p.done) continue;
     p.done = true;
     if ((p.flags & RDP_FLAG_SILENT_SUCCESS) != 0) --c.silent;
@@ -971,7 +971,7 @@ int Client::EndRemaining(Connection& c, int32_t status, rdp_overlapped** done,
     if (done != nullptr) done[n] = p.ov;
     ++n;
   }
-  while (c.head != c.posted && c.ledger[c.head & (c.ledger_size - 1)].done) {
+  while (c.head != c.posted && c.Ledger(c.head).done) {
     ++c.head;
   }
   // Deferred requests are in the ledger too: once ended, never sent.
@@ -1002,7 +1002,7 @@ int Client::Reap(uint32_t slot, rdp_overlapped** done, int max) {
     if (c.received_tail - c.received_head >= c.received_size) break;
     if (c.completion.TryPop(&e) != shm::PopResult::kOk) break;
     if (e.op == shm::kRecv || e.op == shm::kRecvWriteImm) {
-      c.received[c.received_tail++ & (c.received_size - 1)] = e;
+      c.Received(c.received_tail++) = e;
       continue;
     }
     rdp_overlapped* ov = Apply(c, e);
@@ -1194,7 +1194,7 @@ int Client::TakeReceived(rdp_conn conn, CompletionEntry* out, int max) {
   Connection& c = connections_[slot];
   int n = 0;
   while (n < max && c.received_head != c.received_tail) {
-    out[n++] = c.received[c.received_head++ & (c.received_size - 1)];
+    out[n++] = c.Received(c.received_head++);
   }
   return n;
 }

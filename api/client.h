@@ -242,6 +242,9 @@ class Client {
     // connect time.
     std::unique_ptr<Pending[]> ledger;
     uint32_t ledger_size = 0;
+    Pending& Ledger(uint32_t index) {
+      return ledger[index & (ledger_size - 1)];
+    }
     uint32_t posted = 0;  // index of the next request
     uint32_t head = 0;    // the oldest request not ended
     uint32_t silent = 0;  // silent requests among them
@@ -252,6 +255,9 @@ class Client {
     shm::SpscRing<shm::RecvEntry> receive;
     std::unique_ptr<shm::CompletionEntry[]> received;
     uint32_t received_size = 0;
+    shm::CompletionEntry& Received(uint32_t index) {
+      return received[index & (received_size - 1)];
+    }
     uint32_t received_head = 0;
     uint32_t received_tail = 0;
   };

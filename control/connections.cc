@@ -474,7 +474,7 @@ void ConnectionTable::ResetQueuePair(Connection* c) {
   c->cm_deadline_ns = 0;
   c->cm_tries = 0;
   c->waiting = nullptr;
-  c->side[0]->ResetSlot(c->slot[0], c->side[0]->slots[c->slot[0]].depths);
+  c->side[0]->ResetSlot(c->slot[0], c->side[0]->slots[c->slot[0]].depths());
 }
 
 // --- Connections to other daemons

@@ -26,6 +26,8 @@ namespace {
 
 constexpr char kDepthsTooLarge[] =
     "a queue holds at most 4096 send and 4096 receive requests";
+static_assert(shm::kMaxSendRingEntries == 4096 &&
+              shm::kMaxRecvRingEntries == 4096);
 
 using shm::ControlRequest;
 using shm::ControlResponse;

@@ -119,7 +119,6 @@ void Session::ResetSlot(uint32_t slot, const shm::SlotDepths& depths) {
       region + c.offset, c.bytes, depths.completion);
   rings.receive = *shm::SpscRing<shm::RecvEntry>::Create(
       region + r.offset, r.bytes, depths.receive);
-  rings.depths = depths;
   shm::ResetSlot(header, slot);
 }
 

@@ -94,7 +94,10 @@ struct Session {
     shm::SpscRing<shm::SendEntry> send;
     shm::SpscRing<shm::CompletionEntry> completion;
     shm::SpscRing<shm::RecvEntry> receive;
-    shm::SlotDepths depths;  // what they were formatted with
+    // What they were formatted with.
+    shm::SlotDepths depths() const {
+      return {send.capacity(), receive.capacity(), completion.capacity()};
+    }
   };
   std::vector<SlotRings> slots;  // by slot, as far as slots were used
   std::map<uint32_t, Arena> arenas;  // by arena id

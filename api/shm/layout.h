@@ -224,10 +224,7 @@ struct SlotDepths {
     SlotDepths d;
     d.send = send == 0 ? kSendRingEntries : RoundUp(send);
     d.receive = receive == 0 ? kRecvRingEntries : RoundUp(receive);
-    d.completion = d.send + d.receive;  // both powers of two
-    uint32_t c = kMinEntries;
-    while (c < d.completion) c <<= 1;
-    d.completion = c;
+    d.completion = RoundUp(d.send + d.receive);
     return d;
   }
 };

@@ -82,13 +82,6 @@ namespace rdmaplane::verbs {
 // which no device reports.
 inline constexpr uint32_t kVendorId = 0xFFFFFF;
 inline constexpr uint32_t kVendorPartId = 0x0001;
-// Entries of a queue pair's send slots, receive ids or a shared receive
-// queue's ids: a power of two holding `outstanding` requests, at least 16.
-inline uint32_t SlotsFor(uint32_t outstanding) {
-  uint32_t n = 16;
-  while (n < outstanding) n <<= 1;
-  return n;
-}
 inline constexpr uint32_t kMaxInline = 256;
 // Completion queues live in the front end (lists the completions of their
 // queue pairs are gathered into; they never overflow): what bounds them is

@@ -157,8 +157,9 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
   cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
   q->cap = cap;
-  const uint32_t send_slots = SlotsFor(cap.max_send_wr);
-  const uint32_t recv_slots = SlotsFor(cap.max_recv_wr);
+  // As many as the daemon's rings for them hold (rounded the same way).
+  const uint32_t send_slots = shm::SlotDepths::RoundUp(cap.max_send_wr);
+  const uint32_t recv_slots = shm::SlotDepths::RoundUp(cap.max_recv_wr);
   q->slots.reset(new Slot[send_slots]);
   q->slot_mask = send_slots - 1;
   q->recv_ids.reset(new uint64_t[recv_slots]);

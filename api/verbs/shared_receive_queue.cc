@@ -84,7 +84,7 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
   s->max_wr = a.max_wr;
   s->max_sge = a.max_sge;
   s->limit = a.srq_limit;
-  const uint32_t ids = SlotsFor(2 * a.max_wr);
+  const uint32_t ids = shm::SlotDepths::RoundUp(2 * a.max_wr);
   s->recv_ids.reset(new uint64_t[ids]);
   s->id_mask = ids - 1;
   std::lock_guard<std::mutex> lock(c->mu);

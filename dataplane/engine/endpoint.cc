@@ -69,6 +69,18 @@ namespace {
 // the depth a client asks for.
 constexpr uint32_t kMaxOutstanding = shm::kSendRingEntries;
 
+// Why the transport broke a connection whose QP is in the error state.
+CloseReason BreakReason(rc::WcStatus error) {
+  switch (error) {
+    case rc::WcStatus::kPeerInvalidRequest:
+      return CloseReason::kRequestRefused;
+    case rc::WcStatus::kPeerAccessError:
+      return CloseReason::kAccessRefused;
+    default:
+      return CloseReason::kTransportError;
+  }
+}
+
 rc::QpConfig WithDepth(rc::QpConfig c) {
   c.sq_depth = kMaxOutstanding;
   return c;
@@ -803,10 +815,7 @@ uint32_t Endpoint::Poll(uint32_t budget) {
       // put the QP in the error state (retries exhausted, a NAK, a bad
       // response, a request our responder refused once its NAK is sent);
       // the client learns which of the last it was.
-      const rc::WcStatus why = qp_->error_status();
-      Close(why == rc::WcStatus::kPeerInvalidRequest ? CloseReason::kRequestRefused
-            : why == rc::WcStatus::kPeerAccessError  ? CloseReason::kAccessRefused
-                                                     : CloseReason::kTransportError);
+      Close(BreakReason(qp_->error_status()));
       if (peer_ != nullptr) peer_->PeerEnded();
       if (remote()) transport_error_ = true;
     }
