@@ -1,12 +1,20 @@
 #include "dataplane/port/dpdk_env.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_ethdev.h>
 #include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -68,6 +76,85 @@ struct HugeFiles {
 HugeFiles& Leftovers() {
   static HugeFiles files;
   return files;
+}
+
+// The address a memif server listens on, as getsockname gives its path:
+// `socket` (default /run/memif.sock), in the abstract namespace (a
+// leading NUL) unless socket-abstract=no. Empty for a memif client.
+std::string MemifListenerName(std::string_view args) {
+  if (DeviceArg(args, "role").value_or("server") == "client") return "";
+  std::string name(DeviceArg(args, "socket").value_or("/run/memif.sock"));
+  if (DeviceArg(args, "socket-abstract").value_or("yes") != "no") {
+    name.insert(name.begin(), '\0');
+  }
+  return name;
+}
+
+// The listening AF_UNIX socket of this process bound to `name`, or -1.
+int ListenerFd(const std::string& name) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN,
+                   &listening, &len) != 0 ||
+        listening == 0) {
+      continue;
+    }
+    sockaddr_un addr{};
+    socklen_t addr_len = sizeof(addr);
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr),
+                    &addr_len) != 0 ||
+        addr.sun_family != AF_UNIX) {
+      continue;
+    }
+    const size_t path_len = addr_len - offsetof(sockaddr_un, sun_path);
+    std::string bound(addr.sun_path, std::min(path_len, sizeof(addr.sun_path)));
+    if (!bound.empty() && bound[0] != '\0') bound = bound.c_str();  // a path
+    if (bound == name) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// DPDK 22.11's memif, as a server, frees its listener when its last port
+// closes (memif_socket_remove_device) without unregistering the
+// listener's interrupt callback or closing its socket. A memif client
+// that connects then (the peer daemon retrying, or starting) wakes that
+// callback on freed memory in the EAL's interrupt thread: it spins on
+// accept(-1) and, once rte_eal_cleanup unmaps DPDK's memory, crashes the
+// process. So before the ports close, each memif server's listening
+// socket is replaced, under the same descriptor number, by an eventfd
+// that never becomes readable: the interrupt thread's epoll drops the
+// socket (its last reference is gone), a connecting peer is refused, and
+// the callback never runs again.
+void QuietMemifListeners() {
+  uint16_t id = 0;
+  RTE_ETH_FOREACH_DEV(id) {
+    rte_eth_dev_info info{};
+    if (rte_eth_dev_info_get(id, &info) != 0 || info.driver_name == nullptr ||
+        std::strcmp(info.driver_name, "net_memif") != 0) {
+      continue;
+    }
+    const rte_devargs* devargs = rte_dev_devargs(info.device);
+    const std::string name = MemifListenerName(
+        devargs != nullptr && devargs->args != nullptr ? devargs->args : "");
+    if (name.empty()) continue;
+    const int fd = ListenerFd(name);
+    if (fd < 0) continue;
+    const int quiet = eventfd(0, EFD_CLOEXEC);
+    if (quiet < 0) continue;
+    dup2(quiet, fd);
+    close(quiet);
+  }
 }
 
 }  // namespace
@@ -148,8 +235,28 @@ absl::Status InitDpdk(const EalOptions& options) {
   return result;
 }
 
+std::optional<std::string_view> DeviceArg(std::string_view device,
+                                          std::string_view key) {
+  while (!device.empty()) {
+    const size_t comma = device.find(',');
+    const std::string_view arg = device.substr(0, comma);
+    if (arg.size() > key.size() && arg.substr(0, key.size()) == key &&
+        arg[key.size()] == '=') {
+      return arg.substr(key.size() + 1);
+    }
+    if (comma == std::string_view::npos) break;
+    device.remove_prefix(comma + 1);
+  }
+  return std::nullopt;
+}
+
 void ShutdownDpdk() {
   const std::string dir = rte_eal_get_runtime_dir();
+  QuietMemifListeners();
+  // The ports close now, while the listeners are quiet (rte_eal_cleanup
+  // would close them too, unmapping DPDK's memory right after).
+  uint16_t id = 0;
+  RTE_ETH_FOREACH_DEV(id) { rte_eth_dev_close(id); }
   rte_eal_cleanup();
   std::error_code ec;
   if (!dir.empty()) std::filesystem::remove_all(dir, ec);

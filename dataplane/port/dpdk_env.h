@@ -7,7 +7,9 @@
 #ifndef RDMAPLANE_DATAPLANE_PORT_DPDK_ENV_H_
 #define RDMAPLANE_DATAPLANE_PORT_DPDK_ENV_H_
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +36,12 @@ absl::Status InitDpdk(const EalOptions& options);
 // root) and, after --single-file-segments with hugepages, its hugepage
 // files, so that a process leaves nothing behind.
 void ShutdownDpdk();
+
+// The value of argument `key` in a DPDK device string or its arguments
+// ("net_af_packet0,iface=veth0,framesz=4352": "iface" gives "veth0"), or
+// nullopt when it has none.
+std::optional<std::string_view> DeviceArg(std::string_view device,
+                                          std::string_view key);
 
 }  // namespace rdmaplane::port
 

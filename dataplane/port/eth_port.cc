@@ -265,21 +265,6 @@ uint32_t PacketBufferRoom(uint32_t bytes) {
                             bytes + RTE_PKTMBUF_HEADROOM);
 }
 
-std::optional<std::string_view> DeviceArg(std::string_view device,
-                                          std::string_view key) {
-  while (!device.empty()) {
-    const size_t comma = device.find(',');
-    const std::string_view arg = device.substr(0, comma);
-    if (arg.size() > key.size() && arg.substr(0, key.size()) == key &&
-        arg[key.size()] == '=') {
-      return arg.substr(key.size() + 1);
-    }
-    if (comma == std::string_view::npos) break;
-    device.remove_prefix(comma + 1);
-  }
-  return std::nullopt;
-}
-
 absl::StatusOr<uint16_t> FindPort(const std::string& device) {
   const std::string name = device.substr(0, device.find(','));
   uint16_t id = 0;

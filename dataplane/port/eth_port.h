@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "dataplane/fault/fault_model.h"
+#include "dataplane/port/dpdk_env.h"
 #include "dataplane/port/burst_guard.h"
 #include "dataplane/rc/interfaces.h"
 #include "dataplane/wire/roce.h"
@@ -97,12 +98,6 @@ uint32_t MemifBufferBytes(uint32_t frame);
 // The data room of packet buffers that hold `bytes` behind their headroom:
 // at least DPDK's default.
 uint32_t PacketBufferRoom(uint32_t bytes);
-
-// The value of argument `key` in a DPDK device string or its arguments
-// ("net_af_packet0,iface=veth0,framesz=4352": "iface" gives "veth0"), or
-// nullopt when it has none.
-std::optional<std::string_view> DeviceArg(std::string_view device,
-                                          std::string_view key);
 
 struct PortCounters {
   rc::StatCounter rx_frames;
