@@ -78,12 +78,11 @@ uint32_t YieldAfter() {
   return static_cast<uint32_t>(n);
 }
 
-int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
-  Cq* cq = CqOf(ibcq);
-  if (num_entries < 0) return -EINVAL;
+// Takes up to `max` completions of cq (sends first). Takes cq->mu.
+int TakeFromCq(Cq* cq, int max, ibv_wc* wc) {
   std::lock_guard<std::mutex> lock(cq->mu);
-  int n = TakeCompletions(cq->send_qps, true, num_entries, wc);
-  n += TakeCompletions(cq->recv_qps, false, num_entries - n, wc + n);
+  int n = TakeCompletions(cq->send_qps, true, max, wc);
+  n += TakeCompletions(cq->recv_qps, false, max - n, wc + n);
   // An application that spins on an empty CQ holds a CPU the daemon's
   // engine may share: give it away (YieldAfter).
   static const uint32_t yield_after = YieldAfter();
@@ -92,6 +91,128 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   }
   if (n > 0) cq->empty_polls = 0;
   return n;
+}
+
+int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
+  if (num_entries < 0) return -EINVAL;
+  return TakeFromCq(CqOf(ibcq), num_entries, wc);
+}
+
+// --- The extended poll (ibv_create_cq_ex(3)) --------------------------------
+
+Cq* CqOfEx(ibv_cq_ex* cqx) { return CqOf(ibv_cq_ex_to_cq(cqx)); }
+
+// The iterator moves to the next completion, if there is one.
+int NextPoll(ibv_cq_ex* cqx) {
+  Cq* cq = CqOfEx(cqx);
+  if (TakeFromCq(cq, 1, &cq->current) == 0) return ENOENT;
+  cqx->wr_id = cq->current.wr_id;
+  cqx->status = cq->current.status;
+  return 0;
+}
+
+// Opens a batch (the poll region) on its first completion; with none, the
+// region stays closed and ibv_end_poll is not to be called.
+int StartPoll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
+  if (attr == nullptr || attr->comp_mask != 0) return EINVAL;
+  Cq* cq = CqOfEx(cqx);
+  cq->poll_mu.lock();
+  const int r = NextPoll(cqx);
+  if (r != 0) cq->poll_mu.unlock();
+  return r;
+}
+
+void EndPoll(ibv_cq_ex* cqx) { CqOfEx(cqx)->poll_mu.unlock(); }
+
+const ibv_wc& Current(ibv_cq_ex* cqx) { return CqOfEx(cqx)->current; }
+ibv_wc_opcode ReadOpcode(ibv_cq_ex* cqx) { return Current(cqx).opcode; }
+uint32_t ReadVendorErr(ibv_cq_ex* cqx) { return Current(cqx).vendor_err; }
+uint32_t ReadByteLen(ibv_cq_ex* cqx) { return Current(cqx).byte_len; }
+__be32 ReadImmData(ibv_cq_ex* cqx) { return Current(cqx).imm_data; }
+uint32_t ReadQpNum(ibv_cq_ex* cqx) { return Current(cqx).qp_num; }
+uint32_t ReadSrcQp(ibv_cq_ex* cqx) { return Current(cqx).src_qp; }
+unsigned int ReadWcFlags(ibv_cq_ex* cqx) { return Current(cqx).wc_flags; }
+uint32_t ReadSlid(ibv_cq_ex* cqx) { return Current(cqx).slid; }
+uint8_t ReadSl(ibv_cq_ex* cqx) { return Current(cqx).sl; }
+uint8_t ReadDlidPathBits(ibv_cq_ex* cqx) {
+  return Current(cqx).dlid_path_bits;
+}
+// Fields a CQ cannot be made to report (timestamps, VLAN, flow tags, tag
+// matching): CreateCqEx refuses them, and reading one anyway reads 0.
+uint64_t ReadNone64(ibv_cq_ex*) { return 0; }
+uint16_t ReadNone16(ibv_cq_ex*) { return 0; }
+uint32_t ReadNone32(ibv_cq_ex*) { return 0; }
+void ReadNoTmInfo(ibv_cq_ex*, ibv_wc_tm_info* info) {
+  if (info != nullptr) *info = ibv_wc_tm_info{};
+}
+
+// A CQ of `cqe` entries on channel (or none); null with errno set.
+Cq* NewCq(ibv_context* context, int cqe, void* cq_context,
+          ibv_comp_channel* channel, int comp_vector) {
+  Context* c = Ctx(context);
+  if (cqe <= 0 || cqe > kMaxCqe || comp_vector != 0) {
+    return Fail<Cq*>(EINVAL, nullptr);
+  }
+  if (c->cq_count.fetch_add(1) >= kMaxCq) {
+    c->cq_count.fetch_sub(1);
+    return Fail<Cq*>(ENOMEM, nullptr);
+  }
+  auto* cq = new Cq();
+  cq->cq.context = context;
+  cq->cq.channel = channel;
+  cq->cq.cq_context = cq_context;
+  cq->cq.cqe = cqe;
+  pthread_mutex_init(&cq->cq.mutex, nullptr);
+  pthread_cond_init(&cq->cq.cond, nullptr);
+  if (channel != nullptr) {
+    cq->channel = reinterpret_cast<Channel*>(channel);
+    std::lock_guard<std::mutex> lock(cq->channel->mu);
+    cq->channel->cqs.push_back(cq);
+  }
+  return cq;
+}
+
+ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  if (attr == nullptr) return Fail<ibv_cq_ex*>(EINVAL, nullptr);
+  // What a completion of ours carries (as Linux's soft-RoCE offers).
+  constexpr uint64_t kWcFlags =
+      IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
+      IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |
+      IBV_WC_EX_WITH_DLID_PATH_BITS;
+  // Single-threaded use is a hint; a CQ here never overruns, so ignoring
+  // overruns changes nothing. Parent domains are not served.
+  constexpr uint32_t kFlags =
+      IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  if ((attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS}) != 0 ||
+      (attr->wc_flags & ~kWcFlags) != 0 ||
+      ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+       (attr->flags & ~kFlags) != 0)) {
+    return Fail<ibv_cq_ex*>(EOPNOTSUPP, nullptr);
+  }
+  Cq* cq = NewCq(context, attr->cqe, attr->cq_context, attr->channel,
+                 static_cast<int>(attr->comp_vector));
+  if (cq == nullptr) return nullptr;
+  ibv_cq_ex& x = cq->cq_ex;
+  x.comp_mask = 0;
+  x.start_poll = StartPoll;
+  x.next_poll = NextPoll;
+  x.end_poll = EndPoll;
+  x.read_opcode = ReadOpcode;
+  x.read_vendor_err = ReadVendorErr;
+  x.read_byte_len = ReadByteLen;
+  x.read_imm_data = ReadImmData;
+  x.read_qp_num = ReadQpNum;
+  x.read_src_qp = ReadSrcQp;
+  x.read_wc_flags = ReadWcFlags;
+  x.read_slid = ReadSlid;
+  x.read_sl = ReadSl;
+  x.read_dlid_path_bits = ReadDlidPathBits;
+  x.read_completion_ts = ReadNone64;
+  x.read_cvlan = ReadNone16;
+  x.read_flow_tag = ReadNone32;
+  x.read_tm_info = ReadNoTmInfo;
+  x.read_completion_wallclock_ns = ReadNone64;
+  return &x;
 }
 
 int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
@@ -201,27 +322,8 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
 
 ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
                       ibv_comp_channel* channel, int comp_vector) {
-  Context* c = Ctx(context);
-  if (cqe <= 0 || cqe > kMaxCqe || comp_vector != 0) {
-    return Fail<ibv_cq*>(EINVAL, nullptr);
-  }
-  if (c->cq_count.fetch_add(1) >= kMaxCq) {
-    c->cq_count.fetch_sub(1);
-    return Fail<ibv_cq*>(ENOMEM, nullptr);
-  }
-  auto* cq = new Cq();
-  cq->cq.context = context;
-  cq->cq.channel = channel;
-  cq->cq.cq_context = cq_context;
-  cq->cq.cqe = cqe;
-  pthread_mutex_init(&cq->cq.mutex, nullptr);
-  pthread_cond_init(&cq->cq.cond, nullptr);
-  if (channel != nullptr) {
-    cq->channel = reinterpret_cast<Channel*>(channel);
-    std::lock_guard<std::mutex> lock(cq->channel->mu);
-    cq->channel->cqs.push_back(cq);
-  }
-  return &cq->cq;
+  Cq* cq = NewCq(context, cqe, cq_context, channel, comp_vector);
+  return cq != nullptr ? &cq->cq : nullptr;
 }
 
 int ibv_destroy_cq(ibv_cq* ibcq) {

@@ -307,6 +307,8 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c->vctx.sz = sizeof(verbs_context);
   c->vctx.query_device_ex = QueryDeviceEx;
   c->vctx.query_port = QueryPort;
+  c->vctx.create_cq_ex = CreateCqEx;
+  c->vctx.create_qp_ex = CreateQpEx;
   ibv_context_ops& ops = c->ctx.ops;
   ops.poll_cq = PollCq;
   ops.req_notify_cq = ReqNotifyCq;

@@ -29,7 +29,8 @@
 // memory.cc (protection domains and memory regions), completion_queue.cc
 // (CQs, completion channels and their notifier), queue_pair.cc (creating,
 // modifying, querying and destroying queue pairs), post.cc (posting work
-// requests and gathering their completions), shared_receive_queue.cc
+// requests and gathering their completions), post_builder.cc (the
+// ibv_wr_* post path of extended queue pairs), shared_receive_queue.cc
 // (SRQs), address_handle.cc (UD address handles), unserved.cc (entry points
 // refused with the errno docs/verbs.md gives), convert.cc (errnos, MTUs,
 // GIDs).
@@ -42,6 +43,13 @@
 //   4. Qp::mu           a queue pair's posts, completions and state
 //   5. Srq::mu          a shared receive queue's posts and counts
 //   6. Context::async_mu  the context's asynchronous events
+// Two locks are held by the application's thread between its calls, each
+// taken while it holds none of the above, and each before them: a
+// queue pair's WrBatch::mu from ibv_wr_start to ibv_wr_complete or
+// ibv_wr_abort, and an extended CQ's Cq::poll_mu from ibv_start_poll to
+// ibv_end_poll. Inside either region the application may call any verb
+// (poll inside a post region, post inside a poll region), as with a
+// hardware provider.
 // A notifier thread waiting on a queue pair's doorbell holds none of them
 // (Qp::waiters keeps the queue pair alive meanwhile).
 #ifndef RDMAPLANE_API_VERBS_OBJECTS_H_
@@ -185,7 +193,12 @@ Srq* SrqOf(ibv_srq* srq);
 uint64_t TakeSharedReceive(Srq* s, uint64_t index);
 
 struct Cq {
-  ibv_cq cq;
+  // first: the application holds ibv_cq* (and, for a CQ of
+  // ibv_create_cq_ex, ibv_cq_ex*, whose head is an ibv_cq)
+  union {
+    ibv_cq cq;
+    ibv_cq_ex cq_ex;
+  };
   Channel* channel = nullptr;
   std::mutex mu;
   std::vector<Qp*> send_qps;  // queue pairs whose sends complete here
@@ -197,6 +210,11 @@ struct Cq {
   uint32_t acked = 0;                // events the application acknowledged
   std::condition_variable acked_cv;  // ibv_destroy_cq waits for acks
   uint32_t empty_polls = 0;
+  // The extended poll (ibv_start_poll ... ibv_end_poll) of a CQ made by
+  // ibv_create_cq_ex: one batch at a time holds poll_mu, taken before mu;
+  // `current` is the completion the iterator is on.
+  std::mutex poll_mu;
+  ibv_wc current{};
 };
 
 // A completion channel: its eventfd counts the events waiting in
@@ -220,8 +238,36 @@ struct Slot {
   uint32_t length = 0;
 };
 
+// The ibv_wr_* post path of an extended queue pair (ibv_create_qp_ex with
+// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS): the requests built between
+// ibv_wr_start and ibv_wr_complete, which posts them all or none
+// (ibv_wr_post(3)). The thread in the critical region holds `mu`
+// throughout.
+struct WrBatch {
+  struct Entry {
+    ibv_send_wr wr;
+    ibv_sge sge[shm::kMaxSge];
+    std::vector<uint8_t> inline_data;  // ibv_wr_set_inline_data*'s copy
+  };
+  uint64_t send_ops = 0;  // the IBV_QP_EX_WITH_* the queue pair was made for
+  std::mutex mu;          // the critical region
+  // The thread inside the critical region (a token of its own), or null.
+  std::atomic<const void*> owner{nullptr};
+  int error = 0;     // the first mistake found while building, or 0
+  size_t count = 0;  // entries built (entries[0, count))
+  std::vector<Entry> entries;
+};
+
 struct Qp {
-  ibv_qp qp;
+  // first: the application holds ibv_qp* (and, for an extended queue
+  // pair, ibv_qp_ex*, whose head is an ibv_qp)
+  union {
+    ibv_qp qp;
+    ibv_qp_ex qp_ex;
+  };
+  // Extended queue pairs only (ibv_qp_to_qp_ex finds qp_ex): their
+  // ibv_wr_* batch.
+  std::unique_ptr<WrBatch> batch;
   Context* owner = nullptr;
   Pd* pd = nullptr;
   Cq* scq = nullptr;
@@ -341,6 +387,10 @@ void KickWatcher(Context* c);
 // --- Posting and completions (post.cc) -------------------------------------
 
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+// Posts `count` send work requests all or none (ibv_wr_complete): checks
+// every one first, and returns its errno if one is refused (nothing is
+// posted then). Takes q->mu.
+int PostAllOrNone(Qp* q, const ibv_send_wr* wrs, size_t count);
 int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 // The queue pair's state into qp.state and attr (what the application
 // reads, and ibv_query_qp reports).
@@ -360,6 +410,14 @@ void Pump(Qp* q);
 
 // --- Queue pairs (queue_pair.cc) --------------------------------------------
 
+// verbs_context's create_qp_ex (ibv_create_qp_ex(3)).
+ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr);
+// The IBV_QP_EX_WITH_* a queue pair of `type` may be made with.
+uint64_t SendOpsServed(ibv_qp_type type);
+// Makes q an extended queue pair for `send_ops`: its ibv_qp_ex builders
+// (post_builder.cc).
+void MakeExtended(Qp* q, uint64_t send_ops);
+
 // The queue pair goes to the error state. Caller holds the context's mutex.
 void EnterError(Qp* q);
 // ... and from there to RESET, reusable. Returns 0 or an errno.
@@ -368,6 +426,8 @@ int ResetQp(Qp* q);
 // --- Completion queues (completion_queue.cc) --------------------------------
 
 int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc);
+// verbs_context's create_cq_ex (ibv_create_cq_ex(3)).
+ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr);
 int ReqNotifyCq(ibv_cq* ibcq, int solicited_only);
 
 // --- Not served (unserved.cc) -----------------------------------------------

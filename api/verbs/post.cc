@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "api/verbs/objects.h"
 #include "api/verbs/work_request.h"
@@ -217,9 +218,10 @@ void Pump(Qp* q) {
   if (q->life.ShouldFlush()) FlushReceives(q);
 }
 
-// The send queue as the next request sees it: its limits, what is
-// outstanding, and the inline buffer of its slot.
-SendQueueView ViewOf(const Qp* q) {
+// The send queue as the request of index `index` (posted or later) sees
+// it: its limits, what would be outstanding before it, and the inline
+// buffer of its slot.
+SendQueueView ViewOf(const Qp* q, uint64_t index) {
   SendQueueView sq;
   sq.max_send_wr = q->cap.max_send_wr;
   sq.max_send_sge = q->cap.max_send_sge;
@@ -228,21 +230,21 @@ SendQueueView ViewOf(const Qp* q) {
   sq.unreliable_connected = q->qp.qp_type == IBV_QPT_UC;
   sq.datagram = q->qp.qp_type == IBV_QPT_UD;
   sq.datagram_bytes = q->owner->info.path_mtu;
-  sq.outstanding = q->posted - q->completed;
+  sq.outstanding = index - q->completed;
   if (q->inline_buf != nullptr) {
     sq.inline_dst =
-        q->inline_buf + (q->posted & q->slot_mask) * q->cap.max_inline_data;
+        q->inline_buf + (index & q->slot_mask) * q->cap.max_inline_data;
   }
   sq.inline_lkey = q->inline_lkey;
   return sq;
 }
 
-int PostOne(Qp* q, const ibv_send_wr* wr) {
+// Hands the daemon `req`, translated from the work request `wr_id` as the
+// next one posted. Returns 0 or the errno of a post the client refused.
+int Submit(Qp* q, uint64_t wr_id, const SendRequest& req) {
   const uint64_t index = q->posted;
-  SendRequest req;
-  if (int err = TranslateSendWr(*wr, ViewOf(q), &req); err != 0) return err;
   Slot& s = q->slots[index & q->slot_mask];
-  s.wr_id = wr->wr_id;
+  s.wr_id = wr_id;
   s.opcode = req.wc_opcode;
   s.ov.context = index;
   const bool atomic =
@@ -268,15 +270,57 @@ int PostOne(Qp* q, const ibv_send_wr* wr) {
   return 0;
 }
 
+int PostOne(Qp* q, const ibv_send_wr* wr) {
+  SendRequest req;
+  if (int err = TranslateSendWr(*wr, ViewOf(q, q->posted), &req); err != 0) {
+    return err;
+  }
+  return Submit(q, wr->wr_id, req);
+}
+
 // A send work request posted in ERR: checked as PostOne checks it, then
 // completed flushed without reaching the daemon.
 // In ERR nothing is outstanding (EnterError completed everything), so the
 // next slot's inline buffer is free to take an inline copy.
 int FlushOne(Qp* q, const ibv_send_wr* wr) {
   SendRequest req;
-  if (int err = TranslateSendWr(*wr, ViewOf(q), &req); err != 0) return err;
+  if (int err = TranslateSendWr(*wr, ViewOf(q, q->posted), &req); err != 0) {
+    return err;
+  }
   AddSendWc(q, MakeWc(q, wr->wr_id, req.wc_opcode, IBV_WC_WR_FLUSH_ERR, 0));
   return 0;
+}
+
+int PostAllOrNone(Qp* q, const ibv_send_wr* wrs, size_t count) {
+  std::lock_guard<std::mutex> lock(q->mu);
+  const bool flush = q->life.ShouldFlush();
+  if (!flush && q->life.state() != rc::lifecycle::QpState::kRts) {
+    return EINVAL;
+  }
+  // Each checked (and an inline one copied into its slot, free until it is
+  // posted) as the request it would be, before any is posted.
+  thread_local std::vector<SendRequest> reqs;
+  reqs.resize(std::max(reqs.size(), count));
+  for (size_t i = 0; i < count; ++i) {
+    if (int err = TranslateSendWr(wrs[i], ViewOf(q, q->posted + i), &reqs[i]);
+        err != 0) {
+      return err;
+    }
+  }
+  int err = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (flush) {
+      // In ERR each completes at once, flushed (IBA 10.3.1).
+      AddSendWc(q, MakeWc(q, wrs[i].wr_id, reqs[i].wc_opcode,
+                          IBV_WC_WR_FLUSH_ERR, 0));
+    } else if ((err = Submit(q, wrs[i].wr_id, reqs[i])) != 0) {
+      // The rings hold max_send_wr requests, all checked for room above:
+      // only a client that lost its daemon refuses one here.
+      break;
+    }
+  }
+  if (!flush) q->owner->client->Flush(q->conn);
+  return err;
 }
 
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {

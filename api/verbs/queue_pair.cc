@@ -109,6 +109,44 @@ int ResetQp(Qp* q) {
   return 0;
 }
 
+ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  if (attr == nullptr) return Fail<ibv_qp*>(EINVAL, nullptr);
+  constexpr uint32_t kServed = IBV_QP_INIT_ATTR_PD |
+                               IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                               IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || attr->pd == nullptr ||
+      attr->pd->context != context) {
+    return Fail<ibv_qp*>(EINVAL, nullptr);
+  }
+  // XRC domains, TSO headers, RSS (indirection tables, hashing) and every
+  // creation flag (scatter FCS, CVLAN stripping, ...) are not served.
+  if ((attr->comp_mask & ~kServed) != 0 ||
+      ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
+       attr->create_flags != 0)) {
+    return Fail<ibv_qp*>(EOPNOTSUPP, nullptr);
+  }
+  const bool extended = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+  // Only operations its type has and the front end serves (ibv_wr_post(3):
+  // "If the QP does not support all the requested work request types then
+  // QP creation will fail").
+  if (extended && (attr->send_ops_flags & ~SendOpsServed(attr->qp_type)) != 0) {
+    return Fail<ibv_qp*>(EOPNOTSUPP, nullptr);
+  }
+  ibv_qp_init_attr init{};
+  init.qp_context = attr->qp_context;
+  init.send_cq = attr->send_cq;
+  init.recv_cq = attr->recv_cq;
+  init.srq = attr->srq;
+  init.cap = attr->cap;
+  init.qp_type = attr->qp_type;
+  init.sq_sig_all = attr->sq_sig_all;
+  ibv_qp* qp = ibv_create_qp(attr->pd, &init);
+  if (qp == nullptr) return nullptr;
+  attr->cap = init.cap;
+  if (extended) MakeExtended(QpOf(qp), attr->send_ops_flags);
+  return qp;
+}
+
 }  // namespace rdmaplane::verbs
 
 using namespace rdmaplane;         // NOLINT
@@ -415,9 +453,12 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
   return 0;
 }
 
-ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
-  errno = EOPNOTSUPP;
-  return nullptr;
+// The extended queue pair of an ibv_qp made by ibv_create_qp_ex with
+// send_ops_flags; null for any other (as libibverbs answers).
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* ibqp) {
+  if (ibqp == nullptr) return nullptr;
+  Qp* q = QpOf(ibqp);
+  return q->batch != nullptr ? &q->qp_ex : nullptr;
 }
 
 }  // extern "C"

@@ -2690,14 +2690,6 @@ static void t_unsupported(void) {
   check(imported == NULL && errno == EOPNOTSUPP,
         "ibv_import_device fails with EOPNOTSUPP", "context %p errno %d",
         (void*)imported, errno);
-  errno = 0;
-  struct ibv_cq_init_attr_ex cqx;
-  memset(&cqx, 0, sizeof(cqx));
-  cqx.cqe = 16;
-  struct ibv_cq_ex* cq_ex = ibv_create_cq_ex(d->ctx, &cqx);
-  check(cq_ex == NULL && errno == EOPNOTSUPP,
-        "ibv_create_cq_ex fails with EOPNOTSUPP", "cq %p errno %d",
-        (void*)cq_ex, errno);
   {
     struct ibv_qp_init_attr rc;
     memset(&rc, 0, sizeof(rc));
@@ -4090,6 +4082,503 @@ static void t_ud(struct bufs* b) {
   free_pair(&p);
 }
 
+/* --- The extended API: ibv_create_cq_ex, ibv_create_qp_ex, ibv_wr_* ------- */
+
+/* Polls an extended CQ (ibv_start_poll, ibv_next_poll, ibv_end_poll) until
+ * `want` completions are in out[] or 10 s passed; each is read back field
+ * by field through the ibv_wc_read_* functions. Returns how many came. */
+static int ex_poll(struct ibv_cq_ex* cq, struct ibv_wc* out, int want) {
+  int got = 0;
+  const double until = now_s() + 10;
+  while (got < want && now_s() < until) {
+    struct ibv_poll_cq_attr attr;
+    memset(&attr, 0, sizeof(attr));
+    int r = ibv_start_poll(cq, &attr);
+    if (r == ENOENT) {
+      sleep_us(50);
+      continue;
+    }
+    if (r != 0) {
+      check(false, "ibv_start_poll", "returned %d", r);
+      return got;
+    }
+    do {
+      struct ibv_wc* w = &out[got++];
+      memset(w, 0, sizeof(*w));
+      w->wr_id = cq->wr_id;
+      w->status = cq->status;
+      w->opcode = ibv_wc_read_opcode(cq);
+      w->byte_len = ibv_wc_read_byte_len(cq);
+      w->imm_data = ibv_wc_read_imm_data(cq);
+      w->qp_num = ibv_wc_read_qp_num(cq);
+      w->src_qp = ibv_wc_read_src_qp(cq);
+      w->wc_flags = ibv_wc_read_wc_flags(cq);
+      w->vendor_err = ibv_wc_read_vendor_err(cq);
+    } while (got < want && (r = ibv_next_poll(cq)) == 0);
+    check(r == 0 || r == ENOENT, "ibv_next_poll", "returned %d", r);
+    ibv_end_poll(cq);
+  }
+  return got;
+}
+
+static struct ibv_cq_ex* make_cq_ex(struct dev* d) {
+  struct ibv_cq_init_attr_ex a;
+  memset(&a, 0, sizeof(a));
+  a.cqe = 256;
+  a.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM |
+               IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP;
+  a.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  a.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+  return ibv_create_cq_ex(d->ctx, &a);
+}
+
+static struct ibv_qp* make_qp_ex(struct dev* d, struct ibv_cq_ex* cq,
+                                 enum ibv_qp_type type, uint64_t ops) {
+  struct ibv_qp_init_attr_ex a;
+  memset(&a, 0, sizeof(a));
+  a.send_cq = ibv_cq_ex_to_cq(cq);
+  a.recv_cq = ibv_cq_ex_to_cq(cq);
+  a.qp_type = type;
+  a.cap.max_send_wr = 16;
+  a.cap.max_recv_wr = 16;
+  a.cap.max_send_sge = 4;
+  a.cap.max_recv_sge = 1;
+  a.cap.max_inline_data = 64;
+  a.pd = d->pd;
+  a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  a.send_ops_flags = ops;
+  return ibv_create_qp_ex(d->ctx, &a);
+}
+
+/* Posts one signaled WRITE of 8 bytes through ibv_post_send and checks
+ * that it is the next completion: nothing a refused or aborted batch held
+ * went out before it (an RC queue completes in order). */
+static void check_next_is(struct side* s, struct ibv_cq_ex* cq,
+                          struct bufs* b, uint64_t wr_id, const char* name) {
+  struct ibv_sge sge = sge_of(b->local, 8, b->lmr->lkey);
+  struct ibv_send_wr wr = rdma_wr(IBV_WR_RDMA_WRITE, wr_id, &sge, 1,
+                                  raddr(b, 3 << 20), b->rmr->rkey,
+                                  IBV_SEND_SIGNALED);
+  struct ibv_send_wr* bad = NULL;
+  int r = ibv_post_send(s->qp, &wr, &bad);
+  struct ibv_wc wc;
+  memset(&wc, 0, sizeof(wc));
+  const int n = r == 0 ? ex_poll(cq, &wc, 1) : 0;
+  check(n == 1 && wc.wr_id == wr_id && wc.status == IBV_WC_SUCCESS, name,
+        "post %d; %d: wr_id %llu %s", r, n, (unsigned long long)wc.wr_id,
+        wc_name(wc.status));
+}
+
+static void t_extended_refusals(void) {
+  step("the extended API: what is refused");
+  struct dev* d = &g_dev[0];
+  struct ibv_cq_init_attr_ex ca;
+  memset(&ca, 0, sizeof(ca));
+  ca.cqe = 16;
+  ca.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  errno = 0;
+  struct ibv_cq_ex* cq = ibv_create_cq_ex(d->ctx, &ca);
+  check(cq == NULL && errno == EOPNOTSUPP,
+        "ibv_create_cq_ex asking for completion timestamps is EOPNOTSUPP",
+        "cq %p errno %d", (void*)cq, errno);
+  ca.wc_flags = 0;
+  ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+  errno = 0;
+  cq = ibv_create_cq_ex(d->ctx, &ca);
+  check(cq == NULL && errno == EOPNOTSUPP,
+        "ibv_create_cq_ex with a parent domain is EOPNOTSUPP",
+        "cq %p errno %d", (void*)cq, errno);
+  ca.comp_mask = 0;
+  ca.cqe = 0;
+  errno = 0;
+  cq = ibv_create_cq_ex(d->ctx, &ca);
+  check(cq == NULL && errno == EINVAL, "ibv_create_cq_ex of 0 entries is EINVAL",
+        "cq %p errno %d", (void*)cq, errno);
+  cq = make_cq_ex(d);
+  if (!check(cq != NULL, "ibv_create_cq_ex", "errno %d", errno)) return;
+  struct {
+    enum ibv_qp_type type;
+    uint64_t ops;
+    const char* name;
+  } refused[] = {
+      {IBV_QPT_RC, IBV_QP_EX_WITH_SEND_WITH_INV,
+       "an RC queue pair for SEND_WITH_INV is EOPNOTSUPP (not served)"},
+      {IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW,
+       "an RC queue pair for BIND_MW is EOPNOTSUPP (not served)"},
+      {IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ,
+       "a UC queue pair for RDMA READ is EOPNOTSUPP (UC has none)"},
+      {IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE,
+       "a UD queue pair for RDMA WRITE is EOPNOTSUPP (UD has none)"},
+  };
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); ++i) {
+    errno = 0;
+    struct ibv_qp* qp = make_qp_ex(d, cq, refused[i].type, refused[i].ops);
+    check(qp == NULL && errno == EOPNOTSUPP, refused[i].name,
+          "qp %p errno %d", (void*)qp, errno);
+    if (qp != NULL) ibv_destroy_qp(qp);
+  }
+  struct ibv_qp_init_attr_ex qa;
+  memset(&qa, 0, sizeof(qa));
+  qa.send_cq = qa.recv_cq = ibv_cq_ex_to_cq(cq);
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+  qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+  qa.pd = d->pd;
+  qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  qa.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+  errno = 0;
+  struct ibv_qp* qp = ibv_create_qp_ex(d->ctx, &qa);
+  check(qp == NULL && errno == EOPNOTSUPP,
+        "ibv_create_qp_ex with a creation flag is EOPNOTSUPP",
+        "qp %p errno %d", (void*)qp, errno);
+  if (qp != NULL) ibv_destroy_qp(qp);
+  qa.comp_mask = IBV_QP_INIT_ATTR_PD;
+  qp = ibv_create_qp_ex(d->ctx, &qa);
+  if (check(qp != NULL, "ibv_create_qp_ex with a PD alone", "errno %d",
+            errno)) {
+    check(ibv_qp_to_qp_ex(qp) == NULL,
+          "ibv_qp_to_qp_ex of a queue pair made without send_ops_flags is "
+          "NULL",
+          "not NULL");
+    ibv_destroy_qp(qp);
+  }
+  /* A batch outside RTS is refused whole. */
+  qp = make_qp_ex(d, cq, IBV_QPT_RC, IBV_QP_EX_WITH_SEND);
+  if (check(qp != NULL, "an extended RC queue pair", "errno %d", errno)) {
+    struct ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp);
+    check(qpx != NULL && ibv_qp_to_qp_ex(qp) == (struct ibv_qp_ex*)qp &&
+              &qpx->qp_base == qp,
+          "ibv_qp_to_qp_ex finds the extended queue pair around the ibv_qp",
+          "%p for %p", (void*)qpx, (void*)qp);
+    if (qpx != NULL) {
+      int r = ibv_wr_complete(qpx);
+      check(r == EINVAL, "ibv_wr_complete without ibv_wr_start is EINVAL",
+            "returned %d", r);
+      ibv_wr_start(qpx);
+      qpx->wr_id = 1;
+      qpx->wr_flags = IBV_SEND_SIGNALED;
+      ibv_wr_send(qpx);
+      r = ibv_wr_complete(qpx);
+      check(r == EINVAL, "ibv_wr_complete in RESET is EINVAL", "returned %d",
+            r);
+      struct ibv_poll_cq_attr pa;
+      memset(&pa, 0, sizeof(pa));
+      r = ibv_start_poll(cq, &pa);
+      check(r == ENOENT,
+            "ibv_start_poll of an empty CQ is ENOENT (nothing was posted)",
+            "returned %d", r);
+      if (r == 0) ibv_end_poll(cq);
+    }
+    ibv_destroy_qp(qp);
+  }
+  int r = ibv_destroy_cq(ibv_cq_ex_to_cq(cq));
+  check(r == 0, "ibv_destroy_cq of an extended CQ", "returned %d", r);
+}
+
+static void t_extended(struct bufs* b) {
+  t_extended_refusals();
+  step("the extended API: ibv_wr_* posts, ibv_start_poll reads");
+  /* Everything an RC queue pair serves but COMPARE SWAP. */
+  const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE |
+                       IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                       IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                       IBV_QP_EX_WITH_RDMA_READ |
+                       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+  struct pair p;
+  memset(&p, 0, sizeof(p));
+  struct ibv_cq_ex* cq[2] = {NULL, NULL};
+  bool made = true;
+  for (int i = 0; i < 2; ++i) {
+    p.s[i].dev = &g_dev[i];
+    cq[i] = make_cq_ex(&g_dev[i]);
+    if (cq[i] == NULL) {
+      made = check(false, "ibv_create_cq_ex", "errno %d", errno);
+      break;
+    }
+    p.s[i].cq = ibv_cq_ex_to_cq(cq[i]);
+    p.s[i].qp = make_qp_ex(&g_dev[i], cq[i], IBV_QPT_RC, ops);
+    if (p.s[i].qp == NULL) {
+      made = check(false, "ibv_create_qp_ex with send_ops_flags", "errno %d",
+                   errno);
+      break;
+    }
+  }
+  if (!made || !pair_to_init(&p) ||
+      !pair_to_rts(&p, &kDefaultOpts, &kDefaultOpts)) {
+    free_pair(&p);
+    return;
+  }
+  struct ibv_qp_ex* qpx = ibv_qp_to_qp_ex(p.s[0].qp);
+
+  /* One batch: a WRITE of two SGEs, an inline SEND_WITH_IMM whose source
+   * is overwritten at once, a READ and a FETCH_ADD. */
+  uint8_t* w_src = b->local;
+  uint8_t* r_dst = b->local + 65536;
+  uint8_t* fa_dst = b->local + 2 * 65536;
+  uint8_t* w_dst = b->remote;
+  uint8_t* r_src = b->remote + 65536;
+  uint8_t* fa_word = pages(4096);
+  struct ibv_mr* amr = reg(&g_dev[1], fa_word, 4096,
+                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
+                           "atomic MR");
+  if (amr == NULL) {
+    free_pair(&p);
+    return;
+  }
+  const uint64_t fa_addr = (uint64_t)(uintptr_t)fa_word;
+  fill(w_src, 6000, 101);
+  fill(r_src, 3000, 102);
+  memset(w_dst, 0xEE, 6100);
+  memset(r_dst, 0xEE, 3100);
+  memset(area(b, 3), 0xEE, 128);
+  set_word(fa_word, 1000);
+  set_word(fa_dst, 0);
+  int r = post_recv_area(&p.s[1], b, 3, 500, 128);
+  check(r == 0, "a receive for the inline SEND", "returned %d", r);
+  char message[40];
+  memset(message, 'm', sizeof(message));
+  const struct ibv_sge two[2] = {sge_of(w_src, 4000, b->lmr->lkey),
+                                 sge_of(w_src + 4000, 2000, b->lmr->lkey)};
+  ibv_wr_start(qpx);
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  qpx->wr_id = 501;
+  ibv_wr_rdma_write(qpx, b->rmr->rkey, raddr(b, 0));
+  ibv_wr_set_sge_list(qpx, 2, two);
+  qpx->wr_id = 502;
+  ibv_wr_send_imm(qpx, htonl(0xE7E7));
+  ibv_wr_set_inline_data(qpx, message, sizeof(message));
+  memset(message, 'x', sizeof(message)); /* copied already */
+  qpx->wr_id = 503;
+  ibv_wr_rdma_read(qpx, b->rmr->rkey, raddr(b, 65536));
+  ibv_wr_set_sge(qpx, b->lmr->lkey, (uint64_t)(uintptr_t)r_dst, 3000);
+  qpx->wr_id = 504;
+  ibv_wr_atomic_fetch_add(qpx, amr->rkey, fa_addr, 5);
+  ibv_wr_set_sge(qpx, b->lmr->lkey, (uint64_t)(uintptr_t)fa_dst, 8);
+  r = ibv_wr_complete(qpx);
+  check(r == 0, "ibv_wr_complete of WRITE, SEND_WITH_IMM (inline), READ and "
+        "FETCH_ADD", "returned %d", r);
+  struct ibv_wc wc[4];
+  memset(wc, 0, sizeof(wc));
+  int n = r == 0 ? ex_poll(cq[0], wc, 4) : 0;
+  static const enum ibv_wc_opcode kOps[4] = {IBV_WC_RDMA_WRITE, IBV_WC_SEND,
+                                             IBV_WC_RDMA_READ, IBV_WC_FETCH_ADD};
+  bool in_order = n == 4;
+  for (int i = 0; i < n; ++i) {
+    if (wc[i].wr_id != 501 + (uint64_t)i || wc[i].status != IBV_WC_SUCCESS ||
+        wc[i].opcode != kOps[i] || wc[i].qp_num != p.s[0].qp->qp_num) {
+      in_order = false;
+    }
+  }
+  check(in_order,
+        "four completions through ibv_start_poll/ibv_next_poll: their wr_ids "
+        "in order, each successful, with its opcode and QP number",
+        "%d; first: wr_id %llu %s opcode %d qp %u", n,
+        (unsigned long long)wc[0].wr_id, wc_name(wc[0].status), wc[0].opcode,
+        wc[0].qp_num);
+  check(n >= 3 && wc[2].byte_len == 3000,
+        "the READ's completion reads back its byte_len", "byte_len %u",
+        wc[2].byte_len);
+  check(first_diff(w_src, w_dst, 6000) == 6000 && all_bytes(w_dst + 6000, 100, 0xEE),
+        "the WRITE of two SGEs landed, and only there",
+        "first difference at %zu", first_diff(w_src, w_dst, 6000));
+  check(first_diff(r_src, r_dst, 3000) == 3000 && all_bytes(r_dst + 3000, 100, 0xEE),
+        "the READ brought the remote bytes", "first difference at %zu",
+        first_diff(r_src, r_dst, 3000));
+  check(word_at(fa_dst) == 1000 && word_at(fa_word) == 1005,
+        "FETCH_ADD returned the old value and added", "returned %llu, now %llu",
+        (unsigned long long)word_at(fa_dst), (unsigned long long)word_at(fa_word));
+  struct ibv_wc rwc;
+  memset(&rwc, 0, sizeof(rwc));
+  n = ex_poll(cq[1], &rwc, 1);
+  check(n == 1 && rwc.wr_id == 500 && rwc.status == IBV_WC_SUCCESS &&
+            rwc.opcode == IBV_WC_RECV && rwc.byte_len == 40 &&
+            (rwc.wc_flags & IBV_WC_WITH_IMM) != 0 &&
+            ntohl(rwc.imm_data) == 0xE7E7 &&
+            rwc.qp_num == p.s[1].qp->qp_num &&
+            rwc.src_qp == p.s[0].qp->qp_num,
+        "the receive, read through ibv_wc_read_*: RECV, 40 bytes, its "
+        "immediate data, its QP and the sender's",
+        "%d: wr_id %llu %s opcode %d len %u flags %#x imm %#x qp %u src %u", n,
+        (unsigned long long)rwc.wr_id, wc_name(rwc.status), rwc.opcode,
+        rwc.byte_len, rwc.wc_flags, ntohl(rwc.imm_data), rwc.qp_num,
+        rwc.src_qp);
+  memset(message, 'm', sizeof(message));
+  check(memcmp(area(b, 3), message, sizeof(message)) == 0 &&
+            all_bytes(area(b, 3) + 40, 88, 0xEE),
+        "the inline SEND carried the bytes as they were when it was built",
+        "%.8s...", (const char*)area(b, 3));
+
+  /* A mistake anywhere refuses the whole batch. */
+  memset(w_dst, 0xEE, 64);
+  struct ibv_sge five[5];
+  for (int i = 0; i < 5; ++i) five[i] = sge_of(w_src + i * 8, 8, b->lmr->lkey);
+  ibv_wr_start(qpx);
+  qpx->wr_id = 510;
+  ibv_wr_rdma_write(qpx, b->rmr->rkey, raddr(b, 0));
+  ibv_wr_set_sge(qpx, b->lmr->lkey, (uint64_t)(uintptr_t)w_src, 64);
+  qpx->wr_id = 511;
+  ibv_wr_rdma_write(qpx, b->rmr->rkey, raddr(b, 64));
+  ibv_wr_set_sge_list(qpx, 5, five); /* max_send_sge is 4 */
+  r = ibv_wr_complete(qpx);
+  check(r == EINVAL, "a batch with more SGEs than max_send_sge is EINVAL",
+        "returned %d", r);
+  check_next_is(&p.s[0], cq[0], b, 512,
+                "... and none of it was posted: the next completion is the "
+                "next request's");
+  check(all_bytes(w_dst, 64, 0xEE), "... and the remote bytes are untouched",
+        "changed");
+  ibv_wr_start(qpx);
+  qpx->wr_id = 513;
+  ibv_wr_rdma_write(qpx, b->rmr->rkey, raddr(b, 0));
+  ibv_wr_set_sge(qpx, b->lmr->lkey, (uint64_t)(uintptr_t)w_src, 64);
+  qpx->wr_id = 514;
+  ibv_wr_atomic_cmp_swp(qpx, amr->rkey, fa_addr, 1005, 7);
+  ibv_wr_set_sge(qpx, b->lmr->lkey, (uint64_t)(uintptr_t)fa_dst, 8);
+  r = ibv_wr_complete(qpx);
+  check(r == EINVAL,
+        "a batch with an operation the queue pair was not made for "
+        "(COMPARE SWAP) is EINVAL",
+        "returned %d", r);
+  check_next_is(&p.s[0], cq[0], b, 515,
+                "... and none of it was posted");
+  check(all_bytes(w_dst, 64, 0xEE) && word_at(fa_word) == 1005,
+        "... the remote bytes and word untouched", "word %llu",
+        (unsigned long long)word_at(fa_word));
+  ibv_wr_start(qpx);
+  qpx->wr_id = 516;
+  ibv_wr_rdma_write(qpx, b->rmr->rkey, raddr(b, 0));
+  ibv_wr_set_sge(qpx, b->lmr->lkey, (uint64_t)(uintptr_t)w_src, 64);
+  ibv_wr_abort(qpx);
+  check_next_is(&p.s[0], cq[0], b, 517,
+                "ibv_wr_abort drops the batch: the next completion is the "
+                "next request's");
+  check(all_bytes(w_dst, 64, 0xEE), "... and the remote bytes are untouched",
+        "changed");
+  ibv_wr_start(qpx);
+  qpx->wr_id = 518;
+  ibv_wr_set_sge(qpx, b->lmr->lkey, (uint64_t)(uintptr_t)w_src, 64);
+  r = ibv_wr_complete(qpx);
+  check(r == EINVAL, "a setter before any builder is EINVAL", "returned %d",
+        r);
+  qpx->wr_flags = 0;
+  ibv_wr_start(qpx);
+  qpx->wr_id = 519;
+  ibv_wr_send(qpx);
+  ibv_wr_set_inline_data(qpx, w_src, 65); /* max_inline_data is 64 */
+  r = ibv_wr_complete(qpx);
+  check(r == EINVAL, "inline data beyond max_inline_data is EINVAL",
+        "returned %d", r);
+
+  /* In ERR a batch completes flushed. */
+  r = to_state(p.s[0].qp, IBV_QPS_ERR);
+  check(r == 0, "to ERR", "returned %d", r);
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_start(qpx);
+  qpx->wr_id = 520;
+  ibv_wr_send(qpx);
+  qpx->wr_id = 521;
+  ibv_wr_rdma_write(qpx, b->rmr->rkey, raddr(b, 0));
+  ibv_wr_set_sge(qpx, b->lmr->lkey, (uint64_t)(uintptr_t)w_src, 64);
+  r = ibv_wr_complete(qpx);
+  memset(wc, 0, sizeof(wc));
+  n = r == 0 ? ex_poll(cq[0], wc, 2) : 0;
+  check(r == 0 && n == 2 && wc[0].wr_id == 520 &&
+            wc[0].status == IBV_WC_WR_FLUSH_ERR && wc[1].wr_id == 521 &&
+            wc[1].status == IBV_WC_WR_FLUSH_ERR,
+        "in ERR a batch is taken, and each of its requests completes flushed",
+        "complete %d; %d: %llu %s", r, n, (unsigned long long)wc[0].wr_id,
+        wc_name(wc[0].status));
+  free_pair(&p);
+  dereg(amr);
+}
+
+static void t_extended_ud(struct bufs* b) {
+  step("the extended API: a UD SEND through ibv_wr_set_ud_addr");
+  enum { kQkey = 0x2222 };
+  struct pair p;
+  memset(&p, 0, sizeof(p));
+  struct ibv_cq_ex* cq[2] = {NULL, NULL};
+  for (int i = 0; i < 2; ++i) {
+    p.s[i].dev = &g_dev[i];
+    cq[i] = make_cq_ex(&g_dev[i]);
+    if (!check(cq[i] != NULL, "ibv_create_cq_ex", "errno %d", errno)) {
+      free_pair(&p);
+      return;
+    }
+    p.s[i].cq = ibv_cq_ex_to_cq(cq[i]);
+    p.s[i].qp = make_qp_ex(&g_dev[i], cq[i], IBV_QPT_UD, IBV_QP_EX_WITH_SEND);
+    if (!check(p.s[i].qp != NULL, "an extended UD queue pair", "errno %d",
+               errno)) {
+      free_pair(&p);
+      return;
+    }
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qkey = kQkey;
+    int r = ibv_modify_qp(p.s[i].qp, &a,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                              IBV_QP_QKEY);
+    r |= to_state(p.s[i].qp, IBV_QPS_RTR);
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTS;
+    r |= ibv_modify_qp(p.s[i].qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+    if (!check(r == 0, "UD RESET->INIT->RTR->RTS", "side %d", i)) {
+      free_pair(&p);
+      return;
+    }
+  }
+  struct ibv_ah_attr aa;
+  memset(&aa, 0, sizeof(aa));
+  aa.port_num = 1;
+  aa.is_global = 1;
+  aa.grh.dgid = g_dev[1].gid;
+  struct ibv_ah* ah = ibv_create_ah(g_dev[0].pd, &aa);
+  if (!check(ah != NULL, "ibv_create_ah", "errno %d", errno)) {
+    free_pair(&p);
+    return;
+  }
+  uint8_t* rbuf = area(b, 5);
+  memset(rbuf, 0xEE, 40 + 300);
+  int r = post_recv_area(&p.s[1], b, 5, 600, 40 + 256);
+  fill(b->local, 256, 103);
+  struct ibv_qp_ex* qpx = ibv_qp_to_qp_ex(p.s[0].qp);
+  ibv_wr_start(qpx);
+  qpx->wr_id = 601;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_send(qpx);
+  ibv_wr_set_ud_addr(qpx, ah, p.s[1].qp->qp_num, kQkey);
+  ibv_wr_set_sge(qpx, b->lmr->lkey, (uint64_t)(uintptr_t)b->local, 256);
+  r |= ibv_wr_complete(qpx);
+  struct ibv_wc swc, rwc;
+  memset(&swc, 0, sizeof(swc));
+  memset(&rwc, 0, sizeof(rwc));
+  const int sn = r == 0 ? ex_poll(cq[0], &swc, 1) : 0;
+  const int rn = r == 0 ? ex_poll(cq[1], &rwc, 1) : 0;
+  check(sn == 1 && swc.wr_id == 601 && swc.status == IBV_WC_SUCCESS,
+        "the UD SEND built with ibv_wr_set_ud_addr completes",
+        "post %d; %d: %s", r, sn, wc_name(swc.status));
+  check(rn == 1 && rwc.wr_id == 600 && rwc.status == IBV_WC_SUCCESS &&
+            rwc.byte_len == 40 + 256 && (rwc.wc_flags & IBV_WC_GRH) != 0 &&
+            rwc.src_qp == p.s[0].qp->qp_num &&
+            first_diff(b->local, rbuf + 40, 256) == 256 &&
+            rbuf[40 + 256] == 0xEE,
+        "... and lands after the GRH; ibv_wc_read_wc_flags says GRH and "
+        "ibv_wc_read_src_qp names the sender",
+        "%d: %s len %u flags %#x src %u", rn, wc_name(rwc.status),
+        rwc.byte_len, rwc.wc_flags, rwc.src_qp);
+  ibv_wr_start(qpx);
+  qpx->wr_id = 602;
+  ibv_wr_send(qpx);
+  ibv_wr_set_sge(qpx, b->lmr->lkey, (uint64_t)(uintptr_t)b->local, 16);
+  r = ibv_wr_complete(qpx);
+  check(r == EINVAL, "a UD SEND without ibv_wr_set_ud_addr is EINVAL",
+        "returned %d", r);
+  ibv_destroy_ah(ah);
+  free_pair(&p);
+}
+
 /* Resident kB of this process's mappings of a session region (every
  * opened device has one), the largest. */
 static long session_rss_kb(void) {
@@ -4397,6 +4886,8 @@ int main(int argc, char** argv) {
       t_uc(&b);
       t_ud(&b);
       t_srq(&b);
+      t_extended(&b);
+      t_extended_ud(&b);
       free_bufs(&b);
       t_many_qps();
     }
