@@ -175,7 +175,7 @@ typedef struct rdp_overlapped {
 /* [WSPRdmaWrite] Writes the SGL to the peer's buffer named by the
  * descriptor, at target_offset. Returns RDP_PENDING (completion later,
  * through ov) or an error. The SGL may live on the caller's stack. At most
- * 8 SGEs (more: RDP_ERR_INVALID); sgl and ov must not be NULL
+ * 16 SGEs (more: RDP_ERR_INVALID); sgl and ov must not be NULL
  * (RDP_ERR_FAULT). A request refused here was not posted. */
 int rdp_write(rdp_client* client, rdp_conn conn, const rdp_sge* sgl,
               uint32_t sge_count, const void* target_descriptor,

@@ -36,12 +36,13 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 9;
+inline constexpr uint16_t kSessionVersion = 10;
 // Connection slots (connections and verbs queue pairs) of one session. The
 // region reserves room for every slot's rings, but only a slot the daemon
 // hands out is formatted and touched: memory grows with what is used.
 inline constexpr uint32_t kMaxConnections = 1024;
-inline constexpr uint32_t kMaxSge = 8;
+// SGEs per request, as RNICs offer (dataplane/rc/types.h agrees).
+inline constexpr uint32_t kMaxSge = 16;
 inline constexpr uint32_t kControlRingEntries = 64;
 // A slot's rings as a native connection has them; a verbs queue pair or
 // shared receive queue asks for its own depths (SlotDepths), up to the
@@ -409,7 +410,7 @@ struct SendEntry {
   uint32_t remote_qkey;
   uint32_t reserved1;
 };
-static_assert(sizeof(SendEntry) == 192);
+static_assert(sizeof(SendEntry) == 320);
 
 // A receive request (verbs' ibv_post_recv): the buffers the peer's next
 // SEND fills. Its completion names it by wr_id.
@@ -419,7 +420,7 @@ struct RecvEntry {
   uint8_t reserved0[7];
   SgeEntry sge[kMaxSge];
 };
-static_assert(sizeof(RecvEntry) == 144);
+static_assert(sizeof(RecvEntry) == 272);
 
 struct CompletionEntry {
   uint64_t wr_id;

@@ -55,19 +55,19 @@ TEST(RingAbi, RingIndex) {
 TEST(RingAbi, BytesFor) {
   EXPECT_EQ(SpscRing<ControlRequest>::BytesFor(kControlRingEntries), 9408u);
   EXPECT_EQ(SpscRing<ControlResponse>::BytesFor(kControlRingEntries), 7872u);
-  EXPECT_EQ(SpscRing<SendEntry>::BytesFor(kSendRingEntries), 49344u);
+  EXPECT_EQ(SpscRing<SendEntry>::BytesFor(kSendRingEntries), 82112u);
   EXPECT_EQ(SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries),
             32960u);
-  EXPECT_EQ(SpscRing<RecvEntry>::BytesFor(kRecvRingEntries), 73920u);
+  EXPECT_EQ(SpscRing<RecvEntry>::BytesFor(kRecvRingEntries), 139456u);
 }
 
 // --- Session layout (layout.h) -------------------------------------------
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 9u);
+  EXPECT_EQ(kSessionVersion, 10u);
   EXPECT_EQ(kMaxConnections, 1024u);
-  EXPECT_EQ(kMaxSge, 8u);
+  EXPECT_EQ(kMaxSge, 16u);
   EXPECT_EQ(kControlRingEntries, 64u);
   EXPECT_EQ(kSendRingEntries, 256u);
   EXPECT_EQ(kCompletionRingEntries, 1024u);
@@ -247,16 +247,16 @@ TEST(LayoutAbi, SendEntry) {
   EXPECT_EQ(offsetof(SendEntry, reserved0), 10u);
   EXPECT_EQ(offsetof(SendEntry, flags), 12u);
   EXPECT_EQ(offsetof(SendEntry, sge), 16u);
-  EXPECT_EQ(sizeof(SendEntry::sge), 8u * 16u);
-  EXPECT_EQ(offsetof(SendEntry, remote_address), 144u);
-  EXPECT_EQ(offsetof(SendEntry, rkey), 152u);
-  EXPECT_EQ(offsetof(SendEntry, imm), 156u);
-  EXPECT_EQ(offsetof(SendEntry, compare), 160u);
-  EXPECT_EQ(offsetof(SendEntry, swap_add), 168u);
-  EXPECT_EQ(offsetof(SendEntry, ah), 176u);
-  EXPECT_EQ(offsetof(SendEntry, remote_qpn), 180u);
-  EXPECT_EQ(offsetof(SendEntry, remote_qkey), 184u);
-  EXPECT_EQ(sizeof(SendEntry), 192u);
+  EXPECT_EQ(sizeof(SendEntry::sge), 16u * 16u);
+  EXPECT_EQ(offsetof(SendEntry, remote_address), 272u);
+  EXPECT_EQ(offsetof(SendEntry, rkey), 280u);
+  EXPECT_EQ(offsetof(SendEntry, imm), 284u);
+  EXPECT_EQ(offsetof(SendEntry, compare), 288u);
+  EXPECT_EQ(offsetof(SendEntry, swap_add), 296u);
+  EXPECT_EQ(offsetof(SendEntry, ah), 304u);
+  EXPECT_EQ(offsetof(SendEntry, remote_qpn), 308u);
+  EXPECT_EQ(offsetof(SendEntry, remote_qkey), 312u);
+  EXPECT_EQ(sizeof(SendEntry), 320u);
   EXPECT_EQ(alignof(SendEntry), 8u);
 }
 
@@ -280,7 +280,7 @@ TEST(LayoutAbi, RecvEntry) {
   EXPECT_EQ(offsetof(RecvEntry, num_sge), 8u);
   EXPECT_EQ(offsetof(RecvEntry, reserved0), 9u);
   EXPECT_EQ(offsetof(RecvEntry, sge), 16u);
-  EXPECT_EQ(sizeof(RecvEntry), 144u);
+  EXPECT_EQ(sizeof(RecvEntry), 272u);
   EXPECT_EQ(alignof(RecvEntry), 8u);
 }
 
@@ -395,9 +395,9 @@ TEST(SessionRegionBytes, IsPageRoundedAndHoldsEveryRing) {
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t region = SessionRegionBytes();
   static_assert(region % kPage == 0);
-  // 409797 pages of address space, each slot's room for its deepest rings;
+  // 671941 pages of address space, each slot's room for its deepest rings;
   // touched only as used.
-  EXPECT_EQ(region, 1678528512u);
+  EXPECT_EQ(region, 2752270336u);
   SessionHeader header{};
   const uint64_t end = PlanSession(header);
   EXPECT_LE(end, region);

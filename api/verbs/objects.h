@@ -312,6 +312,9 @@ struct Qp {
   // (guarded by the context's async_mu): ibv_destroy_qp waits for the acks.
   uint32_t events_taken = 0;
   uint32_t events_acked = 0;
+  // IBV_EVENT_COMM_EST was raised (a message arrived in RTR); a queue pair
+  // reset and used again may raise it again.
+  bool comm_established = false;
   // EnterError is ending the connection for the application: what Pump
   // sees end is no transport failure (no event).
   bool stopping = false;

@@ -190,6 +190,18 @@ void Pump(Qp* q) {
       }
       AddRecvWc(q, wc, (got[i].flags & shm::kCompletionSolicited) != 0);
       if (q->srq == nullptr) q->rcompleted = index + 1;
+      // A connected queue pair still in RTR received its first message:
+      // communication is established (IBA 11.6.3.1), said once. The
+      // application typically moves it to RTS on this event.
+      if (status == IBV_WC_SUCCESS && !q->comm_established &&
+          q->qp.qp_type != IBV_QPT_UD &&
+          q->life.state() == rc::lifecycle::QpState::kRtr) {
+        q->comm_established = true;
+        ibv_async_event event{};
+        event.event_type = IBV_EVENT_COMM_EST;
+        event.element.qp = &q->qp;
+        RaiseAsyncEvent(q->owner, event);
+      }
     }
     if (n < 64) break;
   }

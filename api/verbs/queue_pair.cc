@@ -100,6 +100,7 @@ int ResetQp(Qp* q) {
                      conn.status());
   q->conn = *conn;
   q->posted = q->completed = 0;
+  q->comm_established = false;
   q->rposted = q->rcompleted = 0;
   const ibv_qp_cap cap = q->attr.cap;
   const ibv_mtu mtu = MtuEnum(q->owner->info.path_mtu);

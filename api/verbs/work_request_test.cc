@@ -353,7 +353,7 @@ TEST(RecvWrTest, Translates) {
   wr.num_sge = 1;
   rq.outstanding = 2;
   EXPECT_EQ(TranslateRecvWr(wr, rq, &out), ENOMEM);
-  wr.num_sge = 9;  // the SGE count is checked first
+  wr.num_sge = shm::kMaxSge + 1;  // the SGE count is checked first
   EXPECT_EQ(TranslateRecvWr(wr, rq, &out), EINVAL);
 }
 

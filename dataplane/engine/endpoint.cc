@@ -12,6 +12,9 @@
 
 namespace rdmaplane::engine {
 
+static_assert(shm::kMaxSge == static_cast<uint32_t>(rc::kMaxSge),
+              "a request's SGEs in shared memory and in the transport");
+
 namespace {
 
 // The time of this thread's current engine turn, or 0 outside one.

@@ -16,7 +16,7 @@
 
 namespace rdmaplane::rc {
 
-inline constexpr int kMaxSge = 8;
+inline constexpr int kMaxSge = 16;  // shm::kMaxSge agrees
 
 // kAtomic: COMPARE SWAP and FETCH ADD on an 8-byte word (the IBA's remote
 // atomic access right, which neither read nor write access implies).

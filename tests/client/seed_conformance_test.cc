@@ -1157,10 +1157,11 @@ TEST_F(SeedTest, PostingArgumentsAreChecked) {
   Desc d = Register(server(), sconn(), target, 256, RDP_MEM_WRITE);
   uint8_t* src = Buffer(client(), 256, 0x10);
   const uint32_t ls = Lkey(client(), src, 256);
-  rdp_sge sgl[9];
+  // One SGE more than a request takes (16).
+  rdp_sge sgl[17];
   for (auto& e : sgl) e = {src, 1, ls};
   rdp_overlapped ov{};
-  EXPECT_EQ(client().Write(cconn(), sgl, 9, d.bytes, d.len, 0, 0, &ov),
+  EXPECT_EQ(client().Write(cconn(), sgl, 17, d.bytes, d.len, 0, 0, &ov),
             RDP_ERR_INVALID);
   EXPECT_EQ(client().Write(cconn(), sgl, 1, d.bytes, d.len, 0, 0, nullptr),
             RDP_ERR_FAULT);
@@ -1173,7 +1174,7 @@ TEST_F(SeedTest, PostingArgumentsAreChecked) {
   const uint32_t ld = Lkey(client(), dst, 256);
   for (auto& e : sgl) e = {dst, 1, ld};
   EXPECT_EQ(
-      client().Read(cconn(), sgl, 9, r.d()->address, r.bytes, r.len, 0, &ov),
+      client().Read(cconn(), sgl, 17, r.d()->address, r.bytes, r.len, 0, &ov),
       RDP_ERR_INVALID);
   EXPECT_EQ(client().Read(cconn(), sgl, 1, r.d()->address, r.bytes, r.len, 0,
                           nullptr),

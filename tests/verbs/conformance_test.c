@@ -189,7 +189,7 @@ struct qp_opts {
 };
 
 static const struct qp_opts kDefaultOpts = {
-    .sq_sig_all = 0, .max_send_wr = 64, .max_send_sge = 8};
+    .sq_sig_all = 0, .max_send_wr = 64, .max_send_sge = 16};
 
 static uint32_t g_psn = 0x1000;
 
@@ -1198,49 +1198,55 @@ static void t_write_read(struct pair* p, struct bufs* b) {
         "status %s byte_len %u, first difference at %zu", wc_name(st),
         wc.byte_len, first_diff(b->remote, b->local2, kBig));
 
-  /* 8 SGEs gathered by a WRITE, of odd lengths, from two MRs. */
-  static const uint32_t kLen[8] = {1, 7, 4096, 13, 3000, 65536, 2, 999};
-  static const uint32_t kOff[8] = {0, 11, 5000, 40, 70001, 100000, 300000, 999};
-  struct ibv_sge sges[8];
+  /* 16 SGEs (max_sge) gathered by a WRITE, of odd lengths, from two MRs. */
+  enum { kSges = 16 };
+  static const uint32_t kLen[kSges] = {1,    7,  4096, 13,   3000, 65536,
+                                       2,    999, 5,   8192, 17,   1,
+                                       4095, 33, 20000, 3};
+  static const uint32_t kOff[kSges] = {
+      0,      11,     5000,   40,     70001,  100000, 300000, 999,
+      400000, 200000, 500000, 250000, 600000, 350000, 700000, 450000};
+  struct ibv_sge sges[kSges];
   uint8_t* expect = pages(1 << 20);
   fill(b->local, kBig, 5);
   fill(b->local2, kBig, 6);
   size_t total = 0;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kSges; ++i) {
     uint8_t* from = (i % 2 == 0 ? b->local : b->local2) + kOff[i];
     sges[i] = sge_of(from, kLen[i], i % 2 == 0 ? b->lmr->lkey : b->lmr2->lkey);
     memcpy(expect + total, from, kLen[i]);
     total += kLen[i];
   }
   memset(b->remote, 0, total + 64);
-  const int max_sge =
-      (int)(p->s[0].cap.max_send_sge < 8 ? p->s[0].cap.max_send_sge : 8);
+  const int max_sge = (int)(p->s[0].cap.max_send_sge < kSges
+                                ? p->s[0].cap.max_send_sge
+                                : kSges);
   st = rdma_once(s, IBV_WR_RDMA_WRITE, 105, sges, max_sge, raddr(b, 33),
-                 b->rmr->rkey, "WRITE gathering 8 SGEs", NULL);
+                 b->rmr->rkey, "WRITE gathering 16 SGEs", NULL);
   size_t want = 0;
   for (int i = 0; i < max_sge; ++i) want += kLen[i];
-  check(max_sge == 8 && st == IBV_WC_SUCCESS &&
+  check(max_sge == kSges && st == IBV_WC_SUCCESS &&
             first_diff(expect, b->remote + 33, want) == want &&
             all_bytes(b->remote + 33 + want, 31, 0),
-        "WRITE gathering 8 SGEs lands as their concatenation",
+        "WRITE gathering 16 SGEs lands as their concatenation",
         "max_send_sge %d status %s first difference at %zu", max_sge,
         wc_name(st), first_diff(expect, b->remote + 33, want));
 
-  /* 8 SGEs scattered by a READ. */
+  /* 16 SGEs scattered by a READ. */
   fill(b->remote, total, 7);
   memset(b->local, 0, kBig);
   memset(b->local2, 0, kBig);
   st = rdma_once(s, IBV_WR_RDMA_READ, 106, sges, max_sge, raddr(b, 0),
-                 b->rmr->rkey, "READ scattering 8 SGEs", &wc);
-  size_t at = 0, bad_sge = 8;
+                 b->rmr->rkey, "READ scattering 16 SGEs", &wc);
+  size_t at = 0, bad_sge = kSges;
   for (int i = 0; i < max_sge; ++i) {
     const uint8_t* to = (i % 2 == 0 ? b->local : b->local2) + kOff[i];
-    if (first_diff(b->remote + at, to, kLen[i]) != kLen[i] && bad_sge == 8)
+    if (first_diff(b->remote + at, to, kLen[i]) != kLen[i] && bad_sge == kSges)
       bad_sge = (size_t)i;
     at += kLen[i];
   }
-  check(st == IBV_WC_SUCCESS && bad_sge == 8 && wc.byte_len == want,
-        "READ scattering 8 SGEs fills each in order",
+  check(st == IBV_WC_SUCCESS && bad_sge == kSges && wc.byte_len == want,
+        "READ scattering 16 SGEs fills each in order",
         "status %s, byte_len %u, SGE %zu differs", wc_name(st), wc.byte_len,
         bad_sge);
 
@@ -3744,6 +3750,58 @@ static int port_down_mode(void) {
   return g_failed == 0 ? 0 : 1;
 }
 
+/* IBV_EVENT_COMM_EST: a connected queue pair still in RTR that receives a
+ * message raises it, once; in RTS nothing more (IBA 11.6.3.1). */
+static void t_comm_est(struct bufs* b) {
+  step("IBV_EVENT_COMM_EST");
+  struct qp_opts o = kDefaultOpts;
+  o.max_recv_wr = 4;
+  struct pair p;
+  memset(&p, 0, sizeof(p));
+  if (!make_side(&p.s[0], &g_dev[0], &o) ||
+      !make_side(&p.s[1], &g_dev[1], &o) || !pair_to_init(&p)) {
+    free_pair(&p);
+    return;
+  }
+  struct ibv_context* c1 = g_dev[1].ctx;
+  const uint32_t psn = 0x4242;
+  struct ibv_qp_attr a;
+  rtr_attr(&a, &g_dev[0].gid, p.s[0].qp->qp_num, psn);
+  int r = ibv_modify_qp(p.s[1].qp, &a, kRtrMask);
+  rtr_attr(&a, &g_dev[1].gid, p.s[1].qp->qp_num, 0x77);
+  r |= ibv_modify_qp(p.s[0].qp, &a, kRtrMask);
+  r |= to_rts(p.s[0].qp, psn);
+  r |= post_recv_area(&p.s[1], b, 0, 700, 4096);
+  r |= post_recv_area(&p.s[1], b, 1, 701, 4096);
+  if (!check(r == 0, "the sender in RTS, the receiver in RTR with receives",
+             "failed")) {
+    free_pair(&p);
+    return;
+  }
+  check(!async_ready(c1, 0), "no event before anything arrives",
+        "an event is pending");
+  r = post_send1(&p.s[0], b, IBV_WR_SEND, 702, 0, 64, 0, 0);
+  struct ibv_wc wc;
+  memset(&wc, 0, sizeof(wc));
+  int n = r == 0 ? wait_wcs(p.s[1].cq, &wc, 1, 10000) : 0;
+  check(n == 1 && wc.wr_id == 700 && wc.status == IBV_WC_SUCCESS,
+        "a SEND lands at the receiver in RTR", "post %d; %d: %s", r, n,
+        wc_name(wc.status));
+  check(take_async(c1, IBV_EVENT_COMM_EST, p.s[1].qp),
+        "the receiver in RTR raises IBV_EVENT_COMM_EST for its queue pair",
+        "no such event");
+  r = to_rts(p.s[1].qp, 0x77);
+  check(r == 0, "the receiver goes to RTS", "returned %d", r);
+  r = post_send1(&p.s[0], b, IBV_WR_SEND, 703, 0, 64, 0, 0);
+  memset(&wc, 0, sizeof(wc));
+  n = r == 0 ? wait_wcs(p.s[1].cq, &wc, 1, 10000) : 0;
+  check(n == 1 && wc.wr_id == 701 && !async_ready(c1, 0),
+        "a message received in RTS raises no second event",
+        "%d completions; event pending %d", n, async_ready(c1, 0));
+  (void)drain_cq(p.s[0].cq);
+  free_pair(&p);
+}
+
 /* UC (ibv_modify_qp(3)'s UC column, ibv_post_send(3)): the moves take
  * only UC's attributes; SENDs and WRITEs (with immediate data too) land,
  * READs and atomics are refused at the post with EINVAL. */
@@ -4869,6 +4927,7 @@ int main(int argc, char** argv) {
       t_remote_errors(&b);
       t_atomics(&b);
       t_async_events(&b);
+      t_comm_est(&b);
       t_loopback();
       t_local_errors(&b);
       t_peer_gone(&b);
