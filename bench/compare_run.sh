@@ -51,9 +51,13 @@
 #      write_pingpong (perftest's ib_write_lat on the native API) next to
 #      ib_write_lat -s 8, both left unpinned: each end spins on memory
 #      between its WRITEs and, pinned beside an engine, would hold the CPU
-#      that engine needs until the scheduler's slice ends. perftest's two
-#      ends each preload librdmaplane-verbs.so, the server with a session
-#      on daemon A and the client on daemon B, meeting over loopback TCP.
+#      that engine needs until the scheduler's slice ends. Then, beside
+#      rdmaplane_perf's read_lat, perftest's ib_read_lat -s 8, ib_atomic_lat
+#      -A FETCH_AND_ADD and ib_send_lat -c UD -s 8 (unpinned too): READ,
+#      atomic and UD SEND latency over the verbs front end, in the same
+#      round. perftest's two ends each preload librdmaplane-verbs.so, the
+#      server with a session on daemon A and the client on daemon B,
+#      meeting over loopback TCP.
 # memcpy_bw runs on CPU 1 (where the engine runs), tcp_bench's client end
 # on CPU 0 and its server end on CPU 1 (like rdmaplane_perf and the
 # daemon), memif_rate's receiver on CPU 0 and its sender on CPU 1. The
@@ -173,7 +177,7 @@ for tool in rdmaplaned rdmaplane_perf memcpy_bw tcp_bench pin_cost memif_rate co
   fi
   cp "$bin_src/$tool" "$bin/$tool"
 done
-for tool in ib_write_bw ib_write_lat; do
+for tool in ib_write_bw ib_write_lat ib_read_lat ib_atomic_lat ib_send_lat; do
   if ! command -v "$tool" >/dev/null; then
     echo "compare: $tool is not installed (Debian's perftest; deploy/setup.sh installs it)" >&2
     exit 2
@@ -342,6 +346,15 @@ paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
     unpinned perf_run "${tag}_pingpong" "$@" --mode=write_pingpong --sizes=8 \
       --duration_s="$t_pair"
     perftest ib_write_lat "${p}_perftest_write_lat" unpinned -s 8 \
+      -n "$n_perftest_lat"
+    # Beside rdmaplane_perf's read_lat: perftest's READ, atomic and UD SEND
+    # latencies over the verbs front end, in the same round.
+    log "round $r: $setup ($mode): perftest's ib_read_lat, ib_atomic_lat (FETCH_AND_ADD) and UD ib_send_lat, 8 B"
+    perftest ib_read_lat "${p}_perftest_read_lat" unpinned -s 8 \
+      -n "$n_perftest_lat"
+    perftest ib_atomic_lat "${p}_perftest_atomic_lat" unpinned \
+      -A FETCH_AND_ADD -n "$n_perftest_lat"
+    perftest ib_send_lat "${p}_perftest_ud_send_lat" unpinned -c UD -s 8 \
       -n "$n_perftest_lat"
   fi
   log "round $r: $setup ($mode): sizes $sweep_sizes"

@@ -111,6 +111,16 @@ FIGURES = {
                                  "front end, 8 B, typical (the median): half "
                                  "a WRITE ping-pong's round trip, over memif",
                                  "us"),
+    "perftest_read_lat_us_8b": ("perftest's ib_read_lat over the verbs "
+                                "front end, 8 B, typical (the median): one "
+                                "READ's round trip, over memif", "us"),
+    "perftest_atomic_lat_us_8b": ("perftest's ib_atomic_lat (FETCH_AND_ADD) "
+                                  "over the verbs front end, typical: one "
+                                  "atomic's round trip, over memif", "us"),
+    "perftest_ud_send_lat_us_8b": ("perftest's ib_send_lat -c UD over the "
+                                   "verbs front end, 8 B, typical: half a "
+                                   "datagram ping-pong's round trip, over "
+                                   "memif", "us"),
     "verbs_write_lat_cost_us_8b_memif": (
         "what the verbs front end adds to an 8 B WRITE ping-pong: perftest's "
         "ib_write_lat typical minus rdmaplane_perf's write_pingpong p50 of "
@@ -342,7 +352,9 @@ REQUIRED = (
      "read_cpu_s_per_gb_64k", "write_cpu_s_per_gb_64k_memif",
      "read_cpu_s_per_gb_64k_memif", "write_cpu_us_per_op_64b",
      "write_cpu_us_per_op_64b_memif", "write_pingpong_p50_us_8b_memif",
-     "perftest_write_gbps_64k", "perftest_write_lat_us_8b"]
+     "perftest_write_gbps_64k", "perftest_write_lat_us_8b",
+     "perftest_read_lat_us_8b", "perftest_atomic_lat_us_8b",
+     "perftest_ud_send_lat_us_8b"]
     + TCP_BEST[1][1:] + [TCP_BEST[0]]
     + [k + s for s in ("", "_memif")
        for best, sizes in BEST.items() for k in sizes[1:] + [best]]
@@ -481,6 +493,11 @@ SETUP_BASELINES = [
     # Over memif only: perftest's client output (text).
     ("perftest_write_bw.txt", [("perftest_write_gbps_64k", _perftest_bw)]),
     ("perftest_write_lat.txt", [("perftest_write_lat_us_8b", _perftest_lat)]),
+    ("perftest_read_lat.txt", [("perftest_read_lat_us_8b", _perftest_lat)]),
+    ("perftest_atomic_lat.txt",
+     [("perftest_atomic_lat_us_8b", _perftest_lat)]),
+    ("perftest_ud_send_lat.txt",
+     [("perftest_ud_send_lat_us_8b", _perftest_lat)]),
 ]
 MEMIF_FRAME_4096 = 4170  # a WRITE's first packet at path MTU 4096
 
@@ -876,6 +893,9 @@ BASELINE_NAMES = {
     "memif_payload_gbps_4096": "raw memif, 4 KiB payloads",
     "perftest_write_gbps_64k": "perftest ib_write_bw, verbs",
     "perftest_write_lat_us_8b": "perftest ib_write_lat typical, verbs",
+    "perftest_read_lat_us_8b": "perftest ib_read_lat typical, verbs",
+    "perftest_atomic_lat_us_8b": "perftest ib_atomic_lat typical, verbs",
+    "perftest_ud_send_lat_us_8b": "perftest ib_send_lat -c UD typical, verbs",
 }
 
 # The table of every baseline, in this order.
@@ -886,7 +906,8 @@ BASELINES = ["memcpy_gbps", "memcpy_64k_gbps", "memcpy_hot_gbps", "tcp_gbps",
              "tcp_pingpong_busy_p99_us", "tcp_pingpong_busy_cpu_us_per_op",
              "memif_mfps_4170", "memif_gbps_4170", "memif_payload_gbps_4096",
              "memif_mfps_64", "pin_4k_ns", "perftest_write_gbps_64k",
-             "perftest_write_lat_us_8b"]
+             "perftest_write_lat_us_8b", "perftest_read_lat_us_8b",
+             "perftest_atomic_lat_us_8b", "perftest_ud_send_lat_us_8b"]
 
 
 def choose_best(figures, rounds, used_mode, n_rounds):
