@@ -5,15 +5,11 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
-#include <linux/userfaultfd.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -26,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "api/client_memory.h"
 #include "api/shm/doorbell.h"
 #include "api/shm/setup.h"
 #include "api/status.h"
@@ -38,10 +35,7 @@ using shm::ControlRequest;
 using shm::ControlResponse;
 using shm::SendEntry;
 
-constexpr size_t kHugePage = 2ull << 20;
 constexpr size_t kAllocAlign = 64;
-
-size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 // Wakes the daemon through one of this session's doorbell sockets. A full
 // queue (EAGAIN) already holds a wake-up.
@@ -49,27 +43,6 @@ bool Ring(int fd) {
   const uint8_t byte = 1;
   const ssize_t n = send(fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
   return n == 1 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
-}
-
-// Pages this process moved onto shared memfds (ShareMemory), whichever
-// Client moved them: [begin, end) is still that memfd (inode) while the
-// mapping there is.
-struct MovedPages {
-  uint64_t begin = 0;
-  uint64_t end = 0;
-  uint64_t inode = 0;
-  const void* client = nullptr;  // the Client that moved them
-};
-std::mutex moved_mu;
-std::vector<MovedPages>& Moved() {
-  static auto* moved = new std::vector<MovedPages>();
-  return *moved;
-}
-
-
-// The daemon maps what we share only if its size can no longer change.
-bool Seal(int fd) {
-  return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0;
 }
 
 // The descriptor in a caller's buffer, copied out (the buffer may have any
@@ -112,7 +85,7 @@ absl::Status Client::Init(const ClientOptions& options) {
   session_fd_ =
       memfd_create("rdmaplane-session", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (session_fd_ < 0 || ftruncate(session_fd_, region_bytes_) != 0 ||
-      !Seal(session_fd_)) {
+      !memory::SealSize(session_fd_)) {
     return MakeStatus(RDP_ERR_NO_BUFFERS, "cannot create the session region");
   }
   void* mem = mmap(nullptr, region_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -230,13 +203,9 @@ absl::Status Client::Init(const ClientOptions& options) {
 
 Client::~Client() {
   CloseAll();
-  {
-    // Pages this client moved stay where they are; another client of the
-    // process may move them again.
-    std::lock_guard<std::mutex> lock(moved_mu);
-    std::erase_if(Moved(),
-                  [this](const MovedPages& m) { return m.client == this; });
-  }
+  // Pages this client moved stay where they are; another client of the
+  // process may move them again.
+  memory::ForgetMoves(this);
   if (sock_ >= 0) close(sock_);  // the daemon reclaims everything we owned
   for (int fd : {control_eventfd_, engine_eventfd_, session_fd_}) {
     if (fd >= 0) close(fd);
@@ -315,7 +284,7 @@ bool Client::DaemonAlive() {
 
 absl::StatusOr<Client::Arena*> Client::NewArena(size_t min_bytes) {
   auto arena = std::make_unique<Arena>();
-  size_t bytes = RoundUp(std::max(min_bytes, options_.arena_bytes), kHugePage);
+  size_t bytes = memory::RoundUp(std::max(min_bytes, options_.arena_bytes), memory::kHugePage);
   void* mem = MAP_FAILED;
   int fd = -1;
   const bool try_huge = options_.hugepages != ClientOptions::Hugepages::kOff;
@@ -324,7 +293,7 @@ absl::StatusOr<Client::Arena*> Client::NewArena(size_t min_bytes) {
     // shortage shows at mmap, which MAP_POPULATE makes fail up front.
     fd = memfd_create("rdmaplane-arena",
                       MFD_CLOEXEC | MFD_HUGETLB | MFD_ALLOW_SEALING);
-    if (fd >= 0 && ftruncate(fd, bytes) == 0 && Seal(fd)) {
+    if (fd >= 0 && ftruncate(fd, bytes) == 0 && memory::SealSize(fd)) {
       mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_POPULATE, fd, 0);
     }
@@ -346,7 +315,7 @@ absl::StatusOr<Client::Arena*> Client::NewArena(size_t min_bytes) {
   }
   if (mem == MAP_FAILED) {
     fd = memfd_create("rdmaplane-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0 || ftruncate(fd, bytes) != 0 || !Seal(fd)) {
+    if (fd < 0 || ftruncate(fd, bytes) != 0 || !memory::SealSize(fd)) {
       if (fd >= 0) close(fd);
       return MakeStatus(RDP_ERR_NO_BUFFERS, "cannot create an arena");
     }
@@ -393,7 +362,7 @@ absl::Status Client::HandOver(Arena* arena) {
 
 void* Client::Alloc(size_t bytes) {
   if (bytes == 0) bytes = 1;
-  bytes = RoundUp(bytes, kAllocAlign);
+  bytes = memory::RoundUp(bytes, kAllocAlign);
   std::lock_guard<std::mutex> lock(arena_mu_);
   auto take = [bytes](Arena& a) -> void* {
     for (auto it = a.free_blocks.begin(); it != a.free_blocks.end(); ++it) {
@@ -1208,368 +1177,6 @@ bool Client::WaitForCompletions(rdp_conn conn, int64_t timeout_ns) {
            FinalStatus(static_cast<uint32_t>(slot)) != 0;
   };
   return shm::WaitDoorbell(&header_->completion_bell[slot], ready, timeout_ns);
-}
-
-namespace {
-
-// A mapping of this process, as /proc/self/maps lists it.
-struct Vma {
-  uint64_t begin = 0;
-  uint64_t end = 0;
-  bool readable = false, writable = false, shared = false;
-  uint64_t inode = 0;
-  std::string path;
-};
-
-std::vector<Vma> ReadMaps() {
-  std::vector<Vma> out;
-  FILE* f = std::fopen("/proc/self/maps", "re");
-  if (f == nullptr) return out;
-  char line[4096];
-  while (std::fgets(line, sizeof(line), f) != nullptr) {
-    Vma v;
-    char perms[8] = {};
-    unsigned long long begin = 0, end = 0, offset = 0, inode = 0;
-    char dev[32] = {};
-    int path_at = 0;
-    if (std::sscanf(line, "%llx-%llx %7s %llx %31s %llu %n", &begin, &end,
-                    perms, &offset, dev, &inode, &path_at) < 6) {
-      continue;
-    }
-    v.begin = begin;
-    v.end = end;
-    v.readable = perms[0] == 'r';
-    v.writable = perms[1] == 'w';
-    v.shared = perms[3] == 's';
-    v.inode = inode;
-    if (path_at > 0) {
-      v.path = line + path_at;
-      while (!v.path.empty() && (v.path.back() == '\n' || v.path.back() == ' ')) {
-        v.path.pop_back();
-      }
-    }
-    out.push_back(std::move(v));
-  }
-  std::fclose(f);
-  return out;
-}
-
-const Vma* VmaAt(const std::vector<Vma>& maps, uint64_t address) {
-  for (const Vma& v : maps) {
-    if (address >= v.begin && address < v.end) return &v;
-  }
-  return nullptr;
-}
-
-// Whether every page of [begin, end) is still mapped from the memfd.
-bool StillInPlace(const std::vector<Vma>& maps, const MovedPages& m) {
-  for (uint64_t at = m.begin; at < m.end;) {
-    const Vma* v = VmaAt(maps, at);
-    if (v == nullptr || v->inode != m.inode || !v->shared) return false;
-    at = v->end;
-  }
-  return true;
-}
-
-// Linux 6.4's, where the headers are older: write protection of pages never
-// touched too.
-#ifndef UFFD_FEATURE_WP_UNPOPULATED
-#define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
-#endif
-
-// Holds writes to pages while ShareMemory moves them, so that none made by
-// another thread between the copy and the remapping is lost: userfaultfd's
-// write protection (UFFDIO_REGISTER_MODE_WP) makes such a write wait in the
-// kernel until Release() closes the descriptor, which wakes it; it is then
-// made again, into the pages mapped there by then. Reads go on meanwhile.
-// Without root the descriptor is for user-mode faults only (as
-// vm.unprivileged_userfaultfd=0 allows): a system call of another thread
-// that writes into the pages then fails with EFAULT instead of waiting.
-// Without userfaultfd (an old kernel, a seccomp filter) nothing is held,
-// and such writes may be lost, as docs/verbs.md says.
-// Between the constructor and Release() the thread must not write to the
-// pages itself, nor allocate (malloc's memory may be among them), and its
-// TLS must lie elsewhere (MoveHoldingWrites).
-class WriteHold {
- public:
-  WriteHold(uint64_t begin, uint64_t bytes) : begin_(begin), bytes_(bytes) {
-    const uint64_t wanted = UFFD_FEATURE_WP_UNPOPULATED |
-                            UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
-    uint64_t supported = 0;
-    // The supported features, from a descriptor of their own (UFFDIO_API
-    // is taken once per descriptor).
-    if (const int probe = Open(); probe >= 0) {
-      uffdio_api api{};
-      api.api = UFFD_API;
-      if (ioctl(probe, UFFDIO_API, &api) == 0) supported = api.features;
-      close(probe);
-    }
-    fd_ = Open();
-    if (fd_ < 0) return;
-    uffdio_api api{};
-    api.api = UFFD_API;
-    api.features = wanted & supported;
-    if (ioctl(fd_, UFFDIO_API, &api) != 0) {
-      Drop();
-      return;
-    }
-    // Without WP_UNPOPULATED a page never touched would take a write
-    // unprotected: give every page of the window one first.
-    if ((api.features & UFFD_FEATURE_WP_UNPOPULATED) == 0 &&
-        madvise(reinterpret_cast<void*>(begin), bytes, MADV_POPULATE_WRITE) !=
-            0) {
-      Drop();
-      return;
-    }
-    uffdio_register reg{};
-    reg.range = {begin, bytes};
-    reg.mode = UFFDIO_REGISTER_MODE_WP;
-    if (ioctl(fd_, UFFDIO_REGISTER, &reg) != 0) {
-      Drop();
-      return;
-    }
-    if (!Protect(true)) {
-      uffdio_range range{begin, bytes};
-      ioctl(fd_, UFFDIO_UNREGISTER, &range);
-      Drop();
-    }
-  }
-  WriteHold(const WriteHold&) = delete;
-  WriteHold& operator=(const WriteHold&) = delete;
-  ~WriteHold() { Release(/*moved=*/false); }
-
-  // Lets writes go on. `moved`: the pages were replaced (their protection
-  // went with them); otherwise it is lifted first.
-  void Release(bool moved) {
-    if (fd_ < 0) return;
-    if (!moved) Protect(false);
-    Drop();
-  }
-
- private:
-  static int Open() {
-    int fd = static_cast<int>(
-        syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
-    if (fd < 0 && errno == EPERM) {
-      fd = static_cast<int>(syscall(SYS_userfaultfd,
-                                    O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
-    }
-    return fd;
-  }
-  bool Protect(bool on) {
-    uffdio_writeprotect wp{};
-    wp.range = {begin_, bytes_};
-    wp.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0;
-    return ioctl(fd_, UFFDIO_WRITEPROTECT, &wp) == 0;
-  }
-  // Closing the descriptor unregisters its ranges and wakes every write
-  // waiting on it.
-  void Drop() {
-    close(fd_);
-    fd_ = -1;
-  }
-
-  uint64_t begin_, bytes_;
-  int fd_ = -1;
-};
-
-// One move of ShareMemory's: the window's pages are copied into the memfd
-// (mapped at `copy`), which then replaces them at their addresses.
-struct Move {
-  uint64_t begin, bytes;
-  void* copy;
-  int fd;
-  ssize_t copied = -1;        // what process_vm_readv copied
-  void* placed = MAP_FAILED;  // the memfd at `begin`, or MAP_FAILED
-};
-
-// Copies and remaps on a thread of its own, with writes to the window held
-// (WriteHold): the calling thread's TLS may lie in the window (the main
-// thread's is on the heap), and the kernel writes its rseq area there when
-// it returns to user mode after being scheduled out or signalled, which
-// would then wait for this very thread. The new thread's stack and TLS are
-// a mapping of their own; it writes only those and `move` (on the caller's
-// stack, which ShareMemory keeps out of windows) until the hold ends, and
-// allocates nothing. False when the thread could not start.
-bool MoveHoldingWrites(Move* move) {
-  pthread_t mover;
-  const auto run = [](void* arg) -> void* {
-    Move* m = static_cast<Move*>(arg);
-    WriteHold hold(m->begin, m->bytes);
-    // Copied with process_vm_readv so that a hole in the range is an
-    // error here rather than a crash.
-    iovec local{m->copy, m->bytes};
-    iovec remote{reinterpret_cast<void*>(m->begin), m->bytes};
-    m->copied = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-    if (m->copied == static_cast<ssize_t>(m->bytes)) {
-      // Everything written to the range from here on lands in the memfd.
-      m->placed = mmap(reinterpret_cast<void*>(m->begin), m->bytes,
-                       PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, m->fd,
-                       0);
-    }
-    hold.Release(/*moved=*/m->placed != MAP_FAILED);
-    return nullptr;
-  };
-  // No signal may bring the calling thread back to user mode meanwhile
-  // (the kernel would write its rseq area, maybe in the window: a wait,
-  // or EFAULT and SIGSEGV where only user-mode faults are held). The mover
-  // starts with every signal blocked too.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  const bool started = pthread_create(&mover, nullptr, run, move) == 0;
-  if (started) pthread_join(mover, nullptr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return started;
-}
-
-constexpr uint64_t kShareWindow = 2ull << 20;
-constexpr uint64_t kWholeMapping = 16ull << 20;
-
-}  // namespace
-
-absl::Status Client::ShareMemory(void* addr, uint64_t length) {
-  const uint64_t start = reinterpret_cast<uint64_t>(addr);
-  if (length == 0 || start + length < start) {
-    return MakeStatus(RDP_ERR_INVALID, "empty or wrapping range");
-  }
-  std::lock_guard<std::mutex> moved_lock(moved_mu);
-  std::lock_guard<std::mutex> lock(arena_mu_);
-  const std::vector<Vma> maps = ReadMaps();
-  // Pages moved before are still in place, unless the application
-  // unmapped them since: the daemon keeps that arena for the session's
-  // life (frames and engines may still point into it), so those addresses
-  // cannot be handed over again.
-  std::vector<MovedPages>& moved = Moved();
-  for (const MovedPages& m : moved) {
-    MovedPages part = m;  // the pages the range shares with m
-    part.begin = std::max(m.begin, start / 4096 * 4096);
-    part.end = std::min(m.end, RoundUp(start + length, 4096));
-    if (part.begin < part.end && !StillInPlace(maps, part)) {
-      return MakeStatus(RDP_ERR_INVALID,
-                        "memory registered before at these addresses was "
-                        "unmapped since; they cannot be registered again in "
-                        "this session");
-    }
-  }
-  for (const auto& a : arenas_) {
-    const uint64_t base = reinterpret_cast<uint64_t>(a->base);
-    if (start >= base && start + length <= base + a->bytes) {
-      return absl::OkStatus();  // shared already
-    }
-  }
-  for (const MovedPages& m : moved) {
-    if (start < m.end && m.begin < start + length) {
-      return MakeStatus(
-          RDP_ERR_INVALID,
-          m.client != this
-              ? "the range was registered through another rdmaplane device "
-                "of this process"
-              : "the range overlaps memory registered before, but not "
-                "inside it");
-    }
-  }
-  // Only the process's own anonymous memory can move: one private,
-  // readable and writable mapping (heap, malloc, memalign, anonymous mmap).
-  const Vma* vma = VmaAt(maps, start);
-  if (vma == nullptr || start + length > vma->end) {
-    return MakeStatus(RDP_ERR_FAULT,
-                      "the range is not inside one mapping of the process");
-  }
-  // A SysV shared memory segment (shmat, e.g. perftest's hugepages) is
-  // the process's own memory too: it moves like anonymous memory, and so
-  // do pages moved before for a client that has closed since.
-  const bool sysv = vma->path.rfind("/SYSV", 0) == 0;
-  const bool moved_before = vma->path.rfind("/memfd:rdmaplane-verbs", 0) == 0;
-  // Nor this thread's stack (the main thread's is "[stack]"; another
-  // thread's is anonymous memory): its own frames would move under it.
-  const uint64_t here = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
-  if (here >= vma->begin && here < vma->end) {
-    return MakeStatus(RDP_ERR_INVALID,
-                      "the range is on the stack of the thread registering "
-                      "it");
-  }
-  if (!vma->readable || !vma->writable || vma->path == "[stack]" ||
-      (!sysv && !moved_before && (vma->shared || vma->inode != 0))) {
-    return MakeStatus(RDP_ERR_INVALID,
-                      "only private anonymous read-write memory can be "
-                      "registered (a shared or file mapping cannot move)");
-  }
-  // The pages under the range, widened to its whole mapping when that is
-  // at most 16 MiB (a buffer of its own: mmap, a large malloc), else to a
-  // 2 MiB window within it, so that neighbouring buffers (small malloc'd
-  // ones sharing a page, or a larger range registered later around this
-  // one) move with it and their registrations find them inside; never into
-  // pages moved before. 4 KiB pages or, for memory on hugepages (where a
-  // 4 KiB mapping cannot replace part of one), 2 MiB.
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const bool whole_mapping = vma->end - vma->begin <= kWholeMapping;
-  for (const bool huge : {false, true}) {
-    const uint64_t unit = huge ? kHugePage : page;
-    uint64_t begin =
-        whole_mapping ? vma->begin
-                      : std::max(vma->begin, start / kShareWindow * kShareWindow);
-    uint64_t end =
-        whole_mapping ? vma->end
-                      : std::min(vma->end, RoundUp(start + length, kShareWindow));
-    for (const MovedPages& m : moved) {
-      if (m.end <= start && m.end > begin) begin = m.end;
-      if (m.begin >= start + length && m.begin < end) end = m.begin;
-    }
-    begin = std::max(begin / unit * unit, vma->begin);
-    end = RoundUp(end, unit);
-    if (begin > start || end < start + length || end > vma->end) {
-      continue;
-    }
-    const uint64_t bytes = end - begin;
-    const int fd = memfd_create(
-        "rdmaplane-verbs",
-        MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0));
-    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 || !Seal(fd)) {
-      if (fd >= 0) close(fd);
-      continue;
-    }
-    void* copy = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (copy == MAP_FAILED) {
-      close(fd);
-      continue;
-    }
-    Move move{begin, bytes, copy, fd};
-    if (!MoveHoldingWrites(&move)) {
-      munmap(copy, bytes);
-      close(fd);
-      return MakeStatus(RDP_ERR_NO_BUFFERS,
-                        "cannot start a thread to move the range");
-    }
-    munmap(copy, bytes);
-    if (move.copied != static_cast<ssize_t>(bytes)) {
-      close(fd);
-      return MakeStatus(RDP_ERR_FAULT, "the range is not all mapped memory");
-    }
-    if (move.placed == MAP_FAILED) {  // e.g. part of a hugepage mapping
-      close(fd);
-      continue;
-    }
-    auto arena = std::make_unique<Arena>();
-    arena->base = reinterpret_cast<uint8_t*>(begin);
-    arena->bytes = bytes;
-    arena->fd = fd;
-    arena->shared_in_place = true;
-    absl::Status st2 = HandOver(arena.get());
-    // Refused or not, the pages stay where they are, with their contents
-    // (refused, they may move again later).
-    if (!st2.ok()) {
-      close(fd);
-      return st2;
-    }
-    struct stat st {};
-    fstat(fd, &st);
-    moved.push_back({begin, end, static_cast<uint64_t>(st.st_ino), this});
-    arenas_.push_back(std::move(arena));
-    return absl::OkStatus();
-  }
-  return MakeStatus(RDP_ERR_NO_BUFFERS,
-                    "cannot move the range onto shared memory");
 }
 
 absl::StatusOr<uint32_t> Client::AllocPd() {

@@ -1,0 +1,28 @@
+// What librdmaplane's client shares of its memory with the daemon, as the
+// client's two parts see it: the arenas it allocates (client.cc) and the
+// page mover that moves an application's pages onto shared memory in
+// place for the verbs front end (page_mover.cc, Client::ShareMemory).
+// Internal to //api.
+#ifndef RDMAPLANE_API_CLIENT_MEMORY_H_
+#define RDMAPLANE_API_CLIENT_MEMORY_H_
+
+#include <cstddef>
+
+namespace rdmaplane::memory {
+
+inline constexpr size_t kHugePage = 2ull << 20;
+
+inline size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+// Seals a memfd's size: the daemon maps what is shared only if its size can
+// no longer change (F_SEAL_SHRINK, F_SEAL_GROW). Returns whether it took.
+bool SealSize(int fd);
+
+// Forgets the pages `client` moved (its destructor): they stay where they
+// are, and another client of the process may move them again.
+// Thread-safe.
+void ForgetMoves(const void* client);
+
+}  // namespace rdmaplane::memory
+
+#endif  // RDMAPLANE_API_CLIENT_MEMORY_H_
