@@ -36,8 +36,9 @@ declare -A targets=(
   [control]="//control:control_message_fuzzer control/corpus/control_message"
   [verbs_wr]="//api/verbs:work_request_fuzzer api/verbs/corpus/work_request"
   [endpoint_send]="//dataplane/engine:endpoint_send_fuzzer dataplane/engine/corpus/endpoint_send"
+  [qp_state]="//dataplane/rc:qp_state_fuzzer dataplane/rc/corpus/qp_state"
 )
-names=(roce cm responder ring setup control verbs_wr endpoint_send)
+names=(roce cm responder ring setup control verbs_wr endpoint_send qp_state)
 
 [[ $# -eq 2 ]] || usage
 [[ $2 =~ ^[1-9][0-9]*$ ]] || usage
