@@ -2736,6 +2736,177 @@ static void t_unsupported(void) {
   ibv_destroy_cq(cq);
 }
 
+/* Every verb of a libibverbs man page that is not served answers with the
+ * errno its page (or <infiniband/verbs.h>, for the inline ones) gives, as
+ * docs/verbs.md's list says: none crashes, none reaches libibverbs. */
+static void t_man_page_refusals(void) {
+  step("the man pages' verbs that are not served");
+  struct dev* d = &g_dev[0];
+  struct ibv_context* c = d->ctx;
+  struct ibv_cq* cq = ibv_create_cq(c, 16, NULL, NULL, 0);
+  struct ibv_srq_init_attr sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.attr.max_wr = 4;
+  sa.attr.max_sge = 1;
+  struct ibv_srq* srq = ibv_create_srq(d->pd, &sa);
+  struct ibv_qp_init_attr qi;
+  memset(&qi, 0, sizeof(qi));
+  qi.send_cq = qi.recv_cq = cq;
+  qi.qp_type = IBV_QPT_RC;
+  qi.cap.max_send_wr = qi.cap.max_recv_wr = 4;
+  qi.cap.max_send_sge = qi.cap.max_recv_sge = 1;
+  struct ibv_qp* qp = cq != NULL ? ibv_create_qp(d->pd, &qi) : NULL;
+  if (!check(cq != NULL && srq != NULL && qp != NULL,
+             "a CQ, an SRQ and a QP to ask about", "errno %d", errno)) {
+    if (qp != NULL) ibv_destroy_qp(qp);
+    if (srq != NULL) ibv_destroy_srq(srq);
+    if (cq != NULL) ibv_destroy_cq(cq);
+    return;
+  }
+  /* Verbs that return a pointer: NULL with errno EOPNOTSUPP. */
+  struct ibv_td_init_attr td;
+  memset(&td, 0, sizeof(td));
+  struct ibv_parent_domain_init_attr pda;
+  memset(&pda, 0, sizeof(pda));
+  pda.pd = d->pd;
+  struct ibv_xrcd_init_attr xa;
+  memset(&xa, 0, sizeof(xa));
+  xa.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+  xa.fd = -1;
+  xa.oflags = O_CREAT;
+  struct ibv_qp_open_attr oa;
+  memset(&oa, 0, sizeof(oa));
+  struct ibv_srq_init_attr_ex sx;
+  memset(&sx, 0, sizeof(sx));
+  sx.attr.max_wr = 4;
+  sx.attr.max_sge = 1;
+  sx.comp_mask = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE;
+  sx.pd = d->pd;
+  sx.srq_type = IBV_SRQT_XRC;
+  struct ibv_wq_init_attr wa;
+  memset(&wa, 0, sizeof(wa));
+  struct ibv_rwq_ind_table_init_attr ia;
+  memset(&ia, 0, sizeof(ia));
+  struct ibv_counters_init_attr ca;
+  memset(&ca, 0, sizeof(ca));
+  struct ibv_alloc_dm_attr da;
+  memset(&da, 0, sizeof(da));
+  da.length = 4096;
+  struct ibv_flow_action_esp_attr ea;
+  memset(&ea, 0, sizeof(ea));
+  struct {
+    struct ibv_flow_attr attr;
+    struct ibv_flow_spec_eth eth;
+  } flow;
+  memset(&flow, 0, sizeof(flow));
+  flow.attr.size = sizeof(flow);
+  flow.attr.num_of_specs = 1;
+  flow.attr.port = 1;
+  flow.eth.type = IBV_FLOW_SPEC_ETH;
+  flow.eth.size = sizeof(flow.eth);
+#define REFUSED_POINTER(expr)                                             \
+  do {                                                                    \
+    errno = 0;                                                            \
+    const void* got_ = (const void*)(expr);                               \
+    check(got_ == NULL && errno == EOPNOTSUPP, #expr " fails with EOPNOTSUPP", \
+          "returned %p, errno %d", got_, errno);                          \
+  } while (0)
+  REFUSED_POINTER(ibv_alloc_td(c, &td));
+  REFUSED_POINTER(ibv_alloc_parent_domain(c, &pda));
+  REFUSED_POINTER(ibv_open_xrcd(c, &xa));
+  REFUSED_POINTER(ibv_open_qp(c, &oa));
+  REFUSED_POINTER(ibv_create_srq_ex(c, &sx));
+  REFUSED_POINTER(ibv_create_wq(c, &wa));
+  REFUSED_POINTER(ibv_create_rwq_ind_table(c, &ia));
+  REFUSED_POINTER(ibv_create_counters(c, &ca));
+  REFUSED_POINTER(ibv_alloc_dm(c, &da));
+#undef REFUSED_POINTER
+  errno = 0;
+  struct ibv_mr* null_mr = ibv_alloc_null_mr(d->pd);
+  check(null_mr == NULL && errno == EOPNOTSUPP,
+        "ibv_alloc_null_mr fails with EOPNOTSUPP", "mr %p errno %d",
+        (void*)null_mr, errno);
+  errno = 0;
+  struct ibv_flow_action* fa = ibv_create_flow_action_esp(c, &ea);
+  check(fa == NULL && errno == EOPNOTSUPP,
+        "ibv_create_flow_action_esp fails with EOPNOTSUPP", "%p errno %d",
+        (void*)fa, errno);
+  errno = 0;
+  struct ibv_flow* fl = ibv_create_flow(qp, &flow.attr);
+  check(fl == NULL && errno == EOPNOTSUPP,
+        "ibv_create_flow fails with EOPNOTSUPP", "%p errno %d", (void*)fl,
+        errno);
+  /* ... and those that return an errno. */
+  uint32_t srq_num = 0;
+  int r = ibv_get_srq_num(srq, &srq_num);
+  check(r == EOPNOTSUPP, "ibv_get_srq_num (no XRC) is EOPNOTSUPP",
+        "returned %d", r);
+  struct ibv_modify_cq_attr mc;
+  memset(&mc, 0, sizeof(mc));
+  mc.attr_mask = IBV_CQ_ATTR_MODERATE;
+  r = ibv_modify_cq(cq, &mc);
+  check(r == EOPNOTSUPP, "ibv_modify_cq is EOPNOTSUPP", "returned %d", r);
+  r = ibv_resize_cq(cq, 32);
+  check(r == EOPNOTSUPP, "ibv_resize_cq is EOPNOTSUPP", "returned %d", r);
+  struct ibv_values_ex vx;
+  memset(&vx, 0, sizeof(vx));
+  vx.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  r = ibv_query_rt_values_ex(c, &vx);
+  check(r == EOPNOTSUPP, "ibv_query_rt_values_ex is EOPNOTSUPP",
+        "returned %d", r);
+  struct ibv_qp_rate_limit_attr rl;
+  memset(&rl, 0, sizeof(rl));
+  r = ibv_modify_qp_rate_limit(qp, &rl);
+  check(r == EOPNOTSUPP, "ibv_modify_qp_rate_limit is EOPNOTSUPP",
+        "returned %d", r);
+  struct ibv_sge sg;
+  memset(&sg, 0, sizeof(sg));
+  r = ibv_advise_mr(d->pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sg, 1);
+  check(r == EOPNOTSUPP, "ibv_advise_mr is EOPNOTSUPP", "returned %d", r);
+  struct ibv_ops_wr ow;
+  memset(&ow, 0, sizeof(ow));
+  struct ibv_ops_wr* bad_ow = NULL;
+  r = ibv_post_srq_ops(srq, &ow, &bad_ow);
+  check(r == EOPNOTSUPP, "ibv_post_srq_ops (tag matching) is EOPNOTSUPP",
+        "returned %d", r);
+  union ibv_gid mgid;
+  memset(&mgid, 0, sizeof(mgid));
+  mgid.raw[0] = 0xFF;
+  r = ibv_attach_mcast(qp, &mgid, 0);
+  check(r == EOPNOTSUPP, "ibv_attach_mcast is EOPNOTSUPP", "returned %d", r);
+  r = ibv_detach_mcast(qp, &mgid, 0);
+  check(r == EOPNOTSUPP, "ibv_detach_mcast is EOPNOTSUPP", "returned %d", r);
+  errno = 0;
+  struct ibv_pd* ipd = ibv_import_pd(c, 1);
+  struct ibv_mr* imr = ibv_import_mr(d->pd, 1);
+  check(ipd == NULL && imr == NULL && errno == EOPNOTSUPP,
+        "ibv_import_pd and ibv_import_mr fail with EOPNOTSUPP",
+        "%p %p errno %d", (void*)ipd, (void*)imr, errno);
+  r = ibv_query_qp_data_in_order(qp, IBV_WR_RDMA_WRITE, 0);
+  check(r == 0,
+        "ibv_query_qp_data_in_order promises nothing beyond completions (0)",
+        "returned %d", r);
+  struct ibv_ah_attr aa;
+  memset(&aa, 0, sizeof(aa));
+  uint8_t mac[6];
+  uint16_t vid = 0;
+  errno = 0;
+  r = ibv_resolve_eth_l2_from_gid(c, &aa, mac, &vid);
+  check(r == EOPNOTSUPP && errno == EOPNOTSUPP,
+        "ibv_resolve_eth_l2_from_gid is EOPNOTSUPP", "returned %d errno %d", r,
+        errno);
+  /* An SRQ of the basic type through ibv_create_srq_ex is ibv_create_srq's
+   * (verbs.h sends it there). */
+  sx.srq_type = IBV_SRQT_BASIC;
+  struct ibv_srq* basic = ibv_create_srq_ex(c, &sx);
+  check(basic != NULL, "ibv_create_srq_ex of a basic SRQ with a PD",
+        "errno %d", errno);
+  if (basic != NULL) ibv_destroy_srq(basic);
+  ibv_destroy_qp(qp);
+  ibv_destroy_srq(srq);
+  ibv_destroy_cq(cq);
+}
+
 /* --- Completion events --------------------------------------------------- */
 
 /* A thread blocked in ibv_get_cq_event. */
@@ -4951,6 +5122,7 @@ int main(int argc, char** argv) {
       t_many_qps();
     }
     t_unsupported();
+    t_man_page_refusals();
     for (int i = 0; i < 2; ++i) {
       step("close");
       int r = ibv_dealloc_pd(g_dev[i].pd);

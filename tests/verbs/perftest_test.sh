@@ -11,8 +11,8 @@
 #      (the out-of-band TCP connection over this host's loopback, a free
 #      port per run); both ends must exit 0 and print their results:
 #      - perftest's ib_write_bw, ib_read_bw, ib_write_lat and ib_read_lat,
-#        each with -s 65536 and with -a (2 B .. 8 MiB), and ib_read_bw in
-#        event mode (-e) too: perftest's results table (the server of
+#        each with -s 65536 and with -a (2 B .. 8 MiB), and ib_read_bw and
+#        ib_read_lat in event mode (-e) too: perftest's results table (the server of
 #        ib_read_lat prints none); ib_write_bw and ib_read_bw (16 READs
 #        outstanding, -o 16) over 64 queue pairs (-q 64), ib_send_bw over
 #        16. ib_write_bw refuses -e itself ("Events
@@ -27,7 +27,7 @@
 #        -g 0 for RoCE), polling and with -e, with -c, and with both ends
 #        on daemon A: both print the bytes and iterations they exchanged,
 #        and neither reports invalid data.
-#      - UC queue pairs in perftest: ib_write_bw, ib_send_bw and
+#      - UC queue pairs in perftest: ib_write_bw, and ib_send_bw and
 #        ib_send_lat (polling and -e) with -c UC; UD: ibv_ud_pingpong as
 #        above, and ib_send_bw and ib_send_lat (polling and -e) with -c UD.
 #      - ib_read_lat -s 8 with RDMAPLANE_VERBS_YIELD_AFTER=0 (ibv_poll_cq
@@ -35,8 +35,9 @@
 #      - perftest's two-sided ib_send_bw and ib_send_lat, each with -s 65536
 #        and with -a, polling and with -e: results tables as above.
 #      - perftest's ib_atomic_bw and ib_atomic_lat, each with -A
-#        CMP_AND_SWAP and -A FETCH_AND_ADD: one row of 8 bytes (the server
-#        of ib_atomic_lat prints none).
+#        CMP_AND_SWAP and -A FETCH_AND_ADD, and one of each in event mode
+#        (-e): one row of 8 bytes (the server of ib_atomic_lat prints
+#        none).
 #   4. A daemon C without a data port: ibv_devinfo shows its port active
 #      with GID ::ffff:127.0.0.1, and tools with both ends on C run as
 #      above: ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong and
@@ -388,6 +389,7 @@ perf_pair write_lat tables ib_write_lat -s 65536 -n 200
 perf_pair write_lat_all tables ib_write_lat -a -n 5
 perf_pair read_lat client ib_read_lat -s 65536 -n 200
 perf_pair read_lat_all client ib_read_lat -a -n 5
+perf_pair read_lat_events client ib_read_lat -e -s 65536 -n 200
 # Loopback: both ends on daemon A.
 PERF_CLIENT_SOCK="$sock_a" perf_pair write_bw_loopback tables ib_write_bw -s 65536 -n 200
 PERF_CLIENT_SOCK="$sock_a" perf_pair read_lat_loopback client ib_read_lat -s 8 -n 200
@@ -465,6 +467,7 @@ perf_pair write_bw_uc tables ib_write_bw -c UC -s 65536 -n 200
 perf_pair send_lat_uc tables ib_send_lat -c UC -s 4096 -n 200
 perf_pair send_lat_uc_events tables ib_send_lat -c UC -e -s 4096 -n 200
 perf_pair send_bw_uc tables ib_send_bw -c UC -s 4096 -n 200
+perf_pair send_bw_uc_events tables ib_send_bw -c UC -e -s 4096 -n 200
 perf_pair srq_pingpong pingpong ibv_srq_pingpong -g 0 -c -s 4096 -n 200
 perf_pair srq_pingpong_events pingpong ibv_srq_pingpong -g 0 -c -e -s 4096 -n 200
 PERF_CLIENT_SOCK="$sock_a" perf_pair srq_pingpong_loopback pingpong ibv_srq_pingpong -g 0 -c -s 4096 -n 200
@@ -474,6 +477,7 @@ PERF_CLIENT_SOCK="$sock_a" perf_pair ud_pingpong_loopback pingpong ibv_ud_pingpo
 perf_pair send_lat_ud tables ib_send_lat -c UD -s 2048 -n 200
 perf_pair send_lat_ud_events tables ib_send_lat -c UD -e -s 2048 -n 200
 perf_pair send_bw_ud tables ib_send_bw -c UD -s 2048 -n 200
+perf_pair send_bw_ud_events tables ib_send_bw -c UD -e -s 2048 -n 200
 
 perf_pair send_bw tables ib_send_bw -s 65536 -n 200
 perf_pair send_bw_all tables ib_send_bw -a -n 5
@@ -490,6 +494,8 @@ perf_pair atomic_bw_cas tables ib_atomic_bw -A CMP_AND_SWAP -n 1000
 perf_pair atomic_bw_faa tables ib_atomic_bw -A FETCH_AND_ADD -n 1000
 perf_pair atomic_lat_cas client ib_atomic_lat -A CMP_AND_SWAP -n 1000
 perf_pair atomic_lat_faa client ib_atomic_lat -A FETCH_AND_ADD -n 1000
+perf_pair atomic_bw_faa_events tables ib_atomic_bw -A FETCH_AND_ADD -e -n 1000
+perf_pair atomic_lat_cas_events client ib_atomic_lat -A CMP_AND_SWAP -e -n 1000
 
 # --- 4. Without a data port -----------------------------------------------------
 
