@@ -65,29 +65,47 @@ WrBatch::Entry* Last(ibv_qp_ex* qpx) {
   return &b->entries[b->count - 1];
 }
 
-void WrRdmaWrite(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr) {
-  if (ibv_send_wr* wr =
-          Begin(qpx, IBV_WR_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE)) {
+// ... an RDMA WRITE or READ at `remote_addr` under `rkey`.
+ibv_send_wr* BeginRdma(ibv_qp_ex* qpx, ibv_wr_opcode opcode, uint64_t send_op,
+                       uint32_t rkey, uint64_t remote_addr) {
+  ibv_send_wr* wr = Begin(qpx, opcode, send_op);
+  if (wr != nullptr) {
     wr->wr.rdma.rkey = rkey;
     wr->wr.rdma.remote_addr = remote_addr;
   }
+  return wr;
+}
+
+// ... an atomic on the word at `remote_addr` under `rkey`.
+ibv_send_wr* BeginAtomic(ibv_qp_ex* qpx, ibv_wr_opcode opcode,
+                         uint64_t send_op, uint32_t rkey,
+                         uint64_t remote_addr, uint64_t compare_add) {
+  ibv_send_wr* wr = Begin(qpx, opcode, send_op);
+  if (wr != nullptr) {
+    wr->wr.atomic.rkey = rkey;
+    wr->wr.atomic.remote_addr = remote_addr;
+    wr->wr.atomic.compare_add = compare_add;
+  }
+  return wr;
+}
+
+void WrRdmaWrite(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr) {
+  BeginRdma(qpx, IBV_WR_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE, rkey,
+            remote_addr);
 }
 
 void WrRdmaWriteImm(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr,
                     __be32 imm) {
-  if (ibv_send_wr* wr = Begin(qpx, IBV_WR_RDMA_WRITE_WITH_IMM,
-                              IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM)) {
-    wr->wr.rdma.rkey = rkey;
-    wr->wr.rdma.remote_addr = remote_addr;
+  if (ibv_send_wr* wr = BeginRdma(qpx, IBV_WR_RDMA_WRITE_WITH_IMM,
+                                  IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, rkey,
+                                  remote_addr)) {
     wr->imm_data = imm;
   }
 }
 
 void WrRdmaRead(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr) {
-  if (ibv_send_wr* wr = Begin(qpx, IBV_WR_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ)) {
-    wr->wr.rdma.rkey = rkey;
-    wr->wr.rdma.remote_addr = remote_addr;
-  }
+  BeginRdma(qpx, IBV_WR_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ, rkey,
+            remote_addr);
 }
 
 void WrSend(ibv_qp_ex* qpx) { Begin(qpx, IBV_WR_SEND, IBV_QP_EX_WITH_SEND); }
@@ -101,23 +119,17 @@ void WrSendImm(ibv_qp_ex* qpx, __be32 imm) {
 
 void WrAtomicCmpSwp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr,
                     uint64_t compare, uint64_t swap) {
-  if (ibv_send_wr* wr = Begin(qpx, IBV_WR_ATOMIC_CMP_AND_SWP,
-                              IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP)) {
-    wr->wr.atomic.rkey = rkey;
-    wr->wr.atomic.remote_addr = remote_addr;
-    wr->wr.atomic.compare_add = compare;
+  if (ibv_send_wr* wr = BeginAtomic(qpx, IBV_WR_ATOMIC_CMP_AND_SWP,
+                                    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, rkey,
+                                    remote_addr, compare)) {
     wr->wr.atomic.swap = swap;
   }
 }
 
 void WrAtomicFetchAdd(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr,
                       uint64_t add) {
-  if (ibv_send_wr* wr = Begin(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD,
-                              IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)) {
-    wr->wr.atomic.rkey = rkey;
-    wr->wr.atomic.remote_addr = remote_addr;
-    wr->wr.atomic.compare_add = add;
-  }
+  BeginAtomic(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD,
+              IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, rkey, remote_addr, add);
 }
 
 // Builders of operations no queue pair here is made for (SendOpsServed):
