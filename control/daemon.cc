@@ -124,8 +124,10 @@ absl::Status Daemon::Start() {
     }
   }
   started_ = absl::Now();
-  if (dpdk_) {  // DPDK telemetry exists only with the EAL
-    PublishStatus(/*force=*/true);
+  // Status() (and DPDK telemetry, which exists only with the EAL) reads
+  // what the control loop publishes every 200 ms.
+  PublishStatus(/*force=*/true);
+  if (dpdk_) {
     RegisterTelemetry([this] { return Status(); });
     telemetry_ = true;
   }
@@ -182,7 +184,7 @@ void Daemon::ControlLoop() {
     sessions_->DropStalledAdmin(absl::Now());
     PublishPortState();
     UpdateGauges();
-    if (telemetry_) PublishStatus(/*force=*/false);
+    PublishStatus(/*force=*/false);
   }
   // Shutting down: every session goes, as if its client had exited, except
   // that clients see their connections aborted.

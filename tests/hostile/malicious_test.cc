@@ -718,7 +718,7 @@ TEST_F(MaliciousTest, MovedConsumerIndicesStallOnlyTheirOwner) {
     EXPECT_EQ(std::memcmp(sbuf, arena->base, 4096), 0);
   }
   good_->Stop();
-  EXPECT_EQ(good_->error(), "");
+  EXPECT_EQ(good_->error(), "") << DaemonState();
   EXPECT_GT(good_->rounds(), 0u);
   EXPECT_LT(good_->slowest(), kRoundLimit);
 
@@ -807,13 +807,13 @@ TEST_F(MaliciousTest, ScribbledSendRingIndicesDoNotStallTheDaemon) {
       if (sconn) {
         EXPECT_TRUE(server.Disconnect(*sconn).ok());
       }
-      ASSERT_EQ(good_->error(), "");
+      ASSERT_EQ(good_->error(), "") << DaemonState();
     }
   }
   stop.store(true);
   scribbler.join();
   good_->Stop();
-  EXPECT_EQ(good_->error(), "");
+  EXPECT_EQ(good_->error(), "") << DaemonState();
   raw.Close();
   ExpectServing("after the send ring scribbler");
   ExpectBaseline();
@@ -1377,7 +1377,7 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
         kHangLimit);
     ASSERT_TRUE(settled) << outstanding(batch_first)
                          << " entries of a batch got no completion";
-    ASSERT_EQ(good_->error(), "");
+    ASSERT_EQ(good_->error(), "") << DaemonState();
   }
   disconnect();
 
@@ -1411,7 +1411,7 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
   // The good pair kept going: EngineWentRound at every disconnect (the
   // last one included) saw it complete two more verified rounds.
   good_->Stop();
-  EXPECT_EQ(good_->error(), "");
+  EXPECT_EQ(good_->error(), "") << DaemonState();
   EXPECT_TRUE(server.Free(sbuf).ok());
   raw.Close();
   ExpectServing("after the fuzzed send entries");

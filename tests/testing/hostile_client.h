@@ -44,6 +44,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "api/client.h"
+#include "control/status.h"
 #include "api/rdmaplane.h"
 #include "api/shm/layout.h"
 #include "api/shm/ring.h"
@@ -905,7 +906,16 @@ class HostileClientTest : public ::testing::Test {
       return ::testing::AssertionSuccess();
     }
     return ::testing::AssertionFailure()
-           << "the good pair stopped: " << good_->error();
+           << "the good pair stopped: " << good_->error() << "\n"
+           << DaemonState();
+  }
+
+  // What the daemon says of its connections and counters (rdmaplanectl's
+  // JSON), for a failure of the good pair: where its transfer stood.
+  std::string DaemonState() const {
+    const control::DaemonStatus status = daemon_->Status();
+    return "connections: " + control::RenderJson(status, "connections") +
+           "\ncounters: " + control::RenderJson(status, "counters");
   }
 
   // The daemon still serves: the good pair completes a verified transfer in
@@ -914,7 +924,8 @@ class HostileClientTest : public ::testing::Test {
   void ExpectServing(const std::string& when) {
     SCOPED_TRACE("serving " + when);
     good_->Stop();
-    EXPECT_TRUE(good_->Round(++round_)) << good_->error();
+    EXPECT_TRUE(good_->Round(++round_)) << good_->error() << "\n"
+                                        << DaemonState();
     std::unique_ptr<Client> fresh = NewClient();
     ASSERT_NE(fresh, nullptr);
     EXPECT_TRUE(fresh->Listen("fresh-" + std::to_string(round_)).ok());
