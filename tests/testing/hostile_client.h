@@ -745,13 +745,13 @@ class GoodPair {
     rdp_sge ws{src_, kBytes, lsrc_};
     int w = client_->Write(cconn_, &ws, 1, desc_.bytes, desc_.len, 0, 0, &wov_);
     if (w == RDP_PENDING) w = Wait(&wov_, deadline);
-    if (w != RDP_OK) return Fail("write: " + Name(w));
+    if (w != RDP_OK) return Fail("write: " + Name(w) + Where());
     if (std::memcmp(target_, src_, kBytes) != 0) return Fail("target bytes");
     rdp_sge rs{dst_, kBytes, ldst_};
     int r = client_->Read(cconn_, &rs, 1, desc_.d()->address, desc_.bytes,
                           desc_.len, 0, &rov_);
     if (r == RDP_PENDING) r = Wait(&rov_, deadline);
-    if (r != RDP_OK) return Fail("read: " + Name(r));
+    if (r != RDP_OK) return Fail("read: " + Name(r) + Where());
     if (std::memcmp(dst_, src_, kBytes) != 0) return Fail("read-back bytes");
     const int64_t ns = absl::ToInt64Nanoseconds(absl::Now() - start);
     int64_t prev = slowest_ns_.load();
@@ -798,6 +798,15 @@ class GoodPair {
                : std::string(rdp_status_name(status));
   }
   static constexpr int kTimedOut = INT32_MIN;
+
+  // The client's view of the connection when a request failed: its state
+  // word (shm::ConnectionState) and whether the daemon ended it.
+  std::string Where() const {
+    return " (client: connection state " +
+           std::to_string(client_->ConnectionStateOf(cconn_)) +
+           (client_->ConnectionEnded(cconn_) ? ", ended" : ", not ended") +
+           ")";
+  }
 
   // Polls without blocking: the wait is bounded even if the daemon never
   // completes. A transfer that did not finish leaves the pair unusable (its
