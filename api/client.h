@@ -28,6 +28,9 @@
 #include "api/shm/ring.h"
 
 namespace rdmaplane {
+namespace memory {
+struct MovedPages;  // client_memory.h
+}  // namespace memory
 
 struct ClientOptions {
   std::string socket_path;           // empty: shm::DefaultSocketPath()
@@ -85,20 +88,20 @@ class Client {
   // --- For the verbs front end (api/verbs; client_verbs.cc) ---------------
   // Shares the pages under [addr, addr + length) with the daemon where they
   // are: their contents move onto a shared memfd mapped at the same
-  // addresses (MAP_FIXED), which the daemon maps as an arena. The pages
-  // moved are those of its whole mapping when that is at most 16 MiB, else
-  // of a 2 MiB window around the range inside it, outside pages moved
-  // before. While they move, writes to them from other threads wait
-  // (userfaultfd write protection, where the kernel allows it) and then
-  // land in the shared pages. Memory inside such an arena already is
-  // left as it is. RDP_ERR_INVALID when the range overlaps moved pages only
-  // in part or moved by another Client of this process, or is not private
-  // anonymous read-write memory (a file or shared mapping), or lies in the
-  // mapping of the calling thread's stack; RDP_ERR_FAULT
-  // when it is not inside one mapping. The pages stay shared until the
-  // client closes (and stay mapped after it, with their contents);
-  // RDP_ERR_INVALID for addresses of moved pages the application unmapped
-  // since (the daemon keeps their arena for the session's life).
+  // addresses (MAP_FIXED), which the daemon maps as an arena. Pages of the
+  // range moved before stay; each run of the others moves with those of
+  // its whole mapping when that is at most 16 MiB, else of a 2 MiB window
+  // around it inside the mapping, outside pages moved before. The daemon
+  // maps a registration across several moves contiguously. While pages
+  // move, writes to them from other threads wait (userfaultfd write
+  // protection, where the kernel allows it) and then land in the shared
+  // pages. Pages of a move that the application unmapped since are
+  // forgotten: what is mapped there now moves again. RDP_ERR_INVALID when
+  // the range overlaps pages moved by another Client of this process, or
+  // is not private anonymous read-write memory (a file or shared mapping),
+  // or lies in the mapping of the calling thread's stack; RDP_ERR_FAULT
+  // when part of it is not mapped. The pages stay shared until the client
+  // closes (and stay mapped after it, with their contents).
   absl::Status ShareMemory(void* addr, uint64_t length);
   absl::StatusOr<uint32_t> AllocPd();
   absl::Status DeallocPd(uint32_t pd);
@@ -280,6 +283,11 @@ class Client {
   absl::StatusOr<Arena*> NewArena(size_t min_bytes);
   // Hands a mapped arena to the daemon; its id is set on success.
   absl::Status HandOver(Arena* arena);
+  // ShareMemory's move of the pages under [start, end) of the mapping
+  // [vma_begin, vma_end), with its window; adds it to `moved`.
+  absl::Status MoveWindow(uint64_t vma_begin, uint64_t vma_end,
+                          uint64_t start, uint64_t end,
+                          std::vector<memory::MovedPages>& moved);
   // Whether [addr, addr + len) lies inside one arena.
   bool InArenas(const void* addr, uint64_t len) const;
   // One control request/response round trip on the control rings.

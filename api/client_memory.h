@@ -7,6 +7,7 @@
 #define RDMAPLANE_API_CLIENT_MEMORY_H_
 
 #include <cstddef>
+#include <cstdint>
 
 namespace rdmaplane::memory {
 
@@ -17,6 +18,16 @@ inline size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 // Seals a memfd's size: the daemon maps what is shared only if its size can
 // no longer change (F_SEAL_SHRINK, F_SEAL_GROW). Returns whether it took.
 bool SealSize(int fd);
+
+// Pages this process moved onto shared memfds (Client::ShareMemory),
+// whichever Client moved them: [begin, end) is still that memfd (inode)
+// while the mapping there is.
+struct MovedPages {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t inode = 0;
+  const void* client = nullptr;  // the Client that moved them
+};
 
 // Forgets the pages `client` moved (its destructor): they stay where they
 // are, and another client of the process may move them again.

@@ -33,15 +33,6 @@ namespace rdmaplane {
 namespace memory {
 namespace {
 
-// Pages this process moved onto shared memfds (ShareMemory), whichever
-// Client moved them: [begin, end) is still that memfd (inode) while the
-// mapping there is.
-struct MovedPages {
-  uint64_t begin = 0;
-  uint64_t end = 0;
-  uint64_t inode = 0;
-  const void* client = nullptr;  // the Client that moved them
-};
 std::mutex moved_mu;
 std::vector<MovedPages>& Moved() {
   static auto* moved = new std::vector<MovedPages>();
@@ -291,97 +282,149 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
   }
   std::lock_guard<std::mutex> moved_lock(moved_mu);
   std::lock_guard<std::mutex> lock(arena_mu_);
-  const std::vector<Vma> maps = ReadMaps();
-  // Pages moved before are still in place, unless the application
-  // unmapped them since: the daemon keeps that arena for the session's
-  // life (frames and engines may still point into it), so those addresses
-  // cannot be handed over again.
-  std::vector<MovedPages>& moved = Moved();
-  for (const MovedPages& m : moved) {
-    MovedPages part = m;  // the pages the range shares with m
-    part.begin = std::max(m.begin, start / 4096 * 4096);
-    part.end = std::min(m.end, memory::RoundUp(start + length, 4096));
-    if (part.begin < part.end && !StillInPlace(maps, part)) {
-      return MakeStatus(RDP_ERR_INVALID,
-                        "memory registered before at these addresses was "
-                        "unmapped since; they cannot be registered again in "
-                        "this session");
-    }
-  }
   for (const auto& a : arenas_) {
     const uint64_t base = reinterpret_cast<uint64_t>(a->base);
-    if (start >= base && start + length <= base + a->bytes) {
-      return absl::OkStatus();  // shared already
+    if (!a->shared_in_place && start >= base &&
+        start + length <= base + a->bytes) {
+      return absl::OkStatus();  // an arena of rdp_alloc's
     }
   }
-  for (const MovedPages& m : moved) {
-    if (start < m.end && m.begin < start + length) {
-      return MakeStatus(
-          RDP_ERR_INVALID,
-          m.client != this
-              ? "the range was registered through another rdmaplane device "
-                "of this process"
-              : "the range overlaps memory registered before, but not "
-                "inside it");
-    }
-  }
-  // Only the process's own anonymous memory can move: one private,
-  // readable and writable mapping (heap, malloc, memalign, anonymous mmap).
-  const Vma* vma = VmaAt(maps, start);
-  if (vma == nullptr || start + length > vma->end) {
-    return MakeStatus(RDP_ERR_FAULT,
-                      "the range is not inside one mapping of the process");
-  }
-  // A SysV shared memory segment (shmat, e.g. perftest's hugepages) is
-  // the process's own memory too: it moves like anonymous memory, and so
-  // do pages moved before for a client that has closed since.
-  const bool sysv = vma->path.rfind("/SYSV", 0) == 0;
-  const bool moved_before = vma->path.rfind("/memfd:rdmaplane-verbs", 0) == 0;
-  // Nor this thread's stack (the main thread's is "[stack]"; another
-  // thread's is anonymous memory): its own frames would move under it.
-  const uint64_t here = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
-  if (here >= vma->begin && here < vma->end) {
-    return MakeStatus(RDP_ERR_INVALID,
-                      "the range is on the stack of the thread registering "
-                      "it");
-  }
-  if (!vma->readable || !vma->writable || vma->path == "[stack]" ||
-      (!sysv && !moved_before && (vma->shared || vma->inode != 0))) {
-    return MakeStatus(RDP_ERR_INVALID,
-                      "only private anonymous read-write memory can be "
-                      "registered (a shared or file mapping cannot move)");
-  }
-  // The pages under the range, widened to its whole mapping when that is
-  // at most 16 MiB (a buffer of its own: mmap, a large malloc), else to a
-  // 2 MiB window within it, so that neighbouring buffers (small malloc'd
-  // ones sharing a page, or a larger range registered later around this
-  // one) move with it and their registrations find them inside; never into
-  // pages moved before. 4 KiB pages or, for memory on hugepages (where a
-  // 4 KiB mapping cannot replace part of one), 2 MiB.
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const bool whole_mapping = vma->end - vma->begin <= kWholeMapping;
-  for (const bool huge : {false, true}) {
-    const uint64_t unit = huge ? memory::kHugePage : page;
-    uint64_t begin =
-        whole_mapping ? vma->begin
-                      : std::max(vma->begin, start / kShareWindow * kShareWindow);
-    uint64_t end =
-        whole_mapping ? vma->end
-                      : std::min(vma->end, memory::RoundUp(start + length, kShareWindow));
-    for (const MovedPages& m : moved) {
-      if (m.end <= start && m.end > begin) begin = m.end;
-      if (m.begin >= start + length && m.begin < end) end = m.begin;
-    }
-    begin = std::max(begin / unit * unit, vma->begin);
-    end = memory::RoundUp(end, unit);
-    if (begin > start || end < start + length || end > vma->end) {
+  const uint64_t first = start / page * page;
+  const uint64_t last = memory::RoundUp(start + length, page);
+  const std::vector<Vma> maps = ReadMaps();
+  // Moves whose pages the application unmapped since (munmap, or free
+  // giving them back) are forgotten where they are gone: pages mapped
+  // there now move again, onto a new arena that the daemon lets hold
+  // those addresses; registrations made before keep the old pages.
+  std::vector<MovedPages>& moved = Moved();
+  std::vector<MovedPages> kept;
+  for (const MovedPages& m : moved) {
+    if (m.end <= first || m.begin >= last || StillInPlace(maps, m)) {
+      kept.push_back(m);
       continue;
     }
-    const uint64_t bytes = end - begin;
+    for (uint64_t at = m.begin; at < m.end;) {
+      const Vma* v = VmaAt(maps, at);
+      const uint64_t next = v == nullptr ? at + page : std::min(v->end, m.end);
+      if (v != nullptr && v->inode == m.inode && v->shared) {
+        if (!kept.empty() && kept.back().inode == m.inode &&
+            kept.back().end == at) {
+          kept.back().end = next;
+        } else {
+          kept.push_back({at, next, m.inode, m.client});
+        }
+      }
+      at = next;
+    }
+  }
+  moved = std::move(kept);
+  // The pages of the range no move of this client holds: each run of them
+  // moves (with its window), after every one was found movable.
+  struct Gap {
+    uint64_t begin, end;
+    Vma vma;
+  };
+  std::vector<Gap> gaps;
+  for (uint64_t at = first; at < last;) {
+    const MovedPages* holder = nullptr;
+    for (const MovedPages& m : moved) {
+      if (at >= m.begin && at < m.end) holder = &m;
+    }
+    if (holder != nullptr) {
+      if (holder->client != this) {
+        return MakeStatus(RDP_ERR_INVALID,
+                          "the range was registered through another "
+                          "rdmaplane device of this process");
+      }
+      at = holder->end;
+      continue;
+    }
+    const Vma* vma = VmaAt(maps, at);
+    if (vma == nullptr) {
+      return MakeStatus(RDP_ERR_FAULT,
+                        "part of the range is not mapped memory");
+    }
+    uint64_t end = std::min(vma->end, last);
+    for (const MovedPages& m : moved) {
+      if (m.begin > at && m.begin < end) end = m.begin;
+    }
+    // Only the process's own anonymous memory can move: private, readable
+    // and writable (heap, malloc, memalign, anonymous mmap). A SysV shared
+    // memory segment (shmat, e.g. perftest's hugepages) is the process's
+    // own memory too: it moves like anonymous memory, and so do pages
+    // moved before for a client that has closed since.
+    const bool sysv = vma->path.rfind("/SYSV", 0) == 0;
+    const bool moved_before =
+        vma->path.rfind("/memfd:rdmaplane-verbs", 0) == 0;
+    // Nor this thread's stack (the main thread's is "[stack]"; another
+    // thread's is anonymous memory): its own frames would move under it.
+    const uint64_t here =
+        reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+    if (here >= vma->begin && here < vma->end) {
+      return MakeStatus(RDP_ERR_INVALID,
+                        "the range is on the stack of the thread registering "
+                        "it");
+    }
+    if (!vma->readable || !vma->writable || vma->path == "[stack]" ||
+        (!sysv && !moved_before && (vma->shared || vma->inode != 0))) {
+      return MakeStatus(RDP_ERR_INVALID,
+                        "only private anonymous read-write memory can be "
+                        "registered (a shared or file mapping cannot move)");
+    }
+    gaps.push_back({at, end, *vma});
+    at = end;
+  }
+  for (const Gap& gap : gaps) {
+    if (absl::Status st = MoveWindow(gap.vma.begin, gap.vma.end, gap.begin,
+                                     gap.end, moved);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Moves the pages under [start, end) (which no move holds; in the mapping
+// [vma_begin, vma_end)) onto a new arena, widened to its whole mapping when
+// that is at most 16 MiB (a buffer of its own: mmap, a large malloc), else
+// to a 2 MiB window within it, so that neighbouring buffers (small malloc'd
+// ones sharing a page, or a larger range registered later around this one)
+// move with it and their registrations find them inside; never into pages
+// moved before. 4 KiB pages or, for memory on hugepages (where a 4 KiB
+// mapping cannot replace part of one), 2 MiB.
+absl::Status Client::MoveWindow(uint64_t vma_begin, uint64_t vma_end,
+                                uint64_t start, uint64_t end,
+                                std::vector<memory::MovedPages>& moved) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const bool whole_mapping = vma_end - vma_begin <= kWholeMapping;
+  for (const bool huge : {false, true}) {
+    const uint64_t unit = huge ? memory::kHugePage : page;
+    uint64_t begin = whole_mapping
+                         ? vma_begin
+                         : std::max(vma_begin, start / kShareWindow * kShareWindow);
+    uint64_t stop = whole_mapping
+                        ? vma_end
+                        : std::min(vma_end, memory::RoundUp(end, kShareWindow));
+    for (const MovedPages& m : moved) {
+      if (m.end <= start && m.end > begin) begin = m.end;
+      if (m.begin >= end && m.begin < stop) stop = m.begin;
+    }
+    begin = std::max(begin / unit * unit, vma_begin);
+    stop = memory::RoundUp(stop, unit);
+    bool onto_moved = false;
+    for (const MovedPages& m : moved) {
+      onto_moved |= m.begin < stop && begin < m.end;
+    }
+    if (begin > start || stop < end || stop > vma_end || onto_moved) {
+      continue;
+    }
+    const uint64_t bytes = stop - begin;
     const int fd = memfd_create(
         "rdmaplane-verbs",
         MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0));
-    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 || !memory::SealSize(fd)) {
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+        !memory::SealSize(fd)) {
       if (fd >= 0) close(fd);
       continue;
     }
@@ -420,7 +463,7 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
     }
     struct stat st {};
     fstat(fd, &st);
-    moved.push_back({begin, end, static_cast<uint64_t>(st.st_ino), this});
+    moved.push_back({begin, stop, static_cast<uint64_t>(st.st_ino), this});
     arenas_.push_back(std::move(arena));
     return absl::OkStatus();
   }

@@ -12,9 +12,6 @@
 #include "dataplane/port/eth_port.h"
 
 namespace rdmaplane::control {
-namespace {
-
-// The size of the pages behind a memfd: a hugepage size for MFD_HUGETLB.
 size_t PageSizeOf(int fd) {
   struct statfs st {};
   if (fstatfs(fd, &st) == 0 && st.f_type == HUGETLBFS_MAGIC) {
@@ -22,8 +19,6 @@ size_t PageSizeOf(int fd) {
   }
   return static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
-
-}  // namespace
 
 absl::Status SealAgainstHoles(int fd) {
   const int seals = fcntl(fd, F_GET_SEALS);
@@ -50,9 +45,15 @@ ArenaMemory::~ArenaMemory() {
 
 std::unique_ptr<rc::MemoryOwner> ArenaMemory::Adopt(uint8_t* host,
                                                     uint64_t bytes, int fd) {
+  return AdoptPages(host, bytes, PageSizeOf(fd));
+}
+
+std::unique_ptr<rc::MemoryOwner> ArenaMemory::AdoptPages(uint8_t* host,
+                                                         uint64_t bytes,
+                                                         size_t page_size) {
   const bool zero_copy =
       port_ != nullptr &&
-      port_->RegisterExternalMemory(host, bytes, PageSizeOf(fd));
+      port_->RegisterExternalMemory(host, bytes, page_size);
   return std::make_unique<rc::MemoryOwner>(zero_copy);
 }
 
@@ -83,7 +84,7 @@ void ArenaMemory::Unmap(Mapping& m) {
     port_->UnregisterExternalMemory(m.host);
   }
   munmap(m.host, m.bytes);
-  close(m.fd);
+  if (m.fd >= 0) close(m.fd);
 }
 
 }  // namespace rdmaplane::control

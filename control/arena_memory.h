@@ -37,6 +37,9 @@ namespace rdmaplane::control {
 // page never touched is there when first touched.
 absl::Status SealAgainstHoles(int fd);
 
+// The size of the pages behind a memfd: a hugepage size for MFD_HUGETLB.
+size_t PageSizeOf(int fd);
+
 class ArenaMemory {
  public:
   ArenaMemory() = default;
@@ -55,9 +58,13 @@ class ArenaMemory {
   // registrations carry.
   std::unique_ptr<rc::MemoryOwner> Adopt(uint8_t* host, uint64_t bytes,
                                          int fd);
+  // The same for a mapping of pages of `page_size` bytes that is no memfd's
+  // own (a view of several arenas: Release it with fd -1).
+  std::unique_ptr<rc::MemoryOwner> AdoptPages(uint8_t* host, uint64_t bytes,
+                                              size_t page_size);
   // No connection uses the arena any more (its session closed, and the
   // engine let go of the session's connections): unmaps it and closes `fd`
-  // now, or once frames stop referencing it (Reap).
+  // (unless -1) now, or once frames stop referencing it (Reap).
   void Release(uint8_t* host, uint64_t bytes, int fd,
                std::unique_ptr<rc::MemoryOwner> owner);
   // Unmaps the released arenas nothing references any more; returns how

@@ -46,7 +46,8 @@ Daemon::Daemon(const DaemonOptions& options)
       seed_(RunSeed()),
       accounts_(options.user_limits),
       table_(options.max_registrations, /*readers=*/EngineCount(options)),
-      memory_(&table_, options.max_registrations_per_session, &accounts_) {
+      memory_(&table_, options.max_registrations_per_session, &accounts_,
+              &arena_memory_) {
   if (options_.socket_path.empty()) {
     options_.socket_path = shm::DefaultSocketPath();
   }

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -45,11 +46,52 @@ uint8_t RemoteAccessBits(uint32_t flags) {
 }  // namespace
 
 MemoryService::MemoryService(mr::RegistrationTable* table,
-                             uint32_t max_per_session, UserAccounts* accounts)
+                             uint32_t max_per_session, UserAccounts* accounts,
+                             ArenaMemory* arena_memory)
     : table_(table),
       cache_(table),
       max_per_session_(max_per_session),
-      accounts_(accounts) {}
+      accounts_(accounts),
+      arena_memory_(arena_memory) {}
+
+uint8_t* MemoryService::Resolve(Session& s, uint64_t address, uint64_t length,
+                                rc::MemoryOwner** owner,
+                                ControlResponse* refusal) {
+  if (uint8_t* host = s.Translate(address, length, owner); host != nullptr) {
+    return host;
+  }
+  if (s.PiecesOf(address, length).size() < 2 || arena_memory_ == nullptr) {
+    *refusal =
+        Reply(shm::kStatusFault, "buffer is not inside the caller's arenas");
+    return nullptr;
+  }
+  if (s.views.size() >= Session::kMaxViews) ReleaseUnusedViews(s);
+  if (absl::Status st = s.MapView(address, length, arena_memory_); !st.ok()) {
+    RDP_LOG_EVERY(kWarning, 10, "registration of pid %d refused: %s",
+                  static_cast<int>(s.pid), std::string(st.message()).c_str());
+    *refusal = Reply(absl::IsResourceExhausted(st) ? shm::kStatusNoBuffers
+                                                   : shm::kStatusFault,
+                     std::string(st.message()));
+    return nullptr;
+  }
+  return s.Translate(address, length, owner);
+}
+
+void MemoryService::ReleaseUnusedViews(Session& s) {
+  // A removed registration's memory may still be read by an engine until
+  // the table reclaims it (registration_table.h).
+  table_->Reclaim();
+  if (table_->pending_reclaim() != 0) return;
+  std::set<const rc::MemoryOwner*> used;
+  cache_.ForEach([&](uint32_t, const mr::Registration& r, uint32_t) {
+    if (r.owner == s.id) used.insert(r.memory_owner);
+  });
+  std::erase_if(s.views, [&](ArenaView& v) {
+    if (used.count(v.owner.get()) != 0) return false;
+    arena_memory_->Release(v.host, v.bytes, -1, std::move(v.owner));
+    return true;
+  });
+}
 
 ControlResponse MemoryService::Register(const Session& s,
                                         const mr::Registration& reg,
@@ -84,16 +126,15 @@ ControlResponse MemoryService::Register(const Session& s,
   return Reply(shm::kStatusOk);
 }
 
-ControlResponse MemoryService::RegisterLocal(const Session& s,
+ControlResponse MemoryService::RegisterLocal(Session& s,
                                              const ControlRequest& r) {
   if (r.flags == 0 || (r.flags & ~shm::kAccessReadWrite) != 0) {
     return Reply(shm::kStatusInvalid, "flags must be read, write or both");
   }
   rc::MemoryOwner* owner = nullptr;
-  uint8_t* host = s.Translate(r.address, r.length, &owner);
-  if (host == nullptr || r.length == 0) {
-    return Reply(shm::kStatusFault, "buffer is not inside the caller's arenas");
-  }
+  ControlResponse refusal;
+  uint8_t* host = Resolve(s, r.address, r.length, &owner, &refusal);
+  if (host == nullptr) return refusal;
   mr::Registration reg;
   reg.memory_owner = owner;
   reg.owner = s.id;
@@ -117,7 +158,7 @@ ControlResponse MemoryService::DeregisterLocal(const Session& s,
                       "not a registration of this client");
 }
 
-ControlResponse MemoryService::RegisterRdma(const Session& s,
+ControlResponse MemoryService::RegisterRdma(Session& s,
                                             std::optional<uint32_t> scope,
                                             const ControlRequest& r) {
   if (r.flags == 0 || (r.flags & ~kRdmaAccessFlags) != 0) {
@@ -128,11 +169,10 @@ ControlResponse MemoryService::RegisterRdma(const Session& s,
     return Reply(shm::kStatusNotConnected, "connection is not established");
   }
   rc::MemoryOwner* owner = nullptr;
-  uint8_t* host = s.Translate(r.address, r.length, &owner);
-  if (host == nullptr || r.length == 0) {
-    // descriptor_length 0: the caller's length stays as it was.
-    return Reply(shm::kStatusFault, "buffer is not inside the caller's arenas");
-  }
+  ControlResponse refusal;
+  // descriptor_length 0 in a refusal: the caller's length stays as it was.
+  uint8_t* host = Resolve(s, r.address, r.length, &owner, &refusal);
+  if (host == nullptr) return refusal;
   if (r.descriptor_length < sizeof(shm::RdmaDescriptor)) {
     ControlResponse resp =
         Reply(shm::kStatusFault, "descriptor buffer too small");

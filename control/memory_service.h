@@ -43,16 +43,18 @@ class MemoryService {
  public:
   // `max_per_session`: distinct registrations one session may hold; each
   // is also charged to its user's allowance in `accounts`.
+  // `arena_memory` maps the views a registration across arenas needs
+  // (Session::MapView); without it such registrations are refused.
   MemoryService(mr::RegistrationTable* table, uint32_t max_per_session,
-                UserAccounts* accounts);
+                UserAccounts* accounts, ArenaMemory* arena_memory = nullptr);
 
-  shm::ControlResponse RegisterLocal(const Session& s,
+  shm::ControlResponse RegisterLocal(Session& s,
                                      const shm::ControlRequest& r);
   shm::ControlResponse DeregisterLocal(const Session& s,
                                        const shm::ControlRequest& r);
   // `scope`: the end of the connection named by r.connection, or nullopt
   // when that slot holds no established (or pending) connection.
-  shm::ControlResponse RegisterRdma(const Session& s,
+  shm::ControlResponse RegisterRdma(Session& s,
                                     std::optional<uint32_t> scope,
                                     const shm::ControlRequest& r);
   // The descriptor must name the registration in every field.
@@ -87,6 +89,13 @@ class MemoryService {
   // key, or the refusal.
   shm::ControlResponse Register(const Session& s, const mr::Registration& reg,
                                 uint32_t* key);
+  // Where [address, address + length) of `s` is mapped here, and its
+  // mapping's owner; maps a view when it lies across arenas (first letting
+  // go of views no registration uses, when the session has its most).
+  // nullptr with the refusal in `refusal`.
+  uint8_t* Resolve(Session& s, uint64_t address, uint64_t length,
+                   rc::MemoryOwner** owner, shm::ControlResponse* refusal);
+  void ReleaseUnusedViews(Session& s);
 
   mr::RegistrationTable* table_;
   RegistrationCache cache_;
@@ -94,6 +103,7 @@ class MemoryService {
   uint32_t next_pd_ = 1;
   uint32_t max_per_session_;
   UserAccounts* accounts_;
+  ArenaMemory* arena_memory_;
 };
 
 }  // namespace rdmaplane::control

@@ -1,5 +1,6 @@
 // The daemon's registration cache: every registration a client holds, with
-// reference counts so that registering the same buffer again returns the
+// reference counts so that registering the same buffer again (the same
+// addresses, access and scope, mapped from the same memory) returns the
 // same key, and only the last deregistration releases it. Publishes entries
 // in the lock-free mr::RegistrationTable that engines read.
 //
@@ -56,15 +57,17 @@ class RegistrationCache {
   size_t CountOwner(uint32_t owner) const;
 
  private:
-  using Identity =
-      std::tuple<uint32_t, uint32_t, uint64_t, uint64_t, uint8_t>;
+  // The same client addresses mapped from other memory (the client handed
+  // over a newer arena there) are another registration.
+  using Identity = std::tuple<uint32_t, uint32_t, uint64_t, uint64_t,
+                              uint8_t, const uint8_t*>;
   struct Entry {
     mr::Registration reg;
     uint32_t refs = 0;
     UserAccounts::Charge charge;
   };
   static Identity IdentityOf(const mr::Registration& r) {
-    return {r.owner, r.connection, r.address, r.length, r.access};
+    return {r.owner, r.connection, r.address, r.length, r.access, r.host};
   }
   template <typename Pred>
   uint32_t DropIf(Pred pred);

@@ -46,16 +46,110 @@ bool FillAddress(const std::string& path, sockaddr_un* addr) {
 
 // --- Session -----------------------------------------------------------------
 
+std::vector<ArenaPiece> Session::PiecesOf(uint64_t address,
+                                          uint64_t length) const {
+  std::vector<ArenaPiece> pieces;
+  const uint64_t end = address + length;
+  if (length == 0 || end < address) return pieces;
+  for (uint64_t at = address; at < end;) {
+    // The newest arena that holds `at` (the map is in id order).
+    const Arena* holder = nullptr;
+    uint32_t holder_id = 0;
+    for (const auto& [id, a] : arenas) {
+      if (at >= a.client_address && at - a.client_address < a.bytes) {
+        holder = &a;
+        holder_id = id;
+      }
+    }
+    if (holder == nullptr) return {};
+    // It holds them from where newer arenas end, before `at`, to where
+    // newer ones begin, after it.
+    ArenaPiece piece{holder->client_address,
+                     holder->client_address + holder->bytes, holder_id};
+    for (auto it = arenas.upper_bound(holder_id); it != arenas.end(); ++it) {
+      const Arena& newer = it->second;
+      const uint64_t newer_end = newer.client_address + newer.bytes;
+      if (newer_end <= at && newer_end > piece.begin) piece.begin = newer_end;
+      if (newer.client_address > at && newer.client_address < piece.end) {
+        piece.end = newer.client_address;
+      }
+    }
+    pieces.push_back(piece);
+    at = piece.end;
+  }
+  return pieces;
+}
+
 uint8_t* Session::Translate(uint64_t address, uint64_t length,
                             rc::MemoryOwner** owner) const {
-  for (const auto& [id, a] : arenas) {
-    if (address >= a.client_address && address - a.client_address <= a.bytes &&
-        length <= a.bytes - (address - a.client_address)) {
-      if (owner != nullptr) *owner = a.owner.get();
-      return a.host + (address - a.client_address);
+  const std::vector<ArenaPiece> pieces = PiecesOf(address, length);
+  if (pieces.size() == 1) {
+    const Arena& a = arenas.at(pieces[0].arena);
+    if (owner != nullptr) *owner = a.owner.get();
+    return a.host + (address - a.client_address);
+  }
+  for (const ArenaView& v : views) {
+    if (!pieces.empty() && v.pieces == pieces) {
+      if (owner != nullptr) *owner = v.owner.get();
+      return v.host + (address - v.client_address);
     }
   }
   return nullptr;
+}
+
+absl::Status Session::MapView(uint64_t address, uint64_t length,
+                              ArenaMemory* memory) {
+  const std::vector<ArenaPiece> pieces = PiecesOf(address, length);
+  if (pieces.size() < 2) {
+    return absl::InvalidArgumentError("the range is not across arenas");
+  }
+  if (views.size() >= kMaxViews) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the session maps ", kMaxViews,
+        " registrations across arenas already"));
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  for (const ArenaPiece& p : pieces) {
+    const Arena& a = arenas.at(p.arena);
+    if (PageSizeOf(a.fd) != page) {
+      return absl::InvalidArgumentError(
+          "the range lies across arenas of which one is on hugepages");
+    }
+    if ((p.begin - a.client_address) % page != 0 || (p.end - p.begin) % page != 0) {
+      return absl::InvalidArgumentError(
+          "the arenas under the range do not meet at page boundaries");
+    }
+  }
+  const uint64_t bytes = pieces.back().end - pieces.front().begin;
+  void* reserved = mmap(nullptr, bytes, PROT_NONE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (reserved == MAP_FAILED) {
+    return absl::ResourceExhaustedError("no address space for the view");
+  }
+  auto* host = static_cast<uint8_t*>(reserved);
+  for (const ArenaPiece& p : pieces) {
+    // A second mapping of the arena's pages: mremap from the daemon's own
+    // mapping, since the arena's seal (SealAgainstHoles) refuses new
+    // writable mappings of the memfd itself.
+    const Arena& a = arenas.at(p.arena);
+    void* at = host + (p.begin - pieces.front().begin);
+    void* mapped = mremap(a.host + (p.begin - a.client_address), 0,
+                          p.end - p.begin, MREMAP_MAYMOVE | MREMAP_FIXED, at);
+    if (mapped != at) {
+      const int error = errno;
+      munmap(reserved, bytes);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot map the view: ", std::strerror(error)));
+    }
+  }
+  ArenaView v;
+  v.client_address = pieces.front().begin;
+  v.bytes = bytes;
+  v.host = host;
+  v.pieces = pieces;
+  v.owner = memory->AdoptPages(host, bytes, page);
+  views.push_back(std::move(v));
+  return absl::OkStatus();
 }
 
 engine::AddressHandles* Session::EnsureAddressHandles() {
@@ -514,14 +608,10 @@ void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
   const bool sized = fd >= 0 && fstat(fd, &st) == 0 && msg.length > 0 &&
                      static_cast<uint64_t>(st.st_size) >= msg.length &&
                      msg.address + msg.length > msg.address;
-  // Arenas of one client may not overlap in its address space.
-  bool overlaps = false;
-  for (const auto& [id, a] : s->arenas) {
-    overlaps |= msg.address < a.client_address + a.bytes &&
-                a.client_address < msg.address + msg.length;
-  }
+  // An arena may lie where older ones do in the client's address space:
+  // the newest holds those addresses from now on (Session::PiecesOf).
   void* mem = MAP_FAILED;
-  if (sized && !overlaps && SealedAgainstShrinking(fd)) {
+  if (sized && SealedAgainstShrinking(fd)) {
     mem = mmap(nullptr, msg.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
   // Its pages may not vanish under us (arena_memory.h).
@@ -542,7 +632,7 @@ void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
     if (fd >= 0) close(fd);
     reply.status = shm::kStatusInvalid;
     std::snprintf(reply.text, sizeof(reply.text), "%s",
-                  "arena refused: not a sealed memfd of that size, or overlaps");
+                  "arena refused: not a sealed memfd of that size");
     return answer();
   }
   Arena a;
@@ -605,6 +695,9 @@ void SessionServer::Close(Session* s) {
   if (hooks_.closing && s->ready) hooks_.closing(s);
   // The engines no longer serve the session's connections, but frames they
   // sent may still point into its arenas: those stay mapped until freed.
+  for (ArenaView& v : s->views) {
+    arena_memory_->Release(v.host, v.bytes, -1, std::move(v.owner));
+  }
   for (auto& [id, a] : s->arenas) {
     arena_memory_->Release(a.host, a.bytes, a.fd, std::move(a.owner));
   }

@@ -61,6 +61,31 @@ struct Arena {
   UserAccounts::Charge bytes_charge;
 };
 
+// Which arena holds a piece of the client's address space: [begin, end) in
+// the client's address space. Where arenas overlap there, the newest (the
+// highest id) holds the addresses: a client may hand over an arena where
+// pages of an older one were unmapped since (the verbs front end moves such
+// addresses again); registrations made before keep the older pages.
+struct ArenaPiece {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint32_t arena = 0;
+  bool operator==(const ArenaPiece&) const = default;
+};
+
+// A mapping of several arenas that meet in the client's address space, one
+// after another as there, so that a registration across them is contiguous
+// here too (the verbs front end moves a buffer's pages in several moves when
+// parts of it moved before). Each piece is a second mapping of its arena's
+// pages (mremap), made when a registration first needs it.
+struct ArenaView {
+  uint64_t client_address = 0;
+  uint64_t bytes = 0;
+  uint8_t* host = nullptr;
+  std::vector<ArenaPiece> pieces;
+  std::unique_ptr<rc::MemoryOwner> owner;
+};
+
 struct Session {
   uint32_t id = 0;
   int sock = -1;
@@ -101,6 +126,8 @@ struct Session {
   };
   std::vector<SlotRings> slots;  // by slot, as far as slots were used
   std::map<uint32_t, Arena> arenas;  // by arena id
+  std::vector<ArenaView> views;      // at most kMaxViews
+  static constexpr size_t kMaxViews = 64;
   Connection* connections[shm::kMaxConnections] = {};
   // Slots that hold a shared receive queue (kOpCreateSrq), and how many
   // queue pairs take receives from each.
@@ -129,11 +156,23 @@ struct Session {
   // The address handles, made when first needed.
   engine::AddressHandles* EnsureAddressHandles();
 
-  // Host address of [address, address + length) inside one of the arenas,
-  // and that arena's owner in `owner` if given; nullptr when the range is
-  // not inside one arena.
+  // The pieces of the arenas that hold [address, address + length) (each
+  // as large as its arena and newer arenas allow), in address order; empty
+  // when some byte of it is in no arena (or the range is empty or wraps).
+  std::vector<ArenaPiece> PiecesOf(uint64_t address, uint64_t length) const;
+  // Host address of [address, address + length): inside one arena, or
+  // inside a view of the arenas that hold it. The mapping's owner in
+  // `owner` if given. nullptr when no arena holds some byte of it, or when
+  // it lies across arenas that no view maps yet (MapView).
   uint8_t* Translate(uint64_t address, uint64_t length,
                      rc::MemoryOwner** owner = nullptr) const;
+  // Maps a view of the arenas that hold [address, address + length) (more
+  // than one), registered with `memory` like an arena. Refused when the
+  // pieces do not meet at their pages' boundaries, or are hugetlb pages
+  // (which the kernel cannot map twice this way), or views are at
+  // kMaxViews.
+  absl::Status MapView(uint64_t address, uint64_t length,
+                       ArenaMemory* memory);
   // A free connection slot, or -1.
   int FreeSlot() const;
   uint64_t arena_bytes() const;

@@ -1421,12 +1421,13 @@ TEST_F(MaliciousTest, FuzzedSendEntriesCompleteAndHarmNobody) {
 // --- 6. Arenas ---------------------------------------------------------------
 
 // Arena messages the daemon must refuse, each answered with an error while
-// the session goes on: an address range overlapping an arena already
-// given (inside, equal, enclosing, straddling either end), zero length, a
-// length beyond the memfd, an unsealed memfd or one sealed only against
-// growing, a write-sealed memfd, no descriptor, a pipe, an address range
-// that wraps. No refused memfd stays open or mapped in the daemon.
-// Registrations cannot straddle two adjacent arenas.
+// the session goes on: zero length, a length beyond the memfd, an unsealed
+// memfd or one sealed only against growing, a write-sealed memfd, no
+// descriptor, a pipe, an address range that wraps. No refused memfd stays
+// open or mapped in the daemon. An arena over addresses of an older one is
+// taken, and holds them from then on: that is the client's own business
+// (the verbs front end hands over pages mapped anew where moved ones were
+// unmapped). A registration across adjacent arenas is mapped as one.
 TEST_F(MaliciousTest, BadArenasAreRefused) {
   RawClient raw(path());
   ASSERT_TRUE(raw.Open());
@@ -1446,11 +1447,6 @@ TEST_F(MaliciousTest, BadArenasAreRefused) {
     bool pipe = false;
   };
   const std::vector<Case> cases = {
-      {"same range", x, kArena, kArena, kSeals},
-      {"inside", x + 4096, 4096, 4096, kSeals},
-      {"straddling the start", x - 4096, 8192, 8192, kSeals},
-      {"straddling the end", x + kArena - 4096, 8192, 8192, kSeals},
-      {"enclosing", x - kArena, 3 * kArena, 3 * kArena, kSeals},
       {"zero length", x + 4 * kArena, 0, 4096, kSeals},
       {"length beyond the memfd", x + 4 * kArena, kArena, 64u << 10, kSeals},
       {"length 2^64-1", x + 4 * kArena, ~uint64_t{0}, 4096, kSeals},
@@ -1488,11 +1484,11 @@ TEST_F(MaliciousTest, BadArenasAreRefused) {
               shm::kStatusOk);
   }
 
-  // A second arena right after the first is fine; a registration that
-  // straddles the two is not (they are different mappings in the daemon).
+  // A second arena right after the first is fine, and so is a
+  // registration that straddles the two; past the second, not.
   RawClient::Arena second = RawClient::MakeArena(kArena);
   ASSERT_NE(second.base, nullptr);
-  const RawClient::Answer ans = raw.SendArena(x + kArena, kArena, {second.fd});
+  RawClient::Answer ans = raw.SendArena(x + kArena, kArena, {second.fd});
   ASSERT_EQ(ans.got, RawClient::Got::kMessage);
   EXPECT_EQ(ans.status, shm::kStatusOk) << ans.text;
   EXPECT_TRUE(CountersReach(WithRawSession(2)));
@@ -1500,9 +1496,35 @@ TEST_F(MaliciousTest, BadArenasAreRefused) {
   straddle.address = x + kArena - 4096;
   straddle.length = 8192;
   straddle.flags = shm::kAccessReadWrite;
-  EXPECT_EQ(raw.Status(straddle), shm::kStatusFault);
-  straddle.address = x + kArena;  // wholly inside the second: fine
   EXPECT_EQ(raw.Status(straddle), shm::kStatusOk);
+  straddle.address = x + 2 * kArena - 4096;  // past the second
+  EXPECT_EQ(raw.Status(straddle), shm::kStatusFault);
+  // Arenas over the addresses of others, in every way they can lie there:
+  // each is taken.
+  const struct {
+    const char* name;
+    uint64_t address, length;
+  } over[] = {{"same range", x, kArena},
+              {"inside", x + 4096, 4096},
+              {"straddling the start", x - 4096, 8192},
+              {"straddling the two", x + kArena - 4096, 8192},
+              {"enclosing", x - kArena, 4 * kArena}};
+  uint32_t arenas = 2, registered = 1;  // the straddling one
+  for (const auto& o : over) {
+    SCOPED_TRACE(o.name);
+    RawClient::Arena a = RawClient::MakeArena(o.length);
+    ASSERT_NE(a.base, nullptr);
+    ans = raw.SendArena(o.address, o.length, {a.fd});
+    ASSERT_EQ(ans.got, RawClient::Got::kMessage);
+    EXPECT_EQ(ans.status, shm::kStatusOk) << ans.text;
+    straddle.address = o.address;
+    straddle.length = o.length;
+    EXPECT_EQ(raw.Status(straddle), shm::kStatusOk);
+    Held want = WithRawSession(++arenas);
+    want.registrations += ++registered;
+    EXPECT_TRUE(CountersReach(want));
+    RawClient::FreeArena(&a);
+  }
   RawClient::FreeArena(&second);
 
   raw.Close();
