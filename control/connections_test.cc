@@ -22,11 +22,12 @@ namespace {
 class ConnectionsTest : public ::testing::Test {
  protected:
   explicit ConnectionsTest(uint32_t max_connections = 512,
-                           uint64_t per_user = 256)
+                           uint64_t per_user = 256,
+                           uint32_t max_endpoints = 1024)
       : table_(64, 1),
         accounts_(Limits(per_user)),
         memory_(&table_, 64, &accounts_),
-        engine_(&table_, engine::EngineOptions{}),
+        engine_(&table_, EngineOptions(max_endpoints)),
         connections_(Options(max_connections), {&engine_}, &memory_, &accounts_,
                      42),
         listener_(1, 1000),
@@ -35,6 +36,11 @@ class ConnectionsTest : public ::testing::Test {
     UserLimits l;
     l.connections = per_user;
     return l;
+  }
+  static engine::EngineOptions EngineOptions(uint32_t max_endpoints) {
+    engine::EngineOptions o;
+    o.max_endpoints = max_endpoints;
+    return o;
   }
   static ConnectionOptions Options(uint32_t max_connections) {
     ConnectionOptions o;
@@ -90,6 +96,31 @@ TEST_F(ConnectionsTest, ADisconnectEndsBothEndsWithTheirStatus) {
   EXPECT_EQ(connections_.Disconnect(&listener_.s, Op(shm::kOpDisconnect, "", l))
                 .status,
             shm::kStatusNotConnected);
+}
+
+// An engine with no room for a connection's endpoints ends them rather than
+// showing them up and never serving them (the daemon's limits keep this
+// from happening: it gives each engine room for every connection).
+class FullEngineTest : public ConnectionsTest {
+ protected:
+  FullEngineTest() : ConnectionsTest(512, 256, /*max_endpoints=*/3) {}
+};
+
+TEST_F(FullEngineTest, AConnectionTheEngineHasNoRoomForEnds) {
+  const auto [c, l] = Pair("first");
+  EXPECT_EQ(connector_.state(c), shm::kConnUp);
+  EXPECT_EQ(engine_.endpoint_count(), 2u);
+  const auto [c2, l2] = Pair("second");
+  EXPECT_EQ(engine_.endpoint_count(), 2u);
+  EXPECT_EQ(connector_.state(c2), shm::kConnAborted);
+  EXPECT_EQ(listener_.state(l2), shm::kConnAborted);
+  EXPECT_EQ(connector_.final_status(c2), shm::kStatusConnAborted);
+  // The first is untouched, and both close as usual.
+  EXPECT_EQ(connector_.state(c), shm::kConnUp);
+  connections_.CloseSession(&connector_.s, false);
+  connections_.CloseSession(&listener_.s, false);
+  EXPECT_EQ(engine_.endpoint_count(), 0u);
+  EXPECT_EQ(connections_.size(), 0u);
 }
 
 TEST_F(ConnectionsTest, AConnectorTheListenerNeverAcceptsIsReset) {

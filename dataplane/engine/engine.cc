@@ -297,17 +297,24 @@ void Engine::ApplyCommands() {
     if (c.type == CommandType::kAddPair) {
       c.a->Wire(c.b);
       c.b->Wire(c.a);
-      for (Endpoint* e : {c.a, c.b}) {
-        e->PublishState(shm::kConnUp);
-        if (count_ < options_.max_endpoints) {
+      // With no room an endpoint would be shown up and never served: it
+      // ends instead (the control plane's limits keep this from happening).
+      if (options_.max_endpoints - count_ < 2) {
+        c.a->Close(CloseReason::kTransportError);
+        c.b->Close(CloseReason::kTransportError);
+      } else {
+        for (Endpoint* e : {c.a, c.b}) {
+          e->PublishState(shm::kConnUp);
           e->set_load(&counters_.load);
           endpoints_[count_++] = e;
           Watch(e->info().wake);
         }
       }
     } else if (c.type == CommandType::kAddRemote) {
-      c.a->PublishState(shm::kConnUp);
-      if (count_ < options_.max_endpoints) {
+      if (count_ >= options_.max_endpoints) {
+        c.a->Close(CloseReason::kTransportError);
+      } else {
+        c.a->PublishState(shm::kConnUp);
         c.a->set_load(&counters_.load);
         endpoints_[count_++] = c.a;
         by_qpn_[c.a->info().qp.local_qpn.value()] = c.a;
