@@ -116,7 +116,7 @@ void ConnectionManager::DrainControlFrames() {
 
 void ConnectionManager::OnTransportError(uint32_t scope) {
   Connection* c = connections_->Find(ConnectionOfScope(scope));
-  if (c == nullptr || !c->remote || !c->running) return;
+  if (c == nullptr || !c->remote() || !c->running) return;
   connections_->PeerClosed(c, engine::CloseReason::kTransportError);
   // The engine no longer serves the endpoint: its counters are ours.
   const engine::Endpoint& e = *c->endpoint[0];
@@ -124,7 +124,7 @@ void ConnectionManager::OnTransportError(uint32_t scope) {
   RDP_LOG(kWarning,
           "connection %u to %s broke: %s (tx %llu, rx %llu, "
           "retransmitted %llu, timeouts %llu, NAKs in %llu)",
-          c->id, IpText(c->peer_ip).c_str(),
+          c->id, IpText(c->peer.ip).c_str(),
           engine::IsTransportBreak(e.close_reason())
               ? BreakReason(e.qp_error())
               : engine::CloseReasonName(e.close_reason()),
@@ -159,14 +159,14 @@ void ConnectionManager::HandleArp(std::span<const uint8_t> frame) {
   if (m.sender_ip == 0) return;
   std::vector<Connection*> queue_pairs;
   connections_->ForEach([&](Connection* c) {
-    if (c->remote && c->cm == CmState::kResolving &&
-        c->peer_ip == m.sender_ip) {
-      c->peer_mac = m.sender_mac;
-      c->cm = CmState::kReqSent;
-      c->cm_tries = 0;
+    if (c->remote() && c->cm.state == CmState::kResolving &&
+        c->peer.ip == m.sender_ip) {
+      c->peer.mac = m.sender_mac;
+      c->cm.state = CmState::kReqSent;
+      c->cm.tries = 0;
       SendReq(c);
-    } else if (c->cm == CmState::kQpResolving && c->peer_ip == m.sender_ip) {
-      c->peer_mac = m.sender_mac;
+    } else if (c->cm.state == CmState::kQpResolving && c->peer.ip == m.sender_ip) {
+      c->peer.mac = m.sender_mac;
       queue_pairs.push_back(c);
     }
   });
@@ -213,7 +213,7 @@ void ConnectionManager::SendCm(const wire::CmMessage& m, uint32_t peer_ip,
 Connection* ConnectionManager::FindByCommId(uint32_t comm_id) {
   Connection* found = nullptr;
   connections_->ForEach([&](Connection* c) {
-    if (found == nullptr && c->remote && c->comm_id == comm_id) found = c;
+    if (found == nullptr && c->remote() && c->cm.comm_id == comm_id) found = c;
   });
   return found;
 }
@@ -241,7 +241,7 @@ void ConnectionManager::HandleCm(std::span<const uint8_t> frame) {
     return;
   }
   Connection* c = FindByCommId(m.remote_comm_id);
-  if (c == nullptr || c->peer_ip != from.src_ip) return;  // stale
+  if (c == nullptr || c->peer.ip != from.src_ip) return;  // stale
   switch (m.type) {
     case wire::CmType::kMra:
       OnMra(c, m);
@@ -250,7 +250,7 @@ void ConnectionManager::HandleCm(std::span<const uint8_t> frame) {
       OnReply(c, m, from);
       break;
     case wire::CmType::kRtu:
-      if (c->cm == CmState::kRepSent) c->cm = CmState::kEstablished;
+      if (c->cm.state == CmState::kRepSent) c->cm.state = CmState::kEstablished;
       break;
     case wire::CmType::kRej:
       OnReject(c, m);
@@ -277,70 +277,70 @@ std::optional<ControlResponse> ConnectionManager::Connect(
   if (!charge) return refusal;
   Connection* c = connections_->Create();
   c->charge[0] = std::move(*charge);
-  c->remote = true;
+  c->kind = ConnectionKind::kToDaemon;
   c->side[0] = s;
   c->slot[0] = static_cast<uint32_t>(slot);
   c->slot[1] = shm::kMaxConnections;
-  c->peer_ip = static_cast<uint32_t>(r.address);
+  c->peer.ip = static_cast<uint32_t>(r.address);
   c->service = r.service;
-  c->pmtu = path_mtu_;
-  c->comm_id = NextCommId();
-  c->cm_tid = wire::CmTransactionId(wire::CmTransaction::kConnect, c->comm_id);
+  c->peer.pmtu = path_mtu_;
+  c->cm.comm_id = NextCommId();
+  c->cm.tid = wire::CmTransactionId(wire::CmTransaction::kConnect, c->cm.comm_id);
   c->open[0] = true;
   c->pending = true;
-  c->waiting = s;
-  c->waiting_request = r.request_id;
+  c->cm.waiting = s;
+  c->cm.waiting_request = r.request_id;
   s->connections[slot] = c;
   s->ResetSlot(static_cast<uint32_t>(slot));
   counters_->Count(&ControlCounters::remote_connects);
-  if (auto it = neighbors_.find(c->peer_ip); it != neighbors_.end()) {
-    c->peer_mac = it->second;
-    c->cm = CmState::kReqSent;
+  if (auto it = neighbors_.find(c->peer.ip); it != neighbors_.end()) {
+    c->peer.mac = it->second;
+    c->cm.state = CmState::kReqSent;
     SendReq(c);
   } else {
-    c->cm = CmState::kResolving;
-    c->cm_deadline_ns = NowNs() + kArpIntervalNs;
-    c->cm_tries = 1;
-    SendArpRequest(c->peer_ip);
+    c->cm.state = CmState::kResolving;
+    c->cm.deadline_ns = NowNs() + kArpIntervalNs;
+    c->cm.tries = 1;
+    SendArpRequest(c->peer.ip);
   }
   return std::nullopt;
 }
 
 std::optional<ControlResponse> ConnectionManager::StartQueuePair(
     Session* s, Connection* c, uint64_t request_id) {
-  if (auto it = neighbors_.find(c->peer_ip); it != neighbors_.end()) {
-    c->peer_mac = it->second;
+  if (auto it = neighbors_.find(c->peer.ip); it != neighbors_.end()) {
+    c->peer.mac = it->second;
     connections_->StartRemote(c);
     return Reply(shm::kStatusOk);
   }
-  if (c->peer_ip == us_.ip) {
+  if (c->peer.ip == us_.ip) {
     // A queue pair of this daemon (loopback): our port hands frames to our
     // own MAC back to our receive path.
-    c->peer_mac = us_.mac;
+    c->peer.mac = us_.mac;
     connections_->StartRemote(c);
     return Reply(shm::kStatusOk);
   }
-  c->cm = CmState::kQpResolving;
-  c->cm_deadline_ns = NowNs() + kArpIntervalNs;
-  c->cm_tries = 1;
-  c->waiting = s;
-  c->waiting_request = request_id;
-  SendArpRequest(c->peer_ip);
+  c->cm.state = CmState::kQpResolving;
+  c->cm.deadline_ns = NowNs() + kArpIntervalNs;
+  c->cm.tries = 1;
+  c->cm.waiting = s;
+  c->cm.waiting_request = request_id;
+  SendArpRequest(c->peer.ip);
   return std::nullopt;
 }
 
 // Answers the RTR of a queue pair that waited for ARP.
 void ConnectionManager::AnswerQueuePair(Connection* c, int32_t status,
                                         const std::string& text) {
-  c->cm = CmState::kNone;
-  Session* s = c->waiting;
-  c->waiting = nullptr;
+  c->cm.state = CmState::kNone;
+  Session* s = c->cm.waiting;
+  c->cm.waiting = nullptr;
   if (status == shm::kStatusOk) {
     connections_->StartRemote(c);
   }  // else it stays at INIT, as before the RTR it asked for
   if (s == nullptr) return;
   ControlResponse resp = Reply(status, text);
-  resp.request_id = c->waiting_request;
+  resp.request_id = c->cm.waiting_request;
   resp.connection = c->slot[0];
   s->Answer(resp);
 }
@@ -348,12 +348,12 @@ void ConnectionManager::AnswerQueuePair(Connection* c, int32_t status,
 void ConnectionManager::SendReq(Connection* c) {
   wire::CmMessage m{};
   m.type = wire::CmType::kReq;
-  m.transaction_id = c->cm_tid;  // repetitions and keep-alives keep it
-  m.local_comm_id = c->comm_id;
+  m.transaction_id = c->cm.tid;  // repetitions and keep-alives keep it
+  m.local_comm_id = c->cm.comm_id;
   m.service_id = wire::ServiceIdForName(c->service);
   m.qpn = wire::Qpn(c->qpn[0]);
   m.start_psn = wire::Psn(c->psn[0]);
-  m.path_mtu = wire::IbMtuCode(c->pmtu);
+  m.path_mtu = wire::IbMtuCode(c->peer.pmtu);
   // What this daemon does, as the peer should expect it: the READs our
   // responder keeps and our requester has in flight (the queue pair's
   // defaults), our first retransmission, how long we wait for an answer to
@@ -369,22 +369,22 @@ void ConnectionManager::SendReq(Connection* c) {
   m.max_cm_retries = static_cast<uint8_t>(kReqTries - 1);
   m.retry_count = static_cast<uint8_t>(qp.retry_count);
   m.local_ip = us_.ip;
-  m.remote_ip = c->peer_ip;
+  m.remote_ip = c->peer.ip;
   wire::SetServiceName(c->service, &m);
-  SendCm(m, c->peer_ip, c->peer_mac);
-  if (c->cm_tries > 0) counters_->Count(&ControlCounters::cm_retransmits);
-  ++c->cm_tries;
-  c->cm_deadline_ns =
+  SendCm(m, c->peer.ip, c->peer.mac);
+  if (c->cm.tries > 0) counters_->Count(&ControlCounters::cm_retransmits);
+  ++c->cm.tries;
+  c->cm.deadline_ns =
       NowNs() +
-      (c->cm == CmState::kWaitingAccept ? kKeepAliveNs : kReqIntervalNs);
+      (c->cm.state == CmState::kWaitingAccept ? kKeepAliveNs : kReqIntervalNs);
 }
 
 void ConnectionManager::OnMra(Connection* c, const wire::CmMessage& m) {
-  if (c->cm != CmState::kReqSent && c->cm != CmState::kWaitingAccept) return;
-  c->peer_comm_id = m.local_comm_id;
-  c->cm = CmState::kWaitingAccept;
-  c->cm_tries = 0;
-  c->cm_deadline_ns = NowNs() + kKeepAliveNs;
+  if (c->cm.state != CmState::kReqSent && c->cm.state != CmState::kWaitingAccept) return;
+  c->cm.peer_comm_id = m.local_comm_id;
+  c->cm.state = CmState::kWaitingAccept;
+  c->cm.tries = 0;
+  c->cm.deadline_ns = NowNs() + kKeepAliveNs;
   // The peer's listener has the request queued: like a local connect, the
   // client may go on and post; requests wait until the peer accepts.
   AnswerConnect(c, shm::kStatusOk, "");
@@ -392,60 +392,60 @@ void ConnectionManager::OnMra(Connection* c, const wire::CmMessage& m) {
 
 void ConnectionManager::OnReply(Connection* c, const wire::CmMessage& m,
                                 const wire::Path& from) {
-  if (c->cm == CmState::kEstablished) {
+  if (c->cm.state == CmState::kEstablished) {
     SendSimple(c, wire::CmType::kRtu);  // our RTU was lost
     return;
   }
-  if (c->cm != CmState::kReqSent && c->cm != CmState::kWaitingAccept) return;
+  if (c->cm.state != CmState::kReqSent && c->cm.state != CmState::kWaitingAccept) return;
   // The passive side's MTU, where it says (a peer with another CM uses the
   // one our REQ proposed).
   const uint8_t code = wire::ReplyPathMtu(m);
-  const uint32_t pmtu = code != 0 ? wire::IbMtuBytes(code) : c->pmtu;
+  const uint32_t pmtu = code != 0 ? wire::IbMtuBytes(code) : c->peer.pmtu;
   if (m.qpn.value() < 2) {
-    SendReject(m.local_comm_id, c->peer_ip, from.src_mac, wire::kRejConsumer,
-               "malformed reply", c->cm_tid, wire::CmRefersTo::kRep,
-               c->comm_id);
-    c->peer_comm_id = 0;
-    c->cm = CmState::kNone;
-    if (c->waiting != nullptr) {
+    SendReject(m.local_comm_id, c->peer.ip, from.src_mac, wire::kRejConsumer,
+               "malformed reply", c->cm.tid, wire::CmRefersTo::kRep,
+               c->cm.comm_id);
+    c->cm.peer_comm_id = 0;
+    c->cm.state = CmState::kNone;
+    if (c->cm.waiting != nullptr) {
       AnswerConnect(c, shm::kStatusConnReset, "the peer sent a bad reply");
     } else {
       connections_->RefusePending(c);
     }
     return;
   }
-  c->peer_comm_id = m.local_comm_id;
-  c->peer_mac = from.src_mac;
+  c->cm.peer_comm_id = m.local_comm_id;
+  c->peer.mac = from.src_mac;
   c->qpn[1] = m.qpn.value();
   c->psn[1] = m.start_psn.value();
-  c->pmtu = std::min(c->pmtu, pmtu);
-  c->reads_out = std::min<uint32_t>(c->reads_out, m.responder_resources);
-  c->cm = CmState::kEstablished;
+  c->peer.pmtu = std::min(c->peer.pmtu, pmtu);
+  c->peer.reads_out = std::min<uint32_t>(c->peer.reads_out, m.responder_resources);
+  c->cm.state = CmState::kEstablished;
   connections_->StartRemote(c);
   SendSimple(c, wire::CmType::kRtu);
   AnswerConnect(c, shm::kStatusOk, "");
 }
 
 void ConnectionManager::OnReject(Connection* c, const wire::CmMessage& m) {
-  if (c->cm == CmState::kRepSent) {
+  if (c->cm.state == CmState::kRepSent) {
     // The active side refused our REP: the connection our listener
     // accepted ends as if the peer had closed it (no DREQ: the peer holds
     // no connection to end).
-    c->cm = CmState::kNone;
-    c->peer_comm_id = 0;
+    c->cm.state = CmState::kNone;
+    c->cm.peer_comm_id = 0;
     connections_->PeerClosed(c, engine::CloseReason::kPeerClosed);
     return;
   }
-  if (c->cm != CmState::kReqSent && c->cm != CmState::kWaitingAccept &&
-      c->cm != CmState::kResolving) {
+  if (c->cm.state != CmState::kReqSent && c->cm.state != CmState::kWaitingAccept &&
+      c->cm.state != CmState::kResolving) {
     return;
   }
   std::string why = RejectText(m);
   if (why.empty()) why = absl::StrCat("rejected, reason ", m.reject_reason);
-  const std::string text = absl::StrCat(why, " at ", IpText(c->peer_ip));
-  c->cm = CmState::kNone;
-  c->peer_comm_id = 0;  // nothing to say farewell to
-  if (c->waiting != nullptr) {
+  const std::string text = absl::StrCat(why, " at ", IpText(c->peer.ip));
+  c->cm.state = CmState::kNone;
+  c->cm.peer_comm_id = 0;  // nothing to say farewell to
+  if (c->cm.waiting != nullptr) {
     AnswerConnect(c, shm::kStatusRefused, text);
     return;
   }
@@ -455,11 +455,11 @@ void ConnectionManager::OnReject(Connection* c, const wire::CmMessage& m) {
 
 void ConnectionManager::AnswerConnect(Connection* c, int32_t status,
                                       const std::string& text) {
-  Session* s = c->waiting;
+  Session* s = c->cm.waiting;
   if (s == nullptr) return;
-  c->waiting = nullptr;
+  c->cm.waiting = nullptr;
   ControlResponse resp = Reply(status, text);
-  resp.request_id = c->waiting_request;
+  resp.request_id = c->cm.waiting_request;
   resp.connection = c->slot[0];
   if (status == shm::kStatusOk) {
     s->PublishState(c->slot[0], shm::kConnUp);
@@ -479,16 +479,16 @@ void ConnectionManager::OnRequest(const wire::CmMessage& m,
   // A repeated REQ: answer as before.
   Connection* known = nullptr;
   connections_->ForEach([&](Connection* c) {
-    if (known == nullptr && c->remote && c->passive &&
-        c->peer_ip == from.src_ip && c->peer_comm_id == m.local_comm_id) {
+    if (known == nullptr && c->remote() && c->passive() &&
+        c->peer.ip == from.src_ip && c->cm.peer_comm_id == m.local_comm_id) {
       known = c;
     }
   });
   if (known != nullptr) {
-    if (known->cm == CmState::kPassivePending) {
+    if (known->cm.state == CmState::kPassivePending) {
       SendSimple(known, wire::CmType::kMra);
-    } else if (known->cm == CmState::kRepSent ||
-               known->cm == CmState::kEstablished) {
+    } else if (known->cm.state == CmState::kRepSent ||
+               known->cm.state == CmState::kEstablished) {
       SendRep(known);
     }
     return;
@@ -515,80 +515,79 @@ void ConnectionManager::OnRequest(const wire::CmMessage& m,
     return;
   }
   Connection* c = connections_->Create();
-  c->remote = true;
+  c->kind = ConnectionKind::kFromDaemon;
   c->side[0] = listener;
   c->slot[0] = shm::kMaxConnections;  // none until accepted
   c->slot[1] = shm::kMaxConnections;
-  c->peer_ip = from.src_ip;
-  c->peer_mac = from.src_mac;
+  c->peer.ip = from.src_ip;
+  c->peer.mac = from.src_mac;
   c->service = service;
-  c->pmtu = std::min(path_mtu_, pmtu);
-  c->reads_out = std::min<uint32_t>(c->reads_out, m.responder_resources);
-  c->reads_in = std::min<uint32_t>(c->reads_in, m.initiator_depth);
-  c->comm_id = NextCommId();
-  c->peer_comm_id = m.local_comm_id;
-  c->cm_tid = m.transaction_id;
+  c->peer.pmtu = std::min(path_mtu_, pmtu);
+  c->peer.reads_out = std::min<uint32_t>(c->peer.reads_out, m.responder_resources);
+  c->peer.reads_in = std::min<uint32_t>(c->peer.reads_in, m.initiator_depth);
+  c->cm.comm_id = NextCommId();
+  c->cm.peer_comm_id = m.local_comm_id;
+  c->cm.tid = m.transaction_id;
   c->qpn[1] = m.qpn.value();
   c->psn[1] = m.start_psn.value();
-  c->passive = true;
   c->pending = true;
-  c->cm = CmState::kPassivePending;
+  c->cm.state = CmState::kPassivePending;
   connections_->QueueForAccept(service, c);
   SendSimple(c, wire::CmType::kMra);
 }
 
 void ConnectionManager::Accepted(Connection* c) {
-  c->cm = CmState::kRepSent;
-  c->cm_tries = 0;
+  c->cm.state = CmState::kRepSent;
+  c->cm.tries = 0;
   SendRep(c);
   counters_->Count(&ControlCounters::remote_accepts);
 }
 
 void ConnectionManager::Refused(Connection* c) {
-  SendReject(c->peer_comm_id, c->peer_ip, c->peer_mac, wire::kRejConsumer,
-             "the listener closed before accepting", c->cm_tid,
-             wire::CmRefersTo::kReq, c->comm_id);
+  SendReject(c->cm.peer_comm_id, c->peer.ip, c->peer.mac, wire::kRejConsumer,
+             "the listener closed before accepting", c->cm.tid,
+             wire::CmRefersTo::kReq, c->cm.comm_id);
 }
 
 void ConnectionManager::SendRep(Connection* c) {
   wire::CmMessage m{};
   m.type = wire::CmType::kRep;
-  m.transaction_id = c->cm_tid;  // the REQ's
-  m.local_comm_id = c->comm_id;
-  m.remote_comm_id = c->peer_comm_id;
+  m.transaction_id = c->cm.tid;  // the REQ's
+  m.local_comm_id = c->cm.comm_id;
+  m.remote_comm_id = c->cm.peer_comm_id;
   m.qpn = wire::Qpn(c->qpn[0]);
   m.start_psn = wire::Psn(c->psn[0]);
   // The REP has no MTU field: the MTU we chose (no more than the REQ's)
   // travels in its private data.
-  wire::SetReplyPathMtu(wire::IbMtuCode(c->pmtu), &m);
+  wire::SetReplyPathMtu(wire::IbMtuCode(c->peer.pmtu), &m);
   // No more than the REQ asked for, each way.
-  m.responder_resources = static_cast<uint8_t>(c->reads_in);
-  m.initiator_depth = static_cast<uint8_t>(c->reads_out);
+  m.responder_resources = static_cast<uint8_t>(c->peer.reads_in);
+  m.initiator_depth = static_cast<uint8_t>(c->peer.reads_out);
   // How late our responder may acknowledge: an idle engine naps this long
   // before it looks at the port again.
   m.target_ack_delay =
       wire::IbTimeoutCode(engine::EngineOptions{}.port_max_nap_ns);
   m.local_ip = us_.ip;
-  m.remote_ip = c->peer_ip;
-  SendCm(m, c->peer_ip, c->peer_mac);
-  if (c->cm_tries > 0) counters_->Count(&ControlCounters::cm_retransmits);
-  ++c->cm_tries;
-  c->cm_deadline_ns = NowNs() + kRepIntervalNs;
+  m.remote_ip = c->peer.ip;
+  SendCm(m, c->peer.ip, c->peer.mac);
+  if (c->cm.tries > 0) counters_->Count(&ControlCounters::cm_retransmits);
+  ++c->cm.tries;
+  c->cm.deadline_ns = NowNs() + kRepIntervalNs;
 }
 
 void ConnectionManager::SendSimple(Connection* c, wire::CmType type) {
   wire::CmMessage m{};
   m.type = type;
-  m.transaction_id = c->cm_tid;  // both belong to the REQ's transaction
-  m.local_comm_id = c->comm_id;
-  m.remote_comm_id = c->peer_comm_id;
+  m.transaction_id = c->cm.tid;  // both belong to the REQ's transaction
+  m.local_comm_id = c->cm.comm_id;
+  m.remote_comm_id = c->cm.peer_comm_id;
   m.refers_to = wire::CmRefersTo::kReq;  // an MRA acknowledges a REQ
   // The REP may take until the listener accepts; meanwhile the active side
   // repeats its REQ every kKeepAliveNs, each answered by an MRA.
   m.service_timeout = wire::IbTimeoutCode(kKeepAliveNs);
   m.local_ip = us_.ip;
-  m.remote_ip = c->peer_ip;
-  SendCm(m, c->peer_ip, c->peer_mac);
+  m.remote_ip = c->peer.ip;
+  SendCm(m, c->peer.ip, c->peer.mac);
 }
 
 void ConnectionManager::SendReject(uint32_t peer_comm_id, uint32_t peer_ip,
@@ -614,15 +613,15 @@ void ConnectionManager::SendReject(uint32_t peer_comm_id, uint32_t peer_ip,
 // -----------------------------------------------------------------
 
 void ConnectionManager::Closed(Connection* c) {
-  if (c->peer_comm_id == 0 || c->comm_id == 0) return;
+  if (c->cm.peer_comm_id == 0 || c->cm.comm_id == 0) return;
   Farewell f;
-  f.peer_comm_id = c->peer_comm_id;
-  f.peer_ip = c->peer_ip;
-  f.peer_mac = c->peer_mac;
+  f.peer_comm_id = c->cm.peer_comm_id;
+  f.peer_ip = c->peer.ip;
+  f.peer_mac = c->peer.mac;
   f.peer_qpn = c->qpn[1];
-  c->peer_comm_id = 0;  // once
-  c->cm = CmState::kNone;
-  SendDreq(c->comm_id, &(farewells_[c->comm_id] = f), NowNs());
+  c->cm.peer_comm_id = 0;  // once
+  c->cm.state = CmState::kNone;
+  SendDreq(c->cm.comm_id, &(farewells_[c->cm.comm_id] = f), NowNs());
 }
 
 void ConnectionManager::SendDreq(uint32_t comm_id, Farewell* f, uint64_t now) {
@@ -644,19 +643,19 @@ void ConnectionManager::SendDreq(uint32_t comm_id, Farewell* f, uint64_t now) {
 void ConnectionManager::OnDisconnectRequest(const wire::CmMessage& m,
                                             const wire::Path& from) {
   Connection* c = FindByCommId(m.remote_comm_id);
-  if (c != nullptr && c->peer_ip == from.src_ip &&
-      c->peer_comm_id == m.local_comm_id) {
+  if (c != nullptr && c->peer.ip == from.src_ip &&
+      c->cm.peer_comm_id == m.local_comm_id) {
     counters_->Count(&ControlCounters::peer_disconnects);
-    c->peer_comm_id = 0;  // the peer needs no DREQ from us
-    if (c->cm == CmState::kPassivePending) {
+    c->cm.peer_comm_id = 0;  // the peer needs no DREQ from us
+    if (c->cm.state == CmState::kPassivePending) {
       // The connector gave up before our listener accepted.
       connections_->Forget(c);
     } else if (c->running) {
-      c->cm = CmState::kNone;
+      c->cm.state = CmState::kNone;
       connections_->PeerClosed(c, engine::CloseReason::kPeerClosed);
     } else if (c->open[0] && c->pending) {
-      c->cm = CmState::kNone;
-      if (c->waiting != nullptr) {
+      c->cm.state = CmState::kNone;
+      if (c->cm.waiting != nullptr) {
         AnswerConnect(c, shm::kStatusConnReset, "the peer closed");
       } else {
         connections_->RefusePending(c);
@@ -681,58 +680,58 @@ void ConnectionManager::Tick() {
   const uint64_t now = NowNs();
   std::vector<Connection*> due;
   connections_->ForEach([&](Connection* c) {
-    if (c->remote && c->cm_deadline_ns != 0 && c->cm_deadline_ns <= now) {
+    if (c->remote() && c->cm.deadline_ns != 0 && c->cm.deadline_ns <= now) {
       due.push_back(c);
     }
   });
   for (Connection* c : due) {
-    c->cm_deadline_ns = 0;
-    switch (c->cm) {
+    c->cm.deadline_ns = 0;
+    switch (c->cm.state) {
       case CmState::kResolving:
-        if (c->cm_tries >= kArpTries) {
-          c->cm = CmState::kNone;
+        if (c->cm.tries >= kArpTries) {
+          c->cm.state = CmState::kNone;
           AnswerConnect(
               c, shm::kStatusTimeout,
-              absl::StrCat("no ARP answer from ", IpText(c->peer_ip)));
+              absl::StrCat("no ARP answer from ", IpText(c->peer.ip)));
           break;
         }
-        ++c->cm_tries;
-        c->cm_deadline_ns = now + kArpIntervalNs;
-        SendArpRequest(c->peer_ip);
+        ++c->cm.tries;
+        c->cm.deadline_ns = now + kArpIntervalNs;
+        SendArpRequest(c->peer.ip);
         break;
       case CmState::kQpResolving:
-        if (c->cm_tries >= kArpTries) {
+        if (c->cm.tries >= kArpTries) {
           AnswerQueuePair(
               c, shm::kStatusTimeout,
-              absl::StrCat("no ARP answer from ", IpText(c->peer_ip)));
+              absl::StrCat("no ARP answer from ", IpText(c->peer.ip)));
           break;
         }
-        ++c->cm_tries;
-        c->cm_deadline_ns = now + kArpIntervalNs;
-        SendArpRequest(c->peer_ip);
+        ++c->cm.tries;
+        c->cm.deadline_ns = now + kArpIntervalNs;
+        SendArpRequest(c->peer.ip);
         break;
       case CmState::kReqSent:
-        if (c->cm_tries >= kReqTries) {
-          c->cm = CmState::kNone;
+        if (c->cm.tries >= kReqTries) {
+          c->cm.state = CmState::kNone;
           AnswerConnect(
               c, shm::kStatusTimeout,
-              absl::StrCat("no rdmaplaned answered at ", IpText(c->peer_ip)));
+              absl::StrCat("no rdmaplaned answered at ", IpText(c->peer.ip)));
           break;
         }
         SendReq(c);
         break;
       case CmState::kWaitingAccept:
-        if (c->cm_tries >= kKeepAliveTries) {  // the peer vanished
-          c->cm = CmState::kNone;
-          c->peer_comm_id = 0;
+        if (c->cm.tries >= kKeepAliveTries) {  // the peer vanished
+          c->cm.state = CmState::kNone;
+          c->cm.peer_comm_id = 0;
           connections_->RefusePending(c);
           break;
         }
         SendReq(c);
         break;
       case CmState::kRepSent:
-        if (c->cm_tries >= kRepTries) {
-          c->cm = CmState::kEstablished;  // data flows; RTU was lost
+        if (c->cm.tries >= kRepTries) {
+          c->cm.state = CmState::kEstablished;  // data flows; RTU was lost
           break;
         }
         SendRep(c);

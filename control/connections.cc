@@ -17,11 +17,6 @@ namespace {
 using shm::ControlRequest;
 using shm::ControlResponse;
 
-bool ValidService(const ControlRequest& r) {
-  const void* nul = std::memchr(r.service, '\0', sizeof(r.service));
-  return nul != nullptr && r.service[0] != '\0';
-}
-
 }  // namespace
 
 ConnectionTable::ConnectionTable(const ConnectionOptions& options,
@@ -102,8 +97,10 @@ uint32_t ConnectionTable::LeastLoadedEngine() const {
 }
 
 uint64_t ConnectionTable::RetransmitTimeoutNs(const Connection& c) const {
-  if (c.retransmit_timeout_ns != 0) return c.retransmit_timeout_ns;
-  return c.remote ? options_.remote_retransmit_timeout_ns
+  if (c.queue_pair.retransmit_timeout_ns != 0) {
+    return c.queue_pair.retransmit_timeout_ns;
+  }
+  return c.remote() ? options_.remote_retransmit_timeout_ns
                   : options_.retransmit_timeout_ns;
 }
 
@@ -111,7 +108,7 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
     Session* s, uint32_t slot, const Connection* c, int side) {
   engine::EndpointInfo info;
   info.connection_id = ScopeOf(c->id, side);
-  info.registration_scope = c->out_of_band ? c->pd_scope : info.connection_id;
+  info.registration_scope = c->is_queue_pair() ? c->queue_pair.pd_scope : info.connection_id;
   info.session_id = s->id;
   info.header = s->header;
   info.slot = slot;
@@ -120,32 +117,32 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   info.completion = s->slots[slot].completion;
   // Receives only for queue pairs set up out of band (verbs): engines never
   // look at the receive ring of any other connection.
-  if (c->out_of_band) {
+  if (c->is_queue_pair()) {
     info.receive =
-        s->slots[c->srq_slot != shm::kNoSrq ? c->srq_slot : slot].receive;
-    info.shared_receive = c->srq_slot != shm::kNoSrq;
+        s->slots[c->queue_pair.srq_slot != shm::kNoSrq ? c->queue_pair.srq_slot : slot].receive;
+    info.shared_receive = c->queue_pair.srq_slot != shm::kNoSrq;
   }
-  if (c->life.type() == rc::lifecycle::QpType::kUd) {
+  if (c->queue_pair.life.type() == rc::lifecycle::QpType::kUd) {
     info.address_handles = s->EnsureAddressHandles();
   }
   info.owner_pidfd = s->pidfd;
   rc::QpConfig qp;
-  qp.type = c->life.type();
-  qp.qkey = c->qkey;
+  qp.type = c->queue_pair.life.type();
+  qp.qkey = c->queue_pair.qkey;
   qp.local_qpn = wire::Qpn(c->qpn[side]);
   qp.remote_qpn = wire::Qpn(c->qpn[1 - side]);
   qp.send_psn = wire::Psn(c->psn[side]);
   qp.recv_psn = wire::Psn(c->psn[1 - side]);
-  if (c->remote) {
+  if (c->remote()) {
     qp.path.src_mac = port_mac_;
-    qp.path.dst_mac = c->peer_mac;
+    qp.path.dst_mac = c->peer.mac;
     qp.path.src_ip = port_ip_;
-    qp.path.dst_ip = c->peer_ip;
-    qp.pmtu = c->pmtu;
+    qp.path.dst_ip = c->peer.ip;
+    qp.pmtu = c->peer.pmtu;
     // Never more READs in flight than the peer serves. A peer that serves
     // none still gets one: it refuses it, and the connection breaks
     // (RDP_ERR_CONN_ABORTED) instead of the READ waiting forever.
-    qp.max_rd_atomic = std::max<uint32_t>(1, c->reads_out);
+    qp.max_rd_atomic = std::max<uint32_t>(1, c->peer.reads_out);
   } else {
     qp.path.src_ip = 0x7F000001;  // in-process link: both ends are this host
     qp.path.dst_ip = 0x7F000001;
@@ -155,326 +152,24 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   qp.max_inflight_packets = 256;
   qp.ack_req_every = 32;
   qp.retransmit_timeout_ns = RetransmitTimeoutNs(*c);
-  qp.retry_count = c->retry_count;
-  qp.rnr_retry = c->rnr_retry;
+  qp.retry_count = c->queue_pair.retry_count;
+  qp.rnr_retry = c->queue_pair.rnr_retry;
   // A receive queue only where receives can be posted (verbs queue pairs).
   // Receives the responder takes from the ring and holds at once; a
   // deeper ring keeps the rest in the client's memory until these are
   // used.
-  qp.rq_depth = c->out_of_band ? shm::kRecvRingEntries : 1;
-  qp.min_rnr_timer = c->min_rnr_timer;
+  qp.rq_depth = c->is_queue_pair() ? shm::kRecvRingEntries : 1;
+  qp.min_rnr_timer = c->queue_pair.min_rnr_timer;
   // retry_count, READ depths: QpConfig's defaults, which the CM's REQ and
   // REP announce.
   info.qp = qp;
   const rc::Clock* clock = engines_[0]->clock();
-  if (c->remote) {
+  if (c->remote()) {
     return std::make_unique<engine::Endpoint>(info, &memory_->table(), clock,
                                               fault::FaultSpec{}, port_tx_);
   }
   return std::make_unique<engine::Endpoint>(info, &memory_->table(), clock,
                                             options_.link_faults);
-}
-
-// --- Listeners
-// ----------------------------------------------------------------
-
-ControlResponse ConnectionTable::Listen(Session* s, const ControlRequest& r) {
-  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
-  const std::string service(r.service);
-  if (auto it = listeners_.find(service); it != listeners_.end()) {
-    return it->second == s ? Reply(shm::kStatusOk)
-                           : Reply(shm::kStatusInvalid,
-                                   "another client listens on this service");
-  }
-  listeners_[service] = s;
-  s->listening.insert(service);
-  return Reply(shm::kStatusOk);
-}
-
-ControlResponse ConnectionTable::Unlisten(Session* s, const ControlRequest& r) {
-  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
-  const std::string service(r.service);
-  auto it = listeners_.find(service);
-  if (it == listeners_.end() || it->second != s) {
-    return Reply(shm::kStatusInvalid, "not listening on this service");
-  }
-  listeners_.erase(it);
-  s->listening.erase(service);
-  if (auto p = pending_.find(service); p != pending_.end()) {
-    auto queue = std::move(p->second);
-    pending_.erase(p);
-    Refuse(std::move(queue));
-  }
-  return Reply(shm::kStatusOk);
-}
-
-Session* ConnectionTable::Listener(const std::string& service) const {
-  auto it = listeners_.find(service);
-  return it == listeners_.end() ? nullptr : it->second;
-}
-
-bool ConnectionTable::AcceptQueueFull(const std::string& service) const {
-  auto it = pending_.find(service);
-  return it != pending_.end() && it->second.size() >= options_.accept_backlog;
-}
-
-void ConnectionTable::QueueForAccept(const std::string& service,
-                                     Connection* c) {
-  pending_[service].push_back(c);
-}
-
-void ConnectionTable::Unqueue(Connection* c) {
-  for (auto& [service, queue] : pending_) {
-    std::erase(queue, c);
-  }
-}
-
-void ConnectionTable::Refuse(std::deque<Connection*> queue) {
-  for (Connection* c : queue) RefusePending(c);
-}
-
-// --- Connections inside the daemon
-// ----------------------------------------------
-
-ControlResponse ConnectionTable::Connect(Session* s, const ControlRequest& r) {
-  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
-  Session* listener = Listener(r.service);
-  if (listener == nullptr) {
-    return Reply(shm::kStatusRefused, "no listener for this service");
-  }
-  // The listener's slots are taken only when it accepts, and the queue of
-  // connections waiting for that is bounded.
-  if (AcceptQueueFull(r.service)) {
-    return Reply(shm::kStatusRefused, "the listener's accept queue is full");
-  }
-  const int cslot = s->FreeSlot();
-  if (cslot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
-  ControlResponse refusal;
-  std::optional<UserAccounts::Charge> charge = ChargeEnd(*s, &refusal);
-  if (!charge) return refusal;
-  Connection* c = Create();
-  c->charge[0] = std::move(*charge);
-  c->side[0] = s;
-  c->slot[0] = cslot;
-  c->side[1] = listener;
-  c->slot[1] = shm::kMaxConnections;  // none until accepted
-  c->service = r.service;
-  s->ResetSlot(cslot);
-  c->endpoint[0] = MakeEndpoint(s, cslot, c, 0);
-  c->open[0] = true;
-  c->pending = true;
-  s->connections[cslot] = c;
-  QueueForAccept(r.service, c);
-  ControlResponse resp = Reply(shm::kStatusOk);
-  resp.connection = cslot;
-  return resp;
-}
-
-ControlResponse ConnectionTable::Accept(Session* s, const ControlRequest& r) {
-  if (!ValidService(r)) return Reply(shm::kStatusInvalid, "bad service name");
-  if (Listener(r.service) != s) {
-    return Reply(shm::kStatusInvalid, "not listening on this service");
-  }
-  auto& queue = pending_[r.service];
-  if (queue.empty()) return Reply(shm::kStatusAgain, "no connection yet");
-  const int sslot = s->FreeSlot();
-  if (sslot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
-  ControlResponse refusal;
-  std::optional<UserAccounts::Charge> charge = ChargeEnd(*s, &refusal);
-  if (!charge) return refusal;
-  Connection* c = queue.front();
-  queue.pop_front();
-  // The side the listener takes: 0 towards another daemon, else 1.
-  c->charge[c->remote ? 0 : 1] = std::move(*charge);
-  ControlResponse resp = Reply(shm::kStatusOk);
-  resp.connection = sslot;
-  s->ResetSlot(sslot);
-  if (c->remote) {
-    c->side[0] = s;
-    c->slot[0] = sslot;
-    c->open[0] = true;
-    s->connections[sslot] = c;
-    StartRemote(c);
-    link_->Accepted(c);
-    return resp;
-  }
-  c->slot[1] = sslot;
-  c->endpoint[1] = MakeEndpoint(s, sslot, c, 1);
-  c->open[1] = true;
-  c->pending = false;
-  s->connections[sslot] = c;
-  c->engine = LeastLoadedEngine();
-  engines_[c->engine]->AddPair(c->endpoint[0].get(), c->endpoint[1].get());
-  c->running = true;
-  ++running_;
-  return resp;
-}
-
-// --- Queue pairs connected out of band
-// ---------------------------------------------
-
-ControlResponse ConnectionTable::CreateSharedReceiveQueue(
-    Session* s, const shm::SlotDepths& depths) {
-  const int slot = s->FreeSlot();
-  if (slot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
-  if (s->srq_users.empty()) {
-    s->srq_users.assign(shm::kMaxConnections, Session::kNotSrq);
-  }
-  s->srq_users[slot] = 0;
-  s->ResetSlot(static_cast<uint32_t>(slot), depths);
-  ControlResponse resp = Reply(shm::kStatusOk);
-  resp.connection = static_cast<uint32_t>(slot);
-  return resp;
-}
-
-ControlResponse ConnectionTable::DestroySharedReceiveQueue(Session* s,
-                                                           uint32_t slot) {
-  if (!s->IsSrq(slot)) {
-    return Reply(shm::kStatusInvalid, "not a shared receive queue");
-  }
-  if (s->srq_users[slot] != 0) {
-    return Reply(shm::kStatusAgain, "queue pairs still use the queue");
-  }
-  s->srq_users[slot] = Session::kNotSrq;
-  s->PublishState(slot, shm::kConnFree);
-  return Reply(shm::kStatusOk);
-}
-
-ControlResponse ConnectionTable::CreateQueuePair(
-    Session* s, uint32_t pd_scope, rc::lifecycle::QpType type,
-    const shm::SlotDepths& depths, uint32_t srq_slot) {
-  if (srq_slot != shm::kNoSrq && !s->IsSrq(srq_slot)) {
-    return Reply(shm::kStatusInvalid, "not a shared receive queue");
-  }
-  const int slot = s->FreeSlot();
-  if (slot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
-  ControlResponse refusal;
-  std::optional<UserAccounts::Charge> charge = ChargeEnd(*s, &refusal);
-  if (!charge) return refusal;
-  Connection* c = Create();
-  c->charge[0] = std::move(*charge);
-  c->remote = true;
-  c->out_of_band = true;
-  c->life = rc::lifecycle::QpLifecycle(type);
-  c->pd_scope = pd_scope;
-  c->srq_slot = srq_slot;
-  if (srq_slot != shm::kNoSrq) ++s->srq_users[srq_slot];
-  c->side[0] = s;
-  c->slot[0] = static_cast<uint32_t>(slot);
-  c->slot[1] = shm::kMaxConnections;
-  c->open[0] = true;
-  c->pmtu = options_.path_mtu;
-  s->connections[slot] = c;
-  s->ResetSlot(static_cast<uint32_t>(slot), depths);
-  ControlResponse resp = Reply(shm::kStatusOk);
-  resp.connection = static_cast<uint32_t>(slot);
-  resp.key = c->qpn[0];
-  return resp;
-}
-
-Connection* ConnectionTable::QueuePair(const Session& s, uint32_t slot) const {
-  if (slot >= shm::kMaxConnections) return nullptr;
-  Connection* c = s.connections[slot];
-  return c != nullptr && c->out_of_band ? c : nullptr;
-}
-
-ControlResponse ConnectionTable::SetQueuePairPeer(Connection* c,
-                                                  const shm::QpPeer& p) {
-  if (p.peer_qpn < 2 || p.peer_qpn > wire::Psn::kMask ||
-      p.rq_psn > wire::Psn::kMask) {
-    return Reply(shm::kStatusInvalid,
-                 "the peer's QPN and PSN are 24 bits (QPN 2 or more)");
-  }
-  if (p.path_mtu != 256 && p.path_mtu != 512 && p.path_mtu != 1024 &&
-      p.path_mtu != 2048 && p.path_mtu != 4096) {
-    return Reply(shm::kStatusInvalid, "path MTU must be 256 .. 4096 bytes");
-  }
-  if (p.path_mtu > options_.path_mtu) {
-    return Reply(shm::kStatusInvalid,
-                 absl::StrCat("path MTU ", p.path_mtu, " is above the port's ",
-                              options_.path_mtu));
-  }
-  if (p.min_rnr_timer > 31) {
-    return Reply(shm::kStatusInvalid, "the RNR timer code is 0..31");
-  }
-  if (p.peer_ip == 0) {
-    return Reply(shm::kStatusInvalid, "the peer's IPv4 address is 0");
-  }
-  c->peer_ip = p.peer_ip;
-  c->qpn[1] = p.peer_qpn;
-  c->psn[1] = p.rq_psn;
-  c->pmtu = p.path_mtu;
-  const rc::QpConfig defaults;
-  c->reads_out = std::clamp<uint32_t>(p.max_rd_atomic, 1,
-                                      defaults.max_rd_atomic);
-  c->reads_in = std::min<uint32_t>(p.max_dest_rd_atomic,
-                                   defaults.max_dest_rd_atomic);
-  c->min_rnr_timer = p.min_rnr_timer;
-  return Reply(shm::kStatusOk);
-}
-
-ControlResponse ConnectionTable::StartRequester(Connection* c,
-                                                const shm::QpPeer& p) {
-  if (p.sq_psn > wire::Psn::kMask) {
-    return Reply(shm::kStatusInvalid, "PSNs are 24 bits");
-  }
-  if (p.retry_count > 7 || p.rnr_retry > 7 || p.timeout > 31) {
-    return Reply(shm::kStatusInvalid,
-                 "retry counts are 0..7, the timeout code 0..31");
-  }
-  c->psn[0] = p.sq_psn;
-  c->retry_count = p.retry_count;
-  c->rnr_retry = p.rnr_retry;
-  // Never more READs in flight than the peer serves, at least one.
-  c->reads_out = std::clamp<uint32_t>(p.max_rd_atomic, 1,
-                                      rc::QpConfig{}.max_rd_atomic);
-  // 4.096 us * 2^timeout, as the IBA defines the local ACK timeout; 0:
-  // the daemon's own.
-  c->retransmit_timeout_ns =
-      p.timeout == 0 ? 0 : static_cast<uint64_t>(4096) << p.timeout;
-  if (c->running) {
-    rc::RequesterSettings s;
-    s.send_psn = wire::Psn(p.sq_psn);
-    s.retry_count = c->retry_count;
-    s.rnr_retry = c->rnr_retry;
-    s.max_rd_atomic = c->reads_out;
-    s.retransmit_timeout_ns = RetransmitTimeoutNs(*c);
-    engines_[c->engine]->StartRequester(c->endpoint[0].get(), s);
-  }
-  return Reply(shm::kStatusOk);
-}
-
-void ConnectionTable::StopQueuePair(Connection* c) {
-  // As a disconnect, but the slot and the connection stay.
-  CloseConnection(c, 0, engine::CloseReason::kClosedByClient,
-                  engine::CloseReason::kPeerClosed);
-}
-
-void ConnectionTable::ResetQueuePair(Connection* c) {
-  if (c->running || c->life.state() != rc::lifecycle::QpState::kErr) {
-    StopQueuePair(c);
-  }
-  // The engine let go of the endpoint (RemovePair returns once it has).
-  c->endpoint[0].reset();
-  const Connection fresh;
-  c->peer_ip = 0;
-  c->peer_mac = fresh.peer_mac;
-  c->qpn[1] = 0;
-  c->psn[0] = NextPsn();
-  c->psn[1] = 0;
-  c->pmtu = options_.path_mtu;
-  c->retry_count = fresh.retry_count;
-  c->retransmit_timeout_ns = fresh.retransmit_timeout_ns;
-  c->rnr_retry = fresh.rnr_retry;
-  c->min_rnr_timer = fresh.min_rnr_timer;
-  c->qkey = fresh.qkey;
-  c->reads_out = fresh.reads_out;
-  c->reads_in = fresh.reads_in;
-  c->cm = CmState::kNone;
-  c->cm_deadline_ns = 0;
-  c->cm_tries = 0;
-  c->waiting = nullptr;
-  c->side[0]->ResetSlot(c->slot[0], c->side[0]->slots[c->slot[0]].depths());
 }
 
 // --- Connections to other daemons
@@ -488,14 +183,14 @@ void ConnectionTable::StartRemote(Connection* c) {
   engines_[0]->AddRemote(c->endpoint[0].get());
   c->running = true;
   ++running_;
-  if (c->out_of_band) {
+  if (c->is_queue_pair()) {
     // The peer is reachable: RTR (the daemon's move; the front end checked
     // the application's attribute mask against the same table).
     using rc::lifecycle::QpState;
-    c->life.Modify(QpState::kRtr,
+    c->queue_pair.life.Modify(QpState::kRtr,
                    rc::lifecycle::kQpAttrState |
                        rc::lifecycle::RequiredQpAttrs(
-                           c->life.type(), QpState::kInit, QpState::kRtr));
+                           c->queue_pair.life.type(), QpState::kInit, QpState::kRtr));
   }
 }
 
@@ -508,7 +203,7 @@ void ConnectionTable::PeerClosed(Connection* c, engine::CloseReason reason) {
 }
 
 void ConnectionTable::RefusePending(Connection* c) {
-  if (c->remote && c->passive) {  // a peer's request we never accepted
+  if (c->remote() && c->passive()) {  // a peer's request we never accepted
     if (link_ != nullptr) link_->Refused(c);
     Forget(c);
     return;
@@ -555,7 +250,7 @@ void ConnectionTable::CloseConnection(Connection* c, int side,
       memory_->DropScope(ScopeOf(c->id, 0));
     }
   }
-  if (c->remote && link_ != nullptr) link_->Closed(c);
+  if (c->remote() && link_ != nullptr) link_->Closed(c);
 }
 
 void ConnectionTable::MaybeDelete(Connection* c) {
@@ -573,7 +268,7 @@ ControlResponse ConnectionTable::Disconnect(Session* s,
   const int side = c->SideOf(s, r.connection);
   CloseConnection(c, side, engine::CloseReason::kClosedByClient,
                   engine::CloseReason::kPeerClosed);
-  if (c->srq_slot != shm::kNoSrq) --s->srq_users[c->srq_slot];
+  if (c->queue_pair.srq_slot != shm::kNoSrq) --s->srq_users[c->queue_pair.srq_slot];
   c->open[side] = false;
   c->side[side] = nullptr;  // the session may go; nothing may reach it
   c->charge[side].Release();
@@ -629,7 +324,7 @@ std::optional<uint32_t> ConnectionTable::DeregistrationScope(
 
 void ConnectionTable::AppendStatus(DaemonStatus* st) const {
   for (const auto& [id, c] : connections_) {
-    const int sides = c->remote ? 1 : 2;
+    const int sides = c->remote() ? 1 : 2;
     for (int side = 0; side < sides; ++side) {
       if (c->side[side] == nullptr) continue;
       ConnectionStatus cs;
@@ -637,15 +332,15 @@ void ConnectionTable::AppendStatus(DaemonStatus* st) const {
       cs.session_id = c->side[side]->id;
       cs.slot = c->slot[side];
       cs.service = c->service;
-      cs.peer = c->remote ? IpText(c->peer_ip) : "local";
+      cs.peer = c->remote() ? IpText(c->peer.ip) : "local";
       cs.engine = c->engine;
       cs.local_qpn = c->qpn[side];
-      cs.remote_qpn = c->qpn[c->remote ? 1 : 1 - side];
+      cs.remote_qpn = c->qpn[c->remote() ? 1 : 1 - side];
       if (c->running) {
         cs.state = "up";
-      } else if (c->pending || c->cm == CmState::kResolving ||
-                 c->cm == CmState::kReqSent) {
-        cs.state = c->remote && !c->passive ? "connecting" : "pending";
+      } else if (c->pending || c->cm.state == CmState::kResolving ||
+                 c->cm.state == CmState::kReqSent) {
+        cs.state = c->remote() && !c->passive() ? "connecting" : "pending";
       } else {
         cs.state = "closing";
       }

@@ -17,6 +17,13 @@
 // itself, and moves it to RTR (SetQueuePairPeer; the connection manager
 // resolves the peer's MAC and starts it) and RTS (StartRequester).
 //
+// A Connection says which kind it is (ConnectionKind) and keeps what only
+// that kind has in a part of its own: QueuePairSettings, RemotePeer,
+// CmExchange. The table's operations sit in files by kind: connections.cc
+// (what every kind shares: ids, endpoints, engines, closing, status),
+// service_connections.cc (listeners and kLocal connections) and
+// queue_pairs.cc (kQueuePair and shared receive queues).
+//
 // Thread-compatible: the control thread only. Engines own an endpoint from
 // Engine::AddPair/AddRemote until Engine::RemovePair returns.
 #ifndef RDMAPLANE_CONTROL_CONNECTIONS_H_
@@ -54,31 +61,30 @@ enum class CmState : uint8_t {
   kQpResolving,     // a queue pair moving to RTR: waiting for ARP
 };
 
-struct Connection {
-  uint32_t id = 0;
-  // The two ends. A connection to another daemon has only side 0 (ours);
-  // the peer's QPN and PSN are in qpn[1] and psn[1].
-  Session* side[2] = {nullptr, nullptr};
-  uint32_t slot[2] = {0, 0};
-  std::unique_ptr<engine::Endpoint> endpoint[2];
-  bool open[2] = {false, false};  // the side still holds its slot
-  // The side's share of its user's allowance, while it holds its slot.
-  UserAccounts::Charge charge[2];
-  bool running = false;  // an engine serves it
-  uint32_t engine = 0;   // which engine (while running)
-  // Connected, not yet accepted: the connector may register and post
-  // (requests wait in its ring); the listener holds no slot yet.
-  bool pending = false;
-  uint32_t qpn[2] = {0, 0};
-  uint32_t psn[2] = {0, 0};
-  std::string service;
+// How a connection was made, and so where its other end is.
+enum class ConnectionKind : uint8_t {
+  // Two clients of this daemon, by service name (Connect, then Accept):
+  // both ends are here, and the engine copies between them.
+  kLocal,
+  // Our client's Connect to another daemon's listener, through the
+  // connection manager (active side); our end only.
+  kToDaemon,
+  // Another daemon's request to our listener, through the connection
+  // manager (passive side); our end only.
+  kFromDaemon,
+  // A queue pair of the verbs front end, connected out of band: the
+  // application gives it its peer (another daemon's queue pair, or one of
+  // ours over the data port or the self link); our end only.
+  kQueuePair,
+};
 
-  // --- Queue pairs connected out of band (verbs) --------------------------
-  bool out_of_band = false;
+// What a queue pair of the verbs front end keeps besides its ends: the
+// settings its application gave with ibv_modify_qp, and its state.
+struct QueuePairSettings {
   uint32_t pd_scope = 0;  // the protection domain peers reach through it
   // Its state (RESET, INIT, RTR, RTS, ERR), moved by kOpModifyQp. RTR is
-  // entered once the peer's MAC is known (StartRemote; cm kQpResolving
-  // until then).
+  // entered once the peer's MAC is known (StartRemote; cm.state is
+  // kQpResolving until then).
   rc::lifecycle::QpLifecycle life{rc::lifecycle::QpType::kRc};
   uint32_t retry_count = rc::QpConfig{}.retry_count;
   uint64_t retransmit_timeout_ns = 0;  // 0: the daemon's
@@ -88,12 +94,13 @@ struct Connection {
   // The slot of the shared receive queue it takes receives from, or
   // shm::kNoSrq (its own receive ring).
   uint32_t srq_slot = shm::kNoSrq;
+};
 
-  // --- Connections to another daemon -------------------------------------
-  bool remote = false;
-  bool passive = false;  // the peer connected to us
-  uint32_t peer_ip = 0;
-  wire::MacAddr peer_mac;
+// The other end of a connection that is not local: where it is on the data
+// port's network, and what the two ends agreed.
+struct RemotePeer {
+  uint32_t ip = 0;
+  wire::MacAddr mac;
   uint32_t pmtu = 0;
   // READs our requester may keep outstanding at the peer (the responder
   // resources its REQ or REP offered, at most our QPs' depth) and READs the
@@ -101,20 +108,56 @@ struct Connection {
   // responder resources), as the CM negotiated them.
   uint32_t reads_out = rc::QpConfig{}.max_rd_atomic;
   uint32_t reads_in = rc::QpConfig{}.max_dest_rd_atomic;
-  // Connection manager (connection_manager.cc).
+};
+
+// The connection manager's exchange for a connection to or from another
+// daemon (connection_manager.cc), and the ARP resolution of a queue pair's
+// peer (state kQpResolving).
+struct CmExchange {
   uint32_t comm_id = 0;       // our communication id
   uint32_t peer_comm_id = 0;  // the peer's
   // The connect transaction's id: ours (wire::CmTransactionId) when we sent
   // the REQ, the REQ's as received when the peer did (the REQ, MRA, REP, RTU
   // and a REJ of the REQ or REP carry it).
-  uint64_t cm_tid = 0;
-  CmState cm = CmState::kNone;
-  uint64_t cm_deadline_ns = 0;
-  uint32_t cm_tries = 0;
+  uint64_t tid = 0;
+  CmState state = CmState::kNone;
+  uint64_t deadline_ns = 0;
+  uint32_t tries = 0;
   // A Connect the client waits for (answered when the peer answers).
   Session* waiting = nullptr;
   uint64_t waiting_request = 0;
+};
 
+struct Connection {
+  uint32_t id = 0;
+  ConnectionKind kind = ConnectionKind::kLocal;
+  // The two ends. A connection that is not local has only side 0 (ours);
+  // the peer's QPN and PSN are in qpn[1] and psn[1].
+  Session* side[2] = {nullptr, nullptr};
+  uint32_t slot[2] = {0, 0};
+  std::unique_ptr<engine::Endpoint> endpoint[2];
+  bool open[2] = {false, false};  // the side still holds its slot
+  // The side's share of its user's allowance, while it holds its slot.
+  UserAccounts::Charge charge[2];
+  bool running = false;  // an engine serves it
+  uint32_t engine = 0;   // which engine (while running)
+  uint32_t qpn[2] = {0, 0};
+  uint32_t psn[2] = {0, 0};
+  // Made by service name (kLocal, kToDaemon, kFromDaemon): the service, and
+  // whether it waits for the listener's accept -- the connector may
+  // register and post meanwhile (requests wait in its ring); the listener
+  // holds no slot yet.
+  std::string service;
+  bool pending = false;
+  // By kind: kQueuePair only; every kind but kLocal; kToDaemon and
+  // kFromDaemon, and kQueuePair while its peer's MAC resolves.
+  QueuePairSettings queue_pair;
+  RemotePeer peer;
+  CmExchange cm;
+
+  bool remote() const { return kind != ConnectionKind::kLocal; }
+  bool passive() const { return kind == ConnectionKind::kFromDaemon; }
+  bool is_queue_pair() const { return kind == ConnectionKind::kQueuePair; }
   // Which side `s`'s slot `slot` is.
   int SideOf(const Session* s, uint32_t slot_index) const {
     return side[0] == s && slot[0] == slot_index ? 0 : 1;

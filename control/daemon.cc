@@ -388,27 +388,27 @@ std::optional<ControlResponse> Daemon::ModifyQueuePair(
     default:
       return Reply(shm::kStatusInvalid, "unknown queue pair transition");
   }
-  const QpState current = c->life.state();
+  const QpState current = c->queue_pair.life.state();
   // Whether the move exists from here (the front end checked the
   // application's attributes against the same table).
   const rc::lifecycle::QpAttrMask mask =
       rc::lifecycle::kQpAttrState |
-      rc::lifecycle::RequiredQpAttrs(c->life.type(), current, next);
-  if (!rc::lifecycle::CheckQpTransition(c->life.type(), current, next, mask)
+      rc::lifecycle::RequiredQpAttrs(c->queue_pair.life.type(), current, next);
+  if (!rc::lifecycle::CheckQpTransition(c->queue_pair.life.type(), current, next, mask)
            .ok ||
-      c->cm == CmState::kQpResolving) {
+      c->cm.state == CmState::kQpResolving) {
     return Reply(
         shm::kStatusInvalid,
         absl::StrCat(
             "the queue pair is at ", rc::lifecycle::QpStateName(current),
-            c->cm == CmState::kQpResolving ? " resolving its peer" : "",
+            c->cm.state == CmState::kQpResolving ? " resolving its peer" : "",
             ": it cannot move to ", rc::lifecycle::QpStateName(next)));
   }
   switch (next) {
     case QpState::kRtr: {
-      if (c->life.type() == rc::lifecycle::QpType::kUd) {
+      if (c->queue_pair.life.type() == rc::lifecycle::QpType::kUd) {
         // No peer: datagrams for its QPN with its Q_Key land from now on.
-        c->qkey = peer.qkey;
+        c->queue_pair.qkey = peer.qkey;
         connections_->StartRemote(c);
         return Reply(shm::kStatusOk);
       }
@@ -418,7 +418,7 @@ std::optional<ControlResponse> Daemon::ModifyQueuePair(
       ControlResponse resp = connections_->SetQueuePairPeer(c, peer);
       if (resp.status != shm::kStatusOk) return resp;
       if (cm_ == nullptr) {  // a queue pair of ours, over the self link
-        c->peer_mac = kSelfLinkMac;
+        c->peer.mac = kSelfLinkMac;
         connections_->StartRemote(c);
         return Reply(shm::kStatusOk);
       }
@@ -439,7 +439,7 @@ std::optional<ControlResponse> Daemon::ModifyQueuePair(
     default:
       break;
   }
-  c->life.Modify(next, mask);
+  c->queue_pair.life.Modify(next, mask);
   return Reply(shm::kStatusOk);
 }
 
