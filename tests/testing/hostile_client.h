@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
@@ -68,6 +69,7 @@ inline constexpr int32_t kNoAnswer = INT32_MIN;
 // latency claim but "never starved", generous as kHangLimit is. Tests show
 // that the pair kept up by the rounds it completes while an attack runs.
 inline constexpr absl::Duration kRoundLimit = absl::Seconds(60);
+using Mono = std::chrono::steady_clock;
 
 inline uint64_t RoundUp(uint64_t v, uint64_t to) {
   return (v + to - 1) / to * to;
@@ -736,8 +738,10 @@ class GoodPair {
   // One verified write + read-back with a pattern that depends on `round`.
   bool Round(uint64_t round) {
     if (broken_) return Fail("a transfer of an earlier round never finished");
-    const absl::Time start = absl::Now();
-    const absl::Time deadline = start + kRoundLimit;
+    // Monotonic: a step of the wall clock fails no round.
+    const Mono::time_point start = Mono::now();
+    const Mono::time_point deadline =
+        start + absl::ToChronoNanoseconds(kRoundLimit);
     for (uint32_t i = 0; i < kBytes; ++i) {
       src_[i] = static_cast<uint8_t>(i * 31 + round * 7 + 1);
     }
@@ -753,7 +757,10 @@ class GoodPair {
     if (r == RDP_PENDING) r = Wait(&rov_, deadline);
     if (r != RDP_OK) return Fail("read: " + Name(r) + Where());
     if (std::memcmp(dst_, src_, kBytes) != 0) return Fail("read-back bytes");
-    const int64_t ns = absl::ToInt64Nanoseconds(absl::Now() - start);
+    const int64_t ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Mono::now() -
+                                                             start)
+            .count();
     int64_t prev = slowest_ns_.load();
     while (ns > prev && !slowest_ns_.compare_exchange_weak(prev, ns)) {
     }
@@ -792,9 +799,10 @@ class GoodPair {
   const uint8_t* target() const { return target_; }
 
  private:
-  static std::string Name(int status) {
+  std::string Name(int status) const {
     return status == kTimedOut
-               ? "no completion within " + absl::FormatDuration(kRoundLimit)
+               ? "no completion within " + absl::FormatDuration(kRoundLimit) +
+                     late_
                : std::string(rdp_status_name(status));
   }
   static constexpr int kTimedOut = INT32_MIN;
@@ -811,12 +819,24 @@ class GoodPair {
   // Polls without blocking: the wait is bounded even if the daemon never
   // completes. A transfer that did not finish leaves the pair unusable (its
   // overlapped stays owned by the ring).
-  int Wait(rdp_overlapped* ov, absl::Time deadline) {
+  // The request is polled once more after the deadline (the clock is read
+  // before each poll), so that one that completed while this thread was
+  // not scheduled is not late; a late one says how long it was waited for
+  // on the monotonic and on the wall clock (a process or machine frozen for
+  // that long shows as both).
+  int Wait(rdp_overlapped* ov, Mono::time_point deadline) {
+    const Mono::time_point mono_start = Mono::now();
+    const absl::Time wall_start = absl::Now();
     while (true) {
+      const bool late = Mono::now() > deadline;
       const int s = client_->GetOverlappedResult(cconn_, ov, false, nullptr);
       if (s != RDP_PENDING) return s;
-      if (absl::Now() > deadline) {
+      if (late) {
         broken_ = true;
+        late_ = " (waited " +
+                absl::FormatDuration(absl::FromChrono(Mono::now() - mono_start)) +
+                " monotonic, " + absl::FormatDuration(absl::Now() - wall_start) +
+                " by the wall clock)";
         return kTimedOut;
       }
       absl::SleepFor(absl::Microseconds(20));
@@ -839,6 +859,7 @@ class GoodPair {
   rdp_overlapped wov_{};
   rdp_overlapped rov_{};
   bool broken_ = false;
+  std::string late_;  // how long a request that never completed was waited for
   std::atomic<int64_t> slowest_ns_{0};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> rounds_{0};

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -72,12 +73,15 @@ struct ConnectedPair {
 // `timeout`, which only turns a hang into a failure.
 inline bool WaitForSessions(const control::Daemon& daemon, uint32_t sessions,
                             absl::Duration timeout = kHangLimit) {
-  const absl::Time end = absl::Now() + timeout;
-  while (daemon.Snapshot().sessions != sessions) {
-    if (absl::Now() > end) return false;
+  // Monotonic, and asked once more after the timeout (as WaitFor).
+  const auto end =
+      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
+  while (true) {
+    const bool late = std::chrono::steady_clock::now() > end;
+    if (daemon.Snapshot().sessions == sessions) return true;
+    if (late) return false;
     absl::SleepFor(absl::Milliseconds(1));
   }
-  return true;
 }
 
 }  // namespace rdmaplane::testing
