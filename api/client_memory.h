@@ -2,7 +2,7 @@
 // client's two parts see it: the arenas it allocates (client.cc) and the
 // page mover that moves an application's pages onto shared memory in
 // place for the verbs front end (page_mover.cc, Client::ShareMemory).
-// Internal to //api.
+// Internal to librdmaplane and its verbs front end (shmdt).
 #ifndef RDMAPLANE_API_CLIENT_MEMORY_H_
 #define RDMAPLANE_API_CLIENT_MEMORY_H_
 
@@ -28,6 +28,15 @@ struct MovedPages {
   uint64_t inode = 0;
   const void* client = nullptr;  // the Client that moved them
 };
+
+// shmdt(addr) for the verbs front end, which stands in for libc's: a SysV
+// segment attached at `addr` whose pages ShareMemory moved (in part or in
+// whole) is no longer all a SysV attachment, so libc's shmdt fails (EINVAL)
+// or leaves the moved pages mapped. This detaches what is still attached,
+// unmaps the moved pages of that attachment, forgets them, and returns 0;
+// for any other address it is libc's shmdt.
+// Thread-safe.
+int DetachSharedSegment(const void* addr);
 
 // Forgets the pages `client` moved (its destructor): they stay where they
 // are, and another client of the process may move them again.

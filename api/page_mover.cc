@@ -4,6 +4,7 @@
 // threads' writes to them through userfaultfd while they move, so that the
 // daemon can reach them. docs/verbs.md section 4 says what it moves and
 // what it refuses.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
@@ -39,6 +40,19 @@ std::vector<MovedPages>& Moved() {
   return *moved;
 }
 
+// SysV attachments ShareMemory moved pages of, [begin, end) as the mapping
+// was when it first moved pages of it, and the segment's id (the inode
+// /proc/self/maps gives a SysV mapping) (moved_mu).
+struct Attachment {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t shmid = 0;
+};
+std::vector<Attachment>& Attachments() {
+  static auto* attachments = new std::vector<Attachment>();
+  return *attachments;
+}
+
 }  // namespace
 
 bool SealSize(int fd) {
@@ -55,6 +69,8 @@ void ForgetMoves(const void* client) {
 
 using memory::Moved;
 using memory::moved_mu;
+using memory::Attachment;
+using memory::Attachments;
 using memory::MovedPages;
 
 namespace {
@@ -275,6 +291,55 @@ constexpr uint64_t kWholeMapping = 16ull << 20;
 
 }  // namespace
 
+namespace memory {
+
+int DetachSharedSegment(const void* addr) {
+  using Shmdt = int (*)(const void*);
+  static const Shmdt libc_shmdt = reinterpret_cast<Shmdt>(
+      dlvsym(RTLD_NEXT, "shmdt", "GLIBC_2.2.5"));
+  if (libc_shmdt == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  std::lock_guard<std::mutex> lock(moved_mu);
+  const uint64_t at = reinterpret_cast<uint64_t>(addr);
+  std::vector<Attachment>& attachments = Attachments();
+  auto it = std::find_if(attachments.begin(), attachments.end(),
+                         [at](const Attachment& a) { return a.begin == at; });
+  const int r = libc_shmdt(addr);
+  if (it == attachments.end()) return r;
+  const int error = errno;
+  const Attachment a = *it;
+  attachments.erase(it);
+  // What libc left of the attachment: its moved pages still in place and,
+  // where its start moved (libc found no attachment there), the parts still
+  // attached, which munmap detaches as shmdt would.
+  const std::vector<Vma> maps = ReadMaps();
+  bool unmapped = false;
+  for (const Vma& v : maps) {
+    if (v.begin < a.begin || v.end > a.end) continue;
+    const bool moved = std::any_of(
+        Moved().begin(), Moved().end(), [&v](const MovedPages& m) {
+          return v.begin >= m.begin && v.end <= m.end && v.inode == m.inode &&
+                 v.shared;
+        });
+    const bool attached = r != 0 && v.path.rfind("/SYSV", 0) == 0;
+    if ((moved || attached) &&
+        munmap(reinterpret_cast<void*>(v.begin), v.end - v.begin) == 0) {
+      unmapped = true;
+    }
+  }
+  std::erase_if(Moved(), [&a](const MovedPages& m) {
+    return m.begin >= a.begin && m.end <= a.end;
+  });
+  if (r == 0 || unmapped) return 0;
+  errno = error;
+  return r;
+}
+
+}  // namespace memory
+
+
 absl::Status Client::ShareMemory(void* addr, uint64_t length) {
   const uint64_t start = reinterpret_cast<uint64_t>(addr);
   if (length == 0 || start + length < start) {
@@ -371,6 +436,22 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
       return MakeStatus(RDP_ERR_INVALID,
                         "only private anonymous read-write memory can be "
                         "registered (a shared or file mapping cannot move)");
+    }
+    if (sysv) {
+      // Remembered for shmdt (DetachSharedSegment); one the application
+      // unmapped without it, where this one lies, is forgotten.
+      std::vector<Attachment>& attachments = Attachments();
+      const bool known = std::any_of(
+          attachments.begin(), attachments.end(), [vma](const Attachment& a) {
+            return a.shmid == vma->inode && vma->begin >= a.begin &&
+                   vma->end <= a.end;
+          });
+      if (!known) {
+        std::erase_if(attachments, [vma](const Attachment& a) {
+          return a.begin < vma->end && vma->begin < a.end;
+        });
+        attachments.push_back({vma->begin, vma->end, vma->inode});
+      }
     }
     gaps.push_back({at, end, *vma});
     at = end;

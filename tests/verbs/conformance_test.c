@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -2793,6 +2794,52 @@ static void t_growing_registrations(struct bufs* b) {
   }
 }
 
+/* Whether the page holding `p` is mapped. */
+static bool mapped(const void* p) {
+  return msync((void*)((uintptr_t)p & ~(uintptr_t)4095), 4096, MS_ASYNC) == 0;
+}
+
+/* SysV segments whose pages ibv_reg_mr moved are detached with shmdt as
+ * before (the front end stands in for libc's, docs/verbs.md): a segment
+ * that moved whole, and one of which a 2 MiB window moved. */
+static void t_sysv_detach(struct bufs* b) {
+  step("shmdt of SysV segments whose pages moved");
+  const size_t mib = 1u << 20;
+  for (int whole = 1; whole >= 0; --whole) {
+    const size_t len = whole ? 4 * mib : 32 * mib;
+    const size_t off = whole ? 4096 : 12 * mib;
+    const char* kind = whole ? "moved whole" : "a window of it moved";
+    const int id = shmget(IPC_PRIVATE, len, IPC_CREAT | 0600);
+    uint8_t* seg = id < 0 ? (uint8_t*)-1 : shmat(id, NULL, 0);
+    if (id >= 0) shmctl(id, IPC_RMID, NULL);
+    if (!check(seg != (uint8_t*)-1, "a SysV segment to register",
+               "shmget/shmat: errno %d", errno)) {
+      return;
+    }
+    memset(seg, 0x33, len);
+    struct ibv_mr* mr =
+        reg(&g_dev[1], seg + off, 65536, kRemoteAccess, "MR of a SysV segment");
+    if (mr != NULL) {
+      write_and_read_back(b, seg + off, 65536, mr->rkey, 60 + (uint32_t)whole,
+                          "WRITE and READ through an MR of a SysV segment");
+    }
+    dereg(mr);
+    errno = 0;
+    int r = shmdt(seg);
+    check(r == 0, "shmdt of a SysV segment whose pages moved succeeds",
+          "%s: returned %d, errno %d", kind, r, errno);
+    check(!mapped(seg) && !mapped(seg + off) && !mapped(seg + len - 1),
+          "nothing of the detached segment stays mapped", "%s: %s%s%s", kind,
+          mapped(seg) ? "its start " : "", mapped(seg + off) ? "the MR's " : "",
+          mapped(seg + len - 1) ? "its end" : "");
+    errno = 0;
+    r = shmdt(seg);
+    check(r == -1 && errno == EINVAL,
+          "a second shmdt fails with EINVAL, as libc's does",
+          "%s: returned %d, errno %d", kind, r, errno);
+  }
+}
+
 /* --- Not served ---------------------------------------------------------- */
 
 static void t_unsupported(void) {
@@ -5247,6 +5294,7 @@ int main(int argc, char** argv) {
       t_recv_events(&b);
       t_memory(&b);
       t_growing_registrations(&b);
+      t_sysv_detach(&b);
       t_rereg(&b);
       t_uc(&b);
       t_ud(&b);
