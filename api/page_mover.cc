@@ -134,6 +134,20 @@ bool StillInPlace(const std::vector<Vma>& maps, const MovedPages& m) {
   return true;
 }
 
+// The kernel's mmap and madvise, called directly rather than through
+// libc's symbols: while pages move, another library's stand-in for those
+// (UCX's memory hooks report every mmap to handlers that allocate from
+// memory that may lie in the window) would write to pages the move holds,
+// and wait for this very thread; and the pages keep their addresses and
+// contents, so nobody needs to hear of the new mapping.
+void* KernelMmap(void* addr, size_t bytes, int prot, int flags, int fd) {
+  const long r = syscall(SYS_mmap, addr, bytes, prot, flags, fd, 0L);
+  return r == -1 ? MAP_FAILED : reinterpret_cast<void*>(r);
+}
+int KernelMadvise(void* addr, size_t bytes, int advice) {
+  return static_cast<int>(syscall(SYS_madvise, addr, bytes, advice));
+}
+
 // Linux 6.4's, where the headers are older: write protection of pages never
 // touched too.
 #ifndef UFFD_FEATURE_WP_UNPOPULATED
@@ -179,8 +193,8 @@ class WriteHold {
     // Without WP_UNPOPULATED a page never touched would take a write
     // unprotected: give every page of the window one first.
     if ((api.features & UFFD_FEATURE_WP_UNPOPULATED) == 0 &&
-        madvise(reinterpret_cast<void*>(begin), bytes, MADV_POPULATE_WRITE) !=
-            0) {
+        KernelMadvise(reinterpret_cast<void*>(begin), bytes,
+                      MADV_POPULATE_WRITE) != 0) {
       Drop();
       return;
     }
@@ -266,9 +280,9 @@ bool MoveHoldingWrites(Move* move) {
     m->copied = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
     if (m->copied == static_cast<ssize_t>(m->bytes)) {
       // Everything written to the range from here on lands in the memfd.
-      m->placed = mmap(reinterpret_cast<void*>(m->begin), m->bytes,
-                       PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, m->fd,
-                       0);
+      m->placed = KernelMmap(reinterpret_cast<void*>(m->begin), m->bytes,
+                             PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                             m->fd);
     }
     hold.Release(/*moved=*/m->placed != MAP_FAILED);
     return nullptr;
