@@ -343,11 +343,29 @@ absl::Status Client::HandOver(Arena* arena) {
   shm::SetupMessage msg = shm::MakeSetup(shm::kSetupArena);
   msg.address = reinterpret_cast<uint64_t>(arena->base);
   msg.length = arena->bytes;
+  absl::StatusOr<uint32_t> id = SendArena(msg, arena->fd);
+  if (!id.ok()) return id.status();
+  arena->id = *id;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> Client::HandOverSegment(uint32_t shmid,
+                                                  uint64_t address,
+                                                  uint64_t length) {
+  shm::SetupMessage msg = shm::MakeSetup(shm::kSetupSegment);
+  msg.id = shmid;
+  msg.address = address;
+  msg.length = length;
+  return SendArena(msg, -1);
+}
+
+absl::StatusOr<uint32_t> Client::SendArena(const shm::SetupMessage& msg,
+                                           int fd) {
   shm::SetupMessage reply;
   int fd0 = -1, fd1 = -1;
   std::lock_guard<std::mutex> lock(
       control_mu_);  // the socket carries one exchange at a time
-  const bool sent = shm::SendSetup(sock_, msg, arena->fd) &&
+  const bool sent = shm::SendSetup(sock_, msg, fd) &&
                     shm::RecvSetup(sock_, &reply, &fd0, &fd1) &&
                     reply.type == shm::kSetupArenaReply;
   if (fd0 >= 0) close(fd0);
@@ -356,8 +374,7 @@ absl::Status Client::HandOver(Arena* arena) {
     return MakeStatus(sent ? reply.status : RDP_ERR_NET_DOWN,
                       sent ? reply.text : "the daemon is unreachable");
   }
-  arena->id = reply.id;
-  return absl::OkStatus();
+  return reply.id;
 }
 
 void* Client::Alloc(size_t bytes) {

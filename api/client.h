@@ -26,10 +26,12 @@
 #include "api/rdmaplane.h"
 #include "api/shm/layout.h"
 #include "api/shm/ring.h"
+#include "api/shm/setup.h"
 
 namespace rdmaplane {
 namespace memory {
-struct MovedPages;  // client_memory.h
+struct MovedPages;   // client_memory.h
+struct MappedRange;  // page_mover.cc
 }  // namespace memory
 
 struct ClientOptions {
@@ -283,6 +285,16 @@ class Client {
   absl::StatusOr<Arena*> NewArena(size_t min_bytes);
   // Hands a mapped arena to the daemon; its id is set on success.
   absl::Status HandOver(Arena* arena);
+  // kSetupSegment: hands the daemon a SysV segment of this process by id,
+  // attached at `address`; the arena's id.
+  absl::StatusOr<uint32_t> HandOverSegment(uint32_t shmid, uint64_t address,
+                                           uint64_t length);
+  // Sends an arena message (with `fd`, or none) and takes the answer: the
+  // arena's id.
+  absl::StatusOr<uint32_t> SendArena(const shm::SetupMessage& msg, int fd);
+  bool ShareSegment(const std::vector<memory::MappedRange>& maps,
+                    const memory::MappedRange& vma,
+                    std::vector<memory::MovedPages>& moved);
   // ShareMemory's move of the pages under [start, end) of the mapping
   // [vma_begin, vma_end), with its window; adds it to `moved`.
   absl::Status MoveWindow(uint64_t vma_begin, uint64_t vma_end,

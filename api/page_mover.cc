@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -75,14 +76,23 @@ using memory::MovedPages;
 
 namespace {
 
+}  // namespace
+
+namespace memory {
 // A mapping of this process, as /proc/self/maps lists it.
-struct Vma {
+struct MappedRange {
   uint64_t begin = 0;
   uint64_t end = 0;
   bool readable = false, writable = false, shared = false;
   uint64_t inode = 0;
+  uint64_t offset = 0;  // of the file (or SysV segment) at `begin`
   std::string path;
 };
+}  // namespace memory
+
+namespace {
+
+using Vma = memory::MappedRange;
 
 std::vector<Vma> ReadMaps() {
   std::vector<Vma> out;
@@ -105,6 +115,7 @@ std::vector<Vma> ReadMaps() {
     v.writable = perms[1] == 'w';
     v.shared = perms[3] == 's';
     v.inode = inode;
+    v.offset = offset;
     if (path_at > 0) {
       v.path = line + path_at;
       while (!v.path.empty() && (v.path.back() == '\n' || v.path.back() == ' ')) {
@@ -451,6 +462,11 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
                         "only private anonymous read-write memory can be "
                         "registered (a shared or file mapping cannot move)");
     }
+    // A SysV segment: the daemon attaches it itself where it can, and it
+    // stays what it is (shared with the other processes attached to it,
+    // detached by shmdt as ever); otherwise its pages move like anonymous
+    // memory.
+    if (sysv && ShareSegment(maps, *vma, moved)) continue;
     if (sysv) {
       // Remembered for shmdt (DetachSharedSegment); one the application
       // unmapped without it, where this one lies, is forgotten.
@@ -478,6 +494,48 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
     }
   }
   return absl::OkStatus();
+}
+
+// ShareMemory's SysV segments: `vma` maps part of one; the whole
+// attachment is handed to the daemon by the segment's id when it is all
+// still mapped and none of it moved. True when the daemon took it (it is
+// then in `moved`, held where it is).
+bool Client::ShareSegment(const std::vector<memory::MappedRange>& maps,
+                          const memory::MappedRange& vma,
+                          std::vector<memory::MovedPages>& moved) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const int shmid = static_cast<int>(vma.inode);
+  shmid_ds ds{};
+  if (vma.inode > static_cast<uint64_t>(INT32_MAX) || vma.offset > vma.begin ||
+      shmctl(shmid, IPC_STAT, &ds) != 0) {
+    return false;
+  }
+  const uint64_t begin = vma.begin - vma.offset;
+  const uint64_t end = begin + memory::RoundUp(ds.shm_segsz, page);
+  for (uint64_t at = begin; at < end;) {
+    const memory::MappedRange* v = nullptr;
+    for (const memory::MappedRange& m : maps) {
+      if (at >= m.begin && at < m.end) v = &m;
+    }
+    if (v == nullptr || v->inode != vma.inode || v->path != vma.path) {
+      return false;
+    }
+    at = v->end;
+  }
+  for (const MovedPages& m : moved) {
+    if (m.begin < end && begin < m.end) return false;
+  }
+  absl::StatusOr<uint32_t> id = HandOverSegment(
+      static_cast<uint32_t>(shmid), begin, end - begin);
+  if (!id.ok()) return false;
+  auto arena = std::make_unique<Arena>();
+  arena->base = reinterpret_cast<uint8_t*>(begin);
+  arena->bytes = end - begin;
+  arena->id = *id;
+  arena->shared_in_place = true;
+  arenas_.push_back(std::move(arena));
+  moved.push_back({begin, end, vma.inode, this});
+  return true;
 }
 
 // Moves the pages under [start, end) (which no move holds; in the mapping

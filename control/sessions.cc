@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -444,6 +445,13 @@ void SessionServer::OnReadable(Session* s) {
         return;
       }
       break;
+    case shm::kSetupSegment:
+      if (s->ready) {
+        if (fd0 >= 0) close(fd0);
+        HandleSegment(s, msg);
+        return;
+      }
+      break;
     case shm::kSetupAdmin:
       // rdmaplanectl: one question, one answer, then the socket closes. The
       // uid policy already admitted the asker at accept.
@@ -577,32 +585,65 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
   if (!sent) Close(s);
 }
 
-void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
-                                int fd) {
+std::optional<SessionServer::ArenaCharges> SessionServer::ChargeArena(
+    Session* s, uint64_t bytes, std::string* why) {
+  if (s->arenas.size() >= policy_.max_arenas_per_session) {
+    *why = absl::StrCat("--max_arenas_per_session reached: ",
+                        policy_.max_arenas_per_session, " arenas");
+    return std::nullopt;
+  }
+  absl::StatusOr<UserAccounts::Charge> count =
+      accounts_->Take(s->uid, Resource::kArenas);
+  if (!count.ok()) {
+    *why = std::string(count.status().message());
+    return std::nullopt;
+  }
+  absl::StatusOr<UserAccounts::Charge> charge_bytes =
+      accounts_->Take(s->uid, Resource::kArenaBytes, bytes);
+  if (!charge_bytes.ok()) {
+    *why = std::string(charge_bytes.status().message());
+    return std::nullopt;
+  }
+  return ArenaCharges{std::move(*count), std::move(*charge_bytes)};
+}
+
+uint32_t SessionServer::AddArena(Session* s, const shm::SetupMessage& msg,
+                                 uint8_t* host, int fd, size_t page_size,
+                                 ArenaCharges charges) {
+  Arena a;
+  a.client_address = msg.address;
+  a.bytes = msg.length;
+  a.host = host;
+  a.fd = fd;
+  a.owner = arena_memory_->AdoptPages(a.host, a.bytes, page_size);
+  a.charge = std::move(charges.count);
+  a.bytes_charge = std::move(charges.bytes);
+  const uint32_t id = next_arena_id_++;
+  s->arenas[id] = std::move(a);
+  return id;
+}
+
+void SessionServer::AnswerArena(Session* s, int32_t status, uint32_t id,
+                                const std::string& why) {
   shm::SetupMessage reply = shm::MakeSetup(shm::kSetupArenaReply);
-  auto answer = [&] {
-    // A client that does not read its answers is dropped, never waited for.
-    if (!shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true)) Close(s);
-  };
-  auto limit = [&](const std::string& why) {
-    if (fd >= 0) close(fd);
+  reply.status = status;
+  reply.id = id;
+  if (status != shm::kStatusOk) {
     RDP_LOG_EVERY(kWarning, 10, "arena of pid %d refused: %s",
                   static_cast<int>(s->pid), why.c_str());
-    reply.status = shm::kStatusLimit;
     std::snprintf(reply.text, sizeof(reply.text), "%s", why.c_str());
-    answer();
-  };
-  if (s->arenas.size() >= policy_.max_arenas_per_session) {
-    return limit(absl::StrCat("--max_arenas_per_session reached: ",
-                              policy_.max_arenas_per_session, " arenas"));
   }
-  absl::StatusOr<UserAccounts::Charge> charge =
-      accounts_->Take(s->uid, Resource::kArenas);
-  if (!charge.ok()) return limit(std::string(charge.status().message()));
-  absl::StatusOr<UserAccounts::Charge> bytes_charge =
-      accounts_->Take(s->uid, Resource::kArenaBytes, msg.length);
-  if (!bytes_charge.ok()) {
-    return limit(std::string(bytes_charge.status().message()));
+  // A client that does not read its answers is dropped, never waited for.
+  if (!shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true)) Close(s);
+}
+
+void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
+                                int fd) {
+  std::string why;
+  std::optional<ArenaCharges> charges = ChargeArena(s, msg.length, &why);
+  if (!charges) {
+    if (fd >= 0) close(fd);
+    return AnswerArena(s, shm::kStatusLimit, 0, why);
   }
   struct stat st{};
   const bool sized = fd >= 0 && fstat(fd, &st) == 0 && msg.length > 0 &&
@@ -614,40 +655,101 @@ void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
   if (sized && SealedAgainstShrinking(fd)) {
     mem = mmap(nullptr, msg.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
-  // Its pages may not vanish under us (arena_memory.h).
-  if (mem != MAP_FAILED) {
-    if (absl::Status sealed = SealAgainstHoles(fd); !sealed.ok()) {
-      munmap(mem, msg.length);
-      close(fd);
-      RDP_LOG_EVERY(kWarning, 10, "arena of pid %d refused: %s",
-                    static_cast<int>(s->pid),
-                    std::string(sealed.message()).c_str());
-      reply.status = shm::kStatusInvalid;
-      std::snprintf(reply.text, sizeof(reply.text), "%s",
-                    "arena refused: holes could be punched in it (F_SEAL_SEAL)");
-      return answer();
-    }
-  }
   if (mem == MAP_FAILED) {
     if (fd >= 0) close(fd);
-    reply.status = shm::kStatusInvalid;
-    std::snprintf(reply.text, sizeof(reply.text), "%s",
-                  "arena refused: not a sealed memfd of that size");
-    return answer();
+    return AnswerArena(s, shm::kStatusInvalid, 0,
+                       "arena refused: not a sealed memfd of that size");
   }
-  Arena a;
-  a.client_address = msg.address;
-  a.bytes = msg.length;
-  a.host = static_cast<uint8_t*>(mem);
-  a.fd = fd;
-  a.owner = arena_memory_->Adopt(a.host, a.bytes, fd);
-  a.charge = std::move(*charge);
-  a.bytes_charge = std::move(*bytes_charge);
-  const uint32_t id = next_arena_id_++;
-  s->arenas[id] = std::move(a);
-  reply.status = shm::kStatusOk;
-  reply.id = id;
-  answer();
+  // Its pages may not vanish under us (arena_memory.h).
+  if (absl::Status sealed = SealAgainstHoles(fd); !sealed.ok()) {
+    munmap(mem, msg.length);
+    close(fd);
+    return AnswerArena(
+        s, shm::kStatusInvalid, 0,
+        "arena refused: holes could be punched in it (F_SEAL_SEAL)");
+  }
+  const uint32_t id = AddArena(s, msg, static_cast<uint8_t*>(mem), fd,
+                               PageSizeOf(fd), std::move(*charges));
+  AnswerArena(s, shm::kStatusOk, id, "");
+}
+
+namespace {
+
+// The IPC namespace of process `pid` (its inode), or 0.
+uint64_t IpcNamespaceOf(const std::string& pid) {
+  struct stat st{};
+  if (stat(("/proc/" + pid + "/ns/ipc").c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+// The size of the pages of this process's mapping at `addr` (smaps'
+// KernelPageSize), or 0 when not found.
+uint64_t KernelPageSizeAt(const void* addr) {
+  FILE* f = std::fopen("/proc/self/smaps", "re");
+  if (f == nullptr) return 0;
+  const uint64_t at = reinterpret_cast<uint64_t>(addr);
+  char line[512];
+  bool inside = false;
+  uint64_t kib = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    unsigned long long begin = 0, end = 0;
+    if (std::sscanf(line, "%llx-%llx ", &begin, &end) == 2 &&
+        std::strchr(line, ':') != nullptr && line[0] != 'K') {
+      inside = at >= begin && at < end;
+      continue;
+    }
+    if (inside && std::sscanf(line, "KernelPageSize: %llu kB", &begin) == 1) {
+      kib = begin;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+}  // namespace
+
+void SessionServer::HandleSegment(Session* s, const shm::SetupMessage& msg) {
+  std::string why;
+  std::optional<ArenaCharges> charges = ChargeArena(s, msg.length, &why);
+  if (!charges) return AnswerArena(s, shm::kStatusLimit, 0, why);
+  auto refuse = [&](const char* reason) {
+    AnswerArena(s, shm::kStatusInvalid, 0,
+                absl::StrCat("segment refused: ", reason));
+  };
+  // The id names a segment of the client's IPC namespace only.
+  const uint64_t ours = IpcNamespaceOf("self");
+  if (ours == 0 || IpcNamespaceOf(std::to_string(s->pid)) != ours) {
+    return refuse("the client is in another IPC namespace");
+  }
+  shmid_ds ds{};
+  const int shmid = static_cast<int>(msg.id);
+  if (msg.id > static_cast<uint32_t>(INT32_MAX) ||
+      shmctl(shmid, IPC_STAT, &ds) != 0) {
+    return refuse("no such segment");
+  }
+  // Only the client's own segment, readable and writable by its owner.
+  if (ds.shm_perm.uid != s->uid || (ds.shm_perm.mode & 0600) != 0600) {
+    return refuse("not a segment the client owns, readable and writable");
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t segment = (ds.shm_segsz + page - 1) / page * page;
+  if (msg.length == 0 || msg.length > segment ||
+      msg.address + msg.length < msg.address) {
+    return refuse("not that size");
+  }
+  void* mem = shmat(shmid, nullptr, 0);
+  if (mem == reinterpret_cast<void*>(-1)) return refuse("cannot attach it");
+  // A segment on hugepages could lose a page to a hole punched in it
+  // (MADV_REMOVE), and the daemon would die on its next access
+  // (arena_memory.h): the client moves such pages instead.
+  if (KernelPageSizeAt(mem) != page) {
+    shmdt(mem);
+    return refuse("it is on hugepages");
+  }
+  const uint32_t id = AddArena(s, msg, static_cast<uint8_t*>(mem), -1, page,
+                               std::move(*charges));
+  AnswerArena(s, shm::kStatusOk, id, "");
 }
 
 void SessionServer::ContinueAdminAnswer(Session* s) {

@@ -26,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -272,6 +273,24 @@ class SessionServer {
   void ContinueAdminAnswer(Session* s);
   void HandleHello(Session* s, const shm::SetupMessage& msg, int fd);
   void HandleArena(Session* s, const shm::SetupMessage& msg, int fd);
+  // kSetupSegment: a SysV shared memory segment of the client's (its id),
+  // attached here rather than moved by the client; refused (and the client
+  // moves its pages instead) when it is not the client's own, lies in
+  // another IPC namespace, or is on hugepages.
+  void HandleSegment(Session* s, const shm::SetupMessage& msg);
+  // An arena's share of the session's and the user's allowances.
+  struct ArenaCharges {
+    UserAccounts::Charge count;
+    UserAccounts::Charge bytes;
+  };
+  std::optional<ArenaCharges> ChargeArena(Session* s, uint64_t bytes,
+                                          std::string* why);
+  // Keeps memory mapped at `host` as the arena the client has at
+  // msg.address; its id.
+  uint32_t AddArena(Session* s, const shm::SetupMessage& msg, uint8_t* host,
+                    int fd, size_t page_size, ArenaCharges charges);
+  void AnswerArena(Session* s, int32_t status, uint32_t id,
+                   const std::string& why);
   void Forget(Session* s);
 
   SessionPolicy policy_;

@@ -30,6 +30,10 @@ enum SetupType : uint16_t {
   // status, text = reason, length = bytes of the answer that follow on the
   // stream; then the daemon closes the socket.
   kSetupAdminReply = 8,
+  // client -> daemon, no fd: a SysV shared memory segment of the client's,
+  // id = its shmid, attached at address, length bytes from its start;
+  // answered with kSetupArenaReply (the daemon attaches it itself).
+  kSetupSegment = 9,
 };
 
 struct SetupMessage {

@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -1530,6 +1531,69 @@ TEST_F(MaliciousTest, BadArenasAreRefused) {
   raw.Close();
   ExpectServing("after the bad arenas");
   ExpectBaseline();
+}
+
+// SysV segments named by id (kSetupSegment): the daemon attaches only a
+// segment of the client's own user, of that size at most, not on
+// hugepages; anything else is refused with a reason while the session goes
+// on, and nothing stays attached in the daemon.
+TEST_F(MaliciousTest, SegmentsOfOthersOrOfTheWrongSizeAreRefused) {
+  RawClient raw(path());
+  ASSERT_TRUE(raw.Open());
+  constexpr size_t kBytes = 1 << 20;
+  const int own = shmget(IPC_PRIVATE, kBytes, IPC_CREAT | 0600);
+  ASSERT_GE(own, 0);
+  // Another user's: created as root, then given to nobody.
+  const int other = shmget(IPC_PRIVATE, kBytes, IPC_CREAT | 0666);
+  ASSERT_GE(other, 0);
+  shmid_ds ds{};
+  ASSERT_EQ(shmctl(other, IPC_STAT, &ds), 0);
+  ds.shm_perm.uid = 65534;
+  ASSERT_EQ(shmctl(other, IPC_SET, &ds), 0);
+  const int no_owner_rw = shmget(IPC_PRIVATE, kBytes, IPC_CREAT | 0400);
+  ASSERT_GE(no_owner_rw, 0);
+  const uint64_t at = 0x7e0000000000ull;
+  struct Case {
+    const char* name;
+    uint32_t id;
+    uint64_t length;
+    const char* reason;
+  };
+  const Case cases[] = {
+      {"no such segment", 0x7FFFFFF0u, kBytes, "no such segment"},
+      {"an id past INT32_MAX", 0xFFFFFFFFu, kBytes, "no such segment"},
+      {"another user's", static_cast<uint32_t>(other), kBytes, "owns"},
+      {"not writable by its owner", static_cast<uint32_t>(no_owner_rw),
+       kBytes, "owns"},
+      {"longer than the segment", static_cast<uint32_t>(own), kBytes + 4096,
+       "size"},
+      {"zero length", static_cast<uint32_t>(own), 0, "size"},
+  };
+  const Held with_session = WithRawSession(0);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const RawClient::Answer ans = raw.SendSegment(c.id, at, c.length);
+    ASSERT_EQ(ans.got, RawClient::Got::kMessage);
+    EXPECT_EQ(ans.type, shm::kSetupArenaReply);
+    EXPECT_EQ(ans.status, shm::kStatusInvalid) << ans.text;
+    EXPECT_NE(ans.text.find(c.reason), std::string::npos) << ans.text;
+    EXPECT_TRUE(CountersReach(with_session));
+  }
+  // Its own, whole: taken, and attached in the daemon until the session
+  // ends.
+  const RawClient::Answer ok =
+      raw.SendSegment(static_cast<uint32_t>(own), at, kBytes);
+  ASSERT_EQ(ok.got, RawClient::Got::kMessage);
+  EXPECT_EQ(ok.status, shm::kStatusOk) << ok.text;
+  EXPECT_TRUE(CountersReach(WithRawSession(1)));
+  ASSERT_EQ(shmctl(own, IPC_STAT, &ds), 0);
+  EXPECT_EQ(ds.shm_nattch, 1u) << "the daemon holds it";
+  raw.Close();
+  ExpectServing("after the segments");
+  ExpectBaseline();
+  ASSERT_EQ(shmctl(own, IPC_STAT, &ds), 0);
+  EXPECT_EQ(ds.shm_nattch, 0u) << "still attached after the session ended";
+  for (int id : {own, other, no_owner_rw}) shmctl(id, IPC_RMID, nullptr);
 }
 
 // Arena messages without a memfd, each answered, none of the answers read,

@@ -594,7 +594,8 @@ class PlanMaker {
                                           shm::kSetupArenaFree,
                                           shm::kSetupArenaFreeReply,
                                           shm::kSetupAdminReply,
-                                          9,
+                                          shm::kSetupSegment,
+                                          10,
                                           0x0101,
                                           0xFFFF};
     m.m = shm::MakeSetup(static_cast<shm::SetupType>(rng_.pick(kTypes)));
@@ -827,7 +828,9 @@ struct Reply {
   std::string reason;  // admin: the exact text; otherwise a part of it
   size_t fds = 0;
   bool json = false;    // admin: the answer's format
-  bool either = false;  // a scribbled hello: accepted or refused
+  // A scribbled hello, or a segment named by an arbitrary id (some segment
+  // of this user may have it): accepted or refused.
+  bool either = false;
 };
 
 // What the daemon does with one plan, as the protocol says.
@@ -912,6 +915,15 @@ Outcome Predict(const std::string& stream,
           r.status = shm::kStatusOk;
           r.reason.clear();
         }
+        o.replies.push_back(r);
+        continue;
+      }
+      case shm::kSetupSegment: {
+        if (!ready) break;
+        // Its descriptor, if any, is closed; the id names a segment of
+        // this user or none.
+        Reply r{shm::kSetupArenaReply, shm::kStatusOk};
+        r.either = true;
         o.replies.push_back(r);
         continue;
       }
@@ -1247,6 +1259,17 @@ class SetupFuzzTest : public testing::HostileClientTest {
       if (m.magic != shm::kSetupMagic || m.version != shm::kSetupVersion ||
           m.type != r.type) {
         return fail() << "answer of type " << m.type << ", expected " << r.type;
+      }
+      if (r.either && r.type == shm::kSetupArenaReply) {
+        // A segment by an arbitrary id: taken, or refused with a reason;
+        // the session goes on either way.
+        if (m.status != shm::kStatusOk &&
+            (m.status != shm::kStatusInvalid || text.empty())) {
+          return fail() << "segment answered " << m.status << " " << text;
+        }
+        ++(m.status == shm::kStatusOk ? tally->arenas_accepted
+                                      : tally->arenas_refused);
+        continue;
       }
       if (r.either && m.status != shm::kStatusOk) {
         // A scribbled region may be refused, as a refusal.

@@ -587,6 +587,16 @@ class RawClient {
     return ReadAnswer();
   }
 
+  // kSetupSegment: SysV segment `shmid` as the arena at `address`.
+  Answer SendSegment(uint32_t shmid, uint64_t address, uint64_t length) {
+    shm::SetupMessage m = Msg(shm::kSetupSegment);
+    m.id = shmid;
+    m.address = address;
+    m.length = length;
+    Send(&m, sizeof(m), {});
+    return ReadAnswer();
+  }
+
   // A proper arena of `bytes`, announced and kept; nullptr when refused.
   Arena* AddArena(uint64_t bytes) {
     Arena a = MakeArena(bytes);
