@@ -44,6 +44,7 @@ DaemonStatus Daemon::BuildStatus() const {
   st.poll_mode =
       options_.poll_mode == engine::PollMode::kBusy ? "busy" : "adaptive";
   st.mtu = PathMtu();
+  st.link = (port_state_ & 1) != 0 ? "up" : "down";
   st.engines = static_cast<uint32_t>(engines_.size());
   if (port_ != nullptr) st.data_port = options_.port.device;
   // Without a data port: the address of the self link (StartSelfLink).

@@ -297,6 +297,7 @@ std::string StatusText(const DaemonStatus& s) {
       {"ip", Printable(s.ip)},
       {"mac", Printable(s.mac)},
       {"mtu", absl::StrCat(s.mtu)},
+      {"link", Printable(s.link)},
       {"poll mode", Printable(s.poll_mode)},
       {"engines", absl::StrCat(s.engines)},
       {"clients", absl::StrCat(s.clients.size())},
@@ -456,6 +457,7 @@ std::string RenderJson(const DaemonStatus& s, std::string_view topic) {
     o.Field("ip", s.ip);
     o.Field("mac", s.mac);
     o.Field("mtu", s.mtu);
+    o.Field("link", s.link);
     o.Field("poll_mode", s.poll_mode);
     o.Field("engines", s.engines);
     o.Field("clients", static_cast<uint64_t>(s.clients.size()));

@@ -75,6 +75,9 @@ struct DaemonStatus {
   std::string ip;
   std::string mac;
   uint32_t mtu = 0;
+  // The data port's link as the device reports it ("up" or "down"); a
+  // daemon without one serves its self link, always "up".
+  std::string link;
   std::string poll_mode;
   uint32_t engines = 0;
   std::vector<ClientStatus> clients;

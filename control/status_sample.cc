@@ -26,6 +26,7 @@ DaemonStatus SampleStatus() {
   s.ip = "10.0.0.1";
   s.mac = "02:00:00:00:00:01";
   s.mtu = 4096;
+  s.link = "up";
   s.poll_mode = "adaptive";
   s.engines = 2;
   s.clients.push_back({1, 100, 1000, 2, 3, 1, 64ull << 20});

@@ -165,6 +165,7 @@ void FillStatus(rte_tel_data* d, const DaemonStatus& s) {
   out.Str("ip", s.ip);
   out.Str("mac", s.mac);
   out.U64("mtu", s.mtu);
+  out.Str("link", s.link);
   out.Str("poll_mode", s.poll_mode);
   out.U64("engines", s.engines);
   out.U64("clients", s.clients.size());

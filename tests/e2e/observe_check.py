@@ -87,6 +87,7 @@ def main():
     check(re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", status["mac"]) is not None
           and int(status["mac"][:2], 16) & 1 == 0, f"status: mac {status['mac']}")
     check(status["mtu"] == args.mtu, f"status: mtu {status['mtu']}")
+    check(status["link"] == "up", f"status: link {status['link']}")
     check(status["poll_mode"] == "adaptive", f"status: poll mode {status['poll_mode']}")
     check((status["clients"], status["connections"], status["registrations"]) == (1, 1, 2),
           f"status: {status['clients']} clients, {status['connections']} connections, "

@@ -114,6 +114,21 @@ fl_start_daemon b "$sock_b" "$daemon_bin" --socket="$sock_b" \
 AT_REST="$FL_BASELINE and d['port_mbufs_in_use'] == 0 and d['arenas_held_by_frames'] == 0"
 fl_wait_counters "at start" a 20 "$AT_REST"
 fl_wait_counters "at start" b 20 "$AT_REST"
+# The baseline is what each daemon holds with its data port linked: the
+# memif server maps its client's region (a memfd mapping, and descriptors)
+# only once the client has connected, which on a busy machine may come
+# after the counters are at rest.
+link_of() {
+  fl_json_get "$(timeout 10 "$FL_CTL" --socket="${FL_SOCK[$1]}" --json \
+    --timeout=5s status)" link
+}
+for name in a b; do
+  for ((i = 0; i < 200; i++)); do
+    [[ $(link_of "$name") == up ]] && break
+    sleep 0.1
+  done
+  [[ $(link_of "$name") == up ]] || fl_fail "daemon $name's data port never came up"
+done
 
 # What a daemon holds besides its counters: "<descriptors> <memfd mappings>
 # <threads> <rss kB> <hugepages kB>". Its hugepages are those it maps
