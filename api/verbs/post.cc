@@ -20,6 +20,10 @@
 
 namespace rdmaplane::verbs {
 
+// A UD receive completion's sl: the RoCE packet type as the mlx5 provider
+// reports it (bit 3: a UDP header; bits 2..0: 2, IPv4).
+constexpr uint8_t kSlRoceV2Ipv4 = 0x8 | 0x2;
+
 // The work completion status of a send request that ended with `status`
 // and the transport's `detail` (shm::CompletionDetail).
 ibv_wc_status SendStatusOf(int status, uint32_t detail) {
@@ -187,6 +191,12 @@ void Pump(Qp* q) {
       if (got[i].flags & shm::kCompletionGrh) {  // UD: a datagram's sender
         wc.wc_flags |= IBV_WC_GRH;
         wc.src_qp = got[i].src_qp;
+        // What the packet was, as RoCE NICs' user-space providers (mlx5)
+        // report it in sl: an IPv4 header with UDP (RoCEv2), so that the
+        // GRH's last 20 bytes are that header. UCX's UD transport reads it
+        // to find the destination address in the GRH, and drops every
+        // datagram when it says otherwise.
+        wc.sl = kSlRoceV2Ipv4;
       }
       AddRecvWc(q, wc, (got[i].flags & shm::kCompletionSolicited) != 0);
       if (q->srq == nullptr) q->rcompleted = index + 1;

@@ -4492,6 +4492,16 @@ static void t_ud(struct bufs* b) {
   check(strcmp(ip_text, g_dev[0].ip) == 0,
         "the GRH holds the IPv4 header, its source the sender's daemon",
         "source %s", ip_text);
+  /* As mlx5 reports a RoCEv2 datagram over IPv4 in sl (UDP, IPv4), and the
+   * GRH's destination GID ends in the receiver's address: UCX's UD
+   * transport checks both, and drops what does not match. */
+  uint32_t dest_ip = 0;
+  memcpy(&dest_ip, rbuf + 36, 4);
+  inet_ntop(AF_INET, &dest_ip, ip_text, sizeof(ip_text));
+  check(rwc.sl == 0xA && strcmp(ip_text, g_dev[1].ip) == 0,
+        "a datagram's completion says RoCEv2 over IPv4 (sl 0xA), and its GRH "
+        "ends in the receiver's address",
+        "sl %u, destination %s", rwc.sl, ip_text);
 
   /* An answer to the sender, through the received GRH. */
   struct ibv_ah* back =
