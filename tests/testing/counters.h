@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <ostream>
@@ -46,23 +45,6 @@ inline Held Plus(Held h, int sessions, int registrations, int connections,
   h.connections += connections;
   h.arenas += arenas;
   return h;
-}
-
-// Polls `done` every millisecond until it holds; false once `timeout`
-// passed, which only turns a hang into a failure.
-// On the monotonic clock (a step of the wall clock fails no wait), and
-// `done` is asked once more after `timeout` (the clock is read before each
-// ask), so that a state reached while this thread was not scheduled counts.
-inline bool WaitFor(const std::function<bool()>& done,
-                    absl::Duration timeout = kHangLimit) {
-  const auto end =
-      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
-  while (true) {
-    const bool late = std::chrono::steady_clock::now() > end;
-    if (done()) return true;
-    if (late) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
 }
 
 // What the daemon holds once it has taken in everything done before the

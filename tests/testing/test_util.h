@@ -5,7 +5,6 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -73,15 +72,8 @@ struct ConnectedPair {
 // `timeout`, which only turns a hang into a failure.
 inline bool WaitForSessions(const control::Daemon& daemon, uint32_t sessions,
                             absl::Duration timeout = kHangLimit) {
-  // Monotonic, and asked once more after the timeout (as WaitFor).
-  const auto end =
-      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
-  while (true) {
-    const bool late = std::chrono::steady_clock::now() > end;
-    if (daemon.Snapshot().sessions == sessions) return true;
-    if (late) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  return WaitFor([&] { return daemon.Snapshot().sessions == sessions; },
+                 timeout);
 }
 
 }  // namespace rdmaplane::testing
