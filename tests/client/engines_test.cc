@@ -267,13 +267,23 @@ std::vector<std::string> CpusOfThreads(const std::string& name) {
 // CpusOfThreads, once a thread of that name exists; empty if none appeared
 // within kHangLimit, which only turns a hang into a failure.
 std::vector<std::string> AwaitThreadCpus(const std::string& name) {
-  const absl::Time deadline = absl::Now() + kHangLimit;
-  std::vector<std::string> cpus = CpusOfThreads(name);
-  while (cpus.empty() && absl::Now() < deadline) {
-    usleep(1000);
+  std::vector<std::string> cpus;
+  WaitFor([&] {
     cpus = CpusOfThreads(name);
-  }
+    return !cpus.empty();
+  });
   return cpus;
+}
+
+// Waits until no engine thread of an earlier daemon is left in
+// /proc/self/task. pthread_join returns once the thread has cleared its tid,
+// and the task stays listed a little longer, with its comm and affinity:
+// read then, it would count as one of the next daemon's engines.
+bool AwaitNoEngineThreads() {
+  return WaitFor([] {
+    return CpusOfThreads("rdp-engine-0").empty() &&
+           CpusOfThreads("rdp-engine-1").empty();
+  });
 }
 
 std::string ProcessCpus() {
@@ -294,6 +304,7 @@ TEST(EnginesTest, PinnedEnginesRunOnTheirCpusAndOthersWhereTheProcessMay) {
     if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
   }
   if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  ASSERT_TRUE(AwaitNoEngineThreads());
   {
     control::DaemonOptions options;
     options.engines = 2;
@@ -305,6 +316,7 @@ TEST(EnginesTest, PinnedEnginesRunOnTheirCpusAndOthersWhereTheProcessMay) {
     EXPECT_EQ(AwaitThreadCpus("rdp-engine-1"),
               std::vector<std::string>{std::to_string(cpus[0])});
   }
+  ASSERT_TRUE(AwaitNoEngineThreads());
   control::DaemonOptions options;
   options.engines = 2;
   TestDaemon d("engines-free", options);
