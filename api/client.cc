@@ -359,6 +359,20 @@ absl::StatusOr<uint32_t> Client::HandOverSegment(uint32_t shmid,
   return SendArena(msg, -1);
 }
 
+absl::StatusOr<uint32_t> Client::HandOverFile(int fd, uint64_t address,
+                                               uint64_t length,
+                                               uint64_t offset) {
+  if (offset % 4096 != 0 || offset / 4096 > UINT32_MAX) {
+    return MakeStatus(RDP_ERR_INVALID,
+                      "the mapping starts past 16 TiB into its file");
+  }
+  shm::SetupMessage msg = shm::MakeSetup(shm::kSetupFile);
+  msg.id = static_cast<uint32_t>(offset / 4096);
+  msg.address = address;
+  msg.length = length;
+  return SendArena(msg, fd);
+}
+
 absl::StatusOr<uint32_t> Client::SendArena(const shm::SetupMessage& msg,
                                            int fd) {
   shm::SetupMessage reply;

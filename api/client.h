@@ -289,6 +289,12 @@ class Client {
   // attached at `address`; the arena's id.
   absl::StatusOr<uint32_t> HandOverSegment(uint32_t shmid, uint64_t address,
                                            uint64_t length);
+  // kSetupFile: hands the daemon `fd`, the file this process maps shared at
+  // `address` from byte `offset` of it (a multiple of 4096); the arena's id.
+  absl::StatusOr<uint32_t> HandOverFile(int fd, uint64_t address,
+                                        uint64_t length, uint64_t offset);
+  absl::Status ShareFile(const memory::MappedRange& vma, uint64_t start,
+                         uint64_t end, std::vector<memory::MovedPages>& moved);
   // Sends an arena message (with `fd`, or none) and takes the answer: the
   // arena's id.
   absl::StatusOr<uint32_t> SendArena(const shm::SetupMessage& msg, int fd);

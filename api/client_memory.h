@@ -27,6 +27,7 @@ struct MovedPages {
   uint64_t end = 0;
   uint64_t inode = 0;
   const void* client = nullptr;  // the Client that moved them
+  uint64_t offset = 0;  // of the file (memfd, segment) the pages are at begin
 };
 
 // shmdt(addr) for the verbs front end, which stands in for libc's: a SysV

@@ -4,6 +4,7 @@
 // threads' writes to them through userfaultfd while they move, so that the
 // daemon can reach them. docs/verbs.md section 4 says what it moves and
 // what it refuses.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
@@ -14,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -85,6 +87,7 @@ struct MappedRange {
   uint64_t end = 0;
   bool readable = false, writable = false, shared = false;
   uint64_t inode = 0;
+  uint64_t device = 0;  // of the file (makedev)
   uint64_t offset = 0;  // of the file (or SysV segment) at `begin`
   std::string path;
 };
@@ -115,6 +118,10 @@ std::vector<Vma> ReadMaps() {
     v.writable = perms[1] == 'w';
     v.shared = perms[3] == 's';
     v.inode = inode;
+    unsigned major_id = 0, minor_id = 0;
+    if (std::sscanf(dev, "%x:%x", &major_id, &minor_id) == 2) {
+      v.device = makedev(major_id, minor_id);
+    }
     v.offset = offset;
     if (path_at > 0) {
       v.path = line + path_at;
@@ -139,10 +146,69 @@ const Vma* VmaAt(const std::vector<Vma>& maps, uint64_t address) {
 bool StillInPlace(const std::vector<Vma>& maps, const MovedPages& m) {
   for (uint64_t at = m.begin; at < m.end;) {
     const Vma* v = VmaAt(maps, at);
-    if (v == nullptr || v->inode != m.inode || !v->shared) return false;
+    if (v == nullptr || v->inode != m.inode || !v->shared ||
+        v->offset + (at - v->begin) != m.offset + (at - m.begin)) {
+      return false;
+    }
     at = v->end;
   }
   return true;
+}
+
+// Whether `fd` is the file `vma` maps.
+bool IsFileOf(int fd, const Vma& vma) {
+  struct stat st {};
+  return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+         static_cast<uint64_t>(st.st_ino) == vma.inode &&
+         static_cast<uint64_t>(st.st_dev) == vma.device;
+}
+
+// A descriptor of the file that the shared mapping `vma` maps, open for
+// reading and writing (a new open file description: the application may
+// close its own), or -1. Found as a descriptor of the process's (how
+// memfds, POSIX shared memory and most files stay reachable), else by the
+// file's path, else as the mapping itself (/proc/self/map_files, which the
+// kernel opens only for a privileged process: how shared anonymous memory
+// is reached).
+int OpenMappedFile(const Vma& vma) {
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    int found = -1;
+    while (const dirent* e = readdir(dir)) {
+      if (e->d_name[0] == '.') continue;
+      const std::string link = std::string("/proc/self/fd/") + e->d_name;
+      struct stat st {};
+      if (stat(link.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+          static_cast<uint64_t>(st.st_ino) != vma.inode ||
+          static_cast<uint64_t>(st.st_dev) != vma.device) {
+        continue;
+      }
+      found = open(link.c_str(), O_RDWR | O_CLOEXEC);
+      if (IsFileOf(found, vma)) break;
+      if (found >= 0) close(found);
+      found = -1;
+    }
+    closedir(dir);
+    if (found >= 0) return found;
+  }
+  constexpr char kDeleted[] = " (deleted)";
+  const std::string& path = vma.path;
+  const bool deleted =
+      path.size() >= sizeof(kDeleted) - 1 &&
+      path.compare(path.size() - (sizeof(kDeleted) - 1), std::string::npos,
+                   kDeleted) == 0;
+  if (!path.empty() && path[0] == '/' && !deleted) {
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (IsFileOf(fd, vma)) return fd;
+    if (fd >= 0) close(fd);
+  }
+  char map_file[64];
+  std::snprintf(map_file, sizeof(map_file), "/proc/self/map_files/%llx-%llx",
+                static_cast<unsigned long long>(vma.begin),
+                static_cast<unsigned long long>(vma.end));
+  const int fd = open(map_file, O_RDWR | O_CLOEXEC);
+  if (IsFileOf(fd, vma)) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
 }
 
 // The kernel's mmap and madvise, called directly rather than through
@@ -402,7 +468,8 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
             kept.back().end == at) {
           kept.back().end = next;
         } else {
-          kept.push_back({at, next, m.inode, m.client});
+          kept.push_back(
+              {at, next, m.inode, m.client, m.offset + (at - m.begin)});
         }
       }
       at = next;
@@ -456,11 +523,24 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
                         "the range is on the stack of the thread registering "
                         "it");
     }
-    if (!vma->readable || !vma->writable || vma->path == "[stack]" ||
-        (!sysv && !moved_before && (vma->shared || vma->inode != 0))) {
+    if (!vma->readable || !vma->writable || vma->path == "[stack]") {
       return MakeStatus(RDP_ERR_INVALID,
-                        "only private anonymous read-write memory can be "
-                        "registered (a shared or file mapping cannot move)");
+                        "only read-write memory can be registered");
+    }
+    // A file the process maps shared (a memfd, POSIX shared memory, a
+    // hugetlbfs or disk file, shared anonymous memory): its pages are the
+    // file's and stay where they are; the daemon maps the same file.
+    if (!sysv && !moved_before && vma->shared) {
+      if (absl::Status st = ShareFile(*vma, at, end, moved); !st.ok()) {
+        return st;
+      }
+      at = moved.back().end;
+      continue;
+    }
+    if (!sysv && !moved_before && vma->inode != 0) {
+      return MakeStatus(RDP_ERR_INVALID,
+                        "a private file mapping cannot be registered (its "
+                        "pages are copies the daemon cannot reach)");
     }
     // A SysV segment: the daemon attaches it itself where it can, and it
     // stays what it is (shared with the other processes attached to it,
@@ -536,6 +616,38 @@ bool Client::ShareSegment(const std::vector<memory::MappedRange>& maps,
   arenas_.push_back(std::move(arena));
   moved.push_back({begin, end, vma.inode, this});
   return true;
+}
+
+// ShareMemory's shared file mappings: hands the daemon the file of `vma`
+// for its pages that no move holds around [start, end): the whole mapping,
+// but for what moves hold. Adds them to `moved` on success.
+absl::Status Client::ShareFile(const memory::MappedRange& vma, uint64_t start,
+                               uint64_t end,
+                               std::vector<memory::MovedPages>& moved) {
+  uint64_t begin = vma.begin, stop = vma.end;
+  for (const MovedPages& m : moved) {
+    if (m.end <= start && m.end > begin) begin = m.end;
+    if (m.begin >= end && m.begin < stop) stop = m.begin;
+  }
+  const int fd = OpenMappedFile(vma);
+  if (fd < 0) {
+    return MakeStatus(RDP_ERR_INVALID,
+                      absl::StrCat("the shared mapping of ", vma.path,
+                                   " cannot be registered: no descriptor, "
+                                   "path or map_files entry reaches its file"));
+  }
+  const uint64_t offset = vma.offset + (begin - vma.begin);
+  absl::StatusOr<uint32_t> id = HandOverFile(fd, begin, stop - begin, offset);
+  close(fd);  // the daemon has its own
+  if (!id.ok()) return id.status();
+  auto arena = std::make_unique<Arena>();
+  arena->base = reinterpret_cast<uint8_t*>(begin);
+  arena->bytes = stop - begin;
+  arena->id = *id;
+  arena->shared_in_place = true;
+  arenas_.push_back(std::move(arena));
+  moved.push_back({begin, stop, vma.inode, this, offset});
+  return absl::OkStatus();
 }
 
 // Moves the pages under [start, end) (which no move holds; in the mapping

@@ -8,6 +8,7 @@
 
 #include <utility>
 
+#include "control/bus_error_guard.h"
 #include "control/log.h"
 #include "dataplane/port/eth_port.h"
 
@@ -83,6 +84,8 @@ void ArenaMemory::Unmap(Mapping& m) {
   if (port_ != nullptr && m.owner != nullptr && m.owner->zero_copy()) {
     port_->UnregisterExternalMemory(m.host);
   }
+  // A client's file mapped in place is watched for lost pages until now.
+  BusErrorGuard::Unwatch(m.host);
   munmap(m.host, m.bytes);
   if (m.fd >= 0) close(m.fd);
 }

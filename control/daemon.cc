@@ -183,6 +183,7 @@ void Daemon::ControlLoop() {
     table_.Reclaim();
     arena_memory_.Reap();
     sessions_->DropStalledAdmin(absl::Now());
+    sessions_->ReportLostFiles();
     PublishPortState();
     UpdateGauges();
     PublishStatus(/*force=*/false);

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "control/bus_error_guard.h"
 #include "control/daemon.h"
 #include "control/reply.h"
 #include "dataplane/engine/tsc.h"
@@ -86,6 +87,7 @@ DaemonStatus Daemon::BuildStatus() const {
   add("cm_retransmits", snap.cm_retransmits);
   add("arp_replies_sent", snap.arp_replies_sent);
   add("bad_control_frames", snap.bad_control_frames);
+  add("file_mappings_lost", BusErrorGuard::losses());
   // Engine counters summed over the engines.
   auto sum = [this](auto field) {
     uint64_t total = 0;

@@ -1,12 +1,14 @@
 #include "control/sessions.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "api/shm/doorbell.h"
 #include "control/admin.h"
+#include "control/bus_error_guard.h"
 #include "control/log.h"
 
 namespace rdmaplane::control {
@@ -47,6 +50,8 @@ bool FillAddress(const std::string& path, sockaddr_un* addr) {
 
 // --- Session -----------------------------------------------------------------
 
+bool Arena::lost() const { return watch >= 0 && BusErrorGuard::Lost(watch); }
+
 std::vector<ArenaPiece> Session::PiecesOf(uint64_t address,
                                           uint64_t length) const {
   std::vector<ArenaPiece> pieces;
@@ -62,7 +67,8 @@ std::vector<ArenaPiece> Session::PiecesOf(uint64_t address,
         holder_id = id;
       }
     }
-    if (holder == nullptr) return {};
+    // A file that lost pages under its mapping holds nothing (Arena::watch).
+    if (holder == nullptr || holder->lost()) return {};
     // It holds them from where newer arenas end, before `at`, to where
     // newer ones begin, after it.
     ArenaPiece piece{holder->client_address,
@@ -112,6 +118,11 @@ absl::Status Session::MapView(uint64_t address, uint64_t length,
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   for (const ArenaPiece& p : pieces) {
     const Arena& a = arenas.at(p.arena);
+    // A view of a file would need watching of its own (BusErrorGuard).
+    if (a.watch >= 0) {
+      return absl::InvalidArgumentError(
+          "the range lies across a file mapped in place and other memory");
+    }
     if (PageSizeOf(a.fd) != page) {
       return absl::InvalidArgumentError(
           "the range lies across arenas of which one is on hugepages");
@@ -445,6 +456,12 @@ void SessionServer::OnReadable(Session* s) {
         return;
       }
       break;
+    case shm::kSetupFile:
+      if (s->ready) {
+        HandleFile(s, msg, fd0);
+        return;
+      }
+      break;
     case shm::kSetupSegment:
       if (s->ready) {
         if (fd0 >= 0) close(fd0);
@@ -750,6 +767,107 @@ void SessionServer::HandleSegment(Session* s, const shm::SetupMessage& msg) {
   const uint32_t id = AddArena(s, msg, static_cast<uint8_t*>(mem), -1, page,
                                std::move(*charges));
   AnswerArena(s, shm::kStatusOk, id, "");
+}
+
+namespace {
+
+// Filesystems whose files the daemon maps in place: memory (tmpfs, which
+// also backs memfds, POSIX shared memory and shared anonymous memory;
+// hugetlbfs) and local disks. An access to a page of a network or
+// user-space filesystem (NFS, FUSE) may wait for its server -- possibly the
+// client itself -- and the engine would wait with it, for every client.
+bool MappableInPlace(int fd) {
+  struct statfs fs {};
+  if (fstatfs(fd, &fs) != 0) return false;
+  switch (static_cast<uint64_t>(fs.f_type)) {
+    case TMPFS_MAGIC:
+    case HUGETLBFS_MAGIC:
+    case EXT4_SUPER_MAGIC:  // also ext2 and ext3
+    case XFS_SUPER_MAGIC:
+    case BTRFS_SUPER_MAGIC:
+    case F2FS_SUPER_MAGIC:
+    case OVERLAYFS_SUPER_MAGIC:  // containers' root, over a local disk
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void SessionServer::HandleFile(Session* s, const shm::SetupMessage& msg,
+                               int fd) {
+  std::string why;
+  std::optional<ArenaCharges> charges = ChargeArena(s, msg.length, &why);
+  if (!charges) {
+    if (fd >= 0) close(fd);
+    return AnswerArena(s, shm::kStatusLimit, 0, why);
+  }
+  auto refuse = [&](const char* reason) {
+    if (fd >= 0) close(fd);
+    AnswerArena(s, shm::kStatusInvalid, 0,
+                absl::StrCat("file refused: ", reason));
+  };
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return refuse("not a regular file");
+  }
+  // The descriptor is the client's right to the file: the daemon writes
+  // there only what the client could.
+  const int mode = fcntl(fd, F_GETFL);
+  if (mode < 0 || (mode & O_ACCMODE) != O_RDWR) {
+    return refuse("not open for reading and writing");
+  }
+  if (!MappableInPlace(fd)) {
+    return refuse("not on memory or a local disk (a network or user-space "
+                  "filesystem could stall the daemon)");
+  }
+  const uint64_t page = PageSizeOf(fd);
+  const uint64_t offset = static_cast<uint64_t>(msg.id) * 4096;
+  if (msg.length == 0 || msg.address + msg.length < msg.address ||
+      msg.address % page != 0 || msg.length % page != 0 ||
+      offset % page != 0) {
+    return refuse("not whole pages of the file");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (msg.length > size || offset > size - msg.length) {
+    return refuse("past the end of the file");
+  }
+  void* mem = mmap(nullptr, msg.length, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, static_cast<off_t>(offset));
+  if (mem == MAP_FAILED) return refuse("cannot map it");
+  // Anyone who may write the file may shrink it under the mapping: the
+  // guard keeps the daemon alive then (bus_error_guard.h).
+  const int watch = BusErrorGuard::Watch(mem, msg.length);
+  if (watch < 0) {
+    munmap(mem, msg.length);
+    return refuse("the daemon maps too many files in place");
+  }
+  const uint32_t id = AddArena(s, msg, static_cast<uint8_t*>(mem), fd, page,
+                               std::move(*charges));
+  s->arenas[id].watch = watch;
+  AnswerArena(s, shm::kStatusOk, id, "");
+}
+
+void SessionServer::ReportLostFiles() {
+  const uint64_t losses = BusErrorGuard::losses();
+  if (losses == losses_reported_) return;
+  losses_reported_ = losses;
+  for (const auto& [fd, s] : sessions_) {
+    for (auto& [id, a] : s->arenas) {
+      if (!a.lost() || a.loss_reported) continue;
+      a.loss_reported = true;
+      RDP_LOG_EVERY(kWarning, 10,
+                    "pid %d's file at %#llx (%llu bytes) lost pages under the "
+                    "daemon's mapping (shrunk, a hole without a hugepage to "
+                    "fill it, or a read error): registrations over it now "
+                    "reach memory the file no longer holds, and new ones are "
+                    "refused",
+                    static_cast<int>(s->pid),
+                    static_cast<unsigned long long>(a.client_address),
+                    static_cast<unsigned long long>(a.bytes));
+    }
+  }
 }
 
 void SessionServer::ContinueAdminAnswer(Session* s) {

@@ -55,6 +55,12 @@ struct Arena {
   uint64_t bytes = 0;
   uint8_t* host = nullptr;
   int fd = -1;
+  // A client's file mapped in place (kSetupFile): its BusErrorGuard watch.
+  // Once the watch saw the file lose pages under the mapping, the arena
+  // holds no addresses any more (PiecesOf).
+  int watch = -1;
+  bool lost() const;
+  bool loss_reported = false;  // logged (SessionServer::ReportLostFiles)
   // Counts frames still pointing into the arena (zero-copy transmit).
   std::unique_ptr<rc::MemoryOwner> owner;
   // Its share of the user's allowances.
@@ -241,6 +247,9 @@ class SessionServer {
   // Ends admin queries whose asker took nothing of its answer for
   // kAdminStall (it does not read, or is gone without closing).
   void DropStalledAdmin(absl::Time now);
+  // Logs, once each, files mapped in place that lost pages under the
+  // daemon's mapping since the last call (cheap when none did).
+  void ReportLostFiles();
 
   void Close(Session* s);
 
@@ -278,6 +287,9 @@ class SessionServer {
   // moves its pages instead) when it is not the client's own, lies in
   // another IPC namespace, or is on hugepages.
   void HandleSegment(Session* s, const shm::SetupMessage& msg);
+  // kSetupFile: a file the client maps shared, as its descriptor `fd`:
+  // mapped here too and watched for lost pages (BusErrorGuard).
+  void HandleFile(Session* s, const shm::SetupMessage& msg, int fd);
   // An arena's share of the session's and the user's allowances.
   struct ArenaCharges {
     UserAccounts::Charge count;
@@ -306,6 +318,7 @@ class SessionServer {
   std::map<int, std::unique_ptr<Session>> sessions_;  // by socket fd
   uint32_t next_session_id_ = 1;
   uint32_t next_arena_id_ = 1;
+  uint64_t losses_reported_ = 0;  // BusErrorGuard::losses() seen
 };
 
 }  // namespace rdmaplane::control

@@ -34,6 +34,12 @@ enum SetupType : uint16_t {
   // id = its shmid, attached at address, length bytes from its start;
   // answered with kSetupArenaReply (the daemon attaches it itself).
   kSetupSegment = 9,
+  // client -> daemon; fd: a file the client maps shared (a memfd, POSIX
+  // shared memory, a hugetlbfs or disk file), open for reading and writing.
+  // address = where the client maps the file's byte id * 4096, length
+  // bytes from there; answered with kSetupArenaReply (the daemon maps the
+  // same part of the file).
+  kSetupFile = 10,
 };
 
 struct SetupMessage {

@@ -1596,6 +1596,73 @@ TEST_F(MaliciousTest, SegmentsOfOthersOrOfTheWrongSizeAreRefused) {
   for (int id : {own, other, no_owner_rw}) shmctl(id, IPC_RMID, nullptr);
 }
 
+// Files mapped in place (kSetupFile): the daemon maps only a regular file
+// on memory or a local disk, open for reading and writing, in whole pages
+// it holds; anything else is refused with a reason while the session goes
+// on. One it took is mapped until the session ends.
+TEST_F(MaliciousTest, FilesNotOpenForWritingOrNotThatLongAreRefused) {
+  RawClient raw(path());
+  ASSERT_TRUE(raw.Open());
+  constexpr size_t kBytes = 1 << 20;
+  const int file = memfd_create("malicious-file", MFD_CLOEXEC);
+  ASSERT_GE(file, 0);
+  ASSERT_EQ(ftruncate(file, kBytes), 0);
+  const std::string self = "/proc/self/fd/" + std::to_string(file);
+  const int read_only = open(self.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(read_only, 0);
+  const int dir = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dir, 0);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  const uint64_t at = 0x7e0000000000ull;
+  struct Case {
+    const char* name;
+    int fd;
+    uint64_t address, length;
+    uint32_t page;
+    const char* reason;
+  };
+  const Case cases[] = {
+      {"no descriptor", -1, at, kBytes, 0, "regular file"},
+      {"a pipe", pipe_fds[1], at, kBytes, 0, "regular file"},
+      {"a directory", dir, at, kBytes, 0, "regular file"},
+      {"open for reading only", read_only, at, kBytes, 0, "reading and writing"},
+      {"zero length", file, at, 0, 0, "whole pages"},
+      {"part of a page", file, at, 4095, 0, "whole pages"},
+      {"at an address inside a page", file, at + 8, kBytes, 0, "whole pages"},
+      {"longer than the file", file, at, kBytes + 4096, 0, "past the end"},
+      {"from past its end", file, at, 4096, kBytes / 4096, "past the end"},
+      {"from its last page, two pages", file, at, 8192, kBytes / 4096 - 1,
+       "past the end"},
+      {"wrapping the address space", file, ~0ull - 4095, 8192, 0,
+       "whole pages"},
+  };
+  const Held with_session = WithRawSession(0);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const RawClient::Answer ans =
+        raw.SendFile(c.fd, c.address, c.length, c.page);
+    ASSERT_EQ(ans.got, RawClient::Got::kMessage);
+    EXPECT_EQ(ans.type, shm::kSetupArenaReply);
+    EXPECT_EQ(ans.status, shm::kStatusInvalid) << ans.text;
+    EXPECT_NE(ans.text.find(c.reason), std::string::npos) << ans.text;
+    EXPECT_TRUE(CountersReach(with_session));
+  }
+  // Its last page, and the whole file: taken.
+  for (const auto& [page, length] :
+       {std::pair<uint32_t, uint64_t>{kBytes / 4096 - 1, 4096},
+        std::pair<uint32_t, uint64_t>{0, kBytes}}) {
+    const RawClient::Answer ok = raw.SendFile(file, at, length, page);
+    ASSERT_EQ(ok.got, RawClient::Got::kMessage);
+    EXPECT_EQ(ok.status, shm::kStatusOk) << ok.text;
+  }
+  EXPECT_TRUE(CountersReach(WithRawSession(2)));
+  raw.Close();
+  for (int fd : {file, read_only, dir, pipe_fds[0], pipe_fds[1]}) close(fd);
+  ExpectServing("after the files");
+  ExpectBaseline();
+}
+
 // Arena messages without a memfd, each answered, none of the answers read,
 // until the daemon stops reading them or closes the socket. Returns how many
 // went out.

@@ -35,6 +35,7 @@
 // all); for a longer local run, give bazel test
 // --test_env=RDP_FUZZ_ITERATIONS=200000 --test_timeout=3600.
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -43,6 +44,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -207,6 +209,9 @@ struct FdFacts {
   bool sealed = false;    // against shrinking
   bool writable = false;  // can be mapped shared and writable
   Header header = Header::kNone;
+  // For kSetupFile: a regular file, open for reading and writing, on a
+  // filesystem the daemon maps files of in place (memory, a local disk).
+  bool file_in_place = false;
 };
 
 // One descriptor the test sends; the test's own copy closes with it.
@@ -306,6 +311,13 @@ class FdPool {
             s->fd = -1;
           }
         }
+        // As the daemon would map it for kSetupFile.
+        if (s->fd >= 0 && bytes > 0) {
+          void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                         s->fd, 0);
+          writable = m != MAP_FAILED;
+          if (writable) munmap(m, bytes);
+        }
         break;
       }
       case FdKind::kDirectory: {
@@ -327,6 +339,15 @@ class FdPool {
     s->facts.sealed = seals >= 0 && (seals & F_SEAL_SHRINK) != 0;
     s->facts.writable = writable;
     s->facts.header = header;
+    const int mode = fcntl(s->fd, F_GETFL);
+    struct statfs fs {};
+    const bool in_place_fs =
+        fstatfs(s->fd, &fs) == 0 &&
+        (fs.f_type == TMPFS_MAGIC || fs.f_type == EXT4_SUPER_MAGIC ||
+         fs.f_type == XFS_SUPER_MAGIC || fs.f_type == BTRFS_SUPER_MAGIC ||
+         fs.f_type == OVERLAYFS_SUPER_MAGIC);
+    s->facts.file_in_place = S_ISREG(st.st_mode) && mode >= 0 &&
+                             (mode & O_ACCMODE) == O_RDWR && in_place_fs;
     fds_.push_back(std::move(s));
     return fds_.back().get();
   }
@@ -574,6 +595,25 @@ class PlanMaker {
     return m;
   }
 
+  // A file mapped in place: a memfd or a file, some pages of it from some
+  // page of it (sometimes past its end).
+  Msg File() {
+    Msg m;
+    m.m = shm::MakeSetup(shm::kSetupFile);
+    m.fd_bytes = rng_.pick(kArenaSizes);
+    m.m.address = kArenaBase + kPage * rng_.below(kArenaSlots);
+    const uint64_t pages = m.fd_bytes / kPage;
+    m.m.id = static_cast<uint32_t>(rng_.percent(70) ? 0 : rng_.below(pages + 2));
+    m.m.length = kPage * (1 + rng_.below(pages + 1));
+    static constexpr FdKind kKinds[] = {FdKind::kArena, FdKind::kArena,
+                                        FdKind::kUnsealed, FdKind::kFile,
+                                        FdKind::kReadOnly, FdKind::kShort};
+    m.fds = {rng_.pick(kKinds)};
+    m.what = "file " + Hex(m.m.address) + "+" + std::to_string(m.m.length) +
+             " from page " + std::to_string(m.m.id);
+    return m;
+  }
+
   Msg AdminQuery() {
     Msg m;
     m.m = shm::MakeSetup(shm::kSetupAdmin);
@@ -595,7 +635,8 @@ class PlanMaker {
                                           shm::kSetupArenaFreeReply,
                                           shm::kSetupAdminReply,
                                           shm::kSetupSegment,
-                                          10,
+                                          shm::kSetupFile,
+                                          11,
                                           0x0101,
                                           0xFFFF};
     m.m = shm::MakeSetup(static_cast<shm::SetupType>(rng_.pick(kTypes)));
@@ -610,7 +651,8 @@ class PlanMaker {
     const uint64_t k = rng_.below(100);
     if (k < 45) return Hello();
     if (k < 70) return AdminQuery();
-    if (k < 85) return Arena();
+    if (k < 80) return Arena();
+    if (k < 88) return File();
     return OtherType();
   }
 
@@ -912,6 +954,22 @@ Outcome Predict(const std::string& stream,
         const bool sealed_region =
             fd != nullptr && region_sealed && IsRegion(*fd);
         if (sized && fd->sealed && fd->writable && !sealed_region) {
+          r.status = shm::kStatusOk;
+          r.reason.clear();
+        }
+        o.replies.push_back(r);
+        continue;
+      }
+      case shm::kSetupFile: {
+        if (!ready) break;
+        const uint64_t offset = uint64_t{m.id} * kPage;
+        const bool pages = m.length > 0 && m.length % kPage == 0 &&
+                           m.address % kPage == 0 &&
+                           m.address + m.length > m.address;
+        Reply r{shm::kSetupArenaReply, shm::kStatusInvalid, "file refused"};
+        if (fd != nullptr && fd->file_in_place && pages &&
+            m.length <= fd->size && offset <= fd->size - m.length &&
+            fd->writable && !(region_sealed && IsRegion(*fd))) {
           r.status = shm::kStatusOk;
           r.reason.clear();
         }

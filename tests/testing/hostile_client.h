@@ -597,6 +597,17 @@ class RawClient {
     return ReadAnswer();
   }
 
+  // kSetupFile: descriptor `fd` (or none: -1) as a file mapped at
+  // `address`, length bytes from its page `page` (of 4096 bytes).
+  Answer SendFile(int fd, uint64_t address, uint64_t length, uint32_t page) {
+    shm::SetupMessage m = Msg(shm::kSetupFile);
+    m.id = page;
+    m.address = address;
+    m.length = length;
+    Send(&m, sizeof(m), fd >= 0 ? std::vector<int>{fd} : std::vector<int>{});
+    return ReadAnswer();
+  }
+
   // A proper arena of `bytes`, announced and kept; nullptr when refused.
   Arena* AddArena(uint64_t bytes) {
     Arena a = MakeArena(bytes);

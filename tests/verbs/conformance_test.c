@@ -2607,34 +2607,6 @@ static void t_memory(struct bufs* b) {
   dereg(on0);
   dereg(on1);
 
-  /* A MAP_SHARED file mapping: its pages belong to the file and cannot
-   * move onto memory shared with the daemon, so ibv_reg_mr refuses it with
-   * EINVAL (docs/verbs.md), and the file keeps what was written there. */
-  char path[] = "/tmp/rdp-verbs-conformance.XXXXXX";
-  const int fd = mkstemp(path);
-  if (check(fd >= 0 && ftruncate(fd, 65536) == 0, "a file to map", "errno %d",
-            errno)) {
-    unlink(path);
-    uint8_t* fm = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (check(fm != MAP_FAILED, "map the file", "errno %d", errno)) {
-      fill(fm, 65536, 27);
-      errno = 0;
-      struct ibv_mr* fmr = ibv_reg_mr(g_dev[1].pd, fm, 65536, kRemoteAccess);
-      check(fmr == NULL && errno == EINVAL,
-            "an MR of a MAP_SHARED file mapping is refused with EINVAL",
-            "mr %p, errno %d", (void*)fmr, errno);
-      dereg(fmr);
-      uint8_t* back = pages(65536);
-      const ssize_t n = pread(fd, back, 65536, 0);
-      check(n == 65536 && first_diff(fm, back, 65536) == 65536,
-            "the refused file mapping still writes to its file",
-            "read %zd bytes, first difference at %zu", n,
-            first_diff(fm, back, 65536));
-      munmap(fm, 65536);
-    }
-  }
-  if (fd >= 0) close(fd);
-
 }
 
 /* Writes `len` bytes of b->local (filled from `seed`) from rdmaplane0 into
@@ -2889,6 +2861,201 @@ static void t_sysv_segments(struct bufs* b) {
           "a second shmdt fails with EINVAL, as libc's does",
           "%s: returned %d, errno %d", kind, r, errno);
   }
+}
+
+/* The file behind a shared mapping holds `len` bytes of `want` at `at`:
+ * read through the file, not through the mapping. */
+static bool file_holds(int fd, off_t at, const uint8_t* want, size_t len) {
+  uint8_t* back = malloc(len);
+  if (back == NULL) return false;
+  const ssize_t n = pread(fd, back, len, at);
+  const bool same = n == (ssize_t)len && memcmp(back, want, len) == 0;
+  free(back);
+  return same;
+}
+
+/* Registers 64 KiB at `off` of the shared mapping `map` with rdmaplane1,
+ * WRITEs and READs through it, and checks that the file (`fd`, or none: -1)
+ * holds what came. */
+static void registered_in_place(struct bufs* b, const char* kind,
+                                uint8_t* map, size_t off, int fd,
+                                uint32_t seed) {
+  char what[160];
+  snprintf(what, sizeof(what), "an MR of %s", kind);
+  struct ibv_mr* mr = reg(&g_dev[1], map + off, 65536, kRemoteAccess, what);
+  if (mr == NULL) return;
+  snprintf(what, sizeof(what), "WRITE and READ through an MR of %s", kind);
+  if (write_and_read_back(b, map + off, 65536, mr->rkey, seed, what) &&
+      fd >= 0) {
+    snprintf(what, sizeof(what), "the file of %s holds what the WRITE put "
+             "there (its pages stayed the file's)", kind);
+    check(file_holds(fd, (off_t)off, b->local, 65536), what,
+          "the file differs from what was written");
+  }
+  dereg(mr);
+}
+
+/* Shared mappings of files -- memfds, POSIX shared memory, files on disk,
+ * hugetlbfs, shared anonymous memory -- register where they are: the daemon
+ * maps the same file (docs/verbs.md, "Memory registration"). */
+static void t_shared_files(struct bufs* b) {
+  step("shared file mappings: registered in place");
+  const size_t mib = 1u << 20;
+  /* A memfd, its descriptor kept. */
+  int fd = memfd_create("rdp-conformance-file", MFD_CLOEXEC);
+  if (check(fd >= 0 && ftruncate(fd, 4 * mib) == 0, "a memfd to map",
+            "errno %d", errno)) {
+    uint8_t* m =
+        mmap(NULL, 4 * mib, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (check(m != MAP_FAILED, "map the memfd", "errno %d", errno)) {
+      memset(m, 0x41, 4 * mib);
+      registered_in_place(b, "a memfd's shared mapping", m, mib, fd, 70);
+      munmap(m, 4 * mib);
+    }
+  }
+  if (fd >= 0) close(fd);
+
+  /* POSIX shared memory, its descriptor closed: found by its name. */
+  char name[64];
+  snprintf(name, sizeof(name), "/rdp-conformance-%d", (int)getpid());
+  fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (check(fd >= 0 && ftruncate(fd, 2 * mib) == 0,
+            "POSIX shared memory to map", "errno %d", errno)) {
+    uint8_t* m =
+        mmap(NULL, 2 * mib, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    fd = -1;
+    if (check(m != MAP_FAILED, "map the POSIX shared memory", "errno %d",
+              errno)) {
+      memset(m, 0x42, 2 * mib);
+      const int again = shm_open(name, O_RDONLY, 0);
+      registered_in_place(b, "POSIX shared memory (its descriptor closed)",
+                          m, 64 * 1024, again, 71);
+      if (again >= 0) close(again);
+      munmap(m, 2 * mib);
+    }
+    shm_unlink(name);
+  }
+  if (fd >= 0) close(fd);
+
+  /* A file on disk, unlinked, its descriptor kept: the file keeps what
+   * was written there, through the mapping and through the MR. */
+  char path[] = "/tmp/rdp-verbs-conformance.XXXXXX";
+  fd = mkstemp(path);
+  if (check(fd >= 0 && ftruncate(fd, 65536 * 2) == 0, "a file to map",
+            "errno %d", errno)) {
+    unlink(path);
+    uint8_t* fm =
+        mmap(NULL, 65536 * 2, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (check(fm != MAP_FAILED, "map the file", "errno %d", errno)) {
+      fill(fm, 65536 * 2, 27);
+      registered_in_place(b, "a file's shared mapping", fm, 65536, fd, 72);
+      uint8_t* first = pages(65536);
+      fill(first, 65536, 27);
+      check(file_holds(fd, 0, first, 65536),
+            "the file keeps what was written through its mapping",
+            "its first 64 KiB differ");
+      munmap(fm, 65536 * 2);
+    }
+  }
+  if (fd >= 0) close(fd);
+
+  /* Hugetlbfs: a hugetlb memfd, where hugepages are free. */
+  fd = memfd_create("rdp-conformance-huge", MFD_CLOEXEC | MFD_HUGETLB);
+  uint8_t* hm = MAP_FAILED;
+  if (fd >= 0 && ftruncate(fd, 2 * mib) == 0) {
+    hm = mmap(NULL, 2 * mib, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (hm != MAP_FAILED) {
+    memset(hm, 0x43, 2 * mib);
+    registered_in_place(b, "a hugetlb memfd's shared mapping", hm, mib, -1,
+                        73);
+    /* Read through a second mapping of the file (hugetlbfs has no
+     * pread). */
+    uint8_t* again =
+        mmap(NULL, 2 * mib, PROT_READ, MAP_SHARED, fd, 0);
+    if (again != MAP_FAILED) {
+      check(memcmp(again + mib, b->local, 65536) == 0,
+            "another mapping of the hugetlb file sees what the WRITE put "
+            "there",
+            "it differs");
+      munmap(again, 2 * mib);
+    }
+    munmap(hm, 2 * mib);
+  } else {
+    printf("    (no free hugepage: the hugetlbfs case is not tried)\n");
+  }
+  if (fd >= 0) close(fd);
+
+  /* Shared anonymous memory: its file is reachable only through
+   * /proc/self/map_files, which the kernel opens for root alone. */
+  uint8_t* anon = mmap(NULL, mib, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (check(anon != MAP_FAILED, "shared anonymous memory", "errno %d",
+            errno)) {
+    memset(anon, 0x44, mib);
+    if (geteuid() == 0) {
+      registered_in_place(b, "shared anonymous memory", anon, 64 * 1024, -1,
+                          74);
+    } else {
+      errno = 0;
+      struct ibv_mr* mr =
+          ibv_reg_mr(g_dev[1].pd, anon, 65536, kRemoteAccess);
+      check(mr == NULL && errno == EINVAL,
+            "not root: an MR of shared anonymous memory is refused with "
+            "EINVAL",
+            "mr %p errno %d", (void*)mr, errno);
+      dereg(mr);
+    }
+    munmap(anon, mib);
+  }
+
+  /* A file that shrinks under its MR: the daemon lives, the peer's WRITE
+   * completes, the range cannot be registered again, and others go on. */
+  fd = memfd_create("rdp-conformance-shrinks", MFD_CLOEXEC);
+  uint8_t* sm = MAP_FAILED;
+  if (fd >= 0 && ftruncate(fd, mib) == 0) {
+    sm = mmap(NULL, mib, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (check(sm != MAP_FAILED, "a memfd that will shrink", "errno %d",
+            errno)) {
+    memset(sm, 0x45, mib);
+    struct ibv_mr* mr =
+        reg(&g_dev[1], sm, 65536, kRemoteAccess, "an MR of a memfd");
+    if (mr != NULL && ftruncate(fd, 0) == 0) {
+      /* From now on this process would die touching `sm` itself. */
+      struct pair p;
+      if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+        fill(b->local, 65536, 75);
+        struct ibv_sge src = sge_of(b->local, 65536, b->lmr->lkey);
+        const int w = rdma_once(&p.s[0], IBV_WR_RDMA_WRITE, 1510, &src, 1,
+                                (uint64_t)(uintptr_t)sm, mr->rkey,
+                                "WRITE into a file that shrank", NULL);
+        check(w >= 0, "a WRITE into a file that shrank under its MR completes",
+              "no completion");
+      }
+      free_pair(&p);
+      errno = 0;
+      struct ibv_mr* again =
+          ibv_reg_mr(g_dev[1].pd, sm, 65536, kRemoteAccess);
+      check(again == NULL && errno == EFAULT,
+            "the range of a file that shrank cannot be registered again "
+            "(EFAULT)",
+            "mr %p errno %d", (void*)again, errno);
+      dereg(again);
+      uint8_t* plain = pages(65536);
+      struct ibv_mr* pmr =
+          reg(&g_dev[1], plain, 65536, kRemoteAccess, "an MR after the loss");
+      if (pmr != NULL) {
+        write_and_read_back(b, plain, 65536, pmr->rkey, 76,
+                            "the daemon serves on after a file shrank");
+      }
+      dereg(pmr);
+    }
+    dereg(mr);
+    munmap(sm, mib);
+  }
+  if (fd >= 0) close(fd);
 }
 
 /* --- Not served ---------------------------------------------------------- */
@@ -5356,6 +5523,7 @@ int main(int argc, char** argv) {
       t_memory(&b);
       t_growing_registrations(&b);
       t_sysv_segments(&b);
+      t_shared_files(&b);
       t_rereg(&b);
       t_uc(&b);
       t_ud(&b);

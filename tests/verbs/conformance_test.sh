@@ -3,7 +3,8 @@
 # daemons joined by memif: A (memif server, 10.9.0.1) and B (memif client,
 # 10.9.0.2). One process opens both, rdmaplane0 and rdmaplane1
 # (RDMAPLANE_SOCKET=A:B), and connects queue pairs between them; it prints
-# PASS or FAIL for every check and fails when one did. Afterwards both
+# PASS or FAIL for every check and fails when one did. Daemon b must have
+# reported the file that shrank under an MR (t_shared_files). Afterwards both
 # daemons must still stop cleanly; B's stop raises IBV_EVENT_DEVICE_FATAL
 # in a process on B and IBV_EVENT_PORT_ERR in one on A, whose port is
 # then DOWN, and B started again raises IBV_EVENT_PORT_ACTIVE there.
@@ -52,6 +53,10 @@ fi
 [[ $summary == "conformance: "*" passed, 0 failed in "* ]] ||
   e2e_fail "the conformance checks exited 0 without a clean summary: ${summary:-none}"
 e2e_log "$summary"
+# The file that shrank under its MR (t_shared_files) lost its pages under
+# daemon b's mapping: b said so, and lives on.
+grep -q "lost pages under the daemon's mapping" "$E2E_TMP/b.log" ||
+  e2e_fail "daemon b did not report the file that shrank under its mapping"
 
 # wait_line FILE PID LINE WHAT: waits at most 30 s for the process PID to
 # print LINE into FILE; fails the test (FILE printed) if it does not.
