@@ -757,15 +757,27 @@ void SessionServer::HandleSegment(Session* s, const shm::SetupMessage& msg) {
   }
   void* mem = shmat(shmid, nullptr, 0);
   if (mem == reinterpret_cast<void*>(-1)) return refuse("cannot attach it");
-  // A segment on hugepages could lose a page to a hole punched in it
-  // (MADV_REMOVE), and the daemon would die on its next access
-  // (arena_memory.h): the client moves such pages instead.
-  if (KernelPageSizeAt(mem) != page) {
+  // A segment on hugepages may lose a page to a hole punched in it
+  // (MADV_REMOVE) when no free hugepage fills it again: the guard keeps the
+  // daemon alive then, as for files (bus_error_guard.h). On 4 KiB pages a
+  // hole only reads as zeros.
+  const uint64_t page_size = KernelPageSizeAt(mem);
+  if (page_size == 0 || msg.length % page_size != 0) {
     shmdt(mem);
-    return refuse("it is on hugepages");
+    return refuse("not whole pages of it (hugepages)");
   }
-  const uint32_t id = AddArena(s, msg, static_cast<uint8_t*>(mem), -1, page,
-                               std::move(*charges));
+  int watch = -1;
+  if (page_size != page) {
+    watch = BusErrorGuard::Watch(
+        mem, (ds.shm_segsz + page_size - 1) / page_size * page_size);
+    if (watch < 0) {
+      shmdt(mem);
+      return refuse("the daemon maps too many files in place");
+    }
+  }
+  const uint32_t id = AddArena(s, msg, static_cast<uint8_t*>(mem), -1,
+                               page_size, std::move(*charges));
+  s->arenas[id].watch = watch;
   AnswerArena(s, shm::kStatusOk, id, "");
 }
 

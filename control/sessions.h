@@ -284,8 +284,9 @@ class SessionServer {
   void HandleArena(Session* s, const shm::SetupMessage& msg, int fd);
   // kSetupSegment: a SysV shared memory segment of the client's (its id),
   // attached here rather than moved by the client; refused (and the client
-  // moves its pages instead) when it is not the client's own, lies in
-  // another IPC namespace, or is on hugepages.
+  // moves its pages instead) when it is not the client's own or lies in
+  // another IPC namespace. One on hugepages is watched for lost pages
+  // (BusErrorGuard).
   void HandleSegment(Session* s, const shm::SetupMessage& msg);
   // kSetupFile: a file the client maps shared, as its descriptor `fd`:
   // mapped here too and watched for lost pages (BusErrorGuard).

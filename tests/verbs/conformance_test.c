@@ -20,6 +20,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -3058,6 +3059,58 @@ static void t_shared_files(struct bufs* b) {
   if (fd >= 0) close(fd);
 }
 
+/* A SysV segment on hugepages (perftest's --use_hugepages, UCX's memory
+ * pools) is attached by the daemon where it is, like one on 4 KiB pages:
+ * another process attached to it sees what came, and libc's own shmdt
+ * detaches it. */
+static void t_sysv_hugepages(struct bufs* b) {
+  step("SysV segments on hugepages: registered where they are");
+  const size_t len = 4u << 20;
+  const int id = shmget(IPC_PRIVATE, len, IPC_CREAT | SHM_HUGETLB | 0600);
+  uint8_t* seg = id < 0 ? (uint8_t*)-1 : shmat(id, NULL, 0);
+  if (id >= 0) shmctl(id, IPC_RMID, NULL);
+  if (seg == (uint8_t*)-1) {
+    printf("    (no free hugepages: not tried)\n");
+    return;
+  }
+  memset(seg, 0x36, len);
+  struct ibv_mr* mr = reg(&g_dev[1], seg + (2u << 20), 65536, kRemoteAccess,
+                          "MR of a SysV segment on hugepages");
+  if (mr != NULL &&
+      write_and_read_back(b, seg + (2u << 20), 65536, mr->rkey, 66,
+                          "WRITE and READ through an MR of a SysV segment "
+                          "on hugepages")) {
+    const pid_t child = fork();
+    if (child == 0) {
+      const uint8_t* again = shmat(id, NULL, SHM_RDONLY);
+      _exit(again != (const uint8_t*)-1 &&
+                    memcmp(again + (2u << 20), b->local, 65536) == 0
+                ? 0
+                : 1);
+    }
+    int status = -1;
+    if (child > 0) waitpid(child, &status, 0);
+    check(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "another process attached to the hugepage segment sees what the "
+          "WRITE put there",
+          "it did not (status %d)", status);
+  }
+  dereg(mr);
+  /* libc's, not the front end's stand-in: as UCX's memory hooks call it. */
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  int (*libc_shmdt)(const void*) = NULL;
+  if (libc != NULL) {
+    void* sym = dlvsym(libc, "shmdt", "GLIBC_2.2.5");
+    memcpy(&libc_shmdt, &sym, sizeof(sym));
+  }
+  errno = 0;
+  const int r = libc_shmdt != NULL ? libc_shmdt(seg) : -2;
+  check(r == 0 && !mapped(seg) && !mapped(seg + len - 1),
+        "libc's own shmdt detaches a registered hugepage segment",
+        "returned %d, errno %d, %s", r, errno,
+        mapped(seg) ? "still mapped" : "unmapped");
+}
+
 /* --- Not served ---------------------------------------------------------- */
 
 static void t_unsupported(void) {
@@ -5523,6 +5576,7 @@ int main(int argc, char** argv) {
       t_memory(&b);
       t_growing_registrations(&b);
       t_sysv_segments(&b);
+      t_sysv_hugepages(&b);
       t_shared_files(&b);
       t_rereg(&b);
       t_uc(&b);

@@ -33,6 +33,13 @@ test_start="$(e2e_now)"
 e2e_start_memif_pair "$daemon_bin" verbs --log_level=debug
 ip_a="$E2E_IP_A" ip_b="$E2E_IP_B" sock_a="$E2E_SOCK_A" sock_b="$E2E_SOCK_B"
 
+# Free hugepages for the hugetlbfs and SysV hugepage cases (t_shared_files,
+# t_sysv_hugepages), beside those the process's own arenas take; reserved
+# once the daemons run, so that they are left for the process.
+if ! e2e_hugepages 128; then
+  e2e_skip_round hugepages "$E2E_HUGE_WHY"
+fi
+
 out="$E2E_TMP/conformance.out"
 status=0
 e2e_log "conformance: RDMAPLANE_SOCKET=$sock_a:$sock_b $conformance_bin $ip_a $ip_b"
