@@ -603,25 +603,25 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
 }
 
 std::optional<SessionServer::ArenaCharges> SessionServer::ChargeArena(
-    Session* s, uint64_t bytes, std::string* why) {
+    Session* s, uint64_t bytes, int fd) {
+  std::string why;
+  absl::StatusOr<UserAccounts::Charge> count = absl::InternalError("");
+  absl::StatusOr<UserAccounts::Charge> charge_bytes = absl::InternalError("");
   if (s->arenas.size() >= policy_.max_arenas_per_session) {
-    *why = absl::StrCat("--max_arenas_per_session reached: ",
-                        policy_.max_arenas_per_session, " arenas");
-    return std::nullopt;
+    why = absl::StrCat("--max_arenas_per_session reached: ",
+                       policy_.max_arenas_per_session, " arenas");
+  } else if (count = accounts_->Take(s->uid, Resource::kArenas); !count.ok()) {
+    why = std::string(count.status().message());
+  } else if (charge_bytes =
+                 accounts_->Take(s->uid, Resource::kArenaBytes, bytes);
+             !charge_bytes.ok()) {
+    why = std::string(charge_bytes.status().message());
+  } else {
+    return ArenaCharges{std::move(*count), std::move(*charge_bytes)};
   }
-  absl::StatusOr<UserAccounts::Charge> count =
-      accounts_->Take(s->uid, Resource::kArenas);
-  if (!count.ok()) {
-    *why = std::string(count.status().message());
-    return std::nullopt;
-  }
-  absl::StatusOr<UserAccounts::Charge> charge_bytes =
-      accounts_->Take(s->uid, Resource::kArenaBytes, bytes);
-  if (!charge_bytes.ok()) {
-    *why = std::string(charge_bytes.status().message());
-    return std::nullopt;
-  }
-  return ArenaCharges{std::move(*count), std::move(*charge_bytes)};
+  if (fd >= 0) close(fd);
+  AnswerArena(s, shm::kStatusLimit, 0, why);
+  return std::nullopt;
 }
 
 uint32_t SessionServer::AddArena(Session* s, const shm::SetupMessage& msg,
@@ -656,12 +656,8 @@ void SessionServer::AnswerArena(Session* s, int32_t status, uint32_t id,
 
 void SessionServer::HandleArena(Session* s, const shm::SetupMessage& msg,
                                 int fd) {
-  std::string why;
-  std::optional<ArenaCharges> charges = ChargeArena(s, msg.length, &why);
-  if (!charges) {
-    if (fd >= 0) close(fd);
-    return AnswerArena(s, shm::kStatusLimit, 0, why);
-  }
+  std::optional<ArenaCharges> charges = ChargeArena(s, msg.length, fd);
+  if (!charges) return;
   struct stat st{};
   const bool sized = fd >= 0 && fstat(fd, &st) == 0 && msg.length > 0 &&
                      static_cast<uint64_t>(st.st_size) >= msg.length &&
@@ -727,9 +723,8 @@ uint64_t KernelPageSizeAt(const void* addr) {
 }  // namespace
 
 void SessionServer::HandleSegment(Session* s, const shm::SetupMessage& msg) {
-  std::string why;
-  std::optional<ArenaCharges> charges = ChargeArena(s, msg.length, &why);
-  if (!charges) return AnswerArena(s, shm::kStatusLimit, 0, why);
+  std::optional<ArenaCharges> charges = ChargeArena(s, msg.length, -1);
+  if (!charges) return;
   auto refuse = [&](const char* reason) {
     AnswerArena(s, shm::kStatusInvalid, 0,
                 absl::StrCat("segment refused: ", reason));
@@ -809,12 +804,8 @@ bool MappableInPlace(int fd) {
 
 void SessionServer::HandleFile(Session* s, const shm::SetupMessage& msg,
                                int fd) {
-  std::string why;
-  std::optional<ArenaCharges> charges = ChargeArena(s, msg.length, &why);
-  if (!charges) {
-    if (fd >= 0) close(fd);
-    return AnswerArena(s, shm::kStatusLimit, 0, why);
-  }
+  std::optional<ArenaCharges> charges = ChargeArena(s, msg.length, fd);
+  if (!charges) return;
   auto refuse = [&](const char* reason) {
     if (fd >= 0) close(fd);
     AnswerArena(s, shm::kStatusInvalid, 0,

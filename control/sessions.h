@@ -296,8 +296,9 @@ class SessionServer {
     UserAccounts::Charge count;
     UserAccounts::Charge bytes;
   };
-  std::optional<ArenaCharges> ChargeArena(Session* s, uint64_t bytes,
-                                          std::string* why);
+  // Or, beyond an allowance, answers the client why (kStatusLimit), closes
+  // `fd` (unless -1) and returns nullopt.
+  std::optional<ArenaCharges> ChargeArena(Session* s, uint64_t bytes, int fd);
   // Keeps memory mapped at `host` as the arena the client has at
   // msg.address; its id.
   uint32_t AddArena(Session* s, const shm::SetupMessage& msg, uint8_t* host,
