@@ -452,18 +452,26 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
   // Moves whose pages the application unmapped since (munmap, or free
   // giving them back) are forgotten where they are gone: pages mapped
   // there now move again, onto a new arena that the daemon lets hold
-  // those addresses; registrations made before keep the old pages.
+  // those addresses; registrations made before keep the old pages. Those
+  // anywhere in the mappings that hold the range, not only in the range:
+  // a move or file share takes a window around it, which a forgotten move
+  // must not cut short.
+  uint64_t scan_first = first, scan_last = last;
+  if (const Vma* v = VmaAt(maps, first)) scan_first = v->begin;
+  if (const Vma* v = VmaAt(maps, last - 1)) scan_last = std::max(last, v->end);
   std::vector<MovedPages>& moved = Moved();
   std::vector<MovedPages> kept;
   for (const MovedPages& m : moved) {
-    if (m.end <= first || m.begin >= last || StillInPlace(maps, m)) {
+    if (m.end <= scan_first || m.begin >= scan_last ||
+        StillInPlace(maps, m)) {
       kept.push_back(m);
       continue;
     }
     for (uint64_t at = m.begin; at < m.end;) {
       const Vma* v = VmaAt(maps, at);
       const uint64_t next = v == nullptr ? at + page : std::min(v->end, m.end);
-      if (v != nullptr && v->inode == m.inode && v->shared) {
+      if (v != nullptr && v->inode == m.inode && v->shared &&
+          v->offset + (at - v->begin) == m.offset + (at - m.begin)) {
         if (!kept.empty() && kept.back().inode == m.inode &&
             kept.back().end == at) {
           kept.back().end = next;

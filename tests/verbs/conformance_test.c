@@ -2961,11 +2961,31 @@ static void t_shared_files(struct bufs* b) {
   }
   if (fd >= 0) close(fd);
 
-  /* Hugetlbfs: a hugetlb memfd, where hugepages are free. */
+  /* Hugetlbfs: a hugetlb memfd, where hugepages are free. Mapped where a
+   * small file was registered and unmapped before, inside the hugepage but
+   * outside the MR: what is remembered of that one must not cut the
+   * hugetlb mapping's share short of whole hugepages. */
+  uint8_t* reserved = mmap(NULL, 4 * mib, PROT_NONE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  uint8_t* at = reserved == MAP_FAILED
+                    ? NULL
+                    : (uint8_t*)(((uintptr_t)reserved + 2 * mib - 1) &
+                                 ~(uintptr_t)(2 * mib - 1));
+  fd = memfd_create("rdp-conformance-small", MFD_CLOEXEC);
+  if (at != NULL && fd >= 0 && ftruncate(fd, 65536) == 0 &&
+      mmap(at, 65536, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+          at) {
+    struct ibv_mr* small =
+        reg(&g_dev[1], at, 65536, kRemoteAccess, "an MR of a small file");
+    dereg(small);
+    munmap(at, 65536);
+  }
+  if (fd >= 0) close(fd);
   fd = memfd_create("rdp-conformance-huge", MFD_CLOEXEC | MFD_HUGETLB);
   uint8_t* hm = MAP_FAILED;
-  if (fd >= 0 && ftruncate(fd, 2 * mib) == 0) {
-    hm = mmap(NULL, 2 * mib, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (at != NULL && fd >= 0 && ftruncate(fd, 2 * mib) == 0) {
+    hm = mmap(at, 2 * mib, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+              0);
   }
   if (hm != MAP_FAILED) {
     memset(hm, 0x43, 2 * mib);
@@ -2982,10 +3002,10 @@ static void t_shared_files(struct bufs* b) {
             "it differs");
       munmap(again, 2 * mib);
     }
-    munmap(hm, 2 * mib);
   } else {
     printf("    (no free hugepage: the hugetlbfs case is not tried)\n");
   }
+  if (reserved != MAP_FAILED) munmap(reserved, 4 * mib);
   if (fd >= 0) close(fd);
 
   /* Shared anonymous memory: its file is reachable only through
