@@ -604,24 +604,24 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
 
 std::optional<SessionServer::ArenaCharges> SessionServer::ChargeArena(
     Session* s, uint64_t bytes, int fd) {
-  std::string why;
-  absl::StatusOr<UserAccounts::Charge> count = absl::InternalError("");
-  absl::StatusOr<UserAccounts::Charge> charge_bytes = absl::InternalError("");
+  auto refuse = [&](const std::string& why) -> std::optional<ArenaCharges> {
+    if (fd >= 0) close(fd);
+    AnswerArena(s, shm::kStatusLimit, 0, why);
+    return std::nullopt;
+  };
   if (s->arenas.size() >= policy_.max_arenas_per_session) {
-    why = absl::StrCat("--max_arenas_per_session reached: ",
-                       policy_.max_arenas_per_session, " arenas");
-  } else if (count = accounts_->Take(s->uid, Resource::kArenas); !count.ok()) {
-    why = std::string(count.status().message());
-  } else if (charge_bytes =
-                 accounts_->Take(s->uid, Resource::kArenaBytes, bytes);
-             !charge_bytes.ok()) {
-    why = std::string(charge_bytes.status().message());
-  } else {
-    return ArenaCharges{std::move(*count), std::move(*charge_bytes)};
+    return refuse(absl::StrCat("--max_arenas_per_session reached: ",
+                               policy_.max_arenas_per_session, " arenas"));
   }
-  if (fd >= 0) close(fd);
-  AnswerArena(s, shm::kStatusLimit, 0, why);
-  return std::nullopt;
+  absl::StatusOr<UserAccounts::Charge> count =
+      accounts_->Take(s->uid, Resource::kArenas);
+  if (!count.ok()) return refuse(std::string(count.status().message()));
+  absl::StatusOr<UserAccounts::Charge> charge_bytes =
+      accounts_->Take(s->uid, Resource::kArenaBytes, bytes);
+  if (!charge_bytes.ok()) {
+    return refuse(std::string(charge_bytes.status().message()));
+  }
+  return ArenaCharges{std::move(*count), std::move(*charge_bytes)};
 }
 
 uint32_t SessionServer::AddArena(Session* s, const shm::SetupMessage& msg,
