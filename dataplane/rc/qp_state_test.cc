@@ -566,8 +566,8 @@ TEST(QpLifecycleTest, DrainIsReportedOnceAndHoldsModifiesUntilDone) {
     EXPECT_EQ(qp.completer(), CompleterState::kIdle);
 
     // Once drained, attributes change and the drain stays complete.
-    const Legal* sqd_sqd =
-        FindExpected(Expected(type), QpState::kSqd, QpState::kSqd);
+    const std::vector<Legal> legal = Expected(type);
+    const Legal* sqd_sqd = FindExpected(legal, QpState::kSqd, QpState::kSqd);
     ASSERT_NE(sqd_sqd, nullptr);
     EXPECT_TRUE(qp.Modify(QpState::kSqd, sqd_sqd->optional).ok);
     EXPECT_EQ(qp.requester(), RequesterState::kDrained);
