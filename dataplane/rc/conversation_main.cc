@@ -8,9 +8,10 @@
 // The conversation: A writes 600 bytes and reads 1000 from B at a 256-byte
 // MTU; B's last READ response is lost once, and A writes twice more after
 // B began to answer the READ, so that B's replay comes after it completed
-// those writes. Then, from A's address, a WRITE of another partition (B
-// drops it) and a SEND ONLY, which B refuses with NAK "invalid request"
-// before its QP enters the error state.
+// those writes. A SEND with Invalidate of two packets follows, whose key B
+// invalidates. Then, from A's address, a WRITE of another partition (B
+// drops it) and a FLUSH (which rdmaplane does not serve), which B refuses
+// with NAK "invalid request" before its QP enters the error state.
 //
 // Usage: conversation_frames OUT.pcap OUT.json (the format of
 // dataplane/wire/golden_frames_main.cc, with "from": "a", "b" or "test" in
@@ -56,6 +57,7 @@ bool ToGolden(const Captured& c, size_t index, wire::GoldenFrame* g) {
   g->headers.bth = pkt.bth;
   g->headers.reth = pkt.reth;
   g->headers.aeth = pkt.aeth;
+  g->headers.ieth = pkt.ieth;
   g->payload.assign(pkt.payload.begin(), pkt.payload.end());
   g->frame = c.frame;
   return true;
@@ -115,6 +117,20 @@ int Main(int argc, char** argv) {
   for (const Completion& c : f.pair.a.cq.completions) {
     if (c.status != WcStatus::kSuccess) return 1;
   }
+  const wire::Rkey window(0x3003);
+  f.pair.b.memory.AllowInvalidate(f.pair.b.qp->config().local_qpn, window);
+  std::vector<uint8_t> received(512);
+  WorkRequest recv = testing::Recv(10, received.data(), received.size());
+  WorkRequest send = testing::Send(5, src.data(), 300, kWrInvalidate);
+  send.invalidate_rkey = window;
+  if (f.pair.b.qp->PostRecv(recv) != PostResult::kOk ||
+      f.pair.a.qp->Post(send) != PostResult::kOk ||
+      !f.pair.RunUntilIdle(kSecond) || f.pair.b.cq.receives.size() != 1 ||
+      !f.pair.b.cq.receives[0].invalidated ||
+      f.pair.b.memory.invalidations() != 1) {
+    std::fprintf(stderr, "conversation_frames: no SEND with Invalidate\n");
+    return 1;
+  }
 
   // Requests B must refuse, sent from A's address straight to B at its
   // expected PSN: one past the last PSN A used.
@@ -130,7 +146,7 @@ int Main(int argc, char** argv) {
   }
   for (auto [op, pkey, payload] :
        {std::tuple{Opcode::kWriteOnly, uint16_t{0x8001}, 4u},
-        std::tuple{Opcode::kSendOnlyInvalidate, wire::kDefaultPkey, 20u}}) {
+        std::tuple{Opcode::kFlush, wire::kDefaultPkey, 0u}}) {
     wire::PacketHeaders h;
     h.path = f.pair.a.qp->config().path;
     h.bth.opcode = op;

@@ -124,6 +124,15 @@ class RemoteMemory {
   // The responder is done with memory it resolved under `rkey`: the write
   // message ended, the read's responses were sent, or the QP failed.
   virtual void Release(wire::Rkey rkey) = 0;
+  // The responder of `local_qpn` received a SEND with Invalidate naming
+  // `rkey`. True when the key named a memory window this queue pair may
+  // invalidate and it is now invalid: it stops resolving before the receive
+  // completes. False otherwise (an unknown key, a registration's, another
+  // connection's, one already invalid): the receive then completes with
+  // WcStatus::kInvalidateError and the queue pair enters the error state.
+  virtual bool Invalidate(wire::Qpn local_qpn, wire::Rkey rkey) {
+    return false;
+  }
 };
 
 class CompletionSink {

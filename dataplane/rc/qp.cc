@@ -34,6 +34,7 @@ const char* WcStatusName(WcStatus s) {
     case WcStatus::kPeerAccessError: return "peer_access_error";
     case WcStatus::kRnrRetryExceeded: return "rnr_retry_exceeded";
     case WcStatus::kLocalLengthError: return "local_length_error";
+    case WcStatus::kInvalidateError: return "invalidate_error";
   }
   return "unknown";
 }
@@ -137,6 +138,13 @@ PostResult RcQp::Post(const WorkRequest& wr) {
       static_cast<uint8_t>(wr.opcode) >
           static_cast<uint8_t>(WrOpcode::kFetchAdd) ||
       (AwaitsResponse(wr.opcode) && (wr.flags & kWrImmediate) != 0)) {
+    return PostResult::kInvalid;
+  }
+  // SEND with Invalidate is an RC opcode (UC and UD have none), and has no
+  // variant with immediate data.
+  if ((wr.flags & kWrInvalidate) != 0 &&
+      (wr.opcode != WrOpcode::kSend || config_.type != lifecycle::QpType::kRc ||
+       (wr.flags & kWrImmediate) != 0)) {
     return PostResult::kInvalid;
   }
   // UC carries SENDs and WRITEs only (IBA 9.8.1), UD SENDs of one packet

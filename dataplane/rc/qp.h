@@ -76,8 +76,10 @@ class RcQp {
   // Why the QP entered the error state: the status of the request that
   // failed (retries exhausted, the peer's NAK, a bad response),
   // kPeerInvalidRequest or kPeerAccessError when our responder refused a
-  // request of the peer (once its NAK is sent), kFlushed when it was torn
-  // down (Flush), kSuccess while it is not in error.
+  // request of the peer (once its NAK is sent), kPeerInvalidRequest too
+  // after a SEND with Invalidate whose key it could not invalidate (once
+  // its ACK is sent), kFlushed when it was torn down (Flush), kSuccess
+  // while it is not in error.
   WcStatus error_status() const { return error_status_; }
   const QpStats& stats() const { return stats_; }
   const QpConfig& config() const { return config_; }
@@ -151,6 +153,8 @@ class RcQp {
     uint32_t resource;  // kRead: index into read_resources_
     uint32_t stream;    // kRead: the resource's stream_seq when queued
     uint64_t orig = 0;  // kAtomic: the original value it carries
+    // kAck: once it is sent, the QP enters the error state (EndAfterAck).
+    bool ends_connection = false;
   };
 
   // Requester.
@@ -199,6 +203,12 @@ class RcQp {
   // the IBA has a responder do for these errors (its classes B and C); at
   // once if the NAK cannot be queued.
   void RefuseRequest(uint8_t syndrome, wire::Psn psn);
+  // The message at `psn` was executed but its receive failed in a way that
+  // ends the connection (a SEND with Invalidate whose key could not be
+  // invalidated: the IBA's responder class J). Like RefuseRequest, but the
+  // answer is an ACK of `psn`: later requests are dropped, and once the
+  // ACK is sent the QP enters the error state (kPeerInvalidRequest).
+  void EndAfterAck(wire::Psn psn);
   void HandleDuplicateRequest(const wire::ParsedPacket& pkt);
   bool ExecuteWrite(const wire::ParsedPacket& pkt);
   bool ExecuteSend(const wire::ParsedPacket& pkt);

@@ -702,8 +702,8 @@ TEST(ResponderTest, LengthErrorsAreRefusedAsInvalid) {
   }
 }
 
-// SEND with invalidate, FLUSH and ATOMIC WRITE are defined but not served;
-// the reserved RC opcodes are invalid. The IBA's answer to all of them: NAK
+// FLUSH and ATOMIC WRITE are defined but not served; the reserved RC
+// opcodes are invalid. The IBA's answer to all of them: NAK
 // "invalid request", and the responder's QP in the error state.
 TEST(ResponderTest, UnsupportedAndReservedOpcodesAreRefused) {
   for (int op = 0; op < wire::kRcOpcodeLimit; ++op) {
@@ -724,9 +724,12 @@ TEST(ResponderTest, UnsupportedAndReservedOpcodesAreRefused) {
   }
 }
 
+// An RC opcode the IBA reserves (table 38), which no responder serves.
+constexpr Opcode kReservedRcOpcode = static_cast<Opcode>(0x15);
+
 TEST(ResponderTest, RequestsAfterARefusalAreDroppedUntilTheNakLeaves) {
   Responder r;
-  r.Inject(Opcode::kSendOnlyInvalidate, 0, 8, 0, true, /*poll=*/false);
+  r.Inject(kReservedRcOpcode, 0, 8, 0, true, /*poll=*/false);
   EXPECT_EQ(r.qp().state(), QpState::kReadyToSend);  // the NAK is not out
   r.Inject(Opcode::kWriteOnly, 0, 4, 4, true, /*poll=*/false);
   r.Inject(Opcode::kWriteOnly, 1, 4, 4, true, /*poll=*/false);
@@ -742,7 +745,7 @@ TEST(ResponderTest, DuplicateOfAnUnservedOpcodeIsDropped) {
   Responder r;
   r.Inject(Opcode::kWriteOnly, 0, 4, 4);  // ePSN + 1
   ASSERT_EQ(r.responses_.size(), 1u);
-  r.Inject(Opcode::kSendOnlyInvalidate, 0, 8, 0);  // behind: nothing ran
+  r.Inject(kReservedRcOpcode, 0, 8, 0);  // behind: nothing ran
   EXPECT_EQ(r.responses_.size(), 1u);
   EXPECT_EQ(r.qp().state(), QpState::kReadyToSend);
 }

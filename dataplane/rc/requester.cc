@@ -1,5 +1,6 @@
-// Requester and completer of an RC QP: segmentation of WRITEs into packets,
-// READ requests, atomics, ACK/NAK, read-response and atomic-acknowledge
+// Requester and completer of an RC QP: segmentation of WRITEs and SENDs
+// (with immediate data or, RC only, Invalidate) into packets, READ
+// requests, atomics, ACK/NAK, read-response and atomic-acknowledge
 // processing, in-order completion, go-back-N retransmission and the retry
 // budget.
 #include <algorithm>
@@ -78,10 +79,17 @@ bool RcQp::SendOnePacket(Wqe& w) {
     payload = last ? remaining : config_.pmtu;
     const bool imm = (w.wr.flags & kWrImmediate) != 0;
     if (w.wr.opcode == WrOpcode::kSend) {
-      h.bth.opcode =
-          last ? (first ? (imm ? Opcode::kSendOnlyImmediate : Opcode::kSendOnly)
-                        : (imm ? Opcode::kSendLastImmediate : Opcode::kSendLast))
-               : (first ? Opcode::kSendFirst : Opcode::kSendMiddle);
+      // With Invalidate (RC only, never with immediate data: Post checked),
+      // only the last packet differs: it carries the IETH.
+      const bool invalidate = (w.wr.flags & kWrInvalidate) != 0;
+      h.bth.opcode = last ? (first ? (imm          ? Opcode::kSendOnlyImmediate
+                                      : invalidate ? Opcode::kSendOnlyInvalidate
+                                                   : Opcode::kSendOnly)
+                                   : (imm          ? Opcode::kSendLastImmediate
+                                      : invalidate ? Opcode::kSendLastInvalidate
+                                                   : Opcode::kSendLast))
+                          : (first ? Opcode::kSendFirst : Opcode::kSendMiddle);
+      h.ieth.rkey = w.wr.invalidate_rkey;
     } else {
       h.bth.opcode =
           last ? (first

@@ -1,11 +1,12 @@
 // Responder of an RC QP: PSN checking (duplicates and gaps), opcode
 // sequence and length checks, remote-key checks, execution of WRITEs into
 // registered memory, SENDs into posted receive requests (RNR NAK when there
-// is none), READ responses from the responder-resource ring, atomics (one
-// atomic instruction on the word, the result kept for resends), and
-// ordered, coalesced ACK/NAK generation. A UC QP's responder shares the
-// SEND and WRITE execution and answers nothing: what RC would refuse or
-// NAK, UC drops with its message.
+// is none; a SEND with Invalidate invalidates its key once placed), READ
+// responses from the responder-resource ring, atomics (one atomic
+// instruction on the word, the result kept for resends), and ordered,
+// coalesced ACK/NAK generation. A UC QP's responder shares the SEND and
+// WRITE execution and answers nothing: what RC would refuse or NAK, UC
+// drops with its message.
 #include <cstring>
 
 #include "dataplane/rc/qp.h"
@@ -53,7 +54,7 @@ void RcQp::HandleRequest(const wire::ParsedPacket& pkt) {
     return;
   }
   seq_nak_sent_ = false;
-  // Opcodes rdmaplane does not serve (invalidations, FLUSH...) and
+  // Opcodes rdmaplane does not serve (FLUSH, ATOMIC WRITE) and
   // reserved ones are invalid requests, as is any opcode out of sequence:
   // inside a multi-packet WRITE or SEND only its MIDDLE or LAST may come,
   // outside one only an opcode that starts a message.
@@ -185,6 +186,11 @@ void RcQp::CompleteRecv(WcStatus status, uint32_t byte_len, bool write,
   c.with_imm = wire::HasImm(pkt.bth.opcode);
   c.solicited = pkt.bth.solicited;
   c.imm = pkt.imm;
+  // ExecuteSend invalidated the key before a successful receive completes.
+  if (status == WcStatus::kSuccess && wire::HasIeth(pkt.bth.opcode)) {
+    c.invalidated = true;
+    c.invalidated_rkey = pkt.ieth.rkey;
+  }
   if (datagram()) {
     c.grh = true;
     c.src_qp = pkt.deth.src_qp;
@@ -228,10 +234,31 @@ bool RcQp::ExecuteSend(const wire::ParsedPacket& pkt) {
   ++epsn_;
   if (last) {
     msn_ = (msn_ + 1) & Psn::kMask;
+    // SEND with Invalidate: the whole message is placed; the key stops
+    // resolving before the receive completes. A key this queue pair may
+    // not invalidate fails the receive, not the message (IBA class J).
+    if (wire::HasIeth(pkt.bth.opcode) &&
+        !env_.memory->Invalidate(config_.local_qpn, pkt.ieth.rkey)) {
+      ++stats_.invalidate_errors;
+      CompleteRecv(WcStatus::kInvalidateError, recv_offset_, false, pkt);
+      EndAfterAck(psn);
+      return true;
+    }
+    if (wire::HasIeth(pkt.bth.opcode)) ++stats_.invalidations;
     CompleteRecv(WcStatus::kSuccess, recv_offset_, false, pkt);
   }
   if (pkt.bth.ack_req) QueueAck(psn);
   return true;
+}
+
+void RcQp::EndAfterAck(Psn psn) {
+  refusing_ = true;  // nothing more of the peer is executed
+  if (!PushResp(
+          {RespKind::kAck,
+           static_cast<uint8_t>(wire::kAethAck | wire::kAethCreditsInvalid),
+           psn, 0, 0, 0, /*ends_connection=*/true})) {
+    Shutdown(WcStatus::kPeerInvalidRequest, nullptr);
+  }
 }
 
 void RcQp::RefuseRequest(uint8_t syndrome, Psn psn) {
@@ -553,6 +580,11 @@ uint32_t RcQp::SendResponses(uint32_t budget) {
     if (item.kind == RespKind::kAck) {
       if (!SendAck(item)) break;
       ++sent;
+      if (item.ends_connection) {
+        // The last ACK before the error state (EndAfterAck) is on its way.
+        Shutdown(WcStatus::kPeerInvalidRequest, nullptr);
+        return sent;
+      }
       if (IsFatalNak(item.syndrome)) {
         // The refusal is on its way: now the error state.
         Shutdown(RefusalCause(item.syndrome), nullptr);

@@ -8,8 +8,12 @@
 //
 // Checked: no access outside the registered regions or the local buffers
 // (AddressSanitizer; they are exactly sized heap blocks), every frame the
-// QP sends parses, every posted request completes exactly once, and once
-// the QP is flushed no registration stays pinned.
+// QP sends parses, every posted request completes exactly once, once the
+// QP is flushed no registration stays pinned, and SENDs with Invalidate
+// keep their promises: each key invalidated is reported by exactly one
+// successful receive, each refused one by a kInvalidateError receive,
+// after which no receive completes (the QP is on its way to the error
+// state).
 //
 // An input is a 6-byte prologue (the peer's first PSN and ours, 24 bits
 // each, big-endian) followed by records, each starting with a byte whose low
@@ -20,7 +24,8 @@
 //   2  Poll with a budget of (next byte % 64) + 1 frames;
 //   3  time passes: the next two bytes in microseconds;
 //   4  a work request: opcode, 2 bytes of length, 2 bytes of offset into
-//      the peer's region, flags (5 bytes);
+//      the peer's region, flags (5 bytes); a SEND with Invalidate names
+//      the offset as its R_Key;
 //   5  a receive request: 2 bytes of length;
 //   6  Flush (the connection is torn down);
 //   7  an immediate poll of 1 frame.
@@ -58,6 +63,9 @@ constexpr uint64_t kWriteVa = 0x00007F3A12340000;
 constexpr uint64_t kReadVa = 0x00007F3A56780010;
 constexpr wire::Rkey kWriteRkey(0x00012A05);  // read and write
 constexpr wire::Rkey kReadRkey(0x80003B07);   // read only
+// Keys this QP may invalidate (a SEND with Invalidate): the golden other
+// peers' window key, which names no region here, and the write region's.
+constexpr wire::Rkey kWindowRkey(0x00045A11);
 constexpr uint32_t kWriteRegionBytes = 64 * 1024;
 constexpr uint32_t kReadRegionBytes = 16 * 1024;
 // The peer's region our own requests address (its responses are fuzzed).
@@ -129,13 +137,27 @@ class CountingSink : public CompletionSink {
     done_[c.wr_id] = true;
     ++completed_;
   }
-  void CompleteRecv(const RecvCompletion& c) override { ++received_; }
+  void CompleteRecv(const RecvCompletion& c) override {
+    FUZZ_CHECK(!ended_);  // nothing after a SEND with Invalidate failed
+    FUZZ_CHECK(!c.invalidated || c.status == WcStatus::kSuccess);
+    if (c.invalidated) ++invalidated_;
+    if (c.status == WcStatus::kInvalidateError) {
+      ++invalidate_errors_;
+      ended_ = true;
+    }
+    ++received_;
+  }
   uint32_t completed() const { return completed_; }
+  uint64_t invalidated() const { return invalidated_; }
+  uint64_t invalidate_errors() const { return invalidate_errors_; }
 
  private:
   bool done_[kMaxRequests] = {};
   uint32_t completed_ = 0;
   uint32_t received_ = 0;
+  uint64_t invalidated_ = 0;
+  uint64_t invalidate_errors_ = 0;
+  bool ended_ = false;
 };
 
 QpConfig FuzzConfig(uint32_t recv_psn, uint32_t send_psn) {
@@ -179,6 +201,8 @@ void Run(std::span<const uint8_t> input) {
               kWriteRegionBytes, true, true});
   memory.Add({kLocalQpn, kReadRkey, kReadVa, read_region.get(),
               kReadRegionBytes, true, false});
+  memory.AllowInvalidate(kLocalQpn, kWindowRkey);
+  memory.AllowInvalidate(kLocalQpn, kWriteRkey);
   CountingSink cq;
   const QpConfig config = FuzzConfig(recv_psn, send_psn);
   FUZZ_CHECK(RcQp::ValidateConfig(config) == nullptr);
@@ -229,13 +253,14 @@ void Run(std::span<const uint8_t> input) {
         wr.wr_id = posted;
         wr.opcode = static_cast<WrOpcode>(op % 3);
         // Flag bits as they come, unknown ones included: Post refuses those.
-        wr.flags = flags & 0x1F;
+        wr.flags = flags & 0x3F;
         wr.num_sge = 1;
         wr.sge[0] = {local.get() + (offset % kWriteRegionBytes),
                      len % (kWriteRegionBytes - offset % kWriteRegionBytes)};
         wr.remote_va = kPeerVa + offset;
         wr.rkey = kPeerRkey;
         wr.imm = offset;
+        wr.invalidate_rkey = wire::Rkey(offset);
         if (qp.Post(wr) == PostResult::kOk) ++posted;
         break;
       }
@@ -264,6 +289,9 @@ void Run(std::span<const uint8_t> input) {
   qp.Poll(64);
   FUZZ_CHECK(cq.completed() == posted);
   FUZZ_CHECK(memory.pins() == 0);
+  FUZZ_CHECK(cq.invalidated() == memory.invalidations());
+  FUZZ_CHECK(cq.invalidate_errors() ==
+             memory.invalidate_calls() - memory.invalidations());
 }
 
 }  // namespace
@@ -272,7 +300,7 @@ void Run(std::span<const uint8_t> input) {
 namespace rdmaplane::wire {
 
 // For the fuzz_driver's mutation mode: the golden requests to this QP,
-// each followed by a poll.
+// each followed by a poll, and the golden SENDs with Invalidate.
 std::vector<std::vector<uint8_t>> FuzzSeedCorpus() {
   std::vector<uint8_t> seed = {0, 0, 0, 0, 0, 0};
   bool first = true;
@@ -292,7 +320,26 @@ std::vector<std::vector<uint8_t>> FuzzSeedCorpus() {
     seed.push_back(2);
     seed.push_back(8);
   }
-  return {seed};
+  // The golden SENDs with Invalidate of the other peers (PSNs 52 to 54),
+  // addressed to this QP with two receives posted: the first names
+  // kWindowRkey, which this QP may invalidate; the second begins with a
+  // SEND FIRST shorter than this QP's MTU, which it refuses.
+  // (dataplane/rc/corpus/responder/scapy-send-invalidate* reach the rest.)
+  std::vector<uint8_t> invalidate = {0, 0, 52, 0, 0, 0, 5, 0x10, 0, 5, 0x10, 0};
+  for (const GoldenFrame& g : MakeGoldenFrames()) {
+    const uint32_t psn = g.headers.bth.psn.value();
+    if (g.headers.bth.dest_qp != Qpn(0x000126) || psn < 52 || psn > 54 ||
+        !IsRequest(g.headers.bth.opcode)) {
+      continue;
+    }
+    invalidate.push_back(1);
+    invalidate.push_back(static_cast<uint8_t>(g.frame.size() >> 8));
+    invalidate.push_back(static_cast<uint8_t>(g.frame.size()));
+    invalidate.insert(invalidate.end(), g.frame.begin(), g.frame.end());
+    invalidate.push_back(2);
+    invalidate.push_back(8);
+  }
+  return {seed, invalidate};
 }
 
 }  // namespace rdmaplane::wire

@@ -103,6 +103,20 @@ ResolvedMemory TestMemory::Resolve(wire::Qpn local_qpn, wire::Rkey rkey,
   return {AccessCheck::kUnknownKey, nullptr};
 }
 
+bool TestMemory::Invalidate(wire::Qpn local_qpn, wire::Rkey rkey) {
+  ++invalidate_calls_;
+  if (on_invalidate) on_invalidate(rkey);
+  const auto it = std::find_if(invalidatable_.begin(), invalidatable_.end(),
+                               [&](const Invalidatable& k) {
+                                 return k.qpn == local_qpn && k.rkey == rkey;
+                               });
+  if (it == invalidatable_.end()) return false;
+  invalidatable_.erase(it);
+  std::erase_if(regions_, [rkey](const Region& r) { return r.rkey == rkey; });
+  ++invalidations_;
+  return true;
+}
+
 namespace {
 
 QpConfig Addressed(QpConfig c, bool is_a) {

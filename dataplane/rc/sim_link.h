@@ -95,7 +95,8 @@ class SimWire : public FrameSink {
   uint64_t gathered_frames_ = 0;
 };
 
-// Remote memory for tests: a list of registrations.
+// Remote memory for tests: a list of registrations, and the R_Keys a SEND
+// with Invalidate may invalidate.
 class TestMemory : public RemoteMemory {
  public:
   struct Region {
@@ -117,10 +118,31 @@ class TestMemory : public RemoteMemory {
   // Resolutions not yet released.
   int64_t pins() const { return pins_; }
 
+  // Lets the responder of `qpn` invalidate `rkey` (as if it named a memory
+  // window bound to that queue pair), once: Invalidate then forgets the key
+  // and every region under it, which no longer resolve (kUnknownKey), and
+  // a second Invalidate of it fails until it is allowed again.
+  void AllowInvalidate(wire::Qpn qpn, wire::Rkey rkey) {
+    invalidatable_.push_back({qpn, rkey});
+  }
+  bool Invalidate(wire::Qpn local_qpn, wire::Rkey rkey) override;
+  // Invalidate calls, and those that invalidated a key.
+  uint64_t invalidate_calls() const { return invalidate_calls_; }
+  uint64_t invalidations() const { return invalidations_; }
+  // Test hook: sees every Invalidate call, before it is decided.
+  std::function<void(wire::Rkey)> on_invalidate;
+
  private:
+  struct Invalidatable {
+    wire::Qpn qpn;
+    wire::Rkey rkey;
+  };
   std::vector<Region> regions_;
+  std::vector<Invalidatable> invalidatable_;
   uint64_t lookups_ = 0;
   int64_t pins_ = 0;
+  uint64_t invalidate_calls_ = 0;
+  uint64_t invalidations_ = 0;
 };
 
 class CollectingSink : public CompletionSink {

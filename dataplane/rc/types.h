@@ -56,8 +56,15 @@ inline constexpr uint32_t kWrReadFence = 1u << 1;   // wait for earlier reads
 inline constexpr uint32_t kWrImmediate = 1u << 2;
 // The last packet of the message sets the BTH's solicited event bit.
 inline constexpr uint32_t kWrSolicited = 1u << 3;
-inline constexpr uint32_t kWrKnownFlags =
-    kWrSilentSuccess | kWrReadFence | kWrImmediate | kWrSolicited;
+// A kSend of an RC queue pair whose last (or only) packet carries an IETH
+// naming WorkRequest::invalidate_rkey: SEND with Invalidate, which asks the
+// peer's responder to invalidate that key of its own before the receive
+// completes. Never with kWrImmediate (the IBA has no such opcode), nor on
+// UC or UD.
+inline constexpr uint32_t kWrInvalidate = 1u << 4;
+inline constexpr uint32_t kWrKnownFlags = kWrSilentSuccess | kWrReadFence |
+                                          kWrImmediate | kWrSolicited |
+                                          kWrInvalidate;
 
 struct Sge {
   uint8_t* addr = nullptr;
@@ -86,6 +93,7 @@ struct WorkRequest {
   uint64_t remote_va = 0;
   wire::Rkey rkey;
   uint32_t imm = 0;  // with kWrImmediate: ImmDt, as on the wire
+  wire::Rkey invalidate_rkey;  // with kWrInvalidate: the IETH's R_Key
   // Atomics: kCompareSwap writes swap_add where the word equals compare;
   // kFetchAdd adds swap_add (modulo 2^64) and ignores compare.
   uint64_t compare = 0;
@@ -108,7 +116,10 @@ enum class WcStatus : uint8_t {
   // of the peer, with NAK 0x61 (an opcode rdmaplane does not serve, a
   // reserved one, one out of sequence, a bad length) or NAK 0x62 (memory
   // the peer may not touch), and the QP entered the error state, as the IBA
-  // says; our own queued requests complete as kFlushed.
+  // says; our own queued requests complete as kFlushed. kPeerInvalidRequest
+  // also follows a SEND with Invalidate whose key the responder could not
+  // invalidate (its receive completes with kInvalidateError; an ACK, not a
+  // NAK, answers it).
   kPeerInvalidRequest,
   kPeerAccessError,
   // The peer answered RNR NAKs (no receive request posted) more often than
@@ -117,6 +128,11 @@ enum class WcStatus : uint8_t {
   // Receive side: the message was longer than the receive request's
   // buffers.
   kLocalLengthError,
+  // Receive side: a SEND with Invalidate named an R_Key this queue pair may
+  // not invalidate; its data were placed, the receive completes with this
+  // status, and the queue pair enters the error state (IBA responder class
+  // J, as Linux rxe has it).
+  kInvalidateError,
 };
 const char* WcStatusName(WcStatus s);
 
@@ -143,6 +159,10 @@ struct RecvCompletion {
   bool write = false;  // consumed by a WRITE with immediate data
   bool solicited = false;  // the message's last packet asked for an event
   uint32_t imm = 0;    // ImmDt, as on the wire
+  // A SEND with Invalidate: `invalidated_rkey` (the IETH's R_Key) no longer
+  // resolves. Only on a successful receive.
+  bool invalidated = false;
+  wire::Rkey invalidated_rkey;
   // UD: the receive's first kGrhBytes hold the GRH (an IPv4 header in its
   // last 20, as RoCEv2 has it), and byte_len counts them; src_qp is the
   // sender's queue pair.
@@ -155,8 +175,10 @@ inline constexpr uint32_t kGrhBytes = 40;
 
 enum class PostResult : uint8_t {
   kOk = 0,
-  kQueueFull,     // send queue full: try again after completions
-  kInvalid,       // unknown flags, too many SGEs, length over 2 GiB
+  kQueueFull,  // send queue full: try again after completions
+  // Unknown flags, or a flag the opcode or transport does not take; too
+  // many SGEs; length over 2 GiB.
+  kInvalid,
   kNotConnected,  // the QP is in the error state
 };
 
@@ -234,6 +256,10 @@ struct QpStats {
   StatCounter bad_responses;    // responses that broke the protocol
   StatCounter rnr_naks_sent;    // a SEND found no receive request
   StatCounter rnr_naks_received;
+  // SENDs with Invalidate whose R_Key this responder invalidated, and those
+  // whose R_Key it could not (WcStatus::kInvalidateError).
+  StatCounter invalidations;
+  StatCounter invalidate_errors;
   // UC: messages the responder dropped (a packet lost, no receive request,
   // a rule broken); the requester never learns of them.
   StatCounter uc_messages_dropped;

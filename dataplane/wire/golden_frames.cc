@@ -20,8 +20,8 @@ constexpr MacAddr kResponderMac{{0x02, 0x00, 0x00, 0x00, 0x00, 0x02}};
 constexpr uint8_t kDscpEct0 = 26 << 2 | 0x2;
 constexpr uint8_t kDscpCe = 26 << 2 | 0x3;
 
-// The queue pairs of two other peers, which serve what rdmaplane does not:
-// atomics and invalidation over RC, UC and UD.
+// The queue pairs of other peers: atomics and invalidation over RC, UC and
+// UD.
 constexpr Qpn kAtomicRequesterQpn(0x000014);
 constexpr Qpn kAtomicResponderQpn(0x000126);
 constexpr Qpn kUcSenderQpn(0x000015);
@@ -231,10 +231,9 @@ std::vector<GoldenFrame> MakeGoldenFrames() {
   // (after which the responder's QP is in the error state), and a WRITE to
   // a key the responder does not know, answered with NAK "remote access
   // error". A frame of another partition gets no answer.
-  h = RequesterToResponder(Opcode::kSendOnlyInvalidate, 9);
+  h = RequesterToResponder(Opcode::kFlush, 9);
   h.bth.ack_req = true;
-  frames.push_back(
-      Make("send_only_with_invalidate_unsupported", h, Pattern(20, 10)));
+  frames.push_back(Make("flush_unsupported", h, {}));
   frames.push_back(Make(
       "nak_invalid_request",
       ResponderToRequester(Opcode::kAcknowledge, 9, kAethNakInvalidRequest, 7),
@@ -254,7 +253,7 @@ std::vector<GoldenFrame> MakeGoldenFrames() {
   h.reth = {kWriteVa, kWriteRkey, 4};
   frames.push_back(Make("write_only_other_partition", h, Pattern(4, 12)));
 
-  // Other peers, which serve atomics and invalidation: a COMPARE SWAP that
+  // Other peers, with atomics and invalidation: a COMPARE SWAP that
   // finds the value it compares with and swaps in all ones, a FETCH ADD
   // of 1 to the next word, each answered with the word as it was; a SEND
   // that invalidates the key the atomics used, and a two-packet SEND whose

@@ -35,16 +35,15 @@ struct GoldenFrame {
 // of a three-packet READ and of a single-packet READ, the ACK of the writes
 // and the READ responses; a WRITE after a lost PSN with its sequence NAK,
 // the WRITE resent and acknowledged, the small READ again and its replayed
-// response (a higher MSN); a SEND ONLY and a COMPARE SWAP with the NAK
-// "invalid request" they get, a WRITE to an unknown key with its NAK
+// response (a higher MSN); a FLUSH (which rdmaplane does not serve) with
+// the NAK "invalid request" it gets, a WRITE to an unknown key with its NAK
 // "remote access error", and a WRITE of another partition. Then, between
-// other peers (GoldenFrame::other_peers) and their own queue pairs, the
-// opcodes rdmaplane does not serve, each with its extension headers filled
-// in: a COMPARE SWAP and a FETCH ADD with their ATOMIC ACKNOWLEDGEs, a SEND
-// ONLY and a two-packet SEND ending with invalidation with their ACKs, a
-// UC RDMA WRITE ONLY and UC SEND ONLY with immediate data, and a UD SEND
-// ONLY with and without immediate data. Payload sizes give every pad count
-// (0..3). Deterministic.
+// other peers (GoldenFrame::other_peers) and their own queue pairs, opcodes
+// with every extension header filled in: a COMPARE SWAP and a FETCH ADD with
+// their ATOMIC ACKNOWLEDGEs, a SEND ONLY and a two-packet SEND ending with
+// invalidation with their ACKs, a UC RDMA WRITE ONLY and UC SEND ONLY with
+// immediate data, and a UD SEND ONLY with and without immediate data. Payload
+// sizes give every pad count (0..3). Deterministic.
 std::vector<GoldenFrame> MakeGoldenFrames();
 
 struct GoldenCmFrame {

@@ -50,8 +50,9 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
   constexpr uint8_t kAtomicAckEth = kAtomicAckEthLen;
   constexpr uint8_t kFeth = 4;
   using C = OpcodeClass;
-  // rdmaplane's own: SEND and WRITE (with immediate data or not), READ,
-  // COMPARE SWAP, FETCH ADD and their acknowledgements.
+  // rdmaplane's own: SEND (with immediate data, with Invalidate or plain)
+  // and WRITE (with immediate data or not), READ, COMPARE SWAP, FETCH ADD
+  // and their acknowledgements.
   constexpr uint16_t kOwn = kOpSupported;
   set(Opcode::kSendFirst, "SEND_FIRST", C::kSend,
       kOwn | kReq | kOpFirst | kOpPayload, 0);
@@ -98,9 +99,9 @@ constexpr std::array<OpcodeInfo, 256> MakeOpcodeTable() {
   set(Opcode::kFetchAdd, "FETCH_ADD", C::kAtomic,
       kOwn | kReq | kFirstLast | kOpAtomicEth, kAtomicEth);
   set(Opcode::kSendLastInvalidate, "SEND_LAST_WITH_INVALIDATE", C::kSend,
-      kReq | kOpLast | kOpPayload | kOpIeth, kIeth);
+      kOwn | kReq | kOpLast | kOpPayload | kOpIeth, kIeth);
   set(Opcode::kSendOnlyInvalidate, "SEND_ONLY_WITH_INVALIDATE", C::kSend,
-      kReq | kFirstLast | kOpPayload | kOpIeth, kIeth);
+      kOwn | kReq | kFirstLast | kOpPayload | kOpIeth, kIeth);
   // IBA 1.5: FETH then RETH; an ATOMIC WRITE's 8 bytes are its payload.
   set(Opcode::kFlush, "FLUSH", C::kFlush, kReq | kFirstLast, kFeth + kRethLen);
   set(Opcode::kAtomicWrite, "ATOMIC_WRITE", C::kAtomicWrite,

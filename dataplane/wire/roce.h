@@ -55,10 +55,11 @@ constexpr bool PkeysMatch(uint16_t a, uint16_t b) {
 }
 
 // BTH opcodes (IBTA vol. 1, table 38): every RC opcode the IBA defines
-// (rdmaplane itself sends and serves SEND, WRITE, READ, the atomics COMPARE
-// SWAP and FETCH ADD, and their acknowledgements; see OpcodeInfo), every UC
-// opcode and both UD opcodes. The top three bits name
-// the transport (RC 000, UC 001, UD 011), the low five the operation.
+// (rdmaplane itself sends and serves SEND, SEND with Invalidate, WRITE,
+// READ, the atomics COMPARE SWAP and FETCH ADD, and their
+// acknowledgements; see OpcodeInfo), every UC opcode and both UD opcodes.
+// The top three bits name the transport (RC 000, UC 001, UD 011), the low
+// five the operation.
 enum class Opcode : uint8_t {
   kSendFirst = 0x00,
   kSendMiddle = 0x01,

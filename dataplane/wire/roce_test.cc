@@ -326,19 +326,23 @@ TEST(RoceTest, OpcodeTableFollowsTheIba) {
     EXPECT_EQ(info.flags & kOpDefined, 0) << int{op};
     EXPECT_TRUE(IsRequest(static_cast<Opcode>(op))) << int{op};
   }
-  // rdmaplane serves SEND and WRITE (with immediate data or not), READ,
-  // the atomics and the acknowledgements only; the ImmDt opcodes say so.
+  // rdmaplane serves SEND (with immediate data, with Invalidate or plain),
+  // WRITE (with immediate data or not), READ, the atomics and the
+  // acknowledgements only; the ImmDt and IETH opcodes say so.
   std::vector<int> supported;
   std::vector<int> with_imm;
+  std::vector<int> with_ieth;
   for (int op = 0; op < kRcOpcodeLimit; ++op) {
     if (IsSupported(static_cast<Opcode>(op))) supported.push_back(op);
     if (HasImm(static_cast<Opcode>(op))) with_imm.push_back(op);
+    if (HasIeth(static_cast<Opcode>(op))) with_ieth.push_back(op);
   }
   EXPECT_EQ(supported,
-            (std::vector<int>{0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06,
-                              0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d,
-                              0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13, 0x14}));
+            (std::vector<int>{0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+                              0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+                              0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17}));
   EXPECT_EQ(with_imm, (std::vector<int>{0x03, 0x05, 0x09, 0x0b}));
+  EXPECT_EQ(with_ieth, (std::vector<int>{0x16, 0x17}));
 }
 
 // Immediate data travels as the 4 bytes it is, after the RETH when there is

@@ -307,6 +307,29 @@ def responder_seeds(golden_rc):
     seeds["scapy-send-rnr"] = (
         prologue(b, 0x200) +
         frame_rec(w("SEND_ONLY", b, payload=pattern(9, 6))) + poll())
+    # SENDs with Invalidate of keys the responder may invalidate (the
+    # window's, the write region's), a resend of the first, and a WRITE
+    # with the key that is gone.
+    seeds["scapy-send-invalidate"] = (
+        prologue(b, 0x200) + post_recv(2000) + post_recv(2000) +
+        post_recv(64) +
+        frame_rec(w("SEND_ONLY_INV", b, ext=ieth(ATOMIC_RKEY),
+                    payload=pattern(40, 7), ackreq=True)) + poll() +
+        frame_rec(w("SEND_FIRST", b + 1, payload=pattern(PMTU, 8))) +
+        frame_rec(w("SEND_LAST_INV", b + 2, ext=ieth(WRITE_RKEY),
+                    payload=pattern(12, 9), ackreq=True)) + poll() +
+        frame_rec(w("SEND_ONLY_INV", b, ext=ieth(ATOMIC_RKEY),
+                    payload=pattern(40, 7), ackreq=True)) + poll() +
+        frame_rec(w("WRITE_ONLY", b + 3, ext=reth(WRITE_VA, WRITE_RKEY, 4),
+                    payload=pattern(4, 1), ackreq=True)) + poll())
+    # One the responder may not invalidate, a WRITE behind it, and a SEND
+    # with Invalidate of our own (flags 0x10).
+    seeds["scapy-send-invalidate-refused"] = (
+        prologue(b, 0x200) + post_recv(64) + post(2, 100, 0x1234, 0x10) +
+        frame_rec(w("SEND_ONLY_INV", b, ext=ieth(0x0BADBAD0),
+                    payload=pattern(20, 3), ackreq=True)) +
+        frame_rec(w("WRITE_ONLY", b + 1, ext=reth(WRITE_VA, WRITE_RKEY, 4),
+                    payload=pattern(4, 1), ackreq=True)) + poll() + poll())
     # Our requester: a WRITE and a READ acknowledged and answered by the
     # peer (scapy's AETH), one NAKed, one timed out.
     seeds["scapy-completer"] = (
