@@ -1123,7 +1123,8 @@ int Client::PostAtomic(rdp_conn conn, uint8_t op, const rdp_sge& sge,
   ov->internal[0] = shm::kDetailNone;
   constexpr uint32_t kAtomicFlags = shm::kVerbsSendFlags &
                                     ~shm::kFlagImmediate &
-                                    ~shm::kFlagReadLocalInvalidate;
+                                    ~shm::kFlagReadLocalInvalidate &
+                                    ~shm::kFlagInvalidate;
   if ((op != shm::kSendCompareSwap && op != shm::kSendFetchAdd) ||
       (flags & ~kAtomicFlags) != 0 || sge.length != sizeof(uint64_t)) {
     return Refuse(ov, RDP_ERR_INVALID);
@@ -1208,6 +1209,41 @@ bool Client::WaitForCompletions(rdp_conn conn, int64_t timeout_ns) {
            FinalStatus(static_cast<uint32_t>(slot)) != 0;
   };
   return shm::WaitDoorbell(&header_->completion_bell[slot], ready, timeout_ns);
+}
+
+absl::StatusOr<uint32_t> Client::AllocMw(uint32_t pd, uint32_t type) {
+  ControlRequest req{};
+  req.op = shm::kOpAllocMw;
+  req.key = pd;
+  req.flags = type;
+  ControlResponse resp;
+  if (absl::Status s = CallStatus(req, &resp); !s.ok()) return s;
+  return resp.key;
+}
+
+absl::Status Client::DeallocMw(uint32_t rkey) {
+  return CallForKey(shm::kOpDeallocMw, rkey).status();
+}
+
+int Client::PostMemoryWindow(rdp_conn conn, uint8_t op, const rdp_sge* sge,
+                             uint32_t rkey, uint32_t bound_rkey,
+                             uint64_t bind_bits, uint32_t flags,
+                             rdp_overlapped* ov) {
+  if (ov == nullptr) return RDP_ERR_FAULT;
+  ov->internal[0] = shm::kDetailNone;
+  constexpr uint32_t kWindowFlags =
+      RDP_FLAG_SILENT_SUCCESS | RDP_FLAG_DEFER | RDP_FLAG_READ_FENCE;
+  if ((op != shm::kSendBindMw && op != shm::kSendLocalInvalidate) ||
+      (flags & ~kWindowFlags) != 0 || (bind_bits & ~shm::kBindKnownBits) != 0 ||
+      (op == shm::kSendLocalInvalidate && sge != nullptr)) {
+    return Refuse(ov, RDP_ERR_INVALID);
+  }
+  SendEntry e{};
+  e.op = op;
+  e.rkey = rkey;
+  e.imm = bound_rkey;
+  e.swap_add = bind_bits;
+  return PostEntry(conn, &e, sge, sge != nullptr ? 1 : 0, flags, ov);
 }
 
 absl::StatusOr<uint32_t> Client::AllocPd() {

@@ -107,6 +107,10 @@ class Client {
   absl::Status ShareMemory(void* addr, uint64_t length);
   absl::StatusOr<uint32_t> AllocPd();
   absl::Status DeallocPd(uint32_t pd);
+  // A memory window of `type` (1 or 2) in protection domain `pd`: its first
+  // rkey. DeallocMw takes any rkey of it.
+  absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint32_t type);
+  absl::Status DeallocMw(uint32_t rkey);
   // An RDMA registration in protection domain `pd`: its rkey, which every
   // queue pair of the domain serves. `flags`: RDP_MEM_READ / RDP_MEM_WRITE
   // and shm::kAccessAtomic, at least one of them.
@@ -169,6 +173,16 @@ class Client {
   int PostAtomic(rdp_conn conn, uint8_t op, const rdp_sge& sge,
                  uint64_t remote_address, uint32_t rkey, uint64_t compare,
                  uint64_t swap_add, uint32_t flags, rdp_overlapped* ov);
+  // Posts a memory window request, carried out in order after every
+  // request posted before it: shm::kSendBindMw binds window `rkey` under
+  // `bound_rkey` to `sge` (its address and length, and the lkey of the
+  // region it lies in; null: a type 1 window is unbound) with
+  // `bind_bits` (shm::kBind*); shm::kSendLocalInvalidate invalidates
+  // `rkey`. `flags`: RDP_FLAG_SILENT_SUCCESS, RDP_FLAG_DEFER,
+  // RDP_FLAG_READ_FENCE. The completion's bytes are 0.
+  int PostMemoryWindow(rdp_conn conn, uint8_t op, const rdp_sge* sge,
+                       uint32_t rkey, uint32_t bound_rkey, uint64_t bind_bits,
+                       uint32_t flags, rdp_overlapped* ov);
   // Posts a UD queue pair's SEND of the SGL (one packet: at most the path
   // MTU) to queue pair `remote_qpn` where address handle `ah` points, under
   // `remote_qkey` (top bit set: the queue pair's own). `flags` as

@@ -96,21 +96,29 @@ void ConnectionManager::DrainControlFrames() {
   engine::ControlFrame f;
   // Bounded: the engine may keep passing frames up.
   for (int i = 0; i < 256 && port_engine_->TakeControlFrame(&f); ++i) {
-    if (f.kind == engine::ControlFrame::kTransportError) {
-      OnTransportError(f.connection_id);
-      continue;
-    }
-    const std::span<const uint8_t> frame(f.bytes, f.length);
-    switch (wire::ClassifyFrame(frame)) {
-      case wire::FrameKind::kArp:
-        HandleArp(frame);
-        break;
-      case wire::FrameKind::kCm:
-        HandleCm(frame);
-        break;
-      default:
-        counters_->Count(&ControlCounters::bad_control_frames);
-    }
+    HandleControlFrame(f);
+  }
+}
+
+void ConnectionManager::HandleControlFrame(const engine::ControlFrame& f) {
+  if (f.kind == engine::ControlFrame::kTransportError) {
+    OnTransportError(f.connection_id);
+    return;
+  }
+  if (f.kind != engine::ControlFrame::kFrame) {
+    counters_->Count(&ControlCounters::bad_control_frames);
+    return;
+  }
+  const std::span<const uint8_t> frame(f.bytes, f.length);
+  switch (wire::ClassifyFrame(frame)) {
+    case wire::FrameKind::kArp:
+      HandleArp(frame);
+      break;
+    case wire::FrameKind::kCm:
+      HandleCm(frame);
+      break;
+    default:
+      counters_->Count(&ControlCounters::bad_control_frames);
   }
 }
 

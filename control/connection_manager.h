@@ -75,6 +75,9 @@ class ConnectionManager : public PeerLink {
   static constexpr uint32_t kArpTries = 10;
   // Everything the engine passed up: ARP, CM, broken connections.
   void DrainControlFrames();
+  // One of them (the daemon drains the ring when it also carries other
+  // kinds).
+  void HandleControlFrame(const engine::ControlFrame& f);
   // Retransmissions and time-outs.
   void Tick();
   // DREQs not answered yet (repeated by Tick until the peer's DREP).

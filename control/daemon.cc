@@ -115,9 +115,9 @@ absl::Status Daemon::Start() {
   if (port_ == nullptr) StartSelfLink();
   arena_memory_.AttachPort(port_.get());
   port_state_ = port_ == nullptr || port_->LinkUp() ? 1 : 0;
-  if (cm_ != nullptr) {
+  {
     absl::Status st = reactor_.Add(port_engine().control_notify_fd(),
-                                   [this] { cm_->DrainControlFrames(); });
+                                   [this] { DrainEngineFrames(); });
     if (!st.ok()) {
       StopPort();
       sessions_->Shutdown();
@@ -174,9 +174,13 @@ void Daemon::ControlLoop() {
   // one, keep polling for a short while instead of paying a wake-up.
   constexpr absl::Duration kLinger = absl::Microseconds(200);
   absl::Time active_until = absl::InfinitePast();
+  bool windows_waiting = false;
   while (!stop_.load(std::memory_order_acquire)) {
     const bool linger = absl::Now() < active_until;
-    const int n = reactor_.RunOnce(linger ? 0 : 100);
+    // A memory window request waiting for the engines to move on (one
+    // turn), or for a transfer to let go of a key, is retried soon.
+    const int n = reactor_.RunOnce(linger ? 0 : windows_waiting ? 1 : 100);
+    windows_waiting = RetryMemoryWindows();
     if (ServeControlRings() || n > 0) active_until = absl::Now() + kLinger;
     if (cm_ != nullptr) cm_->Tick();
     ResolveAddressHandles();
@@ -200,6 +204,52 @@ void Daemon::ControlLoop() {
     reactor_.RunOnce(10);
     cm_->Tick();
   }
+}
+
+void Daemon::DrainEngineFrames() {
+  uint64_t v;
+  [[maybe_unused]] ssize_t r =
+      read(port_engine().control_notify_fd(), &v, sizeof(v));
+  engine::ControlFrame f;
+  // Bounded: the engine may keep passing frames up.
+  for (int i = 0; i < 256 && port_engine().TakeControlFrame(&f); ++i) {
+    if (f.kind == engine::ControlFrame::kLocalOp) {
+      engine::LocalOpRequest op;
+      if (f.length != sizeof(op)) continue;
+      std::memcpy(&op, f.bytes, sizeof(op));
+      if (!HandleLocalOp(f.connection_id, op)) {
+        pending_local_ops_.push_back({f.connection_id, op});
+      }
+      continue;
+    }
+    if (cm_ != nullptr) cm_->HandleControlFrame(f);
+  }
+}
+
+bool Daemon::HandleLocalOp(uint32_t scope, const engine::LocalOpRequest& op) {
+  Connection* c = connections_->Find(ConnectionOfScope(scope));
+  if (c == nullptr || !c->is_queue_pair() || !c->running ||
+      c->endpoint[0] == nullptr || c->side[0] == nullptr ||
+      c->endpoint[0]->info().connection_id != scope) {
+    return true;  // the queue pair ended: its close ended the request
+  }
+  const std::optional<MemoryWindows::Outcome> outcome =
+      memory_.windows().Execute(c->side[0]->id, c->queue_pair.pd_scope, scope,
+                                op.entry);
+  if (!outcome) return false;
+  c->endpoint[0]->AnswerLocalOp(op.seq, outcome->status, outcome->detail);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t w =
+      write(engines_[c->engine]->wake_fd(), &one, sizeof(one));
+  return true;
+}
+
+bool Daemon::RetryMemoryWindows() {
+  std::erase_if(pending_local_ops_, [this](const PendingLocalOp& p) {
+    return HandleLocalOp(p.scope, p.op);
+  });
+  const bool removing = memory_.windows().Tidy();
+  return removing || !pending_local_ops_.empty();
 }
 
 void Daemon::PublishPortState() {
@@ -290,6 +340,10 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
               ? memory_.PdScope(*s, req.key)
               : connections_->DeregistrationScope(*s, req.connection),
           req);
+    case shm::kOpAllocMw:
+      return memory_.AllocMw(*s, req);
+    case shm::kOpDeallocMw:
+      return memory_.DeallocMw(*s, req);
     case shm::kOpAllocPd:
       return memory_.AllocPd(*s);
     case shm::kOpDeallocPd:

@@ -169,6 +169,21 @@ class Daemon {
   void ResolveAddressHandles();
   // Creations waiting in some session's pending_address_handles.
   size_t pending_address_handles_ = 0;
+  // What the port engine passed up: memory window requests of its queue
+  // pairs, and for the connection manager frames and broken connections.
+  void DrainEngineFrames();
+  // Carries out a memory window request, or keeps it for later
+  // (pending_local_ops_) when it cannot run yet; true when it was answered
+  // or can never be (its queue pair is gone).
+  bool HandleLocalOp(uint32_t scope, const engine::LocalOpRequest& op);
+  struct PendingLocalOp {
+    uint32_t scope;
+    engine::LocalOpRequest op;
+  };
+  std::vector<PendingLocalOp> pending_local_ops_;
+  // Retries the pending requests and window removals; true while any
+  // still waits.
+  bool RetryMemoryWindows();
   // A session is ending: its connections, listeners and registrations go.
   void SessionClosing(Session* s);
   void UpdateGauges();

@@ -50,6 +50,7 @@ MemoryService::MemoryService(mr::RegistrationTable* table,
                              ArenaMemory* arena_memory)
     : table_(table),
       cache_(table),
+      windows_(table, max_per_session),
       max_per_session_(max_per_session),
       accounts_(accounts),
       arena_memory_(arena_memory) {}
@@ -154,6 +155,13 @@ ControlResponse MemoryService::RegisterLocal(Session& s,
 
 ControlResponse MemoryService::DeregisterLocal(const Session& s,
                                                const ControlRequest& r) {
+  // Memory a bound window points into stays (ibv_dereg_mr: EBUSY while a
+  // memory window is bound to the region; a region registered twice over
+  // the same bytes shares its local key, and both wait).
+  const mr::Registration* reg = cache_.Find(r.key);
+  if (reg != nullptr && reg->owner == s.id && windows_.Holds(s.id, r.key)) {
+    return Reply(shm::kStatusInvalid, "a memory window is bound to it");
+  }
   return ReleaseReply(cache_.Deregister(s.id, mr::kAnyConnection, r.key),
                       "not a registration of this client");
 }
@@ -229,6 +237,10 @@ ControlResponse MemoryService::DeregisterRdma(const Session& s,
       (d.access & ~kRdmaAccessFlags) != 0 || d.reserved != 0) {
     return Reply(shm::kStatusInvalid, "not a registered RDMA buffer");
   }
+  if (IsPdScope(*scope) && windows_.HoldsRegion(s.id, reg->address,
+                                                 reg->length)) {
+    return Reply(shm::kStatusInvalid, "a memory window is bound to it");
+  }
   return ReleaseReply(cache_.Deregister(s.id, *scope, d.rkey),
                       "not a registered RDMA buffer");
 }
@@ -259,8 +271,20 @@ ControlResponse MemoryService::DeallocPd(const Session& s,
     return Reply(shm::kStatusInvalid, "not a protection domain of yours");
   }
   pds_.erase(r.key);
-  cache_.DropConnection(r.key);
+  DropScope(r.key);
   return Reply(shm::kStatusOk);
+}
+
+ControlResponse MemoryService::AllocMw(const Session& s,
+                                       const ControlRequest& r) {
+  const std::optional<uint32_t> pd = PdScope(s, r.key);
+  if (!pd) return Reply(shm::kStatusInvalid, "not a protection domain");
+  return windows_.Alloc(s.id, *pd, r.flags);
+}
+
+ControlResponse MemoryService::DeallocMw(const Session& s,
+                                         const ControlRequest& r) {
+  return windows_.Dealloc(s.id, r.key);
 }
 
 std::optional<uint32_t> MemoryService::PdScope(const Session& s,
@@ -271,6 +295,7 @@ std::optional<uint32_t> MemoryService::PdScope(const Session& s,
 }
 
 void MemoryService::DropOwner(uint32_t session_id) {
+  windows_.DropOwner(session_id);
   cache_.DropOwner(session_id);
   std::erase_if(pds_, [&](const auto& p) { return p.second == session_id; });
 }

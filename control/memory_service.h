@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "api/shm/layout.h"
+#include "control/memory_windows.h"
 #include "control/registration_cache.h"
 #include "control/sessions.h"
 #include "control/status.h"
@@ -72,10 +73,21 @@ class MemoryService {
   std::optional<uint32_t> PdScope(const Session& s, uint32_t pd) const;
   size_t pd_count() const { return pds_.size(); }
 
+  // Memory windows (memory_windows.h) in protection domain r.key: kOpAllocMw
+  // (r.flags: the type) and kOpDeallocMw (r.key: an rkey of the window).
+  shm::ControlResponse AllocMw(const Session& s, const shm::ControlRequest& r);
+  shm::ControlResponse DeallocMw(const Session& s,
+                                 const shm::ControlRequest& r);
+  MemoryWindows& windows() { return windows_; }
+
   // Everything a session registered, or registered for one connection end,
-  // becomes unreachable at once (a session's protection domains go too).
+  // becomes unreachable at once (a session's protection domains and memory
+  // windows go too; a queue pair's type 2 windows are invalidated).
   void DropOwner(uint32_t session_id);
-  void DropScope(uint32_t scope) { cache_.DropConnection(scope); }
+  void DropScope(uint32_t scope) {
+    cache_.DropConnection(scope);
+    windows_.DropScope(scope);
+  }
 
   size_t size() const { return cache_.size(); }
   size_t CountOwner(uint32_t session_id) const {
@@ -99,6 +111,7 @@ class MemoryService {
 
   mr::RegistrationTable* table_;
   RegistrationCache cache_;
+  MemoryWindows windows_;
   std::map<uint32_t, uint32_t> pds_;  // protection domain -> its session
   uint32_t next_pd_ = 1;
   uint32_t max_per_session_;

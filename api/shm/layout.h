@@ -36,7 +36,7 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 10;
+inline constexpr uint16_t kSessionVersion = 11;
 // Connection slots (connections and verbs queue pairs) of one session. The
 // region reserves room for every slot's rings, but only a slot the daemon
 // hands out is formatted and touched: memory grows with what is used.
@@ -193,6 +193,12 @@ enum ControlOp : uint32_t {
   // slot (refused while a queue pair uses it).
   kOpCreateSrq = 17,
   kOpDestroySrq = 18,
+  // Memory windows (verbs ibv_alloc_mw): Alloc: key: the protection
+  // domain; flags: the type, 1 or 2; answers the window's first rkey (its
+  // slot in the high 24 bits, which every later rkey of it keeps).
+  // Dealloc: key: an rkey of the window.
+  kOpAllocMw = 19,
+  kOpDeallocMw = 20,
 };
 
 // How many entries a slot's rings hold: powers of two, the send and
@@ -362,7 +368,29 @@ enum SendOp : uint8_t {
   kRecvWriteImm = 6,
   kSendCompareSwap = 7,
   kSendFetchAdd = 8,
+  // Verbs memory windows, carried out in order: every request before one
+  // completes before it runs, and the requests after it wait for it.
+  // kSendBindMw: rkey: the window's (its slot counts, not its tag); imm:
+  // the rkey it is bound under; swap_add: kBind* bits; one SGE: the
+  // window's first byte, length and the lkey of the memory region it lies
+  // in (none: a type 1 window is unbound). kSendLocalInvalidate: rkey: the
+  // type 2 window's key to invalidate.
+  kSendBindMw = 9,
+  kSendLocalInvalidate = 10,
 };
+
+// kSendBindMw's access, in SendEntry::swap_add.
+inline constexpr uint64_t kBindRemoteRead = 1u << 0;
+inline constexpr uint64_t kBindRemoteWrite = 1u << 1;
+inline constexpr uint64_t kBindRemoteAtomic = 1u << 2;
+// Peers address the window from 0, not by the client's addresses.
+inline constexpr uint64_t kBindZeroBased = 1u << 3;
+// The memory region was registered with IBV_ACCESS_MW_BIND (the front end
+// vouches for its own region).
+inline constexpr uint64_t kBindRegionAllowsBind = 1u << 4;
+inline constexpr uint64_t kBindKnownBits =
+    kBindRemoteRead | kBindRemoteWrite | kBindRemoteAtomic | kBindZeroBased |
+    kBindRegionAllowsBind;
 
 // Work request flags, numbered as in the NDK's ndkpi.h (the NdkRead page
 // gives 0x200 to both DEFER and READ_LOCAL_INVALIDATE; the header does not).
@@ -377,8 +405,11 @@ inline constexpr uint32_t kKnownSendFlags = kFlagSilentSuccess |
 // asks for a solicited event.
 inline constexpr uint32_t kFlagImmediate = 0x00010000;
 inline constexpr uint32_t kFlagSolicited = 0x00020000;
+// A SEND whose last packet tells the peer to invalidate SendEntry::rkey
+// (IBA SEND with Invalidate; RC only).
+inline constexpr uint32_t kFlagInvalidate = 0x00040000;
 inline constexpr uint32_t kVerbsSendFlags =
-    kKnownSendFlags | kFlagImmediate | kFlagSolicited;
+    kKnownSendFlags | kFlagImmediate | kFlagSolicited | kFlagInvalidate;
 
 struct SgeEntry {
   uint64_t address;  // client virtual address
@@ -445,6 +476,9 @@ inline constexpr uint8_t kCompletionImm = 1;
 inline constexpr uint8_t kCompletionGrh = 4;
 // A receive whose message asked for a solicited event.
 inline constexpr uint8_t kCompletionSolicited = 2;
+// A SEND with Invalidate: imm holds the rkey invalidated before the
+// receive completed.
+inline constexpr uint8_t kCompletionInvalidated = 8;
 
 // What the transport said of a failed request, finer than its status (the
 // verbs front end reports it as the work completion's status).
@@ -457,6 +491,12 @@ enum CompletionDetail : uint8_t {
   kDetailRemoteOperational = 5, // NAK remote operational error
   kDetailBadResponse = 6,
   kDetailLocalLength = 7,       // a receive too small for the message
+  kDetailMwBind = 8,            // a memory window bind the rules refuse
+  // A local operation (LOCAL_INV) on a key it cannot act on.
+  kDetailLocalOperation = 9,
+  // A receive: the SEND with Invalidate named a key this queue pair may not
+  // invalidate (its data were placed).
+  kDetailInvalidateRefused = 10,
 };
 
 // The daemon is done with the connection in `slot`: it completes nothing

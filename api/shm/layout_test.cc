@@ -65,7 +65,7 @@ TEST(RingAbi, BytesFor) {
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 10u);
+  EXPECT_EQ(kSessionVersion, 11u);
   EXPECT_EQ(kMaxConnections, 1024u);
   EXPECT_EQ(kMaxSge, 16u);
   EXPECT_EQ(kControlRingEntries, 64u);
@@ -333,6 +333,16 @@ TEST(LayoutAbi, VerbsMessages) {
   EXPECT_EQ(kVerbsSendFlags & kKnownSendFlags, kKnownSendFlags);
   EXPECT_EQ(kCompletionImm, 1u);
   EXPECT_EQ(kDetailLocalLength, 7u);
+  EXPECT_EQ(kOpAllocMw, 19u);
+  EXPECT_EQ(kOpDeallocMw, 20u);
+  EXPECT_EQ(kSendBindMw, 9u);
+  EXPECT_EQ(kSendLocalInvalidate, 10u);
+  EXPECT_EQ(kFlagInvalidate, 0x40000u);
+  EXPECT_EQ(kCompletionInvalidated, 8u);
+  EXPECT_EQ(kDetailMwBind, 8u);
+  EXPECT_EQ(kDetailLocalOperation, 9u);
+  EXPECT_EQ(kDetailInvalidateRefused, 10u);
+  EXPECT_EQ(kBindKnownBits, 0x1Fu);
 }
 
 // Every message is copied byte for byte between processes: no hidden

@@ -344,13 +344,18 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* a) {
   a->hw_ver = 1;
   a->max_qp = static_cast<int>(info.max_qps);
   a->max_qp_wr = static_cast<int>(info.max_qp_wr);
-  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
+  // Memory windows of type 1 and type 2B (a type 2 window is bound to a
+  // queue pair and reached through it only), as rxe: never 2A as well
+  // (o10-37.2.31).
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_MEM_WINDOW |
+                        IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = info.max_sge;
   a->max_sge_rd = info.max_sge;
   a->max_cq = kMaxCq;
   a->max_cqe = kMaxCqe;
   a->max_mr = static_cast<int>(info.max_mrs);
   a->max_pd = static_cast<int>(info.max_mrs);
+  a->max_mw = static_cast<int>(info.max_mrs);
   a->max_qp_rd_atom = info.max_rd_atomic;
   a->max_ah = static_cast<int>(shm::kMaxAddressHandles);
   // A shared receive queue is a connection slot whose receive ring holds up

@@ -51,7 +51,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
   constexpr unsigned kServed =
       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-      IBV_ACCESS_RELAXED_ORDERING;
+      IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_MW_BIND;
   if (pd == nullptr || length == 0) return Fail<ibv_mr*>(EINVAL, nullptr);
   if ((access & ~kServed) != 0) return Fail<ibv_mr*>(EOPNOTSUPP, nullptr);
   // Remote writes (and atomics) need local write, as the verbs say.

@@ -433,9 +433,10 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc);
 ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr);
 int ReqNotifyCq(ibv_cq* ibcq, int solicited_only);
 
-// --- Not served (unserved.cc) -----------------------------------------------
-
 int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+
+// --- Memory windows (memory_window.cc) --------------------------------------
+
 ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type);
 int BindMw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 int DeallocMw(ibv_mw* mw);

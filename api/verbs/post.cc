@@ -40,6 +40,10 @@ ibv_wc_status SendStatusOf(int status, uint32_t detail) {
       return IBV_WC_REM_OP_ERR;
     case shm::kDetailBadResponse:
       return IBV_WC_BAD_RESP_ERR;
+    case shm::kDetailMwBind:
+      return IBV_WC_MW_BIND_ERR;
+    case shm::kDetailLocalOperation:
+      return IBV_WC_LOC_QP_OP_ERR;
     default:
       break;
   }
@@ -61,7 +65,10 @@ ibv_wc_status SendStatusOf(int status, uint32_t detail) {
 }
 
 // ... of a receive request.
-ibv_wc_status RecvStatusOf(int status) {
+ibv_wc_status RecvStatusOf(int status, uint32_t detail) {
+  // A SEND with Invalidate of a key we may not invalidate (IBA class J,
+  // as rxe reports it).
+  if (detail == shm::kDetailInvalidateRefused) return IBV_WC_REM_INV_REQ_ERR;
   switch (status) {
     case RDP_OK:
       return IBV_WC_SUCCESS;
@@ -173,7 +180,8 @@ void Pump(Qp* q) {
       }
       const ibv_wc_status status = q->life.ShouldFlush()
                                        ? IBV_WC_WR_FLUSH_ERR
-                                       : RecvStatusOf(got[i].status);
+                                       : RecvStatusOf(got[i].status,
+                                                      got[i].detail);
       // A receive that failed breaks an RC queue pair; UC and UD go on
       // (the daemon's queue pair did).
       if (status != IBV_WC_SUCCESS && q->qp.qp_type == IBV_QPT_RC) {
@@ -187,6 +195,11 @@ void Pump(Qp* q) {
       if (status == IBV_WC_SUCCESS && (got[i].flags & shm::kCompletionImm)) {
         wc.wc_flags |= IBV_WC_WITH_IMM;
         wc.imm_data = got[i].imm;
+      }
+      if (status == IBV_WC_SUCCESS &&
+          (got[i].flags & shm::kCompletionInvalidated)) {
+        wc.wc_flags |= IBV_WC_WITH_INV;
+        wc.invalidated_rkey = got[i].imm;  // host order, ibv_poll_cq(3)
       }
       if (got[i].flags & shm::kCompletionGrh) {  // UD: a datagram's sender
         wc.wc_flags |= IBV_WC_GRH;
@@ -272,6 +285,23 @@ int Submit(Qp* q, uint64_t wr_id, const SendRequest& req) {
   const bool atomic =
       req.op == shm::kSendCompareSwap || req.op == shm::kSendFetchAdd;
   Client* client = q->owner->client.get();
+  if (req.op == shm::kSendBindMw || req.op == shm::kSendLocalInvalidate) {
+    uint64_t bits = req.swap_add;
+    // The region must allow binding and be in the window's protection
+    // domain; the daemon refuses the bind otherwise (IBV_WC_MW_BIND_ERR).
+    if (req.bind_mr != nullptr && req.bind_mw != nullptr &&
+        req.bind_mr->pd == req.bind_mw->pd &&
+        (reinterpret_cast<const Mr*>(req.bind_mr)->access &
+         IBV_ACCESS_MW_BIND) != 0) {
+      bits |= shm::kBindRegionAllowsBind;
+    }
+    const int r = client->PostMemoryWindow(
+        q->conn, req.op, req.sge_count > 0 ? &req.sgl[0] : nullptr, req.rkey,
+        req.imm, bits, req.flags, &s.ov);
+    if (r != RDP_PENDING) return r == RDP_ERR_NO_BUFFERS ? ENOMEM : EINVAL;
+    ++q->posted;
+    return 0;
+  }
   const int r =
       atomic ? client->PostAtomic(q->conn, req.op, req.sgl[0],
                                   req.remote_address, req.rkey, req.compare,

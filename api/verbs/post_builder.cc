@@ -137,10 +137,28 @@ void WrAtomicFetchAdd(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr,
 void WrNotServed(ibv_qp_ex* qpx) {
   if (WrBatch* b = OpenBatch(qpx)) Remember(b, EINVAL);
 }
-void WrSendInv(ibv_qp_ex* qpx, uint32_t) { WrNotServed(qpx); }
-void WrLocalInv(ibv_qp_ex* qpx, uint32_t) { WrNotServed(qpx); }
-void WrBindMw(ibv_qp_ex* qpx, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
-  WrNotServed(qpx);
+void WrSendInv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
+  if (ibv_send_wr* wr =
+          Begin(qpx, IBV_WR_SEND_WITH_INV, IBV_QP_EX_WITH_SEND_WITH_INV)) {
+    wr->invalidate_rkey = invalidate_rkey;
+  }
+}
+
+void WrLocalInv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
+  if (ibv_send_wr* wr =
+          Begin(qpx, IBV_WR_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV)) {
+    wr->invalidate_rkey = invalidate_rkey;
+  }
+}
+
+// `rkey`: the key the window is bound under (ibv_wr_bind_mw(3)).
+void WrBindMw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey,
+              const ibv_mw_bind_info* bind_info) {
+  if (ibv_send_wr* wr = Begin(qpx, IBV_WR_BIND_MW, IBV_QP_EX_WITH_BIND_MW)) {
+    wr->bind_mw.mw = mw;
+    wr->bind_mw.rkey = rkey;
+    if (bind_info != nullptr) wr->bind_mw.bind_info = *bind_info;
+  }
 }
 void WrSendTso(ibv_qp_ex* qpx, void*, uint16_t, uint16_t) { WrNotServed(qpx); }
 void WrAtomicWrite(ibv_qp_ex* qpx, uint32_t, uint64_t, const void*) {
@@ -258,10 +276,13 @@ void WrAbort(ibv_qp_ex* qpx) {
 uint64_t SendOpsServed(ibv_qp_type type) {
   constexpr uint64_t kUd = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
   constexpr uint64_t kUc = kUd | IBV_QP_EX_WITH_RDMA_WRITE |
-                           IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+                           IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                           IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW;
+  // SEND with Invalidate has no UC opcode in the IBA.
   constexpr uint64_t kRc = kUc | IBV_QP_EX_WITH_RDMA_READ |
                            IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                           IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+                           IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+                           IBV_QP_EX_WITH_SEND_WITH_INV;
   switch (type) {
     case IBV_QPT_RC:
       return kRc;

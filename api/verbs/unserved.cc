@@ -14,18 +14,6 @@
 
 #include "api/verbs/objects.h"
 
-namespace rdmaplane::verbs {
-
-ibv_mw* AllocMw(ibv_pd*, ibv_mw_type) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-
-int BindMw(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
-int DeallocMw(ibv_mw*) { return EOPNOTSUPP; }
-
-}  // namespace rdmaplane::verbs
-
 using namespace rdmaplane;         // NOLINT
 using namespace rdmaplane::verbs;  // NOLINT
 

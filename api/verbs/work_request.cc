@@ -2,6 +2,7 @@
 
 #include <errno.h>
 
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -21,6 +22,55 @@ std::underlying_type_t<ibv_wr_opcode> OpcodeOf(const ibv_send_wr& wr) {
   std::underlying_type_t<ibv_wr_opcode> raw;
   std::memcpy(&raw, &wr.opcode, sizeof(raw));
   return raw;
+}
+
+// BIND_MW and LOCAL_INV: connected queue pairs only, no data.
+int TranslateWindowWr(const ibv_send_wr& wr, const SendQueueView& sq,
+                      SendRequest* out) {
+  constexpr unsigned kKnown = IBV_SEND_SIGNALED | IBV_SEND_FENCE;
+  if (sq.datagram || (wr.send_flags & ~kKnown) != 0) return EINVAL;
+  const bool signaled = sq.sig_all || (wr.send_flags & IBV_SEND_SIGNALED) != 0;
+  out->flags = RDP_FLAG_DEFER | (signaled ? 0 : RDP_FLAG_SILENT_SUCCESS) |
+               ((wr.send_flags & IBV_SEND_FENCE) ? RDP_FLAG_READ_FENCE : 0);
+  out->sge_count = 0;
+  out->length = 0;
+  if (OpcodeOf(wr) == IBV_WR_LOCAL_INV) {
+    if (sq.outstanding >= sq.max_send_wr) return ENOMEM;
+    out->op = shm::kSendLocalInvalidate;
+    out->wc_opcode = IBV_WC_LOCAL_INV;
+    out->rkey = wr.invalidate_rkey;
+    return 0;
+  }
+  const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+  constexpr unsigned kWindowAccess =
+      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED;
+  if (wr.bind_mw.mw == nullptr || (b.mw_access_flags & ~kWindowAccess) != 0 ||
+      (b.mr == nullptr && (b.addr != 0 || b.length != 0)) ||
+      b.length > UINT32_MAX) {
+    return EINVAL;
+  }
+  if (sq.outstanding >= sq.max_send_wr) return ENOMEM;
+  out->op = shm::kSendBindMw;
+  out->wc_opcode = IBV_WC_BIND_MW;
+  out->rkey = wr.bind_mw.mw->rkey;
+  out->imm = wr.bind_mw.rkey;
+  out->bind_mw = wr.bind_mw.mw;
+  out->bind_mr = b.mr;
+  out->swap_add =
+      ((b.mw_access_flags & IBV_ACCESS_REMOTE_READ) ? shm::kBindRemoteRead : 0) |
+      ((b.mw_access_flags & IBV_ACCESS_REMOTE_WRITE) ? shm::kBindRemoteWrite
+                                                     : 0) |
+      ((b.mw_access_flags & IBV_ACCESS_REMOTE_ATOMIC) ? shm::kBindRemoteAtomic
+                                                      : 0) |
+      ((b.mw_access_flags & IBV_ACCESS_ZERO_BASED) ? shm::kBindZeroBased : 0);
+  if (b.mr != nullptr && b.length != 0) {
+    out->sgl[0].addr = reinterpret_cast<void*>(b.addr);
+    out->sgl[0].length = static_cast<uint32_t>(b.length);
+    out->sgl[0].lkey = b.mr->lkey;
+    out->sge_count = 1;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -55,8 +105,17 @@ int TranslateSendWr(const ibv_send_wr& wr, const SendQueueView& sq,
       out->op = shm::kSendFetchAdd;
       out->wc_opcode = IBV_WC_FETCH_ADD;
       break;
+    case IBV_WR_SEND_WITH_INV:
+      // RC only: the IBA has no UC or UD opcode for it.
+      if (sq.unreliable_connected || sq.datagram) return EINVAL;
+      out->op = shm::kSendSend;
+      out->wc_opcode = IBV_WC_SEND;
+      break;
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
+      return TranslateWindowWr(wr, sq, out);
     default:
-      return EOPNOTSUPP;  // invalidation, memory windows, TSO...: docs/verbs.md
+      return EOPNOTSUPP;  // TSO, atomic write...: docs/verbs.md
   }
   const bool atomic =
       out->op == shm::kSendCompareSwap || out->op == shm::kSendFetchAdd;
@@ -132,6 +191,10 @@ int TranslateSendWr(const ibv_send_wr& wr, const SendQueueView& sq,
     out->rkey = wr.wr.rdma.rkey;
   }
   out->imm = imm ? wr.imm_data : 0;
+  if (OpcodeOf(wr) == IBV_WR_SEND_WITH_INV) {
+    out->flags |= shm::kFlagInvalidate;
+    out->rkey = wr.invalidate_rkey;
+  }
   return 0;
 }
 

@@ -71,6 +71,13 @@ struct SendRequest {
   uint32_t ah = 0;
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
+  // shm::kSendBindMw: rkey is the window's, imm the key it is bound under,
+  // swap_add its shm::kBind* bits but kBindRegionAllowsBind (the caller
+  // knows whether `bind_mr` allows binding), the SGL the window (none: an
+  // unbind) in `bind_mr`. shm::kSendLocalInvalidate: rkey is the key to
+  // invalidate; so is a SEND with shm::kFlagInvalidate's.
+  const ibv_mr* bind_mr = nullptr;
+  const ibv_mw* bind_mw = nullptr;
 };
 
 // Translates `wr` (not the requests chained after it). Returns 0 and fills

@@ -8,7 +8,8 @@
 //     checks predicts) and leaves the inline slot untouched;
 //   - an accepted one is what librdmaplane accepts (an op it serves, no
 //     flag beyond shm::kVerbsSendFlags, at most shm::kMaxSge SGEs; an
-//     atomic, exactly one SGE of 8 bytes), its length is the sum of its
+//     atomic, exactly one SGE of 8 bytes; a memory window request, no
+//     data and the window, key and range asked for), its length is the sum of its
 //     SGEs, its SGL is theirs or, inline, one buffer holding their bytes in
 //     order, and the flags, immediate data, remote address and key, and an
 //     atomic's compare and swap or add values are the request's;
@@ -119,10 +120,18 @@ bool Served(uint8_t opcode) {
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
       return true;
     default:
       return false;
   }
+}
+
+// BIND_MW and LOCAL_INV: memory window requests, which carry no data.
+bool WindowOp(uint8_t opcode) {
+  return opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV;
 }
 
 bool Atomic(uint8_t opcode) {
@@ -144,8 +153,16 @@ uint64_t SumOf(const ibv_sge* sges, uint32_t n) {
 }
 
 // What ibv_post_send must answer, from docs/verbs.md section 7.
-int ExpectedSend(const Request& r, const SendQueueView& sq) {
+int ExpectedSend(const Request& r, const ibv_send_wr& wr,
+                 const SendQueueView& sq) {
   if (!Served(r.opcode)) return EOPNOTSUPP;
+  if (WindowOp(r.opcode)) {
+    if ((r.send_flags & ~(IBV_SEND_SIGNALED | IBV_SEND_FENCE)) != 0) {
+      return EINVAL;
+    }
+    if (r.opcode == IBV_WR_BIND_MW && wr.bind_mw.mw == nullptr) return EINVAL;
+    return sq.outstanding >= sq.max_send_wr ? ENOMEM : 0;
+  }
   constexpr unsigned kKnown = IBV_SEND_SIGNALED | IBV_SEND_INLINE |
                               IBV_SEND_FENCE | IBV_SEND_SOLICITED;
   if ((r.send_flags & ~kKnown) != 0) return EINVAL;
@@ -167,10 +184,34 @@ int ExpectedSend(const Request& r, const SendQueueView& sq) {
 void CheckSend(const Request& r, const ibv_send_wr& wr, const SendQueueView& sq,
                const std::vector<uint8_t>& inline_slot, int err,
                const SendRequest& out) {
-  FUZZ_CHECK(err == ExpectedSend(r, sq));
-  const bool inline_data = InlineData(r);
+  FUZZ_CHECK(err == ExpectedSend(r, wr, sq));
+  const bool inline_data = InlineData(r) && !WindowOp(r.opcode);
   if (err != 0) {
     for (uint8_t b : inline_slot) FUZZ_CHECK(b == kCanary);
+    return;
+  }
+  if (WindowOp(r.opcode)) {
+    for (uint8_t b : inline_slot) FUZZ_CHECK(b == kCanary);
+    FUZZ_CHECK(out.length == 0);
+    FUZZ_CHECK((out.flags & ~(RDP_FLAG_DEFER | RDP_FLAG_SILENT_SUCCESS |
+                              RDP_FLAG_READ_FENCE)) == 0);
+    if (r.opcode == IBV_WR_LOCAL_INV) {
+      FUZZ_CHECK(out.op == shm::kSendLocalInvalidate);
+      FUZZ_CHECK(out.wc_opcode == IBV_WC_LOCAL_INV);
+      FUZZ_CHECK(out.rkey == wr.invalidate_rkey && out.sge_count == 0);
+      return;
+    }
+    FUZZ_CHECK(out.op == shm::kSendBindMw);
+    FUZZ_CHECK(out.wc_opcode == IBV_WC_BIND_MW);
+    FUZZ_CHECK(out.rkey == wr.bind_mw.mw->rkey);
+    FUZZ_CHECK(out.imm == wr.bind_mw.rkey);
+    const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+    FUZZ_CHECK(out.sge_count == (b.length != 0 ? 1u : 0u));
+    if (out.sge_count == 1) {
+      FUZZ_CHECK(reinterpret_cast<uint64_t>(out.sgl[0].addr) == b.addr);
+      FUZZ_CHECK(out.sgl[0].length == b.length);
+      FUZZ_CHECK(out.sgl[0].lkey == b.mr->lkey);
+    }
     return;
   }
   const uint64_t total = SumOf(r.sges.get(), r.sge_entries);
@@ -189,6 +230,8 @@ void CheckSend(const Request& r, const ibv_send_wr& wr, const SendQueueView& sq,
                    r.opcode == IBV_WR_SEND_WITH_IMM;
   FUZZ_CHECK(((out.flags & shm::kFlagImmediate) != 0) == imm);
   FUZZ_CHECK(out.imm == (imm ? wr.imm_data : 0));
+  const bool invalidate = r.opcode == IBV_WR_SEND_WITH_INV;
+  FUZZ_CHECK(((out.flags & shm::kFlagInvalidate) != 0) == invalidate);
   switch (r.opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -197,6 +240,7 @@ void CheckSend(const Request& r, const ibv_send_wr& wr, const SendQueueView& sq,
       break;
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
       FUZZ_CHECK(out.op == shm::kSendSend);
       FUZZ_CHECK(out.wc_opcode == IBV_WC_SEND);
       break;
@@ -223,7 +267,8 @@ void CheckSend(const Request& r, const ibv_send_wr& wr, const SendQueueView& sq,
     FUZZ_CHECK(out.sge_count == 1 && out.length == 8);
   } else {
     FUZZ_CHECK(out.remote_address == wr.wr.rdma.remote_addr);
-    FUZZ_CHECK(out.rkey == wr.wr.rdma.rkey);
+    FUZZ_CHECK(out.rkey ==
+               (invalidate ? wr.invalidate_rkey : wr.wr.rdma.rkey));
     FUZZ_CHECK(out.compare == 0 && out.swap_add == 0);
   }
   if (inline_data) {
@@ -324,6 +369,10 @@ void Run(const uint8_t* data, size_t size) {
     }
     return;
   }
+  ibv_mw window{};
+  window.rkey = 0x3433;
+  ibv_mr region{};
+  region.lkey = 0x4242;
   std::vector<ibv_send_wr> chain(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     chain[i].wr_id = i;
@@ -345,6 +394,15 @@ void Run(const uint8_t* data, size_t size) {
       chain[i].wr.rdma.remote_addr = 0x7F0000000000ull + (i << 12);
       chain[i].wr.rdma.rkey = static_cast<uint32_t>(0xA000 + i);
     }
+    // A window for every other BIND_MW (none: refused), bound to a range
+    // of the SGEs' length (0: an unbind) of a region.
+    if (i % 2 == 0) chain[i].bind_mw.mw = &window;
+    chain[i].bind_mw.rkey = static_cast<uint32_t>(0x3400 + i);
+    chain[i].bind_mw.bind_info.mr = &region;
+    chain[i].bind_mw.bind_info.addr = 0x9000 + i;
+    chain[i].bind_mw.bind_info.length =
+        SumOf(requests[i].sges.get(), requests[i].sge_entries) & 0xFFFF;
+    chain[i].bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
     chain[i].next = i + 1 < chain.size() ? &chain[i + 1] : nullptr;
   }
   for (ibv_send_wr* wr = chain.empty() ? nullptr : &chain[0]; wr != nullptr;
@@ -377,7 +435,8 @@ namespace rdmaplane::wire {
 
 // For the fuzz_driver's mutation mode: a WRITE with two SGEs, an inline
 // SEND and a READ on a roomy queue; a COMPARE SWAP and a FETCH ADD, and one
-// with a 4-byte SGE; two receives.
+// with a 4-byte SGE; two receives; a bind, a local invalidate, a SEND with
+// Invalidate and a bind without a window.
 std::vector<std::vector<uint8_t>> FuzzSeedCorpus() {
   return {
       {0, 16, 4, 64, 0, 9,
@@ -392,6 +451,11 @@ std::vector<std::vector<uint8_t>> FuzzSeedCorpus() {
       {1, 4, 2, 0, 3, 0,
        0, 0, 2, 0, 0, 0, 32, 0, 32, 0, 32, 0,
        0, 0, 0, 2},
+      {0, 16, 4, 64, 0, 9,
+       IBV_WR_BIND_MW, IBV_SEND_SIGNALED, 1, 0, 0, 0, 16, 0,
+       IBV_WR_LOCAL_INV, IBV_SEND_FENCE, 0, 0,
+       IBV_WR_SEND_WITH_INV, IBV_SEND_SIGNALED, 1, 0, 8, 0, 40, 0,
+       IBV_WR_BIND_MW, 0, 0, 0},
   };
 }
 

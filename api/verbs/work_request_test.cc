@@ -178,8 +178,7 @@ TEST_F(SendWrTest, AtomicsTakeOneEightByteSge) {
 }
 
 TEST_F(SendWrTest, OpcodeNotServed) {
-  for (ibv_wr_opcode op :
-       {IBV_WR_LOCAL_INV, IBV_WR_BIND_MW, IBV_WR_SEND_WITH_INV, IBV_WR_TSO}) {
+  for (ibv_wr_opcode op : {IBV_WR_TSO, IBV_WR_ATOMIC_WRITE, IBV_WR_DRIVER1}) {
     wr_.opcode = op;
     EXPECT_EQ(Translate(), EOPNOTSUPP) << op;
   }
@@ -194,6 +193,86 @@ TEST_F(SendWrTest, OpcodeNotServed) {
   wr_.send_flags = 0x8000;
   wr_.num_sge = 99;
   EXPECT_EQ(Translate(), EOPNOTSUPP);
+}
+
+TEST_F(SendWrTest, SendWithInvalidateIsAnRcSendNamingTheKey) {
+  wr_.opcode = IBV_WR_SEND_WITH_INV;
+  wr_.invalidate_rkey = 0xABCD12;
+  ASSERT_EQ(Translate(), 0);
+  EXPECT_EQ(out_.op, shm::kSendSend);
+  EXPECT_EQ(out_.wc_opcode, IBV_WC_SEND);
+  EXPECT_NE(out_.flags & shm::kFlagInvalidate, 0u);
+  EXPECT_EQ(out_.flags & shm::kFlagImmediate, 0u);
+  EXPECT_EQ(out_.rkey, 0xABCD12u);
+  EXPECT_EQ(out_.sge_count, 2u);
+  // The IBA has no UC or UD opcode for it.
+  sq_.unreliable_connected = true;
+  EXPECT_EQ(Translate(), EINVAL);
+  sq_.unreliable_connected = false;
+  sq_.datagram = true;
+  EXPECT_EQ(Translate(), EINVAL);
+}
+
+TEST_F(SendWrTest, BindAndLocalInvalidateCarryNoData) {
+  ibv_mw mw{};
+  mw.rkey = 0x1200 | 0x34;
+  ibv_mr mr{};
+  mr.lkey = 0x999;
+  wr_.opcode = IBV_WR_BIND_MW;
+  wr_.send_flags = 0;
+  wr_.bind_mw.mw = &mw;
+  wr_.bind_mw.rkey = 0x1235;
+  wr_.bind_mw.bind_info.mr = &mr;
+  wr_.bind_mw.bind_info.addr = 0x5000;
+  wr_.bind_mw.bind_info.length = 300;
+  wr_.bind_mw.bind_info.mw_access_flags =
+      IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ZERO_BASED;
+  ASSERT_EQ(Translate(), 0);
+  EXPECT_EQ(out_.op, shm::kSendBindMw);
+  EXPECT_EQ(out_.wc_opcode, IBV_WC_BIND_MW);
+  EXPECT_EQ(out_.rkey, 0x1234u);
+  EXPECT_EQ(out_.imm, 0x1235u);
+  EXPECT_EQ(out_.swap_add, shm::kBindRemoteWrite | shm::kBindZeroBased);
+  EXPECT_EQ(out_.sge_count, 1u);
+  EXPECT_EQ(out_.sgl[0].lkey, 0x999u);
+  EXPECT_EQ(out_.sgl[0].length, 300u);
+  EXPECT_NE(out_.flags & RDP_FLAG_SILENT_SUCCESS, 0u);
+  EXPECT_EQ(out_.bind_mr, &mr);
+  // An unbind (type 1): no region, no range.
+  wr_.bind_mw.bind_info = {};
+  ASSERT_EQ(Translate(), 0);
+  EXPECT_EQ(out_.sge_count, 0u);
+  // A range without a region, a local access right, no window, a datagram
+  // queue pair, inline: refused.
+  wr_.bind_mw.bind_info.length = 8;
+  EXPECT_EQ(Translate(), EINVAL);
+  wr_.bind_mw.bind_info = {&mr, 0x5000, 8, IBV_ACCESS_LOCAL_WRITE};
+  EXPECT_EQ(Translate(), EINVAL);
+  wr_.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+  wr_.bind_mw.mw = nullptr;
+  EXPECT_EQ(Translate(), EINVAL);
+  wr_.bind_mw.mw = &mw;
+  wr_.send_flags = IBV_SEND_INLINE;
+  EXPECT_EQ(Translate(), EINVAL);
+  wr_.send_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE;
+  ASSERT_EQ(Translate(), 0);
+  EXPECT_EQ(out_.flags & RDP_FLAG_SILENT_SUCCESS, 0u);
+  EXPECT_NE(out_.flags & RDP_FLAG_READ_FENCE, 0u);
+  sq_.datagram = true;
+  EXPECT_EQ(Translate(), EINVAL);
+  sq_.datagram = false;
+  // LOCAL_INV names the key; UC takes both (only UD refuses).
+  wr_.opcode = IBV_WR_LOCAL_INV;
+  wr_.invalidate_rkey = 0x1235;
+  sq_.unreliable_connected = true;
+  ASSERT_EQ(Translate(), 0);
+  EXPECT_EQ(out_.op, shm::kSendLocalInvalidate);
+  EXPECT_EQ(out_.wc_opcode, IBV_WC_LOCAL_INV);
+  EXPECT_EQ(out_.rkey, 0x1235u);
+  EXPECT_EQ(out_.sge_count, 0u);
+  // A full queue.
+  sq_.outstanding = sq_.max_send_wr;
+  EXPECT_EQ(Translate(), ENOMEM);
 }
 
 TEST_F(SendWrTest, UnknownSendFlag) {

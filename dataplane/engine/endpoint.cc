@@ -197,7 +197,8 @@ void Endpoint::SetIdle(bool idle) {
 
 bool Endpoint::HasWork() const {
   return (rx_ != nullptr && !rx_->empty()) ||
-         (!closed_ && (info_.send.Size() > 0 || direct_copy_.active ||
+         (!closed_ && ((info_.send.Size() > 0 && !send_waits_) ||
+                       direct_copy_.active ||
                        (info_.receive.valid() && info_.receive.Size() > 0))) ||
          qp_->responder_busy();
 }
@@ -254,8 +255,9 @@ rc::ResolvedMemory Endpoint::Resolve(wire::Qpn, wire::Rkey rkey, uint64_t va,
                       : access == rc::RemoteAccess::kWrite
                           ? mr::kAccessRemoteWrite
                           : mr::kAccessRemoteAtomic;
-  const mr::AccessResult r = mr::ResolveRemote(
-      *table_, rkey.value(), info_.registration_scope, bit, va, len);
+  const mr::AccessResult r =
+      mr::ResolveRemote(*table_, rkey.value(), info_.registration_scope, bit,
+                        va, len, info_.connection_id);
   // Pinned until the responder releases it, so that deregistration of a
   // buffer a transfer is using fails as "in use".
   if (r.check == mr::AccessCheck::kOk && !table_->BeginUse(rkey.value())) {
@@ -265,6 +267,78 @@ rc::ResolvedMemory Endpoint::Resolve(wire::Qpn, wire::Rkey rkey, uint64_t va,
 }
 
 void Endpoint::Release(wire::Rkey rkey) { table_->EndUse(rkey.value()); }
+
+bool Endpoint::Invalidate(wire::Qpn, wire::Rkey rkey) {
+  // Only a type 2 window bound to this queue pair (IBA 10.6.7.2.4: the QP
+  // association of a type 2B window), in its protection domain.
+  const mr::Registration* r = table_->Lookup(rkey.value());
+  if (r == nullptr || r->kind != mr::KeyKind::kWindowType2 ||
+      r->connection != info_.registration_scope ||
+      r->queue_pair != info_.connection_id) {
+    return false;
+  }
+  // The control plane finds it invalid when it next looks at the window
+  // (a bind, a deallocation) and takes it out of the table then.
+  return table_->Invalidate(rkey.value());
+}
+
+bool Endpoint::StartLocalOp(const shm::SendEntry& e) {
+  // Every request before it completes first (IBA 10.6.5.1's local
+  // invalidate fence, which holds for binds here too): it then runs on its
+  // own, and the requests after it wait for its answer.
+  if (pins_head_ != pins_tail_) {
+    send_waits_ = true;
+    return false;
+  }
+  info_.send.Consume();
+  local_op_.entry = e;
+  local_op_.index = taken_++;
+  local_op_.waiting = true;
+  local_op_.pass_up = true;
+  send_waits_ = true;
+  return true;
+}
+
+bool Endpoint::TakeLocalOp(shm::SendEntry* entry, uint32_t* seq) const {
+  if (!local_op_.pass_up || closed_) return false;
+  *entry = local_op_.entry;
+  *seq = local_op_.index;
+  return true;
+}
+
+void Endpoint::AnswerLocalOp(uint32_t seq, int32_t status, uint8_t detail) {
+  const uint64_t word = kAnswered | uint64_t{detail} << 40 |
+                        uint64_t{static_cast<uint8_t>(status)} << 32 | seq;
+  // Release pairs with the acquire load in FinishLocalOp.
+  local_op_answer_.store(word, std::memory_order_release);
+}
+
+void Endpoint::FinishLocalOp() {
+  const uint64_t word = local_op_answer_.load(std::memory_order_acquire);
+  if ((word & kAnswered) == 0 ||
+      static_cast<uint32_t>(word) != local_op_.index) {
+    return;
+  }
+  local_op_answer_.store(0, std::memory_order_relaxed);
+  local_op_.waiting = false;
+  send_waits_ = false;
+  const int32_t status = static_cast<int8_t>(word >> 32);
+  const uint8_t detail = static_cast<uint8_t>(word >> 40);
+  const shm::SendEntry& e = local_op_.entry;
+  if (status == shm::kStatusOk) {
+    if ((e.flags & shm::kFlagSilentSuccess) == 0) {
+      PushCompletion(e.wr_id, status, e.op, 0);
+    }
+    return;
+  }
+  // A bind or invalidation the rules refuse puts the queue pair in the
+  // error state (IBA 10.6.7.2.4, 10.6.5.1): the request fails with its
+  // reason, every later one is flushed.
+  PublishState(shm::kConnAborted);
+  PushCompletion(e.wr_id, status, e.op, 0, detail);
+  Close(CloseReason::kTransportError);
+  transport_error_ = true;
+}
 
 int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
                         Pins* pins) {
@@ -291,6 +365,10 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
       e.num_sge > shm::kMaxSge || (e.flags & ~known) != 0 ||
       ((e.op == shm::kSendRead || atomic) &&
        (e.flags & shm::kFlagImmediate) != 0) ||
+      // SEND with Invalidate: RC only, and never with immediate data.
+      ((e.flags & shm::kFlagInvalidate) != 0 &&
+       (e.op != shm::kSendSend || (e.flags & shm::kFlagImmediate) != 0 ||
+        info_.qp.type != rc::lifecycle::QpType::kRc)) ||
       (atomic && (e.num_sge != 1 || e.sge[0].length != rc::kAtomicBytes))) {
     ++stats_.bad_entries;
     return shm::kStatusInvalid;
@@ -304,7 +382,9 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
   wr->flags = ((e.flags & shm::kFlagSilentSuccess) ? rc::kWrSilentSuccess : 0) |
               ((e.flags & shm::kFlagReadFence) ? rc::kWrReadFence : 0) |
               ((e.flags & shm::kFlagImmediate) ? rc::kWrImmediate : 0) |
-              ((e.flags & shm::kFlagSolicited) ? rc::kWrSolicited : 0);
+              ((e.flags & shm::kFlagSolicited) ? rc::kWrSolicited : 0) |
+              ((e.flags & shm::kFlagInvalidate) ? rc::kWrInvalidate : 0);
+  wr->invalidate_rkey = wire::Rkey(e.rkey);
   wr->num_sge = e.num_sge;
   wr->remote_va = e.remote_address;
   wr->rkey = wire::Rkey(e.rkey);
@@ -345,6 +425,7 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
 uint32_t Endpoint::Retired() const {
   // Requests the QP flushed never ran: the final status ends them.
   if (first_flushed_.has_value()) return *first_flushed_;
+  if (local_op_.waiting) return local_op_.index;
   if (direct_copy_.active) return direct_copy_.pins.index;
   if (pins_head_ != pins_tail_) return pins_[pins_head_ & pins_mask_].index;
   return taken_;
@@ -394,8 +475,9 @@ bool Endpoint::CompletionRoom() const {
 
 void Endpoint::PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
                                   uint32_t bytes, uint8_t flags, uint32_t imm,
-                                  uint32_t src_qp) {
+                                  uint32_t src_qp, uint8_t detail) {
   shm::CompletionEntry c{};
+  c.detail = detail;
   c.src_qp = src_qp;
   c.wr_id = wr_id;
   c.status = status;
@@ -409,17 +491,24 @@ void Endpoint::PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
 void Endpoint::CompleteRecv(const rc::RecvCompletion& c) {
   shared_taken_.reset();
   int32_t status = shm::kStatusOk;
+  uint8_t detail = shm::kDetailNone;
   if (c.status == rc::WcStatus::kLocalLengthError) {
     status = shm::kStatusNoBuffers;  // the message did not fit
+  } else if (c.status == rc::WcStatus::kInvalidateError) {
+    status = shm::kStatusInvalid;
+    detail = shm::kDetailInvalidateRefused;
   } else if (c.status != rc::WcStatus::kSuccess) {
     status = shm::kStatusConnAborted;
   }
-  const uint8_t flags =
-      static_cast<uint8_t>((c.with_imm ? shm::kCompletionImm : 0) |
-                           (c.solicited ? shm::kCompletionSolicited : 0) |
-                           (c.grh ? shm::kCompletionGrh : 0));
+  const uint8_t flags = static_cast<uint8_t>(
+      (c.with_imm ? shm::kCompletionImm : 0) |
+      (c.solicited ? shm::kCompletionSolicited : 0) |
+      (c.grh ? shm::kCompletionGrh : 0) |
+      (c.invalidated ? shm::kCompletionInvalidated : 0));
   PushRecvCompletion(c.wr_id, status, c.write ? shm::kRecvWriteImm : shm::kRecv,
-                     c.byte_len, flags, c.imm, c.src_qp.value());
+                     c.byte_len, flags,
+                     c.invalidated ? c.invalidated_rkey.value() : c.imm,
+                     c.src_qp.value(), detail);
 }
 
 uint32_t Endpoint::PullReceives(uint32_t budget) {
@@ -500,6 +589,11 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
     // client that moved its completion ring's consumer index before it
     // posted is seen to have, and the request stays in the ring.
     if (!CompletionRoom()) break;
+    if ((e.op == shm::kSendBindMw || e.op == shm::kSendLocalInvalidate) &&
+        remote() && info_.qp.type != rc::lifecycle::QpType::kUd) {
+      if (StartLocalOp(e)) ++n;
+      break;
+    }
     info_.send.Consume();
     ++n;
     rc::WorkRequest wr;
@@ -666,6 +760,7 @@ void Endpoint::ContinueDirect() {
 }
 
 void Endpoint::Complete(const rc::Completion& c) {
+  send_waits_ = false;  // a memory window request may wait for this one
   Pins& pins = pins_[pins_head_ & pins_mask_];
   ++pins_head_;
   ReleasePins(pins);
@@ -729,6 +824,7 @@ void Endpoint::Complete(const rc::Completion& c) {
     case rc::WcStatus::kPeerInvalidRequest:
     case rc::WcStatus::kPeerAccessError:
     case rc::WcStatus::kLocalLengthError:
+    case rc::WcStatus::kInvalidateError:
       status = shm::kStatusConnAborted;
       detail = shm::kDetailBadResponse;
       break;
@@ -801,9 +897,10 @@ uint32_t Endpoint::Poll(uint32_t budget) {
       ContinueDirect();
       ++work;
     }
+    if (local_op_.waiting) FinishLocalOp();
     // The QP may have entered the error state on a frame (a NAK, a bad
     // response): no request is handed to it after that; it closes below.
-    if (qp_->state() == rc::QpState::kReadyToSend) {
+    if (!closed_ && qp_->state() == rc::QpState::kReadyToSend) {
       // A shared receive queue's receives are taken as frames need them.
       if (!info_.shared_receive) work += PullReceives(budget);
       work += PullRequests(budget);

@@ -240,6 +240,18 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   rc::ResolvedMemory Resolve(wire::Qpn local_qpn, wire::Rkey rkey, uint64_t va,
                              uint32_t len, rc::RemoteAccess access) override;
   void Release(wire::Rkey rkey) override;
+  bool Invalidate(wire::Qpn local_qpn, wire::Rkey rkey) override;
+
+  // Memory window requests (kSendBindMw, kSendLocalInvalidate) change the
+  // registration table, which only the control thread may: the endpoint
+  // takes one once every earlier request completed, the engine passes it
+  // to the control plane (TakeLocalOp, then LocalOpPassedUp), and the
+  // requests after it wait until the control plane answers (AnswerLocalOp,
+  // control thread; `seq` names the request). A request the rules refuse
+  // fails with its reason and breaks the connection, as IBA's error state.
+  bool TakeLocalOp(shm::SendEntry* entry, uint32_t* seq) const;
+  void LocalOpPassedUp() { local_op_.pass_up = false; }
+  void AnswerLocalOp(uint32_t seq, int32_t status, uint8_t detail);
   // rc::CompletionSink
   void Complete(const rc::Completion& c) override;
   void CompleteRecv(const rc::RecvCompletion& c) override;
@@ -266,6 +278,11 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   static constexpr uint32_t kDirectBytesPerTurn = 1u << 20;
 
   uint32_t PullRequests(uint32_t budget);
+  // Takes memory window request `e` from the send ring when nothing
+  // earlier is outstanding; false (it stays in the ring) otherwise.
+  bool StartLocalOp(const shm::SendEntry& e);
+  // Completes the memory window request once the control plane answered.
+  void FinishLocalOp();
   // Receive requests from the client's receive ring into the QP (when
   // info.receive was given).
   uint32_t PullReceives(uint32_t budget);
@@ -279,7 +296,8 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   void Push(const shm::CompletionEntry& c);
   void PushRecvCompletion(uint64_t wr_id, int32_t status, uint8_t op,
                           uint32_t bytes, uint8_t flags, uint32_t imm,
-                          uint32_t src_qp = 0);
+                          uint32_t src_qp = 0,
+                          uint8_t detail = shm::kDetailNone);
   // Carries out a request against the peer endpoint's memory (direct_
   // connections only): the responder's checks, one copy, spread over turns
   // when it is large.
@@ -349,6 +367,20 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   std::optional<uint32_t> first_flushed_;
   uint32_t published_retired_ = 0;
   DirectCopy direct_copy_;
+  struct LocalOp {
+    bool waiting = false;  // taken, not answered yet
+    bool pass_up = false;  // for the engine to pass to the control plane
+    uint32_t index = 0;    // its place in taking order, and its seq
+    shm::SendEntry entry;
+  };
+  LocalOp local_op_;
+  static constexpr uint64_t kAnswered = uint64_t{1} << 63;
+  // kAnswered | detail << 40 | (uint8_t) status << 32 | seq; stored by the
+  // control thread (AnswerLocalOp).
+  std::atomic<uint64_t> local_op_answer_{0};
+  // The send ring's next request waits (for earlier ones to complete, or
+  // for a memory window request's answer): it is no work until then.
+  bool send_waits_ = false;
   bool ring_bell_ = false;
   bool closed_ = false;
   CloseReason close_reason_ = CloseReason::kClosedByClient;

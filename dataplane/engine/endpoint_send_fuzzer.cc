@@ -16,6 +16,10 @@
 //     connection's final status (its index at or past the retired count);
 //     an atomic that fails directly, with the peer's refusal (remote
 //     access, or invalid request for a misaligned address);
+//   - a memory window request over a port (answered here as the control
+//     plane would, refused when its bound key is odd) runs once every
+//     request before it completed, and completes as answered (a refusal
+//     breaks the connection);
 //   - pins: none held between turns on the direct path, and over a port
 //     exactly one per SGE of every request outstanding in the queue pair;
 //     none once the endpoints closed;
@@ -24,8 +28,8 @@
 //
 // Input: a mode byte (bit 0: over a port instead of direct; bit 1: over a
 // port, time passes, so retransmissions run out and the queue pair
-// fails), then records of 177 bytes: a steering byte and a SendEntry's
-// 176 bytes. The steering byte's bits pull parts of the entry towards the
+// fails), then records of 321 bytes: a steering byte and a SendEntry's
+// 320 bytes. The steering byte's bits pull parts of the entry towards the
 // registrations so that valid requests are common: bit 0 the op, bit 1
 // the flags, bit 2 num_sge (an atomic's: 1), bit 3 the SGEs' keys and
 // addresses, bit 4 their lengths (small; an atomic's first: 8), bit 5 the
@@ -40,6 +44,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -180,10 +185,11 @@ class Harness {
   // Rewrites the parts of `e` that `steer` says towards the registrations.
   void Steer(uint8_t steer, shm::SendEntry& e) const {
     if ((steer & 0x01) != 0) {
-      constexpr uint8_t kOps[] = {shm::kSendWrite, shm::kSendRead,
-                                  shm::kSendSend, shm::kSendCompareSwap,
-                                  shm::kSendFetchAdd};
-      e.op = kOps[e.op % 5];
+      constexpr uint8_t kOps[] = {shm::kSendWrite,       shm::kSendRead,
+                                  shm::kSendSend,        shm::kSendCompareSwap,
+                                  shm::kSendFetchAdd,    shm::kSendBindMw,
+                                  shm::kSendLocalInvalidate};
+      e.op = kOps[e.op % 7];
     }
     const bool atomic =
         e.op == shm::kSendCompareSwap || e.op == shm::kSendFetchAdd;
@@ -227,6 +233,18 @@ class Harness {
     for (uint32_t turn = 0; turn < kMaxTurns; ++turn) {
       uint32_t work = a_->Poll(kBudget);
       if (b_ != nullptr) work += b_->Poll(kBudget);
+      // The control plane's part in a memory window request: an odd bound
+      // key is refused, any other request done.
+      shm::SendEntry window;
+      uint32_t seq;
+      if (a_->TakeLocalOp(&window, &seq)) {
+        FUZZ_CHECK(port_ && WindowOp(window));
+        a_->LocalOpPassedUp();
+        const bool refuse = (window.imm & 1) != 0;
+        a_->AnswerLocalOp(seq, refuse ? shm::kStatusInvalid : shm::kStatusOk,
+                          refuse ? shm::kDetailMwBind : shm::kDetailNone);
+        ++work;
+      }
       Drain();
       if (time_passes_) {
         clock_.now += 20'000'000;
@@ -256,11 +274,14 @@ class Harness {
         // Also those that came after Account saw the entry: over a port
         // nothing succeeds.
         FUZZ_CHECK(o.completion->op == o.entry.op);
-        FUZZ_CHECK(!port_ || o.completion->status != shm::kStatusOk);
+        FUZZ_CHECK(!port_ || WindowOp(o.entry) ||
+                   o.completion->status != shm::kStatusOk);
         continue;
       }
-      FUZZ_CHECK(i >= retired || (!port_ && *o.expected == shm::kStatusOk &&
-                                  (o.entry.flags & shm::kFlagSilentSuccess)));
+      FUZZ_CHECK(i >= retired ||
+                 ((!port_ || WindowOp(o.entry)) &&
+                  *o.expected == shm::kStatusOk &&
+                  (o.entry.flags & shm::kFlagSilentSuccess)));
     }
   }
 
@@ -327,6 +348,9 @@ class Harness {
   // Translate's answer for `e`, from the registrations as the fuzzer made
   // them (and invalidated them).
   int32_t Expected(const shm::SendEntry& e) const {
+    // Over a port a memory window request is taken as it is, for the
+    // control plane to check.
+    if (port_ && WindowOp(e)) return shm::kStatusOk;
     const uint32_t known =
         port_ ? shm::kVerbsSendFlags : shm::kKnownSendFlags;
     const bool atomic = Atomic(e);
@@ -335,6 +359,8 @@ class Harness {
         e.num_sge > shm::kMaxSge || (e.flags & ~known) != 0 ||
         ((e.op == shm::kSendRead || atomic) &&
          (e.flags & shm::kFlagImmediate) != 0) ||
+        ((e.flags & shm::kFlagInvalidate) != 0 &&
+         (e.op != shm::kSendSend || (e.flags & shm::kFlagImmediate) != 0)) ||
         (atomic && (e.num_sge != 1 || e.sge[0].length != 8))) {
       return shm::kStatusInvalid;
     }
@@ -355,6 +381,10 @@ class Harness {
     }
     if (total > (uint64_t{1} << 31)) return shm::kStatusInvalid;
     return shm::kStatusOk;
+  }
+
+  static bool WindowOp(const shm::SendEntry& e) {
+    return e.op == shm::kSendBindMw || e.op == shm::kSendLocalInvalidate;
   }
 
   static bool Atomic(const shm::SendEntry& e) {
@@ -381,6 +411,24 @@ class Harness {
         FUZZ_CHECK(o.completion->status == *o.expected);
         FUZZ_CHECK(o.completion->op == e.op);
         FUZZ_CHECK(o.completion->byte_len == 0);
+        continue;
+      }
+      if (WindowOp(e)) {
+        // Answered after every request before it completed, and then the
+        // next ones wait for it: done, silently or not, or refused (the
+        // connection breaks), or still waiting.
+        if (o.completion.has_value()) {
+          const bool refused = (e.imm & 1) != 0;
+          FUZZ_CHECK(o.completion->status ==
+                     (refused ? shm::kStatusInvalid : shm::kStatusOk));
+          FUZZ_CHECK(o.completion->byte_len == 0);
+          if (refused) {
+            FUZZ_CHECK(o.completion->detail == shm::kDetailMwBind);
+            FUZZ_CHECK(a_->closed());
+          } else {
+            FUZZ_CHECK((e.flags & shm::kFlagSilentSuccess) == 0);
+          }
+        }
         continue;
       }
       uint64_t total = 0;
@@ -438,8 +486,9 @@ class Harness {
       if (port_ && !a_->closed()) {
         for (uint32_t i = 0; i < checked_; ++i) {
           const Outcome& o = outcomes_[i];
-          if (*o.expected != shm::kStatusOk || o.completion.has_value()) {
-            continue;
+          if (*o.expected != shm::kStatusOk || o.completion.has_value() ||
+              WindowOp(o.entry)) {
+            continue;  // a window request holds no pins
           }
           for (uint32_t j = 0; j < o.entry.num_sge; ++j) {
             if (o.entry.sge[j].lkey == k.key) ++held;
@@ -494,7 +543,8 @@ namespace rdmaplane::wire {
 
 // For the fuzz_driver's mutation mode: on the direct path, a write of 64
 // bytes, a read with local invalidate, and a raw entry; then a COMPARE
-// SWAP, a FETCH ADD and a misaligned FETCH ADD, directly and over a port.
+// SWAP, a FETCH ADD and a misaligned FETCH ADD, directly and over a port;
+// memory window requests over a port.
 std::vector<std::vector<uint8_t>> FuzzSeedCorpus() {
   auto record = [](std::vector<uint8_t>& seed, uint8_t steer, uint8_t op,
                    uint32_t flags, uint64_t remote_address = 128) {
@@ -523,6 +573,16 @@ std::vector<std::vector<uint8_t>> FuzzSeedCorpus() {
     record(atomics, 0x7F, 4, 0, 132);
     seeds.push_back(atomics);
   }
+  // Over a port: a bind, a write it waits for, a silent invalidation, and
+  // a refused bind (odd key).
+  std::vector<uint8_t> windows = {1};
+  record(windows, 0x00, shm::kSendBindMw, 0);
+  record(windows, 0x7E, shm::kSendWrite, 0);
+  record(windows, 0x80, shm::kSendLocalInvalidate, shm::kFlagSilentSuccess);
+  record(windows, 0x80, shm::kSendBindMw, 0);
+  windows[windows.size() - sizeof(shm::SendEntry) +
+          offsetof(shm::SendEntry, imm)] = 1;
+  seeds.push_back(windows);
   return seeds;
 }
 

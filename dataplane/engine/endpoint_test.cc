@@ -531,7 +531,7 @@ class PortEndpointTest : public EndpointTest {
 // our WRITE, taken but not sent, ends with the final status.
 TEST_F(PortEndpointTest, RefusedRequestClosesTheConnection) {
   Post(1, shm::kSendWrite, 100);
-  Receive(wire::Opcode::kSendOnlyInvalidate, wire::Psn(kRecvPsn), 16);
+  Receive(static_cast<wire::Opcode>(0x15), wire::Psn(kRecvPsn), 16);
   port_->Poll(32);
   ASSERT_EQ(sink_.sent.size(), 1u);  // the NAK, and not our WRITE
   EXPECT_EQ(sink_.sent[0].bth.opcode, wire::Opcode::kAcknowledge);

@@ -140,14 +140,15 @@ bool Engine::TakeControlFrame(ControlFrame* out) {
   return to_control_.TryPop(out) == shm::PopResult::kOk;
 }
 
-void Engine::PassUp(const ControlFrame& f) {
+bool Engine::PassUp(const ControlFrame& f) {
   if (!to_control_.TryPush(f)) {
     counters_.control_frames_dropped.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return false;
   }
   counters_.control_frames_in.fetch_add(1, std::memory_order_relaxed);
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(notify_fd_, &one, sizeof(one));
+  return true;
 }
 
 void Engine::Dispatch(std::span<const uint8_t> frame) {
@@ -433,6 +434,16 @@ void Engine::Run() {
         f.kind = ControlFrame::kTransportError;
         f.connection_id = e->info().connection_id;
         PassUp(f);
+      }
+      LocalOpRequest op;
+      if (e->remote() && e->TakeLocalOp(&op.entry, &op.seq)) {
+        ControlFrame f;
+        f.kind = ControlFrame::kLocalOp;
+        f.connection_id = e->info().connection_id;
+        f.length = sizeof(op);
+        std::memcpy(f.bytes, &op, sizeof(op));
+        // A full ring: passed up on a later turn.
+        if (PassUp(f)) e->LocalOpPassedUp();
       }
     }
     if (port_ != nullptr) port_->Flush();

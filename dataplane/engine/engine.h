@@ -81,13 +81,23 @@ struct EngineOptions {
 // A frame between the engine and the control plane, or an event.
 struct ControlFrame {
   static constexpr uint32_t kMaxBytes = 376;
-  enum Kind : uint16_t { kFrame = 1, kTransportError = 2 };
+  // kLocalOp: an endpoint's memory window request (Endpoint::
+  // TakeLocalOp): bytes hold a LocalOpRequest.
+  enum Kind : uint16_t { kFrame = 1, kTransportError = 2, kLocalOp = 3 };
   uint16_t kind = kFrame;
   uint16_t length = 0;
-  uint32_t connection_id = 0;  // kTransportError: the endpoint's
+  uint32_t connection_id = 0;  // kTransportError, kLocalOp: the endpoint's
   uint8_t bytes[kMaxBytes];
 };
 static_assert(sizeof(ControlFrame) == 384);
+
+// What a kLocalOp frame carries: the request, and the seq to answer it
+// with (Endpoint::AnswerLocalOp).
+struct LocalOpRequest {
+  shm::SendEntry entry;
+  uint32_t seq;
+};
+static_assert(sizeof(LocalOpRequest) <= ControlFrame::kMaxBytes);
 
 struct EngineCounters {
   std::atomic<uint64_t> loops{0};
@@ -188,7 +198,7 @@ class Engine {
   uint32_t PollPort();
   uint32_t PollSelfLink();
   void Dispatch(std::span<const uint8_t> frame);
-  void PassUp(const ControlFrame& f);
+  bool PassUp(const ControlFrame& f);
   void Remove(Endpoint* e);
   void Submit(const Command& c);
   // Returns true when something woke the engine (a doorbell, a command, a

@@ -24,8 +24,10 @@ AccessResult CheckBitsAndRange(const Registration& r, uint8_t access,
 }  // namespace
 
 AccessResult CheckAccess(const Registration& r, uint32_t connection,
-                         uint8_t access, uint64_t address, uint64_t length) {
-  if (r.connection == kAnyConnection || r.connection != connection) {
+                         uint8_t access, uint64_t address, uint64_t length,
+                         uint32_t queue_pair) {
+  if (r.connection == kAnyConnection || r.connection != connection ||
+      (r.kind == KeyKind::kWindowType2 && r.queue_pair != queue_pair)) {
     return {AccessCheck::kWrongConnection, nullptr};
   }
   return CheckBitsAndRange(r, access, address, length);
@@ -34,16 +36,20 @@ AccessResult CheckAccess(const Registration& r, uint32_t connection,
 AccessResult CheckLocalAccess(const Registration& r, uint32_t owner,
                               uint8_t access, uint64_t address,
                               uint64_t length) {
-  if (r.owner != owner) return {AccessCheck::kWrongConnection, nullptr};
+  // A window's key is an rkey only, never an lkey.
+  if (r.owner != owner || r.kind != KeyKind::kMemory) {
+    return {AccessCheck::kWrongConnection, nullptr};
+  }
   return CheckBitsAndRange(r, access, address, length);
 }
 
 AccessResult ResolveRemote(const RegistrationTable& table, uint32_t rkey,
                            uint32_t connection, uint8_t access,
-                           uint64_t address, uint64_t length) {
+                           uint64_t address, uint64_t length,
+                           uint32_t queue_pair) {
   const Registration* r = table.Lookup(rkey);
   if (r == nullptr) return {AccessCheck::kUnknownKey, nullptr};
-  return CheckAccess(*r, connection, access, address, length);
+  return CheckAccess(*r, connection, access, address, length, queue_pair);
 }
 
 AccessResult ResolveLocal(const RegistrationTable& table, uint32_t lkey,

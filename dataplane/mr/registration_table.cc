@@ -74,9 +74,16 @@ RegistrationTable::RemoveResult RegistrationTable::Remove(uint32_t key) {
   } while (!slot.state.compare_exchange_weak(s, 0, std::memory_order_acq_rel,
                                              std::memory_order_relaxed));
 
+  MarkRemoved(index);
+  --live_;
+  return RemoveResult::kOk;
+}
+
+void RegistrationTable::MarkRemoved(uint32_t index) {
   // Readers that announce an epoch above `removed` will not see the key.
   const uint64_t removed = global_epoch_.load(std::memory_order_relaxed);
   control_[index].removed_epoch = removed;
+  control_[index].pending = true;
   // Release pairs with the acquire load in Quiescent.
   global_epoch_.store(removed + 1, std::memory_order_release);
 
@@ -87,9 +94,72 @@ RegistrationTable::RemoveResult RegistrationTable::Remove(uint32_t key) {
     control_[pending_tail_].next = index;
   }
   pending_tail_ = index;
-  --live_;
   ++pending_;
+}
+
+std::optional<uint32_t> RegistrationTable::Reserve() {
+  control_owner_.Check();
+  if (free_head_ == kNoSlot && Reclaim() == 0) return std::nullopt;
+  const uint32_t index = free_head_;
+  SlotControl& control = control_[index];
+  free_head_ = control.next;
+  control.next = kNoSlot;
+  control.reserved = true;
+  ++live_;
+  return index;
+}
+
+std::optional<uint32_t> RegistrationTable::Publish(uint32_t index,
+                                                   uint8_t tag,
+                                                   const Registration& r) {
+  control_owner_.Check();
+  assert((r.access & ~kAccessKnownBits) == 0 && "unknown access bits");
+  assert((r.length == 0 || r.host != nullptr) && "no host mapping");
+  if (!Quiet(index)) return std::nullopt;
+  Slot& slot = slots_[index];
+  if (slot.state.load(std::memory_order_relaxed) != 0) return std::nullopt;
+  const uint32_t key = index << kTagBits | tag;
+  if (key == 0) return std::nullopt;
+  // No reader can reach `registration`: the slot's last key was removed and
+  // every reader passed a quiescent point since (Quiet).
+  slot.registration = r;
+  // Release pairs with the acquire in Lookup / BeginUse.
+  slot.state.store(uint64_t{key} << 32, std::memory_order_release);
+  return key;
+}
+
+RegistrationTable::RemoveResult RegistrationTable::Unpublish(uint32_t key) {
+  control_owner_.Check();
+  const uint32_t index = key >> kTagBits;
+  if (index >= capacity_ || key == 0 || !control_[index].reserved) {
+    return RemoveResult::kUnknown;
+  }
+  Slot& slot = slots_[index];
+  uint64_t s = slot.state.load(std::memory_order_relaxed);
+  do {
+    if (KeyOf(s) != key) return RemoveResult::kUnknown;
+    if (CountOf(s) != 0) return RemoveResult::kInUse;
+    // As in Remove.
+  } while (!slot.state.compare_exchange_weak(s, 0, std::memory_order_acq_rel,
+                                             std::memory_order_relaxed));
+  MarkRemoved(index);
   return RemoveResult::kOk;
+}
+
+void RegistrationTable::Unreserve(uint32_t index) {
+  control_owner_.Check();
+  if (index >= capacity_ || !control_[index].reserved) return;
+  assert(slots_[index].state.load(std::memory_order_relaxed) == 0 &&
+         "Unreserve of a published slot");
+  SlotControl& control = control_[index];
+  if (control.pending) {
+    control.unreserve = true;  // Reclaim frees it
+    return;
+  }
+  control.reserved = false;
+  control.next = free_head_;
+  free_head_ = index;
+  --live_;
 }
 
 uint32_t RegistrationTable::Reclaim() {
@@ -105,17 +175,29 @@ uint32_t RegistrationTable::Reclaim() {
         std::min(oldest, readers_[i].epoch.load(std::memory_order_acquire));
   }
   uint32_t freed = 0;
+  uint32_t reclaimed = 0;
   while (pending_head_ != kNoSlot &&
          control_[pending_head_].removed_epoch < oldest) {
     const uint32_t index = pending_head_;
     SlotControl& control = control_[index];
     pending_head_ = control.next;
     if (pending_head_ == kNoSlot) pending_tail_ = kNoSlot;
+    control.pending = false;
+    ++reclaimed;
+    if (control.reserved && !control.unreserve) {
+      control.next = kNoSlot;  // its window's again, quiet
+      continue;
+    }
+    if (control.reserved) {  // Unreserve came while it was pending
+      control.reserved = false;
+      control.unreserve = false;
+      --live_;
+    }
     control.next = free_head_;
     free_head_ = index;
     ++freed;
   }
-  pending_ -= freed;
+  pending_ -= reclaimed;
   return freed;
 }
 

@@ -71,9 +71,19 @@ inline constexpr uint8_t kAccessKnownBits =
 // Connection scope of registrations that are not reachable remotely.
 inline constexpr uint32_t kAnyConnection = 0xFFFFFFFF;
 
+// What a key names: memory a client registered, or a memory window bound
+// to part of it (verbs ibv_alloc_mw). A window of type 1 is reached through
+// any queue pair of its scope; one of type 2 only through the queue pair it
+// was bound on (Registration::queue_pair), which may also invalidate it
+// (SEND with Invalidate).
+enum class KeyKind : uint8_t { kMemory = 0, kWindowType1 = 1, kWindowType2 = 2 };
+
 struct Registration {
   uint32_t owner = 0;                    // session id of the registering client
   uint32_t connection = kAnyConnection;  // scope of remote access
+  // A type 2 window's queue pair (its connection id): the only one that
+  // reaches it. kAnyConnection: any queue pair of the scope.
+  uint32_t queue_pair = kAnyConnection;
   uint64_t address = 0;                  // client virtual address of byte 0
   uint64_t length = 0;
   uint8_t* host = nullptr;  // where byte 0 is mapped in the daemon
@@ -81,6 +91,7 @@ struct Registration {
   // (zero-copy transmit); null: frames always carry a copy.
   rc::MemoryOwner* memory_owner = nullptr;
   uint8_t access = 0;       // kAccess* bits
+  KeyKind kind = KeyKind::kMemory;
 };
 
 // Why an access was refused. Mirrors rc::AccessCheck value for value, so an
@@ -130,6 +141,25 @@ class RegistrationTable {
   // Moves removed slots that every online reader has passed a quiescent
   // point since into the free list; returns how many.
   uint32_t Reclaim();
+
+  // Memory windows keep one slot from allocation to deallocation, and are
+  // published in it under keys whose tag the client chooses (the verbs
+  // consumer key): Reserve takes a slot off the free list (it counts as
+  // live), Publish makes `index << 8 | tag` name `r` there, Unpublish
+  // removes that key as Remove does, and the slot can be published again
+  // once every reader passed a quiescent point since (Publish answers
+  // nullopt until then, or when the key would be 0). Unreserve gives back
+  // a slot that is not published; it joins the free list once quiet.
+  std::optional<uint32_t> Reserve();
+  std::optional<uint32_t> Publish(uint32_t index, uint8_t tag,
+                                  const Registration& r);
+  RemoveResult Unpublish(uint32_t key);
+  void Unreserve(uint32_t index);
+  // Whether reserved slot `index` may be published now.
+  bool Quiet(uint32_t index) const {
+    return index < capacity_ && control_[index].reserved &&
+           !control_[index].pending;
+  }
 
   uint32_t live() const { return live_; }
   uint32_t pending_reclaim() const { return pending_; }
@@ -261,6 +291,9 @@ class RegistrationTable {
   static constexpr uint32_t kNoSlot = 0xFFFFFFFF;
   static constexpr uint64_t kOffline = ~uint64_t{0};
 
+  // Removed (its key 0): onto the pending FIFO, for Reclaim.
+  void MarkRemoved(uint32_t index);
+
   static uint32_t KeyOf(uint64_t state) {
     return static_cast<uint32_t>(state >> 32);
   }
@@ -283,6 +316,9 @@ class RegistrationTable {
     uint64_t removed_epoch = 0;  // global epoch when it was removed
     uint32_t next = kNoSlot;     // free list or pending FIFO
     uint8_t last_tag = 0;        // tag of the previous occupant
+    bool reserved = false;       // a memory window's (Reserve)
+    bool pending = false;        // removed, readers may still see it
+    bool unreserve = false;      // Unreserve while pending: free it then
   };
 
   struct alignas(ABSL_CACHELINE_SIZE) ReaderEpoch {
@@ -317,10 +353,12 @@ class RegistrationTable {
 
 // Remote access through an rkey: the registration must be scoped to
 // `connection` (a kAnyConnection registration is never remotely reachable),
-// grant every bit of `access` (non-zero), and contain [address, address +
-// length). Arithmetic is overflow-safe for every input.
+// a type 2 window bound to `queue_pair` (the asking queue pair's connection
+// id), grant every bit of `access` (non-zero), and contain [address,
+// address + length). Arithmetic is overflow-safe for every input.
 AccessResult CheckAccess(const Registration& r, uint32_t connection,
-                         uint8_t access, uint64_t address, uint64_t length);
+                         uint8_t access, uint64_t address, uint64_t length,
+                         uint32_t queue_pair = kAnyConnection);
 
 // Local access through an lkey: the registration must belong to the posting
 // session `owner`; otherwise as CheckAccess (the connection is not checked).
@@ -332,7 +370,8 @@ AccessResult CheckLocalAccess(const Registration& r, uint32_t owner,
 // of Lookup's result (until the caller's next Quiescent, or while pinned).
 AccessResult ResolveRemote(const RegistrationTable& table, uint32_t rkey,
                            uint32_t connection, uint8_t access,
-                           uint64_t address, uint64_t length);
+                           uint64_t address, uint64_t length,
+                           uint32_t queue_pair = kAnyConnection);
 AccessResult ResolveLocal(const RegistrationTable& table, uint32_t lkey,
                           uint32_t owner, uint8_t access, uint64_t address,
                           uint64_t length);

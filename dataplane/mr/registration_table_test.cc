@@ -400,6 +400,119 @@ TEST(RegistrationTableTest, RemoveIsExactAgainstConcurrentPins) {
 
 // --- Access checks -----------------------------------------------------------
 
+// --- Memory windows: reserved slots --------------------------------------
+
+TEST(RegistrationTableWindowTest, ReservedSlotPublishesUnderTheTagAsked) {
+  RegistrationTable table(4, 1);
+  uint8_t buf[64];
+  const std::optional<uint32_t> index = table.Reserve();
+  ASSERT_TRUE(index.has_value());
+  EXPECT_EQ(table.live(), 1u);
+  EXPECT_TRUE(table.Quiet(*index));
+  Registration w = Reg(buf, 0x1000, 32, kAccessRemoteWrite);
+  w.kind = KeyKind::kWindowType1;
+  const std::optional<uint32_t> key = table.Publish(*index, 0x5A, w);
+  ASSERT_TRUE(key.has_value());
+  EXPECT_EQ(*key, *index << 8 | 0x5A);
+  ASSERT_NE(table.Lookup(*key), nullptr);
+  EXPECT_EQ(table.Lookup(*key)->kind, KeyKind::kWindowType1);
+  // Published: no second publication over it.
+  EXPECT_FALSE(table.Publish(*index, 0x5B, w).has_value());
+  // Reserved slots never reach the free list while reserved.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(table.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
+  }
+  EXPECT_FALSE(table.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
+}
+
+TEST(RegistrationTableWindowTest, RepublishWaitsForReadersAndForPins) {
+  RegistrationTable table(2, 1);
+  uint8_t buf[64];
+  const uint32_t index = *table.Reserve();
+  const uint32_t first = *table.Publish(index, 1, Reg(buf, 0, 64, kAccessRemoteRead));
+  ASSERT_TRUE(table.BeginUse(first));
+  EXPECT_EQ(table.Unpublish(first), RemoveResult::kInUse);
+  table.EndUse(first);
+  EXPECT_EQ(table.Unpublish(first ^ 1), RemoveResult::kUnknown);
+  ASSERT_EQ(table.Unpublish(first), RemoveResult::kOk);
+  EXPECT_EQ(table.Lookup(first), nullptr);
+  EXPECT_EQ(table.live(), 1u);  // still the window's
+  // A reader may still hold the old registration.
+  EXPECT_FALSE(table.Quiet(index));
+  EXPECT_FALSE(table.Publish(index, 2, Reg(buf, 0, 8, kAccessRemoteRead)));
+  table.Quiescent(0);
+  EXPECT_EQ(table.Reclaim(), 0u);  // nothing freed: it stays reserved
+  EXPECT_EQ(table.pending_reclaim(), 0u);
+  EXPECT_TRUE(table.Quiet(index));
+  const std::optional<uint32_t> second =
+      table.Publish(index, 2, Reg(buf, 0, 8, kAccessRemoteRead));
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(table.Lookup(first), nullptr);
+  EXPECT_NE(table.Lookup(*second), nullptr);
+  // A key whose tag the client chose as 0 in slot 0 would be key 0.
+  RegistrationTable small(1, 1);
+  const uint32_t zero = *small.Reserve();
+  EXPECT_EQ(zero, 0u);
+  EXPECT_FALSE(small.Publish(zero, 0, Reg(buf, 0, 8, kAccessRemoteRead)));
+}
+
+TEST(RegistrationTableWindowTest, UnreservedSlotIsFreeOnceQuiet) {
+  RegistrationTable table(1, 1);
+  uint8_t buf[8];
+  const uint32_t index = *table.Reserve();
+  const uint32_t key = *table.Publish(index, 9, Reg(buf, 0, 8, kAccessRemoteRead));
+  EXPECT_FALSE(table.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
+  ASSERT_EQ(table.Unpublish(key), RemoveResult::kOk);
+  table.Unreserve(index);
+  EXPECT_EQ(table.live(), 1u);  // pending: readers may see it still
+  EXPECT_FALSE(table.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
+  table.Quiescent(0);
+  EXPECT_EQ(table.Reclaim(), 1u);
+  EXPECT_EQ(table.live(), 0u);
+  EXPECT_FALSE(table.Quiet(index));
+  ASSERT_TRUE(table.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
+  // A slot never published goes back at once.
+  RegistrationTable other(1, 1);
+  other.Unreserve(*other.Reserve());
+  EXPECT_EQ(other.live(), 0u);
+  EXPECT_TRUE(other.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
+}
+
+TEST(RegistrationTableWindowTest, InvalidatedWindowIsUnpublishedAsUsual) {
+  RegistrationTable table(2, 1);
+  uint8_t buf[8];
+  const uint32_t index = *table.Reserve();
+  const uint32_t key = *table.Publish(index, 3, Reg(buf, 0, 8, kAccessRemoteRead));
+  ASSERT_TRUE(table.Invalidate(key));  // SEND with Invalidate, engine side
+  EXPECT_EQ(table.Lookup(key), nullptr);
+  EXPECT_FALSE(table.Publish(index, 4, Reg(buf, 0, 8, kAccessRemoteRead)));
+  EXPECT_EQ(table.Unpublish(key), RemoveResult::kOk);
+  table.Quiescent(0);
+  table.Reclaim();
+  EXPECT_TRUE(table.Publish(index, 4, Reg(buf, 0, 8, kAccessRemoteRead)));
+}
+
+TEST(CheckAccessTest, TypeTwoWindowAnswersOnlyItsQueuePair) {
+  uint8_t buf[16];
+  Registration w = Reg(buf, 0x2000, 16, kAccessRemoteRead, /*connection=*/9);
+  w.kind = KeyKind::kWindowType2;
+  w.queue_pair = 41;
+  EXPECT_EQ(CheckAccess(w, 9, kAccessRemoteRead, 0x2000, 16, 41).check,
+            AccessCheck::kOk);
+  EXPECT_EQ(CheckAccess(w, 9, kAccessRemoteRead, 0x2000, 16, 42).check,
+            AccessCheck::kWrongConnection);
+  EXPECT_EQ(CheckAccess(w, 9, kAccessRemoteRead, 0x2000, 16).check,
+            AccessCheck::kWrongConnection);
+  // Type 1: any queue pair of the scope.
+  w.kind = KeyKind::kWindowType1;
+  EXPECT_EQ(CheckAccess(w, 9, kAccessRemoteRead, 0x2000, 16, 42).check,
+            AccessCheck::kOk);
+  // A window key is never a local key.
+  w.access = kAccessLocal | kAccessRemoteRead;
+  EXPECT_EQ(CheckLocalAccess(w, w.owner, kAccessLocal, 0x2000, 16).check,
+            AccessCheck::kWrongConnection);
+}
+
 TEST(CheckAccessTest, RemoteAccessGranted) {
   uint8_t buf[4096];
   const Registration r =

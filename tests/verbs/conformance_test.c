@@ -1469,12 +1469,11 @@ static void t_bad_wr_in_list(struct pair* p, struct bufs* b) {
                 raddr(b, (size_t)i * 2048), b->rmr->rkey, IBV_SEND_SIGNALED);
     wrs[i].next = i < 3 ? &wrs[i + 1] : NULL;
   }
-  wrs[1].opcode = IBV_WR_SEND_WITH_INV;
-  wrs[1].invalidate_rkey = b->rmr->rkey;
+  wrs[1].opcode = IBV_WR_TSO;
   bad = NULL;
   r = ibv_post_send(s->qp, &wrs[0], &bad);
   check(r == EOPNOTSUPP && bad == &wrs[1],
-        "IBV_WR_SEND_WITH_INV is refused with EOPNOTSUPP; bad_wr names it",
+        "IBV_WR_TSO is refused with EOPNOTSUPP; bad_wr names it",
         "returned %d, bad_wr is WR %d", r, bad == NULL ? -1 : (int)(bad - wrs));
   got = wait_wcs(s->cq, wc, 1, 10000);
   check(got == 1 && wc[0].wr_id == 410 && wc[0].status == IBV_WC_SUCCESS &&
@@ -2305,6 +2304,521 @@ static void t_atomics(struct bufs* b) {
   }
   free_pair(&p);
   dereg(amr);
+}
+
+/* --- Memory windows ---------------------------------------------------- */
+
+/* A BIND_MW work request: window mw bound under `rkey` to [addr, addr +
+ * len) of mr with `access`. */
+static struct ibv_send_wr bind_wr(uint64_t wr_id, struct ibv_mw* mw,
+                                  uint32_t rkey, struct ibv_mr* mr,
+                                  const void* addr, size_t len,
+                                  unsigned access, unsigned flags) {
+  struct ibv_send_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = wr_id;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = flags;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = rkey;
+  wr.bind_mw.bind_info.mr = mr;
+  wr.bind_mw.bind_info.addr = (uint64_t)(uintptr_t)addr;
+  wr.bind_mw.bind_info.length = len;
+  wr.bind_mw.bind_info.mw_access_flags = access;
+  return wr;
+}
+
+static struct ibv_send_wr local_inv_wr(uint64_t wr_id, uint32_t rkey,
+                                       unsigned flags) {
+  struct ibv_send_wr wr;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = wr_id;
+  wr.opcode = IBV_WR_LOCAL_INV;
+  wr.send_flags = flags;
+  wr.invalidate_rkey = rkey;
+  return wr;
+}
+
+enum {
+  kWindowAccess = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+                  IBV_ACCESS_REMOTE_ATOMIC
+};
+
+/* Binds type 2 window mw on p's memory side (s[1]) to [at, at + len) of
+ * mr under the next key; returns the bind's status (-1: no completion). */
+static int bind_type2(struct pair* p, struct ibv_mw* mw, uint32_t rkey,
+                      struct ibv_mr* mr, const uint8_t* at, size_t len,
+                      unsigned access, const char* name) {
+  struct ibv_send_wr wr =
+      bind_wr(7000, mw, rkey, mr, at, len, access, IBV_SEND_SIGNALED);
+  struct ibv_wc wc;
+  const int st = post_once(&p->s[1], &wr, name, &wc);
+  if (st == IBV_WC_SUCCESS) {
+    check(wc.opcode == IBV_WC_BIND_MW && wc.byte_len == 0, name,
+          "opcode %d byte_len %u", wc.opcode, wc.byte_len);
+  }
+  return st;
+}
+
+/* A WRITE of len bytes from b->local through `rkey` at `va`, from s[0]. */
+static int write_through(struct pair* p, struct bufs* b, uint64_t va,
+                         uint32_t rkey, uint32_t len, const char* name) {
+  struct ibv_sge sge = sge_of(b->local, len, b->lmr->lkey);
+  return rdma_once(&p->s[0], IBV_WR_RDMA_WRITE, 7100, &sge, 1, va, rkey, name,
+                   NULL);
+}
+
+/* One WR of s[1] that must complete with `want`, then the QP is in ERR and
+ * a later WR is flushed. */
+static void expect_local_error(struct pair* p, struct bufs* b,
+                               struct ibv_send_wr* wr, int want,
+                               const char* name) {
+  struct ibv_wc wc;
+  const int st = post_once(&p->s[1], wr, name, &wc);
+  check(st == want, name, "status %s (expected %s)", wc_name(st),
+        wc_name(want));
+  if (st < 0) return;
+  char after[200];
+  snprintf(after, sizeof(after), "%s: the QP is then in ERR", name);
+  check_state(p->s[1].qp, IBV_QPS_ERR, after);
+  struct ibv_sge sge = sge_of(b->remote, 64, b->rmr->lkey);
+  struct ibv_send_wr w = rdma_wr(IBV_WR_RDMA_WRITE, 4243, &sge, 1,
+                                 (uint64_t)(uintptr_t)b->local, b->lmr->rkey,
+                                 IBV_SEND_SIGNALED);
+  struct ibv_send_wr* bad = NULL;
+  const int r = ibv_post_send(p->s[1].qp, &w, &bad);
+  const int got = r == 0 ? wait_wcs(p->s[1].cq, &wc, 1, 5000) : 0;
+  snprintf(after, sizeof(after), "%s: a later WR is flushed", name);
+  check(got == 1 && wc.wr_id == 4243 && wc.status == IBV_WC_WR_FLUSH_ERR,
+        after, "post %d, %d completions, status %s", r, got,
+        got ? wc_name(wc.status) : "none");
+}
+
+static void t_memory_windows(struct bufs* b) {
+  step("memory windows: the device says what it serves");
+  struct dev* d = &g_dev[1];
+  struct ibv_device_attr da;
+  int r = ibv_query_device(d->ctx, &da);
+  check(r == 0 && (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW) != 0 &&
+            (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0 &&
+            (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2A) == 0 &&
+            da.max_mw > 0,
+        "ibv_query_device reports memory windows of type 1 and 2B (not "
+        "2A) and max_mw",
+        "returned %d, flags %#llx, max_mw %d", r,
+        (unsigned long long)da.device_cap_flags, da.max_mw);
+  errno = 0;
+  struct ibv_mw* bad_type = ibv_alloc_mw(d->pd, (enum ibv_mw_type)3);
+  check(bad_type == NULL && errno == EINVAL,
+        "ibv_alloc_mw of a type other than 1 and 2 fails with EINVAL",
+        "mw %p errno %d", (void*)bad_type, errno);
+
+  /* The memory the windows open onto: 64 KiB on rdmaplane1. */
+  uint8_t* mem = pages(65536);
+  struct ibv_mr* mr = reg(d, mem, 65536,
+                          kRemoteAccess | IBV_ACCESS_REMOTE_ATOMIC |
+                              IBV_ACCESS_MW_BIND,
+                          "an MR that allows binding");
+  struct ibv_mr* nobind = reg(d, mem, 65536, kRemoteAccess, "an MR without MW_BIND");
+  if (mr == NULL || nobind == NULL) return;
+  struct ibv_mw* mw = ibv_alloc_mw(d->pd, IBV_MW_TYPE_2);
+  if (!check(mw != NULL && mw->type == IBV_MW_TYPE_2 && mw->pd == d->pd,
+             "ibv_alloc_mw (type 2)", "errno %d", errno)) {
+    return;
+  }
+  struct ibv_wc wc;
+  struct pair p;
+
+  step("memory windows: a type 2 window bound, used and invalidated");
+  if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    const uint32_t key = ibv_inc_rkey(mw->rkey);
+    uint8_t* win = mem + 4096;
+    int st = bind_type2(&p, mw, key, mr, win, 8192, kWindowAccess,
+                        "BIND_MW of a type 2 window completes (IBV_WC_BIND_MW)");
+    check(st == IBV_WC_SUCCESS && (key >> 8) == (mw->rkey >> 8) && key != mw->rkey,
+          "the window is bound under the key asked for (ibv_inc_rkey)",
+          "status %s, key %#x, window %#x", wc_name(st), key, mw->rkey);
+    memset(mem, 0, 65536);
+    fill(b->local, 8192, 900);
+    st = write_through(&p, b, (uint64_t)(uintptr_t)win, key, 8192,
+                       "WRITE through the window");
+    check(st == IBV_WC_SUCCESS && first_diff(win, b->local, 8192) == 8192 &&
+              all_bytes(mem, 4096, 0) && all_bytes(win + 8192, 4096, 0),
+          "a WRITE through the window lands where the window is, and only "
+          "there",
+          "status %s", wc_name(st));
+    fill(win + 100, 300, 901);
+    struct ibv_sge rs = sge_of(b->local2, 300, b->lmr2->lkey);
+    st = rdma_once(&p.s[0], IBV_WR_RDMA_READ, 7101, &rs, 1,
+                   (uint64_t)(uintptr_t)(win + 100), key, "READ through the window",
+                   NULL);
+    check(st == IBV_WC_SUCCESS && first_diff(b->local2, win + 100, 300) == 300,
+          "a READ through the window returns the window's bytes", "status %s",
+          wc_name(st));
+    set_word(win + 64, 40);
+    struct ibv_sge as = sge_of(b->local2, 8, b->lmr2->lkey);
+    st = atomic_once(&p.s[0], IBV_WR_ATOMIC_FETCH_AND_ADD, 7102, &as,
+                     (uint64_t)(uintptr_t)(win + 64), key, 2, 0,
+                     "FETCH AND ADD through the window", &wc);
+    check(st == IBV_WC_SUCCESS && word_at(win + 64) == 42 &&
+              word_at(b->local2) == 40,
+          "an atomic through the window", "status %s, word %llu", wc_name(st),
+          (unsigned long long)word_at(win + 64));
+    /* The region stays while the window is bound to it. */
+    r = ibv_dereg_mr(mr);
+    check(r == EBUSY, "ibv_dereg_mr of a region a window is bound to fails "
+          "with EBUSY", "returned %d", r);
+    /* A second bind of a bound type 2 window is refused (o10-37.2.30):
+     * checked on a pair of its own below. LOCAL_INV: */
+    struct ibv_send_wr inv = local_inv_wr(7003, key, IBV_SEND_SIGNALED);
+    st = post_once(&p.s[1], &inv, "LOCAL_INV of the window", &wc);
+    check(st == IBV_WC_SUCCESS && wc.opcode == IBV_WC_LOCAL_INV,
+          "LOCAL_INV of a bound type 2 window completes (IBV_WC_LOCAL_INV)",
+          "status %s opcode %d", wc_name(st), wc.opcode);
+    /* Free again: bound under a new key, which works; the old one not. */
+    const uint32_t key2 = ibv_inc_rkey(key);
+    st = bind_type2(&p, mw, key2, mr, win, 4096, kWindowAccess,
+                    "BIND_MW again after LOCAL_INV");
+    check(st == IBV_WC_SUCCESS, "an invalidated type 2 window binds again",
+          "status %s", wc_name(st));
+    st = write_through(&p, b, (uint64_t)(uintptr_t)win, key2, 64,
+                       "WRITE under the new key");
+    check(st == IBV_WC_SUCCESS, "the window works under its new key",
+          "status %s", wc_name(st));
+    st = write_through(&p, b, (uint64_t)(uintptr_t)win, key, 64,
+                       "WRITE under the invalidated key");
+    check(st == IBV_WC_REM_ACCESS_ERR,
+          "a WRITE under the invalidated key completes with "
+          "IBV_WC_REM_ACCESS_ERR",
+          "status %s", wc_name(st));
+    mw->rkey = key2;
+  }
+  free_pair(&p);
+
+  step("memory windows: a window answers its own range and queue pair");
+  {
+    /* Bound on pair p; reached through pair q of the same protection
+     * domains: refused, as is an access outside the window but inside the
+     * region (rxe checks only the region). */
+    struct pair q;
+    if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts) &&
+        connect_pair(&q, &kDefaultOpts, &kDefaultOpts)) {
+      struct ibv_send_wr inv = local_inv_wr(7004, mw->rkey, IBV_SEND_SIGNALED);
+      int st = post_once(&p.s[1], &inv, "LOCAL_INV before a new bind", &wc);
+      const uint32_t key = ibv_inc_rkey(mw->rkey);
+      st = bind_type2(&p, mw, key, mr, mem + 8192, 4096, kWindowAccess,
+                      "BIND_MW on another pair");
+      mw->rkey = key;
+      st = write_through(&q, b, (uint64_t)(uintptr_t)(mem + 8192), key, 64,
+                         "WRITE through a queue pair the window is not bound to");
+      check(st == IBV_WC_REM_ACCESS_ERR,
+            "a type 2 window is reached only through the queue pair that "
+            "bound it (IBV_WC_REM_ACCESS_ERR through another)",
+            "status %s", wc_name(st));
+      memset(mem + 8192 - 64, 0, 64);
+      st = write_through(&p, b, (uint64_t)(uintptr_t)(mem + 8192 - 64), key,
+                         128, "WRITE across the window's start");
+      check(st == IBV_WC_REM_ACCESS_ERR && all_bytes(mem + 8192 - 64, 64, 0),
+            "an access outside the window but inside the region completes "
+            "with IBV_WC_REM_ACCESS_ERR",
+            "status %s", wc_name(st));
+    }
+    free_pair(&q);
+    free_pair(&p);
+  }
+
+  step("memory windows: SEND with Invalidate");
+  {
+    struct qp_opts o = kDefaultOpts;
+    o.max_recv_wr = 4;
+    if (connect_pair(&p, &o, &o)) {
+      struct ibv_send_wr inv = local_inv_wr(7005, mw->rkey, IBV_SEND_SIGNALED);
+      int st = post_once(&p.s[1], &inv, "LOCAL_INV before a new bind", &wc);
+      const uint32_t key = ibv_inc_rkey(mw->rkey);
+      st = bind_type2(&p, mw, key, mr, mem, 4096, kWindowAccess,
+                      "BIND_MW for SEND with Invalidate");
+      mw->rkey = key;
+      struct ibv_sge rsge = sge_of(b->remote, 4096, b->rmr->lkey);
+      struct ibv_recv_wr rwr;
+      memset(&rwr, 0, sizeof(rwr));
+      rwr.wr_id = 7200;
+      rwr.sg_list = &rsge;
+      rwr.num_sge = 1;
+      struct ibv_recv_wr* rbad = NULL;
+      r = ibv_post_recv(p.s[1].qp, &rwr, &rbad);
+      fill(b->local, 3000, 902);
+      struct ibv_sge ssge = sge_of(b->local, 3000, b->lmr->lkey);
+      struct ibv_send_wr swr =
+          rdma_wr(IBV_WR_SEND_WITH_INV, 7201, &ssge, 1, 0, 0, IBV_SEND_SIGNALED);
+      swr.invalidate_rkey = key;
+      st = post_once(&p.s[0], &swr, "SEND with Invalidate", &wc);
+      check(r == 0 && st == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND,
+            "the SEND with Invalidate completes at its sender (IBV_WC_SEND)",
+            "post_recv %d, status %s opcode %d", r, wc_name(st), wc.opcode);
+      struct ibv_wc rwc;
+      memset(&rwc, 0, sizeof(rwc));
+      const int got = wait_wcs(p.s[1].cq, &rwc, 1, 10000);
+      check(got == 1 && rwc.wr_id == 7200 && rwc.status == IBV_WC_SUCCESS &&
+                rwc.opcode == IBV_WC_RECV && rwc.byte_len == 3000 &&
+                (rwc.wc_flags & IBV_WC_WITH_INV) != 0 &&
+                (rwc.wc_flags & IBV_WC_WITH_IMM) == 0 &&
+                rwc.invalidated_rkey == key &&
+                first_diff(b->remote, b->local, 3000) == 3000,
+            "the receive completes with IBV_WC_WITH_INV and the invalidated "
+            "key, and holds the message",
+            "%d completions, status %s opcode %d flags %#x key %#x (want %#x)",
+            got, wc_name(rwc.status), rwc.opcode, rwc.wc_flags,
+            rwc.invalidated_rkey, key);
+      st = write_through(&p, b, (uint64_t)(uintptr_t)mem, key, 64,
+                         "WRITE under the key the peer invalidated");
+      check(st == IBV_WC_REM_ACCESS_ERR,
+            "the key a SEND with Invalidate named no longer works",
+            "status %s", wc_name(st));
+    }
+    free_pair(&p);
+    /* A key the receiver may not invalidate (an MR's): the receive fails
+     * with IBV_WC_REM_INV_REQ_ERR, the sender's SEND completes (IBA class
+     * J: the data were placed and acknowledged). */
+    if (connect_pair(&p, &o, &o)) {
+      struct ibv_sge rsge = sge_of(b->remote, 4096, b->rmr->lkey);
+      struct ibv_recv_wr rwr;
+      memset(&rwr, 0, sizeof(rwr));
+      rwr.wr_id = 7210;
+      rwr.sg_list = &rsge;
+      rwr.num_sge = 1;
+      struct ibv_recv_wr* rbad = NULL;
+      r = ibv_post_recv(p.s[1].qp, &rwr, &rbad);
+      struct ibv_sge ssge = sge_of(b->local, 100, b->lmr->lkey);
+      struct ibv_send_wr swr =
+          rdma_wr(IBV_WR_SEND_WITH_INV, 7211, &ssge, 1, 0, 0, IBV_SEND_SIGNALED);
+      swr.invalidate_rkey = mr->rkey;
+      int st = post_once(&p.s[0], &swr, "SEND with Invalidate of an MR's key", &wc);
+      struct ibv_wc rwc;
+      memset(&rwc, 0, sizeof(rwc));
+      const int got = wait_wcs(p.s[1].cq, &rwc, 1, 10000);
+      check(r == 0 && st == IBV_WC_SUCCESS && got == 1 && rwc.wr_id == 7210 &&
+                rwc.status == IBV_WC_REM_INV_REQ_ERR,
+            "a SEND with Invalidate of a key that is no type 2 window of the "
+            "receiving QP: its receive completes with IBV_WC_REM_INV_REQ_ERR",
+            "post_recv %d, send %s, %d receive completions, status %s", r,
+            wc_name(st), got, got ? wc_name(rwc.status) : "none");
+      check_state(p.s[1].qp, IBV_QPS_ERR,
+                  "the receiving QP is then in ERR");
+      /* The MR's key still works on a fresh pair. */
+      struct pair q;
+      if (connect_pair(&q, &kDefaultOpts, &kDefaultOpts)) {
+        st = write_through(&q, b, (uint64_t)(uintptr_t)mem, mr->rkey, 64,
+                           "WRITE under the MR's key afterwards");
+        check(st == IBV_WC_SUCCESS, "the MR's key was not invalidated",
+              "status %s", wc_name(st));
+      }
+      free_pair(&q);
+    }
+    free_pair(&p);
+  }
+
+  step("memory windows: binds the rules refuse");
+  {
+    struct {
+      struct ibv_mr* region;
+      size_t offset;
+      size_t len;
+      unsigned access;
+      const char* name;
+    } bad_binds[] = {
+        {nobind, 0, 4096, kWindowAccess,
+         "a bind to an MR registered without IBV_ACCESS_MW_BIND completes "
+         "with IBV_WC_MW_BIND_ERR"},
+        {mr, 61440, 8192, kWindowAccess,
+         "a bind past the end of the MR completes with IBV_WC_MW_BIND_ERR"},
+        {mr, 0, 0, kWindowAccess,
+         "a type 2 bind of length 0 completes with IBV_WC_MW_BIND_ERR"},
+    };
+    struct ibv_mw* w2 = ibv_alloc_mw(d->pd, IBV_MW_TYPE_2);
+    for (size_t i = 0; w2 != NULL && i < sizeof(bad_binds) / sizeof(bad_binds[0]);
+         ++i) {
+      if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+        struct ibv_send_wr wr = bind_wr(
+            7300 + i, w2, ibv_inc_rkey(w2->rkey), bad_binds[i].region,
+            mem + bad_binds[i].offset, bad_binds[i].len, bad_binds[i].access,
+            IBV_SEND_SIGNALED);
+        expect_local_error(&p, b, &wr, IBV_WC_MW_BIND_ERR, bad_binds[i].name);
+      }
+      free_pair(&p);
+    }
+    /* Bound twice without an invalidation between. */
+    if (w2 != NULL && connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+      const uint32_t key = ibv_inc_rkey(w2->rkey);
+      int st = bind_type2(&p, w2, key, mr, mem, 64, kWindowAccess,
+                          "BIND_MW of a second window");
+      check(st == IBV_WC_SUCCESS, "a second type 2 window binds", "status %s",
+            wc_name(st));
+      struct ibv_send_wr wr = bind_wr(7310, w2, ibv_inc_rkey(key), mr, mem, 64,
+                                      kWindowAccess, IBV_SEND_SIGNALED);
+      expect_local_error(&p, b, &wr, IBV_WC_MW_BIND_ERR,
+                         "binding a bound type 2 window again completes with "
+                         "IBV_WC_MW_BIND_ERR");
+    }
+    free_pair(&p);
+    /* LOCAL_INV of a key that is no type 2 window: an MR's. */
+    if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+      struct ibv_send_wr wr = local_inv_wr(7320, mr->rkey, IBV_SEND_SIGNALED);
+      expect_local_error(&p, b, &wr, IBV_WC_LOC_QP_OP_ERR,
+                         "LOCAL_INV of an MR's key completes with "
+                         "IBV_WC_LOC_QP_OP_ERR");
+    }
+    free_pair(&p);
+    /* Deallocated while bound: its key stops working at once. */
+    if (w2 != NULL && connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+      struct ibv_send_wr inv = local_inv_wr(7330, w2->rkey, IBV_SEND_SIGNALED);
+      (void)post_once(&p.s[1], &inv, "LOCAL_INV (whatever its state)", &wc);
+      const uint32_t key = ibv_inc_rkey(ibv_inc_rkey(w2->rkey));
+      int st = bind_type2(&p, w2, key, mr, mem, 64, kWindowAccess,
+                          "BIND_MW before deallocation");
+      r = ibv_dealloc_mw(w2);
+      w2 = NULL;
+      st = write_through(&p, b, (uint64_t)(uintptr_t)mem, key, 64,
+                         "WRITE through a deallocated window");
+      check(r == 0 && st == IBV_WC_REM_ACCESS_ERR,
+            "ibv_dealloc_mw of a bound window succeeds and its key stops "
+            "working (IBV_WC_REM_ACCESS_ERR)",
+            "dealloc %d, status %s", r, wc_name(st));
+    }
+    free_pair(&p);
+    if (w2 != NULL) ibv_dealloc_mw(w2);
+  }
+
+  step("memory windows: type 1 (ibv_bind_mw), order, zero-based");
+  {
+    struct ibv_mw* w1 = ibv_alloc_mw(d->pd, IBV_MW_TYPE_1);
+    check(w1 != NULL, "ibv_alloc_mw (type 1)", "errno %d", errno);
+    if (w1 != NULL && connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+      struct ibv_mw_bind mb;
+      memset(&mb, 0, sizeof(mb));
+      mb.wr_id = 7400;
+      mb.send_flags = IBV_SEND_SIGNALED;
+      mb.bind_info.mr = mr;
+      mb.bind_info.addr = (uint64_t)(uintptr_t)(mem + 16384);
+      mb.bind_info.length = 4096;
+      mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+      const uint32_t before = w1->rkey;
+      r = ibv_bind_mw(p.s[1].qp, w1, &mb);
+      const int got = r == 0 ? wait_wcs(p.s[1].cq, &wc, 1, 10000) : 0;
+      check(r == 0 && got == 1 && wc.wr_id == 7400 &&
+                wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_BIND_MW &&
+                w1->rkey == ibv_inc_rkey(before),
+            "ibv_bind_mw of a type 1 window completes (IBV_WC_BIND_MW) and "
+            "the window takes the next key",
+            "returned %d, %d completions, status %s, key %#x from %#x", r, got,
+            got ? wc_name(wc.status) : "none", w1->rkey, before);
+      /* Any queue pair of the domain reaches a type 1 window. */
+      struct pair q;
+      if (connect_pair(&q, &kDefaultOpts, &kDefaultOpts)) {
+        int st = write_through(&q, b, (uint64_t)(uintptr_t)(mem + 16384),
+                               w1->rkey, 4096, "WRITE through a type 1 window");
+        check(st == IBV_WC_SUCCESS &&
+                  first_diff(mem + 16384, b->local, 4096) == 4096,
+              "a type 1 window is reached through another queue pair of the "
+              "domain",
+              "status %s", wc_name(st));
+      }
+      free_pair(&q);
+      /* ibv_bind_mw refuses what libibverbs and the man page refuse. */
+      struct ibv_mw_bind zb = mb;
+      zb.bind_info.mw_access_flags |= IBV_ACCESS_ZERO_BASED;
+      r = ibv_bind_mw(p.s[1].qp, w1, &zb);
+      check(r == EINVAL, "ibv_bind_mw of a zero-based type 1 window is EINVAL",
+            "returned %d", r);
+      struct ibv_mw* w2 = ibv_alloc_mw(d->pd, IBV_MW_TYPE_2);
+      r = w2 != NULL ? ibv_bind_mw(p.s[1].qp, w2, &mb) : -1;
+      check(r == EINVAL, "ibv_bind_mw of a type 2 window is EINVAL",
+            "returned %d", r);
+      if (w2 != NULL) ibv_dealloc_mw(w2);
+      struct ibv_pd* other = ibv_alloc_pd(d->ctx);
+      struct ibv_mr* omr =
+          other != NULL ? ibv_reg_mr(other, mem, 4096,
+                                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND)
+                        : NULL;
+      struct ibv_mw_bind ob = mb;
+      ob.bind_info.mr = omr;
+      ob.bind_info.addr = (uint64_t)(uintptr_t)mem;
+      r = omr != NULL ? ibv_bind_mw(p.s[1].qp, w1, &ob) : -1;
+      check(r == EPERM,
+            "ibv_bind_mw to an MR of another protection domain is EPERM",
+            "returned %d", r);
+      if (omr != NULL) ibv_dereg_mr(omr);
+      if (other != NULL) ibv_dealloc_pd(other);
+      /* Unsignaled: [WRITE, BIND, WRITE(signaled)] gives one completion;
+       * the bind took effect before the second WRITE went out. */
+      struct ibv_sge s1 = sge_of(b->remote, 64, b->rmr->lkey);
+      struct ibv_send_wr wrs[3];
+      wrs[0] = rdma_wr(IBV_WR_RDMA_WRITE, 7410, &s1, 1,
+                       (uint64_t)(uintptr_t)b->local, b->lmr->rkey, 0);
+      wrs[1] = bind_wr(7411, w1, ibv_inc_rkey(w1->rkey), mr, mem + 20480, 64,
+                       IBV_ACCESS_REMOTE_READ, 0);
+      wrs[2] = rdma_wr(IBV_WR_RDMA_WRITE, 7412, &s1, 1,
+                       (uint64_t)(uintptr_t)b->local, b->lmr->rkey,
+                       IBV_SEND_SIGNALED);
+      wrs[0].next = &wrs[1];
+      wrs[1].next = &wrs[2];
+      struct ibv_send_wr* bad = NULL;
+      r = ibv_post_send(p.s[1].qp, &wrs[0], &bad);
+      struct ibv_wc w3[3];
+      int n = r == 0 ? wait_wcs(p.s[1].cq, w3, 1, 10000) : 0;
+      check(r == 0 && n == 1 && w3[0].wr_id == 7412 &&
+                w3[0].status == IBV_WC_SUCCESS && extra_wcs(p.s[1].cq, 100) == 0,
+            "[WRITE, BIND_MW, WRITE(signaled)]: one completion, the last",
+            "post %d, %d completions, first %llu", r, n,
+            n ? (unsigned long long)w3[0].wr_id : 0ull);
+      /* [READ, LOCAL_INV] on a type 2 window: in order. */
+      struct ibv_mw* w3w = ibv_alloc_mw(d->pd, IBV_MW_TYPE_2);
+      if (w3w != NULL) {
+        const uint32_t key = ibv_inc_rkey(w3w->rkey);
+        int st = bind_type2(&p, w3w, key, mr, mem, 64,
+                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ZERO_BASED,
+                            "BIND_MW of a zero-based window");
+        /* Zero-based: the peer names its first byte 0. */
+        memset(mem, 0x5C, 64);
+        struct ibv_sge rs = sge_of(b->local2, 64, b->lmr2->lkey);
+        st = rdma_once(&p.s[0], IBV_WR_RDMA_READ, 7420, &rs, 1, 0, key,
+                       "READ of a zero-based window at 0", NULL);
+        check(st == IBV_WC_SUCCESS && all_bytes(b->local2, 64, 0x5C),
+              "a zero-based window is addressed from 0", "status %s",
+              wc_name(st));
+        struct ibv_sge ls = sge_of(b->remote, 64, b->rmr->lkey);
+        wrs[0] = rdma_wr(IBV_WR_RDMA_READ, 7421, &ls, 1,
+                         (uint64_t)(uintptr_t)b->local, b->lmr->rkey,
+                         IBV_SEND_SIGNALED);
+        wrs[1] = local_inv_wr(7422, key, IBV_SEND_SIGNALED);
+        wrs[0].next = &wrs[1];
+        wrs[1].next = NULL;
+        bad = NULL;
+        r = ibv_post_send(p.s[1].qp, &wrs[0], &bad);
+        n = r == 0 ? wait_wcs(p.s[1].cq, w3, 2, 10000) : 0;
+        check(r == 0 && n == 2 && w3[0].wr_id == 7421 && w3[1].wr_id == 7422 &&
+                  w3[0].status == IBV_WC_SUCCESS &&
+                  w3[1].status == IBV_WC_SUCCESS &&
+                  w3[1].opcode == IBV_WC_LOCAL_INV,
+              "[READ, LOCAL_INV]: both complete, in order",
+              "post %d, %d completions", r, n);
+        r = ibv_dealloc_mw(w3w);
+        check(r == 0, "ibv_dealloc_mw", "returned %d", r);
+      }
+    }
+    free_pair(&p);
+    if (w1 != NULL) {
+      r = ibv_dealloc_mw(w1);
+      check(r == 0, "ibv_dealloc_mw of a bound type 1 window", "returned %d",
+            r);
+    }
+  }
+
+  /* Everything unbound or gone: the regions go. */
+  r = ibv_dealloc_mw(mw);
+  check(r == 0, "ibv_dealloc_mw (type 2)", "returned %d", r);
+  r = ibv_dereg_mr(mr);
+  check(r == 0, "ibv_dereg_mr once no window is bound to it", "returned %d", r);
+  dereg(nobind);
 }
 
 /* The peer QP destroyed: the next WRITE fails with the transport's error
@@ -3193,18 +3707,6 @@ static void t_unsupported(void) {
     }
   }
 
-  errno = 0;
-  struct ibv_mw* mw = ibv_alloc_mw(d->pd, IBV_MW_TYPE_1);
-  check(mw == NULL && errno == EOPNOTSUPP,
-        "ibv_alloc_mw (type 1) fails with EOPNOTSUPP", "mw %p errno %d",
-        (void*)mw, errno);
-  if (mw != NULL) ibv_dealloc_mw(mw);
-  errno = 0;
-  mw = ibv_alloc_mw(d->pd, IBV_MW_TYPE_2);
-  check(mw == NULL && errno == EOPNOTSUPP,
-        "ibv_alloc_mw (type 2) fails with EOPNOTSUPP", "mw %p errno %d",
-        (void*)mw, errno);
-  if (mw != NULL) ibv_dealloc_mw(mw);
   ibv_destroy_cq(cq);
 }
 
@@ -4912,10 +5414,11 @@ static void t_extended_refusals(void) {
     uint64_t ops;
     const char* name;
   } refused[] = {
-      {IBV_QPT_RC, IBV_QP_EX_WITH_SEND_WITH_INV,
-       "an RC queue pair for SEND_WITH_INV is EOPNOTSUPP (not served)"},
-      {IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW,
-       "an RC queue pair for BIND_MW is EOPNOTSUPP (not served)"},
+      {IBV_QPT_UC, IBV_QP_EX_WITH_SEND_WITH_INV,
+       "a UC queue pair for SEND_WITH_INV is EOPNOTSUPP (the IBA has no UC "
+       "opcode for it)"},
+      {IBV_QPT_UD, IBV_QP_EX_WITH_BIND_MW,
+       "a UD queue pair for BIND_MW is EOPNOTSUPP (UD has none)"},
       {IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ,
        "a UC queue pair for RDMA READ is EOPNOTSUPP (UC has none)"},
       {IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE,
@@ -5201,6 +5704,128 @@ static void t_extended(struct bufs* b) {
         wc_name(wc[0].status));
   free_pair(&p);
   dereg(amr);
+}
+
+/* Memory windows through the extended API: ibv_wr_bind_mw,
+ * ibv_wr_send_inv, ibv_wr_local_inv; the receive's invalidated key read
+ * with ibv_wc_read_invalidated_rkey. */
+static void t_extended_windows(struct bufs* b) {
+  step("the extended API: ibv_wr_bind_mw, ibv_wr_send_inv, ibv_wr_local_inv");
+  const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND |
+                       IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
+                       IBV_QP_EX_WITH_SEND_WITH_INV;
+  struct pair p;
+  memset(&p, 0, sizeof(p));
+  struct ibv_cq_ex* cq[2] = {NULL, NULL};
+  bool made = true;
+  for (int i = 0; i < 2 && made; ++i) {
+    p.s[i].dev = &g_dev[i];
+    cq[i] = make_cq_ex(&g_dev[i]);
+    if (cq[i] == NULL) {
+      made = check(false, "ibv_create_cq_ex", "errno %d", errno);
+      break;
+    }
+    p.s[i].cq = ibv_cq_ex_to_cq(cq[i]);
+    p.s[i].qp = make_qp_ex(&g_dev[i], cq[i], IBV_QPT_RC, ops);
+    made = check(p.s[i].qp != NULL,
+                 "ibv_create_qp_ex for BIND_MW, LOCAL_INV and SEND_WITH_INV",
+                 "errno %d", errno);
+  }
+  uint8_t* mem = pages(8192);
+  struct ibv_mr* mr = reg(&g_dev[1], mem, 8192,
+                          kRemoteAccess | IBV_ACCESS_MW_BIND, "an MR for binding");
+  struct ibv_mw* mw = ibv_alloc_mw(g_dev[1].pd, IBV_MW_TYPE_2);
+  if (!made || mr == NULL || mw == NULL || !pair_to_init(&p) ||
+      !pair_to_rts(&p, &kDefaultOpts, &kDefaultOpts)) {
+    if (mw != NULL) ibv_dealloc_mw(mw);
+    dereg(mr);
+    free_pair(&p);
+    return;
+  }
+  struct ibv_qp_ex* mem_side = ibv_qp_to_qp_ex(p.s[1].qp);
+  struct ibv_qp_ex* peer = ibv_qp_to_qp_ex(p.s[0].qp);
+  const uint32_t key = ibv_inc_rkey(mw->rkey);
+  struct ibv_mw_bind_info bi;
+  memset(&bi, 0, sizeof(bi));
+  bi.mr = mr;
+  bi.addr = (uint64_t)(uintptr_t)mem;
+  bi.length = 4096;
+  bi.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ibv_wr_start(mem_side);
+  mem_side->wr_id = 7600;
+  mem_side->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_bind_mw(mem_side, mw, key, &bi);
+  int r = ibv_wr_complete(mem_side);
+  struct ibv_wc wc[2];
+  int n = r == 0 ? ex_poll(cq[1], wc, 1) : 0;
+  check(r == 0 && n == 1 && wc[0].wr_id == 7600 &&
+            wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_BIND_MW,
+        "ibv_wr_bind_mw binds a type 2 window (IBV_WC_BIND_MW)",
+        "complete %d, %d completions, status %s", r, n,
+        n ? wc_name(wc[0].status) : "none");
+  /* A WRITE through it, then a SEND with Invalidate of its key. */
+  r = post_recv_area(&p.s[1], b, 5, 7601, 256);
+  fill(b->local, 512, 77);
+  ibv_wr_start(peer);
+  peer->wr_flags = IBV_SEND_SIGNALED;
+  peer->wr_id = 7602;
+  ibv_wr_rdma_write(peer, key, (uint64_t)(uintptr_t)mem);
+  ibv_wr_set_sge(peer, b->lmr->lkey, (uint64_t)(uintptr_t)b->local, 512);
+  peer->wr_id = 7603;
+  ibv_wr_send_inv(peer, key);
+  ibv_wr_set_sge(peer, b->lmr->lkey, (uint64_t)(uintptr_t)b->local, 64);
+  r = r == 0 ? ibv_wr_complete(peer) : r;
+  n = r == 0 ? ex_poll(cq[0], wc, 2) : 0;
+  check(r == 0 && n == 2 && wc[0].status == IBV_WC_SUCCESS &&
+            wc[1].status == IBV_WC_SUCCESS && wc[1].opcode == IBV_WC_SEND &&
+            first_diff(mem, b->local, 512) == 512,
+        "ibv_wr_rdma_write through the window and ibv_wr_send_inv complete",
+        "complete %d, %d completions", r, n);
+  /* The receive: read through the extended CQ. */
+  struct ibv_poll_cq_attr attr;
+  memset(&attr, 0, sizeof(attr));
+  const double until = now_s() + 10;
+  while ((r = ibv_start_poll(cq[1], &attr)) == ENOENT && now_s() < until) {
+    sleep_us(50);
+  }
+  bool ok = r == 0 && cq[1]->wr_id == 7601 && cq[1]->status == IBV_WC_SUCCESS &&
+            ibv_wc_read_opcode(cq[1]) == IBV_WC_RECV &&
+            (ibv_wc_read_wc_flags(cq[1]) & IBV_WC_WITH_INV) != 0 &&
+            ibv_wc_read_invalidated_rkey(cq[1]) == key;
+  if (r == 0) ibv_end_poll(cq[1]);
+  check(ok,
+        "the receive reads IBV_WC_WITH_INV and the key from "
+        "ibv_wc_read_invalidated_rkey",
+        "start_poll %d", r);
+  /* Invalidated: LOCAL_INV of the free window completes (nothing to do),
+   * and a WRITE under the key fails. */
+  ibv_wr_start(mem_side);
+  mem_side->wr_id = 7604;
+  mem_side->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_local_inv(mem_side, key);
+  r = ibv_wr_complete(mem_side);
+  n = r == 0 ? ex_poll(cq[1], wc, 1) : 0;
+  check(r == 0 && n == 1 && wc[0].status == IBV_WC_SUCCESS &&
+            wc[0].opcode == IBV_WC_LOCAL_INV,
+        "ibv_wr_local_inv of a window the peer invalidated completes",
+        "complete %d, %d completions, status %s", r, n,
+        n ? wc_name(wc[0].status) : "none");
+  ibv_wr_start(peer);
+  peer->wr_flags = IBV_SEND_SIGNALED;
+  peer->wr_id = 7605;
+  ibv_wr_rdma_write(peer, key, (uint64_t)(uintptr_t)mem);
+  ibv_wr_set_sge(peer, b->lmr->lkey, (uint64_t)(uintptr_t)b->local, 8);
+  r = ibv_wr_complete(peer);
+  n = r == 0 ? ex_poll(cq[0], wc, 1) : 0;
+  check(r == 0 && n == 1 && wc[0].status == IBV_WC_REM_ACCESS_ERR,
+        "a WRITE under the invalidated key completes with "
+        "IBV_WC_REM_ACCESS_ERR",
+        "complete %d, %d completions, status %s", r, n,
+        n ? wc_name(wc[0].status) : "none");
+  free_pair(&p);  /* its CQs too */
+  r = ibv_dealloc_mw(mw);
+  check(r == 0, "ibv_dealloc_mw", "returned %d", r);
+  dereg(mr);
 }
 
 static void t_extended_ud(struct bufs* b) {
@@ -5579,6 +6204,7 @@ int main(int argc, char** argv) {
       t_shared_cq(&b);
       t_remote_errors(&b);
       t_atomics(&b);
+      t_memory_windows(&b);
       t_async_events(&b);
       t_comm_est(&b);
       t_loopback();
@@ -5603,6 +6229,7 @@ int main(int argc, char** argv) {
       t_ud(&b);
       t_srq(&b);
       t_extended(&b);
+      t_extended_windows(&b);
       t_extended_ud(&b);
       free_bufs(&b);
       t_many_qps();
