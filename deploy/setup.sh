@@ -28,6 +28,8 @@ PACKAGES=(
   # run unmodified over rdmaplane in tests/verbs.
   perftest
   ibverbs-utils
+  # ... and UCX's tools (ucx_info, ucx_perftest) over its verbs transports.
+  ucx-utils
   # Tests and micro-benchmarks.
   libgtest-dev
   libgmock-dev

@@ -136,6 +136,26 @@ e2e_start_memif_pair() {
     e2e_fail "daemon b (memif client) did not start"
 }
 
+# e2e_wait_port_active LABEL SOCKET VERBS_SO: until ibv_devinfo (under the
+# verbs front end VERBS_SO, with RDMAPLANE_SOCKET=SOCKET) shows port 1 of
+# rdmaplane0 ACTIVE. Daemons report their data port's link as it is, and a
+# memif link comes up a moment after both daemons serve (longer on a busy
+# machine): at most 300 looks, 0.1 s apart.
+e2e_wait_port_active() {
+  local label="$1" sock="$2" so="$3" i out="$E2E_TMP/port-$1.out"
+  for ((i = 0; i < 300; i++)); do
+    if timeout --kill-after=5 20 env RDMAPLANE_SOCKET="$sock" LD_PRELOAD="$so" \
+      ibv_devinfo -d rdmaplane0 >"$out" 2>&1 &&
+      grep -qE '^[[:space:]]+state:[[:space:]]+PORT_ACTIVE \(4\)$' "$out"; then
+      e2e_log "port of daemon $label active after $i looks"
+      return 0
+    fi
+    sleep 0.1
+  done
+  sed 's/^/    /' "$out" >&2
+  e2e_fail "the port of daemon $label never became active"
+}
+
 # e2e_stop_daemon NAME: SIGTERM, at most 5 s, then SIGKILL. Sets
 # E2E_STOP_STATUS (137 when it had to be killed) and E2E_STOP_SECONDS.
 # Returns 0 when the daemon ended by itself within 5 s, 1 otherwise.

@@ -152,25 +152,8 @@ check_devinfo() {
 check_devices a "$sock_a" rdmaplane0
 check_devices b "$sock_b" rdmaplane0
 check_devices a+b "$sock_a:$sock_b" rdmaplane0 rdmaplane1
-# wait_port_active LABEL SOCKETS: until ibv_devinfo shows port 1 of
-# rdmaplane0 ACTIVE. Daemons report their data port's link as it is, and a
-# memif link comes up a moment after both daemons serve (longer on a busy
-# machine): at most 300 looks, 0.1 s apart.
-wait_port_active() {
-  local label="$1" sockets="$2" i out="$E2E_TMP/port-$1.out"
-  for ((i = 0; i < 300; i++)); do
-    if verbs "$sockets" 20 "$out" ibv_devinfo -d rdmaplane0 &&
-      grep -qE '^[[:space:]]+state:[[:space:]]+PORT_ACTIVE \(4\)$' "$out"; then
-      e2e_log "port of daemon $label active after $i looks"
-      return 0
-    fi
-    sleep 0.1
-  done
-  sed 's/^/    /' "$out" >&2
-  e2e_fail "the port of daemon $label never became active"
-}
-wait_port_active a "$sock_a"
-wait_port_active b "$sock_b"
+e2e_wait_port_active a "$sock_a" "$verbs_so"
+e2e_wait_port_active b "$sock_b" "$verbs_so"
 check_devinfo a "$sock_a" rdmaplane0 "$ip_a"
 check_devinfo b "$sock_b" rdmaplane0 "$ip_b"
 check_devinfo a+b "$sock_a:$sock_b" rdmaplane1 "$ip_b"
