@@ -62,6 +62,13 @@ RegistrationTable::RemoveResult RegistrationTable::Remove(uint32_t key) {
   control_owner_.Check();
   const uint32_t index = key >> kTagBits;
   if (index >= capacity_ || key == 0) return RemoveResult::kUnknown;
+  const RemoveResult result = ClearKey(index, key);
+  if (result == RemoveResult::kOk) --live_;
+  return result;
+}
+
+RegistrationTable::RemoveResult RegistrationTable::ClearKey(uint32_t index,
+                                                            uint32_t key) {
   Slot& slot = slots_[index];
   uint64_t s = slot.state.load(std::memory_order_relaxed);
   do {
@@ -70,12 +77,10 @@ RegistrationTable::RemoveResult RegistrationTable::Remove(uint32_t key) {
     // Only an unpinned state can be replaced, and BeginUse only pins a state
     // that still carries the key: both orders are exact. Acquire pairs with
     // EndUse's release (the last transfer is done with the memory); release
-    // orders this before the epoch bump below.
+    // orders this before the epoch bump in MarkRemoved.
   } while (!slot.state.compare_exchange_weak(s, 0, std::memory_order_acq_rel,
                                              std::memory_order_relaxed));
-
   MarkRemoved(index);
-  --live_;
   return RemoveResult::kOk;
 }
 
@@ -134,16 +139,7 @@ RegistrationTable::RemoveResult RegistrationTable::Unpublish(uint32_t key) {
   if (index >= capacity_ || key == 0 || !control_[index].reserved) {
     return RemoveResult::kUnknown;
   }
-  Slot& slot = slots_[index];
-  uint64_t s = slot.state.load(std::memory_order_relaxed);
-  do {
-    if (KeyOf(s) != key) return RemoveResult::kUnknown;
-    if (CountOf(s) != 0) return RemoveResult::kInUse;
-    // As in Remove.
-  } while (!slot.state.compare_exchange_weak(s, 0, std::memory_order_acq_rel,
-                                             std::memory_order_relaxed));
-  MarkRemoved(index);
-  return RemoveResult::kOk;
+  return ClearKey(index, key);  // the slot stays the window's (live)
 }
 
 void RegistrationTable::Unreserve(uint32_t index) {

@@ -291,6 +291,9 @@ class RegistrationTable {
   static constexpr uint32_t kNoSlot = 0xFFFFFFFF;
   static constexpr uint64_t kOffline = ~uint64_t{0};
 
+  // Takes `key` out of slot `index` unless a pin holds it, and queues the
+  // slot for Reclaim (Remove and Unpublish).
+  RemoveResult ClearKey(uint32_t index, uint32_t key);
   // Removed (its key 0): onto the pending FIFO, for Reclaim.
   void MarkRemoved(uint32_t index);
 

@@ -2308,6 +2308,9 @@ static void t_atomics(struct bufs* b) {
 
 /* --- Memory windows ---------------------------------------------------- */
 
+static int post_recv_area(struct side* s, struct bufs* b, int i,
+                          uint64_t wr_id, uint32_t len);
+
 /* A BIND_MW work request: window mw bound under `rkey` to [addr, addr +
  * len) of mr with `access`. */
 static struct ibv_send_wr bind_wr(uint64_t wr_id, struct ibv_mw* mw,
@@ -2538,14 +2541,7 @@ static void t_memory_windows(struct bufs* b) {
       st = bind_type2(&p, mw, key, mr, mem, 4096, kWindowAccess,
                       "BIND_MW for SEND with Invalidate");
       mw->rkey = key;
-      struct ibv_sge rsge = sge_of(b->remote, 4096, b->rmr->lkey);
-      struct ibv_recv_wr rwr;
-      memset(&rwr, 0, sizeof(rwr));
-      rwr.wr_id = 7200;
-      rwr.sg_list = &rsge;
-      rwr.num_sge = 1;
-      struct ibv_recv_wr* rbad = NULL;
-      r = ibv_post_recv(p.s[1].qp, &rwr, &rbad);
+      r = post_recv_area(&p.s[1], b, 0, 7200, 4096);
       fill(b->local, 3000, 902);
       struct ibv_sge ssge = sge_of(b->local, 3000, b->lmr->lkey);
       struct ibv_send_wr swr =
@@ -2580,14 +2576,7 @@ static void t_memory_windows(struct bufs* b) {
      * with IBV_WC_REM_INV_REQ_ERR, the sender's SEND completes (IBA class
      * J: the data were placed and acknowledged). */
     if (connect_pair(&p, &o, &o)) {
-      struct ibv_sge rsge = sge_of(b->remote, 4096, b->rmr->lkey);
-      struct ibv_recv_wr rwr;
-      memset(&rwr, 0, sizeof(rwr));
-      rwr.wr_id = 7210;
-      rwr.sg_list = &rsge;
-      rwr.num_sge = 1;
-      struct ibv_recv_wr* rbad = NULL;
-      r = ibv_post_recv(p.s[1].qp, &rwr, &rbad);
+      r = post_recv_area(&p.s[1], b, 0, 7210, 4096);
       struct ibv_sge ssge = sge_of(b->local, 100, b->lmr->lkey);
       struct ibv_send_wr swr =
           rdma_wr(IBV_WR_SEND_WITH_INV, 7211, &ssge, 1, 0, 0, IBV_SEND_SIGNALED);
