@@ -28,8 +28,11 @@ PACKAGES=(
   # run unmodified over rdmaplane in tests/verbs.
   perftest
   ibverbs-utils
-  # ... and UCX's tools (ucx_info, ucx_perftest) over its verbs transports.
+  # ... and UCX's tools (ucx_info, ucx_perftest) over its verbs transports,
+  # and Open MPI (mpirun, and mpicc for tests/mpi) over UCX.
   ucx-utils
+  openmpi-bin
+  libopenmpi-dev
   # Tests and micro-benchmarks.
   libgtest-dev
   libgmock-dev
