@@ -815,7 +815,7 @@ int Refuse(rdp_overlapped* ov, int code) {
 }  // namespace
 
 int Client::Post(uint32_t slot, SendEntry& entry, rdp_overlapped* ov,
-                 bool defer) {
+                 bool defer, const Tag* tag) {
   Connection& c = connections_[slot];
   if (c.posted - c.head >= c.ledger_size) {
     RetireSilent(c, header_->retired[slot].load(std::memory_order_acquire));
@@ -832,7 +832,17 @@ int Client::Post(uint32_t slot, SendEntry& entry, rdp_overlapped* ov,
     // for what went out.
     return RDP_ERR_NO_BUFFERS;
   }
-  c.Ledger(c.posted) = {ov, entry.flags, false};
+  Pending& p = c.Ledger(c.posted);
+  p.flags = entry.flags;
+  p.done = false;
+  if (ov == nullptr) {
+    p.own = rdp_overlapped{};
+    p.own.context = tag->context;
+    p.own.internal[1] = tag->kind;
+    p.own.status = RDP_PENDING;
+    ov = &p.own;
+  }
+  p.ov = ov;
   ++c.posted;
   if ((entry.flags & RDP_FLAG_SILENT_SUCCESS) != 0) ++c.silent;
   return RDP_PENDING;
@@ -907,6 +917,29 @@ int Client::Submit(uint32_t slot, SendEntry& e, uint32_t flags,
   if (!defer) KickEngine(slot);
   if (r != RDP_PENDING) ov->status = r;
   return r;
+}
+
+int Client::SubmitTagged(uint32_t slot, SendEntry& e, uint32_t flags,
+                         const Tag& tag) {
+  e.flags = flags;
+  const bool defer = (flags & RDP_FLAG_DEFER) != 0;
+  const int r = Post(slot, e, nullptr, defer, &tag);
+  if (!defer) KickEngine(slot);
+  return r;
+}
+
+uint32_t Client::Outstanding(rdp_conn conn) const {
+  const int slot = SlotOf(conn);
+  if (slot < 0) return 0;
+  const Connection& c = connections_[slot];
+  return c.posted - c.head;
+}
+
+int Client::Abandon(rdp_conn conn, int32_t status, rdp_overlapped** done,
+                    int max) {
+  const int slot = SlotOf(conn);
+  if (slot < 0 || done == nullptr || max <= 0) return 0;
+  return EndRemaining(connections_[slot], status, done, max);
 }
 
 int Client::Flush(rdp_conn conn) {
@@ -1089,45 +1122,41 @@ int Client::GetOverlappedResult(rdp_conn conn, rdp_overlapped* ov, bool wait,
 int Client::PostVerbs(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
                       uint32_t sge_count, uint64_t remote_address,
                       uint32_t rkey, uint32_t flags, uint32_t imm,
-                      rdp_overlapped* ov) {
-  if (ov == nullptr) return RDP_ERR_FAULT;
-  ov->internal[0] = shm::kDetailNone;
+                      const Tag& tag) {
   if ((op != shm::kSendWrite && op != shm::kSendRead &&
        op != shm::kSendSend) ||
       (flags & ~shm::kVerbsSendFlags) != 0) {
-    return Refuse(ov, RDP_ERR_INVALID);
+    return RDP_ERR_INVALID;
   }
   SendEntry e{};
   e.op = op;
   e.remote_address = remote_address;
   e.rkey = rkey;
   e.imm = imm;
-  return PostEntry(conn, &e, sgl, sge_count, flags, ov);
+  return PostEntry(conn, &e, sgl, sge_count, flags, tag);
 }
 
 int Client::PostEntry(rdp_conn conn, SendEntry* e, const rdp_sge* sgl,
-                      uint32_t sge_count, uint32_t flags, rdp_overlapped* ov) {
+                      uint32_t sge_count, uint32_t flags, const Tag& tag) {
   const int slot = SlotOf(conn);
-  if (int err = ConnectionError(slot); err != RDP_OK) return Refuse(ov, err);
+  if (int err = ConnectionError(slot); err != RDP_OK) return err;
   uint64_t total = 0;
   if (int err = FillSgl(e, sgl, sge_count, &total); err != RDP_OK) {
-    return Refuse(ov, err);
+    return err;
   }
-  return Submit(static_cast<uint32_t>(slot), *e, flags, ov);
+  return SubmitTagged(static_cast<uint32_t>(slot), *e, flags, tag);
 }
 
 int Client::PostAtomic(rdp_conn conn, uint8_t op, const rdp_sge& sge,
                        uint64_t remote_address, uint32_t rkey, uint64_t compare,
-                       uint64_t swap_add, uint32_t flags, rdp_overlapped* ov) {
-  if (ov == nullptr) return RDP_ERR_FAULT;
-  ov->internal[0] = shm::kDetailNone;
+                       uint64_t swap_add, uint32_t flags, const Tag& tag) {
   constexpr uint32_t kAtomicFlags = shm::kVerbsSendFlags &
                                     ~shm::kFlagImmediate &
                                     ~shm::kFlagReadLocalInvalidate &
                                     ~shm::kFlagInvalidate;
   if ((op != shm::kSendCompareSwap && op != shm::kSendFetchAdd) ||
       (flags & ~kAtomicFlags) != 0 || sge.length != sizeof(uint64_t)) {
-    return Refuse(ov, RDP_ERR_INVALID);
+    return RDP_ERR_INVALID;
   }
   SendEntry e{};
   e.op = op;
@@ -1135,23 +1164,21 @@ int Client::PostAtomic(rdp_conn conn, uint8_t op, const rdp_sge& sge,
   e.rkey = rkey;
   e.compare = op == shm::kSendCompareSwap ? compare : 0;
   e.swap_add = swap_add;
-  return PostEntry(conn, &e, &sge, 1, flags, ov);
+  return PostEntry(conn, &e, &sge, 1, flags, tag);
 }
 
 int Client::PostDatagram(rdp_conn conn, const rdp_sge* sgl,
                          uint32_t sge_count, uint32_t ah, uint32_t remote_qpn,
                          uint32_t remote_qkey, uint32_t flags, uint32_t imm,
-                         rdp_overlapped* ov) {
-  if (ov == nullptr) return RDP_ERR_FAULT;
-  ov->internal[0] = shm::kDetailNone;
-  if ((flags & ~shm::kVerbsSendFlags) != 0) return Refuse(ov, RDP_ERR_INVALID);
+                         const Tag& tag) {
+  if ((flags & ~shm::kVerbsSendFlags) != 0) return RDP_ERR_INVALID;
   SendEntry e{};
   e.op = shm::kSendSend;
   e.imm = imm;
   e.ah = ah;
   e.remote_qpn = remote_qpn;
   e.remote_qkey = remote_qkey;
-  return PostEntry(conn, &e, sgl, sge_count, flags, ov);
+  return PostEntry(conn, &e, sgl, sge_count, flags, tag);
 }
 
 absl::StatusOr<uint32_t> Client::CallForKey(uint32_t op, uint32_t key) {
@@ -1228,22 +1255,20 @@ absl::Status Client::DeallocMw(uint32_t rkey) {
 int Client::PostMemoryWindow(rdp_conn conn, uint8_t op, const rdp_sge* sge,
                              uint32_t rkey, uint32_t bound_rkey,
                              uint64_t bind_bits, uint32_t flags,
-                             rdp_overlapped* ov) {
-  if (ov == nullptr) return RDP_ERR_FAULT;
-  ov->internal[0] = shm::kDetailNone;
+                             const Tag& tag) {
   constexpr uint32_t kWindowFlags =
       RDP_FLAG_SILENT_SUCCESS | RDP_FLAG_DEFER | RDP_FLAG_READ_FENCE;
   if ((op != shm::kSendBindMw && op != shm::kSendLocalInvalidate) ||
       (flags & ~kWindowFlags) != 0 || (bind_bits & ~shm::kBindKnownBits) != 0 ||
       (op == shm::kSendLocalInvalidate && sge != nullptr)) {
-    return Refuse(ov, RDP_ERR_INVALID);
+    return RDP_ERR_INVALID;
   }
   SendEntry e{};
   e.op = op;
   e.rkey = rkey;
   e.imm = bound_rkey;
   e.swap_add = bind_bits;
-  return PostEntry(conn, &e, sge, sge != nullptr ? 1 : 0, flags, ov);
+  return PostEntry(conn, &e, sge, sge != nullptr ? 1 : 0, flags, tag);
 }
 
 absl::StatusOr<uint32_t> Client::AllocPd() {

@@ -44,6 +44,17 @@ struct ClientOptions {
 
 class Client {
  public:
+  // What a request posted without an overlapped structure of the poster's
+  // (the verbs front end's posts) carries to its completion: the ledger
+  // keeps the request in an overlapped structure of its own, whose context
+  // is `context` and internal[1] `kind` (internal[0] holds the
+  // shm::CompletionDetail of a failure). Poll lists that structure as it
+  // lists a caller's; it stays as it is until the connection's next post.
+  struct Tag {
+    uint64_t context = 0;
+    uint32_t kind = 0;
+  };
+
   static absl::StatusOr<std::unique_ptr<Client>> Open(
       const ClientOptions& options = {});
   ~Client();
@@ -158,11 +169,12 @@ class Client {
   // of the SGL; a WRITE or READ to the peer's memory at remote_address
   // under rkey, which the peer's daemon checks. `flags` may add
   // shm::kFlagImmediate (with `imm`, as on the wire) and kFlagSolicited.
-  // Otherwise as Write. When the request ends, ov->internal[0] holds the
-  // shm::CompletionDetail of a failure.
+  // Otherwise as Write, except that the request's overlapped structure is
+  // the ledger's own (see Tag). Returns RDP_PENDING, or the error of a
+  // request refused here.
   int PostVerbs(rdp_conn conn, uint8_t op, const rdp_sge* sgl,
                 uint32_t sge_count, uint64_t remote_address, uint32_t rkey,
-                uint32_t flags, uint32_t imm, rdp_overlapped* ov);
+                uint32_t flags, uint32_t imm, const Tag& tag);
   // Posts an atomic (shm::kSendCompareSwap with `compare` and `swap_add`,
   // or shm::kSendFetchAdd adding `swap_add`) on the peer's 8-byte word at
   // remote_address under rkey, which the peer's daemon checks (an address
@@ -172,7 +184,7 @@ class Client {
   // completion's bytes are 8.
   int PostAtomic(rdp_conn conn, uint8_t op, const rdp_sge& sge,
                  uint64_t remote_address, uint32_t rkey, uint64_t compare,
-                 uint64_t swap_add, uint32_t flags, rdp_overlapped* ov);
+                 uint64_t swap_add, uint32_t flags, const Tag& tag);
   // Posts a memory window request, carried out in order after every
   // request posted before it: shm::kSendBindMw binds window `rkey` under
   // `bound_rkey` to `sge` (its address and length, and the lkey of the
@@ -182,14 +194,21 @@ class Client {
   // RDP_FLAG_READ_FENCE. The completion's bytes are 0.
   int PostMemoryWindow(rdp_conn conn, uint8_t op, const rdp_sge* sge,
                        uint32_t rkey, uint32_t bound_rkey, uint64_t bind_bits,
-                       uint32_t flags, rdp_overlapped* ov);
+                       uint32_t flags, const Tag& tag);
   // Posts a UD queue pair's SEND of the SGL (one packet: at most the path
   // MTU) to queue pair `remote_qpn` where address handle `ah` points, under
   // `remote_qkey` (top bit set: the queue pair's own). `flags` as
   // PostVerbs's.
   int PostDatagram(rdp_conn conn, const rdp_sge* sgl, uint32_t sge_count,
                    uint32_t ah, uint32_t remote_qpn, uint32_t remote_qkey,
-                   uint32_t flags, uint32_t imm, rdp_overlapped* ov);
+                   uint32_t flags, uint32_t imm, const Tag& tag);
+  // Requests of the connection posted and not ended (those Poll has not
+  // listed yet included): its send queue's occupancy.
+  uint32_t Outstanding(rdp_conn conn) const;
+  // Ends every request of the connection left (the daemon did not end
+  // them) with `status`, listing up to max of their overlapped structures
+  // in done; returns how many it listed.
+  int Abandon(rdp_conn conn, int32_t status, rdp_overlapped** done, int max);
   // A UD address handle for the IPv4 address `ip` (host order), once the
   // daemon knows its MAC (RDP_ERR_TIMEOUT when ARP did not answer).
   absl::StatusOr<uint32_t> CreateAddressHandle(uint32_t ip);
@@ -238,9 +257,13 @@ class Client {
   // A request posted and not ended yet: its overlapped structure, waiting
   // for a completion entry, a silent retirement or the connection's end.
   struct Pending {
-    rdp_overlapped* ov = nullptr;
+    rdp_overlapped* ov = nullptr;  // the poster's, or &own
     uint32_t flags = 0;
     bool done = false;
+    // The request's overlapped structure when its poster keeps none (the
+    // verbs front end posts with a Tag): the one record of the request on
+    // this side of the daemon.
+    rdp_overlapped own{};
   };
   // Requests one connection may have posted and not ended (deferred, in
   // the send ring, taken by the engine, and completed but not reaped): four
@@ -289,7 +312,7 @@ class Client {
   // The verbs posts' common end: the connection's slot, the SGL into *e,
   // and Submit.
   int PostEntry(rdp_conn conn, shm::SendEntry* e, const rdp_sge* sgl,
-                uint32_t sge_count, uint32_t flags, rdp_overlapped* ov);
+                uint32_t sge_count, uint32_t flags, const Tag& tag);
   // A control request of `op` naming `key`; the key the answer names.
   absl::StatusOr<uint32_t> CallForKey(uint32_t op, uint32_t key);
   rdp_conn HandleOf(uint32_t slot) const;
@@ -328,11 +351,15 @@ class Client {
                           shm::ControlResponse* response = nullptr);
   // Error for posting on slot `slot` (-1: no such connection), or RDP_OK.
   int ConnectionError(int slot) const;
+  // `ov` null: the ledger's own, carrying `tag`.
   int Post(uint32_t slot, shm::SendEntry& entry, rdp_overlapped* ov,
-           bool defer);
+           bool defer, const Tag* tag = nullptr);
   // Fills the common fields of `e`, posts it for `ov` and wakes the engine.
   int Submit(uint32_t slot, shm::SendEntry& e, uint32_t flags,
              rdp_overlapped* ov);
+  // ... for the ledger's own overlapped structure, carrying `tag`.
+  int SubmitTagged(uint32_t slot, shm::SendEntry& e, uint32_t flags,
+                   const Tag& tag);
   int PushDeferred(Connection& c);
   void KickEngine(uint32_t slot);
   // Applies completions of `slot` (listing up to max in done, when given),

@@ -231,13 +231,6 @@ struct Channel {
   std::thread notifier;
 };
 
-struct Slot {
-  rdp_overlapped ov;
-  uint64_t wr_id = 0;
-  ibv_wc_opcode opcode = IBV_WC_RDMA_WRITE;
-  uint32_t length = 0;
-};
-
 // The ibv_wr_* post path of an extended queue pair (ibv_create_qp_ex with
 // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS): the requests built between
 // ibv_wr_start and ibv_wr_complete, which posts them all or none
@@ -277,13 +270,15 @@ struct Qp {
   ibv_qp_cap cap{};
   bool sig_all = false;
   ibv_qp_attr attr{};  // what ibv_query_qp reports
-  // Send work requests outstanding, by index modulo slot_mask + 1 (at
-  // least cap.max_send_wr): a slot is reused only that many posts later.
-  std::unique_ptr<Slot[]> slots;
+  // Send work requests posted. Each one's record, until its completion is
+  // gathered, is librdmaplane's (Client::Tag: its wr_id and completion
+  // opcode), which also counts those outstanding (Client::Outstanding).
+  uint64_t posted = 0;
+  // Inline data: cap.max_inline_data bytes for each of slot_mask + 1 slots
+  // (at least cap.max_send_wr), by index: a slot is reused only that many
+  // posts later, when at most max_send_wr - 1 requests are outstanding.
   uint32_t slot_mask = 0;
-  uint64_t posted = 0;            // send work requests posted
-  uint64_t completed = 0;         // every one before this index has completed
-  uint8_t* inline_buf = nullptr;  // one cap.max_inline_data per slot
+  uint8_t* inline_buf = nullptr;
   uint32_t inline_lkey = 0;
   // Its state: RESET, INIT, RTR, RTS or ERR (a completion failed, or the
   // application moved it there: later ones are flushed). qp.state and
@@ -407,6 +402,10 @@ void AddRecvWc(Qp* q, const ibv_wc& wc, bool solicited);
 // Receives still posted when the queue pair is in the error state complete
 // flushed.
 void FlushReceives(Qp* q);
+// The send completion of a request librdmaplane ended (`done`, the
+// ledger's overlapped structure of a request posted with a Client::Tag):
+// flushed when `abandoned` or when q is in ERR.
+void AddSendWcOf(Qp* q, const rdp_overlapped& done, bool abandoned);
 // Moves what the daemon completed for q into its send_wcs and recv_wcs.
 // Caller holds q->mu.
 void Pump(Qp* q);

@@ -138,6 +138,17 @@ void FlushReceives(Qp* q) {
   }
 }
 
+void AddSendWcOf(Qp* q, const rdp_overlapped& done, bool abandoned) {
+  const ibv_wc_status status =
+      abandoned || q->life.ShouldFlush()
+          ? IBV_WC_WR_FLUSH_ERR
+          : SendStatusOf(done.status, done.internal[0]);
+  if (status != IBV_WC_SUCCESS) SetError(q);
+  AddSendWc(q, MakeWc(q, done.context,
+                      static_cast<ibv_wc_opcode>(done.internal[1]), status,
+                      done.bytes));
+}
+
 // Moves what the daemon completed for qp into its send_wcs and recv_wcs.
 // Caller holds q->mu.
 void Pump(Qp* q) {
@@ -152,17 +163,7 @@ void Pump(Qp* q) {
   while (true) {
     const int n = client->Poll(q->conn, done, 64);
     if (n <= 0) break;
-    for (int i = 0; i < n; ++i) {
-      const uint64_t index = done[i]->context;
-      const Slot& s = q->slots[index & q->slot_mask];
-      const ibv_wc_status status =
-          q->life.ShouldFlush()
-              ? IBV_WC_WR_FLUSH_ERR
-              : SendStatusOf(done[i]->status, done[i]->internal[0]);
-      if (status != IBV_WC_SUCCESS) SetError(q);
-      AddSendWc(q, MakeWc(q, s.wr_id, s.opcode, status, done[i]->bytes));
-      q->completed = std::max(q->completed, index + 1);
-    }
+    for (int i = 0; i < n; ++i) AddSendWcOf(q, *done[i], false);
     if (n < 64) break;
   }
   shm::CompletionEntry got[64];
@@ -265,7 +266,8 @@ SendQueueView ViewOf(const Qp* q, uint64_t index) {
   sq.unreliable_connected = q->qp.qp_type == IBV_QPT_UC;
   sq.datagram = q->qp.qp_type == IBV_QPT_UD;
   sq.datagram_bytes = q->owner->info.path_mtu;
-  sq.outstanding = index - q->completed;
+  sq.outstanding =
+      q->owner->client->Outstanding(q->conn) + (index - q->posted);
   if (q->inline_buf != nullptr) {
     sq.inline_dst =
         q->inline_buf + (index & q->slot_mask) * q->cap.max_inline_data;
@@ -277,11 +279,7 @@ SendQueueView ViewOf(const Qp* q, uint64_t index) {
 // Hands the daemon `req`, translated from the work request `wr_id` as the
 // next one posted. Returns 0 or the errno of a post the client refused.
 int Submit(Qp* q, uint64_t wr_id, const SendRequest& req) {
-  const uint64_t index = q->posted;
-  Slot& s = q->slots[index & q->slot_mask];
-  s.wr_id = wr_id;
-  s.opcode = req.wc_opcode;
-  s.ov.context = index;
+  const Client::Tag tag{wr_id, static_cast<uint32_t>(req.wc_opcode)};
   const bool atomic =
       req.op == shm::kSendCompareSwap || req.op == shm::kSendFetchAdd;
   Client* client = q->owner->client.get();
@@ -297,7 +295,7 @@ int Submit(Qp* q, uint64_t wr_id, const SendRequest& req) {
     }
     const int r = client->PostMemoryWindow(
         q->conn, req.op, req.sge_count > 0 ? &req.sgl[0] : nullptr, req.rkey,
-        req.imm, bits, req.flags, &s.ov);
+        req.imm, bits, req.flags, tag);
     if (r != RDP_PENDING) return r == RDP_ERR_NO_BUFFERS ? ENOMEM : EINVAL;
     ++q->posted;
     return 0;
@@ -305,14 +303,14 @@ int Submit(Qp* q, uint64_t wr_id, const SendRequest& req) {
   const int r =
       atomic ? client->PostAtomic(q->conn, req.op, req.sgl[0],
                                   req.remote_address, req.rkey, req.compare,
-                                  req.swap_add, req.flags, &s.ov)
+                                  req.swap_add, req.flags, tag)
       : q->qp.qp_type == IBV_QPT_UD
           ? client->PostDatagram(q->conn, req.sgl, req.sge_count, req.ah,
                                  req.remote_qpn, req.remote_qkey, req.flags,
-                                 req.imm, &s.ov)
+                                 req.imm, tag)
           : client->PostVerbs(q->conn, req.op, req.sgl, req.sge_count,
                               req.remote_address, req.rkey, req.flags, req.imm,
-                              &s.ov);
+                              tag);
   if (r != RDP_PENDING) {
     return r == RDP_ERR_NO_BUFFERS ? ENOMEM
            : r == RDP_ERR_INVALID  ? EINVAL

@@ -60,7 +60,8 @@ namespace rdmaplane::verbs {
 // holds the context's mutex.
 void EnterError(Qp* q) {
   std::lock_guard<std::mutex> lock(q->mu);
-  if (q->life.ShouldFlush() && q->completed == q->posted &&
+  Client* client = q->owner->client.get();
+  if (q->life.ShouldFlush() && client->Outstanding(q->conn) == 0 &&
       q->rcompleted == q->rposted) {
     SyncState(q);
     return;
@@ -69,22 +70,18 @@ void EnterError(Qp* q) {
   // finish with a flush; gathering then reports those it finished as they
   // finished, the rest flushed.
   absl::Status s =
-      q->owner->client->ModifyQueuePair(q->conn, shm::kQpToErr, shm::QpPeer{});
+      client->ModifyQueuePair(q->conn, shm::kQpToErr, shm::QpPeer{});
   q->stopping = true;  // what ends now is the application's doing
   Pump(q);
   q->stopping = false;
   SetError(q);
   if (!s.ok()) ReportFailure(s);
   // What the daemon did not end (it did not answer): flushed here.
-  for (uint64_t i = q->completed; i < q->posted; ++i) {
-    const Slot& slot = q->slots[i & q->slot_mask];
-    const int status = __atomic_load_n(&slot.ov.status, __ATOMIC_ACQUIRE);
-    if (status == RDP_PENDING) continue;  // an unsignaled one that succeeded
-    AddSendWc(q, MakeWc(q, slot.wr_id, slot.opcode,
-                        status == RDP_OK ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR,
-                        slot.ov.bytes));
+  rdp_overlapped* done[64];
+  int n;
+  while ((n = client->Abandon(q->conn, RDP_ERR_ABORTED, done, 64)) > 0) {
+    for (int i = 0; i < n; ++i) AddSendWcOf(q, *done[i], true);
   }
-  q->completed = q->posted;
   FlushReceives(q);
 }
 
@@ -99,7 +96,7 @@ int ResetQp(Qp* q) {
     return Fail<int>(ErrnoOf(conn.status()), ErrnoOf(conn.status()),
                      conn.status());
   q->conn = *conn;
-  q->posted = q->completed = 0;
+  q->posted = 0;
   q->comm_established = false;
   q->rposted = q->rcompleted = 0;
   const ibv_qp_cap cap = q->attr.cap;
@@ -199,7 +196,6 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   // As many as the daemon's rings for them hold (rounded the same way).
   const uint32_t send_slots = shm::SlotDepths::RoundUp(cap.max_send_wr);
   const uint32_t recv_slots = shm::SlotDepths::RoundUp(cap.max_recv_wr);
-  q->slots.reset(new Slot[send_slots]);
   q->slot_mask = send_slots - 1;
   q->recv_ids.reset(new uint64_t[recv_slots]);
   q->recv_mask = recv_slots - 1;

@@ -867,7 +867,7 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
     if (op < 86) {
       r.op = static_cast<uint32_t>(1 + rng.below(9));
     } else if (op < 92) {
-      r.op = rng.percent(50) ? 0 : static_cast<uint32_t>(10 + rng.below(10));
+      r.op = rng.percent(50) ? 0 : static_cast<uint32_t>(10 + rng.below(11));
     } else {
       r.op = rng.u32();
     }
@@ -1033,6 +1033,8 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
       case shm::kOpAllocPd:
       case shm::kOpDeallocPd:
       case shm::kOpCreateQp:
+      case shm::kOpAllocMw:
+      case shm::kOpDeallocMw:
         return std::nullopt;  // valid or not by the domains handed out
       case shm::kOpModifyQp:
         // Only a queue pair of this session moves, and this test never
@@ -1077,7 +1079,7 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
       ASSERT_GE(resp.status, shm::kStatusAgain);
       ASSERT_LE(resp.status, shm::kStatusOk);
       ++statuses[resp.status];
-      if (r.op < shm::kOpRegisterLocal || r.op > shm::kOpDestroySrq) {
+      if (r.op < shm::kOpRegisterLocal || r.op > shm::kOpDeallocMw) {
         ++unknown_ops;
       }
       // Whether a slot or key is valid can depend on an earlier request of
