@@ -1,11 +1,12 @@
 /* A check of MPI over rdmaplane, every byte verified.
  *
  *   mpi_check pingpong     (2 ranks) ranks 0 and 1 send each other
- *                          messages of 8 B to 4 MiB (every power of two),
- *                          each with a pattern of its size, iteration and
- *                          direction that the receiver checks; rank 0
+ *                          messages of 8 B to 4 MiB (every power of two):
+ *                          first a few, each with a pattern of its size,
+ *                          iteration and direction that the receiver
+ *                          checks, then, timed, as many untouched; rank 0
  *                          prints the half round trip and bandwidth of
- *                          each size.
+ *                          each size from the timed ones.
  *   mpi_check collectives  (any number of ranks) MPI_Allreduce (a sum of
  *                          131072 64-bit integers), MPI_Alltoall (blocks of
  *                          4096 integers) and MPI_Bcast (1 MiB, from every
@@ -42,30 +43,47 @@ static int holds(const uint8_t* buf, size_t len, int size_log, int iteration,
   return 1;
 }
 
+/* One round trip of `len` bytes between ranks 0 and 1 of iteration `it`:
+ * checked (each side fills its message with the pattern and the other
+ * checks it) or not. Returns the number of bad messages seen. */
+static int round_trip(uint8_t* buf, size_t len, int lg, int it, int rank,
+                      int checked) {
+  int bad = 0;
+  if (rank == 0) {
+    if (checked) {
+      for (size_t i = 0; i < len; ++i) buf[i] = pattern(i, lg, it, 0);
+    }
+    MPI_Send(buf, (int)len, MPI_BYTE, 1, lg, MPI_COMM_WORLD);
+    MPI_Recv(buf, (int)len, MPI_BYTE, 1, lg, MPI_COMM_WORLD,
+             MPI_STATUS_IGNORE);
+    if (checked) bad += !holds(buf, len, lg, it, 1, rank);
+  } else if (rank == 1) {
+    MPI_Recv(buf, (int)len, MPI_BYTE, 0, lg, MPI_COMM_WORLD,
+             MPI_STATUS_IGNORE);
+    if (checked) {
+      bad += !holds(buf, len, lg, it, 0, rank);
+      for (size_t i = 0; i < len; ++i) buf[i] = pattern(i, lg, it, 1);
+    }
+    MPI_Send(buf, (int)len, MPI_BYTE, 0, lg, MPI_COMM_WORLD);
+  }
+  return bad;
+}
+
 static int pingpong(int rank) {
-  enum { kMaxLog = 22 };
+  enum { kMaxLog = 22, kChecked = 5 };
   uint8_t* buf = malloc((size_t)1 << kMaxLog);
   if (buf == NULL) return 1;
   int bad = 0;
   for (int lg = 3; lg <= kMaxLog; ++lg) {
     const size_t len = (size_t)1 << lg;
-    const int iterations = len >= ((size_t)1 << 20) ? 10 : 100;
+    for (int it = 0; it < kChecked; ++it) {
+      bad += round_trip(buf, len, lg, it, rank, 1);
+    }
+    const int iterations = len >= ((size_t)1 << 20) ? 20 : 200;
     MPI_Barrier(MPI_COMM_WORLD);
     const double start = MPI_Wtime();
-    for (int it = 0; it < iterations && rank < 2; ++it) {
-      if (rank == 0) {
-        for (size_t i = 0; i < len; ++i) buf[i] = pattern(i, lg, it, 0);
-        MPI_Send(buf, (int)len, MPI_BYTE, 1, lg, MPI_COMM_WORLD);
-        MPI_Recv(buf, (int)len, MPI_BYTE, 1, lg, MPI_COMM_WORLD,
-                 MPI_STATUS_IGNORE);
-        bad += !holds(buf, len, lg, it, 1, rank);
-      } else {
-        MPI_Recv(buf, (int)len, MPI_BYTE, 0, lg, MPI_COMM_WORLD,
-                 MPI_STATUS_IGNORE);
-        bad += !holds(buf, len, lg, it, 0, rank);
-        for (size_t i = 0; i < len; ++i) buf[i] = pattern(i, lg, it, 1);
-        MPI_Send(buf, (int)len, MPI_BYTE, 0, lg, MPI_COMM_WORLD);
-      }
+    for (int it = 0; it < iterations; ++it) {
+      round_trip(buf, len, lg, kChecked + it, rank, 0);
     }
     const double took = MPI_Wtime() - start;
     if (rank == 0) {
