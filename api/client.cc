@@ -1211,6 +1211,13 @@ int Client::PostRecv(rdp_conn conn, uint64_t wr_id, const rdp_sge* sgl,
   return RDP_OK;
 }
 
+bool Client::Established(rdp_conn conn) const {
+  const int slot = SlotOf(conn);
+  // Pairs with the engine's release store.
+  return slot >= 0 &&
+         header_->established[slot].load(std::memory_order_acquire) != 0;
+}
+
 bool Client::ConnectionEnded(rdp_conn conn) {
   const int slot = SlotOf(conn);
   return slot < 0 || FinalStatus(static_cast<uint32_t>(slot)) != 0;

@@ -221,6 +221,9 @@ class Client {
   // completion it made is in the rings (acquire), the rest end with its
   // final status.
   bool ConnectionEnded(rdp_conn conn);
+  // Whether the connection's queue pair has accepted a packet of its peer
+  // (shm::SessionHeader::established).
+  bool Established(rdp_conn conn) const;
   // The connection's shm::ConnectionState as the daemon published it
   // (kConnFree for a handle that names none).
   uint32_t ConnectionStateOf(rdp_conn conn) const {

@@ -109,6 +109,11 @@ struct alignas(4096) SessionHeader {
   // completion entry or as a silent success. Counted modulo 2^32 from the
   // connection's first request; reset with final_status.
   std::atomic<uint32_t> retired[kMaxConnections];
+  // 1 once the queue pair of the slot accepted its first packet from its
+  // peer (IBA 11.6.3.1: communication is established; the verbs front end
+  // raises IBV_EVENT_COMM_EST for a queue pair still in RTR), written by
+  // the engine and reset with final_status.
+  std::atomic<uint32_t> established[kMaxConnections];
   // Each slot's receive ring (two-sided SEND, verbs only).
   RingRef receive[kMaxConnections];
   // A robust, process-shared pthread mutex the client locks when it opens
@@ -517,6 +522,7 @@ inline void PublishFinal(SessionHeader* h, uint32_t slot,
 // connect or accept that hands the slot out).
 inline void ResetSlot(SessionHeader* h, uint32_t slot) {
   h->retired[slot].store(0, std::memory_order_relaxed);
+  h->established[slot].store(0, std::memory_order_relaxed);
   h->final_status[slot].store(0, std::memory_order_relaxed);
   h->connection_state[slot].store(kConnUp, std::memory_order_release);
 }

@@ -180,11 +180,13 @@ TEST(LayoutAbi, SessionHeader) {
   EXPECT_EQ(sizeof(SessionHeader::final_status), 1024u * 4u);
   EXPECT_EQ(offsetof(SessionHeader, retired), 172160u);
   EXPECT_EQ(sizeof(SessionHeader::retired), 1024u * 4u);
-  EXPECT_EQ(offsetof(SessionHeader, receive), 176256u);
+  EXPECT_EQ(offsetof(SessionHeader, established), 176256u);
+  EXPECT_EQ(sizeof(SessionHeader::established), 1024u * 4u);
+  EXPECT_EQ(offsetof(SessionHeader, receive), 180352u);
   EXPECT_EQ(sizeof(SessionHeader::receive), 1024u * 16u);
-  EXPECT_EQ(offsetof(SessionHeader, liveness), 192640u);
+  EXPECT_EQ(offsetof(SessionHeader, liveness), 196736u);
   EXPECT_EQ(sizeof(SessionHeader::liveness), 64u);
-  EXPECT_EQ(sizeof(SessionHeader), 48u * 4096u);
+  EXPECT_EQ(sizeof(SessionHeader), 49u * 4096u);
   EXPECT_EQ(alignof(SessionHeader), 4096u);
   // header_pages must be able to record the header's size.
   EXPECT_LE(sizeof(SessionHeader) / 4096, std::numeric_limits<uint16_t>::max());
@@ -405,9 +407,9 @@ TEST(SessionRegionBytes, IsPageRoundedAndHoldsEveryRing) {
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t region = SessionRegionBytes();
   static_assert(region % kPage == 0);
-  // 671941 pages of address space, each slot's room for its deepest rings;
+  // 671942 pages of address space, each slot's room for its deepest rings;
   // touched only as used.
-  EXPECT_EQ(region, 2752270336u);
+  EXPECT_EQ(region, 2752274432u);
   SessionHeader header{};
   const uint64_t end = PlanSession(header);
   EXPECT_LE(end, region);

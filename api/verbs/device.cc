@@ -182,7 +182,7 @@ void RaisePortEvents(Context* c) {
 // is IBV_EVENT_DEVICE_FATAL. Sleeps in poll(2) until then, or until the
 // context closes, waking every 100 ms to look at the port's state and, with
 // queue pairs, to gather what the transport ended (Pump raises their
-// events).
+// events) and to say when one in RTR received its first packet.
 void Watch(Context* c) {
   constexpr int kLookMs = 100;
   // POLLRDHUP, not POLLIN: the client reads setup answers on the socket
@@ -213,6 +213,8 @@ void Watch(Context* c) {
           c->client->ConnectionEnded(q->conn)) {
         Pump(q);
       }
+      // Whether or not the application polls its CQ.
+      NoticeEstablished(q);
     }
   }
 }

@@ -409,6 +409,10 @@ void AddSendWcOf(Qp* q, const rdp_overlapped& done, bool abandoned);
 // Moves what the daemon completed for q into its send_wcs and recv_wcs.
 // Caller holds q->mu.
 void Pump(Qp* q);
+// A connected queue pair still in RTR whose daemon saw its first packet:
+// IBV_EVENT_COMM_EST, once (IBA 11.6.3.1; the application typically moves
+// it to RTS then). Caller holds q->mu.
+void NoticeEstablished(Qp* q);
 
 // --- Queue pairs (queue_pair.cc) --------------------------------------------
 

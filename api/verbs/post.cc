@@ -149,10 +149,24 @@ void AddSendWcOf(Qp* q, const rdp_overlapped& done, bool abandoned) {
                       done.bytes));
 }
 
+void NoticeEstablished(Qp* q) {
+  if (q->comm_established || q->conn == 0 || q->qp.qp_type == IBV_QPT_UD ||
+      q->life.state() != rc::lifecycle::QpState::kRtr ||
+      !q->owner->client->Established(q->conn)) {
+    return;
+  }
+  q->comm_established = true;
+  ibv_async_event event{};
+  event.event_type = IBV_EVENT_COMM_EST;
+  event.element.qp = &q->qp;
+  RaiseAsyncEvent(q->owner, event);
+}
+
 // Moves what the daemon completed for qp into its send_wcs and recv_wcs.
 // Caller holds q->mu.
 void Pump(Qp* q) {
   if (q->conn == 0) return;
+  NoticeEstablished(q);
   Client* client = q->owner->client.get();
   // Whether the daemon is done with the connection (it broke: the peer's
   // NAK, retries exhausted, our responder refused a request), read before
@@ -214,18 +228,6 @@ void Pump(Qp* q) {
       }
       AddRecvWc(q, wc, (got[i].flags & shm::kCompletionSolicited) != 0);
       if (q->srq == nullptr) q->rcompleted = index + 1;
-      // A connected queue pair still in RTR received its first message:
-      // communication is established (IBA 11.6.3.1), said once. The
-      // application typically moves it to RTS on this event.
-      if (status == IBV_WC_SUCCESS && !q->comm_established &&
-          q->qp.qp_type != IBV_QPT_UD &&
-          q->life.state() == rc::lifecycle::QpState::kRtr) {
-        q->comm_established = true;
-        ibv_async_event event{};
-        event.event_type = IBV_EVENT_COMM_EST;
-        event.element.qp = &q->qp;
-        RaiseAsyncEvent(q->owner, event);
-      }
     }
     if (n < 64) break;
   }

@@ -176,6 +176,13 @@ void Endpoint::HandleFrame(const wire::ParsedPacket& pkt) {
     PullReceives(info_.shared_receive ? 1 : kReceivesPulledForAFrame);
   }
   qp_->HandleFrame(pkt);
+  // The first packet the queue pair accepted: the client learns that
+  // communication is established (and is woken to see it).
+  if (ABSL_PREDICT_FALSE(!established_) && qp_->stats().rx_packets != 0) {
+    established_ = true;
+    info_.header->established[info_.slot].store(1, std::memory_order_release);
+    ring_bell_ = true;
+  }
 }
 
 bool Endpoint::TakeTransportError() {

@@ -382,6 +382,8 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // for a memory window request's answer): it is no work until then.
   bool send_waits_ = false;
   bool ring_bell_ = false;
+  // The queue pair accepted a packet (SessionHeader::established is set).
+  bool established_ = false;
   bool closed_ = false;
   CloseReason close_reason_ = CloseReason::kClosedByClient;
   // A completion could not be pushed: the client broke its ring.

@@ -4934,6 +4934,32 @@ static void t_comm_est(struct bufs* b) {
         "%d completions; event pending %d", n, async_ready(c1, 0));
   (void)drain_cq(p.s[0].cq);
   free_pair(&p);
+
+  /* The first packet is an RDMA WRITE, which completes nothing at the
+   * receiver, and the receiver never polls its CQ: the event comes all
+   * the same (IBA 11.6.3.1: the first packet received in RTR). */
+  memset(&p, 0, sizeof(p));
+  if (!make_side(&p.s[0], &g_dev[0], &o) ||
+      !make_side(&p.s[1], &g_dev[1], &o) || !pair_to_init(&p)) {
+    free_pair(&p);
+    return;
+  }
+  rtr_attr(&a, &g_dev[0].gid, p.s[0].qp->qp_num, psn);
+  r = ibv_modify_qp(p.s[1].qp, &a, kRtrMask);
+  rtr_attr(&a, &g_dev[1].gid, p.s[1].qp->qp_num, 0x77);
+  r |= ibv_modify_qp(p.s[0].qp, &a, kRtrMask);
+  r |= to_rts(p.s[0].qp, psn);
+  struct ibv_sge sge = sge_of(b->local, 64, b->lmr->lkey);
+  r = r == 0 ? rdma_once(&p.s[0], IBV_WR_RDMA_WRITE, 704, &sge, 1, raddr(b, 0),
+                         b->rmr->rkey, "a WRITE to a queue pair in RTR", NULL)
+             : -1;
+  check(r == IBV_WC_SUCCESS, "a WRITE to a queue pair in RTR completes",
+        "status %s", wc_name(r));
+  check(take_async(c1, IBV_EVENT_COMM_EST, p.s[1].qp),
+        "its first packet, a WRITE, raises IBV_EVENT_COMM_EST at the receiver "
+        "in RTR, which never polled its CQ",
+        "no such event");
+  free_pair(&p);
 }
 
 /* UC (ibv_modify_qp(3)'s UC column, ibv_post_send(3)): the moves take
