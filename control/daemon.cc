@@ -228,16 +228,29 @@ void Daemon::DrainEngineFrames() {
 
 bool Daemon::HandleLocalOp(uint32_t scope, const engine::LocalOpRequest& op) {
   Connection* c = connections_->Find(ConnectionOfScope(scope));
-  if (c == nullptr || !c->is_queue_pair() || !c->running ||
-      c->endpoint[0] == nullptr || c->side[0] == nullptr ||
-      c->endpoint[0]->info().connection_id != scope) {
-    return true;  // the queue pair ended: its close ended the request
+  if (c == nullptr || !c->running || c->endpoint[0] == nullptr ||
+      c->side[0] == nullptr) {
+    return true;  // the connection ended: its close ended the request
   }
-  const std::optional<MemoryWindows::Outcome> outcome =
-      memory_.windows().Execute(c->side[0]->id, c->queue_pair.pd_scope, scope,
-                                op.entry);
-  if (!outcome) return false;
-  c->endpoint[0]->AnswerLocalOp(op.seq, outcome->status, outcome->detail);
+  engine::Endpoint* e = c->endpoint[0].get();
+  if (e->info().connection_id != scope || e->incarnation() != op.incarnation ||
+      !e->ClaimLocalOp(op.seq)) {
+    return true;  // another endpoint now, or this one closed first
+  }
+  std::optional<MemoryWindows::Outcome> outcome;
+  if (c->is_queue_pair()) {
+    outcome = memory_.windows().Execute(c->side[0]->id, c->queue_pair.pd_scope,
+                                        scope, op.entry);
+    if (!outcome) {
+      e->ReleaseLocalOp();  // again later
+      return false;
+    }
+  } else {
+    // A connection of the native API has no memory windows.
+    outcome = MemoryWindows::Outcome{shm::kStatusInvalid,
+                                     shm::kDetailLocalOperation};
+  }
+  e->AnswerLocalOp(op.seq, outcome->status, outcome->detail);
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t w =
       write(engines_[c->engine]->wake_fd(), &one, sizeof(one));

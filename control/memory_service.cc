@@ -50,7 +50,7 @@ MemoryService::MemoryService(mr::RegistrationTable* table,
                              ArenaMemory* arena_memory)
     : table_(table),
       cache_(table),
-      windows_(table, max_per_session),
+      windows_(table, max_per_session, accounts),
       max_per_session_(max_per_session),
       accounts_(accounts),
       arena_memory_(arena_memory) {}
@@ -87,6 +87,10 @@ void MemoryService::ReleaseUnusedViews(Session& s) {
   cache_.ForEach([&](uint32_t, const mr::Registration& r, uint32_t) {
     if (r.owner == s.id) used.insert(r.memory_owner);
   });
+  // A window's region keeps it (its registration stays while the window is
+  // bound), but a window being unbound may still be written through.
+  windows_.ForEachMemoryOwner(
+      s.id, [&](const rc::MemoryOwner* owner) { used.insert(owner); });
   std::erase_if(s.views, [&](ArenaView& v) {
     if (used.count(v.owner.get()) != 0) return false;
     arena_memory_->Release(v.host, v.bytes, -1, std::move(v.owner));
@@ -279,7 +283,7 @@ ControlResponse MemoryService::AllocMw(const Session& s,
                                        const ControlRequest& r) {
   const std::optional<uint32_t> pd = PdScope(s, r.key);
   if (!pd) return Reply(shm::kStatusInvalid, "not a protection domain");
-  return windows_.Alloc(s.id, *pd, r.flags);
+  return windows_.Alloc(s.id, s.uid, *pd, r.flags);
 }
 
 ControlResponse MemoryService::DeallocMw(const Session& s,

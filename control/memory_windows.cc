@@ -1,5 +1,8 @@
 #include "control/memory_windows.h"
 
+#include <string>
+#include <utility>
+
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "control/reply.h"
@@ -18,8 +21,8 @@ bool Inside(const mr::Registration& r, uint64_t address, uint64_t length) {
 
 }  // namespace
 
-ControlResponse MemoryWindows::Alloc(uint32_t session, uint32_t pd_scope,
-                                     uint32_t type) {
+ControlResponse MemoryWindows::Alloc(uint32_t session, uid_t uid,
+                                     uint32_t pd_scope, uint32_t type) {
   if (type != 1 && type != 2) {
     return Reply(shm::kStatusInvalid, "memory windows are of type 1 or 2");
   }
@@ -30,21 +33,32 @@ ControlResponse MemoryWindows::Alloc(uint32_t session, uint32_t pd_scope,
                  absl::StrCat("--max_registrations_per_session reached: ",
                               max_per_session_, " memory windows"));
   }
+  UserAccounts::Charge charge;
+  if (accounts_ != nullptr) {
+    absl::StatusOr<UserAccounts::Charge> c =
+        accounts_->Take(uid, Resource::kRegistrations);
+    if (!c.ok()) {
+      return Reply(shm::kStatusNoBuffers, std::string(c.status().message()));
+    }
+    charge = std::move(*c);
+  }
   const std::optional<uint32_t> index = table_->Reserve();
   if (!index) {
     return Reply(shm::kStatusNoBuffers,
                  "the registration table is full (--max_registrations)");
   }
   Window w;
+  w.charge = std::move(charge);
   w.session = session;
   w.pd_scope = pd_scope;
   w.kind = type == 1 ? mr::KeyKind::kWindowType1 : mr::KeyKind::kWindowType2;
   // A first key the peer cannot guess; the client picks the later ones.
   absl::BitGen bitgen;
   w.key = *index << 8 | absl::Uniform<uint32_t>(bitgen, 1, 256);
-  windows_[*index] = w;
+  const uint32_t key = w.key;
+  windows_[*index] = std::move(w);
   ControlResponse resp = Reply(shm::kStatusOk);
-  resp.key = w.key;
+  resp.key = key;
   return resp;
 }
 
@@ -57,6 +71,8 @@ ControlResponse MemoryWindows::Dealloc(uint32_t session, uint32_t key) {
   if (Unbind(*w)) {
     table_->Unreserve(IndexOf(key));
     windows_.erase(IndexOf(key));
+  } else {
+    ++untidy_;  // Tidy frees it once the transfer lets go
   }
   return Reply(shm::kStatusOk);
 }
@@ -76,6 +92,7 @@ bool MemoryWindows::Unbind(Window& w) {
   table_->Invalidate(w.key);
   w.bound = false;
   if (table_->Unpublish(w.key) == mr::RegistrationTable::RemoveResult::kInUse) {
+    if (!w.removing) ++untidy_;
     w.removing = true;
     return false;
   }
@@ -158,9 +175,12 @@ MemoryWindows::Outcome MemoryWindows::Bind(Window& w, uint32_t pd_scope,
   }
   // The memory region: the client's own, and containing the window.
   const shm::SgeEntry& s = e.sge[0];
+  // A local registration only: its lifetime is what keeps the window's
+  // memory (a remote one goes with its connection or domain unasked).
   const mr::Registration* region = table_->Lookup(s.lkey);
   if (region == nullptr || region->owner != w.session ||
       region->kind != mr::KeyKind::kMemory ||
+      region->connection != mr::kAnyConnection ||
       (e.swap_add & shm::kBindRegionAllowsBind) == 0 ||
       !Inside(*region, s.address, s.length)) {
     return refused;
@@ -193,6 +213,7 @@ MemoryWindows::Outcome MemoryWindows::Bind(Window& w, uint32_t pd_scope,
   w.lkey = s.lkey;
   w.region_address = region->address;
   w.region_length = region->length;
+  w.memory_owner = region->memory_owner;
   w.queue_pair = r.queue_pair;
   return Outcome{};
 }
@@ -201,7 +222,8 @@ bool MemoryWindows::Holds(uint32_t session, uint32_t lkey) {
   for (auto& [index, w] : windows_) {
     if (w.session != session || w.lkey != lkey) continue;
     NoticeInvalidation(w);
-    if (w.bound) return true;
+    // Unbinding still counts: a transfer may be writing through it.
+    if (w.bound || w.removing) return true;
   }
   return false;
 }
@@ -214,7 +236,7 @@ bool MemoryWindows::HoldsRegion(uint32_t session, uint64_t address,
       continue;
     }
     NoticeInvalidation(w);
-    if (w.bound) return true;
+    if (w.bound || w.removing) return true;
   }
   return false;
 }
@@ -231,6 +253,7 @@ void MemoryWindows::DropOwner(uint32_t session) {
       table_->Unreserve(it->first);
       it = windows_.erase(it);
     } else {
+      ++untidy_;
       ++it;
     }
   }
@@ -246,11 +269,12 @@ void MemoryWindows::DropScope(uint32_t scope) {
 }
 
 bool MemoryWindows::Tidy() {
-  bool waiting = false;
+  if (untidy_ == 0) return false;  // the common case: one load
+  uint32_t untidy = 0;
   for (auto it = windows_.begin(); it != windows_.end();) {
     Window& w = it->second;
     if (w.removing && !Unbind(w)) {
-      waiting = true;
+      ++untidy;
       ++it;
       continue;
     }
@@ -261,7 +285,8 @@ bool MemoryWindows::Tidy() {
     }
     ++it;
   }
-  return waiting;
+  untidy_ = untidy;
+  return untidy_ != 0;
 }
 
 }  // namespace rdmaplane::control

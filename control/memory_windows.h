@@ -24,9 +24,14 @@
 // LOCAL_INV of a window that is not bound completes (as on rxe); one of a
 // type 1 window, or of a key that is no window of the caller, fails.
 //
-// A local registration that a bound window points into cannot be
-// deregistered (ibv_dereg_mr answers EBUSY) until the window is unbound,
-// invalidated or deallocated.
+// A window is bound only to a local registration (an lkey: the memory region
+// as the front end registers it), and that registration cannot be
+// deregistered (ibv_dereg_mr answers EBUSY) while a window is bound to it
+// or a transfer still holds a window's key that was unbound: the window's
+// memory is the registration's, and an engine may be writing it.
+//
+// Each window counts as a registration of its user (UserAccounts) as long as
+// it exists.
 //
 // Thread-compatible: the control thread only.
 #ifndef RDMAPLANE_CONTROL_MEMORY_WINDOWS_H_
@@ -36,20 +41,25 @@
 #include <map>
 #include <optional>
 
+#include <sys/types.h>
+
 #include "api/shm/layout.h"
+#include "control/user_accounts.h"
 #include "dataplane/mr/registration_table.h"
 
 namespace rdmaplane::control {
 
 class MemoryWindows {
  public:
-  // `max_per_session`: windows one session may hold.
-  MemoryWindows(mr::RegistrationTable* table, uint32_t max_per_session)
-      : table_(table), max_per_session_(max_per_session) {}
+  // `max_per_session`: windows one session may hold. `accounts`: charged a
+  // registration of the user for each window (null: nothing is charged).
+  MemoryWindows(mr::RegistrationTable* table, uint32_t max_per_session,
+                UserAccounts* accounts = nullptr)
+      : table_(table), max_per_session_(max_per_session), accounts_(accounts) {}
 
-  // kOpAllocMw in protection domain `pd_scope` of session `session`; the
-  // answer's key is the window's first rkey.
-  shm::ControlResponse Alloc(uint32_t session, uint32_t pd_scope,
+  // kOpAllocMw in protection domain `pd_scope` of session `session` of user
+  // `uid`; the answer's key is the window's first rkey.
+  shm::ControlResponse Alloc(uint32_t session, uid_t uid, uint32_t pd_scope,
                              uint32_t type);
   // kOpDeallocMw: the window's keys stop resolving at once.
   shm::ControlResponse Dealloc(uint32_t session, uint32_t key);
@@ -81,6 +91,14 @@ class MemoryWindows {
 
   // Finishes removals that had to wait; true while some still wait.
   bool Tidy();
+  // The memory a bound or unbinding window of `session` points into (its
+  // region's mapping owner), for each of them.
+  template <typename Fn>
+  void ForEachMemoryOwner(uint32_t session, Fn&& fn) const {
+    for (const auto& [index, w] : windows_) {
+      if (w.session == session && (w.bound || w.removing)) fn(w.memory_owner);
+    }
+  }
 
   size_t size() const { return windows_.size(); }
 
@@ -96,7 +114,9 @@ class MemoryWindows {
     uint32_t lkey = 0;      // bound: the registration it points into
     uint64_t region_address = 0;  // ... and what that registration covers
     uint64_t region_length = 0;
+    const rc::MemoryOwner* memory_owner = nullptr;  // ... and its mapping's
     uint32_t queue_pair = mr::kAnyConnection;  // bound type 2: its QP
+    UserAccounts::Charge charge;  // a registration of its user
   };
   static uint32_t IndexOf(uint32_t key) { return key >> 8; }
 
@@ -114,7 +134,10 @@ class MemoryWindows {
 
   mr::RegistrationTable* table_;
   uint32_t max_per_session_;
+  UserAccounts* accounts_;
   std::map<uint32_t, Window> windows_;  // by slot
+  // Windows unbinding (removing) or deallocated that Tidy has to finish.
+  uint32_t untidy_ = 0;
 };
 
 }  // namespace rdmaplane::control

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "dataplane/mr/registration_table.h"
 
@@ -10,6 +11,7 @@ namespace rdmaplane::control {
 namespace {
 
 constexpr uint32_t kSession = 5;
+constexpr uid_t kUid = 1000;
 constexpr uint32_t kPd = 0x80000003;
 constexpr uint32_t kQp = 20;
 constexpr uint32_t kOtherQp = 22;
@@ -31,7 +33,7 @@ class MemoryWindowsTest : public ::testing::Test {
   }
 
   uint32_t Alloc(uint32_t type) {
-    const shm::ControlResponse resp = windows_.Alloc(kSession, kPd, type);
+    const shm::ControlResponse resp = windows_.Alloc(kSession, kUid, kPd, type);
     EXPECT_EQ(resp.status, shm::kStatusOk) << resp.message;
     return resp.key;
   }
@@ -154,7 +156,7 @@ TEST_F(MemoryWindowsTest, BindsTheRulesRefuse) {
   // Nor can regions.
   inv.rkey = lkey_;
   EXPECT_EQ(Run(inv).detail, shm::kDetailLocalOperation);
-  EXPECT_EQ(windows_.Alloc(kSession, kPd, 3).status, shm::kStatusInvalid);
+  EXPECT_EQ(windows_.Alloc(kSession, kUid, kPd, 3).status, shm::kStatusInvalid);
 }
 
 TEST_F(MemoryWindowsTest, TypeOneRebindsOverItsBindingAndUnbindsWithLengthZero) {
@@ -218,7 +220,67 @@ TEST_F(MemoryWindowsTest, InvalidationsAndEndsOfQueuePairsAndSessions) {
   EXPECT_EQ(Remote(Bound(w2, 1), 0x10000, 8), mr::AccessCheck::kUnknownKey);
   // At most max_per_session windows.
   for (int i = 0; i < 8; ++i) Alloc(1);
-  EXPECT_EQ(windows_.Alloc(kSession, kPd, 1).status, shm::kStatusLimit);
+  EXPECT_EQ(windows_.Alloc(kSession, kUid, kPd, 1).status, shm::kStatusLimit);
+}
+
+TEST_F(MemoryWindowsTest, RegionStaysWhileATransferHoldsAnUnboundKey) {
+  const uint32_t w = Alloc(2);
+  ASSERT_EQ(Run(BindEntry(w, 3, lkey_, 0x10000, 64)).status, shm::kStatusOk);
+  // A peer's WRITE holds the window's key; the client invalidates it.
+  ASSERT_TRUE(table_.BeginUse(Bound(w, 3)));
+  shm::SendEntry inv{};
+  inv.op = shm::kSendLocalInvalidate;
+  inv.rkey = Bound(w, 3);
+  EXPECT_EQ(Run(inv).status, shm::kStatusOk);
+  EXPECT_EQ(Remote(Bound(w, 3), 0x10000, 8), mr::AccessCheck::kUnknownKey);
+  // The transfer may still write the region: it stays.
+  EXPECT_TRUE(windows_.Holds(kSession, lkey_));
+  EXPECT_TRUE(windows_.HoldsRegion(kSession, 0x10000, sizeof(buf_)));
+  int owners = 0;
+  windows_.ForEachMemoryOwner(kSession, [&](const rc::MemoryOwner*) { ++owners; });
+  EXPECT_EQ(owners, 1);
+  EXPECT_TRUE(windows_.Tidy());
+  table_.EndUse(Bound(w, 3));
+  EXPECT_FALSE(windows_.Tidy());
+  EXPECT_FALSE(windows_.Holds(kSession, lkey_));
+}
+
+TEST_F(MemoryWindowsTest, OnlyALocalRegistrationTakesAWindow) {
+  // The client's own memory under a connection's or a domain's remote key:
+  // it goes with its connection or domain, so no window is bound to it.
+  mr::Registration remote;
+  remote.owner = kSession;
+  remote.connection = kPd;
+  remote.address = 0x10000;
+  remote.length = sizeof(buf_);
+  remote.host = buf_;
+  remote.access = mr::kAccessRemoteRead | mr::kAccessRemoteWrite;
+  const uint32_t rkey = *table_.Insert(remote);
+  const uint32_t w = Alloc(2);
+  EXPECT_EQ(Run(BindEntry(w, 1, rkey, 0x10000, 64)).detail, shm::kDetailMwBind);
+}
+
+TEST(MemoryWindowsAccountsTest, EachWindowIsARegistrationOfItsUser) {
+  mr::RegistrationTable table(64, 1);
+  UserLimits limits;
+  limits.registrations = 3;
+  UserAccounts accounts(limits);
+  MemoryWindows windows(&table, 100, &accounts);
+  std::vector<uint32_t> keys;
+  for (int i = 0; i < 3; ++i) {
+    const shm::ControlResponse r = windows.Alloc(kSession + i, kUid, kPd, 2);
+    ASSERT_EQ(r.status, shm::kStatusOk) << r.message;
+    keys.push_back(r.key);
+  }
+  // The user's allowance holds across its sessions.
+  EXPECT_EQ(windows.Alloc(kSession + 9, kUid, kPd, 1).status,
+            shm::kStatusNoBuffers);
+  EXPECT_EQ(windows.Alloc(kSession, kUid + 1, kPd, 1).status, shm::kStatusOk);
+  // Given back with the window.
+  ASSERT_EQ(windows.Dealloc(kSession, keys[0]).status, shm::kStatusOk);
+  EXPECT_EQ(windows.Alloc(kSession, kUid, kPd, 1).status, shm::kStatusOk);
+  windows.DropOwner(kSession + 1);
+  EXPECT_EQ(accounts.Used(kUid, Resource::kRegistrations), 2u);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "dataplane/engine/endpoint.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -94,7 +95,8 @@ rc::QpConfig WithDepth(rc::QpConfig c) {
 Endpoint::Endpoint(const EndpointInfo& info, mr::RegistrationTable* table,
                    const rc::Clock* clock, const fault::FaultSpec& faults,
                    rc::FrameSink* port_tx)
-    : info_(info),
+    : incarnation_(next_incarnation.fetch_add(1, std::memory_order_relaxed)),
+      info_(info),
       table_(table),
       clock_(clock),
       port_tx_(port_tx),
@@ -107,6 +109,8 @@ Endpoint::Endpoint(const EndpointInfo& info, mr::RegistrationTable* table,
       WithDepth(info.qp),
       rc::RcQp::Env{clock, port_tx != nullptr ? port_tx : &tx_, this, this});
 }
+
+std::atomic<uint64_t> Endpoint::next_incarnation{1};
 
 Endpoint::~Endpoint() = default;
 
@@ -313,19 +317,27 @@ bool Endpoint::TakeLocalOp(shm::SendEntry* entry, uint32_t* seq) const {
   return true;
 }
 
+bool Endpoint::ClaimLocalOp(uint32_t seq) {
+  uint64_t idle = 0;
+  // Acquire pairs with nothing the engine wrote but the word itself; the
+  // entry the control thread acts on travelled in the frame.
+  return local_op_answer_.compare_exchange_strong(
+      idle, kClaimed | seq, std::memory_order_acq_rel,
+      std::memory_order_acquire);
+}
+
+void Endpoint::ReleaseLocalOp() {
+  local_op_answer_.store(0, std::memory_order_release);
+}
+
 void Endpoint::AnswerLocalOp(uint32_t seq, int32_t status, uint8_t detail) {
   const uint64_t word = kAnswered | uint64_t{detail} << 40 |
                         uint64_t{static_cast<uint8_t>(status)} << 32 | seq;
-  // Release pairs with the acquire load in FinishLocalOp.
+  // Release pairs with the acquire loads in FinishLocalOp and SettleLocalOp.
   local_op_answer_.store(word, std::memory_order_release);
 }
 
-void Endpoint::FinishLocalOp() {
-  const uint64_t word = local_op_answer_.load(std::memory_order_acquire);
-  if ((word & kAnswered) == 0 ||
-      static_cast<uint32_t>(word) != local_op_.index) {
-    return;
-  }
+bool Endpoint::CompleteLocalOp(uint64_t word) {
   local_op_answer_.store(0, std::memory_order_relaxed);
   local_op_.waiting = false;
   send_waits_ = false;
@@ -336,15 +348,50 @@ void Endpoint::FinishLocalOp() {
     if ((e.flags & shm::kFlagSilentSuccess) == 0) {
       PushCompletion(e.wr_id, status, e.op, 0);
     }
-    return;
+    return true;
   }
   // A bind or invalidation the rules refuse puts the queue pair in the
   // error state (IBA 10.6.7.2.4, 10.6.5.1): the request fails with its
   // reason, every later one is flushed.
   PublishState(shm::kConnAborted);
   PushCompletion(e.wr_id, status, e.op, 0, detail);
-  Close(CloseReason::kTransportError);
-  transport_error_ = true;
+  return false;
+}
+
+void Endpoint::FinishLocalOp() {
+  const uint64_t word = local_op_answer_.load(std::memory_order_acquire);
+  if ((word & kAnswered) == 0 ||
+      static_cast<uint32_t>(word) != local_op_.index) {
+    return;
+  }
+  if (!CompleteLocalOp(word)) {
+    Close(CloseReason::kTransportError);
+    transport_error_ = true;
+  }
+}
+
+void Endpoint::SettleLocalOp() {
+  // The control thread may be carrying the request out right now: what it
+  // did is what the request did, and the client is told so. Otherwise the
+  // request is abandoned, and the final status ends it.
+  while (true) {
+    uint64_t word = local_op_answer_.load(std::memory_order_acquire);
+    if (word == 0) {
+      if (local_op_answer_.compare_exchange_strong(
+              word, kAbandoned | local_op_.index, std::memory_order_acq_rel,
+              std::memory_order_acquire)) {
+        return;
+      }
+      continue;
+    }
+    if ((word & kAnswered) != 0 &&
+        static_cast<uint32_t>(word) == local_op_.index) {
+      (void)CompleteLocalOp(word);
+      return;
+    }
+    if ((word & kClaimed) == 0) return;  // not this request's: nothing to do
+    sched_yield();  // claimed: the answer comes within microseconds
+  }
 }
 
 int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
@@ -475,8 +522,8 @@ void Endpoint::Push(const shm::CompletionEntry& c) {
 
 bool Endpoint::CompletionRoom() const {
   // Every request taken, send or receive, may still push one entry.
-  return (pins_tail_ - pins_head_) + qp_->recv_outstanding() +
-             info_.completion.Size() <
+  return (pins_tail_ - pins_head_) + (local_op_.waiting ? 1 : 0) +
+             qp_->recv_outstanding() + info_.completion.Size() <
          info_.completion.capacity();
 }
 
@@ -578,7 +625,10 @@ uint32_t Endpoint::PullRequests(uint32_t budget) {
   uint32_t n = 0;
   // Both clients must live for every request taken: one may die while this
   // loop runs, and what it posts later must never be carried out.
-  while (n < budget && !closed_ && !direct_copy_.active && ClientsLive()) {
+  // A memory window request waiting for its answer holds back the requests
+  // after it (StartLocalOp).
+  while (n < budget && !closed_ && !direct_copy_.active &&
+         !local_op_.waiting && ClientsLive()) {
     const uint32_t outstanding = pins_tail_ - pins_head_;
     if (outstanding >= kMaxOutstanding) break;
     shm::SendEntry e;
@@ -867,6 +917,7 @@ void Endpoint::PeerEnded() {
 
 void Endpoint::Close(CloseReason reason) {
   if (closed_) return;
+  if (local_op_.waiting) SettleLocalOp();
   closed_ = true;
   close_reason_ = reason;
   // Outstanding requests are released without completions; the final

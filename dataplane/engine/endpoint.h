@@ -249,9 +249,20 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // requests after it wait until the control plane answers (AnswerLocalOp,
   // control thread; `seq` names the request). A request the rules refuse
   // fails with its reason and breaks the connection, as IBA's error state.
+  // The control thread claims the request before it carries it out
+  // (ClaimLocalOp: false once the endpoint closed and abandoned it, when
+  // the final status ends it), then answers it, or gives the claim back to
+  // try again later (ReleaseLocalOp). A close while the claim is held waits
+  // for the answer, so that a request carried out is never reported as
+  // flushed.
   bool TakeLocalOp(shm::SendEntry* entry, uint32_t* seq) const;
   void LocalOpPassedUp() { local_op_.pass_up = false; }
+  bool ClaimLocalOp(uint32_t seq);
+  void ReleaseLocalOp();
   void AnswerLocalOp(uint32_t seq, int32_t status, uint8_t detail);
+  // Tells this endpoint from a later one of the same connection (a queue
+  // pair reset): unique for the daemon's life.
+  uint64_t incarnation() const { return incarnation_; }
   // rc::CompletionSink
   void Complete(const rc::Completion& c) override;
   void CompleteRecv(const rc::RecvCompletion& c) override;
@@ -283,6 +294,11 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   bool StartLocalOp(const shm::SendEntry& e);
   // Completes the memory window request once the control plane answered.
   void FinishLocalOp();
+  // Pushes the answered request's completion; false when it failed (the
+  // connection then breaks).
+  bool CompleteLocalOp(uint64_t word);
+  // The endpoint closes with the request waiting (see ClaimLocalOp).
+  void SettleLocalOp();
   // Receive requests from the client's receive ring into the QP (when
   // info.receive was given).
   uint32_t PullReceives(uint32_t budget);
@@ -349,6 +365,8 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   // after that.)
   void PeerEnded();
 
+  static std::atomic<uint64_t> next_incarnation;
+  const uint64_t incarnation_;
   EndpointInfo info_;
   mr::RegistrationTable* table_;
   const rc::Clock* clock_;
@@ -375,8 +393,11 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   };
   LocalOp local_op_;
   static constexpr uint64_t kAnswered = uint64_t{1} << 63;
-  // kAnswered | detail << 40 | (uint8_t) status << 32 | seq; stored by the
-  // control thread (AnswerLocalOp).
+  static constexpr uint64_t kClaimed = uint64_t{1} << 62;
+  static constexpr uint64_t kAbandoned = uint64_t{1} << 61;
+  // 0; kClaimed | seq (the control thread carries the request out);
+  // kAnswered | detail << 40 | (uint8_t) status << 32 | seq; or kAbandoned
+  // | seq (the endpoint closed first).
   std::atomic<uint64_t> local_op_answer_{0};
   // The send ring's next request waits (for earlier ones to complete, or
   // for a memory window request's answer): it is no work until then.

@@ -240,6 +240,7 @@ class Harness {
       if (a_->TakeLocalOp(&window, &seq)) {
         FUZZ_CHECK(port_ && WindowOp(window));
         a_->LocalOpPassedUp();
+        FUZZ_CHECK(a_->ClaimLocalOp(seq));
         const bool refuse = (window.imm & 1) != 0;
         a_->AnswerLocalOp(seq, refuse ? shm::kStatusInvalid : shm::kStatusOk,
                           refuse ? shm::kDetailMwBind : shm::kDetailNone);
@@ -428,6 +429,11 @@ class Harness {
           } else {
             FUZZ_CHECK((e.flags & shm::kFlagSilentSuccess) == 0);
           }
+        } else {
+          // Taken, so passed up and answered within the same run: a silent
+          // success, or ended by a close.
+          FUZZ_CHECK((e.flags & shm::kFlagSilentSuccess) != 0 ||
+                     a_->closed());
         }
         continue;
       }

@@ -602,6 +602,84 @@ TEST_F(PortEndpointTest, ARequestFlushedAtCloseIsNotRetired) {
 }
 
 // Frames of another partition change nothing.
+// A memory window request waits for every earlier request, then for the
+// control plane; a close while it waits abandons it (the final status ends
+// it, and the control plane can no longer claim it), but one the control
+// plane carried out completes as it ended, close or not.
+TEST_F(PortEndpointTest, AWindowRequestEndsOnceAsItEnded) {
+  auto window_entry = [](uint64_t id) {
+    shm::SendEntry e{};
+    e.wr_id = id;
+    e.op = shm::kSendBindMw;
+    return e;
+  };
+  shm::SendEntry taken;
+  uint32_t seq = 0;
+  {
+    // Answered, not yet seen by the engine when the connection closes.
+    ASSERT_TRUE(port_region_.send.TryPush(window_entry(1)));
+    port_->Poll(32);
+    ASSERT_TRUE(port_->TakeLocalOp(&taken, &seq));
+    EXPECT_EQ(taken.wr_id, 1u);
+    port_->LocalOpPassedUp();
+    EXPECT_FALSE(port_->TakeLocalOp(&taken, &seq));
+    // What comes after it waits for it.
+    Post(2, shm::kSendWrite, 8);
+    port_->Poll(32);
+    EXPECT_TRUE(sink_.sent.empty());
+    EXPECT_FALSE(port_->HasWork());
+    ASSERT_TRUE(port_->ClaimLocalOp(seq));
+    port_->AnswerLocalOp(seq, shm::kStatusOk, shm::kDetailNone);
+    port_->Close(CloseReason::kClosedByClient);
+    const std::vector<shm::CompletionEntry> done = port_region_.Completions();
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].wr_id, 1u);
+    EXPECT_EQ(done[0].status, shm::kStatusOk);
+    EXPECT_EQ(done[0].op, shm::kSendBindMw);
+    EXPECT_EQ(port_region_.retired(), 1u);  // the WRITE ends by the close
+  }
+}
+
+TEST_F(PortEndpointTest, AWindowRequestAbandonedAtCloseIsNotRetired) {
+  shm::SendEntry e{};
+  e.wr_id = 7;
+  e.op = shm::kSendLocalInvalidate;
+  ASSERT_TRUE(port_region_.send.TryPush(e));
+  port_->Poll(32);
+  shm::SendEntry taken;
+  uint32_t seq = 0;
+  ASSERT_TRUE(port_->TakeLocalOp(&taken, &seq));
+  port_->Close(CloseReason::kClosedByClient);
+  EXPECT_FALSE(port_->ClaimLocalOp(seq));  // too late: it ended
+  EXPECT_TRUE(port_region_.Completions().empty());
+  EXPECT_EQ(port_region_.retired(), 0u);
+  EXPECT_EQ(port_region_.final_status(), shm::kStatusAborted);
+}
+
+TEST_F(PortEndpointTest, ARefusedWindowRequestBreaksTheConnection) {
+  shm::SendEntry e{};
+  e.wr_id = 8;
+  e.op = shm::kSendBindMw;
+  ASSERT_TRUE(port_region_.send.TryPush(e));
+  Post(9, shm::kSendWrite, 8);
+  port_->Poll(32);
+  shm::SendEntry taken;
+  uint32_t seq = 0;
+  ASSERT_TRUE(port_->TakeLocalOp(&taken, &seq));
+  ASSERT_TRUE(port_->ClaimLocalOp(seq));
+  port_->AnswerLocalOp(seq, shm::kStatusInvalid, shm::kDetailMwBind);
+  port_->Poll(32);
+  const std::vector<shm::CompletionEntry> done = port_region_.Completions();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].wr_id, 8u);
+  EXPECT_EQ(done[0].status, shm::kStatusInvalid);
+  EXPECT_EQ(done[0].detail, shm::kDetailMwBind);
+  EXPECT_TRUE(port_->closed());
+  EXPECT_EQ(port_region_.retired(), 1u);  // the WRITE never ran
+  EXPECT_TRUE(sink_.sent.empty());
+  EXPECT_TRUE(port_->TakeTransportError());
+}
+
 TEST_F(PortEndpointTest, ForeignPartitionIsIgnored) {
   Receive(wire::Opcode::kSendOnly, wire::Psn(kRecvPsn), 16, 0x8001);
   port_->Poll(32);

@@ -437,6 +437,7 @@ void Engine::Run() {
       }
       LocalOpRequest op;
       if (e->remote() && e->TakeLocalOp(&op.entry, &op.seq)) {
+        op.incarnation = e->incarnation();
         ControlFrame f;
         f.kind = ControlFrame::kLocalOp;
         f.connection_id = e->info().connection_id;

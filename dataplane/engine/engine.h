@@ -95,6 +95,7 @@ static_assert(sizeof(ControlFrame) == 384);
 // with (Endpoint::AnswerLocalOp).
 struct LocalOpRequest {
   shm::SendEntry entry;
+  uint64_t incarnation;  // Endpoint::incarnation()
   uint32_t seq;
 };
 static_assert(sizeof(LocalOpRequest) <= ControlFrame::kMaxBytes);

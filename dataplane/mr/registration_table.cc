@@ -105,9 +105,14 @@ void RegistrationTable::MarkRemoved(uint32_t index) {
 std::optional<uint32_t> RegistrationTable::Reserve() {
   control_owner_.Check();
   if (free_head_ == kNoSlot && Reclaim() == 0) return std::nullopt;
-  const uint32_t index = free_head_;
+  // Never slot 0: there the client's consumer key 0 would make key 0,
+  // which names nothing.
+  uint32_t* link = &free_head_;
+  if (*link == 0) link = &control_[0].next;
+  if (*link == kNoSlot) return std::nullopt;
+  const uint32_t index = *link;
   SlotControl& control = control_[index];
-  free_head_ = control.next;
+  *link = control.next;
   control.next = kNoSlot;
   control.reserved = true;
   ++live_;
@@ -128,6 +133,8 @@ std::optional<uint32_t> RegistrationTable::Publish(uint32_t index,
   // No reader can reach `registration`: the slot's last key was removed and
   // every reader passed a quiescent point since (Quiet).
   slot.registration = r;
+  // The slot's next occupant after the window (Insert) gets another tag.
+  control_[index].last_tag = tag;
   // Release pairs with the acquire in Lookup / BeginUse.
   slot.state.store(uint64_t{key} << 32, std::memory_order_release);
   return key;

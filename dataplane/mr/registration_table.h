@@ -144,8 +144,8 @@ class RegistrationTable {
 
   // Memory windows keep one slot from allocation to deallocation, and are
   // published in it under keys whose tag the client chooses (the verbs
-  // consumer key): Reserve takes a slot off the free list (it counts as
-  // live), Publish makes `index << 8 | tag` name `r` there, Unpublish
+  // consumer key): Reserve takes a slot other than 0 off the free list (it
+  // counts as live), Publish makes `index << 8 | tag` name `r` there, Unpublish
   // removes that key as Remove does, and the slot can be published again
   // once every reader passed a quiescent point since (Publish answers
   // nullopt until then, or when the key would be 0). Unreserve gives back

@@ -449,32 +449,59 @@ TEST(RegistrationTableWindowTest, RepublishWaitsForReadersAndForPins) {
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(table.Lookup(first), nullptr);
   EXPECT_NE(table.Lookup(*second), nullptr);
-  // A key whose tag the client chose as 0 in slot 0 would be key 0.
-  RegistrationTable small(1, 1);
-  const uint32_t zero = *small.Reserve();
-  EXPECT_EQ(zero, 0u);
-  EXPECT_FALSE(small.Publish(zero, 0, Reg(buf, 0, 8, kAccessRemoteRead)));
+  // Never slot 0, where the client's tag 0 would make key 0: it stays for
+  // Insert.
+  RegistrationTable small(2, 1);
+  const std::optional<uint32_t> one = small.Reserve();
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(*one, 1u);
+  EXPECT_TRUE(small.Publish(*one, 0, Reg(buf, 0, 8, kAccessRemoteRead)));
+  EXPECT_FALSE(small.Reserve().has_value());
+  const std::optional<uint32_t> key = small.Insert(Reg(buf, 0, 8, kAccessLocal));
+  ASSERT_TRUE(key.has_value());
+  EXPECT_EQ(IndexOf(*key), 0u);
+}
+
+TEST(RegistrationTableWindowTest, TheSlotsNextOccupantNeverGetsTheWindowsLastKey) {
+  uint8_t buf[8];
+  for (int trial = 0; trial < 200; ++trial) {
+    RegistrationTable table(2, 1);
+    ASSERT_TRUE(table.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
+    const uint32_t index = *table.Reserve();
+    const uint8_t tag = static_cast<uint8_t>(1 + trial % 255);
+    const uint32_t window = *table.Publish(index, tag, Reg(buf, 0, 8, kAccessRemoteRead));
+    ASSERT_EQ(table.Unpublish(window), RemoveResult::kOk);
+    table.Unreserve(index);
+    table.Quiescent(0);
+    table.Reclaim();
+    const std::optional<uint32_t> next = table.Insert(Reg(buf, 0, 8, kAccessRemoteRead));
+    ASSERT_TRUE(next.has_value());
+    ASSERT_EQ(IndexOf(*next), index);
+    ASSERT_NE(*next, window) << "trial " << trial;
+  }
 }
 
 TEST(RegistrationTableWindowTest, UnreservedSlotIsFreeOnceQuiet) {
-  RegistrationTable table(1, 1);
+  RegistrationTable table(2, 1);
   uint8_t buf[8];
+  ASSERT_TRUE(table.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
   const uint32_t index = *table.Reserve();
   const uint32_t key = *table.Publish(index, 9, Reg(buf, 0, 8, kAccessRemoteRead));
   EXPECT_FALSE(table.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
   ASSERT_EQ(table.Unpublish(key), RemoveResult::kOk);
   table.Unreserve(index);
-  EXPECT_EQ(table.live(), 1u);  // pending: readers may see it still
+  EXPECT_EQ(table.live(), 2u);  // pending: readers may see it still
   EXPECT_FALSE(table.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
   table.Quiescent(0);
   EXPECT_EQ(table.Reclaim(), 1u);
-  EXPECT_EQ(table.live(), 0u);
+  EXPECT_EQ(table.live(), 1u);
   EXPECT_FALSE(table.Quiet(index));
   ASSERT_TRUE(table.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
   // A slot never published goes back at once.
-  RegistrationTable other(1, 1);
+  RegistrationTable other(2, 1);
   other.Unreserve(*other.Reserve());
   EXPECT_EQ(other.live(), 0u);
+  EXPECT_TRUE(other.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
   EXPECT_TRUE(other.Insert(Reg(buf, 0, 8, kAccessLocal)).has_value());
 }
 

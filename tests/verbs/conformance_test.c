@@ -2759,6 +2759,23 @@ static void t_memory_windows(struct bufs* b) {
             "[WRITE, BIND_MW, WRITE(signaled)]: one completion, the last",
             "post %d, %d completions, first %llu", r, n,
             n ? (unsigned long long)w3[0].wr_id : 0ull);
+      /* All signaled: they complete in order, the bind between the WRITEs. */
+      for (int i = 0; i < 3; ++i) wrs[i].send_flags = IBV_SEND_SIGNALED;
+      wrs[1].bind_mw.rkey = ibv_inc_rkey(ibv_inc_rkey(w1->rkey));
+      bad = NULL;
+      r = ibv_post_send(p.s[1].qp, &wrs[0], &bad);
+      n = r == 0 ? wait_wcs(p.s[1].cq, w3, 3, 10000) : 0;
+      check(r == 0 && n == 3 && w3[0].wr_id == 7410 && w3[1].wr_id == 7411 &&
+                w3[2].wr_id == 7412 && w3[1].opcode == IBV_WC_BIND_MW &&
+                w3[0].status == IBV_WC_SUCCESS &&
+                w3[1].status == IBV_WC_SUCCESS &&
+                w3[2].status == IBV_WC_SUCCESS,
+            "[WRITE, BIND_MW, WRITE], all signaled: three completions in "
+            "order",
+            "post %d, %d completions: %llu %llu %llu", r, n,
+            n > 0 ? (unsigned long long)w3[0].wr_id : 0ull,
+            n > 1 ? (unsigned long long)w3[1].wr_id : 0ull,
+            n > 2 ? (unsigned long long)w3[2].wr_id : 0ull);
       /* [READ, LOCAL_INV] on a type 2 window: in order. */
       struct ibv_mw* w3w = ibv_alloc_mw(d->pd, IBV_MW_TYPE_2);
       if (w3w != NULL) {
