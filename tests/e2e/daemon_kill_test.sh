@@ -219,32 +219,29 @@ fl_log "A's client: first failure $FE_STATUS ($FE_STAGE) $ta_after s after SIGTE
 [[ $FE_STATUS == RDP_ERR_CONN_RESET ]] ||
   fl_fail "A's client failed with $FE_STATUS after B's SIGTERM (RDP_ERR_CONN_RESET expected: B should have sent DREQ)"
 finished tb 10
-# Requests complete in order. After a failed completion, every request
-# still outstanding was aborted. After a post refused because the daemon
-# had gone, the ones outstanding may begin with requests the daemon
-# finished before it stopped, which the client had not reaped yet
-# (RDP_OK); every one after them was aborted.
-drained_statuses="$(grep -o 'drained status=[A-Z_]*' "${FL_PROC_OUT[tb]}" |
-  sed 's/^drained status=//' | tr '\n' ' ')"
-drained_ok='^(RDP_ERR_CONN_ABORTED )*$'
-[[ $tb_stage == post ]] && drained_ok='^(RDP_OK )*(RDP_ERR_CONN_ABORTED )*$'
-[[ $drained_statuses =~ $drained_ok ]] ||
-  fl_fail "B's client: outstanding requests after its first failure ($tb_stage) ended with: $drained_statuses"
+# check_drained WHO LABEL STAGE STATUS: the requests client WHO drained
+# after its first failure (at STAGE) all ended with STATUS. Requests
+# complete in order. After a failed completion, every request still
+# outstanding ended so. After a post refused because the daemon had gone or
+# the connection was reset, the ones outstanding may begin with requests
+# finished before that, which the client had not reaped yet (RDP_OK);
+# every one after them ended with STATUS.
+check_drained() {
+  local who="$1" label="$2" stage="$3" status="$4" statuses ok
+  statuses="$(grep -o 'drained status=[A-Z_]*' "${FL_PROC_OUT[$who]}" |
+    sed 's/^drained status=//' | tr '\n' ' ')"
+  ok="^($status )*\$"
+  [[ $stage == post ]] && ok="^(RDP_OK )*($status )*\$"
+  [[ $statuses =~ $ok ]] ||
+    fl_fail "$label: outstanding requests after its first failure ($stage) ended with: $statuses"
+}
+check_drained tb "B's client" "$tb_stage" RDP_ERR_CONN_ABORTED
 finished ta 10
 # The rest of the window: the first failure's request was a completion
 # (and not drained), or was never posted.
 drained="$(fl_count_lines tb '^kill_client: drained')"
 [[ $drained -eq 7 ]] || fl_fail "B's client drained $drained requests after its first failure (7 expected)"
-# As for B's client: after a post refused because the connection was
-# reset, the ones outstanding may begin with requests finished before the
-# reset that the client had not reaped yet (RDP_OK); every one after them
-# was reset.
-ta_drained="$(grep -o 'drained status=[A-Z_]*' "${FL_PROC_OUT[ta]}" |
-  sed 's/^drained status=//' | tr '\n' ' ')"
-ta_drained_ok='^(RDP_ERR_CONN_RESET )*$'
-[[ $ta_stage == post ]] && ta_drained_ok='^(RDP_OK )*(RDP_ERR_CONN_RESET )*$'
-[[ $ta_drained =~ $ta_drained_ok ]] ||
-  fl_fail "A's client: outstanding requests after its first failure ($ta_stage) ended with: $ta_drained"
+check_drained ta "A's client" "$ta_stage" RDP_ERR_CONN_RESET
 fl_wait_baseline "after B's SIGTERM" a 5
 [[ $(fl_json_get "$FL_JSON" peer_disconnects) -eq $((disconnects_a + 1)) ]] ||
   fl_fail "A counted $(fl_json_get "$FL_JSON" peer_disconnects) peer disconnects, not $((disconnects_a + 1))"

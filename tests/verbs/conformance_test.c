@@ -5521,6 +5521,26 @@ static void t_extended_refusals(void) {
   check(r == 0, "ibv_destroy_cq of an extended CQ", "returned %d", r);
 }
 
+/* An RC pair of extended queue pairs for `ops`, each on an extended CQ
+ * (cq[i], also p->s[i].cq): false (a failed check) when one cannot be
+ * made; free_pair frees what was. */
+static bool make_pair_ex(struct pair* p, struct ibv_cq_ex* cq[2],
+                         uint64_t ops) {
+  memset(p, 0, sizeof(*p));
+  for (int i = 0; i < 2; ++i) {
+    p->s[i].dev = &g_dev[i];
+    cq[i] = make_cq_ex(&g_dev[i]);
+    if (cq[i] == NULL) return check(false, "ibv_create_cq_ex", "errno %d", errno);
+    p->s[i].cq = ibv_cq_ex_to_cq(cq[i]);
+    p->s[i].qp = make_qp_ex(&g_dev[i], cq[i], IBV_QPT_RC, ops);
+    if (p->s[i].qp == NULL) {
+      return check(false, "ibv_create_qp_ex with send_ops_flags", "errno %d",
+                   errno);
+    }
+  }
+  return true;
+}
+
 static void t_extended(struct bufs* b) {
   t_extended_refusals();
   step("the extended API: ibv_wr_* posts, ibv_start_poll reads");
@@ -5531,24 +5551,8 @@ static void t_extended(struct bufs* b) {
                        IBV_QP_EX_WITH_RDMA_READ |
                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
   struct pair p;
-  memset(&p, 0, sizeof(p));
   struct ibv_cq_ex* cq[2] = {NULL, NULL};
-  bool made = true;
-  for (int i = 0; i < 2; ++i) {
-    p.s[i].dev = &g_dev[i];
-    cq[i] = make_cq_ex(&g_dev[i]);
-    if (cq[i] == NULL) {
-      made = check(false, "ibv_create_cq_ex", "errno %d", errno);
-      break;
-    }
-    p.s[i].cq = ibv_cq_ex_to_cq(cq[i]);
-    p.s[i].qp = make_qp_ex(&g_dev[i], cq[i], IBV_QPT_RC, ops);
-    if (p.s[i].qp == NULL) {
-      made = check(false, "ibv_create_qp_ex with send_ops_flags", "errno %d",
-                   errno);
-      break;
-    }
-  }
+  const bool made = make_pair_ex(&p, cq, ops);
   if (!made || !pair_to_init(&p) ||
       !pair_to_rts(&p, &kDefaultOpts, &kDefaultOpts)) {
     free_pair(&p);
@@ -5747,22 +5751,11 @@ static void t_extended_windows(struct bufs* b) {
                        IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
                        IBV_QP_EX_WITH_SEND_WITH_INV;
   struct pair p;
-  memset(&p, 0, sizeof(p));
   struct ibv_cq_ex* cq[2] = {NULL, NULL};
-  bool made = true;
-  for (int i = 0; i < 2 && made; ++i) {
-    p.s[i].dev = &g_dev[i];
-    cq[i] = make_cq_ex(&g_dev[i]);
-    if (cq[i] == NULL) {
-      made = check(false, "ibv_create_cq_ex", "errno %d", errno);
-      break;
-    }
-    p.s[i].cq = ibv_cq_ex_to_cq(cq[i]);
-    p.s[i].qp = make_qp_ex(&g_dev[i], cq[i], IBV_QPT_RC, ops);
-    made = check(p.s[i].qp != NULL,
-                 "ibv_create_qp_ex for BIND_MW, LOCAL_INV and SEND_WITH_INV",
-                 "errno %d", errno);
-  }
+  const bool made = check(make_pair_ex(&p, cq, ops),
+                          "ibv_create_qp_ex for BIND_MW, LOCAL_INV and "
+                          "SEND_WITH_INV",
+                          "failed");
   uint8_t* mem = pages(8192);
   struct ibv_mr* mr = reg(&g_dev[1], mem, 8192,
                           kRemoteAccess | IBV_ACCESS_MW_BIND, "an MR for binding");
