@@ -11,9 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <thread>
 #include <vector>
 
 #include "api/shm/layout.h"
@@ -678,6 +680,64 @@ TEST_F(PortEndpointTest, ARefusedWindowRequestBreaksTheConnection) {
   EXPECT_EQ(port_region_.retired(), 1u);  // the WRITE never ran
   EXPECT_TRUE(sink_.sent.empty());
   EXPECT_TRUE(port_->TakeTransportError());
+}
+
+// The control thread answers a window request while the engine closes the
+// endpoint, many times over on two threads: the request ends exactly once,
+// as the control plane carried it out (a completion) or abandoned (the
+// final status, not retired), never both, never neither.
+TEST_F(EndpointTest, AWindowRequestRacingACloseEndsOnce) {
+  constexpr int kRounds = 300;
+  int answered = 0, abandoned = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    Region region;
+    EndpointInfo info;
+    info.connection_id = 40;
+    info.registration_scope = 40;
+    info.session_id = kRequester;
+    info.header = region.header;
+    info.send = region.send;
+    info.completion = region.completion;
+    info.qp.local_qpn = wire::Qpn(0x10);
+    info.qp.remote_qpn = wire::Qpn(0x20);
+    info.qp.path.src_ip = 0x0A000001;
+    info.qp.path.dst_ip = 0x0A000002;
+    CaptureSink sink;
+    Endpoint e(info, &table_, &clock_, fault::FaultSpec{}, &sink);
+    shm::SendEntry w{};
+    w.wr_id = 5;
+    w.op = shm::kSendBindMw;
+    ASSERT_TRUE(region.send.TryPush(w));
+    e.Poll(32);
+    shm::SendEntry taken;
+    uint32_t seq = 0;
+    ASSERT_TRUE(e.TakeLocalOp(&taken, &seq));
+    e.LocalOpPassedUp();
+    std::atomic<bool> go{false};
+    bool claimed = false;
+    std::thread control([&] {
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      claimed = e.ClaimLocalOp(seq);
+      if (claimed) e.AnswerLocalOp(seq, shm::kStatusOk, shm::kDetailNone);
+    });
+    go.store(true, std::memory_order_release);
+    if (round % 2 == 0) e.Poll(32);  // may see the answer first
+    e.Close(CloseReason::kClosedByClient);
+    control.join();
+    const std::vector<shm::CompletionEntry> done = region.Completions();
+    if (claimed) {
+      ++answered;
+      ASSERT_EQ(done.size(), 1u) << "round " << round;
+      EXPECT_EQ(done[0].status, shm::kStatusOk);
+      EXPECT_EQ(region.retired(), 1u);
+    } else {
+      ++abandoned;
+      EXPECT_TRUE(done.empty()) << "round " << round;
+      EXPECT_EQ(region.retired(), 0u);
+    }
+  }
+  EXPECT_EQ(answered + abandoned, kRounds);
 }
 
 TEST_F(PortEndpointTest, ForeignPartitionIsIgnored) {
