@@ -37,11 +37,11 @@
 #ifndef RDMAPLANE_CONTROL_MEMORY_WINDOWS_H_
 #define RDMAPLANE_CONTROL_MEMORY_WINDOWS_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
-
-#include <sys/types.h>
 
 #include "api/shm/layout.h"
 #include "control/user_accounts.h"
@@ -107,15 +107,15 @@ class MemoryWindows {
     uint32_t session = 0;
     uint32_t pd_scope = 0;
     mr::KeyKind kind = mr::KeyKind::kWindowType1;
-    uint32_t key = 0;       // its current (or last) rkey
-    bool bound = false;     // `key` is published
-    bool removing = false;  // unbound, but its key still awaits Unpublish
-    bool dead = false;      // deallocated: its slot goes once unpublished
-    uint32_t lkey = 0;      // bound: the registration it points into
+    uint32_t key = 0;             // its current (or last) rkey
+    bool bound = false;           // `key` is published
+    bool removing = false;        // unbound, but its key still awaits Unpublish
+    bool dead = false;            // deallocated: its slot goes once unpublished
+    uint32_t lkey = 0;            // bound: the registration it points into
     uint64_t region_address = 0;  // ... and what that registration covers
     uint64_t region_length = 0;
     const rc::MemoryOwner* memory_owner = nullptr;  // ... and its mapping's
-    uint32_t queue_pair = mr::kAnyConnection;  // bound type 2: its QP
+    uint32_t queue_pair = mr::kAnyConnection;       // bound type 2: its QP
     UserAccounts::Charge charge;  // a registration of its user
   };
   static uint32_t IndexOf(uint32_t key) { return key >> 8; }

@@ -83,7 +83,8 @@ TEST_F(MemoryWindowsTest, TypeTwoBindReachesTheWindowThroughItsQueuePairOnly) {
   EXPECT_EQ(Remote(key, 0x10100, 256), mr::AccessCheck::kOk);
   EXPECT_EQ(Remote(key, 0x10100, 257), mr::AccessCheck::kOutOfRange);
   EXPECT_EQ(Remote(key, 0x100FF, 1), mr::AccessCheck::kOutOfRange);
-  EXPECT_EQ(Remote(key, 0x10100, 1, kOtherQp), mr::AccessCheck::kWrongConnection);
+  EXPECT_EQ(Remote(key, 0x10100, 1, kOtherQp),
+            mr::AccessCheck::kWrongConnection);
   EXPECT_EQ(Remote(w, 0x10100, 1), mr::AccessCheck::kUnknownKey);
   // The window's memory is the region's, at the window's offset.
   EXPECT_EQ(mr::ResolveRemote(table_, key, kPd, mr::kAccessRemoteRead, 0x10100,
@@ -91,7 +92,8 @@ TEST_F(MemoryWindowsTest, TypeTwoBindReachesTheWindowThroughItsQueuePairOnly) {
                 .host,
             buf_ + 0x100);
   // Bound: no second bind until it is invalidated; the region stays.
-  EXPECT_EQ(Run(BindEntry(w, 8, lkey_, 0x10100, 16)).detail, shm::kDetailMwBind);
+  EXPECT_EQ(Run(BindEntry(w, 8, lkey_, 0x10100, 16)).detail,
+            shm::kDetailMwBind);
   EXPECT_TRUE(windows_.Holds(kSession, lkey_));
   EXPECT_TRUE(windows_.HoldsRegion(kSession, 0x10000, sizeof(buf_)));
   EXPECT_FALSE(windows_.HoldsRegion(kSession, 0x10000, 8));
@@ -107,8 +109,9 @@ TEST_F(MemoryWindowsTest, TypeTwoBindReachesTheWindowThroughItsQueuePairOnly) {
   EXPECT_FALSE(windows_.HoldsRegion(kSession, 0x10000, sizeof(buf_)));
   EXPECT_EQ(Run(inv).status, shm::kStatusOk);  // free already: nothing to do
   // Bound again, once readers passed the old binding.
-  EXPECT_FALSE(windows_.Execute(kSession, kPd, kQp, BindEntry(w, 8, lkey_, 0x10000, 16))
-                   .has_value());
+  EXPECT_FALSE(
+      windows_.Execute(kSession, kPd, kQp, BindEntry(w, 8, lkey_, 0x10000, 16))
+          .has_value());
   table_.Quiescent(0);
   EXPECT_EQ(Run(BindEntry(w, 8, lkey_, 0x10000, 16)).status, shm::kStatusOk);
   EXPECT_EQ(Remote(Bound(w, 8), 0x10000, 16), mr::AccessCheck::kOk);
@@ -118,13 +121,15 @@ TEST_F(MemoryWindowsTest, TypeTwoBindReachesTheWindowThroughItsQueuePairOnly) {
 TEST_F(MemoryWindowsTest, BindsTheRulesRefuse) {
   const uint32_t w = Alloc(2);
   // Outside the region, before it, wrapping.
-  EXPECT_EQ(Run(BindEntry(w, 1, lkey_, 0x10F00, 0x200)).detail, shm::kDetailMwBind);
-  EXPECT_EQ(Run(BindEntry(w, 1, lkey_, 0xFFFF, 2)).detail, shm::kDetailMwBind);
-  EXPECT_EQ(Run(BindEntry(w, 1, lkey_, ~uint64_t{0}, 2)).detail, shm::kDetailMwBind);
-  // A region registered without IBV_ACCESS_MW_BIND.
-  EXPECT_EQ(Run(BindEntry(w, 1, lkey_, 0x10000, 8,
-                          shm::kBindRemoteRead)).detail,
+  EXPECT_EQ(Run(BindEntry(w, 1, lkey_, 0x10F00, 0x200)).detail,
             shm::kDetailMwBind);
+  EXPECT_EQ(Run(BindEntry(w, 1, lkey_, 0xFFFF, 2)).detail, shm::kDetailMwBind);
+  EXPECT_EQ(Run(BindEntry(w, 1, lkey_, ~uint64_t{0}, 2)).detail,
+            shm::kDetailMwBind);
+  // A region registered without IBV_ACCESS_MW_BIND.
+  EXPECT_EQ(
+      Run(BindEntry(w, 1, lkey_, 0x10000, 8, shm::kBindRemoteRead)).detail,
+      shm::kDetailMwBind);
   // Remote write on a region the daemon may not write.
   EXPECT_EQ(Run(BindEntry(w, 1, read_only_lkey_, 0x10000, 8)).detail,
             shm::kDetailMwBind);
@@ -137,13 +142,16 @@ TEST_F(MemoryWindowsTest, BindsTheRulesRefuse) {
   // unknown bits; a window of another session.
   EXPECT_EQ(Run(BindEntry(w2, 1, lkey_, 0x10000, 8), kQp, kPd + 1).detail,
             shm::kDetailMwBind);
-  EXPECT_EQ(Run(BindEntry(w2, 1, lkey_, 0x10000, 0)).detail, shm::kDetailMwBind);
-  EXPECT_EQ(Run(BindEntry(w2, 1, 0x7777, 0x10000, 8)).detail, shm::kDetailMwBind);
+  EXPECT_EQ(Run(BindEntry(w2, 1, lkey_, 0x10000, 0)).detail,
+            shm::kDetailMwBind);
+  EXPECT_EQ(Run(BindEntry(w2, 1, 0x7777, 0x10000, 8)).detail,
+            shm::kDetailMwBind);
   EXPECT_EQ(Run(BindEntry(w2, 1, lkey_, 0x10000, 8, kAll | 0x100)).detail,
             shm::kDetailMwBind);
-  EXPECT_FALSE(windows_.Execute(kSession + 1, kPd, kQp,
-                                BindEntry(w2, 1, lkey_, 0x10000, 8))
-                   ->status == shm::kStatusOk);
+  EXPECT_FALSE(
+      windows_
+          .Execute(kSession + 1, kPd, kQp, BindEntry(w2, 1, lkey_, 0x10000, 8))
+          ->status == shm::kStatusOk);
   // A window key is never an lkey, nor a region for another window.
   EXPECT_EQ(Run(BindEntry(w2, 1, Bound(w, 1), 0x10000, 8)).detail,
             shm::kDetailMwBind);
@@ -159,16 +167,17 @@ TEST_F(MemoryWindowsTest, BindsTheRulesRefuse) {
   EXPECT_EQ(windows_.Alloc(kSession, kUid, kPd, 3).status, shm::kStatusInvalid);
 }
 
-TEST_F(MemoryWindowsTest, TypeOneRebindsOverItsBindingAndUnbindsWithLengthZero) {
+TEST_F(MemoryWindowsTest,
+       TypeOneRebindsOverItsBindingAndUnbindsWithLengthZero) {
   const uint32_t w = Alloc(1);
   EXPECT_EQ(Run(BindEntry(w, 1, lkey_, 0x10000, 64)).status, shm::kStatusOk);
   // Any queue pair of the domain reaches a type 1 window.
   EXPECT_EQ(Remote(Bound(w, 1), 0x10000, 64, kOtherQp), mr::AccessCheck::kOk);
   // The old binding goes at once; the new one waits until the engines
   // moved on from the old.
-  EXPECT_FALSE(windows_.Execute(kSession, kPd, kQp,
-                                BindEntry(w, 2, lkey_, 0x10040, 64))
-                   .has_value());
+  EXPECT_FALSE(
+      windows_.Execute(kSession, kPd, kQp, BindEntry(w, 2, lkey_, 0x10040, 64))
+          .has_value());
   EXPECT_EQ(Remote(Bound(w, 1), 0x10000, 1), mr::AccessCheck::kUnknownKey);
   table_.Quiescent(0);
   EXPECT_EQ(Run(BindEntry(w, 2, lkey_, 0x10040, 64)).status, shm::kStatusOk);
@@ -237,7 +246,8 @@ TEST_F(MemoryWindowsTest, RegionStaysWhileATransferHoldsAnUnboundKey) {
   EXPECT_TRUE(windows_.Holds(kSession, lkey_));
   EXPECT_TRUE(windows_.HoldsRegion(kSession, 0x10000, sizeof(buf_)));
   int owners = 0;
-  windows_.ForEachMemoryOwner(kSession, [&](const rc::MemoryOwner*) { ++owners; });
+  windows_.ForEachMemoryOwner(kSession,
+                              [&](const rc::MemoryOwner*) { ++owners; });
   EXPECT_EQ(owners, 1);
   EXPECT_TRUE(windows_.Tidy());
   table_.EndUse(Bound(w, 3));

@@ -59,9 +59,9 @@ extern "C" int stat(const char* path, struct stat* st) {
   std::memset(st, 0, sizeof(*st));
   st->st_mode = S_IFCHR | 0666;
   st->st_nlink = 1;
-  st->st_rdev = makedev(rdmaplane::verbs::kUverbsMajor,
-                        rdmaplane::verbs::kUverbsFirstMinor +
-                            static_cast<unsigned>(index));
+  st->st_rdev = makedev(
+      rdmaplane::verbs::kUverbsMajor,
+      rdmaplane::verbs::kUverbsFirstMinor + static_cast<unsigned>(index));
   st->st_blksize = 4096;
   return 0;
 }
