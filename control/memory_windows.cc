@@ -218,9 +218,10 @@ MemoryWindows::Outcome MemoryWindows::Bind(Window& w, uint32_t pd_scope,
   return Outcome{};
 }
 
-bool MemoryWindows::Holds(uint32_t session, uint32_t lkey) {
+template <typename Pred>
+bool MemoryWindows::AnyInUse(uint32_t session, Pred points_into) {
   for (auto& [index, w] : windows_) {
-    if (w.session != session || w.lkey != lkey) continue;
+    if (w.session != session || !points_into(w)) continue;
     NoticeInvalidation(w);
     // Unbinding still counts: a transfer may be writing through it.
     if (w.bound || w.removing) return true;
@@ -228,17 +229,15 @@ bool MemoryWindows::Holds(uint32_t session, uint32_t lkey) {
   return false;
 }
 
+bool MemoryWindows::Holds(uint32_t session, uint32_t lkey) {
+  return AnyInUse(session, [lkey](const Window& w) { return w.lkey == lkey; });
+}
+
 bool MemoryWindows::HoldsRegion(uint32_t session, uint64_t address,
                                 uint64_t length) {
-  for (auto& [index, w] : windows_) {
-    if (w.session != session || w.region_address != address ||
-        w.region_length != length) {
-      continue;
-    }
-    NoticeInvalidation(w);
-    if (w.bound || w.removing) return true;
-  }
-  return false;
+  return AnyInUse(session, [address, length](const Window& w) {
+    return w.region_address == address && w.region_length == length;
+  });
 }
 
 void MemoryWindows::DropOwner(uint32_t session) {

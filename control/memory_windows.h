@@ -130,7 +130,10 @@ class MemoryWindows {
   void NoticeInvalidation(Window& w);
   Outcome Bind(Window& w, uint32_t pd_scope, uint32_t queue_pair,
                const shm::SendEntry& e, bool* again);
-  Outcome LocalInvalidate(uint32_t session, uint32_t key);
+  // Whether a bound or unbinding window of `session` satisfies
+  // `points_into` (Holds, HoldsRegion).
+  template <typename Pred>
+  bool AnyInUse(uint32_t session, Pred points_into);
 
   mr::RegistrationTable* table_;
   uint32_t max_per_session_;
