@@ -128,6 +128,14 @@ absl::Status Client::Init(const ClientOptions& options) {
     requests_ = *req;
     responses_ = *resp;
   }
+  {
+    auto events = shm::SpscRing<shm::CmEvent>::Create(
+        region_ + header_->cm_events.offset, header_->cm_events.bytes,
+        shm::kCmEventRingEntries);
+    if (!events.ok()) return events.status();
+    std::lock_guard<std::mutex> lock(cm_mu_);
+    cm_events_ = *events;
+  }
   // A slot's rings are the daemon's to format, when it hands the slot out.
 
   // Say hello.
@@ -1216,6 +1224,36 @@ bool Client::Established(rdp_conn conn) const {
   // Pairs with the engine's release store.
   return slot >= 0 &&
          header_->established[slot].load(std::memory_order_acquire) != 0;
+}
+
+ControlResponse Client::CmCall(uint32_t op, const shm::CmParams& params) {
+  ControlRequest req{};
+  req.op = op;
+  req.cm = params;
+  return Call(req);
+}
+
+bool Client::TakeCmEvent(shm::CmEvent* event, int64_t timeout_ns) {
+  std::lock_guard<std::mutex> lock(cm_mu_);
+  auto ready = [&] {
+    return cm_events_.TryPop(event) == shm::PopResult::kOk;
+  };
+  if (ready()) return true;
+  if (timeout_ns == 0) return false;
+  // In slices, so that a dead daemon ends the wait.
+  const absl::Time end = timeout_ns < 0
+                             ? absl::InfiniteFuture()
+                             : absl::Now() + absl::Nanoseconds(timeout_ns);
+  while (absl::Now() < end) {
+    if (!DaemonAliveRateLimited()) return false;
+    const int64_t slice = std::min<int64_t>(
+        100'000'000, absl::ToInt64Nanoseconds(end - absl::Now()));
+    if (shm::WaitDoorbell(&header_->cm_event_bell, ready,
+                          std::max<int64_t>(slice, 0))) {
+      return true;
+    }
+  }
+  return ready();
 }
 
 bool Client::ConnectionEnded(rdp_conn conn) {

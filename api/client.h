@@ -224,6 +224,15 @@ class Client {
   // Whether the connection's queue pair has accepted a packet of its peer
   // (shm::SessionHeader::established).
   bool Established(rdp_conn conn) const;
+
+  // rdma_cm ids (the daemon's RDMA IP CM service, control/ip_cm.h): one
+  // kOpCm* request with its arguments; the answer (an error status with
+  // its text, or the request's result in key and connection).
+  shm::ControlResponse CmCall(uint32_t op, const shm::CmParams& params);
+  // Takes the next rdma_cm event of this session, waiting at most
+  // timeout_ns for one (0: not at all; negative: until one comes or the
+  // daemon is gone). False when none came.
+  bool TakeCmEvent(shm::CmEvent* event, int64_t timeout_ns);
   // The connection's shm::ConnectionState as the daemon published it
   // (kConnFree for a handle that names none).
   uint32_t ConnectionStateOf(rdp_conn conn) const {
@@ -417,6 +426,9 @@ class Client {
   shm::SpscRing<shm::ControlRequest> requests_ ABSL_GUARDED_BY(control_mu_);
   shm::SpscRing<shm::ControlResponse> responses_ ABSL_GUARDED_BY(control_mu_);
   uint64_t next_request_id_ ABSL_GUARDED_BY(control_mu_) = 1;
+
+  std::mutex cm_mu_;  // the consumer of the rdma_cm event ring
+  shm::SpscRing<shm::CmEvent> cm_events_ ABSL_GUARDED_BY(cm_mu_);
 
   std::mutex arena_mu_;
   std::vector<std::unique_ptr<Arena>> arenas_ ABSL_GUARDED_BY(arena_mu_);

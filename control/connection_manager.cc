@@ -154,6 +154,7 @@ void ConnectionManager::HandleArp(std::span<const uint8_t> frame) {
           IpText(m.sender_ip).c_str(), IpText(m.target_ip).c_str());
   if (m.sender_ip != 0 && m.sender_ip != us_.ip) {
     neighbors_[m.sender_ip] = m.sender_mac;
+    if (ip_cm_ != nullptr) ip_cm_->OnNeighbor(m.sender_ip);
   }
   if (m.op == 1 && m.target_ip == us_.ip) {
     uint8_t out[64];
@@ -234,8 +235,15 @@ void ConnectionManager::HandleCm(std::span<const uint8_t> frame) {
     return;
   }
   neighbors_[from.src_ip] = from.src_mac;
+  if (ip_cm_ != nullptr && IpCm::Owns(m)) {
+    ip_cm_->OnMessage(m, from.src_ip, from.src_mac);
+    return;
+  }
   RDP_LOG(kDebug, "CM %s from %s, comm id %u -> %u", wire::CmTypeName(m.type),
           IpText(from.src_ip).c_str(), m.local_comm_id, m.remote_comm_id);
+  if (m.type == wire::CmType::kSidrReq || m.type == wire::CmType::kSidrRep) {
+    return;  // no rdma_cm ids here
+  }
   if (m.type == wire::CmType::kReq) {
     OnRequest(m, from);
     return;

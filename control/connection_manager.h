@@ -32,6 +32,7 @@
 #include "api/shm/layout.h"
 #include "control/connections.h"
 #include "control/counters.h"
+#include "control/ip_cm.h"
 #include "control/sessions.h"
 #include "dataplane/engine/engine.h"
 #include "dataplane/wire/cm.h"
@@ -44,7 +45,7 @@ struct PeerAddress {
   wire::MacAddr mac;
 };
 
-class ConnectionManager : public PeerLink {
+class ConnectionManager : public PeerLink, public IpCm::Link {
  public:
   // `port_engine` owns the data port; `us` is the port's address; new
   // connections propose `path_mtu`; `comm_id_seed` varies communication
@@ -65,10 +66,15 @@ class ConnectionManager : public PeerLink {
   std::optional<shm::ControlResponse> StartQueuePair(Session* s, Connection* c,
                                                      uint64_t request_id);
   // The MAC of `ip` when known (ours for our own address), else nullopt.
-  std::optional<wire::MacAddr> Neighbor(uint32_t ip) const;
+  std::optional<wire::MacAddr> Neighbor(uint32_t ip) const override;
   // Asks for the MAC of `ip` (an ARP request); Neighbor knows it once the
   // answer came.
-  void AskNeighbor(uint32_t ip) { SendArpRequest(ip); }
+  void AskNeighbor(uint32_t ip) override { SendArpRequest(ip); }
+  void SendCm(const wire::CmMessage& m, uint32_t peer_ip,
+              const wire::MacAddr& peer_mac) override;
+  // Where messages of rdma_cm ids go (IpCm::Owns), and who hears of ARP
+  // answers; none: they are refused as unknown services.
+  void SetIpCm(IpCm* ip_cm) { ip_cm_ = ip_cm; }
   // ARP requests are repeated this often, this many times, before a
   // destination counts as unreachable.
   static constexpr uint64_t kArpIntervalNs = 200'000'000;
@@ -109,8 +115,6 @@ class ConnectionManager : public PeerLink {
   void OnReject(Connection* c, const wire::CmMessage& m);
   void OnDisconnectRequest(const wire::CmMessage& m, const wire::Path& from);
   void SendArpRequest(uint32_t ip);
-  void SendCm(const wire::CmMessage& m, uint32_t peer_ip,
-              const wire::MacAddr& peer_mac);
   void SendReq(Connection* c);
   void SendRep(Connection* c);
   void SendSimple(Connection* c, wire::CmType type);  // MRA, RTU
@@ -129,9 +133,13 @@ class ConnectionManager : public PeerLink {
   void AnswerQueuePair(Connection* c, int32_t status, const std::string& text);
   Connection* FindByCommId(uint32_t comm_id);
   uint64_t NowNs() const { return port_engine_->clock()->NowNs(); }
+  // Without IpCm::kCommIdBit, which marks the rdma_cm ids' own.
   uint32_t NextCommId() {
-    if (next_comm_id_ == 0) ++next_comm_id_;  // 0 means "none"
-    return next_comm_id_++;
+    uint32_t id;
+    do {
+      id = next_comm_id_++ & ~IpCm::kCommIdBit;
+    } while (id == 0);  // 0 means "none"
+    return id;
   }
 
   ConnectionTable* connections_;
@@ -142,6 +150,7 @@ class ConnectionManager : public PeerLink {
   std::map<uint32_t, wire::MacAddr> neighbors_;  // ARP cache, by IPv4
   std::map<uint32_t, Farewell> farewells_;       // by our comm id
   uint32_t next_comm_id_;
+  IpCm* ip_cm_ = nullptr;
 };
 
 }  // namespace rdmaplane::control

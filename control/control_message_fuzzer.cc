@@ -12,7 +12,7 @@
 // session ends (DropOwner) nothing it registered stays, no protection
 // domain is left and its user's registration charge is back to zero.
 //
-// Input: ControlRequest images (api/shm/layout.h), 144 bytes each; a
+// Input: ControlRequest images (api/shm/layout.h), 416 bytes each; a
 // shorter tail is ignored.
 //
 // Runs under libFuzzer (--config=fuzz) or, as control_message_fuzzer under

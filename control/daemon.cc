@@ -183,6 +183,7 @@ void Daemon::ControlLoop() {
     windows_waiting = RetryMemoryWindows();
     if (ServeControlRings() || n > 0) active_until = absl::Now() + kLinger;
     if (cm_ != nullptr) cm_->Tick();
+    if (ip_cm_ != nullptr) ip_cm_->Tick();
     ResolveAddressHandles();
     table_.Reclaim();
     arena_memory_.Reap();
@@ -200,9 +201,14 @@ void Daemon::ControlLoop() {
   // answers, repeating the DREQs as usual, so that a farewell is not lost
   // with a port that closes before the peer read it.
   const absl::Time farewell_end = absl::Now() + absl::Milliseconds(300);
-  while (cm_ != nullptr && cm_->farewells() > 0 && absl::Now() < farewell_end) {
+  auto farewells = [&] {
+    return (cm_ != nullptr ? cm_->farewells() : 0) +
+           (ip_cm_ != nullptr ? ip_cm_->farewells() : 0);
+  };
+  while (cm_ != nullptr && farewells() > 0 && absl::Now() < farewell_end) {
     reactor_.RunOnce(10);
     cm_->Tick();
+    ip_cm_->Tick();
   }
 }
 
@@ -289,6 +295,7 @@ void Daemon::SessionClosing(Session* s) {
   pending_address_handles_ -= s->pending_address_handles.size();
   s->pending_address_handles.clear();
   connections_->CloseSession(s, stop_.load(std::memory_order_acquire));
+  if (ip_cm_ != nullptr) ip_cm_->DropSession(s);
   memory_.DropOwner(s->id);
 }
 
@@ -300,6 +307,7 @@ bool Daemon::ServeControlRings() {
     // Answers held for lack of room go first; while any is still held the
     // session's requests wait in their ring.
     delivered |= s->FlushHeldAnswers();
+    delivered |= s->FlushHeldCmEvents();
     if (s->held_answers() > 0) return;
     uint32_t taken = 0;
     // Do not take a request we could not answer. (The client may still
@@ -422,6 +430,17 @@ std::optional<ControlResponse> Daemon::Handle(Session* s,
       return cm_->Connect(s, req);
     case shm::kOpAccept:
       return connections_->Accept(s, req);
+    case shm::kOpCmBind:
+    case shm::kOpCmListen:
+    case shm::kOpCmResolve:
+    case shm::kOpCmConnect:
+    case shm::kOpCmAccept:
+    case shm::kOpCmReject:
+    case shm::kOpCmDisconnect:
+    case shm::kOpCmDestroy:
+    case shm::kOpCmNotify:
+      if (ip_cm_ == nullptr) return Reply(shm::kStatusNetDown, NoDataPort());
+      return ip_cm_->Handle(s, req);
     case shm::kOpDisconnect:
       return connections_->Disconnect(s, req);
   }
@@ -825,7 +844,18 @@ absl::Status Daemon::StartPort() {
       connections_.get(), &port_engine(), &counters_, us, options_.path_mtu,
       static_cast<uint32_t>(seed_ * 0x9E3779B97F4A7C15ull >> 33));
   connections_->AttachPort(port_.get(), port_mac_, p.ip, cm_.get());
+  StartIpCm(cm_.get());
+  cm_->SetIpCm(ip_cm_.get());
   return absl::OkStatus();
+}
+
+void Daemon::StartIpCm(IpCm::Link* link) {
+  IpCm::Options o;
+  o.ip = own_ip_;
+  o.path_mtu = options_.path_mtu;
+  o.comm_id_seed = static_cast<uint32_t>(seed_ * 0xC2B2AE3D27D4EB4Full >> 32);
+  const rc::Clock* clock = port_engine().clock();
+  ip_cm_ = std::make_unique<IpCm>(o, link, [clock] { return clock->NowNs(); });
 }
 
 void Daemon::StartSelfLink() {
@@ -834,6 +864,7 @@ void Daemon::StartSelfLink() {
   port_engine().AttachSelfLink();
   connections_->AttachPort(port_engine().self_link(), port_mac_, own_ip_,
                            nullptr);
+  StartIpCm(nullptr);
   RDP_LOG(kInfo,
           "no data port: queue pairs reach only each other, at %s (GID "
           "::ffff:%s)",

@@ -29,6 +29,7 @@
 #include "control/arena_memory.h"
 #include "control/connections.h"
 #include "control/counters.h"
+#include "control/ip_cm.h"
 #include "control/memory_service.h"
 #include "control/reactor.h"
 #include "control/sessions.h"
@@ -200,6 +201,8 @@ class Daemon {
   // reach each other (loopback) over the port engine's link to itself, and
   // nothing else.
   void StartSelfLink();
+  // The rdma_cm service, over `link` (null: no data port).
+  void StartIpCm(IpCm::Link* link);
   // A locally administered MAC (02:...) that no device has.
   static constexpr wire::MacAddr kSelfLinkMac{{0x02, 0x72, 0x64, 0x70, 0, 1}};
   // Why a request to reach another address is refused without a data port.
@@ -248,6 +251,9 @@ class Daemon {
   Reactor reactor_;
   std::unique_ptr<ConnectionTable> connections_;
   std::unique_ptr<ConnectionManager> cm_;  // with a data port only
+  // The sessions' rdma_cm ids, over cm_ (or, without a data port, among
+  // this daemon's own).
+  std::unique_ptr<IpCm> ip_cm_;
   std::unique_ptr<SessionServer> sessions_;
   std::atomic<bool> stop_{false};
   std::thread control_thread_;

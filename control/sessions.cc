@@ -209,6 +209,24 @@ bool Session::FlushHeldAnswers() {
   return sent;
 }
 
+void Session::PushCmEvent(const shm::CmEvent& event) {
+  if (!held_events.empty() || !cm_events.TryPush(event)) {
+    held_events.push_back(event);
+    return;
+  }
+  shm::RingDoorbell(&header->cm_event_bell);
+}
+
+bool Session::FlushHeldCmEvents() {
+  bool sent = false;
+  while (!held_events.empty() && cm_events.TryPush(held_events.front())) {
+    held_events.pop_front();
+    sent = true;
+  }
+  if (sent) shm::RingDoorbell(&header->cm_event_bell);
+  return sent;
+}
+
 void Session::ResetSlot(uint32_t slot, const shm::SlotDepths& depths) {
   if (slot >= slots.size()) slots.resize(slot + 1);
   SlotRings& rings = slots[slot];
@@ -543,7 +561,11 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
   auto resp = shm::SpscRing<shm::ControlResponse>::Attach(
       s->region + SessionRings::ControlResponses().offset,
       SessionRings::ControlResponses().bytes);
-  if (!req.ok() || !resp.ok()) return refuse("control rings are malformed");
+  auto events = shm::SpscRing<shm::CmEvent>::Attach(
+      s->region + SessionRings::CmEvents().offset, SessionRings::CmEvents().bytes);
+  if (!req.ok() || !resp.ok() || !events.ok()) {
+    return refuse("control rings are malformed");
+  }
   for (auto& state : s->header->connection_state) {
     state.store(shm::kConnFree, std::memory_order_relaxed);
   }
@@ -591,6 +613,7 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
   // connections (Endpoint::info().wake).
   s->requests = *req;
   s->responses = *resp;
+  s->cm_events = *events;
   s->ready = true;
   if (hooks_.ready) hooks_.ready(s);
   reply.status = shm::kStatusOk;

@@ -122,6 +122,8 @@ struct Session {
   // are never read from client memory.
   shm::SpscRing<shm::ControlRequest> requests;
   shm::SpscRing<shm::ControlResponse> responses;
+  shm::SpscRing<shm::CmEvent> cm_events;
+  std::deque<shm::CmEvent> held_events;
   struct SlotRings {
     shm::SpscRing<shm::SendEntry> send;
     shm::SpscRing<shm::CompletionEntry> completion;
@@ -198,6 +200,12 @@ struct Session {
   bool FlushHeldAnswers();
   // Answers taken requests wait for; no new request is taken meanwhile.
   size_t held_answers() const { return held.size(); }
+  // An rdma_cm event for the client (ip_cm.h): on the event ring, or, when
+  // that is full, held in order until FlushHeldCmEvents finds room. The
+  // client is woken either way once it is there.
+  void PushCmEvent(const shm::CmEvent& event);
+  bool FlushHeldCmEvents();
+  size_t held_cm_events() const { return held_events.size(); }
   // Readies `slot` for a new connection: formats its rings, empty, with
   // `depths` where the layout puts them (whatever a previous user left in
   // them is gone), and resets its state words (shm::ResetSlot).

@@ -36,7 +36,7 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 11;
+inline constexpr uint16_t kSessionVersion = 12;
 // Connection slots (connections and verbs queue pairs) of one session. The
 // region reserves room for every slot's rings, but only a slot the daemon
 // hands out is formatted and touched: memory grows with what is used.
@@ -55,6 +55,9 @@ inline constexpr uint32_t kMaxRecvRingEntries = 4096;
 inline constexpr uint32_t kMaxCompletionRingEntries = 8192;
 inline constexpr uint32_t kDescriptorBytes = 32;
 inline constexpr uint32_t kServiceNameBytes = 64;
+// rdma_cm events the daemon has for the client (CmEvent) that wait in the
+// session region for it to take them.
+inline constexpr uint32_t kCmEventRingEntries = 64;
 
 // A futex word plus a "sleeping" flag, one cache line.
 struct alignas(kCacheLine) Doorbell {
@@ -116,6 +119,10 @@ struct alignas(4096) SessionHeader {
   std::atomic<uint32_t> established[kMaxConnections];
   // Each slot's receive ring (two-sided SEND, verbs only).
   RingRef receive[kMaxConnections];
+  // rdma_cm events, daemon -> client (CmEvent), and the doorbell the
+  // client waits on for them.
+  RingRef cm_events;
+  Doorbell cm_event_bell;
   // A robust, process-shared pthread mutex the client locks when it opens
   // the session, from that thread: when the thread dies (with its process,
   // or on its own), the kernel marks the futex word (the mutex's first four
@@ -204,6 +211,27 @@ enum ControlOp : uint32_t {
   // Dealloc: key: an rkey of the window.
   kOpAllocMw = 19,
   kOpDeallocMw = 20,
+  // rdma_cm ids (the RDMA IP CM service, control/ip_cm.h), with their
+  // arguments in ControlRequest::cm (CmParams). Each answers at once;
+  // what happens later comes as CmEvents on the session's event ring.
+  kOpCmBind = 21,        // a new id on port_space, local_port (0: any)
+                         // of local_ip (0 or ours); answers id (in key)
+                         // and the port (in connection)
+  kOpCmListen = 22,      // id: listen, with `backlog` requests waiting
+  kOpCmResolve = 23,     // id: find remote_ip within timeout_ms (ARP):
+                         // kCmAddrResolved or kCmAddrError
+  kOpCmConnect = 24,     // id: REQ (SIDR REQ for RDMA_PS_UDP) to
+                         // remote_ip:remote_port with the queue pair
+                         // qpn, first PSN psn and the private data
+  kOpCmAccept = 25,      // id: REP (passive), RTU (active, after
+                         // kCmConnectResponse) or SIDR REP
+  kOpCmReject = 26,      // id: REJ (SIDR REP rejected) with `reason`
+                         // and the private data
+  kOpCmDisconnect = 27,  // id: DREQ, or DREP to the peer's DREQ
+  kOpCmDestroy = 28,     // id: gone; its connection ends as a
+                         // disconnect, a request waiting is rejected
+  kOpCmNotify = 29,      // id: its queue pair got its first packet
+                         // (an RTU lost on the way counts as come)
 };
 
 // How many entries a slot's rings hold: powers of two, the send and
@@ -317,6 +345,62 @@ inline constexpr uint32_t kAccessReadWrite = kAccessRead | kAccessWrite;
 // for kOpRegisterRdma only, alone or with the others.
 inline constexpr uint32_t kAccessAtomic = 1u << 2;
 
+// The arguments of kOpCm* requests, and what a CmEvent says. Addresses
+// are IPv4, host order; ports host order.
+inline constexpr uint32_t kCmPrivateDataBytes = 224;
+struct CmParams {
+  uint32_t id;  // the daemon's id of the rdma_cm id
+  uint32_t local_ip;
+  uint32_t remote_ip;
+  uint16_t local_port;
+  uint16_t remote_port;
+  uint16_t port_space;  // rdma_cm's RDMA_PS_* (wire::kPortSpace*)
+  uint8_t responder_resources;
+  uint8_t initiator_depth;
+  uint8_t flow_control;
+  uint8_t retry_count;
+  uint8_t rnr_retry_count;
+  uint8_t srq;
+  uint32_t qpn;         // the sender's queue pair
+  uint32_t psn;         // its first PSN
+  uint32_t qkey;        // UD
+  uint32_t timeout_ms;  // kOpCmResolve
+  uint32_t backlog;     // kOpCmListen
+  uint16_t reason;      // REJ reason (sent, or received)
+  uint8_t path_mtu;     // IBA MTU code (1..5)
+  uint8_t private_data_len;
+  uint8_t private_data[kCmPrivateDataBytes];
+};
+static_assert(sizeof(CmParams) == 272);
+
+enum CmEventType : uint32_t {
+  kCmAddrResolved = 1,    // kOpCmResolve: the address answered
+  kCmAddrError = 2,       // ... or did not, within the time (status)
+  kCmConnectRequest = 3,  // a listener's new id (params.id) for a REQ
+                          // or SIDR REQ; `listener` is the listener
+  kCmConnectResponse = 4,  // REP: the peer's queue pair, PSN, data
+  kCmConnectError = 5,     // the exchange broke (a bad answer)
+  kCmUnreachable = 6,      // no answer (REQ, REP, SIDR REQ timed out)
+  kCmRejected = 7,         // REJ, or SIDR REP not valid: params.reason
+  kCmEstablished = 8,      // RTU (passive), SIDR REP valid (active)
+  kCmDisconnected = 9,     // the peer's DREQ, or the DREP to ours (or
+                           // none came)
+  kCmTimewaitExit = 10,    // after kCmDisconnected: the QP may be reused
+};
+
+struct CmEvent {
+  uint32_t type;  // CmEventType
+  // 0, or a negative errno (kCmAddrError, kCmUnreachable,
+  // kCmConnectError, kCmDisconnected when the peer never answered); for
+  // kCmUnreachable after a SIDR REP, its (positive) status. A REJ's reason
+  // is in params.reason.
+  int32_t status;
+  uint32_t listener;  // kCmConnectRequest
+  uint32_t reserved;
+  CmParams params;  // the id, and what the peer sent
+};
+static_assert(sizeof(CmEvent) == 288);
+
 struct ControlRequest {
   uint64_t request_id;
   uint32_t op;          // ControlOp
@@ -329,8 +413,9 @@ struct ControlRequest {
   uint32_t descriptor_length;
   uint32_t reserved;
   char service[kServiceNameBytes];  // NUL-terminated, for listen/connect
+  CmParams cm;  // kOpCm*
 };
-static_assert(sizeof(ControlRequest) == 144);
+static_assert(sizeof(ControlRequest) == 416);
 
 struct ControlResponse {
   uint64_t request_id;
@@ -559,6 +644,8 @@ struct SessionRings {
       SpscRing<ControlRequest>::BytesFor(kControlRingEntries);
   static constexpr uint32_t kResponseBytes =
       SpscRing<ControlResponse>::BytesFor(kControlRingEntries);
+  static constexpr uint32_t kCmEventBytes =
+      SpscRing<CmEvent>::BytesFor(kCmEventRingEntries);
   static constexpr uint32_t kSendBytes =
       SpscRing<SendEntry>::BytesFor(kMaxSendRingEntries);
   static constexpr uint32_t kCompletionBytes =
@@ -567,7 +654,8 @@ struct SessionRings {
       SpscRing<RecvEntry>::BytesFor(kMaxRecvRingEntries);
   static constexpr uint64_t kSlotsAt = sizeof(SessionHeader) +
                                        RoundToCacheLine(kRequestBytes) +
-                                       RoundToCacheLine(kResponseBytes);
+                                       RoundToCacheLine(kResponseBytes) +
+                                       RoundToCacheLine(kCmEventBytes);
   static constexpr uint64_t kSlotStride =
       RoundToCacheLine(kSendBytes) + RoundToCacheLine(kCompletionBytes);
   static constexpr uint64_t kReceivesAt =
@@ -581,6 +669,11 @@ struct SessionRings {
   static constexpr RingRef ControlResponses() {
     return {sizeof(SessionHeader) + Line(kRequestBytes), kControlRingEntries,
             kResponseBytes};
+  }
+  static constexpr RingRef CmEvents() {
+    return {sizeof(SessionHeader) + Line(kRequestBytes) +
+                Line(kResponseBytes),
+            kCmEventRingEntries, kCmEventBytes};
   }
   // Each ring's room, and in `capacity` the most entries it may hold (the
   // daemon formats it with the slot's SlotDepths, which its header says).
@@ -602,6 +695,7 @@ struct SessionRings {
 inline uint64_t PlanRings(SessionHeader* h) {
   h->control_requests = SessionRings::ControlRequests();
   h->control_responses = SessionRings::ControlResponses();
+  h->cm_events = SessionRings::CmEvents();
   for (uint32_t i = 0; i < kMaxConnections; ++i) {
     h->connections[i].send = SessionRings::Send(i);
     h->connections[i].completion = SessionRings::Completion(i);
@@ -613,7 +707,8 @@ inline uint64_t PlanRings(SessionHeader* h) {
 // Whether the header's ring table is SessionRings' layout.
 inline bool HasSessionRings(const SessionHeader& h) {
   if (!(h.control_requests == SessionRings::ControlRequests()) ||
-      !(h.control_responses == SessionRings::ControlResponses())) {
+      !(h.control_responses == SessionRings::ControlResponses()) ||
+      !(h.cm_events == SessionRings::CmEvents())) {
     return false;
   }
   for (uint32_t i = 0; i < kMaxConnections; ++i) {

@@ -53,19 +53,20 @@ TEST(RingAbi, RingIndex) {
 }
 
 TEST(RingAbi, BytesFor) {
-  EXPECT_EQ(SpscRing<ControlRequest>::BytesFor(kControlRingEntries), 9408u);
+  EXPECT_EQ(SpscRing<ControlRequest>::BytesFor(kControlRingEntries), 26816u);
   EXPECT_EQ(SpscRing<ControlResponse>::BytesFor(kControlRingEntries), 7872u);
   EXPECT_EQ(SpscRing<SendEntry>::BytesFor(kSendRingEntries), 82112u);
   EXPECT_EQ(SpscRing<CompletionEntry>::BytesFor(kCompletionRingEntries),
             32960u);
   EXPECT_EQ(SpscRing<RecvEntry>::BytesFor(kRecvRingEntries), 139456u);
+  EXPECT_EQ(SpscRing<CmEvent>::BytesFor(kCmEventRingEntries), 18624u);
 }
 
 // --- Session layout (layout.h) -------------------------------------------
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 11u);
+  EXPECT_EQ(kSessionVersion, 12u);
   EXPECT_EQ(kMaxConnections, 1024u);
   EXPECT_EQ(kMaxSge, 16u);
   EXPECT_EQ(kControlRingEntries, 64u);
@@ -184,7 +185,9 @@ TEST(LayoutAbi, SessionHeader) {
   EXPECT_EQ(sizeof(SessionHeader::established), 1024u * 4u);
   EXPECT_EQ(offsetof(SessionHeader, receive), 180352u);
   EXPECT_EQ(sizeof(SessionHeader::receive), 1024u * 16u);
-  EXPECT_EQ(offsetof(SessionHeader, liveness), 196736u);
+  EXPECT_EQ(offsetof(SessionHeader, cm_events), 196736u);
+  EXPECT_EQ(offsetof(SessionHeader, cm_event_bell), 196800u);
+  EXPECT_EQ(offsetof(SessionHeader, liveness), 196864u);
   EXPECT_EQ(sizeof(SessionHeader::liveness), 64u);
   EXPECT_EQ(sizeof(SessionHeader), 49u * 4096u);
   EXPECT_EQ(alignof(SessionHeader), 4096u);
@@ -205,8 +208,42 @@ TEST(LayoutAbi, ControlRequest) {
   EXPECT_EQ(offsetof(ControlRequest, reserved), 76u);
   EXPECT_EQ(offsetof(ControlRequest, service), 80u);
   EXPECT_EQ(sizeof(ControlRequest::service), 64u);
-  EXPECT_EQ(sizeof(ControlRequest), 144u);
+  EXPECT_EQ(offsetof(ControlRequest, cm), 144u);
+  EXPECT_EQ(sizeof(ControlRequest), 416u);
   EXPECT_EQ(alignof(ControlRequest), 8u);
+}
+
+TEST(LayoutAbi, CmParamsAndEvent) {
+  EXPECT_EQ(offsetof(CmParams, id), 0u);
+  EXPECT_EQ(offsetof(CmParams, local_ip), 4u);
+  EXPECT_EQ(offsetof(CmParams, remote_ip), 8u);
+  EXPECT_EQ(offsetof(CmParams, local_port), 12u);
+  EXPECT_EQ(offsetof(CmParams, remote_port), 14u);
+  EXPECT_EQ(offsetof(CmParams, port_space), 16u);
+  EXPECT_EQ(offsetof(CmParams, responder_resources), 18u);
+  EXPECT_EQ(offsetof(CmParams, initiator_depth), 19u);
+  EXPECT_EQ(offsetof(CmParams, flow_control), 20u);
+  EXPECT_EQ(offsetof(CmParams, retry_count), 21u);
+  EXPECT_EQ(offsetof(CmParams, rnr_retry_count), 22u);
+  EXPECT_EQ(offsetof(CmParams, srq), 23u);
+  EXPECT_EQ(offsetof(CmParams, qpn), 24u);
+  EXPECT_EQ(offsetof(CmParams, psn), 28u);
+  EXPECT_EQ(offsetof(CmParams, qkey), 32u);
+  EXPECT_EQ(offsetof(CmParams, timeout_ms), 36u);
+  EXPECT_EQ(offsetof(CmParams, backlog), 40u);
+  EXPECT_EQ(offsetof(CmParams, reason), 44u);
+  EXPECT_EQ(offsetof(CmParams, path_mtu), 46u);
+  EXPECT_EQ(offsetof(CmParams, private_data_len), 47u);
+  EXPECT_EQ(offsetof(CmParams, private_data), 48u);
+  EXPECT_EQ(sizeof(CmParams), 272u);
+  EXPECT_EQ(offsetof(CmEvent, type), 0u);
+  EXPECT_EQ(offsetof(CmEvent, status), 4u);
+  EXPECT_EQ(offsetof(CmEvent, listener), 8u);
+  EXPECT_EQ(offsetof(CmEvent, params), 16u);
+  EXPECT_EQ(sizeof(CmEvent), 288u);
+  // Enough for the largest private data a CM message carries (an RTU's or
+  // DREP's).
+  EXPECT_EQ(kCmPrivateDataBytes, 224u);
 }
 
 TEST(LayoutAbi, ControlResponse) {
@@ -358,6 +395,8 @@ static_assert(IsWireType<RingRef>());
 static_assert(IsWireType<ConnectionSlotRef>());
 static_assert(IsWireType<ControlRequest>());
 static_assert(IsWireType<ControlResponse>());
+static_assert(IsWireType<CmParams>());
+static_assert(IsWireType<CmEvent>());
 static_assert(IsWireType<RdmaDescriptor>());
 static_assert(IsWireType<SgeEntry>());
 static_assert(IsWireType<SendEntry>());
@@ -393,6 +432,7 @@ uint64_t PlanSession(SessionHeader& header) {
   header.control_requests = Place<ControlRequest>(&cursor, kControlRingEntries);
   header.control_responses =
       Place<ControlResponse>(&cursor, kControlRingEntries);
+  header.cm_events = Place<CmEvent>(&cursor, kCmEventRingEntries);
   for (ConnectionSlotRef& slot : header.connections) {
     slot.send = Place<SendEntry>(&cursor, kMaxSendRingEntries);
     slot.completion = Place<CompletionEntry>(&cursor, kMaxCompletionRingEntries);
@@ -407,9 +447,9 @@ TEST(SessionRegionBytes, IsPageRoundedAndHoldsEveryRing) {
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t region = SessionRegionBytes();
   static_assert(region % kPage == 0);
-  // 671942 pages of address space, each slot's room for its deepest rings;
+  // 671951 pages of address space, each slot's room for its deepest rings;
   // touched only as used.
-  EXPECT_EQ(region, 2752274432u);
+  EXPECT_EQ(region, 2752311296u);
   SessionHeader header{};
   const uint64_t end = PlanSession(header);
   EXPECT_LE(end, region);

@@ -41,6 +41,9 @@ class FakeSession {
     s.responses = *shm::SpscRing<shm::ControlResponse>::Create(
         memory_.get() + responses.offset, responses.bytes,
         responses.capacity);
+    const shm::RingRef events = shm::SessionRings::CmEvents();
+    s.cm_events = *shm::SpscRing<shm::CmEvent>::Create(
+        memory_.get() + events.offset, events.bytes, events.capacity);
     // A slot's rings: formatted by Session::ResetSlot when handed out.
   }
   uint32_t state(uint32_t slot) const {
@@ -54,6 +57,12 @@ class FakeSession {
     shm::ControlResponse r;
     if (s.responses.TryPop(&r) != shm::PopResult::kOk) return std::nullopt;
     return r;
+  }
+  // The next rdma_cm event the daemon has for the client.
+  std::optional<shm::CmEvent> TakeCmEvent() {
+    shm::CmEvent e;
+    if (s.cm_events.TryPop(&e) != shm::PopResult::kOk) return std::nullopt;
+    return e;
   }
   Session s;
 

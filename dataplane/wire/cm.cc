@@ -81,6 +81,21 @@ constexpr size_t kLocalCaGuid = 28;
 constexpr size_t kPrivateData = 36;
 }  // namespace rep
 
+namespace sidr_req {
+constexpr size_t kPkey = 4;
+constexpr size_t kServiceId = 8;
+constexpr size_t kPrivateData = 16;
+}  // namespace sidr_req
+
+namespace sidr_rep {
+constexpr size_t kStatus = 4;
+constexpr size_t kAddInfoLength = 5;
+constexpr size_t kQpn = 8;  // 24 bits
+constexpr size_t kServiceId = 12;
+constexpr size_t kQkey = 20;
+constexpr size_t kPrivateData = 96;  // after 72 bytes of additional info
+}  // namespace sidr_rep
+
 // Every message starts with both comm ids but REQ, which has no remote one.
 constexpr size_t kLocalCommId = 0;
 constexpr size_t kRemoteCommId = 4;
@@ -128,6 +143,10 @@ size_t PrivateDataOffset(CmType type) {
       return kDreqPrivateData;
     case CmType::kDrep:
       return kCommIdsPrivateData;
+    case CmType::kSidrReq:
+      return sidr_req::kPrivateData;
+    case CmType::kSidrRep:
+      return sidr_rep::kPrivateData;
   }
   return 0;
 }
@@ -155,8 +174,11 @@ bool Encodable(const CmMessage& m) {
       return ValidRefersTo(m.refers_to) && m.service_timeout <= kMax5Bits;
     case CmType::kRej:
       return ValidRefersTo(m.refers_to);
+    case CmType::kSidrRep:
+      return m.qpn.value() <= Psn::kMask && m.sidr_status <= kSidrNoQp;
     case CmType::kRtu:
     case CmType::kDrep:
+    case CmType::kSidrReq:
       return true;
   }
   return false;
@@ -182,16 +204,17 @@ void EncodeMad(const Path& path, const CmMessage& m, uint8_t* mad) {
       Put24(d + req::kLocalQpn, m.qpn.value());
       d[req::kResponderResources] = m.responder_resources;
       d[req::kInitiatorDepth] = m.initiator_depth;
-      // No end-to-end flow control: the AETH credit field is always invalid.
-      d[req::kRemoteTimeoutTransport] = static_cast<uint8_t>(
-          m.remote_cm_response_timeout << 3 | kTransportRc << 1);
+      d[req::kRemoteTimeoutTransport] =
+          static_cast<uint8_t>(m.remote_cm_response_timeout << 3 |
+                               kTransportRc << 1 | (m.flow_control ? 1 : 0));
       Put24(d + req::kStartingPsn, m.start_psn.value());
       d[req::kLocalTimeoutRetry] = static_cast<uint8_t>(
           m.local_cm_response_timeout << 3 | m.retry_count);
       Put16(d + req::kPkey, kDefaultPkey);
       d[req::kMtuRnrRetry] =
           static_cast<uint8_t>(m.path_mtu << 4 | m.rnr_retry_count);
-      d[req::kCmRetriesSrqXrc] = static_cast<uint8_t>(m.max_cm_retries << 4);
+      d[req::kCmRetriesSrqXrc] =
+          static_cast<uint8_t>(m.max_cm_retries << 4 | (m.srq ? 8 : 0));
       // RoCE has no LIDs; Linux's CM sends the permissive LID for routed
       // paths, which all RoCEv2 paths are.
       Put16(d + req::kPrimaryLocalLid, kPermissiveLid);
@@ -226,10 +249,12 @@ void EncodeMad(const Path& path, const CmMessage& m, uint8_t* mad) {
       Put24(d + rep::kStartingPsn, m.start_psn.value());
       d[rep::kResponderResources] = m.responder_resources;
       d[rep::kInitiatorDepth] = m.initiator_depth;
-      // Failover accepted 0 and no end-to-end flow control: the REQ has no
-      // alternate path (Linux's CM sends 0 as well).
-      d[rep::kAckDelayFailover] = static_cast<uint8_t>(m.target_ack_delay << 3);
-      d[rep::kRnrRetrySrq] = static_cast<uint8_t>(m.rnr_retry_count << 5);
+      // Failover accepted 0: the REQ has no alternate path (Linux's CM
+      // sends 0 as well).
+      d[rep::kAckDelayFailover] = static_cast<uint8_t>(
+          m.target_ack_delay << 3 | (m.flow_control ? 1 : 0));
+      d[rep::kRnrRetrySrq] = static_cast<uint8_t>(m.rnr_retry_count << 5 |
+                                                  (m.srq ? 0x10 : 0));
       Put64(d + rep::kLocalCaGuid, CaGuidForMac(path.src_mac));
       break;
     case CmType::kDreq:
@@ -239,6 +264,17 @@ void EncodeMad(const Path& path, const CmMessage& m, uint8_t* mad) {
     case CmType::kRtu:
     case CmType::kDrep:
       Put32(d + kRemoteCommId, m.remote_comm_id);
+      break;
+    case CmType::kSidrReq:
+      Put16(d + sidr_req::kPkey, kDefaultPkey);
+      Put64(d + sidr_req::kServiceId, m.service_id);
+      break;
+    case CmType::kSidrRep:
+      d[sidr_rep::kStatus] = m.sidr_status;
+      d[sidr_rep::kAddInfoLength] = 0;
+      Put24(d + sidr_rep::kQpn, m.qpn.value());
+      Put64(d + sidr_rep::kServiceId, m.service_id);
+      Put32(d + sidr_rep::kQkey, m.qkey);
       break;
   }
   std::memcpy(d + PrivateDataOffset(m.type), m.private_data.data(),
@@ -284,6 +320,8 @@ bool ParseMad(std::span<const uint8_t> mad, CmMessage* out) {
       m.rnr_retry_count = d[req::kMtuRnrRetry] & kMax3Bits;
       m.max_cm_retries = d[req::kCmRetriesSrqXrc] >> 4;
       m.packet_rate = d[req::kPrimaryFlowLabelRate + 3] & 0x3F;
+      m.flow_control = (d[req::kRemoteTimeoutTransport] & 1) != 0;
+      m.srq = (d[req::kCmRetriesSrqXrc] & 8) != 0;
       break;
     }
     case CmType::kMra:
@@ -307,6 +345,8 @@ bool ParseMad(std::span<const uint8_t> mad, CmMessage* out) {
       m.initiator_depth = d[rep::kInitiatorDepth];
       m.target_ack_delay = d[rep::kAckDelayFailover] >> 3;
       m.rnr_retry_count = d[rep::kRnrRetrySrq] >> 5;
+      m.flow_control = (d[rep::kAckDelayFailover] & 1) != 0;
+      m.srq = (d[rep::kRnrRetrySrq] & 0x10) != 0;
       break;
     case CmType::kDreq:
       m.remote_comm_id = Get32(d + kRemoteCommId);
@@ -315,6 +355,16 @@ bool ParseMad(std::span<const uint8_t> mad, CmMessage* out) {
     case CmType::kRtu:
     case CmType::kDrep:
       m.remote_comm_id = Get32(d + kRemoteCommId);
+      break;
+    case CmType::kSidrReq:
+      m.service_id = Get64(d + sidr_req::kServiceId);
+      break;
+    case CmType::kSidrRep:
+      m.sidr_status = d[sidr_rep::kStatus];
+      if (m.sidr_status > kSidrNoQp) return false;
+      m.qpn = Qpn(Get24(d + sidr_rep::kQpn));
+      m.service_id = Get64(d + sidr_rep::kServiceId);
+      m.qkey = Get32(d + sidr_rep::kQkey);
       break;
   }
   const size_t capacity = CmPrivateDataCapacity(m.type);
@@ -328,7 +378,7 @@ bool ParseMad(std::span<const uint8_t> mad, CmMessage* out) {
 
 bool IsKnownCmType(uint16_t attribute_id) {
   return attribute_id >= static_cast<uint16_t>(CmType::kReq) &&
-         attribute_id <= static_cast<uint16_t>(CmType::kDrep);
+         attribute_id <= static_cast<uint16_t>(CmType::kSidrRep);
 }
 
 const char* CmTypeName(CmType type) {
@@ -347,6 +397,10 @@ const char* CmTypeName(CmType type) {
       return "DREQ";
     case CmType::kDrep:
       return "DREP";
+    case CmType::kSidrReq:
+      return "SIDR REQ";
+    case CmType::kSidrRep:
+      return "SIDR REP";
   }
   return "UNKNOWN";
 }
@@ -413,6 +467,38 @@ uint8_t ReplyPathMtu(const CmMessage& m) {
     return 0;
   }
   return m.private_data[5];
+}
+
+bool SetIpCmPrivateData(const IpCmHeader& h, std::span<const uint8_t> consumer,
+                        CmMessage* m) {
+  if (m->type != CmType::kReq && m->type != CmType::kSidrReq) return false;
+  const size_t capacity = CmPrivateDataCapacity(m->type);
+  if (consumer.size() > capacity - kIpCmHeaderLen) return false;
+  m->private_data.fill(0);
+  uint8_t* p = m->private_data.data();
+  p[0] = 0;       // IP CM version 0.0
+  p[1] = 4 << 4;  // IPv4
+  Put16(p + 2, h.src_port);
+  Put32(p + 4 + 12, h.src_ip);   // after 12 bytes of zeros
+  Put32(p + 20 + 12, h.dst_ip);  // likewise
+  if (!consumer.empty()) {
+    std::memcpy(p + kIpCmHeaderLen, consumer.data(), consumer.size());
+  }
+  m->private_data_len = static_cast<uint8_t>(kIpCmHeaderLen + consumer.size());
+  return true;
+}
+
+bool ParseIpCmHeader(const CmMessage& m, IpCmHeader* h) {
+  if ((m.type != CmType::kReq && m.type != CmType::kSidrReq) ||
+      m.private_data_len < kIpCmHeaderLen) {
+    return false;
+  }
+  const uint8_t* p = m.private_data.data();
+  if (p[0] != 0 || (p[1] >> 4) != 4) return false;
+  h->src_port = Get16(p + 2);
+  h->src_ip = Get32(p + 4 + 12);
+  h->dst_ip = Get32(p + 20 + 12);
+  return true;
 }
 
 size_t EncodeCmFrame(const Path& path, const CmMessage& m,

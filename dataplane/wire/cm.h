@@ -129,6 +129,10 @@ enum class CmType : uint16_t {
   kRtu = 0x0014,
   kDreq = 0x0015,
   kDrep = 0x0016,
+  // Service ID Resolution (IBA 12.11): a UD queue pair's QPN and Q_Key
+  // for a service, as rdma_cm's RDMA_PS_UDP resolves them.
+  kSidrReq = 0x0017,
+  kSidrRep = 0x0018,
 };
 bool IsKnownCmType(uint16_t attribute_id);
 const char* CmTypeName(CmType type);
@@ -138,14 +142,23 @@ const char* CmTypeName(CmType type);
 enum class CmRefersTo : uint8_t { kReq = 0, kRep = 1, kOther = 2 };
 
 // REJ reasons (IBA table 109) rdmaplane sends.
+inline constexpr uint16_t kRejNoQp = 1;
 inline constexpr uint16_t kRejNoResources = 3;
 inline constexpr uint16_t kRejTimeout = 4;
 inline constexpr uint16_t kRejInvalidServiceId = 8;
 inline constexpr uint16_t kRejStaleConnection = 10;
 inline constexpr uint16_t kRejConsumer = 28;
+inline constexpr uint16_t kRejInvalidClassVersion = 31;
+
+// SIDR REP status (IBA table 116).
+inline constexpr uint8_t kSidrValid = 0;
+inline constexpr uint8_t kSidrServiceIdNotSupported = 1;
+inline constexpr uint8_t kSidrRejected = 2;
+inline constexpr uint8_t kSidrNoQp = 3;
 
 // Private data bytes each message carries on the wire: REQ 92, MRA 222,
-// REJ 148, REP 196, RTU 224, DREQ 220, DREP 224; 0 for an unknown type.
+// REJ 148, REP 196, RTU 224, DREQ 220, DREP 224, SIDR REQ 216, SIDR REP
+// 136; 0 for an unknown type.
 size_t CmPrivateDataCapacity(CmType type);
 inline constexpr size_t kCmMaxPrivateData = 224;
 
@@ -156,9 +169,17 @@ struct CmMessage {
   uint64_t transaction_id = 0;  // all; see CmTransactionId
   uint32_t local_comm_id = 0;   // all: the sender's connection id
   uint32_t remote_comm_id = 0;  // all but REQ: the receiver's connection id
-  uint64_t service_id = 0;      // REQ
-  // REQ, REP: the sender's QP. DREQ: the receiver's QP.
+  // REQ, SIDR REQ, SIDR REP. (A SIDR message's request id travels in
+  // local_comm_id.)
+  uint64_t service_id = 0;
+  // REQ, REP, SIDR REP: the sender's QP. DREQ: the receiver's QP.
   Qpn qpn;
+  uint32_t qkey = 0;        // SIDR REP: the Q_Key of the UD queue pair
+  uint8_t sidr_status = 0;  // SIDR REP: kSidr*
+  // REQ, REP: the sender's receives come from a shared receive queue, and
+  // it offers end-to-end credits (the AETH's credit field).
+  bool srq = false;
+  bool flow_control = false;
   Psn start_psn;                    // REQ, REP: the sender's first PSN
   uint8_t path_mtu = kIbMtu1024;    // REQ: code 1..5
   uint8_t responder_resources = 0;  // REQ, REP: READs the sender will serve
@@ -225,6 +246,46 @@ bool SetReplyPathMtu(uint8_t mtu_code, CmMessage* rep);
 // The MTU code a REP's record names, or 0 when `m` is not a REP or carries
 // no such record (a peer with another CM keeps the REQ's MTU).
 uint8_t ReplyPathMtu(const CmMessage& m);
+
+// The RDMA IP CM Service (IBA Annex A11), as Linux's rdma_cm speaks it:
+// service id 0x0000000001000000 | port_space << 16 | port, where the port
+// space is rdma_cm's RDMA_PS_* value (0x0106 TCP: RC; 0x0111 UDP: UD, by
+// SIDR; 0x013F IB), and a 36-byte header at the start of the private data
+// of a REQ or SIDR REQ: version 0, IP version << 4, the source port, then
+// the source and destination addresses (an IPv4 address in the last 4 of
+// 16 bytes). The consumer's private data follows it: 56 bytes in a REQ,
+// 180 in a SIDR REQ.
+inline constexpr uint16_t kPortSpaceTcp = 0x0106;
+inline constexpr uint16_t kPortSpaceUdp = 0x0111;
+inline constexpr uint16_t kPortSpaceIb = 0x013F;
+inline constexpr size_t kIpCmHeaderLen = 36;
+constexpr uint64_t IpCmServiceId(uint16_t port_space, uint16_t port) {
+  return uint64_t{port_space} << 16 | port;
+}
+constexpr bool IsIpCmServiceId(uint64_t service_id) {
+  return (service_id >> 24) == 1;
+}
+constexpr uint16_t IpCmPortSpace(uint64_t service_id) {
+  return static_cast<uint16_t>(service_id >> 16);
+}
+constexpr uint16_t IpCmPort(uint64_t service_id) {
+  return static_cast<uint16_t>(service_id);
+}
+// The addresses the header carries (IPv4 only; host order).
+struct IpCmHeader {
+  uint16_t src_port = 0;
+  uint32_t src_ip = 0;
+  uint32_t dst_ip = 0;
+  friend bool operator==(const IpCmHeader&, const IpCmHeader&) = default;
+};
+// Sets m's private data (a REQ or SIDR REQ) to the header and then
+// `consumer`; false, leaving m unchanged, for another type or consumer
+// data longer than the room after the header.
+bool SetIpCmPrivateData(const IpCmHeader& h, std::span<const uint8_t> consumer,
+                        CmMessage* m);
+// The header at the start of m's private data: false unless m is a REQ or
+// SIDR REQ whose header has version 0 and IP version 4.
+bool ParseIpCmHeader(const CmMessage& m, IpCmHeader* h);
 
 // Writes the whole frame for `m` along `path` (UDP source port, DSCP and TTL
 // as given). Returns kCmFrameLen, or 0 when `out` is too small or `m` does

@@ -43,7 +43,7 @@ CmMessage Sample(CmType type) {
   m.type = type;
   m.transaction_id = 0x1122334455667788;
   m.local_comm_id = 0xA1B2C3D4;
-  if (type != CmType::kReq) m.remote_comm_id = 0x01020304;
+  if (type != CmType::kReq) m.remote_comm_id = 0x01020304;  // SIDR: none
   switch (type) {
     case CmType::kReq:
       m.service_id = 0x02ABCDEF01234567;
@@ -61,6 +61,8 @@ CmMessage Sample(CmType type) {
       m.packet_rate = kIbRate40Gbps;
       m.local_ip = 0x0A000001;
       m.remote_ip = 0x0A000002;
+      m.srq = true;
+      m.flow_control = true;
       break;
     case CmType::kRep:
       m.qpn = Qpn(0x000123);
@@ -69,6 +71,19 @@ CmMessage Sample(CmType type) {
       m.initiator_depth = 2;
       m.target_ack_delay = 21;
       m.rnr_retry_count = 3;
+      m.srq = true;
+      m.flow_control = true;
+      break;
+    case CmType::kSidrReq:
+      m.remote_comm_id = 0;
+      m.service_id = IpCmServiceId(kPortSpaceUdp, 7174);
+      break;
+    case CmType::kSidrRep:
+      m.remote_comm_id = 0;
+      m.service_id = IpCmServiceId(kPortSpaceUdp, 7174);
+      m.qpn = Qpn(0x00ABCD);
+      m.qkey = 0x01234567;
+      m.sidr_status = kSidrRejected;
       break;
     case CmType::kMra:
       m.refers_to = CmRefersTo::kRep;
@@ -91,7 +106,8 @@ CmMessage Sample(CmType type) {
 
 constexpr CmType kAllTypes[] = {CmType::kReq, CmType::kMra, CmType::kRej,
                                 CmType::kRep, CmType::kRtu, CmType::kDreq,
-                                CmType::kDrep};
+                                CmType::kDrep, CmType::kSidrReq,
+                                CmType::kSidrRep};
 
 std::vector<uint8_t> Encode(const CmMessage& m,
                             const Path& path = ActiveToPassive()) {
@@ -155,7 +171,9 @@ TEST(CmTest, PrivateDataCapacities) {
   EXPECT_EQ(CmPrivateDataCapacity(CmType::kRtu), 224u);
   EXPECT_EQ(CmPrivateDataCapacity(CmType::kDreq), 220u);
   EXPECT_EQ(CmPrivateDataCapacity(CmType::kDrep), 224u);
-  EXPECT_EQ(CmPrivateDataCapacity(static_cast<CmType>(0x17)), 0u);
+  EXPECT_EQ(CmPrivateDataCapacity(CmType::kSidrReq), 216u);
+  EXPECT_EQ(CmPrivateDataCapacity(CmType::kSidrRep), 136u);
+  EXPECT_EQ(CmPrivateDataCapacity(static_cast<CmType>(0x19)), 0u);
 }
 
 // Spot checks of the layout against IBA vol. 1 ch. 12, independent of the
@@ -189,13 +207,13 @@ TEST(CmTest, ReqLayout) {
   EXPECT_EQ(Get24At(f, d + 32), 0xABCDEFu);           // local QPN
   EXPECT_EQ(f[d + 35], 16);                           // responder resources
   EXPECT_EQ(f[d + 39], 8);                            // initiator depth
-  EXPECT_EQ(f[d + 43], 19 << 3);                      // RC, no flow control
+  EXPECT_EQ(f[d + 43], 19 << 3 | 1);                  // RC, flow control
   EXPECT_EQ(Get24At(f, d + 44), 0xFEDCBAu);           // starting PSN
   EXPECT_EQ(f[d + 47], 13 << 3 | 5);                  // retry count 5
   EXPECT_EQ(f[d + 48], 0xFF);                         // P_Key
   EXPECT_EQ(f[d + 49], 0xFF);
   EXPECT_EQ(f[d + 50], 5 << 4 | 6);  // MTU 4096, RNR retry 6
-  EXPECT_EQ(f[d + 51], 9 << 4);      // max CM retries
+  EXPECT_EQ(f[d + 51], 9 << 4 | 8);  // max CM retries, SRQ
   EXPECT_EQ(f[d + 52], 0xFF);        // permissive LIDs
   EXPECT_EQ(f[d + 55], 0xFF);
   const std::vector<uint8_t> local_gid(f.begin() + d + 56, f.begin() + d + 72);
@@ -219,8 +237,8 @@ TEST(CmTest, OtherLayouts) {
   EXPECT_EQ(Get24At(rep, d + 20), 0x800001u);    // starting PSN
   EXPECT_EQ(rep[d + 24], 4);                     // responder resources
   EXPECT_EQ(rep[d + 25], 2);                     // initiator depth
-  EXPECT_EQ(rep[d + 26], 21 << 3);               // target ACK delay
-  EXPECT_EQ(rep[d + 27], 3 << 5);                // RNR retry count
+  EXPECT_EQ(rep[d + 26], 21 << 3 | 1);           // ACK delay, flow ctl
+  EXPECT_EQ(rep[d + 27], 3 << 5 | 0x10);         // RNR retry count, SRQ
   EXPECT_EQ(Get32At(rep, d + 32), 0xFE000001u);  // CA GUID, low half
   EXPECT_EQ(rep[d + 36], Sample(CmType::kRep).private_data[0]);
 
@@ -310,7 +328,7 @@ TEST(CmTest, EncodeRejectsWhatDoesNotFit) {
   m.refers_to = static_cast<CmRefersTo>(3);
   cases.push_back({"REJ refers to 3", m});
   m = Sample(CmType::kRtu);
-  m.type = static_cast<CmType>(0x0017);  // SIDR_REQ
+  m.type = static_cast<CmType>(0x0019);  // LAP
   cases.push_back({"unknown type", m});
   for (const Case& c : cases) {
     EXPECT_EQ(EncodeCmFrame(ActiveToPassive(), c.m, out), 0u) << c.name;
@@ -342,7 +360,7 @@ TEST(CmTest, CorruptionIsRejected) {
       {"class (SA)", kMadAt + 1, 0x04, true},
       {"class version", kMadAt + 2, 0x01, true},
       {"method (GetResp)", kMadAt + 3, 0x80, true},
-      {"attribute 0x0017", kMadAt + 17, 0x07, true},
+      {"attribute 0x0019 (LAP)", kMadAt + 17, 0x09, true},
       {"attribute 0x0110", kMadAt + 16, 0x01, true},
       {"attribute 0x000f", kMadAt + 17, 0x1F, true},
       {"destination QP 3", kBthAt + 7, 0x02, true},
@@ -699,6 +717,117 @@ TEST(CmTest, MtuCodes) {
   EXPECT_EQ(IbMtuCode(1500 - 20 - 8 - 12 - 16 - 4), 3);  // Ethernet 1500
   EXPECT_EQ(IbMtuCode(4096), 5);
   EXPECT_EQ(IbMtuCode(9000), 5);
+}
+
+
+// IBA table 114 and 115: where SIDR REQ and SIDR REP put their fields.
+TEST(CmTest, SidrLayouts) {
+  const std::vector<uint8_t> req = Encode(Sample(CmType::kSidrReq));
+  EXPECT_EQ(req[kMadAt + 16], 0x00);
+  EXPECT_EQ(req[kMadAt + 17], 0x17);
+  EXPECT_EQ(Get32At(req, kDataAt), 0xA1B2C3D4u);  // request id
+  EXPECT_EQ(req[kDataAt + 4], 0xFF);                // P_Key
+  EXPECT_EQ(req[kDataAt + 5], 0xFF);
+  EXPECT_EQ(Get32At(req, kDataAt + 8), 0u);  // service id, high half
+  EXPECT_EQ(Get32At(req, kDataAt + 12), 0x01111C06u);
+  EXPECT_EQ(req[kDataAt + 16], Sample(CmType::kSidrReq).private_data[0]);
+
+  const std::vector<uint8_t> rep = Encode(Sample(CmType::kSidrRep));
+  EXPECT_EQ(rep[kMadAt + 17], 0x18);
+  EXPECT_EQ(Get32At(rep, kDataAt), 0xA1B2C3D4u);
+  EXPECT_EQ(rep[kDataAt + 4], kSidrRejected);
+  EXPECT_EQ(rep[kDataAt + 5], 0);  // no additional information
+  EXPECT_EQ(Get24At(rep, kDataAt + 8), 0x00ABCDu);
+  EXPECT_EQ(Get32At(rep, kDataAt + 16), 0x01111C06u);
+  EXPECT_EQ(Get32At(rep, kDataAt + 20), 0x01234567u);
+  EXPECT_EQ(rep[kDataAt + 96], Sample(CmType::kSidrRep).private_data[0]);
+
+  // A status IBA does not define is refused both ways.
+  CmMessage bad = Sample(CmType::kSidrRep);
+  bad.sidr_status = 4;
+  std::vector<uint8_t> out(kCmFrameLen);
+  EXPECT_EQ(EncodeCmFrame(ActiveToPassive(), bad, out), 0u);
+  std::vector<uint8_t> forged = rep;
+  forged[kDataAt + 4] = 4;
+  FixIcrc(forged);
+  CmMessage got;
+  EXPECT_FALSE(ParseCmFrame(forged, &got, nullptr));
+}
+
+// The REQ's and REP's SRQ and end-to-end flow control bits (IBA tables 99
+// and 103).
+TEST(CmTest, SrqAndFlowControlBits) {
+  const std::vector<uint8_t> req = Encode(Sample(CmType::kReq));
+  EXPECT_EQ(req[kDataAt + 43] & 1, 1);
+  EXPECT_EQ(req[kDataAt + 51] & 8, 8);
+  const std::vector<uint8_t> rep = Encode(Sample(CmType::kRep));
+  EXPECT_EQ(rep[kDataAt + 26] & 1, 1);
+  EXPECT_EQ(rep[kDataAt + 27] & 0x10, 0x10);
+  CmMessage plain = Sample(CmType::kReq);
+  plain.srq = plain.flow_control = false;
+  const std::vector<uint8_t> off = Encode(plain);
+  EXPECT_EQ(off[kDataAt + 43] & 1, 0);
+  EXPECT_EQ(off[kDataAt + 51] & 8, 0);
+}
+
+// Annex A11: the service id and the 36-byte header, as Linux's rdma_cm
+// writes them (cma_get_service_id, struct cma_hdr).
+TEST(CmTest, IpCmServiceIdAndHeader) {
+  EXPECT_EQ(IpCmServiceId(kPortSpaceTcp, 7471), 0x0000000001061D2Fu);
+  EXPECT_EQ(IpCmServiceId(kPortSpaceUdp, 1), 0x0000000001110001u);
+  EXPECT_EQ(IpCmServiceId(kPortSpaceIb, 0xFFFF), 0x00000000013FFFFFu);
+  EXPECT_TRUE(IsIpCmServiceId(0x0000000001061D2F));
+  EXPECT_FALSE(IsIpCmServiceId(ServiceIdForName("echo")));
+  EXPECT_FALSE(IsIpCmServiceId(0x0000000101061D2F));
+  EXPECT_EQ(IpCmPortSpace(0x0000000001061D2F), kPortSpaceTcp);
+  EXPECT_EQ(IpCmPort(0x0000000001061D2F), 7471);
+
+  CmMessage m = Sample(CmType::kReq);
+  uint8_t consumer[56] = {1, 2, 3};
+  consumer[55] = 56;
+  const IpCmHeader h{.src_port = 0xBEEF, .src_ip = 0xC0A80001,
+                     .dst_ip = 0xC0A80002};
+  ASSERT_TRUE(SetIpCmPrivateData(h, consumer, &m));
+  EXPECT_EQ(m.private_data_len, 92);
+  const std::vector<uint8_t> f = Encode(m);
+  const size_t pd = kDataAt + 140;
+  EXPECT_EQ(f[pd], 0x00);       // version
+  EXPECT_EQ(f[pd + 1], 0x40);   // IPv4
+  EXPECT_EQ(f[pd + 2], 0xBE);   // source port
+  EXPECT_EQ(f[pd + 3], 0xEF);
+  for (int i = 4; i < 16; ++i) EXPECT_EQ(f[pd + i], 0) << i;
+  EXPECT_EQ(Get32At(f, pd + 16), 0xC0A80001u);
+  for (int i = 20; i < 32; ++i) EXPECT_EQ(f[pd + i], 0) << i;
+  EXPECT_EQ(Get32At(f, pd + 32), 0xC0A80002u);
+  EXPECT_EQ(f[pd + 36], 1);
+  EXPECT_EQ(f[pd + 36 + 55], 56);
+
+  CmMessage got;
+  ASSERT_TRUE(ParseCmFrame(f, &got, nullptr));
+  IpCmHeader back;
+  ASSERT_TRUE(ParseIpCmHeader(got, &back));
+  EXPECT_EQ(back, h);
+
+  // 57 consumer bytes do not fit a REQ; 180 fit a SIDR REQ, 181 do not.
+  const std::vector<uint8_t> big(181, 0x5A);
+  EXPECT_FALSE(SetIpCmPrivateData(h, std::span(big).first(57), &m));
+  EXPECT_EQ(m.private_data[36], 1);  // unchanged
+  CmMessage sidr = Sample(CmType::kSidrReq);
+  EXPECT_TRUE(SetIpCmPrivateData(h, std::span(big).first(180), &sidr));
+  EXPECT_FALSE(SetIpCmPrivateData(h, big, &sidr));
+  CmMessage rep = Sample(CmType::kRep);
+  EXPECT_FALSE(SetIpCmPrivateData(h, {}, &rep));
+
+  // Another version, or IPv6, is not a header this daemon reads.
+  CmMessage other = m;
+  other.private_data[0] = 0x10;
+  EXPECT_FALSE(ParseIpCmHeader(other, &back));
+  other = m;
+  other.private_data[1] = 0x60;
+  EXPECT_FALSE(ParseIpCmHeader(other, &back));
+  other = m;
+  other.private_data_len = 35;
+  EXPECT_FALSE(ParseIpCmHeader(other, &back));
 }
 
 }  // namespace

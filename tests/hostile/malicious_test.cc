@@ -867,7 +867,7 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
     if (op < 86) {
       r.op = static_cast<uint32_t>(1 + rng.below(9));
     } else if (op < 92) {
-      r.op = rng.percent(50) ? 0 : static_cast<uint32_t>(10 + rng.below(11));
+      r.op = rng.percent(50) ? 0 : static_cast<uint32_t>(10 + rng.below(20));
     } else {
       r.op = rng.u32();
     }
@@ -955,6 +955,24 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
     } else {
       for (char& ch : r.service) ch = static_cast<char>(rng.u32());
     }
+    // rdma_cm arguments: mostly plausible (a known port space, an id the
+    // daemon may have handed out, data within its field), else noise.
+    if (rng.percent(70)) {
+      static constexpr uint16_t kSpaces[] = {0x0106, 0x0111, 0x013F};
+      r.cm.port_space = kSpaces[rng.below(3)];
+      r.cm.id = static_cast<uint32_t>(rng.below(64));
+      r.cm.local_port = static_cast<uint16_t>(rng.percent(50) ? 0 : rng.u32());
+      r.cm.remote_ip = rng.percent(50) ? INADDR_LOOPBACK : rng.u32();
+      r.cm.remote_port = static_cast<uint16_t>(rng.u32());
+      r.cm.qpn = static_cast<uint32_t>(rng.below(1 << 25));
+      r.cm.timeout_ms = static_cast<uint32_t>(rng.below(100));
+      r.cm.private_data_len = static_cast<uint8_t>(rng.below(256));
+    } else {
+      auto* bytes = reinterpret_cast<uint8_t*>(&r.cm);
+      for (size_t i = 0; i < sizeof(r.cm); ++i) {
+        bytes[i] = static_cast<uint8_t>(rng.u32());
+      }
+    }
     return r;
   };
 
@@ -1036,6 +1054,26 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
       case shm::kOpAllocMw:
       case shm::kOpDeallocMw:
         return std::nullopt;  // valid or not by the domains handed out
+      case shm::kOpCmBind:
+        if (r.cm.port_space != 0x0106 && r.cm.port_space != 0x0111 &&
+            r.cm.port_space != 0x013F) {
+          return shm::kStatusInvalid;
+        }
+        return std::nullopt;  // free port or not, limits
+      case shm::kOpCmListen:
+      case shm::kOpCmResolve:
+      case shm::kOpCmConnect:
+      case shm::kOpCmAccept:
+      case shm::kOpCmReject:
+      case shm::kOpCmDisconnect:
+      case shm::kOpCmDestroy:
+      case shm::kOpCmNotify:
+        // Valid or not by the ids handed out and their states; private
+        // data longer than its field is refused whatever the id.
+        if (r.cm.private_data_len > sizeof(r.cm.private_data)) {
+          return shm::kStatusInvalid;
+        }
+        return std::nullopt;
       case shm::kOpModifyQp:
         // Only a queue pair of this session moves, and this test never
         // has one unless it created it.
@@ -1079,7 +1117,7 @@ TEST_F(MaliciousTest, FuzzedControlRequestsAreAnsweredAndLeakNothing) {
       ASSERT_GE(resp.status, shm::kStatusAgain);
       ASSERT_LE(resp.status, shm::kStatusOk);
       ++statuses[resp.status];
-      if (r.op < shm::kOpRegisterLocal || r.op > shm::kOpDeallocMw) {
+      if (r.op < shm::kOpRegisterLocal || r.op > shm::kOpCmNotify) {
         ++unknown_ops;
       }
       // Whether a slot or key is valid can depend on an earlier request of
