@@ -670,8 +670,8 @@ std::string MemifDevice(const std::string& device, uint32_t path_mtu) {
       HasArg(device, "bsize") || MemifZeroCopy(device)) {
     return device;
   }
-  const uint32_t frame = static_cast<uint32_t>(
-      wire::FrameLength(wire::Opcode::kWriteFirst, path_mtu));
+  const uint32_t frame =
+      static_cast<uint32_t>(wire::MaxFrameLength(path_mtu));
   const uint32_t bsize = port::MemifBufferBytes(frame);
   return bsize == 2048 ? device : absl::StrCat(device, ",bsize=", bsize);
 }
@@ -716,8 +716,7 @@ std::string AfPacketDevice(const std::string& device, uint32_t max_frame) {
 // The largest path MTU whose frames are at most `frame` bytes (256 at
 // least).
 uint32_t LargestPathMtu(uint32_t frame) {
-  const uint32_t headers =
-      static_cast<uint32_t>(wire::FrameLength(wire::Opcode::kWriteFirst, 0));
+  const uint32_t headers = static_cast<uint32_t>(wire::MaxFrameLength(0));
   return std::max<uint32_t>(
       256, wire::IbMtuBytes(
                wire::IbMtuCode(frame > headers ? frame - headers : 0)));
@@ -772,8 +771,8 @@ absl::Status Daemon::StartPort() {
   if (options_.path_mtu == 0) options_.path_mtu = PathMtuBeforeOpen(p.device);
   if (vdev) {
     // With the MTU still 0 the device is neither of the two these size.
-    const uint32_t frame = static_cast<uint32_t>(
-        wire::FrameLength(wire::Opcode::kWriteFirst, options_.path_mtu));
+    const uint32_t frame =
+        static_cast<uint32_t>(wire::MaxFrameLength(options_.path_mtu));
     eal.args.push_back(
         "--vdev=" + AfPacketDevice(MemifDevice(p.device, options_.path_mtu), frame));
   } else {
@@ -819,8 +818,7 @@ absl::Status Daemon::StartPort() {
   pc.port_id = *id;
   pc.mbufs = p.mbufs;
   pc.burst = static_cast<uint16_t>(options_.burst);
-  pc.max_frame = static_cast<uint32_t>(
-      wire::FrameLength(wire::Opcode::kWriteFirst, options_.path_mtu));
+  pc.max_frame = static_cast<uint32_t>(wire::MaxFrameLength(options_.path_mtu));
   // The port enlarges them where its device needs more.
   pc.mbuf_data_room = static_cast<uint16_t>(port::PacketBufferRoom(pc.max_frame));
   // Frames to an overriding MAC must be received too.

@@ -83,7 +83,7 @@ void RunTransfers(benchmark::State& state, rc::WrOpcode opcode) {
   PortConfig c;
   c.mbufs = 8191;
   c.max_frame =
-      static_cast<uint32_t>(wire::FrameLength(wire::Opcode::kWriteFirst, pmtu));
+      static_cast<uint32_t>(wire::MaxFrameLength(pmtu));
   c.zero_copy_min_payload = zero_copy ? 1 : 0;
   PortConfig ca = c, cb = c;
   ca.port_id = static_cast<uint16_t>(pa);
@@ -219,7 +219,7 @@ void BM_SendOnly(benchmark::State& state) {
   c.port_id = static_cast<uint16_t>(p);
   // No MTU to raise: nothing receives these frames.
   c.mbuf_data_room =
-      static_cast<uint16_t>(wire::FrameLength(wire::Opcode::kWriteFirst, 4096) +
+      static_cast<uint16_t>(wire::MaxFrameLength(4096) +
                             RTE_PKTMBUF_HEADROOM);
   if (!zero_copy) c.zero_copy_min_payload = 0;
   auto port = EthPort::Open(c);

@@ -210,6 +210,10 @@ uint16_t Ipv4HeaderChecksum(std::span<const uint8_t> header) {
   return static_cast<uint16_t>(~sum);
 }
 
+size_t MaxFrameLength(size_t path_mtu) {
+  return FrameLength(Opcode::kWriteOnlyImmediate, path_mtu);
+}
+
 size_t FrameLength(Opcode opcode, size_t payload_len) {
   return kOuterHeadersLen + TransportHeaderLen(opcode) + payload_len +
          PadFor(payload_len) + kIcrcLen;

@@ -327,6 +327,12 @@ uint16_t UdpSourcePortForQpn(Qpn qpn);
 // Length of the whole frame for `headers` with `payload_len` bytes.
 size_t FrameLength(Opcode opcode, size_t payload_len);
 
+// The longest frame a queue pair with path MTU `path_mtu` sends: a full
+// payload behind the most headers any opcode carries with one, an RDMA
+// WRITE ONLY with immediate data's RETH and ImmDt (4 bytes more than a
+// WRITE FIRST's).
+size_t MaxFrameLength(size_t path_mtu);
+
 // Writes the frame (headers, payload, pad, ICRC) to `out`. Returns the frame
 // length, or 0 when `out` is too small or the opcode cannot carry the payload.
 size_t EncodeFrame(const PacketHeaders& headers,

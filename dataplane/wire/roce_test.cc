@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -106,6 +107,28 @@ TEST(RoceTest, TrailerOfAScatteredPayloadMatchesEncodeFrame) {
       EXPECT_EQ(EncodeTrailer(headers, 0, std::span<uint8_t>(small, len % 4 == 0 ? 3 : 4)), 0u);
     }
   }
+}
+
+// A port sized by MaxFrameLength carries every frame a queue pair sends
+// with a full path-MTU payload, of any opcode the codec supports (a WRITE
+// ONLY with immediate data, RETH and ImmDt, is the longest: a port sized
+// for a WRITE FIRST stalled its requester for good).
+TEST(RoceTest, MaxFrameLengthHoldsEveryFullPayloadFrame) {
+  for (size_t mtu : {256u, 1024u, 4096u}) {
+    size_t longest = 0;
+    for (int op = 0; op < 256; ++op) {
+      const OpcodeInfo& info = kOpcodeTable[op];
+      if ((info.flags & kOpSupported) == 0 || (info.flags & kOpPayload) == 0) {
+        continue;
+      }
+      const size_t len = FrameLength(static_cast<Opcode>(op), mtu);
+      EXPECT_LE(len, MaxFrameLength(mtu)) << info.name << " at MTU " << mtu;
+      longest = std::max(longest, len);
+    }
+    EXPECT_EQ(longest, MaxFrameLength(mtu)) << "MTU " << mtu;
+  }
+  EXPECT_EQ(MaxFrameLength(4096),
+            FrameLength(Opcode::kWriteFirst, 4096) + kImmDtLen);
 }
 
 TEST(RoceTest, PayloadIsPaddedToFourBytes) {
