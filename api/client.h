@@ -233,6 +233,8 @@ class Client {
   // timeout_ns for one (0: not at all; negative: until one comes or the
   // daemon is gone). False when none came.
   bool TakeCmEvent(shm::CmEvent* event, int64_t timeout_ns);
+  // True once the daemon is gone (its session's socket hung up).
+  bool DaemonGone() { return !DaemonAlive(); }
   // The connection's shm::ConnectionState as the daemon published it
   // (kConnFree for a handle that names none).
   uint32_t ConnectionStateOf(rdp_conn conn) const {

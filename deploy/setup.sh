@@ -28,6 +28,9 @@ PACKAGES=(
   # run unmodified over rdmaplane in tests/verbs.
   perftest
   ibverbs-utils
+  # ... and the rdma_cm programs (rping, ucmatose, udaddy, cmtime, rstream,
+  # riostream) over the front end's rdma_cm device.
+  rdmacm-utils
   # ... and UCX's tools (ucx_info, ucx_perftest) over its verbs transports,
   # and Open MPI (mpirun, and mpicc for tests/mpi) over UCX.
   ucx-utils

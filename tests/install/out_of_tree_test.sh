@@ -13,8 +13,9 @@
 #   4. example_test.sh runs it against the installed daemon ("example: ok");
 #   5. the verbs front end: PREFIX/bin/rdmaplane-run is there and runs
 #      (--help); the installed librdmaplane-verbs.so exports libibverbs'
-#      entry points (ibv_*, _ibv_*) and libc's shmdt, access and stat,
-#      nothing of its insides; and, when
+#      entry points (ibv_*, _ibv_*) and libc's shmdt, access, stat, and
+#      open, fstat, write, close and socket, nothing of its insides; and,
+#      when
 #      ibverbs-utils is installed, `rdmaplane-run ibv_devinfo -v` shows the
 #      installed daemon as rdmaplane0.
 #
@@ -116,8 +117,10 @@ for f in ibv_open_device@@IBVERBS_1.1 ibv_reg_mr_iova2@@IBVERBS_1.8 \
   grep -qx "$f" <<<"$verbs_exported" || fail "librdmaplane-verbs.so does not export $f"
 done
 # Nothing of its own: libibverbs' names only (its functions, its helpers
-# and its providers' interface), and libc's shmdt, access and stat, which it
-# stands in for (api/verbs/shared_segments.cc, api/verbs/device_files.cc).
+# and its providers' interface), and the libc functions it stands in for:
+# shmdt, access and stat (api/verbs/shared_segments.cc,
+# api/verbs/device_files.cc), and open, fstat, write, close and socket for
+# the rdma_cm device (api/verbs/rdma_cm.cc).
 while read -r sym; do
   case "$sym" in
     ibv_*@*IBVERBS_* | _ibv_*@*IBVERBS_* | *_ibv_rate@*IBVERBS_*) ;;
@@ -125,6 +128,8 @@ while read -r sym; do
     __verbs_log@*IBVERBS_PRIVATE_* | execute_ioctl@*IBVERBS_PRIVATE_*) ;;
     __ioctl_final_num_attrs@*IBVERBS_PRIVATE_*) ;;
     shmdt@@GLIBC_2.2.5 | access@@GLIBC_2.2.5 | stat@@GLIBC_2.33) ;;
+    open@@GLIBC_2.2.5 | write@@GLIBC_2.2.5 | close@@GLIBC_2.2.5) ;;
+    socket@@GLIBC_2.2.5 | fstat@@GLIBC_2.33) ;;
     _ZNSt7__cxx1112basic_string*) ;; # as for librdmaplane.so.1 above
     *) fail "librdmaplane-verbs.so exports $sym" ;;
   esac

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Debian's rdma_cm programs, unmodified, over librdmaplane-verbs.so
+# (LD_PRELOAD), which serves the kernel's rdma_cm device beneath the
+# system's own librdmacm: between two rdmaplaned daemons joined by memif
+# (A, 10.9.0.1, and B, 10.9.0.2; the IBTA IP CM on the link) and with
+# both ends on daemon A.
+#   1. rping -v -C 10: the client on B prints its 10 pings, the server on A
+#      (bound to 0.0.0.0, so listening on every device) the same 10; both
+#      exit 0. Then both on A.
+#   2. ucmatose -c 4 -C 20 (four RC connections), udaddy -c 2 -C 10 (UD,
+#      through SIDR) and cmtime -c 20: both ends print "return status 0"
+#      (cmtime: its table of steps) and exit 0.
+#   3. rsockets: rstream and riostream, 100 transfers each way; both ends
+#      print their table row and exit 0.
+#   4. perftest over rdma_cm (-R): ib_write_bw -s 65536 and ib_send_lat;
+#      both print their table.
+#   5. What bad addresses get: no listener on the port, REJECTED with
+#      reason 8 (invalid service id), at once; an address no daemon answers
+#      for, ADDR_ERROR with -110 (ETIMEDOUT) within rping's 2 s timeout.
+#   6. The daemons stop cleanly.
+#
+#   rdma_cm_test.sh E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO
+#
+# rdmacm-utils and perftest are Debian's (deploy/setup.sh installs them).
+set -euo pipefail
+
+if [[ $# -ne 3 ]]; then
+  echo "usage: $0 E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO" >&2
+  exit 2
+fi
+E2E_NAME=verbs_rdma_cm_test
+# shellcheck source=tests/e2e/e2e_lib.sh
+source "$1"
+daemon_bin="$2"
+[[ -x $daemon_bin ]] || e2e_fail "no executable at $daemon_bin"
+[[ -f $3 ]] || e2e_fail "no file at $3"
+verbs_so="$(realpath "$3")"
+for tool in rping ucmatose udaddy cmtime rstream riostream ib_write_bw \
+  ib_send_lat; do
+  command -v "$tool" >/dev/null ||
+    e2e_fail "$tool is not installed (deploy/setup.sh installs rdmacm-utils and perftest)"
+done
+
+e2e_install_traps
+e2e_make_tmp
+e2e_log "working in $E2E_TMP"
+test_start="$(e2e_now)"
+
+e2e_start_memif_pair "$daemon_bin" rdmacm
+sock_a="$E2E_SOCK_A" sock_b="$E2E_SOCK_B" ip_a="$E2E_IP_A"
+e2e_wait_port_active a "$sock_a" "$verbs_so"
+e2e_wait_port_active b "$sock_b" "$verbs_so"
+
+# on SOCKET LIMIT_S OUT COMMAND...: COMMAND under the verbs front end with
+# RDMAPLANE_SOCKET=SOCKET, bounded by LIMIT_S, its output in OUT.
+on() {
+  local sock="$1" limit="$2" out="$3"
+  shift 3
+  timeout --kill-after=5 "$limit" env RDMAPLANE_SOCKET="$sock" \
+    LD_PRELOAD="$verbs_so" "$@" >"$out" 2>&1
+}
+
+# The ways a client says that nobody listens on the port yet: a server
+# started just before may still be on its way to rdma_listen, so such a
+# client is started again (up to 100 times, 0.1 s apart).
+not_listening='REJECTED, error:? 8|Connection refused|UNREACHABLE, error:? 1'
+
+# pair LABEL SERVER_SOCK CLIENT_SOCK "SERVER COMMAND" "CLIENT COMMAND"
+#      SERVER_ERE CLIENT_ERE [stays]: the server in the background, then the
+# client; both must exit 0 and print a line matching their ERE (an empty
+# one asks for nothing). A server that `stays` serves until it is stopped
+# (cmtime's): it must still be running once the client is done, and is
+# then stopped. Sets PAIR_SOUT and PAIR_COUT to their outputs.
+pair() {
+  local label="$1" server_sock="$2" client_sock="$3" server_cmd="$4"
+  local client_cmd="$5" server_ere="$6" client_ere="$7" stays="${8:-}"
+  local sout="$E2E_TMP/$label.server.out" cout="$E2E_TMP/$label.client.out"
+  PAIR_SOUT="$sout" PAIR_COUT="$cout"
+  e2e_log "pair $label: $server_cmd | $client_cmd"
+  local start
+  start="$(e2e_now)"
+  # shellcheck disable=SC2086 # the commands are words on purpose
+  timeout --kill-after=5 60 env RDMAPLANE_SOCKET="$server_sock" \
+    LD_PRELOAD="$verbs_so" $server_cmd >"$sout" 2>&1 &
+  local server=$!
+  E2E_HELPER_PIDS+=("$server")
+  local cstatus sstatus=0 try
+  for ((try = 0; try < 100; try++)); do
+    cstatus=0
+    # shellcheck disable=SC2086
+    on "$client_sock" 60 "$cout" $client_cmd || cstatus=$?
+    if [[ $cstatus -eq 0 ]] || ! grep -qE "$not_listening" "$cout" ||
+      ! kill -0 "$server" 2>/dev/null; then
+      break
+    fi
+    sleep 0.1
+  done
+  if [[ -n $stays ]]; then
+    if ! kill -0 "$server" 2>/dev/null; then
+      sstatus=0
+      wait "$server" || sstatus=$?
+      sed 's/^/    server: /' "$sout" >&2
+      e2e_fail "pair $label: the server, which serves until stopped, ended with status $sstatus"
+    fi
+    kill -TERM "$server"
+    wait "$server" || true
+  else
+    wait "$server" || sstatus=$?
+  fi
+  if [[ $cstatus -ne 0 || $sstatus -ne 0 ]]; then
+    sed 's/^/    server: /' "$sout" >&2
+    sed 's/^/    client: /' "$cout" >&2
+    e2e_fail "pair $label: client exit status $cstatus, server exit status $sstatus (124/137: timed out)"
+  fi
+  [[ -z $server_ere ]] || grep -qE "$server_ere" "$sout" || {
+    sed 's/^/    server: /' "$sout" >&2
+    e2e_fail "pair $label: the server printed no line matching '$server_ere'"
+  }
+  grep -qE "$client_ere" "$cout" || {
+    sed 's/^/    client: /' "$cout" >&2
+    e2e_fail "pair $label: the client printed no line matching '$client_ere'"
+  }
+  e2e_log "pair $label ok in $(e2e_since "$start") s (client started $((try + 1)) time(s))"
+}
+
+# count_lines FILE ERE WANT LABEL: FILE has exactly WANT lines matching ERE.
+count_lines() {
+  local n
+  n="$(grep -cE "$2" "$1" || true)"
+  [[ $n -eq $3 ]] || {
+    sed 's/^/    /' "$1" >&2
+    e2e_fail "$4: $n lines match '$2', not $3"
+  }
+}
+
+# --- 1. rping ----------------------------------------------------------------
+
+placements=("two_daemons $sock_a $sock_b" "one_daemon $sock_a $sock_a")
+for placement in "${placements[@]}"; do
+  read -r where server_sock client_sock <<<"$placement"
+  pair "rping_$where" "$server_sock" "$client_sock" \
+    "rping -s -a 0.0.0.0 -p 7174 -C 10 -v" \
+    "rping -c -a $ip_a -p 7174 -C 10 -v" \
+    '^server ping data: rdma-ping-9: ' '^ping data: rdma-ping-9: '
+  count_lines "$PAIR_COUT" '^ping data: rdma-ping-[0-9]+: [A-Za-z]' 10 \
+    "rping_$where client"
+  count_lines "$PAIR_SOUT" 'ping data: rdma-ping-[0-9]+: [A-Za-z]' 10 \
+    "rping_$where server"
+done
+
+# --- 2. ucmatose, udaddy, cmtime ----------------------------------------------
+
+pair ucmatose "$sock_a" "$sock_b" "ucmatose -c 4 -C 20" \
+  "ucmatose -s $ip_a -c 4 -C 20" '^return status 0' '^return status 0'
+pair udaddy "$sock_a" "$sock_b" "udaddy -c 2 -C 10" \
+  "udaddy -s $ip_a -c 2 -C 10" '^return status 0' '^return status 0'
+# (cmtime's server serves until stopped, printing nothing.)
+pair cmtime "$sock_a" "$sock_b" "cmtime -b $ip_a -c 20" \
+  "cmtime -s $ip_a -c 20" '' '^connect +:' stays
+
+# --- 3. rsockets ---------------------------------------------------------------
+
+pair rstream "$sock_a" "$sock_b" "rstream -S 65536 -C 100 -b $ip_a" \
+  "rstream -S 65536 -C 100 -s $ip_a" '^custom +64k +100 ' '^custom +64k +100 '
+pair riostream "$sock_a" "$sock_b" "riostream -S 4096 -C 100 -b $ip_a" \
+  "riostream -S 4096 -C 100 -s $ip_a" '^custom +4k +100 ' '^custom +4k +100 '
+
+# --- 4. perftest over rdma_cm ----------------------------------------------------
+
+row='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
+pair write_bw_R "$sock_a" "$sock_b" "ib_write_bw -R -d rdmaplane0 -s 65536 -n 200" \
+  "ib_write_bw -R -d rdmaplane0 -s 65536 -n 200 $ip_a" "$row" "$row"
+pair send_lat_R "$sock_a" "$sock_b" "ib_send_lat -R -d rdmaplane0 -n 200" \
+  "ib_send_lat -R -d rdmaplane0 -n 200 $ip_a" "$row" "$row"
+
+# --- 5. Bad addresses --------------------------------------------------------------
+
+out="$E2E_TMP/no_listener.out"
+status=0
+on "$sock_b" 30 "$out" rping -c -a "$ip_a" -p 7999 -C 1 -v || status=$?
+[[ $status -ne 0 ]] || e2e_fail "rping to a port nobody listens on succeeded"
+grep -qE 'RDMA_CM_EVENT_REJECTED, error 8' "$out" || {
+  sed 's/^/    /' "$out" >&2
+  e2e_fail "rping to a port nobody listens on was not REJECTED with reason 8"
+}
+e2e_log "no listener: REJECTED, reason 8 (invalid service id)"
+
+out="$E2E_TMP/unreachable.out"
+status=0
+start="$(e2e_now)"
+on "$sock_b" 30 "$out" rping -c -a 10.9.0.99 -p 7174 -C 1 -v || status=$?
+[[ $status -ne 0 ]] || e2e_fail "rping to an address nobody serves succeeded"
+grep -qE 'RDMA_CM_EVENT_ADDR_ERROR, error -110' "$out" || {
+  sed 's/^/    /' "$out" >&2
+  e2e_fail "rping to an address nobody serves got no ADDR_ERROR -110 (ETIMEDOUT)"
+}
+e2e_log "address nobody serves: ADDR_ERROR -110 after $(e2e_since "$start") s"
+
+# --- 6. Clean stops ---------------------------------------------------------------
+
+e2e_check_clean_stop b
+e2e_check_clean_stop a
+e2e_log "ok in $(e2e_since "$test_start") s"
+e2e_finish
