@@ -34,6 +34,9 @@ PACKAGES=(
   # ... and UCX's tools (ucx_info, ucx_perftest) over its verbs transports,
   # and Open MPI (mpirun, and mpicc for tests/mpi) over UCX.
   ucx-utils
+  # UCX's headers: tests/verbs/ucp_sockaddr.c connects through UCX's
+  # rdma_cm connection manager.
+  libucx-dev
   openmpi-bin
   libopenmpi-dev
   # Tests and micro-benchmarks.

@@ -14,18 +14,24 @@
 #      print their table row and exit 0.
 #   4. perftest over rdma_cm (-R): ib_write_bw -s 65536 and ib_send_lat;
 #      both print their table.
-#   5. What bad addresses get: no listener on the port, REJECTED with
+#   5. UCX's connection manager through rdma_cm: ucp_sockaddr.c (built
+#      here with cc against Debian's libucx-dev) connects by socket address
+#      (ucp_listener_create, ucp_ep_create with UCP_EP_PARAM_FIELD_SOCK_ADDR)
+#      with UCX_SOCKADDR_TLS_PRIORITY=rdmacm and rc_verbs, and checks every
+#      byte of 20 rounds of 64 KiB each way; across the daemons and on one.
+#   6. What bad addresses get: no listener on the port, REJECTED with
 #      reason 8 (invalid service id), at once; an address no daemon answers
 #      for, ADDR_ERROR with -110 (ETIMEDOUT) within rping's 2 s timeout.
-#   6. The daemons stop cleanly.
+#   7. The daemons stop cleanly.
 #
-#   rdma_cm_test.sh E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO
+#   rdma_cm_test.sh E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO UCP_SOCKADDR_C
 #
-# rdmacm-utils and perftest are Debian's (deploy/setup.sh installs them).
+# rdmacm-utils, perftest and libucx-dev are Debian's (deploy/setup.sh
+# installs them).
 set -euo pipefail
 
-if [[ $# -ne 3 ]]; then
-  echo "usage: $0 E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO" >&2
+if [[ $# -ne 4 ]]; then
+  echo "usage: $0 E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO UCP_SOCKADDR_C" >&2
   exit 2
 fi
 E2E_NAME=verbs_rdma_cm_test
@@ -35,6 +41,8 @@ daemon_bin="$2"
 [[ -x $daemon_bin ]] || e2e_fail "no executable at $daemon_bin"
 [[ -f $3 ]] || e2e_fail "no file at $3"
 verbs_so="$(realpath "$3")"
+ucp_source="$4"
+[[ -f $ucp_source ]] || e2e_fail "no file at $ucp_source"
 for tool in rping ucmatose udaddy cmtime rstream riostream ib_write_bw \
   ib_send_lat; do
   command -v "$tool" >/dev/null ||
@@ -173,7 +181,54 @@ pair write_bw_R "$sock_a" "$sock_b" "ib_write_bw -R -d rdmaplane0 -s 65536 -n 20
 pair send_lat_R "$sock_a" "$sock_b" "ib_send_lat -R -d rdmaplane0 -n 200" \
   "ib_send_lat -R -d rdmaplane0 -n 200 $ip_a" "$row" "$row"
 
-# --- 5. Bad addresses --------------------------------------------------------------
+# --- 5. UCX's connection manager over rdma_cm ---------------------------------------
+
+ucp_bin="$E2E_TMP/ucp_sockaddr"
+# shellcheck disable=SC2046 # pkg-config's flags are words
+cc -O1 -Wall -Werror -o "$ucp_bin" "$ucp_source" $(pkg-config --cflags --libs ucx) ||
+  e2e_fail "cannot build ucp_sockaddr.c (deploy/setup.sh installs libucx-dev)"
+ucx_env=(UCX_TLS=rc_verbs,ud_verbs:aux UCX_NET_DEVICES=rdmaplane0:1
+  UCX_SOCKADDR_TLS_PRIORITY=rdmacm)
+port=13400
+for placement in "${placements[@]}"; do
+  read -r where server_sock client_sock <<<"$placement"
+  label="ucp_sockaddr_$where"
+  sout="$E2E_TMP/$label.server.out" cout="$E2E_TMP/$label.client.out"
+  port=$((port + 1))
+  timeout --kill-after=5 60 env RDMAPLANE_SOCKET="$server_sock" \
+    LD_PRELOAD="$verbs_so" "${ucx_env[@]}" "$ucp_bin" server "$port" >"$sout" 2>&1 &
+  server=$!
+  E2E_HELPER_PIDS+=("$server")
+  # It says when its listener is there.
+  for ((i = 0; i < 100; i++)); do
+    grep -q 'ucp_sockaddr: listening' "$sout" && break
+    kill -0 "$server" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q 'ucp_sockaddr: listening' "$sout" || {
+    sed 's/^/    server: /' "$sout" >&2
+    e2e_fail "$label: the server did not listen within 10 s"
+  }
+  cstatus=0 sstatus=0
+  on "$client_sock" 60 "$cout" env "${ucx_env[@]}" UCX_LOG_LEVEL=info \
+    "$ucp_bin" client "$ip_a" "$port" || cstatus=$?
+  wait "$server" || sstatus=$?
+  if [[ $cstatus -ne 0 || $sstatus -ne 0 ]] ||
+    ! grep -q '^ucp_sockaddr: ok' "$sout" || ! grep -q '^ucp_sockaddr: ok' "$cout"; then
+    sed 's/^/    server: /' "$sout" >&2
+    sed 's/^/    client: /' "$cout" >&2
+    e2e_fail "$label: client exit status $cstatus, server exit status $sstatus"
+  fi
+  # The endpoint was made through the connection manager, and runs its
+  # tags over rc_verbs on rdmaplane0.
+  grep -qE 'tag\(rc_verbs/rdmaplane0:1\)' "$cout" || {
+    sed 's/^/    client: /' "$cout" >&2
+    e2e_fail "$label: no endpoint of the client runs its tags over rc_verbs"
+  }
+  e2e_log "$label: $(grep '^ucp_sockaddr: ok' "$cout")"
+done
+
+# --- 6. Bad addresses --------------------------------------------------------------
 
 out="$E2E_TMP/no_listener.out"
 status=0
@@ -196,7 +251,7 @@ grep -qE 'RDMA_CM_EVENT_ADDR_ERROR, error -110' "$out" || {
 }
 e2e_log "address nobody serves: ADDR_ERROR -110 after $(e2e_since "$start") s"
 
-# --- 6. Clean stops ---------------------------------------------------------------
+# --- 7. Clean stops ---------------------------------------------------------------
 
 e2e_check_clean_stop b
 e2e_check_clean_stop a
