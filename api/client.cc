@@ -128,14 +128,7 @@ absl::Status Client::Init(const ClientOptions& options) {
     requests_ = *req;
     responses_ = *resp;
   }
-  {
-    auto events = shm::SpscRing<shm::CmEvent>::Create(
-        region_ + header_->cm_events.offset, header_->cm_events.bytes,
-        shm::kCmEventRingEntries);
-    if (!events.ok()) return events.status();
-    std::lock_guard<std::mutex> lock(cm_mu_);
-    cm_events_ = *events;
-  }
+  // The rdma_cm event ring is the daemon's to format (at hello).
   // A slot's rings are the daemon's to format, when it hands the slot out.
 
   // Say hello.
@@ -206,6 +199,13 @@ absl::Status Client::Init(const ClientOptions& options) {
   control_eventfd_ = fd0;
   engine_eventfd_ = fd1;
   session_id_ = reply.id;
+  {
+    auto events = shm::SpscRing<shm::CmEvent>::Attach(
+        region_ + header_->cm_events.offset, header_->cm_events.bytes);
+    if (!events.ok()) return events.status();
+    std::lock_guard<std::mutex> lock(cm_mu_);
+    cm_events_ = *events;
+  }
   return absl::OkStatus();
 }
 

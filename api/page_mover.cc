@@ -10,6 +10,7 @@
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -239,11 +241,91 @@ int KernelMadvise(void* addr, size_t bytes, int advice) {
 // Without root the descriptor is for user-mode faults only (as
 // vm.unprivileged_userfaultfd=0 allows): a system call of another thread
 // that writes into the pages then fails with EFAULT instead of waiting.
-// Without userfaultfd (an old kernel, a seccomp filter) nothing is held,
-// and such writes may be lost, as docs/verbs.md says.
+// Where userfaultfd cannot protect the pages (a private file mapping, such
+// as an executable's .data; an old kernel; a seccomp filter) the pages are
+// made read-only instead, and a write another thread makes to them takes
+// SIGSEGV, which the hold's handler turns into the same wait (ProtectHold);
+// a system call writing there fails with EFAULT, as above.
 // Between the constructor and Release() the thread must not write to the
 // pages itself, nor allocate (malloc's memory may be among them), and its
 // TLS must lie elsewhere (MoveHoldingWrites).
+class WriteHold;
+
+// The SIGSEGV side of the read-only hold. One window at a time: moves are
+// serialized (moved_mu). The handler is async-signal-safe: it reads
+// atomics and yields.
+std::atomic<uint64_t> protect_begin{0};
+std::atomic<uint64_t> protect_end{0};
+std::atomic<bool> protecting{false};
+struct sigaction previous_segv;
+
+void OnProtectedWrite(int sig, siginfo_t* info, void* context) {
+  const uint64_t at = reinterpret_cast<uint64_t>(info->si_addr);
+  if (protecting.load(std::memory_order_acquire) &&
+      at >= protect_begin.load(std::memory_order_relaxed) &&
+      at < protect_end.load(std::memory_order_relaxed)) {
+    // A write to the window while it moves: it is made again once the
+    // pages are replaced (returning re-executes it).
+    while (protecting.load(std::memory_order_acquire)) sched_yield();
+    return;
+  }
+  // Not ours: what the process had before.
+  if ((previous_segv.sa_flags & SA_SIGINFO) != 0 &&
+      previous_segv.sa_sigaction != nullptr) {
+    previous_segv.sa_sigaction(sig, info, context);
+  } else if (previous_segv.sa_handler != SIG_DFL &&
+             previous_segv.sa_handler != SIG_IGN) {
+    previous_segv.sa_handler(sig);
+  } else {
+    // The default: the fault, made again on return, ends the process.
+    signal(SIGSEGV, SIG_DFL);
+  }
+}
+
+class ProtectHold {
+ public:
+  // Makes [begin, begin + bytes) read-only with the handler in place;
+  // false (nothing held) when either cannot be done.
+  bool Start(uint64_t begin, uint64_t bytes) {
+    struct sigaction sa {};
+    sa.sa_sigaction = OnProtectedWrite;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    protect_begin.store(begin, std::memory_order_relaxed);
+    protect_end.store(begin + bytes, std::memory_order_relaxed);
+    protecting.store(true, std::memory_order_release);
+    if (sigaction(SIGSEGV, &sa, &previous_segv) != 0) {
+      protecting.store(false, std::memory_order_release);
+      return false;
+    }
+    if (mprotect(reinterpret_cast<void*>(begin), bytes, PROT_READ) != 0) {
+      protecting.store(false, std::memory_order_release);
+      sigaction(SIGSEGV, &previous_segv, nullptr);
+      return false;
+    }
+    begin_ = begin;
+    bytes_ = bytes;
+    held_ = true;
+    return true;
+  }
+  // `moved`: the pages were replaced (read-write); otherwise they are made
+  // writable again. Waiting writes then go on.
+  void Release(bool moved) {
+    if (!held_) return;
+    held_ = false;
+    if (!moved) {
+      mprotect(reinterpret_cast<void*>(begin_), bytes_,
+               PROT_READ | PROT_WRITE);
+    }
+    protecting.store(false, std::memory_order_release);
+    sigaction(SIGSEGV, &previous_segv, nullptr);
+  }
+
+ private:
+  uint64_t begin_ = 0, bytes_ = 0;
+  bool held_ = false;
+};
+
 class WriteHold {
  public:
   WriteHold(uint64_t begin, uint64_t bytes) : begin_(begin), bytes_(bytes) {
@@ -287,6 +369,16 @@ class WriteHold {
       ioctl(fd_, UFFDIO_UNREGISTER, &range);
       Drop();
     }
+  }
+  // The constructor's try, and the read-only hold where it failed (or
+  // where RDMAPLANE_NO_USERFAULTFD=1 says to do without userfaultfd, as a
+  // seccomp filter would: the read-only hold is then tested everywhere).
+  static void Start(WriteHold* hold, ProtectHold* fallback) {
+    const char* without = getenv("RDMAPLANE_NO_USERFAULTFD");
+    if (without != nullptr && std::strcmp(without, "1") == 0) {
+      hold->Release(/*moved=*/false);
+    }
+    if (hold->fd_ < 0) fallback->Start(hold->begin_, hold->bytes_);
   }
   WriteHold(const WriteHold&) = delete;
   WriteHold& operator=(const WriteHold&) = delete;
@@ -350,6 +442,8 @@ bool MoveHoldingWrites(Move* move) {
   const auto run = [](void* arg) -> void* {
     Move* m = static_cast<Move*>(arg);
     WriteHold hold(m->begin, m->bytes);
+    ProtectHold fallback;
+    WriteHold::Start(&hold, &fallback);
     // Copied with process_vm_readv so that a hole in the range is an
     // error here rather than a crash.
     iovec local{m->copy, m->bytes};
@@ -362,6 +456,7 @@ bool MoveHoldingWrites(Move* move) {
                              m->fd);
     }
     hold.Release(/*moved=*/m->placed != MAP_FAILED);
+    fallback.Release(/*moved=*/m->placed != MAP_FAILED);
     return nullptr;
   };
   // No signal may bring the calling thread back to user mode meanwhile
@@ -545,10 +640,14 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
       at = moved.back().end;
       continue;
     }
-    if (!sysv && !moved_before && vma->inode != 0) {
+    // A private file mapping (an executable's .data and .bss, a file
+    // mapped MAP_PRIVATE) moves like anonymous memory: its pages are the
+    // process's own copies, and what it reads there stays the same. But
+    // not anonymous hugepage memory, which the kernel lists as a file:
+    // its pages cannot be copied piecemeal.
+    if (!sysv && !moved_before && vma->path.rfind("/anon_hugepage", 0) == 0) {
       return MakeStatus(RDP_ERR_INVALID,
-                        "a private file mapping cannot be registered (its "
-                        "pages are copies the daemon cannot reach)");
+                        "private hugepage memory cannot be registered");
     }
     // A SysV segment: the daemon attaches it itself where it can, and it
     // stays what it is (shared with the other processes attached to it,

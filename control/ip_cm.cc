@@ -41,8 +41,7 @@ void SetPrivateData(std::span<const uint8_t> data, wire::CmMessage* m) {
 
 }  // namespace
 
-IpCm::IpCm(const Options& options, Link* link,
-           std::function<uint64_t()> now_ns)
+IpCm::IpCm(const Options& options, Link* link, std::function<uint64_t()> now_ns)
     : options_(options),
       link_(link),
       now_ns_(std::move(now_ns)),
@@ -232,8 +231,8 @@ ControlResponse IpCm::Resolve(Id* id, const CmParams& p) {
   // The caller's time, in ARP intervals (at least one try).
   const uint64_t timeout_ns =
       std::max<uint64_t>(uint64_t{p.timeout_ms} * 1'000'000, 1);
-  id->tries = static_cast<uint32_t>(
-      std::max<uint64_t>(1, (timeout_ns + kArpIntervalNs - 1) / kArpIntervalNs));
+  id->tries = static_cast<uint32_t>(std::max<uint64_t>(
+      1, (timeout_ns + kArpIntervalNs - 1) / kArpIntervalNs));
   id->deadline_ns = NowNs() + std::min(timeout_ns, kArpIntervalNs);
   link_->AskNeighbor(p.remote_ip);
   return Reply(shm::kStatusOk);
@@ -298,9 +297,8 @@ ControlResponse IpCm::Connect(Id* id, const CmParams& p) {
     m.local_cm_response_timeout = wire::IbTimeoutCode(kRepIntervalNs);
     m.max_cm_retries = static_cast<uint8_t>(kReqTries - 1);
   }
-  const wire::IpCmHeader h{.src_port = id->local_port,
-                           .src_ip = options_.ip,
-                           .dst_ip = p.remote_ip};
+  const wire::IpCmHeader h{
+      .src_port = id->local_port, .src_ip = options_.ip, .dst_ip = p.remote_ip};
   wire::SetIpCmPrivateData(h, PrivateDataOf(p), &m);
   id->state = State::kReqSent;
   id->tries = 0;
@@ -319,7 +317,8 @@ ControlResponse IpCm::Accept(Id* id, const CmParams& p) {
   }
   wire::CmMessage m{};
   if (id->ud()) {
-    if (p.private_data_len > wire::CmPrivateDataCapacity(wire::CmType::kSidrRep)) {
+    if (p.private_data_len >
+        wire::CmPrivateDataCapacity(wire::CmType::kSidrRep)) {
       return Reply(shm::kStatusInvalid, "private data too long");
     }
     m.type = wire::CmType::kSidrRep;
@@ -363,7 +362,8 @@ ControlResponse IpCm::Accept(Id* id, const CmParams& p) {
 
 ControlResponse IpCm::Reject(Id* id, const CmParams& p) {
   if (id->state == State::kReqReceived && id->ud()) {
-    if (p.private_data_len > wire::CmPrivateDataCapacity(wire::CmType::kSidrRep)) {
+    if (p.private_data_len >
+        wire::CmPrivateDataCapacity(wire::CmType::kSidrRep)) {
       return Reply(shm::kStatusInvalid, "private data too long");
     }
     wire::CmMessage m{};
@@ -822,8 +822,7 @@ void IpCm::SendTo(const wire::CmMessage& m, uint32_t ip,
 }
 
 void IpCm::SendReject(uint32_t peer_comm_id, uint32_t local_comm_id,
-                      uint64_t tid, uint16_t reason,
-                      wire::CmRefersTo refers_to,
+                      uint64_t tid, uint16_t reason, wire::CmRefersTo refers_to,
                       std::span<const uint8_t> private_data, uint32_t ip,
                       const wire::MacAddr& mac) {
   wire::CmMessage m{};
@@ -862,8 +861,8 @@ shm::CmParams IpCm::ParamsOf(const Id& id) const {
   p.local_port = id.local_port;
   p.remote_port = id.remote_port;
   p.port_space = id.port_space;
-  p.path_mtu = id.path_mtu != 0 ? id.path_mtu
-                                : wire::IbMtuCode(options_.path_mtu);
+  p.path_mtu =
+      id.path_mtu != 0 ? id.path_mtu : wire::IbMtuCode(options_.path_mtu);
   return p;
 }
 

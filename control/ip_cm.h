@@ -120,19 +120,19 @@ class IpCm {
   enum class State : uint8_t {
     kBound,
     kListening,
-    kResolving,     // ARP for kOpCmResolve
+    kResolving,  // ARP for kOpCmResolve
     kResolved,
     kAddrError,
-    kReqSent,       // active: REQ or SIDR REQ out
-    kMraReceived,   // active: the peer's listener holds the REQ
-    kRepReceived,   // active: kCmConnectResponse out; the app's Accept
-                    // (RTU) or Reject follows
-    kReqReceived,   // passive: kCmConnectRequest out
-    kRepSent,       // passive: REP out, waiting for RTU
+    kReqSent,      // active: REQ or SIDR REQ out
+    kMraReceived,  // active: the peer's listener holds the REQ
+    kRepReceived,  // active: kCmConnectResponse out; the app's Accept
+                   // (RTU) or Reject follows
+    kReqReceived,  // passive: kCmConnectRequest out
+    kRepSent,      // passive: REP out, waiting for RTU
     kEstablished,
     kDreqSent,
     kTimewait,
-    kClosed,        // rejected, unreachable, or time-wait over
+    kClosed,  // rejected, unreachable, or time-wait over
   };
   struct Id {
     uint32_t id = 0;
@@ -181,8 +181,8 @@ class IpCm {
   // Sends m to the id's peer and, with `repeat`, keeps it for Tick.
   void Send(Id* id, const wire::CmMessage& m, uint64_t interval_ns);
   void SendTo(const wire::CmMessage& m, uint32_t ip, const wire::MacAddr& mac);
-  void SendReject(uint32_t peer_comm_id, uint32_t local_comm_id,
-                  uint64_t tid, uint16_t reason, wire::CmRefersTo refers_to,
+  void SendReject(uint32_t peer_comm_id, uint32_t local_comm_id, uint64_t tid,
+                  uint16_t reason, wire::CmRefersTo refers_to,
                   std::span<const uint8_t> private_data, uint32_t ip,
                   const wire::MacAddr& mac);
   wire::CmMessage Simple(const Id& id, wire::CmType type) const;
@@ -208,7 +208,7 @@ class IpCm {
   Options options_;
   Link* link_;
   std::function<uint64_t()> now_ns_;
-  std::map<uint32_t, Id> ids_;  // by id
+  std::map<uint32_t, Id> ids_;                               // by id
   std::map<std::pair<uint16_t, uint16_t>, uint32_t> ports_;  // -> id
   std::map<uint32_t, uint32_t> by_comm_id_;  // our comm id -> id
   struct Looped {

@@ -70,7 +70,8 @@ class Wire {
 
   // Delivers every frame sent so far (and those the answers send), unless
   // `drop` says otherwise; returns how many went.
-  int Deliver(IpCm* a, IpCm* b, bool (*drop)(const wire::CmMessage&) = nullptr) {
+  int Deliver(IpCm* a, IpCm* b,
+              bool (*drop)(const wire::CmMessage&) = nullptr) {
     int n = 0;
     while (!frames.empty() && n < 1000) {
       const std::vector<uint8_t> f = frames.front();
@@ -267,8 +268,7 @@ TEST_F(IpCmTest, ConnectAcceptEstablishDisconnect) {
   // time-wait, TIMEWAIT_EXIT.
   CmParams id{};
   id.id = active;
-  ASSERT_EQ(Do(a_, client_a_, shm::kOpCmDisconnect, id).status,
-            shm::kStatusOk);
+  ASSERT_EQ(Do(a_, client_a_, shm::kOpCmDisconnect, id).status, shm::kStatusOk);
   wire_.Deliver(&a_, &b_);
   for (FakeSession* f : {&client_a_, &server_b_}) {
     e = f->TakeCmEvent();
@@ -278,8 +278,7 @@ TEST_F(IpCmTest, ConnectAcceptEstablishDisconnect) {
   }
   // B's own disconnect after the peer's is no error.
   id.id = passive;
-  EXPECT_EQ(Do(b_, server_b_, shm::kOpCmDisconnect, id).status,
-            shm::kStatusOk);
+  EXPECT_EQ(Do(b_, server_b_, shm::kOpCmDisconnect, id).status, shm::kStatusOk);
   now_ += IpCm::kTimewaitNs;
   a_.Tick();
   b_.Tick();
@@ -414,12 +413,11 @@ TEST_F(IpCmTest, ResolveWaitsForArpWithinTheCallersTime) {
   EXPECT_EQ(e->type, shm::kCmAddrResolved);
   // Connecting before resolving, or to another address, is refused.
   const uint32_t fresh = Bind(a_, client_a_, 0);
-  EXPECT_EQ(Do(a_, client_a_, shm::kOpCmConnect,
-               ConnectParams(fresh, kIpB, 1, ""))
-                .status,
-            shm::kStatusInvalid);
-  EXPECT_EQ(Do(a_, client_a_, shm::kOpCmConnect,
-               ConnectParams(id, kIpB, 1, ""))
+  EXPECT_EQ(
+      Do(a_, client_a_, shm::kOpCmConnect, ConnectParams(fresh, kIpB, 1, ""))
+          .status,
+      shm::kStatusInvalid);
+  EXPECT_EQ(Do(a_, client_a_, shm::kOpCmConnect, ConnectParams(id, kIpB, 1, ""))
                 .status,
             shm::kStatusInvalid);
 }
@@ -509,8 +507,7 @@ TEST_F(IpCmTest, UnansweredDisconnectStillEnds) {
   Do(a_, client_a_, shm::kOpCmAccept, id);
   wire_.Deliver(&a_, &b_);
   ASSERT_TRUE(server_b_.TakeCmEvent());  // ESTABLISHED
-  ASSERT_EQ(Do(a_, client_a_, shm::kOpCmDisconnect, id).status,
-            shm::kStatusOk);
+  ASSERT_EQ(Do(a_, client_a_, shm::kOpCmDisconnect, id).status, shm::kStatusOk);
   auto drop_all = [](const wire::CmMessage&) { return true; };
   for (uint32_t i = 0; i < IpCm::kDreqTries; ++i) {
     wire_.Deliver(&a_, &b_, drop_all);
@@ -639,16 +636,13 @@ TEST_F(IpCmTest, BadRequestsGetClearAnswers) {
   // Another session's id is no id of this one.
   FakeSession other{9, 1000};
   p.id = Bind(a_, other, 0);
-  EXPECT_EQ(Do(a_, client_a_, shm::kOpCmListen, p).status,
-            shm::kStatusInvalid);
+  EXPECT_EQ(Do(a_, client_a_, shm::kOpCmListen, p).status, shm::kStatusInvalid);
   EXPECT_EQ(Do(a_, client_a_, shm::kOpCmDestroy, p).status,
             shm::kStatusInvalid);
   // Nothing to accept, reject or disconnect.
   p.id = Bind(a_, client_a_, 0);
-  EXPECT_EQ(Do(a_, client_a_, shm::kOpCmAccept, p).status,
-            shm::kStatusInvalid);
-  EXPECT_EQ(Do(a_, client_a_, shm::kOpCmReject, p).status,
-            shm::kStatusInvalid);
+  EXPECT_EQ(Do(a_, client_a_, shm::kOpCmAccept, p).status, shm::kStatusInvalid);
+  EXPECT_EQ(Do(a_, client_a_, shm::kOpCmReject, p).status, shm::kStatusInvalid);
   EXPECT_EQ(Do(a_, client_a_, shm::kOpCmDisconnect, p).status,
             shm::kStatusInvalid);
   // Once a connection was asked for, disconnecting succeeds whatever
@@ -657,8 +651,7 @@ TEST_F(IpCmTest, BadRequestsGetClearAnswers) {
     const uint32_t asked = Bind(a_, client_a_, 0);
     Resolve(a_, client_a_, asked, kIpB);
     CmParams c = ConnectParams(asked, kIpB, 1, "");
-    ASSERT_EQ(Do(a_, client_a_, shm::kOpCmConnect, c).status,
-              shm::kStatusOk);
+    ASSERT_EQ(Do(a_, client_a_, shm::kOpCmConnect, c).status, shm::kStatusOk);
     EXPECT_EQ(Do(a_, client_a_, shm::kOpCmDisconnect, c).status,
               shm::kStatusOk);
   }

@@ -561,11 +561,12 @@ void SessionServer::HandleHello(Session* s, const shm::SetupMessage& msg,
   auto resp = shm::SpscRing<shm::ControlResponse>::Attach(
       s->region + SessionRings::ControlResponses().offset,
       SessionRings::ControlResponses().bytes);
-  auto events = shm::SpscRing<shm::CmEvent>::Attach(
-      s->region + SessionRings::CmEvents().offset, SessionRings::CmEvents().bytes);
-  if (!req.ok() || !resp.ok() || !events.ok()) {
-    return refuse("control rings are malformed");
-  }
+  if (!req.ok() || !resp.ok()) return refuse("control rings are malformed");
+  // The rdma_cm event ring is the daemon's to format: it writes the events.
+  auto events = shm::SpscRing<shm::CmEvent>::Create(
+      s->region + SessionRings::CmEvents().offset,
+      SessionRings::CmEvents().bytes, SessionRings::CmEvents().capacity);
+  if (!events.ok()) return refuse("the rdma_cm event ring cannot be formatted");
   for (auto& state : s->header->connection_state) {
     state.store(shm::kConnFree, std::memory_order_relaxed);
   }

@@ -8,6 +8,7 @@
 //   0      SessionHeader                        (header_pages pages)
 //   ...    control request ring   client -> daemon  (ControlRequest)
 //   ...    control response ring  daemon -> client  (ControlResponse)
+//   ...    rdma_cm event ring     daemon -> client  (CmEvent)
 //   ...    kMaxConnections x ConnectionSlot, each:
 //            send ring        client -> daemon  (SendEntry)
 //            completion ring  daemon -> client  (CompletionEntry)
@@ -15,7 +16,8 @@
 //
 // Every ring is an SpscRing (ring.h). The header records each ring's offset
 // so that the daemon never derives addresses from sizes it did not check.
-// The client formats the control rings; a connection slot's rings are
+// The client formats the control rings, the daemon the rdma_cm event ring
+// (at hello); a connection slot's rings are
 // formatted by the daemon when it first hands the slot out (the client
 // attaches after the answer), so a slot never used costs no memory.
 //
@@ -120,7 +122,8 @@ struct alignas(4096) SessionHeader {
   // Each slot's receive ring (two-sided SEND, verbs only).
   RingRef receive[kMaxConnections];
   // rdma_cm events, daemon -> client (CmEvent), and the doorbell the
-  // client waits on for them.
+  // client waits on for them. The daemon formats this ring at hello (the
+  // client attaches after the answer).
   RingRef cm_events;
   Doorbell cm_event_bell;
   // A robust, process-shared pthread mutex the client locks when it opens

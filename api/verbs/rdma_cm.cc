@@ -69,14 +69,13 @@ constexpr uint32_t kMaxBacklog = 1024;
 constexpr uint8_t kAckTimeout = 14;
 constexpr uint8_t kHopLimit = 64;
 // IBV_QP_* attribute masks of INIT_QP_ATTR's answers (Linux's, for RoCE).
-constexpr uint32_t kInitMask = IBV_QP_STATE | IBV_QP_ACCESS_FLAGS |
-                               IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+constexpr uint32_t kInitMask =
+    IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
 constexpr uint32_t kUdInitMask =
     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
 constexpr uint32_t kRtrMask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
                               IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                              IBV_QP_MAX_DEST_RD_ATOMIC |
-                              IBV_QP_MIN_RNR_TIMER;
+                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 constexpr uint32_t kRtsMask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_RETRY_CNT |
                               IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC |
                               IBV_QP_TIMEOUT;
@@ -170,7 +169,7 @@ struct Id {
   int32_t resolve_error = 0;
   uint32_t events_reported = 0;
   uint32_t backlog = 0;
-  uint32_t requests_waiting = 0;  // listener: CONNECT_REQUESTs not taken
+  uint32_t requests_waiting = 0;   // listener: CONNECT_REQUESTs not taken
   uint32_t listener = UINT32_MAX;  // passive: the listener it came to
   bool have_peer = false;
   Peer peer;
@@ -615,8 +614,8 @@ int Ucma::QueryRoute(int fd, const rdma_ucm_query& c, uint16_t out) {
     resp.node_guid = GuidOf(info);
     resp.ibdev_index = static_cast<uint32_t>(id->device);
     resp.port_num = 1;
-    const bool routed = id->state == State::kRouteResolved ||
-                        id->state == State::kConnect;
+    const bool routed =
+        id->state == State::kRouteResolved || id->state == State::kConnect;
     resp.num_paths = routed ? 1 : 0;
     ib_user_path_rec& path = resp.ib_route[0];
     PutGid(path.sgid, d->ip);
@@ -777,8 +776,8 @@ int Ucma::InitQpAttr(int fd, const rdma_ucm_init_qp_attr& c, uint16_t out) {
       a.ah_attr.port_num = 1;
       const uint8_t ours =
           static_cast<uint8_t>(MtuEnum(d != nullptr ? d->path_mtu : 1024));
-      a.path_mtu = id->peer.path_mtu != 0 ? std::min(ours, id->peer.path_mtu)
-                                          : ours;
+      a.path_mtu =
+          id->peer.path_mtu != 0 ? std::min(ours, id->peer.path_mtu) : ours;
       a.dest_qp_num = id->peer.qpn;
       // As Linux: each side receives from its own sequence number, which
       // the peer was told (REQ's or REP's starting PSN) and sends from.
@@ -789,7 +788,8 @@ int Ucma::InitQpAttr(int fd, const rdma_ucm_init_qp_attr& c, uint16_t out) {
       a.qp_attr_mask = kRtsMask;
       a.sq_psn = id->peer.psn;
       a.retry_cnt = id->passive ? id->peer.retry_count : id->retry_count;
-      a.rnr_retry = id->passive ? id->rnr_retry_count : id->peer.rnr_retry_count;
+      a.rnr_retry =
+          id->passive ? id->rnr_retry_count : id->peer.rnr_retry_count;
       a.max_rd_atomic = id->initiator_depth;
       a.timeout = id->ack_timeout;
     }
@@ -920,14 +920,15 @@ ssize_t Ucma::Write(int fd, const void* buf, size_t len) {
     case RDMA_USER_CM_CMD_CREATE_ID: {
       rdma_ucm_create_id c;
       args(&c);
-      err = hdr.out < sizeof(rdma_ucm_create_id_resp) ? ENOSPC : CreateId(fd, c);
+      err =
+          hdr.out < sizeof(rdma_ucm_create_id_resp) ? ENOSPC : CreateId(fd, c);
       break;
     }
     case RDMA_USER_CM_CMD_DESTROY_ID: {
       rdma_ucm_destroy_id c;
       args(&c);
       err = hdr.out < sizeof(rdma_ucm_destroy_id_resp) ? ENOSPC
-                                                        : DestroyId(fd, c);
+                                                       : DestroyId(fd, c);
       break;
     }
     case RDMA_USER_CM_CMD_BIND_IP: {
@@ -1118,8 +1119,14 @@ void Ucma::OnEvent(CmDevice* d, const shm::CmEvent& e) {
     child.listener = listener->handle;
     child.passive = true;
     child.have_peer = true;
-    child.peer = {p.qpn, p.psn, p.responder_resources, p.initiator_depth,
-                  p.retry_count, p.rnr_retry_count, p.path_mtu, p.qkey};
+    child.peer = {p.qpn,
+                  p.psn,
+                  p.responder_resources,
+                  p.initiator_depth,
+                  p.retry_count,
+                  p.rnr_retry_count,
+                  p.path_mtu,
+                  p.qkey};
     child.responder_resources = p.responder_resources;
     child.initiator_depth = p.initiator_depth;
     child.own_psn = NewPsn();
@@ -1148,7 +1155,7 @@ void Ucma::OnEvent(CmDevice* d, const shm::CmEvent& e) {
     return;
   }
   Id* id = ByDaemonId(d->index, p.id);
-  if (id == nullptr) return;  // destroyed meanwhile
+  if (id == nullptr) return;                // destroyed meanwhile
   if (id->passive && id->uid == 0) return;  // as Linux: not named yet
   rdma_ucm_event_resp r{};
   switch (e.type) {
@@ -1171,8 +1178,14 @@ void Ucma::OnEvent(CmDevice* d, const shm::CmEvent& e) {
       return;
     case shm::kCmConnectResponse:
       id->have_peer = true;
-      id->peer = {p.qpn, p.psn, p.responder_resources, p.initiator_depth,
-                  p.retry_count, p.rnr_retry_count, p.path_mtu, p.qkey};
+      id->peer = {p.qpn,
+                  p.psn,
+                  p.responder_resources,
+                  p.initiator_depth,
+                  p.retry_count,
+                  p.rnr_retry_count,
+                  p.path_mtu,
+                  p.qkey};
       // As Linux: the REP's answer is what the queue pair gets.
       id->responder_resources = p.responder_resources;
       id->initiator_depth = p.initiator_depth;
@@ -1269,7 +1282,8 @@ extern "C" int close(int fd) {
 }
 
 extern "C" int socket(int domain, int type, int protocol) {
-  if (domain == AF_NETLINK && protocol == rdmaplane::verbs::ucma::kNetlinkRdma) {
+  if (domain == AF_NETLINK &&
+      protocol == rdmaplane::verbs::ucma::kNetlinkRdma) {
     errno = EPROTONOSUPPORT;  // as a kernel without the RDMA stack
     return -1;
   }

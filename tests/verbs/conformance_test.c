@@ -3416,6 +3416,119 @@ static void registered_in_place(struct bufs* b, const char* kind,
   dereg(mr);
 }
 
+/* Global data of the program (a private file mapping: .data for
+ * initialised arrays) registers as heap memory does: its pages move onto
+ * shared memory, what was there stays, and a write another thread makes
+ * next to the buffer while it moves waits for the move instead of being
+ * lost (rdma_server and rdma_client register static arrays). */
+static uint8_t g_static_buffer[65536] = {1, 2, 3};
+static volatile uint64_t g_static_neighbour = 7;
+static atomic_bool g_static_stop;
+static uint64_t g_static_increments;
+
+static void* bump_neighbour(void* arg) {
+  (void)arg;
+  uint64_t n = 0;
+  while (!atomic_load(&g_static_stop)) {
+    g_static_neighbour = g_static_neighbour + 1;
+    ++n;
+  }
+  g_static_increments = n;
+  return NULL;
+}
+
+static volatile uint64_t* g_private_neighbour;
+
+static void* bump_private(void* arg) {
+  (void)arg;
+  uint64_t n = 0;
+  while (!atomic_load(&g_static_stop)) {
+    *g_private_neighbour = *g_private_neighbour + 1;
+    ++n;
+  }
+  g_static_increments = n;
+  return NULL;
+}
+
+/* A file mapped MAP_PRIVATE moves too; with RDMAPLANE_NO_USERFAULTFD=1 the
+ * move holds the window read-only instead (as where a seccomp filter
+ * refuses userfaultfd), and the other thread's writes wait all the same. */
+static void t_private_file_without_userfaultfd(struct bufs* b) {
+  step("a private file mapping, moved without userfaultfd: nothing lost");
+  char path[] = "/tmp/rdp-verbs-private.XXXXXX";
+  const int fd = mkstemp(path);
+  if (!check(fd >= 0 && ftruncate(fd, 4 * 65536) == 0, "a file to map",
+             "errno %d", errno)) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  unlink(path);
+  uint8_t* m = mmap(NULL, 4 * 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd,
+                    0);
+  close(fd);
+  if (!check(m != MAP_FAILED, "map the file MAP_PRIVATE", "errno %d", errno)) {
+    return;
+  }
+  memset(m, 0x5A, 4 * 65536);
+  g_private_neighbour = (volatile uint64_t*)(m + 3 * 65536);
+  *g_private_neighbour = 7;
+  setenv("RDMAPLANE_NO_USERFAULTFD", "1", 1);
+  atomic_store(&g_static_stop, false);
+  pthread_t writer;
+  const bool started = pthread_create(&writer, NULL, bump_private, NULL) == 0;
+  struct ibv_mr* mr = reg(&g_dev[1], m, 65536, kRemoteAccess,
+                          "an MR of a private file mapping, held read-only");
+  atomic_store(&g_static_stop, true);
+  if (started) pthread_join(writer, NULL);
+  unsetenv("RDMAPLANE_NO_USERFAULTFD");
+  check(started && *g_private_neighbour == 7 + g_static_increments,
+        "every write the other thread made while the pages moved read-only "
+        "is there",
+        "the neighbour is %llu, 7 + %llu writes",
+        (unsigned long long)*g_private_neighbour,
+        (unsigned long long)g_static_increments);
+  check(m[0] == 0x5A && m[65535] == 0x5A, "the mapping kept its contents",
+        "%02x %02x", m[0], m[65535]);
+  if (mr != NULL) {
+    write_and_read_back(b, m, 65536, mr->rkey, 78,
+                        "WRITE and READ through an MR of a private file "
+                        "mapping");
+    dereg(mr);
+  }
+  munmap(m, 4 * 65536);
+}
+
+static void t_static_memory(struct bufs* b) {
+  step("global data of the program: registered, nothing lost");
+  check(g_static_buffer[0] == 1 && g_static_buffer[2] == 3,
+        "the global array holds its initial values", "%u %u",
+        g_static_buffer[0], g_static_buffer[2]);
+  atomic_store(&g_static_stop, false);
+  pthread_t writer;
+  const bool started = pthread_create(&writer, NULL, bump_neighbour, NULL) == 0;
+  check(started, "a thread that writes next to the array", "failed");
+  struct ibv_mr* mr =
+      reg(&g_dev[1], g_static_buffer, sizeof(g_static_buffer), kRemoteAccess,
+          "an MR of a global array (in the executable's .data)");
+  atomic_store(&g_static_stop, true);
+  if (started) pthread_join(writer, NULL);
+  if (started) {
+    check(g_static_neighbour == 7 + g_static_increments,
+          "every write the other thread made next to the array while it "
+          "moved is there",
+          "the neighbour is %llu, 7 + %llu writes",
+          (unsigned long long)g_static_neighbour,
+          (unsigned long long)g_static_increments);
+  }
+  if (mr == NULL) return;
+  check(g_static_buffer[0] == 1 && g_static_buffer[2] == 3,
+        "the array kept its values through the registration", "%u %u",
+        g_static_buffer[0], g_static_buffer[2]);
+  write_and_read_back(b, g_static_buffer, sizeof(g_static_buffer), mr->rkey,
+                      77, "WRITE and READ through an MR of a global array");
+  dereg(mr);
+}
+
 /* Shared mappings of files -- memfds, POSIX shared memory, files on disk,
  * hugetlbfs, shared anonymous memory -- register where they are: the daemon
  * maps the same file (docs/verbs.md, "Memory registration"). */
@@ -6249,6 +6362,8 @@ int main(int argc, char** argv) {
       t_sysv_segments(&b);
       t_sysv_hugepages(&b);
       t_shared_files(&b);
+      t_static_memory(&b);
+      t_private_file_without_userfaultfd(&b);
       t_rereg(&b);
       t_uc(&b);
       t_ud(&b);

@@ -8,8 +8,10 @@
 #      (bound to 0.0.0.0, so listening on every device) the same 10; both
 #      exit 0. Then both on A.
 #   2. ucmatose -c 4 -C 20 (four RC connections), udaddy -c 2 -C 10 (UD,
-#      through SIDR) and cmtime -c 20: both ends print "return status 0"
-#      (cmtime: its table of steps) and exit 0.
+#      through SIDR), cmtime -c 20 and rdma_server/rdma_client (which
+#      register static arrays, and connect with rdma_create_ep): both ends
+#      print "return status 0" (cmtime: its table of steps; rdma_server and
+#      rdma_client: "end 0") and exit 0.
 #   3. rsockets: rstream and riostream, 100 transfers each way; both ends
 #      print their table row and exit 0.
 #   4. perftest over rdma_cm (-R): ib_write_bw -s 65536 and ib_send_lat;
@@ -43,8 +45,8 @@ daemon_bin="$2"
 verbs_so="$(realpath "$3")"
 ucp_source="$4"
 [[ -f $ucp_source ]] || e2e_fail "no file at $ucp_source"
-for tool in rping ucmatose udaddy cmtime rstream riostream ib_write_bw \
-  ib_send_lat; do
+for tool in rping ucmatose udaddy cmtime rdma_server rdma_client rstream \
+  riostream ib_write_bw ib_send_lat; do
   command -v "$tool" >/dev/null ||
     e2e_fail "$tool is not installed (deploy/setup.sh installs rdmacm-utils and perftest)"
 done
@@ -165,6 +167,10 @@ pair udaddy "$sock_a" "$sock_b" "udaddy -c 2 -C 10" \
 # (cmtime's server serves until stopped, printing nothing.)
 pair cmtime "$sock_a" "$sock_b" "cmtime -b $ip_a -c 20" \
   "cmtime -s $ip_a -c 20" '' '^connect +:' stays
+
+# (rdma_server and rdma_client take no port: theirs is 7471, as each run's.)
+pair rdma_server "$sock_a" "$sock_b" "rdma_server -s $ip_a" \
+  "rdma_client -s $ip_a" 'rdma_server: end 0' 'rdma_client: end 0'
 
 # --- 3. rsockets ---------------------------------------------------------------
 
