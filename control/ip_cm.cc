@@ -60,6 +60,12 @@ bool IpCm::Owns(const wire::CmMessage& m) {
   }
 }
 
+uint32_t IpCm::NextId() {
+  const uint32_t id = next_id_++;
+  if (next_id_ == 0) next_id_ = 1;  // 0 is no id
+  return id;
+}
+
 uint32_t IpCm::NextCommId() {
   const uint32_t id = kCommIdBit | (next_comm_id_ & ~kCommIdBit);
   ++next_comm_id_;
@@ -181,8 +187,7 @@ ControlResponse IpCm::Bind(Session* s, const CmParams& p) {
     return Reply(shm::kStatusRefused, "port in use");
   }
   Id id;
-  id.id = next_id_++;
-  if (next_id_ == 0) next_id_ = 1;
+  id.id = NextId();
   id.owner = s;
   id.port_space = p.port_space;
   id.local_port = port;
@@ -546,20 +551,77 @@ void IpCm::OnMessage(const wire::CmMessage& m, uint32_t from_ip,
   DrainLoopback();
 }
 
+IpCm::Id* IpCm::RequestFrom(uint32_t from_ip, uint32_t peer_id, bool ud) {
+  for (auto& [key, id] : ids_) {
+    if (id.ud() == ud && id.listener != 0 && id.remote_ip == from_ip &&
+        id.peer_comm_id == peer_id) {
+      return &id;
+    }
+  }
+  return nullptr;
+}
+
+IpCm::Id* IpCm::ListenerFor(const wire::CmMessage& m, bool ud) {
+  if (!wire::IsIpCmServiceId(m.service_id)) return nullptr;
+  const uint16_t ps = wire::IpCmPortSpace(m.service_id);
+  if ((ps == wire::kPortSpaceUdp) != ud) return nullptr;
+  auto port = ports_.find({ps, wire::IpCmPort(m.service_id)});
+  if (port == ports_.end()) return nullptr;
+  auto it = ids_.find(port->second);
+  if (it == ids_.end()) return nullptr;
+  Id* listener = &it->second;
+  return listener->state == State::kListening && listener->owner != nullptr
+             ? listener
+             : nullptr;
+}
+
+bool IpCm::HasRoom(const Id& listener) const {
+  uint32_t waiting = 0;
+  for (const auto& [key, id] : ids_) {
+    waiting += id.listener == listener.id && id.state == State::kReqReceived;
+  }
+  return waiting < listener.backlog &&
+         IdsOf(listener.owner) < options_.max_ids_per_session &&
+         listener.owner->held_cm_events() < options_.max_held_events;
+}
+
+IpCm::Id* IpCm::NewPassive(const Id& listener, const wire::CmMessage& m,
+                           uint16_t remote_port, uint32_t from_ip,
+                           const wire::MacAddr& from_mac) {
+  Id id;
+  id.id = NextId();
+  id.owner = listener.owner;
+  id.port_space = listener.port_space;
+  id.local_port = listener.local_port;
+  id.listener = listener.id;
+  id.remote_ip = from_ip;
+  id.remote_port = remote_port;
+  id.remote_mac = from_mac;
+  id.state = State::kReqReceived;
+  id.peer_comm_id = m.local_comm_id;  // a SIDR REQ's request id
+  id.tid = m.transaction_id;
+  return &(ids_[id.id] = id);
+}
+
+void IpCm::EmitRequest(const Id& made, const CmParams& p) {
+  shm::CmEvent e{};
+  e.type = shm::kCmConnectRequest;
+  e.listener = made.listener;
+  e.params = p;
+  made.owner->PushCmEvent(e);
+}
+
 void IpCm::OnRequest(const wire::CmMessage& m, uint32_t from_ip,
                      const wire::MacAddr& from_mac) {
   // A repeated REQ: answered as before.
-  for (auto& [key, id] : ids_) {
-    if (!id.ud() && id.listener != 0 && id.remote_ip == from_ip &&
-        id.peer_comm_id == m.local_comm_id) {
-      if (id.state == State::kReqReceived) {
-        SendTo(Simple(id, wire::CmType::kMra), from_ip, from_mac);
-      } else if (id.state == State::kRepSent ||
-                 id.state == State::kEstablished) {
-        SendTo(id.last, from_ip, from_mac);
-      }
-      return;
+  if (Id* known = RequestFrom(from_ip, m.local_comm_id, /*ud=*/false)) {
+    if (known->state == State::kReqReceived) {
+      SendTo(Simple(*known, wire::CmType::kMra), from_ip, from_mac);
+    } else if (known->state == State::kRepSent ||
+               known->state == State::kEstablished) {
+      SendTo(known->last, from_ip, from_mac);
     }
+    return;
   }
   auto reject = [&](uint16_t reason) {
     SendReject(m.local_comm_id, 0, m.transaction_id, reason,
@@ -570,45 +632,22 @@ void IpCm::OnRequest(const wire::CmMessage& m, uint32_t from_ip,
     reject(wire::kRejConsumer);
     return;
   }
-  const uint16_t ps = wire::IpCmPortSpace(m.service_id);
-  auto port = ports_.find({ps, wire::IpCmPort(m.service_id)});
-  Id* listener = port == ports_.end() ? nullptr : &ids_[port->second];
-  if (ps == wire::kPortSpaceUdp || listener == nullptr ||
-      listener->state != State::kListening || listener->owner == nullptr) {
+  const Id* listener = ListenerFor(m, /*ud=*/false);
+  if (listener == nullptr) {
     reject(wire::kRejInvalidServiceId);
     return;
   }
-  uint32_t waiting = 0;
-  for (const auto& [key, id] : ids_) {
-    waiting += id.listener == listener->id && id.state == State::kReqReceived;
-  }
-  if (waiting >= listener->backlog ||
-      IdsOf(listener->owner) >= options_.max_ids_per_session ||
-      listener->owner->held_cm_events() >= options_.max_held_events) {
+  if (!HasRoom(*listener)) {
     reject(wire::kRejConsumer);
     return;
   }
-  Id id;
-  id.id = next_id_++;
-  if (next_id_ == 0) next_id_ = 1;
-  id.owner = listener->owner;
-  id.port_space = ps;
-  id.local_port = listener->local_port;
-  id.listener = listener->id;
-  id.remote_ip = from_ip;
-  id.remote_port = h.src_port;
-  id.remote_mac = from_mac;
-  id.state = State::kReqReceived;
-  id.comm_id = NextCommId();
-  id.peer_comm_id = m.local_comm_id;
-  id.tid = m.transaction_id;
-  id.peer_qpn = m.qpn.value();
-  id.path_mtu = std::min(m.path_mtu, wire::IbMtuCode(options_.path_mtu));
-  const uint32_t listener_id = listener->id;
-  Id& made = ids_[id.id] = id;
-  by_comm_id_[made.comm_id] = made.id;
-  SendTo(Simple(made, wire::CmType::kMra), from_ip, from_mac);
-  CmParams p = ParamsOf(made);
+  Id* made = NewPassive(*listener, m, h.src_port, from_ip, from_mac);
+  made->comm_id = NextCommId();
+  by_comm_id_[made->comm_id] = made->id;
+  made->peer_qpn = m.qpn.value();
+  made->path_mtu = std::min(m.path_mtu, wire::IbMtuCode(options_.path_mtu));
+  SendTo(Simple(*made, wire::CmType::kMra), from_ip, from_mac);
+  CmParams p = ParamsOf(*made);
   p.qpn = m.qpn.value();
   p.psn = m.start_psn.value();
   // From the receiver's side, as Linux's CM reports them: the READs the
@@ -620,22 +659,17 @@ void IpCm::OnRequest(const wire::CmMessage& m, uint32_t from_ip,
   p.rnr_retry_count = m.rnr_retry_count;
   p.srq = m.srq;
   CopyPrivateData(m, wire::kIpCmHeaderLen, &p);
-  shm::CmEvent e{};
-  e.type = shm::kCmConnectRequest;
-  e.listener = listener_id;
-  e.params = p;
-  made.owner->PushCmEvent(e);
+  EmitRequest(*made, p);
 }
 
 void IpCm::OnSidrRequest(const wire::CmMessage& m, uint32_t from_ip,
                          const wire::MacAddr& from_mac) {
-  for (auto& [key, id] : ids_) {
-    if (id.ud() && id.listener != 0 && id.remote_ip == from_ip &&
-        id.peer_comm_id == m.local_comm_id) {
-      // Repeated: answered again once the application answered.
-      if (id.state != State::kReqReceived) SendTo(id.last, from_ip, from_mac);
-      return;
+  if (Id* known = RequestFrom(from_ip, m.local_comm_id, /*ud=*/true)) {
+    // Repeated: answered again once the application answered.
+    if (known->state != State::kReqReceived) {
+      SendTo(known->last, from_ip, from_mac);
     }
+    return;
   }
   auto refuse = [&](uint8_t status) {
     wire::CmMessage r{};
@@ -646,53 +680,20 @@ void IpCm::OnSidrRequest(const wire::CmMessage& m, uint32_t from_ip,
     r.service_id = m.service_id;
     SendTo(r, from_ip, from_mac);
   };
-  wire::IpCmHeader h;
-  const uint16_t ps = wire::IpCmPortSpace(m.service_id);
-  auto port = wire::IsIpCmServiceId(m.service_id)
-                  ? ports_.find({ps, wire::IpCmPort(m.service_id)})
-                  : ports_.end();
-  Id* listener = port == ports_.end() ? nullptr : &ids_[port->second];
-  if (listener == nullptr || ps != wire::kPortSpaceUdp ||
-      listener->state != State::kListening || listener->owner == nullptr) {
+  const Id* listener = ListenerFor(m, /*ud=*/true);
+  if (listener == nullptr) {
     refuse(wire::kSidrServiceIdNotSupported);
     return;
   }
-  if (!wire::ParseIpCmHeader(m, &h)) {
+  wire::IpCmHeader h;
+  if (!wire::ParseIpCmHeader(m, &h) || !HasRoom(*listener)) {
     refuse(wire::kSidrRejected);
     return;
   }
-  uint32_t waiting = 0;
-  for (const auto& [key, id] : ids_) {
-    waiting += id.listener == listener->id && id.state == State::kReqReceived;
-  }
-  if (waiting >= listener->backlog ||
-      IdsOf(listener->owner) >= options_.max_ids_per_session ||
-      listener->owner->held_cm_events() >= options_.max_held_events) {
-    refuse(wire::kSidrRejected);
-    return;
-  }
-  Id id;
-  id.id = next_id_++;
-  if (next_id_ == 0) next_id_ = 1;
-  id.owner = listener->owner;
-  id.port_space = ps;
-  id.local_port = listener->local_port;
-  id.listener = listener->id;
-  id.remote_ip = from_ip;
-  id.remote_port = h.src_port;
-  id.remote_mac = from_mac;
-  id.state = State::kReqReceived;
-  id.peer_comm_id = m.local_comm_id;  // the request id
-  id.tid = m.transaction_id;
-  const uint32_t listener_id = listener->id;
-  Id& made = ids_[id.id] = id;
-  CmParams p = ParamsOf(made);
+  Id* made = NewPassive(*listener, m, h.src_port, from_ip, from_mac);
+  CmParams p = ParamsOf(*made);
   CopyPrivateData(m, wire::kIpCmHeaderLen, &p);
-  shm::CmEvent e{};
-  e.type = shm::kCmConnectRequest;
-  e.listener = listener_id;
-  e.params = p;
-  made.owner->PushCmEvent(e);
+  EmitRequest(*made, p);
 }
 
 void IpCm::OnReply(Id* id, const wire::CmMessage& m) {

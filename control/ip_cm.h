@@ -170,6 +170,18 @@ class IpCm {
 
   void OnRequest(const wire::CmMessage& m, uint32_t from_ip,
                  const wire::MacAddr& from_mac);
+  // What REQ and SIDR REQ share: the passive id an earlier copy of the
+  // request made (ud: a SIDR REQ's), or null; the listener of the
+  // request's service id, or null; whether it takes one more request
+  // (its backlog, its owner's ids and events held); a new passive id for
+  // a request to it; and the owner told (kCmConnectRequest).
+  Id* RequestFrom(uint32_t from_ip, uint32_t peer_id, bool ud);
+  Id* ListenerFor(const wire::CmMessage& m, bool ud);
+  bool HasRoom(const Id& listener) const;
+  Id* NewPassive(const Id& listener, const wire::CmMessage& m,
+                 uint16_t remote_port, uint32_t from_ip,
+                 const wire::MacAddr& from_mac);
+  void EmitRequest(const Id& made, const shm::CmParams& p);
   void OnSidrRequest(const wire::CmMessage& m, uint32_t from_ip,
                      const wire::MacAddr& from_mac);
   void OnReply(Id* id, const wire::CmMessage& m);
@@ -202,6 +214,7 @@ class IpCm {
   Id* FindByCommId(uint32_t comm_id);
   uint32_t IdsOf(const Session* s) const;
   uint64_t NowNs() const { return now_ns_(); }
+  uint32_t NextId();
   uint32_t NextCommId();
   std::optional<uint16_t> FreePort(uint16_t port_space);
 

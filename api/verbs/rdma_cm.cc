@@ -907,114 +907,87 @@ ssize_t Ucma::Write(int fd, const void* buf, size_t len) {
     return -1;
   }
   const auto* body = static_cast<const uint8_t*>(buf) + sizeof(hdr);
-  // Each command's arguments, as long as they are (a shorter command
-  // from an older library is refused as the kernel refuses it).
-  auto args = [&](auto* out) {
-    using T = std::remove_pointer_t<decltype(out)>;
-    std::memset(out, 0, sizeof(T));
-    std::memcpy(out, body, std::min<size_t>(hdr.in, sizeof(T)));
+  // Each command's arguments as the caller sent them, zero past the end
+  // of a shorter command (an older library's).
+  auto with = [&](auto args, auto handler) {
+    std::memcpy(&args, body, std::min<size_t>(hdr.in, sizeof(args)));
+    return handler(args);
   };
   std::unique_lock<std::mutex> lock(mu_);
   int err = EINVAL;
   switch (hdr.cmd) {
-    case RDMA_USER_CM_CMD_CREATE_ID: {
-      rdma_ucm_create_id c;
-      args(&c);
+    case RDMA_USER_CM_CMD_CREATE_ID:
+      err = hdr.out < sizeof(rdma_ucm_create_id_resp)
+                ? ENOSPC
+                : with(rdma_ucm_create_id{},
+                       [&](const auto& c) { return CreateId(fd, c); });
+      break;
+    case RDMA_USER_CM_CMD_DESTROY_ID:
+      err = hdr.out < sizeof(rdma_ucm_destroy_id_resp)
+                ? ENOSPC
+                : with(rdma_ucm_destroy_id{},
+                       [&](const auto& c) { return DestroyId(fd, c); });
+      break;
+    case RDMA_USER_CM_CMD_BIND_IP:
+      err = with(rdma_ucm_bind_ip{},
+                 [&](const auto& c) { return BindIp(fd, c); });
+      break;
+    case RDMA_USER_CM_CMD_RESOLVE_IP:
+      err = with(rdma_ucm_resolve_ip{},
+                 [&](const auto& c) { return ResolveIp(fd, c); });
+      break;
+    case RDMA_USER_CM_CMD_RESOLVE_ROUTE:
+      err = with(rdma_ucm_resolve_route{},
+                 [&](const auto& c) { return ResolveRoute(fd, c); });
+      break;
+    case RDMA_USER_CM_CMD_QUERY_ROUTE:
+      err = with(rdma_ucm_query{},
+                 [&](const auto& c) { return QueryRoute(fd, c, hdr.out); });
+      break;
+    case RDMA_USER_CM_CMD_CONNECT:
+      err = hdr.in < offsetof(rdma_ucm_connect, ece)
+                ? EINVAL
+                : with(rdma_ucm_connect{},
+                       [&](const auto& c) { return Connect(fd, c); });
+      break;
+    case RDMA_USER_CM_CMD_LISTEN:
       err =
-          hdr.out < sizeof(rdma_ucm_create_id_resp) ? ENOSPC : CreateId(fd, c);
+          with(rdma_ucm_listen{}, [&](const auto& c) { return Listen(fd, c); });
       break;
-    }
-    case RDMA_USER_CM_CMD_DESTROY_ID: {
-      rdma_ucm_destroy_id c;
-      args(&c);
-      err = hdr.out < sizeof(rdma_ucm_destroy_id_resp) ? ENOSPC
-                                                       : DestroyId(fd, c);
+    case RDMA_USER_CM_CMD_ACCEPT:
+      err = hdr.in < offsetof(rdma_ucm_accept, ece)
+                ? EINVAL
+                : with(rdma_ucm_accept{},
+                       [&](const auto& c) { return Accept(fd, c); });
       break;
-    }
-    case RDMA_USER_CM_CMD_BIND_IP: {
-      rdma_ucm_bind_ip c;
-      args(&c);
-      err = BindIp(fd, c);
+    case RDMA_USER_CM_CMD_REJECT:
+      err =
+          with(rdma_ucm_reject{}, [&](const auto& c) { return Reject(fd, c); });
       break;
-    }
-    case RDMA_USER_CM_CMD_RESOLVE_IP: {
-      rdma_ucm_resolve_ip c;
-      args(&c);
-      err = ResolveIp(fd, c);
+    case RDMA_USER_CM_CMD_DISCONNECT:
+      err = with(rdma_ucm_disconnect{},
+                 [&](const auto& c) { return Disconnect(fd, c); });
       break;
-    }
-    case RDMA_USER_CM_CMD_RESOLVE_ROUTE: {
-      rdma_ucm_resolve_route c;
-      args(&c);
-      err = ResolveRoute(fd, c);
+    case RDMA_USER_CM_CMD_INIT_QP_ATTR:
+      err = with(rdma_ucm_init_qp_attr{},
+                 [&](const auto& c) { return InitQpAttr(fd, c, hdr.out); });
       break;
-    }
-    case RDMA_USER_CM_CMD_QUERY_ROUTE: {
-      rdma_ucm_query c;
-      args(&c);
-      err = QueryRoute(fd, c, hdr.out);
+    case RDMA_USER_CM_CMD_GET_EVENT:
+      err = with(rdma_ucm_get_event{},
+                 [&](const auto& c) { return GetEvent(fd, c, hdr.out, lock); });
       break;
-    }
-    case RDMA_USER_CM_CMD_CONNECT: {
-      rdma_ucm_connect c;
-      args(&c);
-      err = hdr.in < offsetof(rdma_ucm_connect, ece) ? EINVAL : Connect(fd, c);
+    case RDMA_USER_CM_CMD_SET_OPTION:
+      err = with(rdma_ucm_set_option{},
+                 [&](const auto& c) { return SetOption(fd, c); });
       break;
-    }
-    case RDMA_USER_CM_CMD_LISTEN: {
-      rdma_ucm_listen c;
-      args(&c);
-      err = Listen(fd, c);
+    case RDMA_USER_CM_CMD_NOTIFY:
+      err =
+          with(rdma_ucm_notify{}, [&](const auto& c) { return Notify(fd, c); });
       break;
-    }
-    case RDMA_USER_CM_CMD_ACCEPT: {
-      rdma_ucm_accept c;
-      args(&c);
-      err = hdr.in < offsetof(rdma_ucm_accept, ece) ? EINVAL : Accept(fd, c);
+    case RDMA_USER_CM_CMD_MIGRATE_ID:
+      err = with(rdma_ucm_migrate_id{},
+                 [&](const auto& c) { return MigrateId(fd, c, hdr.out); });
       break;
-    }
-    case RDMA_USER_CM_CMD_REJECT: {
-      rdma_ucm_reject c;
-      args(&c);
-      err = Reject(fd, c);
-      break;
-    }
-    case RDMA_USER_CM_CMD_DISCONNECT: {
-      rdma_ucm_disconnect c;
-      args(&c);
-      err = Disconnect(fd, c);
-      break;
-    }
-    case RDMA_USER_CM_CMD_INIT_QP_ATTR: {
-      rdma_ucm_init_qp_attr c;
-      args(&c);
-      err = InitQpAttr(fd, c, hdr.out);
-      break;
-    }
-    case RDMA_USER_CM_CMD_GET_EVENT: {
-      rdma_ucm_get_event c;
-      args(&c);
-      err = GetEvent(fd, c, hdr.out, lock);
-      break;
-    }
-    case RDMA_USER_CM_CMD_SET_OPTION: {
-      rdma_ucm_set_option c;
-      args(&c);
-      err = SetOption(fd, c);
-      break;
-    }
-    case RDMA_USER_CM_CMD_NOTIFY: {
-      rdma_ucm_notify c;
-      args(&c);
-      err = Notify(fd, c);
-      break;
-    }
-    case RDMA_USER_CM_CMD_MIGRATE_ID: {
-      rdma_ucm_migrate_id c;
-      args(&c);
-      err = MigrateId(fd, c, hdr.out);
-      break;
-    }
     case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
     case RDMA_USER_CM_CMD_JOIN_MCAST:
       err = EOPNOTSUPP;  // no multicast (docs/rdma_cm.md)

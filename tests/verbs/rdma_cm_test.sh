@@ -70,10 +70,12 @@ on() {
     LD_PRELOAD="$verbs_so" "$@" >"$out" 2>&1
 }
 
-# The ways a client says that nobody listens on the port yet: a server
-# started just before may still be on its way to rdma_listen, so such a
-# client is started again (up to 100 times, 0.1 s apart).
-not_listening='REJECTED, error:? 8|Connection refused|UNREACHABLE, error:? 1'
+# The ways a client says that nobody listens on the port yet (REJECTED
+# with reason 8, rsockets' ECONNREFUSED, a SIDR status of 1; perftest
+# prints the event's number, 8): a server started just before may still be
+# on its way to rdma_listen, so such a client is started again (up to 100
+# times, 0.1 s apart).
+not_listening='REJECTED, error:? 8|Connection refused|UNREACHABLE, error:? 1|Unexpected CM event.* 8$'
 
 # pair LABEL SERVER_SOCK CLIENT_SOCK "SERVER COMMAND" "CLIENT COMMAND"
 #      SERVER_ERE CLIENT_ERE [stays]: the server in the background, then the

@@ -75,10 +75,10 @@ static void check(const uint8_t* buf, size_t size, unsigned seed, int plus,
   }
 }
 
+/* Closes after what was sent is delivered (flush mode); the peer may have
+ * closed already, which is no error here. */
 static void close_ep(ucp_ep_h ep) {
   ucp_request_param_t param = {0};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
   void* request = ucp_ep_close_nbx(ep, &param);
   if (request != NULL && !UCS_PTR_IS_ERR(request)) {
     while (ucp_request_check_status(request) == UCS_INPROGRESS) {
@@ -166,12 +166,17 @@ int main(int argc, char** argv) {
       check(buf, size, r, 1, "client");
     }
   }
-  /* The last word, so that neither end closes under the other's send. */
+  /* The last words, so that neither end closes under the other's send:
+   * the client says it is done, the server answers, and each closes only
+   * after that (the server flushing its answer first). A send completes
+   * once its buffer may be reused, not once the peer has it. */
   uint8_t done = 1;
   if (server) {
     recv_buf(&done, 1, 0xD0E);
+    send_buf(ep, &done, 1, 0xD0F);
   } else {
     send_buf(ep, &done, 1, 0xD0E);
+    recv_buf(&done, 1, 0xD0F);
   }
   printf("ucp_sockaddr: ok: %u rounds of %zu bytes each way, every byte checked\n",
          rounds, size);
