@@ -35,7 +35,9 @@ void CopyPrivateData(const wire::CmMessage& m, size_t skip, CmParams* p) {
 }
 
 void SetPrivateData(std::span<const uint8_t> data, wire::CmMessage* m) {
-  std::memcpy(m->private_data.data(), data.data(), data.size());
+  if (!data.empty()) {
+    std::memcpy(m->private_data.data(), data.data(), data.size());
+  }
   m->private_data_len = static_cast<uint8_t>(data.size());
 }
 
