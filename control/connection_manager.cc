@@ -679,11 +679,7 @@ void ConnectionManager::OnDisconnectRequest(const wire::CmMessage& m,
     }
   }
   // Always answered, so that a peer repeating its DREQ stops.
-  wire::CmMessage r{};
-  r.type = wire::CmType::kDrep;
-  r.transaction_id = m.transaction_id;  // the DREQ's
-  r.local_comm_id = m.remote_comm_id;
-  r.remote_comm_id = m.local_comm_id;
+  wire::CmMessage r = wire::DisconnectReply(m);
   r.local_ip = us_.ip;
   r.remote_ip = from.src_ip;
   SendCm(r, from.src_ip, from.src_mac);

@@ -777,12 +777,7 @@ void IpCm::OnDisconnectRequest(const wire::CmMessage& m, uint32_t from_ip,
     }
   }
   // Always answered, so that a peer repeating its DREQ stops.
-  wire::CmMessage r{};
-  r.type = wire::CmType::kDrep;
-  r.transaction_id = m.transaction_id;
-  r.local_comm_id = m.remote_comm_id;
-  r.remote_comm_id = m.local_comm_id;
-  SendTo(r, from_ip, from_mac);
+  SendTo(wire::DisconnectReply(m), from_ip, from_mac);
 }
 
 void IpCm::Disconnected(Id* id, int32_t status) {

@@ -136,8 +136,8 @@ struct Channel {
 struct CmDevice {
   int index = -1;
   std::unique_ptr<Client> client;
-  uint32_t ip = 0;  // host order
-  uint16_t path_mtu = 0;
+  // What its daemon said it is (ip, path MTU, MAC: the node GUID).
+  shm::DeviceInfo info{};
   std::thread pump;
 };
 
@@ -319,8 +319,7 @@ CmDevice* Ucma::Device(int index) {
   auto info = (*client)->QueryDevice();
   if (!info.ok()) return nullptr;
   slot->client = std::move(*client);
-  slot->ip = info->ip;
-  slot->path_mtu = info->path_mtu;
+  slot->info = *info;
   CmDevice* d = slot.get();
   slot->pump = std::thread([this, d] { Pump(d); });
   slot->pump.detach();
@@ -515,7 +514,8 @@ int Ucma::Bind(Id* id, uint32_t ip, uint16_t port) {
   for (size_t i = 0; i < n; ++i) {
     CmDevice* d = Device(static_cast<int>(i));
     if (d == nullptr) continue;
-    if (ip == INADDR_ANY || d->ip == ip) devices.push_back(static_cast<int>(i));
+    if (ip == INADDR_ANY || d->info.ip == ip)
+      devices.push_back(static_cast<int>(i));
   }
   if (devices.empty()) return ip == INADDR_ANY ? ENODEV : EADDRNOTAVAIL;
   // The first device picks the port (0: any); the others take the same.
@@ -567,7 +567,7 @@ int Ucma::ResolveIp(int fd, const rdma_ucm_resolve_ip& c) {
   // The device whose own address it is, else every device bound.
   int own = -1;
   for (const auto& [dev, daemon_id] : id->daemon) {
-    if (Device(dev) != nullptr && Device(dev)->ip == dst) own = dev;
+    if (Device(dev) != nullptr && Device(dev)->info.ip == dst) own = dev;
   }
   if (own >= 0 && id->device < 0) ReleaseDaemonIds(id, own);
   id->dst_ip = dst;
@@ -608,23 +608,20 @@ int Ucma::QueryRoute(int fd, const rdma_ucm_query& c, uint16_t out) {
   resp.ibdev_index = UINT32_MAX;
   CmDevice* d = Device(id->device);
   if (d != nullptr) {
-    shm::DeviceInfo info{};
-    info.ip = d->ip;
-    if (auto now = d->client->QueryDevice(); now.ok()) info = *now;
-    resp.node_guid = GuidOf(info);
+    resp.node_guid = GuidOf(d->info);
     resp.ibdev_index = static_cast<uint32_t>(id->device);
     resp.port_num = 1;
     const bool routed =
         id->state == State::kRouteResolved || id->state == State::kConnect;
     resp.num_paths = routed ? 1 : 0;
     ib_user_path_rec& path = resp.ib_route[0];
-    PutGid(path.sgid, d->ip);
+    PutGid(path.sgid, d->info.ip);
     PutGid(path.dgid, id->dst_ip);
     path.pkey = htons(0xFFFF);
     if (routed) {
       path.reversible = 1;
       path.numb_path = 1;
-      path.mtu = static_cast<uint32_t>(MtuEnum(d->path_mtu));
+      path.mtu = static_cast<uint32_t>(MtuEnum(d->info.path_mtu));
       path.mtu_selector = 2;  // exactly
       path.rate_selector = 2;
       path.packet_life_time_selector = 2;
@@ -775,7 +772,7 @@ int Ucma::InitQpAttr(int fd, const rdma_ucm_init_qp_attr& c, uint16_t out) {
       a.ah_attr.grh.traffic_class = id->tos;
       a.ah_attr.port_num = 1;
       const uint8_t ours =
-          static_cast<uint8_t>(MtuEnum(d != nullptr ? d->path_mtu : 1024));
+          static_cast<uint8_t>(MtuEnum(d != nullptr ? d->info.path_mtu : 1024));
       a.path_mtu =
           id->peer.path_mtu != 0 ? std::min(ours, id->peer.path_mtu) : ours;
       a.dest_qp_num = id->peer.qpn;
@@ -1085,7 +1082,7 @@ void Ucma::OnEvent(CmDevice* d, const shm::CmEvent& e) {
     child.state = State::kConnect;
     child.device = d->index;
     child.daemon[d->index] = p.id;
-    child.src_ip = d->ip;
+    child.src_ip = d->info.ip;
     child.src_port = p.local_port;
     child.dst_ip = p.remote_ip;
     child.dst_port = p.remote_port;
@@ -1135,7 +1132,7 @@ void Ucma::OnEvent(CmDevice* d, const shm::CmEvent& e) {
     case shm::kCmAddrResolved:
       if (id->state != State::kAddrQuery) return;
       id->device = d->index;
-      id->src_ip = d->ip;
+      id->src_ip = d->info.ip;
       id->resolving.clear();
       ReleaseDaemonIds(id, d->index);  // the other devices' tries end
       id->state = State::kAddrResolved;

@@ -469,6 +469,15 @@ uint8_t ReplyPathMtu(const CmMessage& m) {
   return m.private_data[5];
 }
 
+CmMessage DisconnectReply(const CmMessage& dreq) {
+  CmMessage r{};
+  r.type = CmType::kDrep;
+  r.transaction_id = dreq.transaction_id;
+  r.local_comm_id = dreq.remote_comm_id;
+  r.remote_comm_id = dreq.local_comm_id;
+  return r;
+}
+
 bool SetIpCmPrivateData(const IpCmHeader& h, std::span<const uint8_t> consumer,
                         CmMessage* m) {
   if (m->type != CmType::kReq && m->type != CmType::kSidrReq) return false;

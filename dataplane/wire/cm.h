@@ -287,6 +287,9 @@ bool SetIpCmPrivateData(const IpCmHeader& h, std::span<const uint8_t> consumer,
 // SIDR REQ whose header has version 0 and IP version 4.
 bool ParseIpCmHeader(const CmMessage& m, IpCmHeader* h);
 
+// The DREP that answers `dreq`: its transaction, the comm ids turned round.
+CmMessage DisconnectReply(const CmMessage& dreq);
+
 // Writes the whole frame for `m` along `path` (UDP source port, DSCP and TTL
 // as given). Returns kCmFrameLen, or 0 when `out` is too small or `m` does
 // not fit its fields (private data longer than its type's capacity, QPN over
