@@ -314,21 +314,17 @@ class RawClient {
     if (!req.ok() || !resp.ok()) return false;
     requests_ = *req;
     responses_ = *resp;
+    // The connection slots' rings are formatted by the daemon when it hands
+    // a slot out (as for librdmaplane); send() and completion() attach to
+    // them on first use. Formatting all 1024 here would touch thousands of
+    // pages of the sparse region for every raw client.
     for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
       const shm::ConnectionSlotRef& slot = header_->connections[i];
       send_ring_[i] = region_ + slot.send.offset;
       completion_ring_[i] = region_ + slot.completion.offset;
-      auto s = shm::SpscRing<shm::SendEntry>::Create(
-          send_ring_[i], slot.send.bytes, shm::kSendRingEntries);
-      auto c = shm::SpscRing<shm::CompletionEntry>::Create(
-          completion_ring_[i], slot.completion.bytes,
-          shm::kCompletionRingEntries);
-      auto r = shm::SpscRing<shm::RecvEntry>::Create(
-          region_ + header_->receive[i].offset, header_->receive[i].bytes,
-          shm::kRecvRingEntries);
-      if (!s.ok() || !c.ok() || !r.ok()) return false;
-      send_[i] = *s;
-      completion_[i] = *c;
+      send_bytes_[i] = slot.send.bytes;
+      completion_bytes_[i] = slot.completion.bytes;
+      slot_rings_[i] = false;
     }
     if (file_bytes != region_bytes_ &&
         ftruncate(session_fd_, static_cast<off_t>(file_bytes)) != 0) {
@@ -643,7 +639,7 @@ class RawClient {
       uint32_t slot, absl::Duration timeout = kHangLimit) {
     const absl::Time end = absl::Now() + timeout;
     shm::CompletionEntry c;
-    while (completion_[slot].TryPop(&c) != shm::PopResult::kOk) {
+    while (completion(slot).TryPop(&c) != shm::PopResult::kOk) {
       if (absl::Now() > end) return std::nullopt;
       absl::SleepFor(absl::Microseconds(20));
     }
@@ -669,8 +665,12 @@ class RawClient {
   uint8_t* response_ring() { return response_ring_; }
   uint8_t* send_ring(uint32_t slot) { return send_ring_[slot]; }
   uint8_t* completion_ring(uint32_t slot) { return completion_ring_[slot]; }
-  shm::SpscRing<shm::SendEntry>& send(uint32_t slot) { return send_[slot]; }
+  shm::SpscRing<shm::SendEntry>& send(uint32_t slot) {
+    SlotRings(slot);
+    return send_[slot];
+  }
   shm::SpscRing<shm::CompletionEntry>& completion(uint32_t slot) {
+    SlotRings(slot);
     return completion_[slot];
   }
   shm::SpscRing<shm::ControlRequest>& requests() { return requests_; }
@@ -695,6 +695,28 @@ class RawClient {
   }
 
  private:
+  // The slot's rings as the daemon formatted them at hand-out, or, for a
+  // slot it never handed out, formatted here at the default depths.
+  void SlotRings(uint32_t slot) {
+    if (slot_rings_[slot]) return;
+    slot_rings_[slot] = true;
+    auto s = shm::SpscRing<shm::SendEntry>::Attach(send_ring_[slot],
+                                                   send_bytes_[slot]);
+    if (!s.ok()) {
+      s = shm::SpscRing<shm::SendEntry>::Create(
+          send_ring_[slot], send_bytes_[slot], shm::kSendRingEntries);
+    }
+    auto c = shm::SpscRing<shm::CompletionEntry>::Attach(
+        completion_ring_[slot], completion_bytes_[slot]);
+    if (!c.ok()) {
+      c = shm::SpscRing<shm::CompletionEntry>::Create(
+          completion_ring_[slot], completion_bytes_[slot],
+          shm::kCompletionRingEntries);
+    }
+    if (s.ok()) send_[slot] = *s;
+    if (c.ok()) completion_[slot] = *c;
+  }
+
   std::string path_;
   int sock_ = -1;
   int session_fd_ = -1;
@@ -708,6 +730,9 @@ class RawClient {
   uint8_t* response_ring_ = nullptr;
   uint8_t* send_ring_[shm::kMaxConnections] = {};
   uint8_t* completion_ring_[shm::kMaxConnections] = {};
+  uint32_t send_bytes_[shm::kMaxConnections] = {};
+  uint32_t completion_bytes_[shm::kMaxConnections] = {};
+  bool slot_rings_[shm::kMaxConnections] = {};
   shm::SpscRing<shm::ControlRequest> requests_;
   shm::SpscRing<shm::ControlResponse> responses_;
   shm::SpscRing<shm::SendEntry> send_[shm::kMaxConnections];
