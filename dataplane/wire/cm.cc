@@ -485,8 +485,8 @@ bool SetIpCmPrivateData(const IpCmHeader& h, std::span<const uint8_t> consumer,
   if (consumer.size() > capacity - kIpCmHeaderLen) return false;
   m->private_data.fill(0);
   uint8_t* p = m->private_data.data();
-  p[0] = 0;       // IP CM version 0.0
-  p[1] = 4 << 4;  // IPv4
+  p[0] = kIpCmMajorVersion << 4 | kIpCmMinorVersion;
+  p[1] = kIpCmIpv4 << 4;
   Put16(p + 2, h.src_port);
   Put32(p + 4 + 12, h.src_ip);   // after 12 bytes of zeros
   Put32(p + 20 + 12, h.dst_ip);  // likewise
@@ -503,7 +503,10 @@ bool ParseIpCmHeader(const CmMessage& m, IpCmHeader* h) {
     return false;
   }
   const uint8_t* p = m.private_data.data();
-  if (p[0] != 0 || (p[1] >> 4) != 4) return false;
+  if (p[0] != (kIpCmMajorVersion << 4 | kIpCmMinorVersion) ||
+      (p[1] >> 4) != kIpCmIpv4) {
+    return false;
+  }
   h->src_port = Get16(p + 2);
   h->src_ip = Get32(p + 4 + 12);
   h->dst_ip = Get32(p + 20 + 12);

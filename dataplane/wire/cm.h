@@ -259,6 +259,12 @@ inline constexpr uint16_t kPortSpaceTcp = 0x0106;
 inline constexpr uint16_t kPortSpaceUdp = 0x0111;
 inline constexpr uint16_t kPortSpaceIb = 0x013F;
 inline constexpr size_t kIpCmHeaderLen = 36;
+// The header's first byte is the IP CM version, major in the high nibble and
+// minor in the low one (0.0); the second has the IP version in its high
+// nibble.
+inline constexpr uint8_t kIpCmMajorVersion = 0;
+inline constexpr uint8_t kIpCmMinorVersion = 0;
+inline constexpr uint8_t kIpCmIpv4 = 4;
 constexpr uint64_t IpCmServiceId(uint16_t port_space, uint16_t port) {
   return uint64_t{port_space} << 16 | port;
 }
