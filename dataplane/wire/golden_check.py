@@ -3,8 +3,10 @@
 
 The frames come from the C++ codecs (golden_frames writes a pcap file and a
 JSON file with the field values each frame was built from): RC, UC and UD
-frames ("kind": "roce"), CM MADs in UD datagrams to QP1 ("kind": "cm") and
-ARP ("kind": "arp"); or from a conversation two queue pairs really had
+frames ("kind": "roce"), CM MADs in UD datagrams to QP1 ("kind": "cm"; of
+rdmaplane's native connections or, "service": "ip_cm", of the RDMA IP CM
+Service of IBA Annex A11 as Linux's rdma_cm speaks it) and ARP ("kind":
+"arp"); or from a conversation two queue pairs really had
 (dataplane/rc's conversation_frames, the same format, RC frames only). Two
 modes:
 
@@ -19,7 +21,8 @@ modes:
       rebuilds each frame from the expected fields with scapy (which computes
       the IPv4 checksum and the ICRC itself) and requires the result to equal
       our frame byte for byte. The MAD of a CM frame is rebuilt here from the
-      expected fields at the offsets of IBA vol. 1 tables 106-113.
+      expected fields at the offsets of IBA vol. 1 tables 106-115, the IP CM
+      header of a REQ or SIDR REQ as Linux's struct cma_hdr lays it out.
 
   golden_check.py tshark FRAMES.pcap FRAMES.json [--set=golden|conversation]
       Decodes the pcap with tshark, requires every RoCE frame to be dissected
@@ -27,7 +30,10 @@ modes:
       AtomicAckETH and IETH fields (tshark -V's lines for them too; an opcode
       Wireshark 4.0 does not know, with its BTH and the bytes after it as
       unknown data), every
-      CM frame with the expected DETH, MAD header and CM message fields,
+      CM frame with the expected DETH, MAD header and CM message fields
+      (an IP CM REQ's header and consumer data as tshark's IP CM fields;
+      tshark 4.0 has no SIDR dissector, so a SIDR message's MAD header and
+      undissected data only),
       every ARP frame with the expected ARP fields, no frame to be malformed
       or to have an expert-info warning, and checks that the expert-info
       check does flag a deliberately truncated frame. Then checks, from
@@ -36,12 +42,15 @@ modes:
       requests, MSNs that never go back, read responses in order, NAK
       "invalid request" for opcodes rdmaplane does not serve and silence
       after it (other peers, which serve them, answer atomics with ATOMIC
-      ACKNOWLEDGE), no answer to another partition, and CM transaction ids
-      and REQ values as Linux's CM gives them.
+      ACKNOWLEDGE), no answer to another partition, CM transaction ids
+      and REQ values as Linux's CM gives them, IP CM headers that name the
+      frame's own addresses and SIDR answers as librdmacm expects them.
 
 The golden set (the default) must hold every opcode with an extension
 header that rdmaplane's codec reads (RC, one UC WRITE, both UD opcodes),
-every CM message and both ARP operations; a conversation need not.
+every CM message of the native connections and of the IP CM Service (SIDR
+REQ and SIDR REP included, and REJs both for a port nobody listens on and
+from the application) and both ARP operations; a conversation need not.
 Exits non-zero with a message on the first kind of failure found; prints
 every mismatch. Run with Debian's /usr/bin/python3 (python3-scapy).
 """
@@ -107,18 +116,48 @@ GSI_QPN = 1
 GSI_QKEY = 0x80010000
 DETH_LEN, MAD_LEN, MAD_HDR_LEN = 8, 256, 24
 CM_FRAME_LEN = OUTER_LEN + BTH_LEN + DETH_LEN + MAD_LEN + ICRC_LEN
-CM_REQ, CM_MRA, CM_REJ, CM_REP, CM_RTU, CM_DREQ, CM_DREP = range(0x10, 0x17)
-# Where each message's private data starts in the MAD data (tables 106-113).
+(CM_REQ, CM_MRA, CM_REJ, CM_REP, CM_RTU, CM_DREQ, CM_DREP, CM_SIDR_REQ,
+ CM_SIDR_REP) = range(0x10, 0x19)
+# Where each message's private data starts in the MAD data (tables 106-115).
 CM_PRIVATE_DATA_AT = {CM_REQ: 140, CM_MRA: 10, CM_REJ: 84, CM_REP: 36,
-                      CM_RTU: 8, CM_DREQ: 12, CM_DREP: 8}
+                      CM_RTU: 8, CM_DREQ: 12, CM_DREP: 8, CM_SIDR_REQ: 16,
+                      CM_SIDR_REP: 96}
 PERMISSIVE_LID = 0xFFFF
 DEFAULT_PKEY = 0xFFFF
-# How tshark 4.0 labels each CM message.
+# How tshark 4.0 labels each CM message. It has no dissector for MRA, nor
+# for SIDR REQ and SIDR REP: it names them and shows their MAD header.
 CM_LABELS = {CM_REQ: "ConnectRequest",
              CM_MRA: "MsgRcptAck (Dissector Not Implemented)",
              CM_REJ: "ConnectReject", CM_REP: "ConnectReply",
              CM_RTU: "ReadyToUse", CM_DREQ: "DisconnectRequest",
-             CM_DREP: "DisconnectReply"}
+             CM_DREP: "DisconnectReply",
+             CM_SIDR_REQ: "ServiceIDResReq (Dissector Not Implemented)",
+             CM_SIDR_REP: "ServiceIDResReqResp (Dissector Not Implemented)"}
+SIDR_TYPES = (CM_SIDR_REQ, CM_SIDR_REP)
+# The messages each CM of the golden set must send: rdmaplane's native
+# connections have no SIDR.
+NATIVE_CM_TYPES = set(range(CM_REQ, CM_DREP + 1))
+IP_CM_TYPES = set(CM_LABELS)
+# REJ reasons (IBA 12.6.7) the IP CM Service's golden REJs must show:
+# invalid service id (nobody listens on the port) and consumer reject
+# (rdma_reject).
+REJ_INVALID_SERVICE_ID, REJ_CONSUMER = 8, 28
+
+# The RDMA IP CM Service (IBA Annex A11), as Linux's rdma_cm speaks it:
+# service ids 0x0000000001000000 | port space << 16 | port
+# (cma_get_service_id; RDMA_PS_TCP 0x0106 for RC, RDMA_PS_UDP 0x0111 for UD
+# by SIDR, RDMA_PS_IB 0x013F); a REQ's and SIDR REQ's private data begins
+# with a 36-byte header (struct cma_hdr): version 0.0, IP version 4 or 6 in
+# the high nibble, the source port, the source and destination addresses.
+IP_CM_SERVICE_PREFIX_MASK = 0xFFFFFFFFFF000000
+IP_CM_SERVICE_PREFIX = 0x0000000001000000
+PS_TCP, PS_UDP, PS_IB = 0x0106, 0x0111, 0x013F
+IP_CM_HEADER_LEN = 36
+IP_CM_VERSION = (0, 0)  # major, minor: Linux's CMA_VERSION 0x00
+IP_CM_IPV4 = 4
+# The Q_Key of librdmacm's UD queue pairs, which a SIDR REP for an
+# RDMA_PS_UDP port announces.
+RDMA_UDP_QKEY = 0x01234567
 
 ARP_FRAME_LEN = 60
 ARP_END = ETH_LEN + 28
@@ -195,8 +234,10 @@ def read_pcap(path):
 
 def load(pcap_path, json_path, complete):
     """The frames and what each was built from. `complete`: the set must
-    hold every opcode with an extension header, every CM message and both
-    ARP operations (the golden set; a captured conversation need not)."""
+    hold every opcode with an extension header, every CM message of both
+    CMs (the IP CM Service's SIDR REQ and SIDR REP, and its REJs for a port
+    nobody listens on and from the application) and both ARP operations
+    (the golden set; a captured conversation need not)."""
     frames = read_pcap(pcap_path)
     with open(json_path) as f:
         expected = json.load(f)
@@ -235,6 +276,7 @@ def load(pcap_path, json_path, complete):
             if e["frame_len"] != CM_FRAME_LEN:
                 sys.exit(f"frame {i + 1}: a CM frame of {e['frame_len']} "
                          f"bytes, not {CM_FRAME_LEN}")
+            check_cm_json(e, json_path)
         elif kind == "arp":
             if e["frame_len"] != ARP_FRAME_LEN:
                 sys.exit(f"frame {i + 1}: an ARP frame of {e['frame_len']} "
@@ -249,14 +291,96 @@ def load(pcap_path, json_path, complete):
                   (UC_WRITE_ONLY,)) - opcodes
     if missing:
         sys.exit(f"no golden frame for opcodes {sorted(missing)}")
-    missing = set(CM_LABELS) - {e["type"] for e in expected
-                                if e["kind"] == "cm"}
+    cm = [e for e in expected if e["kind"] == "cm"]
+    for service, types in (("native", NATIVE_CM_TYPES),
+                           ("ip_cm", IP_CM_TYPES)):
+        missing = types - {e["type"] for e in cm if e["service"] == service}
+        if missing:
+            sys.exit(f"no golden frame for {service} CM attributes "
+                     f"{[hex(t) for t in sorted(missing)]}")
+    missing = {REJ_INVALID_SERVICE_ID, REJ_CONSUMER} - {
+        e["reject_reason"] for e in cm
+        if e["service"] == "ip_cm" and e["type"] == CM_REJ}
     if missing:
-        sys.exit(f"no golden frame for CM attributes "
-                 f"{[hex(t) for t in sorted(missing)]}")
+        sys.exit(f"no golden IP CM REJ with reason {sorted(missing)}")
     if {e["op"] for e in expected if e["kind"] == "arp"} != {1, 2}:
         sys.exit("the golden frames need an ARP request and an ARP reply")
     return frames, expected
+
+
+def is_ip_cm_service_id(service_id):
+    return service_id & IP_CM_SERVICE_PREFIX_MASK == IP_CM_SERVICE_PREFIX
+
+
+def cm_capacity(t):
+    """Bytes of private data CM attribute `t` carries."""
+    return MAD_LEN - MAD_HDR_LEN - CM_PRIVATE_DATA_AT[t]
+
+
+def ip_cm_private_data(e):
+    """The whole private data field of an IP CM REQ or SIDR REQ, written
+    here from the JSON's "ip_cm" fields as Linux's rdma_cm lays it out
+    (struct cma_hdr, cma_format_hdr; IBA Annex A11): the version (major in
+    the high nibble of byte 0, minor in the low one), the IP version in the
+    high nibble of byte 1, the source port, the source and the destination
+    address in 16 bytes each (an IPv4 address in the last four, zeros
+    before it), then the consumer's private data, then zeros."""
+    h = e["ip_cm"]
+    out = struct.pack(">BBH", h["major_version"] << 4 | h["minor_version"],
+                      h["ip_version"] << 4, h["src_port"])
+    for ip in (h["src_ip"], h["dst_ip"]):
+        out += bytes(12) + ipaddress.IPv4Address(ip).packed
+    out += bytes.fromhex(h["consumer_private_data_hex"])
+    return out + bytes(cm_capacity(e["type"]) - len(out))
+
+
+def check_cm_json(e, json_path):
+    """Exits unless a CM frame's JSON holds together: a known service; SIDR
+    only in the IP CM Service and with its fields; an IP CM service id on
+    exactly the IP CM Service's REQs and SIDR REQs, in the port space that
+    suits them (SIDR resolves RDMA_PS_UDP ports), each with an IP CM header
+    of version 0.0 and IPv4 whose consumer data fits; and private data that
+    is that header and the consumer's data, as written here."""
+    where = f"{json_path}: frame {e['index']} ({e['name']})"
+    t, service = e["type"], e.get("service")
+    if service not in ("native", "ip_cm"):
+        sys.exit(f"{where}: unknown CM service {service!r}")
+    if t in SIDR_TYPES and (service != "ip_cm" or e.get("sidr") is None):
+        sys.exit(f"{where}: SIDR outside the IP CM Service or without its "
+                 f"fields")
+    if t == CM_SIDR_REQ and e["sidr"]["pkey"] != DEFAULT_PKEY:
+        sys.exit(f"{where}: SIDR REQ for partition "
+                 f"{e['sidr']['pkey']:#x}")
+    if t in (CM_REQ, CM_SIDR_REQ):
+        sid = e["sidr"]["service_id"] if t == CM_SIDR_REQ else e["service_id"]
+        if is_ip_cm_service_id(sid) != (service == "ip_cm"):
+            sys.exit(f"{where}: service id {sid:#018x} in a {service} "
+                     f"message")
+        port_spaces = (PS_UDP,) if t == CM_SIDR_REQ else (PS_TCP, PS_IB)
+        if service == "ip_cm" and (sid >> 16) & 0xFFFF not in port_spaces:
+            sys.exit(f"{where}: port space {(sid >> 16) & 0xFFFF:#06x} in "
+                     f"a {CM_LABELS[t]}")
+    h = e.get("ip_cm")
+    if (h is not None) != (t in (CM_REQ, CM_SIDR_REQ) and
+                           service == "ip_cm"):
+        sys.exit(f"{where}: an IP CM header must come with exactly the IP "
+                 f"CM Service's REQs and SIDR REQs")
+    if h is None:
+        return
+    if ((h["major_version"], h["minor_version"]) != IP_CM_VERSION or
+            h["ip_version"] != IP_CM_IPV4):
+        sys.exit(f"{where}: IP CM header version {h['major_version']}."
+                 f"{h['minor_version']}, IP version {h['ip_version']}; "
+                 f"Annex A11 and Linux's cma_hdr have 0.0 and 4")
+    consumer = bytes.fromhex(h["consumer_private_data_hex"])
+    if len(consumer) > cm_capacity(t) - IP_CM_HEADER_LEN:
+        sys.exit(f"{where}: {len(consumer)} bytes of consumer private data "
+                 f"after the IP CM header")
+    ours = ip_cm_private_data(e)
+    if ours != e["private_data"]:
+        diff = [i for i in range(len(ours)) if ours[i] != e["private_data"][i]]
+        sys.exit(f"{where}: the private data differs from the IP CM header "
+                 f"and consumer data written here at offsets {diff[:8]}")
 
 
 def unlayered_header_len(e):
@@ -310,15 +434,17 @@ def ipv4_mapped_gid(ip):
 
 def cm_mad(e):
     """The 256-byte MAD for a golden CM frame: the common MAD header, then the
-    message at the byte and bit positions of IBA vol. 1 tables 106-113 (bit
-    fields counted from the most significant bit of their byte)."""
+    message at the byte and bit positions of IBA vol. 1 tables 106-115 (bit
+    fields counted from the most significant bit of their byte); an IP CM
+    REQ's or SIDR REQ's private data from ip_cm_private_data."""
     mad = bytearray(MAD_LEN)
     struct.pack_into(">BBBBHHQHHI", mad, 0, 1, 0x07, 2, 0x03, 0, 0,
                      e["transaction_id"], e["type"], 0, 0)
     d = MAD_HDR_LEN
     t = e["type"]
-    struct.pack_into(">I", mad, d + 0, e["local_comm_id"])
-    if t != CM_REQ:
+    if t not in SIDR_TYPES:
+        struct.pack_into(">I", mad, d + 0, e["local_comm_id"])
+    if t not in SIDR_TYPES + (CM_REQ,):
         struct.pack_into(">I", mad, d + 4, e["remote_comm_id"])
     if t == CM_REQ:
         struct.pack_into(">QQ", mad, d + 8, e["service_id"],
@@ -327,16 +453,18 @@ def cm_mad(e):
         struct.pack_into(">I", mad, d + 32,
                          e["qpn"] << 8 | e["responder_resources"])
         struct.pack_into(">I", mad, d + 36, e["initiator_depth"])
-        # Remote EECN 0; remote CM response timeout, transport RC (0), no
-        # end-to-end flow control.
+        # Remote EECN 0; remote CM response timeout, transport RC (0),
+        # end-to-end flow control in the last bit.
         struct.pack_into(">I", mad, d + 40,
-                         e["remote_cm_response_timeout"] << 3)
+                         e["remote_cm_response_timeout"] << 3 |
+                         e["flow_control"])
         struct.pack_into(">I", mad, d + 44, e["start_psn"] << 8 |
                          e["local_cm_response_timeout"] << 3 |
                          e["retry_count"])
+        # Max CM retries, SRQ (bit 3), extended transport type 0.
         struct.pack_into(">HBB", mad, d + 48, DEFAULT_PKEY,
                          e["path_mtu"] << 4 | e["rnr_retry_count"],
-                         e["max_cm_retries"] << 4)
+                         e["max_cm_retries"] << 4 | e["srq"] << 3)
         struct.pack_into(">HH", mad, d + 52, PERMISSIVE_LID, PERMISSIVE_LID)
         mad[d + 56:d + 72] = ipv4_mapped_gid(e["local_ip"])
         mad[d + 72:d + 88] = ipv4_mapped_gid(e["remote_ip"])
@@ -356,13 +484,27 @@ def cm_mad(e):
         struct.pack_into(">I", mad, d + 20, e["start_psn"] << 8)
         mad[d + 24] = e["responder_resources"]
         mad[d + 25] = e["initiator_depth"]
-        mad[d + 26] = e["target_ack_delay"] << 3
-        mad[d + 27] = e["rnr_retry_count"] << 5
+        # Failover accepted 0 between the two.
+        mad[d + 26] = e["target_ack_delay"] << 3 | e["flow_control"]
+        mad[d + 27] = e["rnr_retry_count"] << 5 | e["srq"] << 4
         struct.pack_into(">Q", mad, d + 28, eui64(e["src_mac"]))
     elif t == CM_DREQ:
         struct.pack_into(">I", mad, d + 8, e["qpn"] << 8)
+    elif t == CM_SIDR_REQ:
+        # Request id, P_Key, 2 reserved bytes, service id (table 114).
+        s = e["sidr"]
+        struct.pack_into(">IHHQ", mad, d, s["request_id"], s["pkey"], 0,
+                         s["service_id"])
+    elif t == CM_SIDR_REP:
+        # Request id, status, additional information length (0), 2 reserved
+        # bytes, QPN and a reserved byte, service id, Q_Key, then 72 bytes
+        # of additional information, all zero (table 115).
+        s = e["sidr"]
+        struct.pack_into(">IBBHIQI", mad, d, s["request_id"], s["status"], 0,
+                         0, s["qpn"] << 8, s["service_id"], s["qkey"])
     at = d + CM_PRIVATE_DATA_AT[t]
-    mad[at:] = e["private_data"]
+    mad[at:] = (ip_cm_private_data(e) if e.get("ip_cm") is not None
+                else e["private_data"])
     if len(mad) != MAD_LEN:
         sys.exit(f"frame {e['index']}: private data overruns the MAD")
     if t == CM_REQ and e["service_name"]:
@@ -647,11 +789,12 @@ def check_scapy(frames, expected):
 
     status = m.exit_status("scapy")
     if status == 0:
+        ip_cm = sum(e["service"] == "ip_cm" for _, e in cm)
         print(f"scapy: {len(roce)} RoCE (RC, UC, UD) and {len(cm)} CM frames "
-              f"decoded and "
+              f"({ip_cm} of the IP CM Service) decoded and "
               f"ICRCs recomputed (scapy and rxe-style), CM MADs match the "
-              f"IBA layout, {len(arp)} ARP frames decoded, all rebuilt "
-              f"byte for byte")
+              f"IBA layout (and IP CM headers Annex A11's), {len(arp)} ARP "
+              f"frames decoded, all rebuilt byte for byte")
     return status
 
 
@@ -705,50 +848,15 @@ TSHARK_CM_FIELDS = [
 
 def cm_expected_fields(e):
     """tshark field -> expected value for the message fields of a CM frame.
-    Wireshark 4.0 does not dissect MRA; its body is checked through
-    infiniband.mad.data like every other message's."""
+    Wireshark 4.0 does not dissect MRA, SIDR REQ and SIDR REP; their bodies
+    are checked through infiniband.mad.data like every other message's. It
+    dissects the private data of a REQ for an IP CM service id as the IP CM
+    header and the consumer's data (and shows that service id's prefix,
+    port space and port), the private data of any other REQ as bytes."""
     t = e["type"]
     pd = e["private_data"].hex()
     if t == CM_REQ:
-        return {
-            "infiniband.cm.req": e["local_comm_id"],
-            "infiniband.cm.req.serviceid": e["service_id"],
-            "infiniband.cm.req.localcaguid": eui64(e["src_mac"]),
-            "infiniband.cm.req.localqkey": 0,
-            "infiniband.cm.req.localqpn": e["qpn"],
-            "infiniband.cm.req.responderres": e["responder_resources"],
-            "infiniband.cm.req.initdepth": e["initiator_depth"],
-            "infiniband.cm.req.remoteresptout":
-                e["remote_cm_response_timeout"],
-            "infiniband.cm.req.transpsvctype": 0,  # RC
-            "infiniband.cm.req.e2eflowctrl": 0,
-            "infiniband.cm.req.startpsn": e["start_psn"],
-            "infiniband.cm.req.localresptout":
-                e["local_cm_response_timeout"],
-            "infiniband.cm.req.retrcount": e["retry_count"],
-            "infiniband.cm.req.pkey": DEFAULT_PKEY,
-            "infiniband.cm.req.pppmtu": e["path_mtu"],
-            "infiniband.cm.req.rdcexist": 0,
-            "infiniband.cm.req.rnrretrcount": e["rnr_retry_count"],
-            "infiniband.cm.req.maxcmretr": e["max_cm_retries"],
-            "infiniband.cm.req.srq": 0,
-            "infiniband.cm.req.ext_transport": 0,
-            "infiniband.cm.req.prim_locallid": PERMISSIVE_LID,
-            "infiniband.cm.req.prim_remotelid": PERMISSIVE_LID,
-            "infiniband.cm.req.prim_localgid_ipv4": e["local_ip"],
-            "infiniband.cm.req.prim_remotegid_ipv4": e["remote_ip"],
-            # Wireshark 4.0 reads Primary Packet Rate from the flow label's
-            # first byte, not from the low six bits of byte 91 where the IBA
-            # (and Linux's CM) put it: check_cm_rules reads it from the MAD.
-            "infiniband.cm.req.prim_flowlabel": 0,
-            "infiniband.cm.req.prim_tfcclass": e["dscp_ecn"] & 0xFC,
-            "infiniband.cm.req.prim_sl": 0,
-            "infiniband.cm.req.prim_subnetlocal": 0,
-            "infiniband.cm.req.prim_hoplim": e["ttl"],
-            "infiniband.cm.req.prim_localacktout": e["local_ack_timeout"],
-            "infiniband.cm.req.alt_locallid": 0,
-            "infiniband.cm.req.private": pd,
-        }
+        return {**cm_req_fields(e), **cm_req_private_fields(e)}
     if t == CM_REP:
         return {
             "infiniband.cm.rep": e["local_comm_id"],
@@ -761,9 +869,9 @@ def cm_expected_fields(e):
             "infiniband.cm.rep.initdepth": e["initiator_depth"],
             "infiniband.cm.rep.tgtackdelay": e["target_ack_delay"],
             "infiniband.cm.rep.failoveracc": 0,
-            "infiniband.cm.rep.e2eflowctrl": 0,
+            "infiniband.cm.rep.e2eflowctrl": e["flow_control"],
             "infiniband.cm.rep.rnrretrcount": e["rnr_retry_count"],
-            "infiniband.cm.rep.srq": 0,
+            "infiniband.cm.rep.srq": e["srq"],
             "infiniband.cm.rep.localcaguid": eui64(e["src_mac"]),
             "infiniband.cm.rep.private": pd,
         }
@@ -799,19 +907,102 @@ def cm_expected_fields(e):
     return {}
 
 
-# Every per-message field above, so that one tshark run extracts them all.
-TSHARK_CM_MESSAGE_FIELDS = sorted({
-    f for t in CM_LABELS
-    for f in cm_expected_fields({
-        "type": t, "private_data": b"", "src_mac": "00:00:00:00:00:00",
-        **{k: 0 for k in (
-            "local_comm_id", "remote_comm_id", "service_id", "qpn",
-            "responder_resources", "initiator_depth", "start_psn",
-            "path_mtu", "local_ip", "remote_ip", "dscp_ecn", "ttl",
-            "local_ack_timeout", "target_ack_delay", "refers_to",
-            "reject_reason", "remote_cm_response_timeout",
-            "local_cm_response_timeout", "retry_count", "rnr_retry_count",
-            "max_cm_retries", "packet_rate")}})})
+def cm_req_private_fields(e):
+    """tshark's fields for a REQ's service id and private data: for an IP CM
+    service id, its parts and the IP CM header and consumer data as written
+    here (ip_cm_private_data), not as the C++ side wrote them."""
+    h = e.get("ip_cm")
+    if h is None:
+        return {"infiniband.cm.req.private": e["private_data"].hex()}
+    pd = ip_cm_private_data(e)
+    sid = e["service_id"]
+    return {
+        # The five bytes 00 00 00 00 01, then the port space's low byte
+        # (Wireshark's "protocol": 0x06 for RDMA_PS_TCP) and the port.
+        "infiniband.cm.req.serviceid.prefix": f"{sid >> 24:010x}",
+        "infiniband.cm.req.serviceid.protocol": (sid >> 16) & 0xFF,
+        "infiniband.cm.req.serviceid.dport": sid & 0xFFFF,
+        "infiniband.cm.req.ip_cm": pd.hex(),
+        "infiniband.cm.req.ip_cm.majv": h["major_version"],
+        "infiniband.cm.req.ip_cm.minv": h["minor_version"],
+        "infiniband.cm.req.ip_cm.ipv": h["ip_version"],
+        "infiniband.cm.req.ip_cm.reserved": 0,
+        "infiniband.cm.req.ip_cm.sport": h["src_port"],
+        "infiniband.cm.req.ip_cm.sip4": h["src_ip"],
+        "infiniband.cm.req.ip_cm.dip4": h["dst_ip"],
+        "infiniband.cm.req.ip_cm.private": pd[IP_CM_HEADER_LEN:].hex(),
+        # An IPv4 header: no IPv6 addresses.
+        "infiniband.cm.req.ip_cm.sip6": "",
+        "infiniband.cm.req.ip_cm.dip6": "",
+    }
+
+
+def cm_req_fields(e):
+    """tshark's fields for a REQ but its service id's parts and private
+    data."""
+    return {
+        "infiniband.cm.req": e["local_comm_id"],
+        "infiniband.cm.req.serviceid": e["service_id"],
+        "infiniband.cm.req.localcaguid": eui64(e["src_mac"]),
+        "infiniband.cm.req.localqkey": 0,
+        "infiniband.cm.req.localqpn": e["qpn"],
+        "infiniband.cm.req.responderres": e["responder_resources"],
+        "infiniband.cm.req.initdepth": e["initiator_depth"],
+        "infiniband.cm.req.remoteresptout": e["remote_cm_response_timeout"],
+        "infiniband.cm.req.transpsvctype": 0,  # RC
+        "infiniband.cm.req.e2eflowctrl": e["flow_control"],
+        "infiniband.cm.req.startpsn": e["start_psn"],
+        "infiniband.cm.req.localresptout": e["local_cm_response_timeout"],
+        "infiniband.cm.req.retrcount": e["retry_count"],
+        "infiniband.cm.req.pkey": DEFAULT_PKEY,
+        "infiniband.cm.req.pppmtu": e["path_mtu"],
+        "infiniband.cm.req.rdcexist": 0,
+        "infiniband.cm.req.rnrretrcount": e["rnr_retry_count"],
+        "infiniband.cm.req.maxcmretr": e["max_cm_retries"],
+        "infiniband.cm.req.srq": e["srq"],
+        "infiniband.cm.req.ext_transport": 0,
+        "infiniband.cm.req.prim_locallid": PERMISSIVE_LID,
+        "infiniband.cm.req.prim_remotelid": PERMISSIVE_LID,
+        "infiniband.cm.req.prim_localgid_ipv4": e["local_ip"],
+        "infiniband.cm.req.prim_remotegid_ipv4": e["remote_ip"],
+        # Wireshark 4.0 reads Primary Packet Rate from the flow label's
+        # first byte, not from the low six bits of byte 91 where the IBA
+        # (and Linux's CM) put it: check_cm_rules reads it from the MAD.
+        "infiniband.cm.req.prim_flowlabel": 0,
+        "infiniband.cm.req.prim_tfcclass": e["dscp_ecn"] & 0xFC,
+        "infiniband.cm.req.prim_sl": 0,
+        "infiniband.cm.req.prim_subnetlocal": 0,
+        "infiniband.cm.req.prim_hoplim": e["ttl"],
+        "infiniband.cm.req.prim_localacktout": e["local_ack_timeout"],
+        "infiniband.cm.req.alt_locallid": 0,
+    }
+
+
+def _all_cm_message_fields():
+    """Every per-message field above (a REQ's with and without an IP CM
+    header), so that one tshark run extracts them all."""
+    fields = set()
+    for t in CM_LABELS:
+        for ip_cm in (None, {"major_version": 0, "minor_version": 0,
+                             "ip_version": 4, "src_port": 0,
+                             "src_ip": "0.0.0.0", "dst_ip": "0.0.0.0",
+                             "consumer_private_data_hex": ""}):
+            fields |= set(cm_expected_fields({
+                "type": t, "private_data": b"", "src_mac": "00:00:00:00:00:00",
+                "ip_cm": ip_cm,
+                **{k: 0 for k in (
+                    "local_comm_id", "remote_comm_id", "service_id", "qpn",
+                    "responder_resources", "initiator_depth", "start_psn",
+                    "path_mtu", "local_ip", "remote_ip", "dscp_ecn", "ttl",
+                    "local_ack_timeout", "target_ack_delay", "refers_to",
+                    "reject_reason", "remote_cm_response_timeout",
+                    "local_cm_response_timeout", "retry_count",
+                    "rnr_retry_count", "max_cm_retries", "packet_rate",
+                    "srq", "flow_control")}}))
+    return sorted(fields)
+
+
+TSHARK_CM_MESSAGE_FIELDS = _all_cm_message_fields()
 
 TSHARK_ARP_FIELDS = [
     "eth.src",
@@ -1092,9 +1283,21 @@ def check_tshark(pcap_path, frames, expected):
                 "    Invariant CRC: 0x" + raw_frame_icrc_hex(frames, e)]
             if e["type"] == CM_REQ:
                 lines += [
-                    f"        ServiceID: 0x{e['service_id']:016x}",
                     f"        Primary Local Port GID: {e['local_ip']}",
                     f"        Primary Remote Port GID: {e['remote_ip']}"]
+                h = e.get("ip_cm")
+                sid = e["service_id"]
+                if h is None:
+                    lines.append(f"        ServiceID: 0x{sid:016x}")
+                else:
+                    lines += [
+                        "        IP CM ServiceID",
+                        f"            Prefix: {sid >> 24:010x}",
+                        f"            Protocol: 0x{(sid >> 16) & 0xFF:02x}",
+                        f"            Destination Port: 0x{sid & 0xFFFF:04x}",
+                        "        IP CM Private Data",
+                        f"            IP CM Source IP: {h['src_ip']}",
+                        f"            IP CM Destination IP: {h['dst_ip']}"]
         else:
             op = {1: "request", 2: "reply"}[e["op"]]
             lines = [
@@ -1136,9 +1339,11 @@ def check_tshark(pcap_path, frames, expected):
                    "this tshark shows but does not verify the ICRC")
         counts = {k: len(of_kind(frames, expected, k))
                   for k in ("roce", "cm", "arp")}
+        ip_cm = sum(e["service"] == "ip_cm"
+                    for _, e in of_kind(frames, expected, "cm"))
         print(f"tshark: {counts['roce']} RoCE (RC, UC, UD) frames and "
-              f"{counts['cm']} CM "
-              f"frames dissected as InfiniBand, {counts['arp']} ARP frames, "
+              f"{counts['cm']} CM frames ({ip_cm} of the IP CM Service) "
+              f"dissected as InfiniBand, {counts['arp']} ARP frames, "
               f"fields match, conversation rules hold, no expert warnings "
               f"({checked})")
     return status
@@ -1275,12 +1480,21 @@ def check_rc_rules(m, decoded, expected):
 
 def check_cm_rules(m, decoded, expected):
     """Transaction ids as Linux's CM gives them: REQ, MRA, REP, RTU and a
-    REJ of the REQ share the REQ's; a DREP repeats its DREQ's; none is 0.
-    A REQ's packet rate is a defined rate and its local ACK timeout is not 0
-    ("none")."""
+    REJ of the REQ share the REQ's; a DREP repeats its DREQ's; a SIDR REP
+    its SIDR REQ's (the one with its request id); none is 0. A REQ's packet
+    rate is a defined rate and its local ACK timeout is not 0 ("none"). The
+    IP CM header of a REQ names the frame's own source and destination
+    addresses (Linux's passive side finds its net device and the listener
+    by them: cma_save_ip_info, validate_net_dev). A SIDR REP answers for
+    its SIDR REQ's service id; one that resolves (status 0) names a queue
+    pair other than QP0 and QP1 and, for an RDMA_PS_UDP port, the Q_Key of
+    librdmacm's UD queue pairs (RDMA_UDP_QKEY), without which the two could
+    not talk. SIDR, which tshark 4.0 does not dissect, is read at the
+    offsets of IBA tables 114 and 115."""
     cm = [(got, e) for got, e in zip(decoded, expected) if e["kind"] == "cm"]
     req_tid = {}   # active comm id -> TID of its REQ
     dreq_tid = {}  # DREQ sender's comm id -> TID
+    sidr_req = {}  # request id -> (TID, service id) of its SIDR REQ
     for got, e in cm:
         tid = _int(got["infiniband.mad.transactionid"])
         t = _int(got["infiniband.mad.attributeid"])
@@ -1288,8 +1502,32 @@ def check_cm_rules(m, decoded, expected):
         local_id, remote_id = struct.unpack_from(">II", data, 0)
         if tid == 0:
             m.fail(e, "transaction id 0")
+        if t == CM_SIDR_REQ:
+            sidr_req[local_id] = (tid, struct.unpack_from(">Q", data, 8)[0])
+            continue
+        if t == CM_SIDR_REP:
+            status = data[4]
+            qpn = int.from_bytes(data[8:11], "big")
+            sid, qkey = struct.unpack_from(">QI", data, 12)
+            asked_tid, asked_sid = sidr_req.get(local_id, (None, None))
+            m.expect(e, "SIDR REP transaction id = its SIDR REQ's", tid,
+                     asked_tid)
+            m.expect(e, "SIDR REP service id = its SIDR REQ's", sid,
+                     asked_sid)
+            if status == 0 and qpn < 2:
+                m.fail(e, f"SIDR REP resolves to QP {qpn}")
+            if (status == 0 and is_ip_cm_service_id(sid) and
+                    (sid >> 16) & 0xFFFF == PS_UDP and qkey != RDMA_UDP_QKEY):
+                m.fail(e, f"SIDR REP for an RDMA_PS_UDP port with Q_Key "
+                          f"{qkey:#010x}, not librdmacm's {RDMA_UDP_QKEY:#x}")
+            continue
         if t == CM_REQ:
             req_tid[local_id] = tid
+            if got["infiniband.cm.req.ip_cm"]:
+                m.expect(e, "IP CM header's source address",
+                         got["infiniband.cm.req.ip_cm.sip4"], got["ip.src"])
+                m.expect(e, "IP CM header's destination address",
+                         got["infiniband.cm.req.ip_cm.dip4"], got["ip.dst"])
             rate = data[91] & 0x3F  # low six bits of byte 91 (see above)
             m.expect(e, "REQ packet rate", rate, e["packet_rate"])
             if rate not in DEFINED_RATES:

@@ -1,5 +1,7 @@
 #include "dataplane/wire/golden_frames.h"
 
+#include <algorithm>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -80,6 +82,16 @@ PacketHeaders Between(PacketHeaders h, Qpn from, Qpn to) {
   h.path.udp_src_port = UdpSourcePortForQpn(from);
   h.bth.dest_qp = to;
   return h;
+}
+
+// `len` bytes of `text` over and over: private data that says in a hex dump
+// whose it is.
+std::vector<uint8_t> Text(size_t len, std::string_view text) {
+  std::vector<uint8_t> out(len);
+  for (size_t i = 0; i < len; ++i) {
+    out[i] = static_cast<uint8_t>(text[i % text.size()]);
+  }
+  return out;
 }
 
 GoldenFrame Make(std::string name, PacketHeaders headers,
@@ -451,6 +463,202 @@ std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
   rej.refers_to = CmRefersTo::kReq;
   rej.reject_reason = kRejInvalidServiceId;
   add("cm_rej_invalid_service", passive, rej);
+  return frames;
+}
+
+std::vector<GoldenCmFrame> MakeGoldenIpCmFrames() {
+  // Communication ids as control/ip_cm.cc hands them out: the top bit set
+  // (IpCm::kCommIdBit), which keeps them apart from the native CM's. A SIDR
+  // REQ's request id is one as well.
+  constexpr uint32_t kClientCommId = 0x80000A01;
+  constexpr uint32_t kServerCommId = 0x80000B01;
+  constexpr uint32_t kLonelyCommId = kClientCommId + 1;
+  constexpr uint32_t kRefusedCommId = kClientCommId + 2;
+  constexpr uint32_t kSidrRequestId = kClientCommId + 3;
+  constexpr uint16_t kServerPort = 7471;   // rdma_server's and cmatose's
+  constexpr uint16_t kNobodysPort = 7472;  // where nobody listens
+  constexpr uint16_t kUdaddyPort = 7174;   // udaddy's
+  // The client's ids are bound to ephemeral ports (32768..60999).
+  constexpr uint16_t kClientPort = 40001;
+  constexpr Qpn kClientQpn(0x000211);
+  constexpr Qpn kServerQpn(0x000322);
+  constexpr Qpn kUdServerQpn(0x000433);
+  constexpr uint32_t kRdmaUdpQkey = 0x01234567;  // librdmacm's RDMA_UDP_QKEY
+
+  std::vector<GoldenCmFrame> frames;
+  // As the daemon's link sends them (ConnectionManager::SendCm): the UDP
+  // source port from the sender's comm id, no DSCP, the default TTL.
+  auto add = [&frames](std::string name, bool from_client, CmMessage m,
+                       std::optional<IpCmHeader> ip_cm = std::nullopt,
+                       std::vector<uint8_t> data = {}) {
+    GoldenCmFrame g;
+    g.name = std::move(name);
+    g.path.src_mac = from_client ? kRequesterMac : kResponderMac;
+    g.path.dst_mac = from_client ? kResponderMac : kRequesterMac;
+    g.path.src_ip = from_client ? kRequesterIp : kResponderIp;
+    g.path.dst_ip = from_client ? kResponderIp : kRequesterIp;
+    g.path.udp_src_port =
+        static_cast<uint16_t>(0xC000 | (m.local_comm_id & 0x3FFF));
+    bool ok = true;
+    if (ip_cm.has_value()) {
+      ok = SetIpCmPrivateData(*ip_cm, data, &m);
+    } else if (data.size() <= CmPrivateDataCapacity(m.type)) {
+      std::copy(data.begin(), data.end(), m.private_data.begin());
+      m.private_data_len = static_cast<uint8_t>(data.size());
+    } else {
+      ok = false;
+    }
+    g.message = m;
+    g.ip_cm_service = true;
+    g.ip_cm = ip_cm;
+    g.consumer_private_data = std::move(data);
+    // An empty frame when the private data did not fit: golden_frames
+    // then reports the encoding failed.
+    g.frame.resize(kCmFrameLen);
+    g.frame.resize(ok ? EncodeCmFrame(g.path, m, g.frame) : 0);
+    frames.push_back(std::move(g));
+  };
+
+  // rdma_connect to port 7471 (RDMA_PS_TCP), as IpCm::Connect fills the
+  // REQ: the application's conn_param (16 READs each way, the device's
+  // most; 7 retries and RNR retries; end-to-end flow control asked for),
+  // REQs 250 ms apart tried 8 times, a 1024-byte path MTU (an Ethernet MTU
+  // of 1500); the IP CM header names the client's port and both addresses.
+  CmMessage req;
+  req.type = CmType::kReq;
+  req.transaction_id = CmTransactionId(CmTransaction::kConnect, kClientCommId);
+  req.local_comm_id = kClientCommId;
+  req.service_id = IpCmServiceId(kPortSpaceTcp, kServerPort);
+  req.qpn = kClientQpn;
+  req.start_psn = Psn(0x3A5C71);
+  req.path_mtu = kIbMtu1024;
+  req.responder_resources = 16;
+  req.initiator_depth = 16;
+  req.flow_control = true;
+  req.retry_count = 7;
+  req.rnr_retry_count = 7;
+  req.remote_cm_response_timeout = IbTimeoutCode(250'000'000);
+  req.local_cm_response_timeout = IbTimeoutCode(250'000'000);
+  req.max_cm_retries = 7;
+  req.local_ip = kRequesterIp;
+  req.remote_ip = kResponderIp;
+  const IpCmHeader header{
+      .src_port = kClientPort, .src_ip = kRequesterIp, .dst_ip = kResponderIp};
+  add("ip_cm_req", true, req, header, Text(56, "REQ consumer data. "));
+
+  // The listener holds the REQ until its application accepts.
+  CmMessage mra;
+  mra.type = CmType::kMra;
+  mra.transaction_id = req.transaction_id;
+  mra.local_comm_id = kServerCommId;
+  mra.remote_comm_id = kClientCommId;
+  mra.refers_to = CmRefersTo::kReq;
+  mra.service_timeout = IbTimeoutCode(1'000'000'000);
+  add("ip_cm_mra", false, mra);
+
+  // rdma_accept: the server's queue pair (its receives from an SRQ) and
+  // 196 bytes of the application's private data; no MTU record.
+  CmMessage rep;
+  rep.type = CmType::kRep;
+  rep.transaction_id = req.transaction_id;
+  rep.local_comm_id = kServerCommId;
+  rep.remote_comm_id = kClientCommId;
+  rep.qpn = kServerQpn;
+  rep.start_psn = Psn(0x1F0E0D);
+  rep.responder_resources = 16;
+  rep.initiator_depth = 16;
+  rep.rnr_retry_count = 7;
+  rep.srq = true;
+  rep.flow_control = true;
+  add("ip_cm_rep", false, rep, std::nullopt, Text(196, "REP consumer data. "));
+
+  CmMessage rtu;
+  rtu.type = CmType::kRtu;
+  rtu.transaction_id = req.transaction_id;
+  rtu.local_comm_id = kClientCommId;
+  rtu.remote_comm_id = kServerCommId;
+  add("ip_cm_rtu", true, rtu);
+
+  // rdma_disconnect by the client, answered at once.
+  CmMessage dreq;
+  dreq.type = CmType::kDreq;
+  dreq.transaction_id =
+      CmTransactionId(CmTransaction::kDisconnect, kClientCommId);
+  dreq.local_comm_id = kClientCommId;
+  dreq.remote_comm_id = kServerCommId;
+  dreq.qpn = kServerQpn;
+  add("ip_cm_dreq", true, dreq);
+  add("ip_cm_drep", false, DisconnectReply(dreq));
+
+  // A REQ to a port nobody listens on: REJ "invalid service id" (8), from
+  // no communication id, without private data.
+  CmMessage lonely = req;
+  lonely.transaction_id =
+      CmTransactionId(CmTransaction::kConnect, kLonelyCommId);
+  lonely.local_comm_id = kLonelyCommId;
+  lonely.service_id = IpCmServiceId(kPortSpaceTcp, kNobodysPort);
+  lonely.qpn = Qpn(kClientQpn.value() + 1);
+  lonely.start_psn = Psn(0x000001);
+  IpCmHeader lonely_header = header;
+  lonely_header.src_port = kClientPort + 1;
+  add("ip_cm_req_no_listener", true, lonely, lonely_header,
+      Text(56, "REQ to nobody. "));
+  CmMessage invalid;
+  invalid.type = CmType::kRej;
+  invalid.transaction_id = lonely.transaction_id;
+  invalid.local_comm_id = 0;
+  invalid.remote_comm_id = kLonelyCommId;
+  invalid.refers_to = CmRefersTo::kReq;
+  invalid.reject_reason = kRejInvalidServiceId;
+  add("ip_cm_rej_invalid_service", false, invalid);
+
+  // A REQ the listening application turns down with rdma_reject: REJ
+  // "consumer reject" (28) with its private data. (The MRA that held the
+  // REQ meanwhile is left out.)
+  CmMessage refused = req;
+  refused.transaction_id =
+      CmTransactionId(CmTransaction::kConnect, kRefusedCommId);
+  refused.local_comm_id = kRefusedCommId;
+  refused.qpn = Qpn(kClientQpn.value() + 2);
+  refused.start_psn = Psn(0xFFFFFF);
+  refused.flow_control = false;
+  IpCmHeader refused_header = header;
+  refused_header.src_port = kClientPort + 2;
+  add("ip_cm_req_to_be_rejected", true, refused, refused_header,
+      Text(40, "REQ turned down. "));
+  CmMessage consumer_rej;
+  consumer_rej.type = CmType::kRej;
+  consumer_rej.transaction_id = refused.transaction_id;
+  consumer_rej.local_comm_id = kServerCommId + 1;
+  consumer_rej.remote_comm_id = kRefusedCommId;
+  consumer_rej.refers_to = CmRefersTo::kReq;
+  consumer_rej.reject_reason = kRejConsumer;
+  add("ip_cm_rej_consumer", false, consumer_rej, std::nullopt,
+      Text(64, "rdma_reject data. "));
+
+  // rdma_resolve_route's SIDR REQ for an RDMA_PS_UDP port (udaddy's), with
+  // the IP CM header and 180 bytes of the application's data; rdma_accept
+  // answers with the UD queue pair's QPN and librdmacm's Q_Key.
+  CmMessage sidr_req;
+  sidr_req.type = CmType::kSidrReq;
+  sidr_req.transaction_id =
+      CmTransactionId(CmTransaction::kConnect, kSidrRequestId);
+  sidr_req.local_comm_id = kSidrRequestId;
+  sidr_req.service_id = IpCmServiceId(kPortSpaceUdp, kUdaddyPort);
+  IpCmHeader sidr_header = header;
+  sidr_header.src_port = kClientPort + 3;
+  add("ip_cm_sidr_req", true, sidr_req, sidr_header,
+      Text(180, "SIDR REQ consumer data. "));
+  CmMessage sidr_rep;
+  sidr_rep.type = CmType::kSidrRep;
+  sidr_rep.transaction_id = sidr_req.transaction_id;
+  sidr_rep.local_comm_id = kSidrRequestId;
+  sidr_rep.sidr_status = kSidrValid;
+  sidr_rep.qpn = kUdServerQpn;
+  sidr_rep.qkey = kRdmaUdpQkey;
+  sidr_rep.service_id = sidr_req.service_id;
+  add("ip_cm_sidr_rep", false, sidr_rep, std::nullopt,
+      Text(48, "SIDR REP data. "));
   return frames;
 }
 

@@ -1,6 +1,7 @@
 // A fixed set of RoCEv2 frames, one or more per RC opcode with extension
-// headers and some of UC and UD, built with the codec in roce.h, plus one
-// frame of each CM message (cm.h) and an ARP request and reply (arp.h). The
+// headers and some of UC and UD, built with the codec in roce.h, plus the
+// CM messages (cm.h) of rdmaplane's native connections and of the RDMA IP
+// CM Service, and an ARP request and reply (arp.h). The
 // golden-packet test feeds them to independent decoders (scapy, tshark); the
 // fuzz test and benchmarks use the RoCE frames as seeds and inputs.
 //
@@ -9,6 +10,7 @@
 #define RDMAPLANE_DATAPLANE_WIRE_GOLDEN_FRAMES_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,12 +53,30 @@ struct GoldenCmFrame {
   Path path;
   CmMessage message;           // what was encoded
   std::vector<uint8_t> frame;  // kCmFrameLen bytes
+  // A message of the RDMA IP CM Service (MakeGoldenIpCmFrames), not of
+  // rdmaplane's native connections.
+  bool ip_cm_service = false;
+  // A REQ or SIDR REQ of the IP CM Service: what its IP CM header says and
+  // the consumer's private data after the header, as given to
+  // SetIpCmPrivateData.
+  std::optional<IpCmHeader> ip_cm;
+  std::vector<uint8_t> consumer_private_data;
 };
 
 // The CM exchange that would set up and tear down the connection of
 // MakeGoldenFrames (REQ with a service name, MRA, REP, RTU, DREQ, DREP) and a
 // REJ of a second REQ for an unknown service. Deterministic.
 std::vector<GoldenCmFrame> MakeGoldenCmFrames();
+
+// The RDMA IP CM Service (IBA Annex A11) as Linux's rdma_cm speaks it over
+// RoCE and control/ip_cm.cc sends it: an rdma_cm connection to port 7471
+// (RDMA_PS_TCP) set up and torn down (REQ with the IP CM header and the
+// consumer's private data, MRA, REP, RTU, DREQ, DREP); a REQ to a port
+// nobody listens on, rejected with reason 8 (invalid service id); a REQ the
+// listening application rejects (reason 28, with its private data); and
+// the SIDR REQ and SIDR REP that resolve an RDMA_PS_UDP port. Consumer
+// private data are ASCII text naming their message. Deterministic.
+std::vector<GoldenCmFrame> MakeGoldenIpCmFrames();
 
 struct GoldenArpFrame {
   std::string name;

@@ -1,8 +1,9 @@
 // Writes the golden frames (golden_frames.h) as a classic pcap file for
 // decoders such as tshark and scapy, plus a JSON file with the field values
 // each frame was built from, so a checker can compare what they decode. The
-// RoCE frames (RC, UC, UD) come first, then the CM frames, then ARP; each
-// JSON object says which with "kind" ("roce", "cm" or "arp"). See
+// RoCE frames (RC, UC, UD) come first, then the CM frames (rdmaplane's
+// native ones, then the RDMA IP CM Service's: "service" says which), then
+// ARP; each JSON object says which with "kind" ("roce", "cm" or "arp"). See
 // golden_io.h.
 //
 // Usage: golden_frames OUT.pcap OUT.json
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dataplane/wire/arp.h"
@@ -66,7 +68,7 @@ void AppendCmJson(const std::vector<GoldenCmFrame>& frames,
     std::vector<uint8_t> private_data(CmPrivateDataCapacity(m.type), 0);
     std::copy_n(m.private_data.begin(), m.private_data_len,
                 private_data.begin());
-    char more[256];
+    char more[512];
     std::snprintf(more, sizeof(more),
                   ", \"remote_cm_response_timeout\": %u, "
                   "\"local_cm_response_timeout\": %u, \"max_cm_retries\": %u, "
@@ -75,7 +77,44 @@ void AppendCmJson(const std::vector<GoldenCmFrame>& frames,
                   m.remote_cm_response_timeout, m.local_cm_response_timeout,
                   m.max_cm_retries, m.retry_count, m.rnr_retry_count,
                   m.packet_rate);
-    objects->push_back(std::string(buf) + more + ", \"private_data_hex\": \"" +
+    std::string object = std::string(buf) + more;
+    std::snprintf(more, sizeof(more),
+                  ", \"service\": \"%s\", \"srq\": %d, "
+                  "\"flow_control\": %d",
+                  g.ip_cm_service ? "ip_cm" : "native", m.srq ? 1 : 0,
+                  m.flow_control ? 1 : 0);
+    object += more;
+    // What SIDR carries instead of communication ids (IBA tables 114, 115):
+    // the request id (in local_comm_id) and the partition (always the
+    // default one); a SIDR REP the status, the QPN and the Q_Key.
+    if (m.type == CmType::kSidrReq) {
+      std::snprintf(more, sizeof(more),
+                    ", \"sidr\": {\"request_id\": %u, \"pkey\": %u, "
+                    "\"service_id\": %" PRIu64 "}",
+                    m.local_comm_id, kDefaultPkey, m.service_id);
+      object += more;
+    } else if (m.type == CmType::kSidrRep) {
+      std::snprintf(more, sizeof(more),
+                    ", \"sidr\": {\"request_id\": %u, \"status\": %u, "
+                    "\"qpn\": %u, \"service_id\": %" PRIu64 ", \"qkey\": %u}",
+                    m.local_comm_id, m.sidr_status, m.qpn.value(), m.service_id,
+                    m.qkey);
+      object += more;
+    }
+    // The IP CM header as the frame was built (IPv4, the codec's version)
+    // and the consumer's private data after it.
+    if (g.ip_cm.has_value()) {
+      std::snprintf(more, sizeof(more),
+                    ", \"ip_cm\": {\"major_version\": %u, "
+                    "\"minor_version\": %u, \"ip_version\": %u, "
+                    "\"src_port\": %u, \"src_ip\": \"%s\", "
+                    "\"dst_ip\": \"%s\", \"consumer_private_data_hex\": \"",
+                    kIpCmMajorVersion, kIpCmMinorVersion, kIpCmIpv4,
+                    g.ip_cm->src_port, Ipv4String(g.ip_cm->src_ip).c_str(),
+                    Ipv4String(g.ip_cm->dst_ip).c_str());
+      object += more + Hex(g.consumer_private_data) + "\"}";
+    }
+    objects->push_back(object + ", \"private_data_hex\": \"" +
                        Hex(private_data) + "\"}");
   }
 }
@@ -103,7 +142,10 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::vector<GoldenFrame> frames = MakeGoldenFrames();
-  const std::vector<GoldenCmFrame> cm_frames = MakeGoldenCmFrames();
+  std::vector<GoldenCmFrame> cm_frames = MakeGoldenCmFrames();
+  for (GoldenCmFrame& g : MakeGoldenIpCmFrames()) {
+    cm_frames.push_back(std::move(g));
+  }
   const std::vector<GoldenArpFrame> arp_frames = MakeGoldenArpFrames();
   std::vector<std::vector<uint8_t>> all;
   auto take = [&all](const std::string& name, const std::vector<uint8_t>& f,
