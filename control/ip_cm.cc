@@ -275,9 +275,10 @@ ControlResponse IpCm::Connect(Id* id, const CmParams& p) {
   if (p.private_data_len > room) {
     return Reply(shm::kStatusInvalid, "private data too long");
   }
-  if (!id->ud() && (p.qpn < 2 || p.qpn > 0xFFFFFF)) {
-    return Reply(shm::kStatusInvalid, "no queue pair");
-  }
+  // Any queue pair number goes, as with Linux's CM: a consumer without a
+  // queue pair of the id's (rdma_connect's conn_param->qp_num) may name
+  // none, or one it keeps itself.
+  if (p.qpn > 0xFFFFFF) return Reply(shm::kStatusInvalid, "bad queue pair");
   id->remote_port = p.remote_port;
   id->comm_id = NextCommId();
   by_comm_id_[id->comm_id] = id->id;
@@ -344,9 +345,7 @@ ControlResponse IpCm::Accept(Id* id, const CmParams& p) {
   if (p.private_data_len > wire::CmPrivateDataCapacity(wire::CmType::kRep)) {
     return Reply(shm::kStatusInvalid, "private data too long");
   }
-  if (p.qpn < 2 || p.qpn > 0xFFFFFF) {
-    return Reply(shm::kStatusInvalid, "no queue pair");
-  }
+  if (p.qpn > 0xFFFFFF) return Reply(shm::kStatusInvalid, "bad queue pair");
   m.type = wire::CmType::kRep;
   m.transaction_id = id->tid;
   m.local_comm_id = id->comm_id;
@@ -630,7 +629,7 @@ void IpCm::OnRequest(const wire::CmMessage& m, uint32_t from_ip,
                wire::CmRefersTo::kReq, {}, from_ip, from_mac);
   };
   wire::IpCmHeader h;
-  if (!wire::ParseIpCmHeader(m, &h) || m.qpn.value() < 2) {
+  if (!wire::ParseIpCmHeader(m, &h)) {
     reject(wire::kRejConsumer);
     return;
   }
@@ -705,14 +704,6 @@ void IpCm::OnReply(Id* id, const wire::CmMessage& m) {
   }
   if (id->state != State::kReqSent && id->state != State::kMraReceived) return;
   id->peer_comm_id = m.local_comm_id;
-  if (m.qpn.value() < 2) {
-    SendReject(m.local_comm_id, id->comm_id, id->tid, wire::kRejConsumer,
-               wire::CmRefersTo::kRep, {}, id->remote_ip, id->remote_mac);
-    id->state = State::kClosed;
-    id->deadline_ns = 0;
-    Emit(*id, shm::kCmConnectError, -EPROTO);
-    return;
-  }
   id->peer_qpn = m.qpn.value();
   id->state = State::kRepReceived;
   id->deadline_ns = 0;

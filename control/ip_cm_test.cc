@@ -291,6 +291,35 @@ TEST_F(IpCmTest, ConnectAcceptEstablishDisconnect) {
 }
 
 // Both ends on one daemon: messages to its own address never leave it.
+// As Linux's CM: the queue pair numbers in REQ and REP are the consumers'
+// own, whatever they are; one without a queue pair of the id's names its
+// own, or none (0), and the peer's application sees exactly that.
+TEST_F(IpCmTest, QueuePairNumbersPassAsTheConsumersGiveThem) {
+  const uint32_t listener = Bind(b_, server_b_, 7471);
+  Listen(b_, server_b_, listener);
+  const uint32_t active = Bind(a_, client_a_, 0);
+  Resolve(a_, client_a_, active, kIpB);
+  CmParams c = ConnectParams(active, kIpB, 7471, "");
+  c.qpn = 0;
+  ASSERT_EQ(Do(a_, client_a_, shm::kOpCmConnect, c).status, shm::kStatusOk);
+  wire_.Deliver(&a_, &b_);
+  ASSERT_FALSE(wire_.seen.empty());
+  EXPECT_EQ(wire_.seen[0].qpn.value(), 0u);
+  std::optional<CmEvent> e = server_b_.TakeCmEvent();
+  ASSERT_TRUE(e);
+  ASSERT_EQ(e->type, shm::kCmConnectRequest);
+  EXPECT_EQ(e->params.qpn, 0u);
+  CmParams accept{};
+  accept.id = e->params.id;
+  accept.qpn = 1;
+  ASSERT_EQ(Do(b_, server_b_, shm::kOpCmAccept, accept).status, shm::kStatusOk);
+  wire_.Deliver(&a_, &b_);
+  e = client_a_.TakeCmEvent();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->type, shm::kCmConnectResponse);
+  EXPECT_EQ(e->params.qpn, 1u);
+}
+
 TEST_F(IpCmTest, LoopbackInsideOneDaemon) {
   FakeSession server{3, 1000};
   const uint32_t listener = Bind(a_, server, 5000);
@@ -662,11 +691,6 @@ TEST_F(IpCmTest, BadRequestsGetClearAnswers) {
   EXPECT_EQ(Do(a_, client_a_, shm::kOpCmConnect, c).status,
             shm::kStatusInvalid);
   c.private_data_len = 255;
-  EXPECT_EQ(Do(a_, client_a_, shm::kOpCmConnect, c).status,
-            shm::kStatusInvalid);
-  // An RC connect without a queue pair.
-  c = ConnectParams(p.id, kIpB, 1, "");
-  c.qpn = 0;
   EXPECT_EQ(Do(a_, client_a_, shm::kOpCmConnect, c).status,
             shm::kStatusInvalid);
   // A session's ids are bounded.

@@ -31,6 +31,9 @@ PACKAGES=(
   # ... and the rdma_cm programs (rping, ucmatose, udaddy, cmtime, rstream,
   # riostream) over the front end's rdma_cm device.
   rdmacm-utils
+  # librdmacm's headers: tests/verbs/cm_probe.c checks what the rdma_cm man
+  # pages promise.
+  librdmacm-dev
   # ... and UCX's tools (ucx_info, ucx_perftest) over its verbs transports,
   # and Open MPI (mpirun, and mpicc for tests/mpi) over UCX.
   ucx-utils

@@ -723,10 +723,14 @@ int Ucma::Reject(int fd, const rdma_ucm_reject& c) {
     return EINVAL;
   }
   if (id->state != State::kConnect || !id->have_peer) return EINVAL;
+  // As Linux's CM: more than a REJ (148 bytes) or a SIDR REP (136) holds is
+  // refused, not cut.
+  if (c.private_data_len > (id->qp_type == IBV_QPT_UD ? 136 : 148)) {
+    return EINVAL;
+  }
   shm::CmParams p = ParamsFor(*id, id->device);
   p.reason = reason;
-  p.private_data_len = std::min<uint8_t>(c.private_data_len,
-                                         id->qp_type == IBV_QPT_UD ? 136 : 148);
+  p.private_data_len = c.private_data_len;
   std::memcpy(p.private_data, c.private_data, p.private_data_len);
   return Call(id->device, shm::kOpCmReject, p);
 }

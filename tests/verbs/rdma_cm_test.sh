@@ -7,13 +7,16 @@
 #   1. rping -v -C 10: the client on B prints its 10 pings, the server on A
 #      (bound to 0.0.0.0, so listening on every device) the same 10; both
 #      exit 0. Then both on A.
-#   2. ucmatose -c 4 -C 20 (four RC connections), udaddy -c 2 -C 10 (UD,
+#   2. ucmatose -c 4 -C 20 (four RC connections), with -P ib (RDMA_PS_IB)
+#      and with -m (its ids moved to a new event channel once connected,
+#      rdma_migrate_id), udaddy -c 2 -C 10 (UD,
 #      through SIDR), cmtime -c 20 and rdma_server/rdma_client (which
 #      register static arrays, and connect with rdma_create_ep): both ends
 #      print "return status 0" (cmtime: its table of steps; rdma_server and
 #      rdma_client: "end 0") and exit 0.
 #   3. rsockets: rstream and riostream, 100 transfers each way; both ends
-#      print their table row and exit 0.
+#      print their table row and exit 0. rcopy copies a file of 3 MB of
+#      random bytes, which arrives the same.
 #   4. perftest over rdma_cm (-R): ib_write_bw -s 65536 and ib_send_lat;
 #      both print their table.
 #   5. UCX's connection manager through rdma_cm: ucp_sockaddr.c (built
@@ -21,19 +24,25 @@
 #      (ucp_listener_create, ucp_ep_create with UCP_EP_PARAM_FIELD_SOCK_ADDR)
 #      with UCX_SOCKADDR_TLS_PRIORITY=rdmacm and rc_verbs, and checks every
 #      byte of 20 rounds of 64 KiB each way; across the daemons and on one.
-#   6. What bad addresses get: no listener on the port, REJECTED with
+#   6. cm_probe.c (built here with cc against Debian's librdmacm-dev):
+#      rdma_migrate_id, private data at and past each message's room
+#      (EINVAL past it), RDMA_PS_IB beside RDMA_PS_TCP on one port number,
+#      the rdma_verbs.h helpers, and a peer that goes away in the middle
+#      of the handshake on either side (REJECTED, reason 28).
+#   7. What bad addresses get: no listener on the port, REJECTED with
 #      reason 8 (invalid service id), at once; an address no daemon answers
 #      for, ADDR_ERROR with -110 (ETIMEDOUT) within rping's 2 s timeout.
-#   7. The daemons stop cleanly.
+#   8. The daemons stop cleanly.
 #
-#   rdma_cm_test.sh E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO UCP_SOCKADDR_C
+#   rdma_cm_test.sh E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO UCP_SOCKADDR_C \
+#     CM_PROBE_C
 #
-# rdmacm-utils, perftest and libucx-dev are Debian's (deploy/setup.sh
+# rdmacm-utils, perftest, librdmacm-dev and libucx-dev are Debian's (deploy/setup.sh
 # installs them).
 set -euo pipefail
 
-if [[ $# -ne 4 ]]; then
-  echo "usage: $0 E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO UCP_SOCKADDR_C" >&2
+if [[ $# -ne 5 ]]; then
+  echo "usage: $0 E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO UCP_SOCKADDR_C CM_PROBE_C" >&2
   exit 2
 fi
 E2E_NAME=verbs_rdma_cm_test
@@ -45,6 +54,8 @@ daemon_bin="$2"
 verbs_so="$(realpath "$3")"
 ucp_source="$4"
 [[ -f $ucp_source ]] || e2e_fail "no file at $ucp_source"
+probe_source="$5"
+[[ -f $probe_source ]] || e2e_fail "no file at $probe_source"
 for tool in rping ucmatose udaddy cmtime rdma_server rdma_client rstream \
   riostream ib_write_bw ib_send_lat; do
   command -v "$tool" >/dev/null ||
@@ -164,6 +175,15 @@ done
 
 pair ucmatose "$sock_a" "$sock_b" "ucmatose -c 4 -C 20" \
   "ucmatose -s $ip_a -c 4 -C 20" '^return status 0' '^return status 0'
+# RDMA_PS_IB, and ids moved to a new event channel once connected
+# (rdma_migrate_id), then disconnected through it.
+pair ucmatose_ps_ib "$sock_a" "$sock_b" "ucmatose -P ib -c 2 -C 10" \
+  "ucmatose -P ib -s $ip_a -c 2 -C 10" '^return status 0' '^return status 0'
+pair ucmatose_migrate "$sock_a" "$sock_b" "ucmatose -m -c 2 -C 10" \
+  "ucmatose -m -s $ip_a -c 2 -C 10" '^migrating to new event channel' \
+  '^migrating to new event channel'
+grep -q '^return status 0' "$PAIR_SOUT" && grep -q '^return status 0' "$PAIR_COUT" ||
+  e2e_fail "ucmatose -m: a side did not end with return status 0"
 pair udaddy "$sock_a" "$sock_b" "udaddy -c 2 -C 10" \
   "udaddy -s $ip_a -c 2 -C 10" '^return status 0' '^return status 0'
 # (cmtime's server serves until stopped, printing nothing.)
@@ -180,6 +200,15 @@ pair rstream "$sock_a" "$sock_b" "rstream -S 65536 -C 100 -b $ip_a" \
   "rstream -S 65536 -C 100 -s $ip_a" '^custom +64k +100 ' '^custom +64k +100 '
 pair riostream "$sock_a" "$sock_b" "riostream -S 4096 -C 100 -b $ip_a" \
   "riostream -S 4096 -C 100 -s $ip_a" '^custom +4k +100 ' '^custom +4k +100 '
+
+# rcopy: a 3 MB file of random bytes through rsockets; its server serves
+# until stopped.
+head -c 3000000 /dev/urandom >"$E2E_TMP/rcopy.src"
+pair rcopy "$sock_a" "$sock_b" "rcopy -p 7480" \
+  "rcopy $E2E_TMP/rcopy.src $ip_a:$E2E_TMP/rcopy.dst -p 7480" '' \
+  '^3000000 bytes in ' stays
+cmp "$E2E_TMP/rcopy.src" "$E2E_TMP/rcopy.dst" ||
+  e2e_fail "rcopy: the file that arrived differs from the one sent"
 
 # --- 4. perftest over rdma_cm ----------------------------------------------------
 
@@ -236,7 +265,55 @@ for placement in "${placements[@]}"; do
   e2e_log "$label: $(grep '^ucp_sockaddr: ok' "$cout")"
 done
 
-# --- 6. Bad addresses --------------------------------------------------------------
+# --- 6. What the man pages promise: cm_probe.c ----------------------------------
+
+probe_bin="$E2E_TMP/cm_probe"
+cc -O1 -Wall -Werror -o "$probe_bin" "$probe_source" -lrdmacm -libverbs ||
+  e2e_fail "cannot build cm_probe.c (deploy/setup.sh installs librdmacm-dev)"
+
+# probe LABEL SERVER_ROLE CLIENT_ROLE PORT SERVER_ERE CLIENT_ERE: the server
+# role on daemon A until it says it listens, then the client role on B;
+# both must exit 0 and print a line matching their ERE.
+probe() {
+  local label="$1" srole="$2" crole="$3" port="$4" sere="$5" cere="$6"
+  local sout="$E2E_TMP/probe_$label.server.out" cout="$E2E_TMP/probe_$label.client.out"
+  local server cstatus=0 sstatus=0 i
+  timeout --kill-after=5 60 env RDMAPLANE_SOCKET="$sock_a" \
+    LD_PRELOAD="$verbs_so" "$probe_bin" "$srole" "$ip_a" "$port" >"$sout" 2>&1 &
+  server=$!
+  E2E_HELPER_PIDS+=("$server")
+  for ((i = 0; i < 100; i++)); do
+    grep -q '^cm_probe: listening' "$sout" && break
+    kill -0 "$server" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q '^cm_probe: listening' "$sout" || {
+    sed 's/^/    server: /' "$sout" >&2
+    e2e_fail "probe $label: the server did not listen within 10 s"
+  }
+  on "$sock_b" 60 "$cout" "$probe_bin" "$crole" "$ip_a" "$port" || cstatus=$?
+  wait "$server" || sstatus=$?
+  if [[ $cstatus -ne 0 || $sstatus -ne 0 ]] || ! grep -qE "$sere" "$sout" ||
+    ! grep -qE "$cere" "$cout"; then
+    sed 's/^/    server: /' "$sout" >&2
+    sed 's/^/    client: /' "$cout" >&2
+    e2e_fail "probe $label: client exit status $cstatus, server exit status $sstatus, or a line missing ('$sere' / '$cere')"
+  fi
+  e2e_log "probe $label: $(grep -v '^cm_probe: ok' "$cout" | tr '\n' ' ')"
+}
+
+# rdma_migrate_id; private data at and past each message's room; RDMA_PS_IB
+# beside RDMA_PS_TCP on one port number; rdma_verbs.h's helpers.
+probe semantics server client 7400 '^cm_probe: ok' '^cm_probe: ok'
+# A peer that goes away in the middle of the handshake: REJECTED with
+# reason 28 (consumer defined), as Linux's CM sends when an id that has a
+# request or a reply unanswered is destroyed.
+probe server_vanishes vanish lost 7401 '^cm_probe: vanishing' \
+  '^cm_probe: REJECTED, status 28$'
+probe client_leaves gone leave 7402 '^cm_probe: REJECTED, status 28$' \
+  '^cm_probe: leaving'
+
+# --- 7. Bad addresses --------------------------------------------------------------
 
 out="$E2E_TMP/no_listener.out"
 status=0
@@ -259,7 +336,7 @@ grep -qE 'RDMA_CM_EVENT_ADDR_ERROR, error -110' "$out" || {
 }
 e2e_log "address nobody serves: ADDR_ERROR -110 after $(e2e_since "$start") s"
 
-# --- 7. Clean stops ---------------------------------------------------------------
+# --- 8. Clean stops ---------------------------------------------------------------
 
 e2e_check_clean_stop b
 e2e_check_clean_stop a
