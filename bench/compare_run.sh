@@ -5,10 +5,13 @@
 #       [--poll_mode=adaptive|busy] [--check]
 #
 # DIR holds rdmaplaned, rdmaplane_perf, memcpy_bw, tcp_bench, pin_cost,
-# memif_rate, control_benchmark and librdmaplane-verbs.so, and perftest
-# must be installed (bench/compare builds them with
-# `bazel build -c opt`; //bench:compare_smoke_test passes its own). They are
-# copied first, so a rebuild during the run cannot mix versions.
+# memif_rate, control_benchmark and librdmaplane-verbs.so (bench/compare
+# builds them with `bazel build -c opt`; //bench:compare_smoke_test passes
+# its own). They are copied first, so a rebuild during the run cannot mix
+# versions. Debian's perftest, ucx-utils (ucx_perftest), openmpi-bin and
+# libopenmpi-dev (mpirun, mpicc) must be installed (deploy/setup.sh
+# installs them); mpi_pingpong.c, beside this script, is built with mpicc
+# first.
 #
 # Paired windows. On a shared machine the speed of everything drifts from
 # minute to minute, so every rdmaplane figure that has a baseline is
@@ -58,6 +61,26 @@
 #      round. perftest's two ends each preload librdmaplane-verbs.so, the
 #      server with a session on daemon A and the client on daemon B,
 #      meeting over loopback TCP.
+#      UCX and Open MPI, unmodified, over the verbs front end between the
+#      two daemons, each beside the same program over TCP on loopback
+#      (nothing preloaded): UCX on rdmaplane0 with UCX_TLS=rc_verbs,
+#      ud_verbs:aux and UCX_NET_DEVICES=rdmaplane0:1, as
+#      tests/verbs/ucx_test.sh and tests/mpi/mpi_test.sh run it, the server
+#      (rank 0) on daemon A and the client (rank 1) on daemon B, all left
+#      to the scheduler. Right after the 1 MiB windows: perftest's
+#      ib_send_lat -s 8 (RC) | mpirun --mca pml ucx of mpi_pingpong.c (8 B
+#      half round trip, typical, and 1 MiB bandwidth of a ping-pong) | the
+#      same with --mca pml ob1 --mca btl tcp,self on lo. Right after
+#      ib_write_bw: ucx_perftest -t ucp_put_bw -s 65536 over rdmaplane |
+#      over TCP (UCX_TLS=tcp, UCX_NET_DEVICES=lo); then -t tag_lat -s 8
+#      over TCP | over rdmaplane. These count iterations, not seconds:
+#      ucx_perftest -n 20000 of each test, mpi_pingpong 10000 round trips
+#      of 8 B and 500 of 1 MiB (--quick: -n 500 of ucp_put_bw and 2000 of
+#      tag_lat, 500 and 20 round trips). The report also divides UCX's
+#      puts and MPI's 1 MiB bandwidth by the native figure of the same
+#      round and daemons (the cache-hot 64 KiB WRITEs, the 1 MiB WRITEs),
+#      and takes MPI's 8 B half round trip minus perftest's ib_send_lat's
+#      beside it.
 # memcpy_bw runs on CPU 1 (where the engine runs), tcp_bench's client end
 # on CPU 0 and its server end on CPU 1 (like rdmaplane_perf and the
 # daemon), memif_rate's receiver on CPU 0 and its sender on CPU 1. The
@@ -107,13 +130,21 @@ bench_parse_args 5 \
 # (whole seconds).
 # perftest: t_perftest whole seconds of ib_write_bw (-D), n_perftest_lat
 # exchanges of ib_write_lat (-n; it has no duration mode of its own).
+# UCX and Open MPI count iterations: ucx_perftest's -n (n_ucx_bw of
+# ucp_put_bw, n_ucx_lat of tag_lat) after -w warm-up iterations (w_ucx_*),
+# and mpi_pingpong's timed round trips of 8 bytes (n_mpi_lat) and of 1 MiB
+# (n_mpi_bw), after its own checked warm-up (a tenth as many).
 if ((quick)); then
   t_pair=0.2 t_size=0.1 t_run=0.2 t_sweep=0.05 t_memif=1 t_bench=0.02
   t_perftest=1 n_perftest_lat=2000
+  n_ucx_bw=500 w_ucx_bw=50 n_ucx_lat=2000 w_ucx_lat=200
+  n_mpi_lat=500 n_mpi_bw=20
   sweep_sizes="8,4096,65536,1048576"
 else
   t_pair=2 t_size=1 t_run=0.5 t_sweep=0.15 t_memif=2 t_bench=0.2
   t_perftest=2 n_perftest_lat=50000
+  n_ucx_bw=20000 w_ucx_bw=1000 n_ucx_lat=20000 w_ucx_lat=2000
+  n_mpi_lat=10000 n_mpi_bw=500
   sweep_sizes="8:4194304"
 fi
 # Poll modes: both are measured in each setup and reported; the paired
@@ -177,12 +208,20 @@ for tool in rdmaplaned rdmaplane_perf memcpy_bw tcp_bench pin_cost memif_rate co
   fi
   cp "$bin_src/$tool" "$bin/$tool"
 done
-for tool in ib_write_bw ib_write_lat ib_read_lat ib_atomic_lat ib_send_lat; do
+for tool in ib_write_bw ib_write_lat ib_read_lat ib_atomic_lat ib_send_lat \
+  ucx_perftest mpirun mpicc; do
   if ! command -v "$tool" >/dev/null; then
-    echo "compare: $tool is not installed (Debian's perftest; deploy/setup.sh installs it)" >&2
+    echo "compare: $tool is not installed (Debian's perftest, ucx-utils, openmpi-bin and libopenmpi-dev; deploy/setup.sh installs them)" >&2
     exit 2
   fi
 done
+# The Open MPI ping-pong, built as tests/mpi/mpi_test.sh builds mpi_check.
+if ! mpicc -O2 -Wall -Werror -o "$bin/mpi_pingpong" "$here/mpi_pingpong.c" \
+  2>>"$work/tools.log"; then
+  echo "compare: mpicc could not build $here/mpi_pingpong.c:" >&2
+  cat "$work/tools.log" >&2
+  exit 1
+fi
 
 printf 'start %s\n' "$(loadavg)" >"$work/load.txt"
 
@@ -270,6 +309,108 @@ perftest() {
   if ((status != 0)); then failed "$tool $name"; fi
 }
 
+# UCX on rdmaplane0 under the verbs front end, as tests/verbs/ucx_test.sh
+# and tests/mpi/mpi_test.sh run it: rc_verbs, with ud_verbs as UCX's
+# auxiliary transport for the connection's wire-up (which rc_verbs needs).
+# RDMAPLANE_SOCKET names each end's daemon. UCX's log at info level names
+# the transport each endpoint runs over; the runs below check it.
+ucx_rdmaplane_env=(LD_PRELOAD="$bin/librdmaplane-verbs.so"
+  UCX_TLS=rc_verbs,ud_verbs:aux UCX_NET_DEVICES=rdmaplane0:1
+  UCX_LOG_LEVEL=info)
+# The same UCX over its TCP transport on loopback, nothing preloaded.
+ucx_tcp_env=(UCX_TLS=tcp UCX_NET_DEVICES=lo UCX_LOG_LEVEL=info)
+
+# ucx_perf NAME TRANSPORT ARGS...: one ucx_perftest run (ARGS: -t TEST and
+# the rest), its server and client meeting over loopback TCP on a free
+# port, both left to the scheduler (each end spins while it waits, as
+# perftest's latency tools do). TRANSPORT rdmaplane: UCX on rdmaplane0
+# (ucx_rdmaplane_env), the server with a session on daemon A and the client
+# on daemon B; tcp: UCX over TCP on lo (ucx_tcp_env). The client's output
+# (UCX's log, then its "Final:" row) in raw/NAME.txt, the server's in
+# raw/NAME.server.txt; the run counts when both ends exit 0, the client
+# printed its row and UCX's log shows an endpoint on the transport asked
+# for.
+ucx_perf() {
+  local name="$1" transport="$2"
+  shift 2
+  local port server status=0 server_env client_env lane
+  if [[ $transport == rdmaplane ]]; then
+    server_env=(RDMAPLANE_SOCKET="$MEMIF_A" "${ucx_rdmaplane_env[@]}")
+    client_env=(RDMAPLANE_SOCKET="$MEMIF_B" "${ucx_rdmaplane_env[@]}")
+    lane="rc_verbs/rdmaplane0:1"
+  else
+    server_env=("${ucx_tcp_env[@]}")
+    client_env=("${ucx_tcp_env[@]}")
+    lane="tcp/lo"
+  fi
+  port="$(free_tcp_port)"
+  timeout --kill-after=5 120 env "${server_env[@]}" ucx_perftest -p "$port" \
+    >"$raw/$name.server.txt" 2>&1 &
+  server=$!
+  pids+=("$server")
+  if ! wait_listening "$port" "$server"; then
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+    forget_pid "$server"
+    cat "$raw/$name.server.txt" >>"$work/tools.log"
+    failed "ucx_perftest $name: its server did not listen within 10 s"
+    return
+  fi
+  timeout --kill-after=5 120 env "${client_env[@]}" ucx_perftest 127.0.0.1 \
+    -p "$port" "$@" >"$raw/$name.txt" 2>&1 || status=1
+  wait "$server" || status=1
+  forget_pid "$server"
+  local why=""
+  if ((status != 0)); then
+    why="an end exited with an error"
+  elif ! grep -q '^Final:' "$raw/$name.txt"; then
+    why="the client printed no Final: row"
+  elif ! grep -qE "ep_cfg\[[0-9]+\]: .*\(${lane}\)" "$raw/$name.txt"; then
+    why="no endpoint ran over $lane"
+  fi
+  if [[ -n $why ]]; then
+    cat "$raw/$name.server.txt" "$raw/$name.txt" >>"$work/tools.log"
+    failed "ucx_perftest $name ($*): $why"
+  fi
+}
+
+# mpi_job NAME TRANSPORT: mpirun of mpi_pingpong (n_mpi_lat round trips of
+# 8 bytes, n_mpi_bw of 1 MiB), 2 ranks left to the scheduler (--bind-to
+# none), its output in raw/NAME.txt. TRANSPORT rdmaplane: --mca pml ucx,
+# rank 0 with a session on daemon A and rank 1 on daemon B, UCX on
+# rdmaplane0 (ucx_rdmaplane_env), as tests/mpi/mpi_test.sh runs them: one
+# application context per rank, each given its environment through env
+# (mpirun's -x does not reach every context of an MPMD command line); tcp:
+# --mca pml ob1 --mca btl tcp,self on lo, nothing preloaded. The run counts
+# when mpirun exits 0, rank 0 printed its line and, over rdmaplane, UCX's
+# log shows an endpoint on rc_verbs.
+mpi_job() {
+  local name="$1" transport="$2" status=0 cmd why=""
+  local prog=("$bin/mpi_pingpong" "$n_mpi_lat" "$n_mpi_bw")
+  cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+  if [[ $transport == rdmaplane ]]; then
+    cmd+=(--mca pml ucx
+      -np 1 env RDMAPLANE_SOCKET="$MEMIF_A" "${ucx_rdmaplane_env[@]}" "${prog[@]}" :
+      -np 1 env RDMAPLANE_SOCKET="$MEMIF_B" "${ucx_rdmaplane_env[@]}" "${prog[@]}")
+  else
+    cmd+=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo
+      -np 2 "${prog[@]}")
+  fi
+  timeout --kill-after=10 240 "${cmd[@]}" >"$raw/$name.txt" 2>&1 || status=1
+  if ((status != 0)); then
+    why="mpirun exited with an error"
+  elif ! grep -q '^mpi_pingpong: lat_8b_typical_us=' "$raw/$name.txt"; then
+    why="rank 0 printed no figures"
+  elif [[ $transport == rdmaplane ]] &&
+    ! grep -qE 'ep_cfg\[[0-9]+\]: .*\(rc_verbs/rdmaplane0:1\)' "$raw/$name.txt"; then
+    why="no endpoint ran over rc_verbs on rdmaplane0:1"
+  fi
+  if [[ -n $why ]]; then
+    cat "$raw/$name.txt" >>"$work/tools.log"
+    failed "Open MPI $name: $why"
+  fi
+}
+
 # --- rdmaplane -------------------------------------------------------------
 
 # perf_run TAG ARGS...: one rdmaplane_perf run; JSON in raw/TAG.json.
@@ -313,6 +454,15 @@ paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
   log "round $r: $setup ($mode): TCP sends and rdmaplane WRITE and READ of $big_sizes bytes, paired"
   tcp "${p}_tcp_sizes" --send_bytes="$big_sizes" --seconds="$t_size"
   perf_run "${tag}_bw_sizes" "$@" "${big_args[@]}" --duration_s="$t_size"
+  if [[ $setup == memif ]]; then
+    # Beside the native 1 MiB WRITEs, and MPI's 8-byte half round trip
+    # beside perftest's over RC (ib_send_lat's default).
+    log "round $r: $setup ($mode): perftest's ib_send_lat (RC), then the Open MPI ping-pong (8 B, 1 MiB) over rdmaplane (pml ucx) and over TCP (pml ob1), paired"
+    perftest ib_send_lat "${p}_perftest_send_lat" unpinned -s 8 \
+      -n "$n_perftest_lat"
+    mpi_job "${p}_mpi_rdmaplane" rdmaplane
+    mpi_job "${p}_mpi_tcp" tcp
+  fi
   log "round $r: $setup ($mode): 64 KiB cache-hot, paired"
   memcpy "${p}_memcpy_hot" --buffer_mib=1 --seconds="$t_pair"
   # READ first: the WRITE window then lies right before perftest's.
@@ -322,6 +472,15 @@ paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
     log "round $r: $setup ($mode): perftest's ib_write_bw over the verbs front end, 64 KiB cache-hot, paired"
     perftest ib_write_bw "${p}_perftest_write_bw" pinned -s 65536 -t 16 \
       -D "$t_perftest"
+    log "round $r: $setup ($mode): UCX ucp_put_bw 64 KiB and tag_lat 8 B over rdmaplane (rc_verbs) and over TCP, paired"
+    ucx_perf "${p}_ucx_rdmaplane_put_bw" rdmaplane -t ucp_put_bw -s 65536 \
+      -n "$n_ucx_bw" -w "$w_ucx_bw"
+    ucx_perf "${p}_ucx_tcp_put_bw" tcp -t ucp_put_bw -s 65536 \
+      -n "$n_ucx_bw" -w "$w_ucx_bw"
+    ucx_perf "${p}_ucx_tcp_tag_lat" tcp -t tag_lat -s 8 -n "$n_ucx_lat" \
+      -w "$w_ucx_lat"
+    ucx_perf "${p}_ucx_rdmaplane_tag_lat" rdmaplane -t tag_lat -s 8 \
+      -n "$n_ucx_lat" -w "$w_ucx_lat"
   fi
   log "round $r: $setup ($mode): 64-byte WRITEs, paired"
   perf_run "${tag}_mops" "$@" "${mops_args[@]}" --duration_s="$t_pair"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bench/compare's pipeline end to end in quick mode: every tool runs (very
-# briefly), and the report must hold every figure behind the project's
-# performance targets and every other figure, each ratio, positive numbers,
-# the markdown table and three real PNG files. The figures themselves are
+# briefly), UCX's ucx_perftest and the Open MPI ping-pong (mpi_pingpong.c,
+# built with mpicc) among them, over rdmaplane and over TCP, and the report
+# must hold every figure behind the project's performance targets and every
+# other figure, each ratio, positive numbers, the markdown table with the
+# UCX and Open MPI rows and three real PNG files. The figures themselves are
 # not judged here (quick runs are too short), only that each was measured,
 # and that the report agrees with itself: bench/report_check.py recomputes
 # every ratio of latest.json, the median of its rounds' pairs, from the
@@ -14,7 +16,10 @@
 # stderr each target latest.json shows missed. report.py --check on the
 # run's raw measurements doctored so that every target is met exits 0, and
 # with one figure then made far too slow exits 3 naming the targets it
-# misses, with value and bound; with TCP's larger sends made far faster,
+# misses, with value and bound; with UCX's and Open MPI's figures over
+# rdmaplane made far slower, it names exactly their five targets (against
+# the native API, TCP and perftest's SEND); with TCP's larger sends made
+# far faster,
 # the equal-size targets hold and exactly the best-against-best ones are
 # missed; with rdmaplane's larger sizes made far slower, each of its bests
 # falls back to 64 KiB.
@@ -112,7 +117,14 @@ keys = ["memcpy_gbps", "memcpy_64k_gbps", "tcp_gbps", "tcp_pingpong_p50_us", "wr
         "tcp_gbps_256k", "tcp_gbps_1m", "tcp_gbps_4m", "tcp_best_gbps",
         "write_gbps_1m_vs_tcp", "read_gbps_4m_memif_vs_tcp",
         "write_gbps_best_vs_tcp_best", "write_gbps_best_memif_vs_tcp_best",
-        "read_gbps_best_memif_vs_tcp_best"]
+        "read_gbps_best_memif_vs_tcp_best",
+        "ucx_put_gbps_64k_memif", "ucx_tag_lat_us_8b_memif",
+        "mpi_gbps_1m_memif", "mpi_lat_us_8b_memif", "ucx_tcp_put_gbps_64k",
+        "ucx_tcp_tag_lat_us_8b", "mpi_tcp_gbps_1m", "mpi_tcp_lat_us_8b",
+        "perftest_send_lat_us_8b", "ucx_put_gbps_64k_memif_vs_native",
+        "ucx_put_gbps_64k_memif_vs_tcp", "ucx_tag_lat_us_8b_memif_vs_tcp",
+        "mpi_gbps_1m_memif_vs_native", "mpi_gbps_1m_memif_vs_tcp",
+        "mpi_lat_us_8b_memif_vs_tcp", "mpi_lat_us_8b_memif_vs_perftest"]
 bad = []
 for k in keys + report.REQUIRED:
     v = doc.get(k)
@@ -143,6 +155,18 @@ if doc["ratio_of"]["write_gbps_64k_memif_vs_memif"] != {
              "4096: %r" % doc["ratio_of"]["write_gbps_64k_memif_vs_memif"])
 if doc["ratio_of"]["write_gbps_1m_memif_vs_tcp"]["baseline"] != "tcp_gbps_1m":
     sys.exit("1 MiB WRITEs are not compared with TCP's 1 MiB sends")
+# UCX and Open MPI against the native API: its figure of the same rounds.
+mode = doc["run"]["poll_mode_used"]["memif"]
+for rkey, base in (("ucx_put_gbps_64k_memif_vs_native",
+                    "write_gbps_64k_hot_memif"),
+                   ("mpi_gbps_1m_memif_vs_native", "write_gbps_1m_memif")):
+    want = {"figure": rkey.split("_vs_")[0], "baseline": base,
+            "baseline_windows": "%s@%s" % (base, mode)}
+    if doc["ratio_of"][rkey] != want:
+        sys.exit("%s: %r, not %r" % (rkey, doc["ratio_of"][rkey], want))
+cost = doc.get("mpi_lat_cost_us_8b_memif")
+if not isinstance(cost, (int, float)) or isinstance(cost, bool):
+    sys.exit("no Open MPI latency cost: %r" % cost)
 sizes = [65536, 262144, 1048576, 4194304]
 for key, b in doc["best"].items():
     if b["bytes"] not in sizes or doc[key] != doc[b["figure"]]:
@@ -177,6 +201,19 @@ grep -q '^| WRITE bandwidth at its best size, memif | [0-9.]* GB/s at [0-9]* [KM
   "$out/latest.md" || fail "latest.md does not name rdmaplane's best size"
 grep -qx 'No profile of the engine: --quick skips it.' "$out/latest.md" ||
   fail "latest.md does not say why there is no profile"
+# The UCX and Open MPI rows, each with its figure and its ratios.
+for row in \
+  "UCX ucp_put_bw 64 KiB over rdmaplane, memif | [0-9.e+-]* GB/s |.*| native WRITE 64 KiB, cache-hot, same round | [0-9.e+-]* GB/s | [0-9.e+-]*x |" \
+  " |  |  | UCX ucp_put_bw 64 KiB over TCP loopback | [0-9.e+-]* GB/s | [0-9.e+-]*x |" \
+  "UCX tag_lat 8 B over rdmaplane, half a round trip, memif | [0-9.e+-]* us |.*| UCX tag_lat 8 B over TCP loopback | [0-9.e+-]* us | [0-9.e+-]*x |" \
+  "Open MPI ping-pong 1 MiB bandwidth over rdmaplane, memif | [0-9.e+-]* GB/s |.*| native WRITE 1 MiB, same round | [0-9.e+-]* GB/s | [0-9.e+-]*x |" \
+  " |  |  | Open MPI 1 MiB over TCP loopback (ob1) | [0-9.e+-]* GB/s | [0-9.e+-]*x |" \
+  "Open MPI ping-pong 8 B over rdmaplane, half a round trip, memif | [0-9.e+-]* us |.*| Open MPI 8 B over TCP loopback (ob1) | [0-9.e+-]* us | [0-9.e+-]*x |" \
+  " |  |  | perftest ib_send_lat (RC) typical, verbs | [0-9.e+-]* us | [0-9.e+-]*x |" \
+  "Open MPI's cost over perftest's SEND in 8 B ping-pong latency, memif | [0-9.e+-]* us |"; do
+  grep -q "^| $row" "$out/latest.md" ||
+    fail "latest.md lacks the row '$row'"
+done
 
 # The report agrees with itself...
 python3 "$report_check" "$out/latest.json" "$out/latest.md" ||
@@ -243,6 +280,18 @@ other["ratio_of"]["read_gbps_1m_memif_vs_tcp"] = dict(
     other["ratio_of"]["read_gbps_1m_memif_vs_tcp"], baseline="tcp_gbps_4m",
     baseline_windows="tcp_gbps_4m@memif")
 json.dump(other, open(sys.argv[3] + "/other_size.json", "w"))
+# Open MPI's latency cost 1 us off.
+cost = dict(doc)
+cost["mpi_lat_cost_us_8b_memif"] += 1.0
+json.dump(cost, open(sys.argv[3] + "/cost_off.json", "w"))
+# UCX's puts divided by the native WRITEs of the other poll mode.
+mode = doc["run"]["poll_mode_used"]["memif"]
+nat = dict(doc, ratio_of=dict(doc["ratio_of"]))
+nat["ratio_of"]["ucx_put_gbps_64k_memif_vs_native"] = dict(
+    nat["ratio_of"]["ucx_put_gbps_64k_memif_vs_native"],
+    baseline_windows="write_gbps_64k_hot_memif@" + (
+        "busy" if mode == "adaptive" else "adaptive"))
+json.dump(nat, open(sys.argv[3] + "/native_windows.json", "w"))
 EOF
   fail "could not write the broken reports"
 must_fail ratio_off "write_gbps_64k_vs_tcp = " "$broken/ratio_off.json"
@@ -251,6 +300,10 @@ must_fail no_ratio "reg_dereg_pair_us has no ratio" "$broken/no_ratio.json"
 must_fail value_off "read_gbps_64k_vs_tcp: latest.md shows" \
   "$out/latest.json" "$broken/value_off.md"
 must_fail not_best "tcp_best_gbps: best names" "$broken/not_best.json"
+must_fail cost_off "mpi_lat_cost_us_8b_memif = " "$broken/cost_off.json"
+must_fail native_windows \
+  "ucx_put_gbps_64k_memif_vs_native: paired with the windows" \
+  "$broken/native_windows.json"
 must_fail other_size \
   "read_gbps_1m_memif_vs_tcp divides read_gbps_1m_memif by tcp_gbps_4m: not the same size" \
   "$broken/other_size.json"
@@ -279,20 +332,36 @@ slower = ("p50_us", "p90_us", "p99_us", "max_us", "min_us", "mean_us",
           "cpu_s_per_gb", "cpu_us_per_op")
 for path in glob.glob(os.path.join(raw, pattern)):
     if path.endswith(".txt"):
+        lines = open(path).read().split("\n")
+        for i, line in enumerate(lines):
+            f = line.split()
+            if f[:1] == ["Final:"] and len(f) == 9:
+                # ucx_perftest's row: iterations, three latencies, two
+                # bandwidths and two message rates.
+                lines[i] = " ".join(
+                    f[:2] + ["%.6f" % (float(x) / factor) for x in f[2:5]] +
+                    ["%.6f" % (float(x) * factor) for x in f[5:]])
+            elif f[:1] == ["mpi_pingpong:"]:
+                # mpi_pingpong's line: times (_us) and bandwidth (_gbps).
+                for j, kv in enumerate(f[1:], 1):
+                    k, _, v = kv.partition("=")
+                    if k.endswith("_us"):
+                        f[j] = "%s=%.6f" % (k, float(v) / factor)
+                    elif k.endswith("_gbps"):
+                        f[j] = "%s=%.6f" % (k, float(v) * factor)
+                lines[i] = " ".join(f)
         # perftest's client output over the verbs front end: the row under
         # its #bytes header, bandwidths (from the third column on) or times
         # (every column after the size and the iterations).
-        lines = open(path).read().split("\n")
         head = [i for i, l in enumerate(lines)
                 if l.strip().startswith("#bytes")]
-        if not head:
-            continue
-        row = lines[head[0] + 1].split()
-        bw = "_bw" in os.path.basename(path)
-        for i in range(2, len(row)):
-            row[i] = "%.6f" % (float(row[i]) * factor if bw
-                               else float(row[i]) / factor)
-        lines[head[0] + 1] = " ".join(row)
+        if head:
+            row = lines[head[0] + 1].split()
+            bw = "_bw" in os.path.basename(path)
+            for i in range(2, len(row)):
+                row[i] = "%.6f" % (float(row[i]) * factor if bw
+                                   else float(row[i]) / factor)
+            lines[head[0] + 1] = " ".join(row)
         open(path, "w").write("\n".join(lines))
         continue
     doc = json.load(open(path))
@@ -321,9 +390,11 @@ mkdir -p "$tmp/met" "$tmp/missed"
 cp -r "$kept/raw" "$tmp/met/raw"
 # perftest's figures a thousand times further than the native ones (a
 # quick run's pair can be 2x apart either way): the verbs front end then
-# costs nothing.
+# costs nothing. UCX's and Open MPI's over rdmaplane as far, so that they
+# pass the native figures, TCP and perftest's SEND.
 doctor "$tmp/met/raw" 1000 'r1_*.json' &&
-  doctor "$tmp/met/raw" 1e6 'r1_*perftest_write_*.txt' ||
+  doctor "$tmp/met/raw" 1e6 'r1_*perftest_write_*.txt' &&
+  doctor "$tmp/met/raw" 1e6 'r1_memif_*_rdmaplane*.txt' ||
   fail "could not doctor the raw files"
 check_report met || fail "report.py --check with every target met exited \
 non-zero: $(cat "$tmp/met/stderr")"
@@ -368,6 +439,31 @@ grep -q "^report: target missed: write_gbps_64k_hot_memif_vs_perftest = .*, boun
   fail "report.py --check did not name exactly the verbs targets: $(cat "$tmp/verbs_slow/stderr")"
 python3 "$report_check" "$tmp/verbs_slow/out/latest.json" \
   "$tmp/verbs_slow/out/latest.md" || fail "the doctored report disagrees"
+# UCX and Open MPI over rdmaplane far slower (a thousand times slower than
+# measured): exactly their five targets are missed.
+mkdir -p "$tmp/apps_slow"
+cp -r "$tmp/met/raw" "$tmp/apps_slow/raw"
+doctor "$tmp/apps_slow/raw" 1e-9 'r1_memif_*_rdmaplane*.txt' ||
+  fail "could not doctor the raw files"
+status=0
+check_report apps_slow || status=$?
+((status == 3)) || fail "report.py --check with slow UCX and Open MPI \
+exited $status: $(cat "$tmp/apps_slow/stderr")"
+for key in ucx_put_gbps_64k_memif_vs_native ucx_put_gbps_64k_memif_vs_tcp \
+  mpi_gbps_1m_memif_vs_native mpi_lat_us_8b_memif_vs_tcp; do
+  grep -q "^report: target missed: $key = .*, bound [<>]= [0-9.]*x$" \
+    "$tmp/apps_slow/stderr" ||
+    fail "report.py --check did not name $key: $(cat "$tmp/apps_slow/stderr")"
+done
+grep -q "^report: target missed: mpi_lat_cost_us_8b_memif = .* us (median of the rounds), bound <= 1 us$" \
+  "$tmp/apps_slow/stderr" ||
+  fail "report.py --check did not name mpi_lat_cost_us_8b_memif: $(cat "$tmp/apps_slow/stderr")"
+if (($(grep -c "target missed" "$tmp/apps_slow/stderr") != 5)); then
+  fail "report.py --check named other targets: $(cat "$tmp/apps_slow/stderr")"
+fi
+python3 "$report_check" "$tmp/apps_slow/out/latest.json" \
+  "$tmp/apps_slow/out/latest.md" || fail "the doctored report disagrees"
+echo "report.py --check: 3 naming the UCX and Open MPI targets alone"
 # TCP's larger sends a million times faster than measured, rdmaplane still
 # a thousand times: TCP's best is then one of them, and exactly the
 # best-against-best targets are missed, the equal-size ones met.

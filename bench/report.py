@@ -3,10 +3,12 @@
 
 Reads the files bench/compare_run.sh leaves in --raw (JSON from
 rdmaplane_perf, memcpy_bw, pin_cost, tcp_bench and control_benchmark, the
-text lines of memif_rate, latency samples), takes the median of the rounds
-for every figure and, for every rdmaplane figure with a baseline, the median
-of the rounds' paired ratios (each round's figure over the baseline window
-measured next to it in that round), names each side's best bandwidth
+text lines of memif_rate, perftest, ucx_perftest and mpi_pingpong, latency
+samples), takes the median of the rounds for every figure and, for every
+rdmaplane figure with a baseline, the median of the rounds' paired ratios
+(each round's figure over the baseline window measured next to it in that
+round; UCX's and Open MPI's figures over rdmaplane also over the native
+API's figure of the same round and daemons), names each side's best bandwidth
 size (rdmaplane's WRITE and READ per setup, kernel TCP's send size) and
 compares bandwidth with TCP both at equal size and best against best,
 checks the targets, then writes into --out:
@@ -45,9 +47,11 @@ UNITS = {
     "mfps": "1e6 frames per second",
     "us": "microseconds; latencies are round trips: an RDMA request from "
           "post to completion (request and acknowledgment or response), a "
-          "TCP ping-pong from send to echo received; but WRITE ping-pongs "
-          "(rdmaplane_perf's write_pingpong, perftest's ib_write_lat) are "
-          "half a round trip, as perftest reports them",
+          "TCP ping-pong from send to echo received; but ping-pongs of "
+          "messages, WRITE (rdmaplane_perf's write_pingpong, perftest's "
+          "ib_write_lat), SEND (perftest's ib_send_lat), UCX's tag_lat and "
+          "the Open MPI ping-pong, are half a round trip, as perftest "
+          "reports them",
     "ns": "nanoseconds",
     "s/GB": "CPU seconds (user + system, every process involved) per 1e9 "
             "payload bytes",
@@ -125,6 +129,40 @@ FIGURES = {
         "what the verbs front end adds to an 8 B WRITE ping-pong: perftest's "
         "ib_write_lat typical minus rdmaplane_perf's write_pingpong p50 of "
         "the same round (median of the rounds)", "us"),
+    "perftest_send_lat_us_8b": ("perftest's ib_send_lat (RC) over the verbs "
+                                "front end, 8 B, typical: half a SEND "
+                                "ping-pong's round trip, over memif", "us"),
+    # UCX and Open MPI, unmodified, over rdmaplane (the verbs front end,
+    # UCX's rc_verbs on rdmaplane0) between the two memif daemons, and over
+    # TCP on loopback.
+    "ucx_put_gbps_64k_memif": ("UCX's ucp_put_bw over rdmaplane (ucx_perftest, "
+                               "rc_verbs on rdmaplane0), 64 KiB, server on "
+                               "daemon A and client on daemon B", "GB/s"),
+    "ucx_tag_lat_us_8b_memif": ("UCX's tag_lat over rdmaplane (ucx_perftest, "
+                                "rc_verbs on rdmaplane0), 8 B, typical (the "
+                                "median): half a round trip, over memif",
+                                "us"),
+    "ucx_tcp_put_gbps_64k": ("UCX's ucp_put_bw over UCX's TCP transport on "
+                             "loopback (ucx_perftest), 64 KiB", "GB/s"),
+    "ucx_tcp_tag_lat_us_8b": ("UCX's tag_lat over UCX's TCP transport on "
+                              "loopback, 8 B, typical: half a round trip",
+                              "us"),
+    "mpi_gbps_1m_memif": ("Open MPI ping-pong over rdmaplane (pml ucx, "
+                          "rc_verbs on rdmaplane0), 1 MiB messages, bytes "
+                          "both ways over the time, a rank on each memif "
+                          "daemon", "GB/s"),
+    "mpi_lat_us_8b_memif": ("Open MPI ping-pong over rdmaplane (pml ucx), "
+                            "8 B, typical (the median): half a round trip, a "
+                            "rank on each memif daemon", "us"),
+    "mpi_tcp_gbps_1m": ("Open MPI ping-pong over TCP on loopback (pml ob1, "
+                        "btl tcp), 1 MiB messages, bytes both ways over the "
+                        "time", "GB/s"),
+    "mpi_tcp_lat_us_8b": ("Open MPI ping-pong over TCP on loopback (pml ob1, "
+                          "btl tcp), 8 B, typical: half a round trip", "us"),
+    "mpi_lat_cost_us_8b_memif": (
+        "what Open MPI over UCX adds to an 8 B SEND ping-pong: the MPI "
+        "ping-pong's typical half round trip minus perftest's ib_send_lat "
+        "(RC) typical of the same round (median of the rounds)", "us"),
 }
 
 # Headline figures of one setup and poll mode, with the perf run they come
@@ -241,6 +279,17 @@ RATIOS = [
     # workload: what the verbs layer costs.
     ("write_gbps_64k_hot_memif", "perftest", "perftest_write_gbps_64k"),
     ("write_pingpong_p50_us_8b_memif", "perftest", "perftest_write_lat_us_8b"),
+    # UCX and Open MPI over rdmaplane: against the native API on the same
+    # daemons (its figure of the same round: baseline_windows()), against
+    # themselves over TCP, and MPI's small messages against perftest's
+    # SENDs over the verbs front end.
+    ("ucx_put_gbps_64k_memif", "native", "write_gbps_64k_hot_memif"),
+    ("ucx_put_gbps_64k_memif", "tcp", "ucx_tcp_put_gbps_64k"),
+    ("ucx_tag_lat_us_8b_memif", "tcp", "ucx_tcp_tag_lat_us_8b"),
+    ("mpi_gbps_1m_memif", "native", "write_gbps_1m_memif"),
+    ("mpi_gbps_1m_memif", "tcp", "mpi_tcp_gbps_1m"),
+    ("mpi_lat_us_8b_memif", "tcp", "mpi_tcp_lat_us_8b"),
+    ("mpi_lat_us_8b_memif", "perftest", "perftest_send_lat_us_8b"),
 ] + [
     # Bandwidth at equal size: each larger size against TCP's sends of that
     # size (64 KiB's are above).
@@ -262,23 +311,36 @@ RATIOS = [
 ]
 
 
+def native(key):
+    """Whether a key is a figure of rdmaplane_perf (the native API): a
+    setup figure or a best, of either setup."""
+    base = key[:-len("_memif")] if key.endswith("_memif") else key
+    return base in SETUP_FIGURES or base in BEST
+
+
+# The rdmaplane figures of UCX and Open MPI (APP_FIGURES' keys).
+APP_KEYS = ["ucx_put_gbps_64k_memif", "ucx_tag_lat_us_8b_memif",
+            "mpi_gbps_1m_memif", "mpi_lat_us_8b_memif"]
+
+
 def _check_ratios():
-    """Each ratio divides like by like, and every rdmaplane figure has one."""
+    """Each ratio divides like by like, a native figure serves as the
+    baseline of figures of its own setup only, and every rdmaplane figure
+    has a ratio."""
     kinds = {"GB/s": "bandwidth", "Mops": "rate", "Mfps": "rate",
              "us": "time", "ns": "time", "s/GB": "CPU per byte",
              "us/op": "CPU per request"}
     for key, _, base in RATIOS:
         if kinds[figure_unit(key)] != kinds[figure_unit(base)]:
             raise AssertionError("ratio of %s to %s" % (key, base))
+        if native(base) and pairing(base) != pairing(key):
+            raise AssertionError("%s is not of the setup of %s" % (base, key))
     rdmaplane = ([k + s for k in list(SETUP_FIGURES) + list(BEST)
                   for s in ("", "_memif") if s or k not in MEMIF_ONLY] +
-                 [k for k in FIGURES if k.startswith("reg_")])
+                 [k for k in FIGURES if k.startswith("reg_")] + APP_KEYS)
     without = set(rdmaplane) - {key for key, _, _ in RATIOS}
     if without:
         raise AssertionError("no baseline for " + ", ".join(sorted(without)))
-
-
-_check_ratios()
 
 
 def pairing(key):
@@ -288,11 +350,38 @@ def pairing(key):
     return "memif" if key.endswith("_memif") else "local"
 
 
+def baseline_windows(key, base, used_mode):
+    """The rounds a ratio of figure KEY pairs with: the windows of BASE in
+    KEY's setup (BASE@SETUP), or, when BASE is itself a native figure of
+    that setup (UCX and Open MPI against the native API), its own rounds in
+    the headline poll mode (BASE@MODE)."""
+    setup = pairing(key)
+    if native(base):
+        return "%s@%s" % (base, used_mode[setup])
+    return "%s@%s" % (base, setup)
+
+
+_check_ratios()
+
+
 def headline_rounds(rounds, used_mode, key):
     """A figure's values round by round, or None: those of the headline
     poll mode (`used_mode`: setup -> mode) for figures measured in both."""
     return rounds.get(key) or rounds.get(
         "%s@%s" % (key, used_mode[pairing(key)]))
+
+
+# Figures that are differences of two others, round by round (the median of
+# the rounds' differences): key -> (figure, the figure subtracted from it),
+# each looked up as headline_rounds() does: a baseline's windows as
+# KEY@SETUP, an rdmaplane figure by its key (for rdmaplane_perf's, the
+# headline poll mode's rounds).
+DIFFERENCES = {
+    "verbs_write_lat_cost_us_8b_memif": ("perftest_write_lat_us_8b@memif",
+                                         "write_pingpong_p50_us_8b_memif"),
+    "mpi_lat_cost_us_8b_memif": ("mpi_lat_us_8b_memif",
+                                 "perftest_send_lat_us_8b@memif"),
+}
 
 
 def fmt_bound(t):
@@ -335,6 +424,16 @@ TARGETS = [
     # native figure at most 1/0.9 of perftest's) and 0.5 us of its latency.
     ("write_gbps_64k_hot_memif_vs_perftest", "<=", 1.111),
     ("verbs_write_lat_cost_us_8b_memif", "<=", 0.5),
+    # UCX and Open MPI over rdmaplane: at least 90 % of the native API's
+    # bandwidth on the same daemons (UCX's 64 KiB puts against native
+    # cache-hot 64 KiB WRITEs, MPI's 1 MiB ping-pong against native 1 MiB
+    # WRITEs), at most 1 us above perftest's SEND ping-pong, and well
+    # ahead of themselves over TCP.
+    ("ucx_put_gbps_64k_memif_vs_native", ">=", 0.9),
+    ("ucx_put_gbps_64k_memif_vs_tcp", ">=", 2.0),
+    ("mpi_gbps_1m_memif_vs_native", ">=", 0.9),
+    ("mpi_lat_cost_us_8b_memif", "<=", 1.0),
+    ("mpi_lat_us_8b_memif_vs_tcp", "<=", 0.5),
 ]
 
 # Keys the report must have (the smoke test checks them too).
@@ -354,7 +453,10 @@ REQUIRED = (
      "write_cpu_us_per_op_64b_memif", "write_pingpong_p50_us_8b_memif",
      "perftest_write_gbps_64k", "perftest_write_lat_us_8b",
      "perftest_read_lat_us_8b", "perftest_atomic_lat_us_8b",
-     "perftest_ud_send_lat_us_8b"]
+     "perftest_ud_send_lat_us_8b", "perftest_send_lat_us_8b"]
+    + APP_KEYS
+    + ["ucx_tcp_put_gbps_64k", "ucx_tcp_tag_lat_us_8b", "mpi_tcp_gbps_1m",
+       "mpi_tcp_lat_us_8b"]
     + TCP_BEST[1][1:] + [TCP_BEST[0]]
     + [k + s for s in ("", "_memif")
        for best, sizes in BEST.items() for k in sizes[1:] + [best]]
@@ -464,6 +566,51 @@ def _perftest_lat(text):
     return float(row[4]) if row and len(row) > 4 else None
 
 
+def ucx_final(text):
+    """The numbers of ucx_perftest's "Final:" row: iterations; latency
+    (percentile, average, overall; microseconds, half a round trip in the
+    ping-pong tests); bandwidth (average, overall; MB/s of 2^20 bytes);
+    message rate (average, overall). None without such a row."""
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if fields[:1] == ["Final:"] and len(fields) == 9:
+            try:
+                return [float(x) for x in fields[1:]]
+            except ValueError:
+                return None
+    return None
+
+
+def _ucx_gbps(text):
+    """ucx_perftest's overall bandwidth (MB/s, 2^20 bytes) in GB/s (1e9)."""
+    row = ucx_final(text)
+    return row[5] * 1048576 / 1e9 if row else None
+
+
+def _ucx_lat(text):
+    """ucx_perftest's typical latency (its 50th percentile), microseconds."""
+    row = ucx_final(text)
+    return row[1] if row else None
+
+
+MPI_LINE = re.compile(r"^mpi_pingpong: (\w+=\S+(?: \w+=\S+)*)$")
+
+
+def _mpi(field):
+    """A field of mpi_pingpong's line ("mpi_pingpong: KEY=VALUE ...")."""
+    def read(text):
+        for line in (text or "").splitlines():
+            m = MPI_LINE.match(line.strip())
+            if m:
+                fields = dict(kv.split("=", 1) for kv in m.group(1).split())
+                try:
+                    return float(fields[field])
+                except (KeyError, ValueError):
+                    return None
+        return None
+    return read
+
+
 def read_text(path):
     try:
         with open(path) as f:
@@ -498,6 +645,22 @@ SETUP_BASELINES = [
      [("perftest_atomic_lat_us_8b", _perftest_lat)]),
     ("perftest_ud_send_lat.txt",
      [("perftest_ud_send_lat_us_8b", _perftest_lat)]),
+    ("perftest_send_lat.txt", [("perftest_send_lat_us_8b", _perftest_lat)]),
+    # Over memif only: UCX and Open MPI over TCP on loopback (text).
+    ("ucx_tcp_put_bw.txt", [("ucx_tcp_put_gbps_64k", _ucx_gbps)]),
+    ("ucx_tcp_tag_lat.txt", [("ucx_tcp_tag_lat_us_8b", _ucx_lat)]),
+    ("mpi_tcp.txt", [("mpi_tcp_lat_us_8b", _mpi("lat_8b_typical_us")),
+                     ("mpi_tcp_gbps_1m", _mpi("bw_1m_gbps"))]),
+]
+# rdmaplane figures of UCX and Open MPI over the verbs front end between
+# the memif daemons (the headline poll mode's, measured in its paired
+# windows only): (file after rR_memif_, [(key, reader)]); in the rounds by
+# their keys, as the registration figures.
+APP_FIGURES = [
+    ("ucx_rdmaplane_put_bw.txt", [("ucx_put_gbps_64k_memif", _ucx_gbps)]),
+    ("ucx_rdmaplane_tag_lat.txt", [("ucx_tag_lat_us_8b_memif", _ucx_lat)]),
+    ("mpi_rdmaplane.txt", [("mpi_lat_us_8b_memif", _mpi("lat_8b_typical_us")),
+                           ("mpi_gbps_1m_memif", _mpi("bw_1m_gbps"))]),
 ]
 MEMIF_FRAME_4096 = 4170  # a WRITE's first packet at path MTU 4096
 
@@ -533,6 +696,11 @@ def collect_rounds(raw, local_modes, memif_modes):
                         fps * size / 1e9)
                     put("memif_payload_gbps_4096@%s" % setup, r,
                         fps * 4096 / 1e9)
+    for name, keys in APP_FIGURES:
+        for r, p in round_files(raw, "memif_" + name).items():
+            text = read_text(p)
+            for key, read in keys:
+                put(key, r, read(text))
     for r, p in round_files(raw, "local_control.json").items():
         t = control_times(load_json(p))
         put("reg_hit_ns", r, t.get("BM_CacheRegisterHit"))
@@ -734,6 +902,30 @@ def render(out, work, name, settings, series):
     return None
 
 
+# The points of UCX and Open MPI in bw_vs_size.png: (figure, message size,
+# title, gnuplot style), and their lines in latency_cdf.png.
+APP_BANDWIDTH = [
+    ("ucx_put_gbps_64k_memif", 65536, "UCX put over rdmaplane, memif",
+     "pt 5 lc rgb '#006400'"),
+    ("ucx_tcp_put_gbps_64k", 65536, "UCX put over TCP loopback",
+     "pt 4 lc rgb '#006400'"),
+    ("mpi_gbps_1m_memif", 1048576, "Open MPI ping-pong over rdmaplane, memif",
+     "pt 7 lc rgb '#8b0000'"),
+    ("mpi_tcp_gbps_1m", 1048576, "Open MPI ping-pong over TCP loopback",
+     "pt 6 lc rgb '#8b0000'"),
+]
+APP_LATENCY = [
+    ("ucx_tag_lat_us_8b_memif", "UCX tag 8 B round trip over rdmaplane, memif",
+     "dt 1 lc rgb '#006400'"),
+    ("ucx_tcp_tag_lat_us_8b", "UCX tag 8 B round trip over TCP",
+     "dt 2 lc rgb '#006400'"),
+    ("mpi_lat_us_8b_memif", "Open MPI 8 B round trip over rdmaplane, memif",
+     "dt 1 lc rgb '#8b0000'"),
+    ("mpi_tcp_lat_us_8b", "Open MPI 8 B round trip over TCP",
+     "dt 2 lc rgb '#8b0000'"),
+]
+
+
 def plots(out, work, report, raw):
     """Writes the three PNGs; returns an error message or None."""
     # Bandwidth against message size.
@@ -756,6 +948,17 @@ def plots(out, work, report, raw):
                 " (best %s, %.2f GB/s)" % (size_name(tcp["bytes"]),
                                            report["figures"][TCP_BEST[0]])
                 if tcp.get("bytes") else "")))
+    # UCX's puts and Open MPI's ping-pong, each a point at its message
+    # size, over rdmaplane and over TCP.
+    for i, (key, size, title, style) in enumerate(APP_BANDWIDTH):
+        v = report["figures"].get(key)
+        if not v:
+            continue
+        dat = os.path.join(work, "app%d.dat" % i)
+        with open(dat, "w") as f:
+            f.write("%d %.6g\n" % (size, v))
+        series.append("'%s' using 1:2 with points %s ps 2 title '%s (%.2f "
+                      "GB/s)'" % (dat, style, title, v))
     for key, title in (("memcpy_64k_gbps", "memcpy, one core, 64 KiB copies"),
                        ("memif_payload_gbps_4096",
                         "raw memif, 4 KiB payloads")):
@@ -814,11 +1017,24 @@ def plots(out, work, report, raw):
                 f.write("%.4f %.6f\n" % (values[j], (j + 1) / n))
         series.append("'%s' using 1:2 with lines lw 2 title '%s'" %
                       (dat, title))
+    # UCX's and Open MPI's typical small-message round trips (twice the
+    # half round trips they report), as vertical lines: they keep no
+    # samples.
+    for i, (key, title, style) in enumerate(APP_LATENCY):
+        v = report["figures"].get(key)
+        if not v:
+            continue
+        dat = os.path.join(work, "app_lat%d.dat" % i)
+        with open(dat, "w") as f:
+            f.write("%.4f 0\n%.4f 1\n" % (2 * v, 2 * v))
+        series.append("'%s' using 1:2 with lines %s lw 2 title '%s, "
+                      "typical (%.3g us)'" % (dat, style, title, 2 * v))
     if not series:
         return "no latency samples to plot"
     return render(out, work, "latency_cdf.png", (
         "set title 'Round-trip latency CDF, 8-byte messages, one request "
-        "outstanding (all rounds)'\n"
+        "outstanding (all rounds); UCX and Open MPI: their typical round "
+        "trip'\n"
         "set logscale x 10\nset xlabel 'microseconds'\n"
         "set ylabel 'fraction of requests'\nset yrange [0:1]\n"
         "set key right bottom\nset grid\n"), series)
@@ -869,6 +1085,15 @@ TABLE_ROWS = [
      "write_pingpong_p50_us_8b_memif"),
     ("verbs front end's cost in WRITE 8 B ping-pong latency, memif",
      "verbs_write_lat_cost_us_8b_memif"),
+    ("UCX ucp_put_bw 64 KiB over rdmaplane, memif", "ucx_put_gbps_64k_memif"),
+    ("UCX tag_lat 8 B over rdmaplane, half a round trip, memif",
+     "ucx_tag_lat_us_8b_memif"),
+    ("Open MPI ping-pong 1 MiB bandwidth over rdmaplane, memif",
+     "mpi_gbps_1m_memif"),
+    ("Open MPI ping-pong 8 B over rdmaplane, half a round trip, memif",
+     "mpi_lat_us_8b_memif"),
+    ("Open MPI's cost over perftest's SEND in 8 B ping-pong latency, memif",
+     "mpi_lat_cost_us_8b_memif"),
 ]
 
 # Short names of the baselines in that table.
@@ -896,6 +1121,13 @@ BASELINE_NAMES = {
     "perftest_read_lat_us_8b": "perftest ib_read_lat typical, verbs",
     "perftest_atomic_lat_us_8b": "perftest ib_atomic_lat typical, verbs",
     "perftest_ud_send_lat_us_8b": "perftest ib_send_lat -c UD typical, verbs",
+    "perftest_send_lat_us_8b": "perftest ib_send_lat (RC) typical, verbs",
+    "write_gbps_64k_hot_memif": "native WRITE 64 KiB, cache-hot, same round",
+    "write_gbps_1m_memif": "native WRITE 1 MiB, same round",
+    "ucx_tcp_put_gbps_64k": "UCX ucp_put_bw 64 KiB over TCP loopback",
+    "ucx_tcp_tag_lat_us_8b": "UCX tag_lat 8 B over TCP loopback",
+    "mpi_tcp_gbps_1m": "Open MPI 1 MiB over TCP loopback (ob1)",
+    "mpi_tcp_lat_us_8b": "Open MPI 8 B over TCP loopback (ob1)",
 }
 
 # The table of every baseline, in this order.
@@ -907,7 +1139,9 @@ BASELINES = ["memcpy_gbps", "memcpy_64k_gbps", "memcpy_hot_gbps", "tcp_gbps",
              "memif_mfps_4170", "memif_gbps_4170", "memif_payload_gbps_4096",
              "memif_mfps_64", "pin_4k_ns", "perftest_write_gbps_64k",
              "perftest_write_lat_us_8b", "perftest_read_lat_us_8b",
-             "perftest_atomic_lat_us_8b", "perftest_ud_send_lat_us_8b"]
+             "perftest_atomic_lat_us_8b", "perftest_ud_send_lat_us_8b",
+             "perftest_send_lat_us_8b", "ucx_tcp_put_gbps_64k",
+             "ucx_tcp_tag_lat_us_8b", "mpi_tcp_gbps_1m", "mpi_tcp_lat_us_8b"]
 
 
 def choose_best(figures, rounds, used_mode, n_rounds):
@@ -1036,9 +1270,11 @@ def markdown(report):
         "round. CPUs: %s. Bandwidth runs spread their requests over %d MiB "
         "per side, like memcpy's buffers (cache-hot runs: over 16 "
         "messages). GB/s is 1e9 bytes per second; latencies are round "
-        "trips, but WRITE ping-pongs (native and perftest's) half of one, "
-        "as perftest reports them; CPU is user + system time of every "
-        "process involved." %
+        "trips, but ping-pongs of messages (WRITE, native and perftest's; "
+        "perftest's SEND; UCX's tag_lat; Open MPI's) half of one, as "
+        "perftest reports them; CPU is user + system time of every process "
+        "involved. UCX and Open MPI run unmodified over the verbs front end "
+        "between the memif daemons, and over TCP on loopback." %
         (run["poll_mode_used"]["local"], run["poll_mode_used"]["memif"],
          run["mtu"] if run["mtu"] is not None else "unknown",
          run["pair_seconds"], run["cpu_placement"], run["region_mib"]))
@@ -1252,24 +1488,26 @@ def main():
             poll_modes[setup][mode] = v
     used_mode = {"local": local_modes[0], "memif": memif_modes[0]}
     best = choose_best(figures, rounds, used_mode, a.rounds)
-    # The verbs front end's latency cost, round by round: perftest's
-    # ib_write_lat typical minus the native ping-pong's p50 next to it.
-    cost_key = "verbs_write_lat_cost_us_8b_memif"
-    native = headline_rounds(rounds, used_mode,
-                             "write_pingpong_p50_us_8b_memif") or [
-                                 None] * a.rounds
-    verbs = rounds.get("perftest_write_lat_us_8b@memif") or [None] * a.rounds
-    rounds[cost_key] = [v - n if v is not None and n is not None else None
-                        for v, n in zip(verbs, native)]
-    got = [c for c in rounds[cost_key] if c is not None]
-    figures[cost_key] = statistics.median(got) if got else None
+    # Latency costs, round by round, and their medians (DIFFERENCES): the
+    # verbs front end's, perftest's ib_write_lat typical minus the native
+    # ping-pong's p50 next to it; Open MPI's, its 8-byte half round trip
+    # minus perftest's SEND ping-pong beside it.
+    for cost_key, (minuend, subtrahend) in DIFFERENCES.items():
+        more = headline_rounds(rounds, used_mode, minuend) or [
+            None] * a.rounds
+        less = headline_rounds(rounds, used_mode, subtrahend) or [
+            None] * a.rounds
+        rounds[cost_key] = [m - s if m is not None and s is not None
+                            else None for m, s in zip(more, less)]
+        got = [c for c in rounds[cost_key] if c is not None]
+        figures[cost_key] = statistics.median(got) if got else None
 
     ratios = {}
     ratio_of = {}
     pairs = {}
     for key, name, base in RATIOS:
         rkey = "%s_vs_%s" % (key, name)
-        windows_key = "%s@%s" % (base, pairing(key))
+        windows_key = baseline_windows(key, base, used_mode)
         base_rounds = rounds.get(windows_key, [None] * a.rounds)
         p = paired_ratio(
             key, base,

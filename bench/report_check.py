@@ -6,18 +6,22 @@
 With LATEST_JSON alone: every `_vs_` ratio is recomputed from the rounds
 the report lists (`rounds`): for each round, the figure's value (its
 headline poll mode's, `FIGURE@MODE`, or `FIGURE` for the registration
-figures) over the baseline window of the same round that `ratio_of` names
-(`BASELINE@SETUP`, which must be the figure's own setup: `memif` for
-`*_memif` figures, else `local`), times converted to seconds first (the
-unit read from the key: `_ns`, `_us`); the ratio is the median of those
-pairs, and `pairs` must hold the same per-round ratios, median, lowest,
-highest, count and baseline median. The flat ratio keys and `ratios`
-agree; each rdmaplane figure is the median of its rounds and each baseline
-the median of all its windows; and every rdmaplane figure (write_*, read_*,
-reg_*) carries at least one ratio; the verbs front end's latency cost is
-the median of its rounds' differences, perftest's figure minus the native
-ping-pong's. Bandwidth against TCP: every rdmaplane bandwidth figure of a
-size (64 KiB to 4 MiB) is divided by TCP's stream at that same size, and
+figures and UCX's and Open MPI's) over the baseline window of the same
+round that `ratio_of` names (`BASELINE@SETUP`, which must be the figure's
+own setup: `memif` for `*_memif` figures, else `local`; or, for a native
+figure serving as a baseline, write_* or read_* of the figure's own setup,
+its headline poll mode's rounds, `BASELINE@MODE`), times converted to
+seconds first (the unit read from the key: `_ns`, `_us`); the ratio is the
+median of those pairs, and `pairs` must hold the same per-round ratios,
+median, lowest, highest, count and baseline median. The flat ratio keys
+and `ratios` agree; each rdmaplane figure is the median of its rounds and
+each baseline the median of all its windows; and every rdmaplane figure
+(write_*, read_*, reg_*, and ucx_* and mpi_* over memif) carries at least
+one ratio; each latency cost is the median of its rounds' differences: the
+verbs front end's, perftest's WRITE ping-pong minus the native one's, and
+Open MPI's, its ping-pong minus perftest's SEND ping-pong. Bandwidth
+against TCP: every rdmaplane bandwidth figure of a size (64 KiB to 4 MiB)
+is divided by TCP's stream at that same size, and
 each setup's WRITE and READ at their best by TCP at its best; each best
 (`best`) names the candidate with the highest figure, and its figure and
 rounds are that candidate's. With LATEST_MD too: every figure,
@@ -25,8 +29,10 @@ baseline value (the median of the windows paired), ratio and spread of
 pairs printed in latest.md's comparison table, and every value of its
 baseline table, is the JSON's (within the printed precision), every ratio
 of the JSON is printed once, every target shows its unit (`x` for
-ratios), every best figure shows the size it was taken at, and the table
-of sizes shows each side's figures, ratios and best.
+ratios), every best figure shows the size it was taken at, every baseline
+a ratio divides by is in the baseline table (but the native figures, which
+have rows of their own), and the table of sizes shows each side's
+figures, ratios and best.
 
 Prints what disagrees and exits 1; exits 0 when all agrees. Used by
 //bench:compare_smoke_test, which also feeds it broken reports to see it
@@ -160,6 +166,30 @@ def check_best(doc, bad):
                 rkey, p.get("figure"), p.get("baseline")))
 
 
+def is_native(key):
+    """Whether a key is one of rdmaplane_perf's (the native API's)
+    figures."""
+    return key.startswith(("write_", "read_"))
+
+
+def is_app(key):
+    """Whether a key is a figure of UCX or Open MPI over rdmaplane (over
+    TCP they are baselines, `ucx_tcp_*` and `mpi_tcp_*`; a cost is a
+    difference)."""
+    return (key.startswith(("ucx_", "mpi_")) and key.endswith("_memif") and
+            "_cost_" not in key)
+
+
+# Latency costs: key -> (figure, figure subtracted), keys of the rounds;
+# MODE stands for the memif setup's headline poll mode.
+DIFFERENCES = {
+    "verbs_write_lat_cost_us_8b_memif": ("perftest_write_lat_us_8b@memif",
+                                         "write_pingpong_p50_us_8b_memif@MODE"),
+    "mpi_lat_cost_us_8b_memif": ("mpi_lat_us_8b_memif",
+                                 "perftest_send_lat_us_8b@memif"),
+}
+
+
 def check_json(doc, bad):
     ratio_of = doc.get("ratio_of") or {}
     pairs = doc.get("pairs") or {}
@@ -186,9 +216,13 @@ def check_json(doc, bad):
             bad("%s: ratio_of names the figure %r" % (rkey, fkey))
             continue
         setup = "memif" if fkey.endswith("_memif") else "local"
-        if windows != "%s@%s" % (bkey, setup):
-            bad("%s: paired with the windows %r, not %s@%s" % (
-                rkey, windows, bkey, setup))
+        if is_native(bkey) and bkey.endswith("_memif") != (setup == "memif"):
+            bad("%s: the native %s is not of %s's setup" % (rkey, bkey, fkey))
+            continue
+        want = "%s@%s" % (bkey, used.get(setup) if is_native(bkey) else setup)
+        if windows != want:
+            bad("%s: paired with the windows %r, not %s" % (
+                rkey, windows, want))
             continue
         if (seconds_per_unit(fkey) == 1.0) != (seconds_per_unit(bkey) == 1.0):
             bad("%s: %s and %s are not both times" % (rkey, fkey, bkey))
@@ -239,15 +273,17 @@ def check_json(doc, bad):
         if vals and not close_to(doc.get(name), median(vals)):
             bad("%s = %r, but the median of its %d windows is %r" % (
                 name, doc.get(name), len(vals), median(vals)))
-    # The verbs front end's latency cost: perftest's figure minus the native
-    # ping-pong's, round by round, and the median of those.
-    cost = "verbs_write_lat_cost_us_8b_memif"
-    if cost in doc:
-        native = rounds.get("write_pingpong_p50_us_8b_memif@%s" %
-                            used.get("memif")) or []
-        verbs = rounds.get("perftest_write_lat_us_8b@memif") or []
-        want = [v - n if is_number(v) and is_number(n) else None
-                for v, n in zip(verbs, native)]
+    # The latency costs: one figure minus another, round by round, and the
+    # median of those.
+    for cost, (more, less) in DIFFERENCES.items():
+        if cost not in doc:
+            continue
+        more_rounds = rounds.get(more.replace("MODE", str(used.get(
+            "memif")))) or []
+        less_rounds = rounds.get(less.replace("MODE", str(used.get(
+            "memif")))) or []
+        want = [m - s if is_number(m) and is_number(s) else None
+                for m, s in zip(more_rounds, less_rounds)]
         listed = rounds.get(cost)
         if not same_rounds(listed, want):
             bad("%s: rounds %r, recomputed %r" % (cost, listed, want))
@@ -259,8 +295,9 @@ def check_json(doc, bad):
     check_best(doc, bad)
     with_ratio = {r.split("_vs_")[0] for r in ratio_keys}
     for key, v in doc.items():
-        if (key.startswith(("write_", "read_", "reg_")) and "_vs_" not in key
-                and is_number(v) and key not in with_ratio):
+        if ((key.startswith(("write_", "read_", "reg_")) or is_app(key))
+                and "_vs_" not in key and is_number(v)
+                and key not in with_ratio):
             bad("the rdmaplane figure %s has no ratio to a baseline" % key)
 
 
@@ -434,7 +471,9 @@ def check_md(doc, md, report, bad):
         agree(descs[desc], value, doc.get(descs[desc]))
         names_best(descs[desc], value)
         seen.add(descs[desc])
-    used = {p.get("baseline") for p in doc.get("ratio_of", {}).values()}
+    # Native figures serving as baselines have rows of their own instead.
+    used = {p.get("baseline") for p in doc.get("ratio_of", {}).values()
+            if not is_native(p.get("baseline") or "")}
     if used - seen:
         bad("baselines missing from the baseline table: %s" % sorted(
             used - seen))
