@@ -401,13 +401,21 @@ void SessionServer::AcceptClients() {
     }
     absl::StatusOr<UserAccounts::Charge> charge =
         accounts_->Take(cred.uid, Resource::kSessions);
+    // A user at the session limit may still ask rdmaplanectl's questions,
+    // which open no session: the connection waits for its first message,
+    // and a hello gets the refusal then. A few such connections per user
+    // at a time, so that they cannot take the daemon's descriptors.
+    std::string over_limit;
     if (!charge.ok()) {
-      const std::string why(charge.status().message());
-      RDP_LOG_EVERY(kWarning, 10, "session of pid %d refused: %s",
-                    static_cast<int>(cred.pid), why.c_str());
-      counters_->Count(&ControlCounters::rejected_clients);
-      Refuse(fd, shm::kStatusLimit, why);
-      continue;
+      over_limit = std::string(charge.status().message());
+      if (over_limit_[cred.uid] >= kOverLimitPerUser) {
+        RDP_LOG_EVERY(kWarning, 10, "session of pid %d refused: %s",
+                      static_cast<int>(cred.pid), over_limit.c_str());
+        counters_->Count(&ControlCounters::rejected_clients);
+        Refuse(fd, shm::kStatusLimit, over_limit);
+        continue;
+      }
+      ++over_limit_[cred.uid];
     }
     // Setup messages are read without waiting (SetupReader), so a client
     // that sends half a message stalls nobody; replies are small enough for
@@ -417,7 +425,8 @@ void SessionServer::AcceptClients() {
     s->sock = fd;
     s->pid = cred.pid;
     s->uid = cred.uid;
-    s->charge = std::move(*charge);
+    if (charge.ok()) s->charge = std::move(*charge);
+    s->over_limit = std::move(over_limit);
     // Without a pidfd (an old kernel) only the socket tells of its exit.
     s->pidfd = static_cast<int>(syscall(SYS_pidfd_open, cred.pid, 0));
     s->id = next_session_id_++;
@@ -463,6 +472,20 @@ void SessionServer::OnReadable(Session* s) {
   if (fd1 >= 0) close(fd1);
   switch (msg.type) {
     case shm::kSetupHello:
+      if (!s->ready && !s->over_limit.empty()) {
+        if (fd0 >= 0) close(fd0);
+        RDP_LOG_EVERY(kWarning, 10, "session of pid %d refused: %s",
+                      static_cast<int>(s->pid), s->over_limit.c_str());
+        counters_->Count(&ControlCounters::rejected_clients);
+        shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
+        reply.status = shm::kStatusLimit;
+        std::snprintf(reply.text, sizeof(reply.text), "%s",
+                      s->over_limit.c_str());
+        shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true);
+        s->admin = true;  // no session was made: none is reclaimed
+        Close(s);
+        return;
+      }
       if (!s->ready) {
         HandleHello(s, msg, fd0);
         return;
@@ -493,6 +516,8 @@ void SessionServer::OnReadable(Session* s) {
       if (!s->ready) {
         if (fd0 >= 0) close(fd0);
         s->admin = true;
+        // A question is not one of the user's sessions.
+        s->charge.Release();
         s->admin_answer = AdminAnswerFor(msg, hooks_.status);
         s->admin_sent = 0;
         s->admin_progress = absl::Now();
@@ -960,6 +985,10 @@ void SessionServer::Close(Session* s) {
   if (s->pidfd >= 0) close(s->pidfd);
   reactor_->Remove(s->sock);
   close(s->sock);
+  if (!s->over_limit.empty()) {
+    auto it = over_limit_.find(s->uid);
+    if (it != over_limit_.end() && --it->second == 0) over_limit_.erase(it);
+  }
   if (!s->admin) counters_->Count(&ControlCounters::sessions_reclaimed);
   sessions_.erase(s->sock);
 }

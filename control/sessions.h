@@ -102,6 +102,9 @@ struct Session {
   UserAccounts::Charge charge;  // one of the user's sessions
   bool ready = false;  // hello done
   bool admin = false;  // an rdmaplanectl query, not a client
+  // Why the user may open no session (its limit was reached when this
+  // connection came): only an admin query is answered.
+  std::string over_limit;
   // An admin query's answer, sent as the asker reads it (never waiting in
   // the control thread): what is left from admin_sent, and when the asker
   // last took some.
@@ -326,6 +329,10 @@ class SessionServer {
   std::string path_;
   std::string starting_path_;  // where the socket is bound until Publish
   std::map<int, std::unique_ptr<Session>> sessions_;  // by socket fd
+  // Connections of users at their session limit, waiting for an admin
+  // query, per user; at most kOverLimitPerUser each.
+  static constexpr int kOverLimitPerUser = 8;
+  std::map<uid_t, int> over_limit_;
   uint32_t next_session_id_ = 1;
   uint32_t next_arena_id_ = 1;
   uint64_t losses_reported_ = 0;  // BusErrorGuard::losses() seen

@@ -153,6 +153,67 @@ TEST_F(SessionsTest, AnAdminQueryIsAnsweredAndDoesNotCountAsASession) {
   }
 }
 
+// A user at its session limit still gets rdmaplanectl's answers (a query
+// opens no session), while its next client is refused with the limit's
+// reason; connections of a user at the limit that say nothing are bounded
+// (a few wait for their question, more are refused at once).
+TEST_F(SessionsTest, AUserAtItsSessionLimitIsStillAnswered) {
+  std::vector<std::unique_ptr<Client>> held;
+  for (int i = 0; i < 3; ++i) {
+    auto c = Open();
+    ASSERT_TRUE(c.ok()) << i << " " << c.status();
+    held.push_back(std::move(*c));
+  }
+  for (const char* topic : {"status", "clients", "counters"}) {
+    for (bool json : {false, true}) {
+      auto answer = QueryDaemon(path_, topic, json, absl::Seconds(5));
+      ASSERT_TRUE(answer.ok()) << topic << ": " << answer.status();
+      EXPECT_FALSE(answer->empty()) << topic;
+    }
+  }
+  auto refused = Open();
+  EXPECT_EQ(RdpCode(refused.status()), RDP_ERR_LIMIT) << refused.status();
+  EXPECT_NE(refused.status().message().find("--max_sessions_per_user"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_EQ(counters_.rejected_clients.load(), 1u);
+
+  // Silent connections over the limit: 8 wait, the 9th is refused at once.
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
+  std::vector<int> silent;
+  for (int i = 0; i < 9; ++i) {
+    const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(sock, 0);
+    ASSERT_EQ(connect(sock, reinterpret_cast<const sockaddr*>(&addr),
+                      sizeof(addr)),
+              0);
+    silent.push_back(sock);
+  }
+  // The 9th gets the refusal without asking anything.
+  shm::SetupMessage reply;
+  size_t got = 0;
+  while (got < sizeof(reply)) {
+    const ssize_t n = read(silent.back(), reinterpret_cast<char*>(&reply) + got,
+                           sizeof(reply) - got);
+    ASSERT_GT(n, 0) << "no refusal after " << got << " bytes";
+    got += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(reply.type, shm::kSetupHelloReply);
+  EXPECT_EQ(reply.status, shm::kStatusLimit);
+  EXPECT_EQ(counters_.rejected_clients.load(), 2u);
+  // The waiting ones still allow no session, and take no question's place
+  // once gone: with them closed, a query is answered and a client refused.
+  for (int sock : silent) close(sock);
+  EXPECT_TRUE(QueryDaemon(path_, "status", false, absl::Seconds(5)).ok());
+  EXPECT_EQ(RdpCode(Open().status()), RDP_ERR_LIMIT);
+  // A session ended: a client is served again.
+  held.pop_back();
+  EXPECT_TRUE(WaitFor([&] { return closed_.load() == 1; }));
+  EXPECT_TRUE(Open().ok());
+}
+
 // The daemon sends an admin answer as the asker reads it: an asker that
 // reads nothing of a large answer holds no other session up (the control
 // thread never waits for it), and once it reads, the whole answer comes.
