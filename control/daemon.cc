@@ -125,6 +125,7 @@ absl::Status Daemon::Start() {
     }
   }
   started_ = absl::Now();
+  port_state_since_ = started_;
   // Status() (and DPDK telemetry, which exists only with the EAL) reads
   // what the control loop publishes every 200 ms.
   PublishStatus(/*force=*/true);
@@ -280,6 +281,7 @@ void Daemon::PublishPortState() {
   const uint32_t up = port_ == nullptr || port_->LinkUp() ? 1 : 0;
   if ((port_state_ & 1) == up) return;
   port_state_ = ((port_state_ >> 1) + 1) << 1 | up;
+  port_state_since_ = absl::Now();
   RDP_LOG(kInfo, "data port link %s", up != 0 ? "up" : "down");
   sessions_->ForEachReady([&](Session* s) {
     s->header->port_state.store(port_state_, std::memory_order_release);

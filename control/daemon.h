@@ -192,6 +192,7 @@ class Daemon {
   // changed (shm::SessionHeader::port_state); control thread.
   void PublishPortState();
   uint32_t port_state_ = 1;  // up, no change yet (port_state's format)
+  absl::Time port_state_since_;  // when port_state_ last changed
   uint64_t next_port_look_ns_ = 0;
   // Control thread: the status as of now (daemon_status.cc).
   DaemonStatus BuildStatus() const;

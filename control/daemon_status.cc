@@ -46,6 +46,9 @@ DaemonStatus Daemon::BuildStatus() const {
       options_.poll_mode == engine::PollMode::kBusy ? "busy" : "adaptive";
   st.mtu = PathMtu();
   st.link = (port_state_ & 1) != 0 ? "up" : "down";
+  st.link_since_s = static_cast<uint64_t>(
+      absl::ToInt64Seconds(absl::Now() - port_state_since_));
+  st.link_changes = port_state_ >> 1;
   st.engines = static_cast<uint32_t>(engines_.size());
   if (port_ != nullptr) st.data_port = options_.port.device;
   // Without a data port: the address of the self link (StartSelfLink).
@@ -129,6 +132,8 @@ DaemonStatus Daemon::BuildStatus() const {
     add("port_tx_dropped", pc.tx_dropped);
     add("port_tx_backpressure", pc.tx_backpressure);
     add("port_link_down", pc.link_down);
+    add("port_reconnect_tries", pc.reconnect_tries);
+    add("port_reconnects", pc.reconnects);
     add("port_burst_faults", pc.burst_faults);
     add("port_burst_fault_frames", pc.burst_fault_frames);
     add("port_mbufs_in_use", port_->mbufs_in_use());

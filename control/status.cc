@@ -297,7 +297,8 @@ std::string StatusText(const DaemonStatus& s) {
       {"ip", Printable(s.ip)},
       {"mac", Printable(s.mac)},
       {"mtu", absl::StrCat(s.mtu)},
-      {"link", Printable(s.link)},
+      {"link", absl::StrCat(Printable(s.link), " for ", Uptime(s.link_since_s),
+                            " (", s.link_changes, " changes)")},
       {"poll mode", Printable(s.poll_mode)},
       {"engines", absl::StrCat(s.engines)},
       {"clients", absl::StrCat(s.clients.size())},
@@ -458,6 +459,8 @@ std::string RenderJson(const DaemonStatus& s, std::string_view topic) {
     o.Field("mac", s.mac);
     o.Field("mtu", s.mtu);
     o.Field("link", s.link);
+    o.Field("link_since_s", s.link_since_s);
+    o.Field("link_changes", s.link_changes);
     o.Field("poll_mode", s.poll_mode);
     o.Field("engines", s.engines);
     o.Field("clients", static_cast<uint64_t>(s.clients.size()));

@@ -78,6 +78,10 @@ struct DaemonStatus {
   // The data port's link as the device reports it ("up" or "down"); a
   // daemon without one serves its self link, always "up".
   std::string link;
+  // Seconds the link has been as `link` says, and how many times it went
+  // up or down since the daemon started.
+  uint64_t link_since_s = 0;
+  uint64_t link_changes = 0;
   std::string poll_mode;
   uint32_t engines = 0;
   std::vector<ClientStatus> clients;

@@ -27,6 +27,8 @@ DaemonStatus SampleStatus() {
   s.mac = "02:00:00:00:00:01";
   s.mtu = 4096;
   s.link = "up";
+  s.link_since_s = 3723;  // 1h 2m 3s
+  s.link_changes = 3;
   s.poll_mode = "adaptive";
   s.engines = 2;
   s.clients.push_back({1, 100, 1000, 2, 3, 1, 64ull << 20});

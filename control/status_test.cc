@@ -52,12 +52,14 @@ TEST(StatusTest, JsonStatusHasTheHeaderAndCounts) {
   EXPECT_EQ(j["mac"].Str(), "02:00:00:00:00:01");
   EXPECT_EQ(j["mtu"].U64(), 4096u);
   EXPECT_EQ(j["link"].Str(), "up");
+  EXPECT_EQ(j["link_since_s"].U64(), 3723u);
+  EXPECT_EQ(j["link_changes"].U64(), 3u);
   EXPECT_EQ(j["poll_mode"].Str(), "adaptive");
   EXPECT_EQ(j["engines"].U64(), 2u);
   EXPECT_EQ(j["clients"].U64(), 2u);
   EXPECT_EQ(j["connections"].U64(), OddNames().size());
   EXPECT_EQ(j["registrations"].U64(), 2u);
-  EXPECT_EQ(j.Object().size(), 14u);
+  EXPECT_EQ(j.Object().size(), 16u);
 }
 
 TEST(StatusTest, JsonNegativePid) {
@@ -185,7 +187,7 @@ TEST(StatusTest, TextStatus) {
             "ip             10.0.0.1\n"
             "mac            02:00:00:00:00:01\n"
             "mtu            4096\n"
-            "link           up\n"
+            "link           up for 1h 2m 3s (3 changes)\n"
             "poll mode      adaptive\n"
             "engines        2\n"
             "clients        2\n"

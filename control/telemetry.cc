@@ -166,6 +166,8 @@ void FillStatus(rte_tel_data* d, const DaemonStatus& s) {
   out.Str("mac", s.mac);
   out.U64("mtu", s.mtu);
   out.Str("link", s.link);
+  out.U64("link_since_s", s.link_since_s);
+  out.U64("link_changes", s.link_changes);
   out.Str("poll_mode", s.poll_mode);
   out.U64("engines", s.engines);
   out.U64("clients", s.clients.size());

@@ -80,6 +80,18 @@ bool MemifCopyMode(const rte_eth_dev_info& info) {
          std::strstr(args->args, "zero-copy=yes") == nullptr;
 }
 
+// A memif port in the client role (role=client; the default is server).
+bool MemifClient(const rte_eth_dev_info& info) {
+  if (info.device == nullptr || info.driver_name == nullptr ||
+      std::strcmp(info.driver_name, "net_memif") != 0) {
+    return false;
+  }
+  const rte_devargs* args = rte_dev_devargs(info.device);
+  if (args == nullptr || args->args == nullptr) return false;
+  const std::optional<std::string_view> role = DeviceArg(args->args, "role");
+  return role && *role == "client";
+}
+
 bool IsDriver(const rte_eth_dev_info& info, const char* name) {
   return info.driver_name != nullptr && std::strcmp(info.driver_name, name) == 0;
 }
@@ -403,10 +415,15 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(
       r != 0) {
     return absl::UnavailableError(absl::StrCat("tx queue: ", rte_strerror(-r)));
   }
-  if (int r = rte_eth_dev_start(c.port_id); r != 0) {
+  // A memif client connects when it starts, and fails to start while its
+  // server is not there yet: it tries again while its link is down
+  // (Reconnect), so daemons joined by memif link in any start order.
+  port->reconnects_ = MemifClient(info);
+  if (int r = rte_eth_dev_start(c.port_id); r != 0 && !port->reconnects_) {
     return absl::UnavailableError(absl::StrCat("start: ", rte_strerror(-r)));
+  } else {
+    port->started_ = r == 0;
   }
-  port->started_ = true;
   InstallBurstGuard();
   port->recovers_bursts_ = c.bursts_may_fault || MemifCopyMode(info);
   if (c.promiscuous) rte_eth_promiscuous_enable(c.port_id);
@@ -568,7 +585,8 @@ void EthPort::ClearRxInterruptError() {
 uint64_t EthPort::rx_dropped() const {
   uint64_t dropped = 0;
   rte_eth_stats stats;
-  if (started_ && rte_eth_stats_get(config_.port_id, &stats) == 0) {
+  if (started_.load(std::memory_order_relaxed) &&
+      rte_eth_stats_get(config_.port_id, &stats) == 0) {
     dropped += stats.imissed;
   }
   std::lock_guard<std::mutex> lock(drops_mu_);
@@ -739,9 +757,35 @@ bool EthPort::LinkUp() const {
 
 bool EthPort::CheckLink() {
   const bool up = LinkUp();
-  if (!up && !link_down_) ++counters_.link_down;
+  if (!up && !link_down_) {
+    ++counters_.link_down;
+    // A connection may be on its way (the device just started, or the
+    // peer is coming back by itself): the first try waits a while.
+    reconnect_wait_ns_ = kReconnectNs;
+    next_reconnect_ns_ = rc::MonotonicNowNs() + reconnect_wait_ns_;
+  }
+  if (up && link_down_ && reconnect_tries_since_up_ > 0) ++counters_.reconnects;
+  if (up) reconnect_tries_since_up_ = 0;
   link_down_ = !up;
+  if (!up && reconnects_) Reconnect();
   return up;
+}
+
+void EthPort::Reconnect() {
+  const uint64_t now = rc::MonotonicNowNs();
+  if (now < next_reconnect_ns_) return;
+  // Longer each time, so that a handshake slowed by a busy machine is not
+  // cut short again and again.
+  reconnect_wait_ns_ = std::min(2 * reconnect_wait_ns_, kMaxReconnectNs);
+  next_reconnect_ns_ = now + reconnect_wait_ns_;
+  DropQueued();
+  if (started_) {
+    rte_eth_dev_stop(config_.port_id);
+    started_ = false;
+  }
+  ++counters_.reconnect_tries;
+  ++reconnect_tries_since_up_;
+  started_ = rte_eth_dev_start(config_.port_id) == 0;
 }
 
 void EthPort::DropQueued() {

@@ -23,6 +23,7 @@
 #include <rte_mbuf.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -110,6 +111,10 @@ struct PortCounters {
   rc::StatCounter fault_duplicated;
   rc::StatCounter fault_delayed;
   rc::StatCounter link_down;     // times the link was seen going down
+  // A memif client's tries to connect again to its server (see
+  // EthPort::Reconnect), and those that found it.
+  rc::StatCounter reconnect_tries;
+  rc::StatCounter reconnects;
   rc::StatCounter burst_faults;  // bursts cut short by a departed memif peer
   rc::StatCounter tx_looped;     // frames to this port's own MAC, looped back
   rc::StatCounter rx_looped;     // ... received
@@ -247,6 +252,12 @@ class EthPort : public rc::FrameSink {
  private:
   // Reads the link state; false while down.
   bool CheckLink();
+  // A memif client whose server was not there yet, refused it while
+  // starting, or went away stays disconnected in DPDK 22.11: while its link
+  // is down, the port stops and starts the device (which connects again),
+  // kReconnectNs after the link went down and then less and less often (up
+  // to kMaxReconnectNs), on the engine thread that owns it.
+  void Reconnect();
   // Frees the frames queued for the device (the link is down).
   void DropQueued();
   // A guarded burst faulted: the peer's memory went away under it. The
@@ -317,6 +328,12 @@ class EthPort : public rc::FrameSink {
   static constexpr uint32_t kLinkCheckEvery = 64;
   uint32_t link_check_ = kLinkCheckEvery;
   bool link_down_ = false;
+  bool reconnects_ = false;  // a memif client
+  static constexpr uint64_t kReconnectNs = 200'000'000;
+  static constexpr uint64_t kMaxReconnectNs = 1'600'000'000;
+  uint64_t reconnect_wait_ns_ = kReconnectNs;
+  uint64_t next_reconnect_ns_ = 0;
+  uint32_t reconnect_tries_since_up_ = 0;
   // PortConfig::bursts_may_fault, or a memif port in copy mode.
   bool recovers_bursts_ = false;
   rte_mbuf* pending_ = nullptr;  // reserved, not yet committed
@@ -324,7 +341,9 @@ class EthPort : public rc::FrameSink {
   uint16_t tx_count_ = 0;
   std::unique_ptr<uint8_t[]> scratch_;  // for Linearize
   PortCounters counters_;
-  bool started_ = false;
+  // Written by the engine thread that owns the port (Reconnect), read by
+  // the control thread too (rx_dropped).
+  std::atomic<bool> started_{false};
   std::unique_ptr<fault::FaultModel> faults_;
   std::unique_ptr<Delayed[]> delayed_;  // min-heap on (due_ns, seq)
   uint32_t delayed_count_ = 0;

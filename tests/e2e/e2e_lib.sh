@@ -72,6 +72,14 @@ e2e_since() {
 # when the daemon serves, 1 when it exited (or never served; it is then
 # stopped) with the reason printed.
 e2e_start_daemon() {
+  e2e_launch_daemon "$@"
+  e2e_await_daemon "$1"
+}
+
+# e2e_launch_daemon NAME SOCKET FILE_PREFIX COMMAND...: e2e_start_daemon's
+# first half, which does not wait: daemons launched one after the other
+# start together. e2e_await_daemon NAME then waits for it.
+e2e_launch_daemon() {
   local name="$1" sock="$2" prefix="$3"
   shift 3
   local log="$E2E_TMP/$name.log"
@@ -91,7 +99,12 @@ e2e_start_daemon() {
   E2E_SOCK[$name]=$sock
   E2E_PREFIX[$name]=$prefix
   E2E_DAEMONS+=("$name")
-  local i
+}
+
+e2e_await_daemon() {
+  local name="$1"
+  local sock="${E2E_SOCK[$name]}" log="${E2E_LOG[$name]}"
+  local pid="${E2E_PID[$name]}" i
   for ((i = 0; i < 150; i++)); do
     if [[ -S $sock ]]; then
       e2e_log "daemon $name (pid $pid) serves $sock"
@@ -114,7 +127,7 @@ e2e_start_daemon() {
 }
 
 # e2e_start_memif_pair DAEMON_BIN TAG [DAEMON_ARGS...]: daemons a (the
-# memif server, which must be up first, at 10.9.0.1) and b (the memif
+# memif server, started first, at 10.9.0.1) and b (the memif
 # client, at 10.9.0.2) joined over memif in E2E_TMP, with file prefixes
 # rdp-TAG-PID-a and -b. Sets E2E_SOCK_A, E2E_SOCK_B, E2E_IP_A and E2E_IP_B;
 # fails the test when either does not start.
