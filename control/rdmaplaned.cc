@@ -17,12 +17,15 @@
 
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -111,6 +114,115 @@ ABSL_FLAG(bool, check_config, false,
 
 namespace {
 
+// --help: what the daemon is, how it is usually started and its flags by
+// group (absl's --helpfull keeps the whole dump, Abseil's own flags too).
+// A flag of this file left out of every group is listed under "Other", so
+// none goes missing.
+constexpr const char* kHelpIntro =
+    "rdmaplaned: the rdmaplane daemon. It owns a network port through DPDK,\n"
+    "speaks RoCEv2 on it and serves RDMA WRITE, READ, SEND and atomics for\n"
+    "client processes, which reach it over a Unix socket and shared memory\n"
+    "(librdmaplane, or unmodified verbs, rdma_cm, UCX and MPI programs under\n"
+    "rdmaplane-run). docs/operations.md says more.\n"
+    "\n"
+    "Usage: rdmaplaned [--flag=value ...] [--flagfile=FILE]\n"
+    "\n"
+    "Common ways to start it:\n"
+    "  rdmaplaned\n"
+    "      no data port: connections between this daemon's clients only\n"
+    "  rdmaplaned --port=net_memif0,role=server,socket=/run/rdp/memif.sock \\\n"
+    "      --ip=198.51.100.1 --file_prefix=rdmaplane-a\n"
+    "      two daemons on one host joined by memif (the other one with\n"
+    "      role=client, its own --ip, --socket and --file_prefix)\n"
+    "  rdmaplaned --port=net_af_xdp0,iface=eth1 --ip=198.51.100.1\n"
+    "      a Linux interface through AF_XDP (net_af_packet0,iface=eth1 works\n"
+    "      everywhere, more slowly)\n"
+    "  rdmaplaned --port=0000:3b:00.0 --ip=198.51.100.1 --hugepages\n"
+    "      a NIC bound to vfio-pci, by its PCI address\n"
+    "  rdmaplaned --check_config ...\n"
+    "      check the options, print the configuration and exit\n";
+
+struct HelpGroup {
+  const char* title;
+  std::vector<const char*> flags;
+};
+
+void PrintHelp() {
+  const std::vector<HelpGroup> groups = {
+      {"Clients", {"socket", "allow_uids", "allow_gids"}},
+      {"Data port",
+       {"port", "ip", "mac", "mtu", "zero_copy", "hugepages", "memory_mb",
+        "mbufs", "file_prefix", "eal_args"}},
+      {"Engines",
+       {"poll_mode", "engines", "engine_lcores", "control_lcore", "burst",
+        "retransmit_timeout_us"}},
+      {"Limits",
+       {"max_sessions_per_user", "max_arenas_per_session",
+        "max_arenas_per_user", "max_arena_bytes_per_user",
+        "max_registrations", "max_registrations_per_session",
+        "max_registrations_per_user", "max_connections",
+        "max_connections_per_user"}},
+      {"Diagnostics",
+       {"log_level", "check_config", "port_faults", "link_faults"}},
+  };
+  std::string out = kHelpIntro;
+  std::set<std::string> shown;
+  auto add = [&out, &shown](const absl::CommandLineFlag& f) {
+    shown.insert(std::string(f.Name()));
+    const std::string def = f.DefaultValue();
+    absl::StrAppend(&out, "  --", f.Name(),
+                    def.empty() ? "" : absl::StrCat("=", def), "\n");
+    // The help text, wrapped at 72 columns under the flag.
+    std::string line = "      ";
+    for (absl::string_view word :
+         absl::StrSplit(f.Help(), ' ', absl::SkipEmpty())) {
+      if (line.size() > 6 && line.size() + 1 + word.size() > 78) {
+        absl::StrAppend(&out, line, "\n");
+        line = "      ";
+      }
+      absl::StrAppend(&line, line.size() > 6 ? " " : "", word);
+    }
+    absl::StrAppend(&out, line, "\n");
+  };
+  for (const HelpGroup& g : groups) {
+    absl::StrAppend(&out, "\n", g.title, ":\n");
+    for (const char* name : g.flags) {
+      if (const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name)) {
+        add(*f);
+      }
+    }
+  }
+  std::vector<const absl::CommandLineFlag*> rest;
+  for (const auto& [name, f] : absl::GetAllFlags()) {
+    if (absl::EndsWith(f->Filename(), "control/rdmaplaned.cc") &&
+        !shown.contains(std::string(name))) {
+      rest.push_back(f);
+    }
+  }
+  if (!rest.empty()) {
+    std::sort(rest.begin(), rest.end(), [](const auto* a, const auto* b) {
+      return a->Name() < b->Name();
+    });
+    absl::StrAppend(&out, "\nOther:\n");
+    for (const absl::CommandLineFlag* f : rest) add(*f);
+  }
+  absl::StrAppend(&out,
+                  "\n--helpfull lists every flag, Abseil's own included;\n"
+                  "--flagfile=FILE reads flags from FILE.\n");
+  std::fputs(out.c_str(), stdout);
+}
+
+// True when the command line asks for --help (or -h) as such; absl handles
+// --helpfull and the other --help* forms itself.
+bool AsksForHelp(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view a = argv[i];
+    if (a == "--") return false;
+    if (a == "--help" || a == "-help" || a == "-h") return true;
+  }
+  return false;
+}
+
 bool ParseIds(const std::string& text, std::vector<uint32_t>* out) {
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     uint32_t v;
@@ -184,7 +296,12 @@ std::optional<rlim_t> RaiseSoftLimit(int resource) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("the rdmaplane daemon");
+  absl::SetProgramUsageMessage(
+      "the rdmaplane daemon (rdmaplaned --help for how to start it)");
+  if (AsksForHelp(argc, argv)) {
+    PrintHelp();
+    return 0;
+  }
   absl::ParseCommandLine(argc, argv);
   rdmaplane::control::DaemonOptions options;
   options.socket_path = absl::GetFlag(FLAGS_socket);

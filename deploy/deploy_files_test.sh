@@ -482,6 +482,24 @@ if grep -qx port <<<"$daemon_flags" && grep -qx check_config <<<"$daemon_flags" 
 else
   fail "cannot read rdmaplaned's flags from --helpfull (no '--port' and '--check_config' under 'Flags from ...rdmaplaned.cc:', or no '--flagfile'); has its format changed? It printed: $(head -c 600 <<<"$helpfull")"
 fi
+# --help: what the daemon is, how to start it, and every one of its own
+# flags under a group; exit status 0.
+help_status=0
+help="$("$daemon" --help 2>&1)" || help_status=$?
+[[ $help_status -eq 0 ]] || fail "rdmaplaned --help exited with status $help_status"
+for want in '^rdmaplaned: the rdmaplane daemon' '^Common ways to start it:$' \
+  'role=server' 'net_af_xdp0' '^Clients:$' '^Data port:$' '^Engines:$' \
+  '^Limits:$' '^Diagnostics:$' '^--helpfull lists every flag'; do
+  grep -qE "$want" <<<"$help" || fail "rdmaplaned --help has no line matching '$want'"
+done
+help_flags="$(sed -n 's/^  --\([a-z][a-z0-9_]*\).*/\1/p' <<<"$help" | sort -u)"
+missing="$(comm -23 <(printf '%s\n' "$daemon_flags") <(printf '%s\n' "$help_flags"))"
+[[ -z $missing ]] && pass "rdmaplaned --help shows all $(wc -l <<<"$help_flags") of its flags by group" \
+  || fail "rdmaplaned --help leaves out flags: $missing"
+if grep -q '^Other:$' <<<"$help"; then
+  fail "rdmaplaned --help lists flags under 'Other': give them a group ($(sed -n '/^Other:$/,/^$/p' <<<"$help" | tr '\n' ' '))"
+fi
+
 for f in "$conf" "$memif_conf" "$tmp/configmap.conf"; do
   unknown="$(comm -23 <(flag_names "$f") <(printf '%s\n' "$all_flags"))"
   [[ -z $unknown ]] && pass "$(basename "$f"): every flag is rdmaplaned's" \
