@@ -84,15 +84,15 @@ int main(int argc, char** argv) {
       rdmaplane::port::ShutdownDpdk();
       return 1;
     }
-    // Wait for the link (the peer attaches).
+    // Wait for the link (the peer attaches; a client whose server was not
+    // there yet connects again while it asks).
     const absl::Time link_deadline = absl::Now() + absl::Seconds(10);
-    rte_eth_link link{};
-    while (absl::Now() < link_deadline) {
-      rte_eth_link_get_nowait(0, &link);
-      if (link.link_status == RTE_ETH_LINK_UP) break;
-      absl::SleepFor(absl::Milliseconds(10));
+    bool up = false;
+    while (!up && absl::Now() < link_deadline) {
+      up = (*port)->CheckLink();
+      if (!up) absl::SleepFor(absl::Milliseconds(10));
     }
-    if (link.link_status != RTE_ETH_LINK_UP) {
+    if (!up) {
       std::fprintf(stderr, "memif_rate: link did not come up\n");
       rc = 1;
     } else {
@@ -131,9 +131,11 @@ int main(int argc, char** argv) {
           (role == "server" ? last_frame : absl::Now()) - start);
       const double fps = secs > 0 ? frames / secs : 0;
       std::printf("memif_rate: %s %.0f frames/s %.2f Gb/s (%" PRIu64
-                  " frames of %d bytes in %.2f s)\n",
+                  " frames of %d bytes in %.2f s; %" PRIu64
+                  " tries to connect again)\n",
                   role.c_str(), fps, fps * frame * 8 / 1e9, frames, frame,
-                  secs);
+                  secs,
+                  static_cast<uint64_t>((*port)->counters().reconnect_tries));
     }
   }
   rdmaplane::port::ShutdownDpdk();

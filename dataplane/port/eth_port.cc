@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -80,16 +81,45 @@ bool MemifCopyMode(const rte_eth_dev_info& info) {
          std::strstr(args->args, "zero-copy=yes") == nullptr;
 }
 
-// A memif port in the client role (role=client; the default is server).
-bool MemifClient(const rte_eth_dev_info& info) {
+// A memif port in the client role (role=client; the default is server):
+// the Unix socket its server listens on, as /proc/net/unix names it (an
+// abstract one, DPDK's default, with a leading '@'), or nullopt.
+std::optional<std::string> MemifClientSocket(const rte_eth_dev_info& info) {
   if (info.device == nullptr || info.driver_name == nullptr ||
       std::strcmp(info.driver_name, "net_memif") != 0) {
-    return false;
+    return std::nullopt;
   }
   const rte_devargs* args = rte_dev_devargs(info.device);
-  if (args == nullptr || args->args == nullptr) return false;
+  if (args == nullptr || args->args == nullptr) return std::nullopt;
   const std::optional<std::string_view> role = DeviceArg(args->args, "role");
-  return role && *role == "client";
+  if (!role || *role != "client") return std::nullopt;
+  const std::optional<std::string_view> path = DeviceArg(args->args, "socket");
+  const std::optional<std::string_view> abstract =
+      DeviceArg(args->args, "socket-abstract");
+  const std::string name(path ? *path : "/run/memif.sock");
+  return abstract && *abstract == "no" ? name : "@" + name;
+}
+
+// Whether a Unix socket listens at `name` (/proc/net/unix's form): read
+// from the kernel's table, without connecting (a connection that comes and
+// goes would be one more disconnect for the server to take).
+bool UnixSocketListens(const std::string& name) {
+  FILE* f = std::fopen("/proc/net/unix", "re");
+  if (f == nullptr) return true;  // cannot tell: try
+  char line[4096];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof(line), f) != nullptr) {
+    // Num RefCount Protocol Flags Type St Inode Path
+    unsigned long flags = 0;
+    char path[4096];
+    if (std::sscanf(line, "%*s %*s %*s %lx %*s %*s %*s %4095s", &flags,
+                    path) == 2 &&
+        (flags & 0x10000) != 0 && name == path) {
+      found = true;
+    }
+  }
+  std::fclose(f);
+  return found;
 }
 
 bool IsDriver(const rte_eth_dev_info& info, const char* name) {
@@ -418,11 +448,19 @@ absl::StatusOr<std::unique_ptr<EthPort>> EthPort::Open(
   // A memif client connects when it starts, and fails to start while its
   // server is not there yet: it tries again while its link is down
   // (Reconnect), so daemons joined by memif link in any start order.
-  port->reconnects_ = MemifClient(info);
-  if (int r = rte_eth_dev_start(c.port_id); r != 0 && !port->reconnects_) {
-    return absl::UnavailableError(absl::StrCat("start: ", rte_strerror(-r)));
-  } else {
-    port->started_ = r == 0;
+  // A client whose server does not listen yet is not started at all (a
+  // failed start leaves DPDK 22.11's memif client in a state whose later
+  // connection its server does not always survive).
+  if (std::optional<std::string> server = MemifClientSocket(info)) {
+    port->reconnects_ = true;
+    port->memif_server_ = std::move(*server);
+  }
+  if (!port->reconnects_ || UnixSocketListens(port->memif_server_)) {
+    if (int r = rte_eth_dev_start(c.port_id); r != 0 && !port->reconnects_) {
+      return absl::UnavailableError(absl::StrCat("start: ", rte_strerror(-r)));
+    } else {
+      port->started_ = r == 0;
+    }
   }
   InstallBurstGuard();
   port->recovers_bursts_ = c.bursts_may_fault || MemifCopyMode(info);
@@ -757,28 +795,40 @@ bool EthPort::LinkUp() const {
 
 bool EthPort::CheckLink() {
   const bool up = LinkUp();
-  if (!up && !link_down_) {
-    ++counters_.link_down;
-    // A connection may be on its way (the device just started, or the
-    // peer is coming back by itself): the first try waits a while.
-    reconnect_wait_ns_ = kReconnectNs;
-    next_reconnect_ns_ = rc::MonotonicNowNs() + reconnect_wait_ns_;
-  }
+  if (!up && !link_down_) ++counters_.link_down;
   if (up && link_down_ && reconnect_tries_since_up_ > 0) ++counters_.reconnects;
-  if (up) reconnect_tries_since_up_ = 0;
   link_down_ = !up;
-  if (!up && reconnects_) Reconnect();
+  if (up) {
+    reconnect_tries_since_up_ = 0;
+    seen_down_ = false;
+  } else if (reconnects_) {
+    if (!seen_down_) {
+      // Seen down for the first time (link_down_ may have been set by a
+      // burst that faulted): a connection may be on its way (the device
+      // just started, or the peer comes back by itself), so the first try
+      // waits a while.
+      seen_down_ = true;
+      reconnect_wait_ns_ = kReconnectNs;
+      next_reconnect_ns_ = rc::MonotonicNowNs() + reconnect_wait_ns_;
+    }
+    Reconnect();
+  }
   return up;
 }
 
 void EthPort::Reconnect() {
   const uint64_t now = rc::MonotonicNowNs();
   if (now < next_reconnect_ns_) return;
+  DropQueued();
+  if (!UnixSocketListens(memif_server_)) {
+    // No server yet: look again soon, and connect once it listens.
+    next_reconnect_ns_ = now + kServerLookNs;
+    return;
+  }
   // Longer each time, so that a handshake slowed by a busy machine is not
   // cut short again and again.
-  reconnect_wait_ns_ = std::min(2 * reconnect_wait_ns_, kMaxReconnectNs);
   next_reconnect_ns_ = now + reconnect_wait_ns_;
-  DropQueued();
+  reconnect_wait_ns_ = std::min(2 * reconnect_wait_ns_, kMaxReconnectNs);
   if (started_) {
     rte_eth_dev_stop(config_.port_id);
     started_ = false;

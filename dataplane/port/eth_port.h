@@ -249,14 +249,17 @@ class EthPort : public rc::FrameSink {
   uint16_t burst() const { return config_.burst; }
   uint32_t max_frame() const { return max_frame_; }
 
- private:
-  // Reads the link state; false while down.
+  // Reads the link state now; false while down (and then a memif client
+  // may try to connect again: Reconnect). The thread that owns the port.
   bool CheckLink();
+
+ private:
   // A memif client whose server was not there yet, refused it while
   // starting, or went away stays disconnected in DPDK 22.11: while its link
   // is down, the port stops and starts the device (which connects again),
   // kReconnectNs after the link went down and then less and less often (up
-  // to kMaxReconnectNs), on the engine thread that owns it.
+  // to kMaxReconnectNs), on the engine thread that owns it; while no server
+  // listens on its socket, it only looks for one every kServerLookNs.
   void Reconnect();
   // Frees the frames queued for the device (the link is down).
   void DropQueued();
@@ -329,11 +332,19 @@ class EthPort : public rc::FrameSink {
   uint32_t link_check_ = kLinkCheckEvery;
   bool link_down_ = false;
   bool reconnects_ = false;  // a memif client
-  static constexpr uint64_t kReconnectNs = 200'000'000;
-  static constexpr uint64_t kMaxReconnectNs = 1'600'000'000;
+  std::string memif_server_;  // its server's socket (/proc/net/unix's name)
+  // Long enough for a handshake, or a server's shutdown, on a busy machine:
+  // DPDK 22.11's memif server does not always survive taking a disconnect
+  // and a connect at once, or a connection while it closes (its interrupt
+  // thread panics or faults).
+  static constexpr uint64_t kReconnectNs = 2'000'000'000;
+  static constexpr uint64_t kMaxReconnectNs = 8'000'000'000;
+  // How often a client whose server does not listen looks for it.
+  static constexpr uint64_t kServerLookNs = 100'000'000;
   uint64_t reconnect_wait_ns_ = kReconnectNs;
   uint64_t next_reconnect_ns_ = 0;
   uint32_t reconnect_tries_since_up_ = 0;
+  bool seen_down_ = false;  // by CheckLink, since the link was last up
   // PortConfig::bursts_may_fault, or a memif port in copy mode.
   bool recovers_bursts_ = false;
   rte_mbuf* pending_ = nullptr;  // reserved, not yet committed

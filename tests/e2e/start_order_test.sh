@@ -10,7 +10,7 @@
 #      B connects to the new A by itself, both report the link up, and a
 #      verified transfer passes. The same with B restarted, and with A
 #      killed (SIGKILL, leaving its memif socket behind) and started again.
-# Each run's link bound (30 s) is a hang bound, far above the 0.2-1.6 s a
+# Each run's link bound (30 s) is a hang bound, far above the 2-8 s a
 # memif client waits between its tries: it only turns a link that never
 # comes into a failure.
 #
