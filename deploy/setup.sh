@@ -60,6 +60,10 @@ PACKAGES=(
   python3-yaml
   systemd
   shellcheck
+  # //tests/man:man_test renders every manual page with groff -ww and fails
+  # on a warning; deploy/install.sh compresses the pages with gzip
+  # (essential).
+  groff
   # Running and measuring: network namespaces/veth for multi-host tests, plots
   # for the benchmark report, perf for its profile of the engine.
   iproute2
