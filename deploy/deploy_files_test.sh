@@ -5,12 +5,18 @@
 #   binaries, then `systemd-analyze verify` (when it exists; otherwise the
 #   required keys, by grep) and the settings it must and must not have;
 # - install.sh: --dry-run changes nothing, a real run into a scratch prefix
-#   installs every file with the right mode, keeps an existing config, and
-#   bad options fail;
+#   installs every file with the right mode (the manual pages compressed
+#   with gzip -9n, the documentation), keeps an existing config, and bad
+#   options fail; into a DESTDIR with --prefix=/usr the files land where
+#   Debian has them (the libraries in /usr/lib/<multiarch triplet>, pages
+#   in /usr/share/man, documentation in /usr/share/doc/rdmaplane), and
+#   --libdir, --mandir and --docdir move them;
 # - rdmaplane-run: the installed copy preloads the installed
-#   librdmaplane-verbs.so (also through a link to it), keeps LD_PRELOAD,
-#   sets RDMAPLANE_SOCKET from --socket and warns about a missing socket; a
-#   copy in a source tree finds bazel-bin's library; its usage errors;
+#   librdmaplane-verbs.so wherever --libdir put it (also through a link to
+#   it, from a staged tree, and, copied elsewhere, by the absolute path
+#   written in), keeps LD_PRELOAD, sets RDMAPLANE_SOCKET from --socket and
+#   warns about a missing socket; a copy in a source tree finds bazel-bin's
+#   library; its usage errors;
 # - reserve-hugepages.sh: raises a count, never lowers it, and exits 0 when
 #   the file cannot be read or written (sysfs path overridden);
 # - the container entry point: --port and --ip from the environment;
@@ -101,6 +107,20 @@ grep -q "would run: install -m 0755 .*/deploy/rdmaplane-run $dry/bin/rdmaplane-r
   && pass "--dry-run shows rdmaplane-run going to PREFIX/bin" || fail "--dry-run: no rdmaplane-run install to $dry/bin"
 grep -q "would run: install -m 0755 .*/bazel-bin/api/verbs/librdmaplane-verbs.so $dry/lib/librdmaplane-verbs.so\$" <<<"$out" \
   && pass "--dry-run shows librdmaplane-verbs.so going to PREFIX/lib" || fail "--dry-run: no librdmaplane-verbs.so install to $dry/lib"
+grep -qF "installed_libdir=\\\"$dry/lib\\\"# $dry/bin/rdmaplane-run" <<<"$out" \
+  && pass "--dry-run shows PREFIX/lib written into rdmaplane-run" || fail "--dry-run: no libdir written into rdmaplane-run: $out"
+grep -q "would write $dry/share/man/man8/rdmaplaned.8.gz with gzip -9n of .*/man/man8/rdmaplaned.8\$" <<<"$out" \
+  && pass "--dry-run shows rdmaplaned.8 going to PREFIX/share/man/man8, compressed" || fail "--dry-run: no rdmaplaned.8.gz in $dry/share/man/man8"
+grep -q "would run: install -m 0644 .*/docs/operations.md $dry/share/doc/rdmaplane/docs/operations.md\$" <<<"$out" \
+  && pass "--dry-run shows docs/operations.md going to PREFIX/share/doc/rdmaplane/docs" || fail "--dry-run: no docs/operations.md install"
+# The environment's DESTDIR stages as --destdir does.
+if out="$(DESTDIR="$tmp/envstage" "$install_sh" --dry-run --prefix=/usr 2>&1)" \
+  && grep -q "would run: install -m 0755 .*/rdmaplaned $tmp/envstage/usr/sbin/rdmaplaned\$" <<<"$out"; then
+  pass "DESTDIR in the environment stages the install"
+else
+  fail "DESTDIR=$tmp/envstage install.sh --dry-run: $out"
+fi
+[[ ! -e $tmp/envstage ]] || fail "--dry-run with DESTDIR created $tmp/envstage"
 
 root="$tmp/root"
 args=(--prefix="$root/usr" --sysconfdir="$root/etc" --binaries="$fakebin")
@@ -132,6 +152,34 @@ check_mode "$root/usr/lib/pkgconfig/rdmaplane.pc" 644
 [[ $(readlink "$root/usr/lib/librdmaplane.so") == librdmaplane.so.1 ]] \
   && pass "librdmaplane.so links to librdmaplane.so.1" || fail "no librdmaplane.so -> librdmaplane.so.1 link"
 expect_grep "$root/usr/lib/pkgconfig/rdmaplane.pc" "^prefix=$root/usr\$" "rdmaplane.pc names the prefix"
+expect_grep "$root/usr/lib/pkgconfig/rdmaplane.pc" '^libdir=\$\{prefix\}/lib$' "rdmaplane.pc names the libdir"
+expect_no_grep "$root/usr/lib/pkgconfig/rdmaplane.pc" '@' "rdmaplane.pc has nothing left to fill in"
+# The manual pages: every page of man/, gzip -9n, mode 0644.
+man_src="$deploy/../man"
+n=0
+for page in "$man_src"/man[1378]/*.[1378]; do
+  section="${page##*.}"
+  dst="$root/usr/share/man/man$section/$(basename "$page").gz"
+  if [[ ! -f $dst ]]; then
+    fail "not installed: $dst"
+  elif ! gzip -dc "$dst" | cmp -s - "$page"; then
+    fail "$dst is not $page compressed"
+  elif ! cmp -s "$dst" <(gzip -9n -c "$page"); then
+    fail "$dst is not what gzip -9n makes of $page"
+  elif [[ $(stat -c '%a' "$dst") != 644 ]]; then
+    fail "$dst has mode $(stat -c '%a' "$dst"), not 644"
+  else
+    n=$((n + 1))
+  fi
+done
+[[ $n -ge 25 ]] && pass "the $n manual pages are installed in PREFIX/share/man, gzip -9n, mode 644" \
+  || fail "only $n manual pages were installed"
+# The documentation, as it is.
+for doc in README.md docs/operations.md docs/api.md docs/verbs.md; do
+  cmp -s "$deploy/../$doc" "$root/usr/share/doc/rdmaplane/$doc" \
+    && pass "$doc is installed in PREFIX/share/doc/rdmaplane" || fail "$doc is not in $root/usr/share/doc/rdmaplane"
+done
+check_mode "$root/usr/share/doc/rdmaplane/docs/operations.md" 644
 installed_unit="$root/etc/systemd/system/rdmaplaned.service"
 expect_grep "$installed_unit" "^ExecStart=$root/usr/sbin/rdmaplaned --flagfile=$root/etc/rdmaplane/rdmaplaned.conf\$" \
   "the installed unit names the installed daemon and config"
@@ -148,7 +196,8 @@ else
   fail "a second install overwrote the config or left no .new"
 fi
 
-for bad in --bogus "--prefix=relative/dir" "--prefix=/a b" "--prefix"; do
+for bad in --bogus "--prefix=relative/dir" "--prefix=/a b" "--prefix" "--libdir=lib" \
+  "--mandir=/" "--docdir=/a#b" "--libdir"; do
   if "$install_sh" --dry-run "$bad" >/dev/null 2>&1; then
     fail "install.sh accepted $bad"
   else
@@ -182,6 +231,74 @@ elif grep -q 'librdmaplane-verbs.so is missing' <<<"$out"; then
 else
   fail "install.sh without librdmaplane-verbs.so said: $out"
 fi
+
+# --- install.sh as Debian lays files out ------------------------------------------
+echo "== install.sh into a DESTDIR with --prefix=/usr"
+# The multiarch triplet install.sh should find, as it finds it.
+triplet="$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch 2>/dev/null || true)"
+if [[ $(uname -m) == x86_64 && -d /usr/lib/x86_64-linux-gnu ]]; then
+  [[ $triplet == x86_64-linux-gnu ]] || fail "this x86_64 Debian machine's multiarch triplet reads as '$triplet'"
+fi
+usrlib="/usr/lib${triplet:+/$triplet}"
+stage="$tmp/stage"
+if out="$(DESTDIR="$stage" "$install_sh" --prefix=/usr --binaries="$fakebin" 2>&1)"; then
+  pass "DESTDIR=... install.sh --prefix=/usr exits 0"
+else
+  fail "DESTDIR=... install.sh --prefix=/usr failed: $out"
+fi
+for f in "$usrlib/librdmaplane.so.1" "$usrlib/librdmaplane-verbs.so" "$usrlib/pkgconfig/rdmaplane.pc" \
+  /usr/sbin/rdmaplaned /usr/bin/rdmaplanectl /usr/bin/rdmaplane-run /usr/include/rdmaplane.h \
+  /usr/share/man/man8/rdmaplaned.8.gz /usr/share/man/man8/rdmaplanectl.8.gz \
+  /usr/share/man/man1/rdmaplane-run.1.gz /usr/share/man/man7/rdmaplane.7.gz \
+  /usr/share/man/man3/rdmaplane.h.3.gz /usr/share/man/man3/rdp_open.3.gz \
+  /usr/share/doc/rdmaplane/README.md /usr/share/doc/rdmaplane/docs/operations.md \
+  /etc/systemd/system/rdmaplaned.service /etc/rdmaplane/rdmaplaned.conf; do
+  [[ -f $stage$f ]] && pass "DESTDIR$f" || fail "not installed: DESTDIR$f"
+done
+[[ ! -e $stage/usr/lib/librdmaplane.so.1 || $usrlib == /usr/lib ]] \
+  || fail "librdmaplane.so.1 went to /usr/lib, not $usrlib"
+[[ $(gzip -dc "$stage/usr/share/man/man3/rdp_open.3.gz" 2>/dev/null) == ".so man3/rdmaplane.h.3" ]] \
+  && pass "man3/rdp_open.3.gz links to rdmaplane.h.3" || fail "man3/rdp_open.3.gz is not the link page"
+if command -v man >/dev/null 2>&1; then
+  page="$(man -M "$stage/usr/share/man" -w 3 rdp_open 2>&1)"
+  [[ $page == "$stage/usr/share/man/man3/rdmaplane.h.3.gz" ]] \
+    && pass "man 3 rdp_open finds rdmaplane.h.3.gz" || fail "man -M ... -w 3 rdp_open: $page"
+fi
+pc="$stage$usrlib/pkgconfig/rdmaplane.pc"
+expect_grep "$pc" '^prefix=/usr$' "rdmaplane.pc names /usr, not the DESTDIR"
+expect_grep "$pc" "^libdir=\\\$\{prefix\}/lib${triplet:+/$triplet}\$" "rdmaplane.pc names the multiarch libdir"
+staged_unit="$stage/etc/systemd/system/rdmaplaned.service"
+expect_grep "$staged_unit" '^ExecStart=/usr/sbin/rdmaplaned --flagfile=/etc/rdmaplane/rdmaplaned\.conf$' \
+  "the staged unit names /usr/sbin/rdmaplaned and /etc"
+staged_run="$stage/usr/bin/rdmaplane-run"
+expect_grep "$staged_run" "^installed_libdir=\"$usrlib\"\$" "rdmaplane-run names $usrlib"
+expect_grep "$staged_run" "^installed_libdir_relative=\"\.\./lib${triplet:+/$triplet}\"\$" \
+  "rdmaplane-run names $usrlib relative to /usr/bin"
+out="$(LD_PRELOAD='' "$staged_run" --socket="$tmp/none.sock" printenv LD_PRELOAD 2>/dev/null)"
+[[ $out == "$stage$usrlib/librdmaplane-verbs.so" ]] \
+  && pass "the staged rdmaplane-run preloads the staged $usrlib/librdmaplane-verbs.so" \
+  || fail "the staged rdmaplane-run preloads: $out"
+# --libdir, --mandir and --docdir of one's own; rdmaplane-run copied away
+# from its tree falls back on the absolute path written in.
+own="$tmp/own"
+if out="$("$install_sh" --prefix="$own/usr" --sysconfdir="$own/etc" --libdir="$own/lib64/" \
+  --mandir="$own/man" --docdir="$own/doc" --binaries="$fakebin" 2>&1)"; then
+  pass "install.sh --libdir --mandir --docdir exits 0"
+else
+  fail "install.sh --libdir --mandir --docdir failed: $out"
+fi
+for f in lib64/librdmaplane.so.1 lib64/librdmaplane-verbs.so lib64/pkgconfig/rdmaplane.pc \
+  man/man8/rdmaplaned.8.gz man/man3/rdp_write.3.gz doc/README.md doc/docs/verbs.md; do
+  [[ -f $own/$f ]] && pass "--libdir, --mandir, --docdir: $f" || fail "not installed: $own/$f"
+done
+[[ ! -e $own/usr/lib && ! -e $own/usr/share ]] || fail "--libdir, --mandir or --docdir left files under PREFIX/lib or PREFIX/share"
+expect_grep "$own/lib64/pkgconfig/rdmaplane.pc" "^libdir=$own/lib64\$" "rdmaplane.pc names a libdir outside the prefix as it is"
+mkdir -p "$tmp/away"
+cp "$own/usr/bin/rdmaplane-run" "$tmp/away/rdmaplane-run"
+out="$(LD_PRELOAD='' "$tmp/away/rdmaplane-run" --socket="$tmp/none.sock" printenv LD_PRELOAD 2>/dev/null)"
+[[ $out == "$own/lib64/librdmaplane-verbs.so" ]] \
+  && pass "rdmaplane-run copied elsewhere preloads --libdir's library by its absolute path" \
+  || fail "rdmaplane-run copied elsewhere preloads: $out"
 
 # --- rdmaplane-run --------------------------------------------------------------
 echo "== rdmaplane-run"

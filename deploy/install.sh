@@ -1,27 +1,40 @@
 #!/usr/bin/env bash
 # Builds rdmaplaned, rdmaplanectl, the client library and the verbs front
 # end, installs the daemon as a systemd service, the library for programs
-# built elsewhere, and rdmaplane-run for unmodified RDMA applications.
+# built elsewhere, rdmaplane-run for unmodified RDMA applications, the
+# manual pages and the documentation.
 #
 #   deploy/install.sh                    # build, install under /usr/local, /etc
 #   deploy/install.sh --dry-run          # print every step, change nothing
 #   deploy/install.sh --prefix=/opt/rdmaplane
+#   DESTDIR=/tmp/stage deploy/install.sh --prefix=/usr   # stage a package
 #
 # Options (all also accept "--option VALUE"):
 #   --prefix=DIR      binaries in DIR/sbin (rdmaplaned), DIR/bin (rdmaplanectl,
 #                     rdmaplane-run) and DIR/libexec/rdmaplane
-#                     (reserve-hugepages.sh); the client library in DIR/lib
-#                     (librdmaplane.so.1, and librdmaplane.so for the linker),
-#                     its header in DIR/include (rdmaplane.h) and
-#                     DIR/lib/pkgconfig/rdmaplane.pc, so that
+#                     (reserve-hugepages.sh); the header in DIR/include
+#                     (rdmaplane.h); default /usr/local
+#   --libdir=DIR      the client library (librdmaplane.so.1, and
+#                     librdmaplane.so for the linker), DIR/pkgconfig/
+#                     rdmaplane.pc, so that
 #                       cc app.c $(pkg-config --cflags --libs rdmaplane)
-#                     builds a client; the verbs front end in DIR/lib
-#                     (librdmaplane-verbs.so, which DIR/bin/rdmaplane-run
-#                     preloads: docs/verbs.md); default /usr/local
+#                     builds a client, and the verbs front end
+#                     (librdmaplane-verbs.so, which the installed
+#                     rdmaplane-run preloads: docs/verbs.md); default
+#                     PREFIX/lib, and /usr/lib/<multiarch triplet> (such as
+#                     /usr/lib/x86_64-linux-gnu, from dpkg-architecture or
+#                     gcc -print-multiarch) when PREFIX is /usr
+#   --mandir=DIR      the manual pages, compressed with gzip -9n as Debian
+#                     does, in DIR/man1, man3, man7 and man8; default
+#                     PREFIX/share/man
+#   --docdir=DIR      README.md and docs/*.md (as DIR/docs/*.md); default
+#                     PREFIX/share/doc/rdmaplane
 #   --sysconfdir=DIR  DIR/rdmaplane/rdmaplaned.conf and
 #                     DIR/systemd/system/rdmaplaned.service; default /etc
-#   --destdir=DIR     stage everything under DIR (for packaging); the unit
-#                     still names the final paths
+#   --destdir=DIR     stage everything under DIR (for packaging); the unit,
+#                     rdmaplane.pc and rdmaplane-run still name the final
+#                     paths. The environment's DESTDIR does the same;
+#                     --destdir wins
 #   --binaries=DIR    install DIR/rdmaplaned, DIR/rdmaplanectl,
 #                     DIR/librdmaplane.so.1 and DIR/librdmaplane-verbs.so (or,
 #                     in Bazel's layout, DIR/../api/librdmaplane.so.1 and
@@ -41,8 +54,11 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 prefix=/usr/local
+libdir=""
+mandir=""
+docdir=""
 sysconfdir=/etc
-destdir=""
+destdir="${DESTDIR:-}"
 binaries=""
 dry_run=false
 
@@ -56,11 +72,11 @@ while [[ $# -gt 0 ]]; do
   opt="$1"
   shift
   case "$opt" in
-    --prefix=* | --sysconfdir=* | --destdir=* | --binaries=*)
+    --prefix=* | --libdir=* | --mandir=* | --docdir=* | --sysconfdir=* | --destdir=* | --binaries=*)
       value="${opt#*=}"
       opt="${opt%%=*}"
       ;;
-    --prefix | --sysconfdir | --destdir | --binaries)
+    --prefix | --libdir | --mandir | --docdir | --sysconfdir | --destdir | --binaries)
       [[ $# -gt 0 ]] || die "$opt needs a value"
       value="$1"
       shift
@@ -78,29 +94,66 @@ while [[ $# -gt 0 ]]; do
   [[ -n $value ]] || die "$opt needs a value"
   case "$opt" in
     --prefix) prefix="$value" ;;
+    --libdir) libdir="$value" ;;
+    --mandir) mandir="$value" ;;
+    --docdir) docdir="$value" ;;
     --sysconfdir) sysconfdir="$value" ;;
     --destdir) destdir="$value" ;;
     --binaries) binaries="$value" ;;
   esac
 done
 
+# Debian's multiarch triplet (x86_64-linux-gnu), or nothing.
+multiarch() {
+  local triplet=""
+  if command -v dpkg-architecture >/dev/null 2>&1; then
+    triplet="$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null)" || triplet=""
+  fi
+  if [[ -z $triplet ]] && command -v gcc >/dev/null 2>&1; then
+    triplet="$(gcc -print-multiarch 2>/dev/null)" || triplet=""
+  fi
+  [[ $triplet =~ ^[A-Za-z0-9._+-]+$ ]] && printf '%s' "$triplet"
+  return 0
+}
+
 # These paths are written into the unit file (which splits on blanks and
-# expands '%' and '$'), so they are kept to plain characters.
+# expands '%' and '$'), rdmaplane.pc and rdmaplane-run, so they are kept to
+# plain characters.
+[[ -z $destdir || $destdir == /* ]] || die "--destdir (or DESTDIR) must be an absolute path, got '$destdir'"
 for dir in "$prefix" "$sysconfdir"; do
   [[ $dir =~ ^/[A-Za-z0-9._/+-]*$ ]] \
     || die "--prefix and --sysconfdir must be absolute paths of letters, digits and ._+-/, got '$dir'"
 done
-[[ -z $destdir || $destdir == /* ]] || die "--destdir must be an absolute path, got '$destdir'"
 prefix="${prefix%/}"
 sysconfdir="${sysconfdir%/}"
 [[ -n $prefix ]] || prefix=/
 [[ -n $sysconfdir ]] || sysconfdir=/
+if [[ -z $libdir ]]; then
+  libdir="${prefix%/}/lib"
+  if [[ $prefix == /usr ]] && triplet="$(multiarch)" && [[ -n $triplet ]]; then
+    libdir="/usr/lib/$triplet"
+  fi
+fi
+[[ -n $mandir ]] || mandir="${prefix%/}/share/man"
+[[ -n $docdir ]] || docdir="${prefix%/}/share/doc/rdmaplane"
+for dir in "$libdir" "$mandir" "$docdir"; do
+  [[ $dir =~ ^/[A-Za-z0-9._/+-]*[A-Za-z0-9._+-]/*$ ]] \
+    || die "--libdir, --mandir and --docdir must be absolute paths of letters, digits and ._+-/ (not /), got '$dir'"
+done
+# ... without the slashes they may end in.
+trim() {
+  local dir="$1"
+  while [[ $dir == */ ]]; do dir="${dir%/}"; done
+  printf '%s' "$dir"
+}
+libdir="$(trim "$libdir")"
+mandir="$(trim "$mandir")"
+docdir="$(trim "$docdir")"
 
-# Final locations (as the unit names them) ...
+# Final locations (as the unit, rdmaplane.pc and rdmaplane-run name them) ...
 sbindir="${prefix%/}/sbin"
 bindir="${prefix%/}/bin"
 libexecdir="${prefix%/}/libexec/rdmaplane"
-libdir="${prefix%/}/lib"
 includedir="${prefix%/}/include"
 pkgconfigdir="$libdir/pkgconfig"
 confdir="${sysconfdir%/}/rdmaplane"
@@ -138,6 +191,17 @@ write_file() {
   fi
 }
 
+# install_gzip SRC DEST: DEST is SRC compressed with gzip -9n (no name or
+# time stamp in it, so the same page gives the same bytes), mode 0644.
+install_gzip() {
+  if $dry_run; then
+    printf 'install: would write %s with gzip -9n of %s\n' "$2" "$1"
+  else
+    gzip -9n -c -- "$1" >"$2"
+    chmod 0644 "$2"
+  fi
+}
+
 # The files this script installs from the source tree.
 unit_src="$REPO_ROOT/deploy/rdmaplaned.service"
 conf_src="$REPO_ROOT/deploy/rdmaplaned.conf"
@@ -145,7 +209,17 @@ hugepages_src="$REPO_ROOT/deploy/reserve-hugepages.sh"
 header_src="$REPO_ROOT/api/rdmaplane.h"
 pc_src="$REPO_ROOT/api/rdmaplane.pc.in"
 run_src="$REPO_ROOT/deploy/rdmaplane-run"
-for f in "$unit_src" "$conf_src" "$hugepages_src" "$header_src" "$pc_src" "$run_src"; do
+# The manual pages (man/manN/*.N) and the documentation.
+man_srcs=()
+for section in 1 3 7 8; do
+  for f in "$REPO_ROOT/man/man$section"/*."$section"; do
+    [[ -f $f ]] && man_srcs+=("$f")
+  done
+done
+doc_srcs=("$REPO_ROOT/README.md" "$REPO_ROOT"/docs/*.md)
+for f in "$unit_src" "$conf_src" "$hugepages_src" "$header_src" "$pc_src" "$run_src" \
+  "$REPO_ROOT/man/man8/rdmaplaned.8" "$REPO_ROOT/man/man3/rdmaplane.h.3" \
+  "$REPO_ROOT/docs/operations.md" "${doc_srcs[@]}"; do
   [[ -f $f ]] || die "missing $f (run this script from a complete source tree)"
 done
 
@@ -190,10 +264,10 @@ fi
 
 # --- Install -----------------------------------------------------------------
 if [[ $EUID -ne 0 ]] && ! $dry_run && [[ -z $destdir ]]; then
-  for dir in "$sbindir" "$unitdir"; do
+  for dir in "$sbindir" "$libdir" "$mandir" "$docdir" "$unitdir"; do
     parent="$dir"
     while [[ ! -e $parent ]]; do parent="$(dirname "$parent")"; done
-    [[ -w $parent ]] || die "cannot write to $dir: run as root (sudo $0 ...), or use --prefix/--sysconfdir/--destdir"
+    [[ -w $parent ]] || die "cannot write to $dir: run as root (sudo $0 ...), or use --prefix/--libdir/--mandir/--docdir/--sysconfdir/--destdir"
   done
 fi
 
@@ -202,6 +276,18 @@ run install -d -m 0755 "$(stage "$sbindir")" "$(stage "$bindir")" "$(stage "$lib
 run install -m 0755 "$bin_src/rdmaplaned" "$(stage "$sbindir")/rdmaplaned"
 run install -m 0755 "$bin_src/rdmaplanectl" "$(stage "$bindir")/rdmaplanectl"
 run install -m 0755 "$run_src" "$(stage "$bindir")/rdmaplane-run"
+# rdmaplane-run finds the verbs front end where --libdir puts it: its
+# folder relative to bindir (so that a staged or moved tree finds its own
+# copy) and the absolute one are written into the installed script.
+libdir_from_bindir="$(realpath -m -s --relative-to="$bindir" "$libdir")"
+run sed -i -e "s#^installed_libdir_relative=\"\"\$#installed_libdir_relative=\"$libdir_from_bindir\"#" \
+  -e "s#^installed_libdir=\"\"\$#installed_libdir=\"$libdir\"#" "$(stage "$bindir")/rdmaplane-run"
+if ! $dry_run && ! {
+  grep -qxF "installed_libdir=\"$libdir\"" "$(stage "$bindir")/rdmaplane-run" \
+    && grep -qxF "installed_libdir_relative=\"$libdir_from_bindir\"" "$(stage "$bindir")/rdmaplane-run"
+}; then
+  die "could not write the library folder into $(stage "$bindir")/rdmaplane-run (its installed_libdir lines changed?)"
+fi
 run install -m 0755 "$hugepages_src" "$(stage "$libexecdir")/reserve-hugepages.sh"
 
 log "installing the client library to $(stage "$libdir"), rdmaplane.h to $(stage "$includedir")"
@@ -210,12 +296,37 @@ run install -m 0755 "$lib_src/librdmaplane.so.1" "$(stage "$libdir")/librdmaplan
 run ln -sfn librdmaplane.so.1 "$(stage "$libdir")/librdmaplane.so"
 run install -m 0644 "$header_src" "$(stage "$includedir")/rdmaplane.h"
 # The verbs front end: no soname version and no link; only preloaded, by
-# $bindir/rdmaplane-run, which finds it as ../lib/librdmaplane-verbs.so.
+# $bindir/rdmaplane-run, which has $libdir written in (above).
 log "installing the verbs front end to $(stage "$libdir")/librdmaplane-verbs.so"
 run install -m 0755 "$verbs_src/librdmaplane-verbs.so" "$(stage "$libdir")/librdmaplane-verbs.so"
-# The .pc file names the final prefix (not the staging directory).
+# The .pc file names the final prefix and libdir (not the staging
+# directory); a libdir under the prefix as ${prefix}/....
+pc_libdir="$libdir"
+if [[ $prefix != / && $libdir == "$prefix"/* ]]; then
+  pc_libdir="\${prefix}${libdir#"$prefix"}"
+fi
 write_file "$(stage "$pkgconfigdir")/rdmaplane.pc" \
-  "$(sed -e "s#@prefix@#${prefix}#g" "$pc_src")" "prefix=$prefix"
+  "$(sed -e "s#@prefix@#${prefix}#g" -e "s#@libdir@#${pc_libdir}#g" "$pc_src")" \
+  "prefix=$prefix, libdir=$pc_libdir"
+
+# The manual pages, as Debian ships them: gzip -9n. The link pages of
+# man3 (".so man3/rdmaplane.h.3") are compressed too; man finds the page
+# they name whether it is compressed or not.
+log "installing the manual pages to $(stage "$mandir")"
+for section in 1 3 7 8; do
+  run install -d -m 0755 "$(stage "$mandir")/man$section"
+done
+for f in "${man_srcs[@]}"; do
+  section="${f##*.}"
+  install_gzip "$f" "$(stage "$mandir")/man$section/$(basename "$f").gz"
+done
+
+log "installing the documentation to $(stage "$docdir")"
+run install -d -m 0755 "$(stage "$docdir")" "$(stage "$docdir")/docs"
+run install -m 0644 "$REPO_ROOT/README.md" "$(stage "$docdir")/README.md"
+for f in "$REPO_ROOT"/docs/*.md; do
+  run install -m 0644 "$f" "$(stage "$docdir")/docs/$(basename "$f")"
+done
 
 # The unit names /usr/local and /etc; point it at the chosen locations.
 log "installing the systemd unit to $(stage "$unitdir")/rdmaplaned.service"
@@ -269,5 +380,7 @@ cat <<EOF
   folder) and to --allow_uids. See docs/operations.md.
   RDMA applications (perftest, ibverbs-utils) run over the daemon with
        $bindir/rdmaplane-run --socket=/run/rdmaplane/rdmaplane.sock ibv_devinfo
-  See docs/verbs.md.
+  Manual pages: man rdmaplaned (and rdmaplanectl, rdmaplane-run,
+  rdmaplane.h, rdmaplane), in $mandir (add it to MANPATH
+  if man does not look there); the guides are in $docdir.
 EOF

@@ -17,7 +17,10 @@
 #      open, fstat, write, close and socket, nothing of its insides; and,
 #      when
 #      ibverbs-utils is installed, `rdmaplane-run ibv_devinfo -v` shows the
-#      installed daemon as rdmaplane0.
+#      installed daemon as rdmaplane0;
+#   6. the manual pages and the guides are installed (PREFIX/share/man,
+#      compressed; PREFIX/share/doc/rdmaplane), and, where man-db is,
+#      `man 3 rdp_open` finds rdmaplane.h(3) and renders it.
 #
 #   out_of_tree_test.sh INSTALL_SH RDMAPLANED RDMAPLANECTL LIBRDMAPLANE EXAMPLE_C EXAMPLE_TEST_SH LIBRDMAPLANE_VERBS
 set -euo pipefail
@@ -165,5 +168,24 @@ if command -v ibv_devinfo >/dev/null; then
   echo "rdmaplane-run ibv_devinfo -v: rdmaplane0 served by the installed daemon"
 else
   echo "note: ibv_devinfo (Debian package ibverbs-utils) is not installed: the installed verbs front end was not run"
+fi
+# --- 6. the manual pages and the guides --------------------------------------
+mandir="$prefix/share/man"
+for f in man8/rdmaplaned.8.gz man8/rdmaplanectl.8.gz man1/rdmaplane-run.1.gz \
+  man7/rdmaplane.7.gz man3/rdmaplane.h.3.gz man3/rdp_open.3.gz; do
+  [[ -f $mandir/$f ]] || fail "install.sh left out $mandir/$f"
+done
+for f in README.md docs/api.md docs/operations.md docs/verbs.md; do
+  [[ -f $prefix/share/doc/rdmaplane/$f ]] || fail "install.sh left out $prefix/share/doc/rdmaplane/$f"
+done
+if command -v man >/dev/null; then
+  page="$(man -M "$mandir" -w 3 rdp_open)" || fail "man -M $mandir -w 3 rdp_open failed"
+  [[ $page == "$mandir/man3/rdmaplane.h.3.gz" ]] || fail "man 3 rdp_open finds $page, not rdmaplane.h.3.gz"
+  MANWIDTH=80 man -M "$mandir" 3 rdp_open >"$tmp/rdp_open.txt" 2>&1 || fail "man 3 rdp_open: $(cat "$tmp/rdp_open.txt")"
+  grep -q 'int rdp_open(const char\* socket_path, rdp_client\*\* client);' "$tmp/rdp_open.txt" \
+    || fail "man 3 rdp_open shows no prototype of rdp_open: $(head -c 600 "$tmp/rdp_open.txt")"
+  echo "man 3 rdp_open: rdmaplane.h(3), from $mandir"
+else
+  echo "note: man (Debian package man-db) is not installed: the installed pages were not read with man"
 fi
 echo "out_of_tree_test: ok"
