@@ -801,15 +801,18 @@ bool EthPort::CheckLink() {
   if (up) {
     reconnect_tries_since_up_ = 0;
     seen_down_ = false;
+    was_up_ = true;
   } else if (reconnects_) {
     if (!seen_down_) {
       // Seen down for the first time (link_down_ may have been set by a
-      // burst that faulted): a connection may be on its way (the device
-      // just started, or the peer comes back by itself), so the first try
-      // waits a while.
+      // burst that faulted). A connection may be on its way (the device
+      // just started), and a server that was there may be shutting down
+      // (its socket goes with it last): the first try waits a while.
       seen_down_ = true;
       reconnect_wait_ns_ = kReconnectNs;
-      next_reconnect_ns_ = rc::MonotonicNowNs() + reconnect_wait_ns_;
+      next_reconnect_ns_ =
+          rc::MonotonicNowNs() + (was_up_ ? kPeerLeftNs : kReconnectNs);
+      was_up_ = false;
     }
     Reconnect();
   }
@@ -818,13 +821,15 @@ bool EthPort::CheckLink() {
 
 void EthPort::Reconnect() {
   const uint64_t now = rc::MonotonicNowNs();
-  if (now < next_reconnect_ns_) return;
+  if (now < next_look_ns_) return;
+  next_look_ns_ = now + kServerLookNs;
   DropQueued();
   if (!UnixSocketListens(memif_server_)) {
-    // No server yet: look again soon, and connect once it listens.
-    next_reconnect_ns_ = now + kServerLookNs;
+    server_absent_ = true;  // connect as soon as one listens
     return;
   }
+  if (!server_absent_ && now < next_reconnect_ns_) return;
+  server_absent_ = false;
   // Longer each time, so that a handshake slowed by a busy machine is not
   // cut short again and again.
   next_reconnect_ns_ = now + reconnect_wait_ns_;

@@ -257,9 +257,11 @@ class EthPort : public rc::FrameSink {
   // A memif client whose server was not there yet, refused it while
   // starting, or went away stays disconnected in DPDK 22.11: while its link
   // is down, the port stops and starts the device (which connects again),
-  // kReconnectNs after the link went down and then less and less often (up
-  // to kMaxReconnectNs), on the engine thread that owns it; while no server
-  // listens on its socket, it only looks for one every kServerLookNs.
+  // kReconnectNs after the link went down (kPeerLeftNs after a link that
+  // was up) and then less and less often (up to kMaxReconnectNs), on the
+  // engine thread that owns it. It looks at its server's socket every
+  // kServerLookNs: while none listens it does not start at all, and once
+  // one listens again it connects at once.
   void Reconnect();
   // Frees the frames queued for the device (the link is down).
   void DropQueued();
@@ -339,8 +341,14 @@ class EthPort : public rc::FrameSink {
   // thread panics or faults).
   static constexpr uint64_t kReconnectNs = 2'000'000'000;
   static constexpr uint64_t kMaxReconnectNs = 8'000'000'000;
-  // How often a client whose server does not listen looks for it.
+  // After a link that was up went down while the server's socket still
+  // listens: the server may be closing.
+  static constexpr uint64_t kPeerLeftNs = 5'000'000'000;
+  // How often a client whose link is down looks at its server's socket.
   static constexpr uint64_t kServerLookNs = 100'000'000;
+  uint64_t next_look_ns_ = 0;
+  bool server_absent_ = false;  // seen not listening since the last try
+  bool was_up_ = false;         // the link was up before it went down
   uint64_t reconnect_wait_ns_ = kReconnectNs;
   uint64_t next_reconnect_ns_ = 0;
   uint32_t reconnect_tries_since_up_ = 0;
