@@ -88,6 +88,9 @@ DaemonStatus Daemon::BuildStatus() const {
   add("remote_refused", snap.remote_refused);
   add("peer_disconnects", snap.peer_disconnects);
   add("cm_retransmits", snap.cm_retransmits);
+  // rdma_cm ids (IP CM) the daemon holds, and those listening now.
+  add("ip_cm_ids", ip_cm_ != nullptr ? ip_cm_->size() : 0);
+  add("ip_cm_listeners", ip_cm_ != nullptr ? ip_cm_->listeners() : 0);
   add("arp_replies_sent", snap.arp_replies_sent);
   add("bad_control_frames", snap.bad_control_frames);
   add("file_mappings_lost", BusErrorGuard::losses());

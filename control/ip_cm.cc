@@ -99,6 +99,12 @@ size_t IpCm::farewells() const {
   return n;
 }
 
+size_t IpCm::listeners() const {
+  size_t n = 0;
+  for (const auto& [key, id] : ids_) n += id.state == State::kListening;
+  return n;
+}
+
 std::optional<uint16_t> IpCm::FreePort(uint16_t port_space) {
   constexpr uint32_t kRange = kLastEphemeralPort - kFirstEphemeralPort + 1;
   for (uint32_t i = 0; i < kRange; ++i) {

@@ -115,6 +115,8 @@ class IpCm {
   // ids that still say farewell (DREQ) to a peer for a session that went.
   size_t farewells() const;
   size_t size() const { return ids_.size(); }
+  // ids listening (rdma_listen) now.
+  size_t listeners() const;
 
  private:
   enum class State : uint8_t {

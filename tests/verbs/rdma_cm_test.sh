@@ -35,14 +35,17 @@
 #   8. The daemons stop cleanly.
 #
 #   rdma_cm_test.sh E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO UCP_SOCKADDR_C \
-#     CM_PROBE_C
+#     CM_PROBE_C RDMAPLANECTL
+#
+# Each client starts once its server listens: the server's daemon counts
+# one more rdma_cm listener (its ip_cm_listeners gauge).
 #
 # rdmacm-utils, perftest, librdmacm-dev and libucx-dev are Debian's (deploy/setup.sh
 # installs them).
 set -euo pipefail
 
-if [[ $# -ne 5 ]]; then
-  echo "usage: $0 E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO UCP_SOCKADDR_C CM_PROBE_C" >&2
+if [[ $# -ne 6 ]]; then
+  echo "usage: $0 E2E_LIB RDMAPLANED LIBRDMAPLANE_VERBS_SO UCP_SOCKADDR_C CM_PROBE_C RDMAPLANECTL" >&2
   exit 2
 fi
 E2E_NAME=verbs_rdma_cm_test
@@ -56,6 +59,8 @@ ucp_source="$4"
 [[ -f $ucp_source ]] || e2e_fail "no file at $ucp_source"
 probe_source="$5"
 [[ -f $probe_source ]] || e2e_fail "no file at $probe_source"
+E2E_CTL="$6"
+[[ -x $E2E_CTL ]] || e2e_fail "no executable at $E2E_CTL"
 for tool in rping ucmatose udaddy cmtime rdma_server rdma_client rstream \
   riostream ib_write_bw ib_send_lat; do
   command -v "$tool" >/dev/null ||
@@ -81,43 +86,54 @@ on() {
     LD_PRELOAD="$verbs_so" "$@" >"$out" 2>&1
 }
 
-# The ways a client says that nobody listens on the port yet (REJECTED
-# with reason 8, rsockets' ECONNREFUSED, a SIDR status of 1; perftest
-# prints the event's number, 8): a server started just before may still be
-# on its way to rdma_listen, so such a client is started again (up to 100
-# times, 0.1 s apart).
-not_listening='REJECTED, error:? 8|Connection refused|UNREACHABLE, error:? 1|Unexpected CM event.* 8$'
+# listeners NAME: sets E2E_VALUE to the rdma_cm listeners daemon NAME holds
+# (its ip_cm_listeners gauge).
+listeners() {
+  e2e_counters "$1" >/dev/null
+  e2e_counter "$1" ip_cm_listeners
+}
 
-# pair LABEL SERVER_SOCK CLIENT_SOCK "SERVER COMMAND" "CLIENT COMMAND"
-#      SERVER_ERE CLIENT_ERE [stays]: the server in the background, then the
-# client; both must exit 0 and print a line matching their ERE (an empty
-# one asks for nothing). A server that `stays` serves until it is stopped
-# (cmtime's): it must still be running once the client is done, and is
-# then stopped. Sets PAIR_SOUT and PAIR_COUT to their outputs.
+# await_listener NAME BEFORE PID LABEL: until daemon NAME holds more than
+# BEFORE listeners (the server of PID called rdma_listen), at most 300
+# looks 0.1 s apart; fails when the server ends first or never listens.
+await_listener() {
+  local name="$1" before="$2" pid="$3" label="$4" i
+  for ((i = 0; i < 300; i++)); do
+    listeners "$name"
+    [[ $E2E_VALUE -gt $before ]] && return 0
+    kill -0 "$pid" 2>/dev/null || e2e_fail "$label: the server ended before it listened"
+    sleep 0.1
+  done
+  e2e_fail "$label: the server did not listen within 30 s"
+}
+
+# pair LABEL SERVER_DAEMON SERVER_SOCK CLIENT_SOCK "SERVER COMMAND"
+#      "CLIENT COMMAND" SERVER_ERE CLIENT_ERE [stays]: the server in the
+# background, then, once the daemon SERVER_DAEMON (a or b) holds its
+# listener, the client; both must exit 0 and print a line matching their
+# ERE (an empty one asks for nothing). A server that `stays` serves until
+# it is stopped (cmtime's): it must still be running once the client is
+# done, and is then stopped. Sets PAIR_SOUT and PAIR_COUT to their outputs.
 pair() {
-  local label="$1" server_sock="$2" client_sock="$3" server_cmd="$4"
-  local client_cmd="$5" server_ere="$6" client_ere="$7" stays="${8:-}"
+  local label="$1" server_daemon="$2" server_sock="$3" client_sock="$4"
+  local server_cmd="$5" client_cmd="$6" server_ere="$7" client_ere="$8"
+  local stays="${9:-}"
   local sout="$E2E_TMP/$label.server.out" cout="$E2E_TMP/$label.client.out"
   PAIR_SOUT="$sout" PAIR_COUT="$cout"
   e2e_log "pair $label: $server_cmd | $client_cmd"
-  local start
+  local start before
   start="$(e2e_now)"
+  listeners "$server_daemon"
+  before="$E2E_VALUE"
   # shellcheck disable=SC2086 # the commands are words on purpose
   timeout --kill-after=5 60 env RDMAPLANE_SOCKET="$server_sock" \
     LD_PRELOAD="$verbs_so" $server_cmd >"$sout" 2>&1 &
   local server=$!
   E2E_HELPER_PIDS+=("$server")
-  local cstatus sstatus=0 try
-  for ((try = 0; try < 100; try++)); do
-    cstatus=0
-    # shellcheck disable=SC2086
-    on "$client_sock" 60 "$cout" $client_cmd || cstatus=$?
-    if [[ $cstatus -eq 0 ]] || ! grep -qE "$not_listening" "$cout" ||
-      ! kill -0 "$server" 2>/dev/null; then
-      break
-    fi
-    sleep 0.1
-  done
+  await_listener "$server_daemon" "$before" "$server" "pair $label"
+  local cstatus=0 sstatus=0
+  # shellcheck disable=SC2086
+  on "$client_sock" 60 "$cout" $client_cmd || cstatus=$?
   if [[ -n $stays ]]; then
     if ! kill -0 "$server" 2>/dev/null; then
       sstatus=0
@@ -143,7 +159,7 @@ pair() {
     sed 's/^/    client: /' "$cout" >&2
     e2e_fail "pair $label: the client printed no line matching '$client_ere'"
   }
-  e2e_log "pair $label ok in $(e2e_since "$start") s (client started $((try + 1)) time(s))"
+  e2e_log "pair $label ok in $(e2e_since "$start") s"
 }
 
 # count_lines FILE ERE WANT LABEL: FILE has exactly WANT lines matching ERE.
@@ -161,7 +177,7 @@ count_lines() {
 placements=("two_daemons $sock_a $sock_b" "one_daemon $sock_a $sock_a")
 for placement in "${placements[@]}"; do
   read -r where server_sock client_sock <<<"$placement"
-  pair "rping_$where" "$server_sock" "$client_sock" \
+  pair "rping_$where" a "$server_sock" "$client_sock" \
     "rping -s -a 0.0.0.0 -p 7174 -C 10 -v" \
     "rping -c -a $ip_a -p 7174 -C 10 -v" \
     '^server ping data: rdma-ping-9: ' '^ping data: rdma-ping-9: '
@@ -173,38 +189,38 @@ done
 
 # --- 2. ucmatose, udaddy, cmtime ----------------------------------------------
 
-pair ucmatose "$sock_a" "$sock_b" "ucmatose -c 4 -C 20" \
+pair ucmatose a "$sock_a" "$sock_b" "ucmatose -c 4 -C 20" \
   "ucmatose -s $ip_a -c 4 -C 20" '^return status 0' '^return status 0'
 # RDMA_PS_IB, and ids moved to a new event channel once connected
 # (rdma_migrate_id), then disconnected through it.
-pair ucmatose_ps_ib "$sock_a" "$sock_b" "ucmatose -P ib -c 2 -C 10" \
+pair ucmatose_ps_ib a "$sock_a" "$sock_b" "ucmatose -P ib -c 2 -C 10" \
   "ucmatose -P ib -s $ip_a -c 2 -C 10" '^return status 0' '^return status 0'
-pair ucmatose_migrate "$sock_a" "$sock_b" "ucmatose -m -c 2 -C 10" \
+pair ucmatose_migrate a "$sock_a" "$sock_b" "ucmatose -m -c 2 -C 10" \
   "ucmatose -m -s $ip_a -c 2 -C 10" '^migrating to new event channel' \
   '^migrating to new event channel'
 grep -q '^return status 0' "$PAIR_SOUT" && grep -q '^return status 0' "$PAIR_COUT" ||
   e2e_fail "ucmatose -m: a side did not end with return status 0"
-pair udaddy "$sock_a" "$sock_b" "udaddy -c 2 -C 10" \
+pair udaddy a "$sock_a" "$sock_b" "udaddy -c 2 -C 10" \
   "udaddy -s $ip_a -c 2 -C 10" '^return status 0' '^return status 0'
 # (cmtime's server serves until stopped, printing nothing.)
-pair cmtime "$sock_a" "$sock_b" "cmtime -b $ip_a -c 20" \
+pair cmtime a "$sock_a" "$sock_b" "cmtime -b $ip_a -c 20" \
   "cmtime -s $ip_a -c 20" '' '^connect +:' stays
 
 # (rdma_server and rdma_client take no port: theirs is 7471, as each run's.)
-pair rdma_server "$sock_a" "$sock_b" "rdma_server -s $ip_a" \
+pair rdma_server a "$sock_a" "$sock_b" "rdma_server -s $ip_a" \
   "rdma_client -s $ip_a" 'rdma_server: end 0' 'rdma_client: end 0'
 
 # --- 3. rsockets ---------------------------------------------------------------
 
-pair rstream "$sock_a" "$sock_b" "rstream -S 65536 -C 100 -b $ip_a" \
+pair rstream a "$sock_a" "$sock_b" "rstream -S 65536 -C 100 -b $ip_a" \
   "rstream -S 65536 -C 100 -s $ip_a" '^custom +64k +100 ' '^custom +64k +100 '
-pair riostream "$sock_a" "$sock_b" "riostream -S 4096 -C 100 -b $ip_a" \
+pair riostream a "$sock_a" "$sock_b" "riostream -S 4096 -C 100 -b $ip_a" \
   "riostream -S 4096 -C 100 -s $ip_a" '^custom +4k +100 ' '^custom +4k +100 '
 
 # rcopy: a 3 MB file of random bytes through rsockets; its server serves
 # until stopped.
 head -c 3000000 /dev/urandom >"$E2E_TMP/rcopy.src"
-pair rcopy "$sock_a" "$sock_b" "rcopy -p 7480" \
+pair rcopy a "$sock_a" "$sock_b" "rcopy -p 7480" \
   "rcopy $E2E_TMP/rcopy.src $ip_a:$E2E_TMP/rcopy.dst -p 7480" '' \
   '^3000000 bytes in ' stays
 cmp "$E2E_TMP/rcopy.src" "$E2E_TMP/rcopy.dst" ||
@@ -213,9 +229,9 @@ cmp "$E2E_TMP/rcopy.src" "$E2E_TMP/rcopy.dst" ||
 # --- 4. perftest over rdma_cm ----------------------------------------------------
 
 row='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
-pair write_bw_R "$sock_a" "$sock_b" "ib_write_bw -R -d rdmaplane0 -s 65536 -n 200" \
+pair write_bw_R a "$sock_a" "$sock_b" "ib_write_bw -R -d rdmaplane0 -s 65536 -n 200" \
   "ib_write_bw -R -d rdmaplane0 -s 65536 -n 200 $ip_a" "$row" "$row"
-pair send_lat_R "$sock_a" "$sock_b" "ib_send_lat -R -d rdmaplane0 -n 200" \
+pair send_lat_R a "$sock_a" "$sock_b" "ib_send_lat -R -d rdmaplane0 -n 200" \
   "ib_send_lat -R -d rdmaplane0 -n 200 $ip_a" "$row" "$row"
 
 # --- 5. UCX's connection manager over rdma_cm ---------------------------------------
