@@ -104,6 +104,14 @@ forget_pid() {
   pids=("${kept[@]+"${kept[@]}"}")
 }
 
+# drop_pid PID: stops PID (a server that never listened), waits for it and
+# forgets it.
+drop_pid() {
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  forget_pid "$1"
+}
+
 # Runs a tool bounded in time; its stdout goes to FILE, stderr to the log.
 run() { # run SECONDS FILE CMD...
   local limit="$1" file="$2"

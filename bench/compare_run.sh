@@ -295,9 +295,7 @@ perftest() {
   server=$!
   pids+=("$server")
   if ! wait_listening "$port" "$server"; then
-    kill "$server" 2>/dev/null || true
-    wait "$server" 2>/dev/null || true
-    forget_pid "$server"
+    drop_pid "$server"
     failed "$tool $name: its server did not listen within 10 s"
     return
   fi
@@ -349,9 +347,7 @@ ucx_perf() {
   server=$!
   pids+=("$server")
   if ! wait_listening "$port" "$server"; then
-    kill "$server" 2>/dev/null || true
-    wait "$server" 2>/dev/null || true
-    forget_pid "$server"
+    drop_pid "$server"
     cat "$raw/$name.server.txt" >>"$work/tools.log"
     failed "ucx_perftest $name: its server did not listen within 10 s"
     return

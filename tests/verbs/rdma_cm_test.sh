@@ -93,14 +93,15 @@ listeners() {
   e2e_counter "$1" ip_cm_listeners
 }
 
-# await_listener NAME BEFORE PID LABEL: until daemon NAME holds more than
-# BEFORE listeners (the server of PID called rdma_listen), at most 300
-# looks 0.1 s apart; fails when the server ends first or never listens.
+# await_listener NAME BEFORE PID LABEL [COUNT]: until daemon NAME holds
+# COUNT (1) listeners more than BEFORE (the server of PID called
+# rdma_listen), at most 300 looks 0.1 s apart; fails when the server ends
+# first or never listens.
 await_listener() {
-  local name="$1" before="$2" pid="$3" label="$4" i
+  local name="$1" before="$2" pid="$3" label="$4" count="${5:-1}" i
   for ((i = 0; i < 300; i++)); do
     listeners "$name"
-    [[ $E2E_VALUE -gt $before ]] && return 0
+    [[ $E2E_VALUE -ge $((before + count)) ]] && return 0
     kill -0 "$pid" 2>/dev/null || e2e_fail "$label: the server ended before it listened"
     sleep 0.1
   done
@@ -248,20 +249,13 @@ for placement in "${placements[@]}"; do
   label="ucp_sockaddr_$where"
   sout="$E2E_TMP/$label.server.out" cout="$E2E_TMP/$label.client.out"
   port=$((port + 1))
+  listeners a
+  before="$E2E_VALUE"
   timeout --kill-after=5 60 env RDMAPLANE_SOCKET="$server_sock" \
     LD_PRELOAD="$verbs_so" "${ucx_env[@]}" "$ucp_bin" server "$port" >"$sout" 2>&1 &
   server=$!
   E2E_HELPER_PIDS+=("$server")
-  # It says when its listener is there.
-  for ((i = 0; i < 100; i++)); do
-    grep -q 'ucp_sockaddr: listening' "$sout" && break
-    kill -0 "$server" 2>/dev/null || break
-    sleep 0.1
-  done
-  grep -q 'ucp_sockaddr: listening' "$sout" || {
-    sed 's/^/    server: /' "$sout" >&2
-    e2e_fail "$label: the server did not listen within 10 s"
-  }
+  await_listener a "$before" "$server" "$label"
   cstatus=0 sstatus=0
   on "$client_sock" 60 "$cout" env "${ucx_env[@]}" UCX_LOG_LEVEL=info \
     "$ucp_bin" client "$ip_a" "$port" || cstatus=$?
@@ -288,25 +282,21 @@ cc -O1 -Wall -Werror -o "$probe_bin" "$probe_source" -lrdmacm -libverbs ||
   e2e_fail "cannot build cm_probe.c (deploy/setup.sh installs librdmacm-dev)"
 
 # probe LABEL SERVER_ROLE CLIENT_ROLE PORT SERVER_ERE CLIENT_ERE: the server
-# role on daemon A until it says it listens, then the client role on B;
-# both must exit 0 and print a line matching their ERE.
+# role on daemon A until it listens, then the client role on B; both must
+# exit 0 and print a line matching their ERE.
 probe() {
   local label="$1" srole="$2" crole="$3" port="$4" sere="$5" cere="$6"
   local sout="$E2E_TMP/probe_$label.server.out" cout="$E2E_TMP/probe_$label.client.out"
-  local server cstatus=0 sstatus=0 i
+  local server cstatus=0 sstatus=0 before
+  listeners a
+  before="$E2E_VALUE"
   timeout --kill-after=5 60 env RDMAPLANE_SOCKET="$sock_a" \
     LD_PRELOAD="$verbs_so" "$probe_bin" "$srole" "$ip_a" "$port" >"$sout" 2>&1 &
   server=$!
   E2E_HELPER_PIDS+=("$server")
-  for ((i = 0; i < 100; i++)); do
-    grep -q '^cm_probe: listening' "$sout" && break
-    kill -0 "$server" 2>/dev/null || break
-    sleep 0.1
-  done
-  grep -q '^cm_probe: listening' "$sout" || {
-    sed 's/^/    server: /' "$sout" >&2
-    e2e_fail "probe $label: the server did not listen within 10 s"
-  }
+  # (The semantics server listens on two port spaces.)
+  await_listener a "$before" "$server" "probe $label" \
+    "$([[ $srole == server ]] && echo 2 || echo 1)"
   on "$sock_b" 60 "$cout" "$probe_bin" "$crole" "$ip_a" "$port" || cstatus=$?
   wait "$server" || sstatus=$?
   if [[ $cstatus -ne 0 || $sstatus -ne 0 ]] || ! grep -qE "$sere" "$sout" ||
