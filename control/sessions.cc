@@ -355,12 +355,17 @@ bool SessionServer::Allowed(uid_t uid, gid_t gid) const {
 
 namespace {
 
-// Answers a client we will not serve, and hangs up.
-void Refuse(int fd, int32_t status, const std::string& why) {
+// Answers a client's hello (sent or to come) with a refusal, not waiting.
+void SendRefusal(int fd, int32_t status, const std::string& why) {
   shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
   reply.status = status;
   std::snprintf(reply.text, sizeof(reply.text), "%s", why.c_str());
   shm::SendSetup(fd, reply, -1, -1, /*dont_wait=*/true);
+}
+
+// Answers a client we will not serve, and hangs up.
+void Refuse(int fd, int32_t status, const std::string& why) {
+  SendRefusal(fd, status, why);
   close(fd);
 }
 
@@ -457,11 +462,8 @@ void SessionServer::OnReadable(Session* s) {
           RDP_LOG_EVERY(kError, 10,
                         "out of file descriptors: session of pid %d refused",
                         static_cast<int>(s->pid));
-          shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
-          reply.status = shm::kStatusLimit;
-          std::snprintf(reply.text, sizeof(reply.text), "%s",
-                        "the daemon is out of file descriptors (LimitNOFILE)");
-          shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true);
+          SendRefusal(s->sock, shm::kStatusLimit,
+                      "the daemon is out of file descriptors (LimitNOFILE)");
         }
       }
       Close(s);  // the client exited, crashed or spoke nonsense
@@ -477,11 +479,7 @@ void SessionServer::OnReadable(Session* s) {
         RDP_LOG_EVERY(kWarning, 10, "session of pid %d refused: %s",
                       static_cast<int>(s->pid), s->over_limit.c_str());
         counters_->Count(&ControlCounters::rejected_clients);
-        shm::SetupMessage reply = shm::MakeSetup(shm::kSetupHelloReply);
-        reply.status = shm::kStatusLimit;
-        std::snprintf(reply.text, sizeof(reply.text), "%s",
-                      s->over_limit.c_str());
-        shm::SendSetup(s->sock, reply, -1, -1, /*dont_wait=*/true);
+        SendRefusal(s->sock, shm::kStatusLimit, s->over_limit);
         s->admin = true;  // no session was made: none is reclaimed
         Close(s);
         return;

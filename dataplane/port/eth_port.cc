@@ -71,31 +71,35 @@ DeviceReads HowDeviceReads(const rte_eth_dev_info& info) {
 // unmaps a departed peer's rings. In its zero-copy mode the device keeps
 // references of its own on the frames it sent, which the port cannot tell
 // apart from its hold.
-bool MemifCopyMode(const rte_eth_dev_info& info) {
+// The devargs of a memif port ("" when it has none), or nullopt for any
+// other device.
+std::optional<std::string_view> MemifArgs(const rte_eth_dev_info& info) {
   if (info.device == nullptr || info.driver_name == nullptr ||
       std::strcmp(info.driver_name, "net_memif") != 0) {
-    return false;
+    return std::nullopt;
   }
   const rte_devargs* args = rte_dev_devargs(info.device);
-  return args == nullptr || args->args == nullptr ||
-         std::strstr(args->args, "zero-copy=yes") == nullptr;
+  return args == nullptr || args->args == nullptr
+             ? std::string_view()
+             : std::string_view(args->args);
+}
+
+bool MemifCopyMode(const rte_eth_dev_info& info) {
+  const std::optional<std::string_view> args = MemifArgs(info);
+  return args && args->find("zero-copy=yes") == std::string_view::npos;
 }
 
 // A memif port in the client role (role=client; the default is server):
 // the Unix socket its server listens on, as /proc/net/unix names it (an
 // abstract one, DPDK's default, with a leading '@'), or nullopt.
 std::optional<std::string> MemifClientSocket(const rte_eth_dev_info& info) {
-  if (info.device == nullptr || info.driver_name == nullptr ||
-      std::strcmp(info.driver_name, "net_memif") != 0) {
-    return std::nullopt;
-  }
-  const rte_devargs* args = rte_dev_devargs(info.device);
-  if (args == nullptr || args->args == nullptr) return std::nullopt;
-  const std::optional<std::string_view> role = DeviceArg(args->args, "role");
+  const std::optional<std::string_view> args = MemifArgs(info);
+  if (!args) return std::nullopt;
+  const std::optional<std::string_view> role = DeviceArg(*args, "role");
   if (!role || *role != "client") return std::nullopt;
-  const std::optional<std::string_view> path = DeviceArg(args->args, "socket");
+  const std::optional<std::string_view> path = DeviceArg(*args, "socket");
   const std::optional<std::string_view> abstract =
-      DeviceArg(args->args, "socket-abstract");
+      DeviceArg(*args, "socket-abstract");
   const std::string name(path ? *path : "/run/memif.sock");
   return abstract && *abstract == "no" ? name : "@" + name;
 }
@@ -796,10 +800,10 @@ bool EthPort::LinkUp() const {
 bool EthPort::CheckLink() {
   const bool up = LinkUp();
   if (!up && !link_down_) ++counters_.link_down;
-  if (up && link_down_ && reconnect_tries_since_up_ > 0) ++counters_.reconnects;
+  if (up && link_down_ && tried_since_up_) ++counters_.reconnects;
   link_down_ = !up;
   if (up) {
-    reconnect_tries_since_up_ = 0;
+    tried_since_up_ = false;
     seen_down_ = false;
     was_up_ = true;
   } else if (reconnects_) {
@@ -839,7 +843,7 @@ void EthPort::Reconnect() {
     started_ = false;
   }
   ++counters_.reconnect_tries;
-  ++reconnect_tries_since_up_;
+  tried_since_up_ = true;
   started_ = rte_eth_dev_start(config_.port_id) == 0;
 }
 

@@ -351,7 +351,7 @@ class EthPort : public rc::FrameSink {
   bool was_up_ = false;         // the link was up before it went down
   uint64_t reconnect_wait_ns_ = kReconnectNs;
   uint64_t next_reconnect_ns_ = 0;
-  uint32_t reconnect_tries_since_up_ = 0;
+  bool tried_since_up_ = false;  // Reconnect ran since the link was up
   bool seen_down_ = false;  // by CheckLink, since the link was last up
   // PortConfig::bursts_may_fault, or a memif port in copy mode.
   bool recovers_bursts_ = false;
