@@ -83,6 +83,7 @@ Daemon::Daemon(const DaemonOptions& options)
   SessionPolicy policy;
   policy.allowed_uids = options_.allowed_uids;
   policy.allowed_gids = options_.allowed_gids;
+  policy.admin_gids = options_.admin_gids;
   policy.max_arenas_per_session = options_.max_arenas_per_session;
   SessionHooks hooks;
   hooks.closing = [this](Session* s) { SessionClosing(s); };

@@ -74,6 +74,7 @@ struct DaemonOptions {
   std::string socket_path;          // empty: shm::DefaultSocketPath()
   std::vector<uid_t> allowed_uids;  // besides root and the daemon's own uid
   std::vector<gid_t> allowed_gids;
+  std::vector<gid_t> admin_gids;  // SessionPolicy::admin_gids
   engine::PollMode poll_mode = engine::PollMode::kAdaptive;
   fault::FaultSpec link_faults;  // applied to in-process links
   uint32_t max_registrations = 1 << 16;

@@ -39,6 +39,11 @@ ABSL_FLAG(std::string, socket, "",
 ABSL_FLAG(std::string, allow_uids, "",
           "comma-separated uids allowed besides root and the daemon's own");
 ABSL_FLAG(std::string, allow_gids, "", "comma-separated gids allowed");
+ABSL_FLAG(std::string, admin_gids, "",
+          "comma-separated gids whose members (primary or supplementary) "
+          "see every user's clients, connections and registrations in "
+          "rdmaplanectl; others see their own (root and the daemon's own "
+          "uid always see all)");
 ABSL_FLAG(std::string, poll_mode, "adaptive",
           "busy: engines spin on their core; adaptive: they sleep when idle");
 ABSL_FLAG(std::string, link_faults, "",
@@ -149,7 +154,7 @@ struct HelpGroup {
 
 void PrintHelp() {
   const std::vector<HelpGroup> groups = {
-      {"Clients", {"socket", "allow_uids", "allow_gids"}},
+      {"Clients", {"socket", "allow_uids", "allow_gids", "admin_gids"}},
       {"Data port",
        {"port", "ip", "mac", "mtu", "zero_copy", "hugepages", "memory_mb",
         "mbufs", "file_prefix", "eal_args"}},
@@ -305,14 +310,18 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   rdmaplane::control::DaemonOptions options;
   options.socket_path = absl::GetFlag(FLAGS_socket);
-  std::vector<uint32_t> uids, gids;
+  std::vector<uint32_t> uids, gids, admin_gids;
   if (!ParseIds(absl::GetFlag(FLAGS_allow_uids), &uids) ||
-      !ParseIds(absl::GetFlag(FLAGS_allow_gids), &gids)) {
-    std::fprintf(stderr, "rdmaplaned: --allow_uids/--allow_gids take numbers\n");
+      !ParseIds(absl::GetFlag(FLAGS_allow_gids), &gids) ||
+      !ParseIds(absl::GetFlag(FLAGS_admin_gids), &admin_gids)) {
+    std::fprintf(stderr,
+                 "rdmaplaned: --allow_uids, --allow_gids and --admin_gids "
+                 "take numbers\n");
     return 2;
   }
   options.allowed_uids.assign(uids.begin(), uids.end());
   options.allowed_gids.assign(gids.begin(), gids.end());
+  options.admin_gids.assign(admin_gids.begin(), admin_gids.end());
   const std::string mode = absl::GetFlag(FLAGS_poll_mode);
   if (mode == "busy") {
     options.poll_mode = rdmaplane::engine::PollMode::kBusy;

@@ -11,6 +11,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -353,6 +354,29 @@ bool SessionServer::Allowed(uid_t uid, gid_t gid) const {
   return false;
 }
 
+bool SessionServer::SeesAll(int fd, const ucred& cred) const {
+  if (cred.uid == 0 || cred.uid == geteuid()) return true;
+  if (policy_.admin_gids.empty()) return false;
+  auto admin = [this](gid_t gid) {
+    return std::find(policy_.admin_gids.begin(), policy_.admin_gids.end(),
+                     gid) != policy_.admin_gids.end();
+  };
+  if (admin(cred.gid)) return true;
+  // The peer's supplementary groups as they were when it connected.
+  std::vector<gid_t> groups(64);
+  socklen_t len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) != 0) {
+    if (errno != ERANGE) return false;
+    groups.resize(len / sizeof(gid_t) + 1);
+    len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) != 0) {
+      return false;
+    }
+  }
+  groups.resize(len / sizeof(gid_t));
+  return std::any_of(groups.begin(), groups.end(), admin);
+}
+
 namespace {
 
 // Answers a client's hello (sent or to come) with a refusal, not waiting.
@@ -430,6 +454,7 @@ void SessionServer::AcceptClients() {
     s->sock = fd;
     s->pid = cred.pid;
     s->uid = cred.uid;
+    s->sees_all = SeesAll(fd, cred);
     if (charge.ok()) s->charge = std::move(*charge);
     s->over_limit = std::move(over_limit);
     // Without a pidfd (an old kernel) only the socket tells of its exit.
@@ -516,7 +541,11 @@ void SessionServer::OnReadable(Session* s) {
         s->admin = true;
         // A question is not one of the user's sessions.
         s->charge.Release();
-        s->admin_answer = AdminAnswerFor(msg, hooks_.status);
+        s->admin_answer = AdminAnswerFor(msg, [this, s] {
+          DaemonStatus status = hooks_.status();
+          if (!s->sees_all) KeepOnlyOwn(&status, s->uid);
+          return status;
+        });
         s->admin_sent = 0;
         s->admin_progress = absl::Now();
         ContinueAdminAnswer(s);

@@ -19,6 +19,7 @@
 #ifndef RDMAPLANE_CONTROL_SESSIONS_H_
 #define RDMAPLANE_CONTROL_SESSIONS_H_
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -102,6 +103,8 @@ struct Session {
   UserAccounts::Charge charge;  // one of the user's sessions
   bool ready = false;  // hello done
   bool admin = false;  // an rdmaplanectl query, not a client
+  // Its admin queries see other users' details (SessionPolicy::admin_gids).
+  bool sees_all = false;
   // Why the user may open no session (its limit was reached when this
   // connection came): only an admin query is answered.
   std::string over_limit;
@@ -218,6 +221,10 @@ struct Session {
 struct SessionPolicy {
   std::vector<uid_t> allowed_uids;  // besides root and the daemon's own uid
   std::vector<gid_t> allowed_gids;
+  // Whose admin queries see every user's clients, connections and
+  // registrations: root, the daemon's own uid, and members of these groups
+  // (primary or supplementary). Everyone else sees only their own.
+  std::vector<gid_t> admin_gids;
   // Arenas one session may hand over: each holds a descriptor and a
   // mapping in the daemon. (Users' allowances are in UserAccounts.)
   uint32_t max_arenas_per_session = 64;
@@ -287,6 +294,9 @@ class SessionServer {
   // listening socket readable for ever).
   void RefuseForLackOfDescriptors();
   bool Allowed(uid_t uid, gid_t gid) const;
+  // Whether the peer of `fd` (credentials `cred`) may see every user's
+  // details in an admin answer.
+  bool SeesAll(int fd, const ucred& cred) const;
   void OnReadable(Session* s);
   // Sends what the socket takes of an admin answer; closes the session once
   // all is out or the asker is gone, else waits for room (writable).

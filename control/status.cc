@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "api/shm/layout.h"
@@ -286,6 +287,22 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
+// A count in "status": the daemon's total, and how many of them the asker
+// may not see, if any.
+std::string Shown(size_t shown, uint32_t hidden) {
+  if (hidden == 0) return absl::StrCat(shown);
+  return absl::StrCat(shown + hidden, " (", hidden,
+                      " of other users, not shown)");
+}
+
+// The line under a list that left out other users' rows, if it did.
+std::string HiddenNote(uint32_t hidden, const char* what) {
+  if (hidden == 0) return "";
+  return absl::StrCat("(", hidden, " ", what,
+                      " of other users not shown: ask as root or as a "
+                      "member of the daemon's --admin_gids)\n");
+}
+
 std::string StatusText(const DaemonStatus& s) {
   std::string out;
   const std::pair<std::string_view, std::string> lines[] = {
@@ -301,9 +318,10 @@ std::string StatusText(const DaemonStatus& s) {
                             " (", s.link_changes, " changes)")},
       {"poll mode", Printable(s.poll_mode)},
       {"engines", absl::StrCat(s.engines)},
-      {"clients", absl::StrCat(s.clients.size())},
-      {"connections", absl::StrCat(s.connections.size())},
-      {"registrations", absl::StrCat(s.registrations.size())},
+      {"clients", Shown(s.clients.size(), s.hidden_clients)},
+      {"connections", Shown(s.connections.size(), s.hidden_connections)},
+      {"registrations",
+       Shown(s.registrations.size(), s.hidden_registrations)},
   };
   size_t width = 0;
   for (const auto& [name, value] : lines) width = std::max(width, name.size());
@@ -328,7 +346,7 @@ std::string ClientsText(const DaemonStatus& s) {
            absl::StrCat(c.connections), absl::StrCat(c.registrations),
            absl::StrCat(c.arenas), Bytes(c.arena_bytes)});
   }
-  return t.Render();
+  return t.Render() + HiddenNote(s.hidden_clients, "clients");
 }
 
 std::string ConnectionsText(const DaemonStatus& s) {
@@ -362,7 +380,7 @@ std::string ConnectionsText(const DaemonStatus& s) {
            absl::StrCat(c.pkey_violations),
            absl::StrCat(c.bad_responses)});
   }
-  return t.Render();
+  return t.Render() + HiddenNote(s.hidden_connections, "connections");
 }
 
 std::string RegistrationsText(const DaemonStatus& s) {
@@ -379,7 +397,7 @@ std::string RegistrationsText(const DaemonStatus& s) {
            Hex(r.address), absl::StrCat(r.length), Access(r.access),
            absl::StrCat(r.refs)});
   }
-  return t.Render();
+  return t.Render() + HiddenNote(s.hidden_registrations, "registrations");
 }
 
 std::string CountersText(const DaemonStatus& s) {
@@ -395,6 +413,26 @@ std::string CountersText(const DaemonStatus& s) {
 bool ValidTopic(std::string_view topic) {
   return std::find(kStatusTopics.begin(), kStatusTopics.end(), topic) !=
          kStatusTopics.end();
+}
+
+void KeepOnlyOwn(DaemonStatus* status, uint32_t uid) {
+  absl::flat_hash_set<uint32_t> own_sessions;
+  for (const ClientStatus& c : status->clients) {
+    if (c.uid == uid) own_sessions.insert(c.session_id);
+  }
+  // Moves the rows of other users' sessions out of `rows`, counting them.
+  auto keep = [&own_sessions](auto* rows, uint32_t* hidden) {
+    const auto others = std::remove_if(
+        rows->begin(), rows->end(), [&own_sessions](const auto& row) {
+          return !own_sessions.contains(row.session_id);
+        });
+    *hidden += static_cast<uint32_t>(rows->end() - others);
+    rows->erase(others, rows->end());
+  };
+  keep(&status->clients, &status->hidden_clients);
+  keep(&status->connections, &status->hidden_connections);
+  keep(&status->registrations, &status->hidden_registrations);
+  status->view = "own";
 }
 
 std::string JsonEscape(std::string_view text) {
@@ -463,9 +501,16 @@ std::string RenderJson(const DaemonStatus& s, std::string_view topic) {
     o.Field("link_changes", s.link_changes);
     o.Field("poll_mode", s.poll_mode);
     o.Field("engines", s.engines);
-    o.Field("clients", static_cast<uint64_t>(s.clients.size()));
-    o.Field("connections", static_cast<uint64_t>(s.connections.size()));
-    o.Field("registrations", static_cast<uint64_t>(s.registrations.size()));
+    o.Field("clients", static_cast<uint64_t>(s.clients.size()) +
+                           s.hidden_clients);
+    o.Field("connections", static_cast<uint64_t>(s.connections.size()) +
+                               s.hidden_connections);
+    o.Field("registrations", static_cast<uint64_t>(s.registrations.size()) +
+                                 s.hidden_registrations);
+    o.Field("view", s.view);
+    o.Field("hidden_clients", s.hidden_clients);
+    o.Field("hidden_connections", s.hidden_connections);
+    o.Field("hidden_registrations", s.hidden_registrations);
   } else if (topic == "clients") {
     AppendJsonArray(&out, s.clients, ClientFields);
   } else if (topic == "connections") {

@@ -87,6 +87,13 @@ struct DaemonStatus {
   std::vector<ClientStatus> clients;
   std::vector<ConnectionStatus> connections;
   std::vector<RegistrationStatus> registrations;
+  // What the asker may see: "all", or "own" (KeepOnlyOwn: its own clients
+  // and their connections and registrations). What was left out for it
+  // is counted here; "status" shows the daemon's totals either way.
+  std::string view = "all";
+  uint32_t hidden_clients = 0;
+  uint32_t hidden_connections = 0;
+  uint32_t hidden_registrations = 0;
   // Name and value, shown in this order; e.g. port_rx_frames,
   // engine_sleeps, sessions_reclaimed.
   std::vector<std::pair<std::string, uint64_t>> counters;
@@ -97,6 +104,12 @@ inline constexpr std::array<std::string_view, 5> kStatusTopics = {
 
 // True for one of kStatusTopics (exact, lower case).
 bool ValidTopic(std::string_view topic);
+
+// Leaves in `status` only what user `uid` holds: its clients, and the
+// connections and registrations of their sessions. What goes is counted in
+// hidden_*, and view becomes "own". The daemon answers so whoever may not
+// see other users' details (docs/operations.md, "Who may see what").
+void KeepOnlyOwn(DaemonStatus* status, uint32_t uid);
 
 // JSON text (UTF-8, no trailing newline). "status" and "counters" are
 // objects (counters: {"name": value, ...}); the three lists are arrays of

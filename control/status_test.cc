@@ -59,7 +59,82 @@ TEST(StatusTest, JsonStatusHasTheHeaderAndCounts) {
   EXPECT_EQ(j["clients"].U64(), 2u);
   EXPECT_EQ(j["connections"].U64(), OddNames().size());
   EXPECT_EQ(j["registrations"].U64(), 2u);
-  EXPECT_EQ(j.Object().size(), 16u);
+  EXPECT_EQ(j["view"].Str(), "all");
+  EXPECT_EQ(j["hidden_clients"].U64(), 0u);
+  EXPECT_EQ(j["hidden_connections"].U64(), 0u);
+  EXPECT_EQ(j["hidden_registrations"].U64(), 0u);
+  EXPECT_EQ(j.Object().size(), 20u);
+}
+
+// --- What a user who may not see all is shown ---------------------------------
+
+TEST(StatusTest, KeepOnlyOwnKeepsTheRowsOfTheAskersSessions) {
+  // Session 1 is uid 1000's and holds every connection and registration;
+  // session 2 is root's and holds none.
+  DaemonStatus s = Sample();
+  KeepOnlyOwn(&s, 1000);
+  ASSERT_EQ(s.clients.size(), 1u);
+  EXPECT_EQ(s.clients[0].session_id, 1u);
+  EXPECT_EQ(s.connections.size(), OddNames().size());
+  EXPECT_EQ(s.registrations.size(), 2u);
+  EXPECT_EQ(s.hidden_clients, 1u);
+  EXPECT_EQ(s.hidden_connections, 0u);
+  EXPECT_EQ(s.hidden_registrations, 0u);
+  EXPECT_EQ(s.view, "own");
+
+  DaemonStatus root = Sample();
+  KeepOnlyOwn(&root, 0);
+  ASSERT_EQ(root.clients.size(), 1u);
+  EXPECT_EQ(root.clients[0].session_id, 2u);
+  EXPECT_TRUE(root.connections.empty());
+  EXPECT_TRUE(root.registrations.empty());
+  EXPECT_EQ(root.hidden_connections, OddNames().size());
+  EXPECT_EQ(root.hidden_registrations, 2u);
+
+  DaemonStatus stranger = Sample();
+  KeepOnlyOwn(&stranger, 7);
+  EXPECT_TRUE(stranger.clients.empty());
+  EXPECT_TRUE(stranger.connections.empty());
+  EXPECT_TRUE(stranger.registrations.empty());
+  // The counters and the header stay.
+  EXPECT_EQ(stranger.counters, Sample().counters);
+  EXPECT_EQ(stranger.socket, Sample().socket);
+}
+
+TEST(StatusTest, WhatWasLeftOutIsSaidInTextAndJson) {
+  DaemonStatus s = Sample();
+  KeepOnlyOwn(&s, 7);
+  EXPECT_EQ(RenderText(s, "clients"),
+            "SESSION  PID  UID  CONNECTIONS  REGISTRATIONS  ARENAS  ARENA_SIZE\n"
+            "(2 clients of other users not shown: ask as root or as a member "
+            "of the daemon's --admin_gids)\n");
+  EXPECT_NE(RenderText(s, "registrations").find("\n(2 registrations of other "
+                                                "users not shown: "),
+            std::string::npos);
+  EXPECT_NE(RenderText(s, "connections")
+                .find(std::to_string(OddNames().size()) +
+                      " connections of other users not shown: "),
+            std::string::npos);
+  const std::string status = RenderText(s, "status");
+  EXPECT_NE(status.find("\nclients        2 (2 of other users, not shown)\n"),
+            std::string::npos)
+      << status;
+  EXPECT_NE(status.find("\nregistrations  2 (2 of other users, not shown)\n"),
+            std::string::npos)
+      << status;
+  // JSON: the lists are what is shown; "status" has the totals, the view
+  // and what was left out.
+  EXPECT_EQ(RenderJson(s, "clients"), "[]");
+  const Json j = ParseOrDie(RenderJson(s, "status"));
+  EXPECT_EQ(j["clients"].U64(), 2u);
+  EXPECT_EQ(j["connections"].U64(), OddNames().size());
+  EXPECT_EQ(j["view"].Str(), "own");
+  EXPECT_EQ(j["hidden_clients"].U64(), 2u);
+  EXPECT_EQ(j["hidden_connections"].U64(), OddNames().size());
+  EXPECT_EQ(j["hidden_registrations"].U64(), 2u);
+  // Nothing is said when nothing was left out.
+  EXPECT_EQ(RenderText(Sample(), "clients").find("not shown"),
+            std::string::npos);
 }
 
 TEST(StatusTest, JsonNegativePid) {

@@ -700,7 +700,8 @@ refused 2 "rdmaplaned: --zero_copy is auto or off" --zero_copy=maybe
 refused 2 "rdmaplaned: --file_prefix is a plain name" --file_prefix=a/b
 refused 2 "rdmaplaned: --mbufs must be at least 1023" --mbufs=10
 refused 2 "rdmaplaned: --retransmit_timeout_us must be 100..10000000" --retransmit_timeout_us=5
-refused 2 "rdmaplaned: --allow_uids/--allow_gids take numbers" --allow_uids=root
+refused 2 "rdmaplaned: --allow_uids, --allow_gids and --admin_gids take numbers" --allow_uids=root
+refused 2 "rdmaplaned: --allow_uids, --allow_gids and --admin_gids take numbers" --admin_gids=adm
 refused 2 "rdmaplaned: --port_faults: unknown fault key 'nonsense' (known: loss, dup, reorder, delay_us, jitter_us, reorder_us, drop_after, seed)" \
   --port_faults=nonsense=1
 # In a flagfile too.

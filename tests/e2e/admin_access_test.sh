@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# rdmaplanectl answers whatever the clients hold, and shows each asker only
+# what the policy allows (docs/operations.md, "Who may see what"). One
+# daemon, small per-user limits, and users that exist only as numbers
+# (setpriv runs each command as them):
+#   1. User A (uid 4201) takes everything it is allowed (limit_holder):
+#      sessions, arenas, registrations and connection ends, each until the
+#      daemon refuses the next one with the limit's flag in the reason.
+#      Then `rdmaplanectl status`, `clients`, `connections`,
+#      `registrations` and `counters`, run as A, in text and JSON, all
+#      answer, and show A's own sessions; a new client of A is still
+#      refused.
+#   2. User B (uid 4202) asks for the clients: none of A's rows, a line
+#      saying how many were left out, and "view": "own" in JSON with
+#      hidden_clients counting A's sessions; status still shows the
+#      daemon's totals.
+#   3. B with the admin group (4300) as a supplementary group, C (uid 4203)
+#      with it as its primary group, and root see A's sessions with A's uid.
+#
+#   admin_access_test.sh E2E_LIB RDMAPLANED RDMAPLANECTL LIMIT_HOLDER
+set -euo pipefail
+
+if [[ $# -ne 4 ]]; then
+  echo "usage: $0 E2E_LIB RDMAPLANED RDMAPLANECTL LIMIT_HOLDER" >&2
+  exit 2
+fi
+E2E_NAME=admin_access_test
+# shellcheck source=tests/e2e/e2e_lib.sh
+source "$1"
+daemon_bin="$2"
+ctl_src="$3"
+holder_src="$4"
+for bin in "$daemon_bin" "$ctl_src" "$holder_src"; do
+  [[ -x $bin ]] || e2e_fail "no executable at $bin"
+done
+if [[ $(id -u) -ne 0 ]]; then
+  e2e_skip "needs root to run commands as other users"
+fi
+setpriv="$(command -v setpriv || true)"
+[[ -n $setpriv ]] || e2e_fail "setpriv (util-linux) is missing"
+
+e2e_install_traps
+e2e_make_tmp
+# Other users reach the socket and the copies of the tools through it.
+chmod 0755 "$E2E_TMP"
+e2e_log "working in $E2E_TMP"
+uid_a=4201 uid_b=4202 uid_c=4203 admin_gid=4300
+# The runfiles usually sit under a private home folder: copies the other
+# users can run (both binaries link the project's libraries statically).
+install -m 0755 "$ctl_src" "$E2E_TMP/rdmaplanectl"
+install -m 0755 "$holder_src" "$E2E_TMP/limit_holder"
+ctl="$E2E_TMP/rdmaplanectl"
+sock="$E2E_TMP/d.sock"
+
+e2e_start_daemon d "$sock" "rdp-admin-$$" \
+  "$daemon_bin" --socket="$sock" --file_prefix="rdp-admin-$$" \
+  --allow_uids="$uid_a,$uid_b,$uid_c" --admin_gids="$admin_gid" \
+  --max_sessions_per_user=3 --max_arenas_per_user=5 \
+  --max_registrations_per_user=4 --max_connections_per_user=4 \
+  || e2e_fail "the daemon did not start"
+
+# as UID GID [GROUPS] -- COMMAND...: COMMAND as that user, without root's
+# groups (GROUPS: comma-separated supplementary gids).
+as() {
+  local uid="$1" gid="$2" groups=""
+  shift 2
+  if [[ $1 != -- ]]; then
+    groups="$1"
+    shift
+  fi
+  shift
+  if [[ -n $groups ]]; then
+    timeout --kill-after=5 30 "$setpriv" --reuid="$uid" --regid="$gid" \
+      --groups="$groups" -- "$@"
+  else
+    timeout --kill-after=5 30 "$setpriv" --reuid="$uid" --regid="$gid" \
+      --clear-groups -- "$@"
+  fi
+}
+
+# ask LABEL UID GID GROUPS ARGS...: rdmaplanectl ARGS as that user into
+# E2E_TMP/LABEL.out; fails the test when it does not answer.
+ask() {
+  local label="$1" uid="$2" gid="$3" groups="$4" status=0
+  shift 4
+  local out="$E2E_TMP/$label.out"
+  if [[ -n $groups ]]; then
+    as "$uid" "$gid" "$groups" -- "$ctl" --socket="$sock" --timeout=5s "$@" >"$out" 2>&1 || status=$?
+  else
+    as "$uid" "$gid" -- "$ctl" --socket="$sock" --timeout=5s "$@" >"$out" 2>&1 || status=$?
+  fi
+  if [[ $status -ne 0 ]]; then
+    sed 's/^/    /' "$out"
+    e2e_fail "$label: rdmaplanectl $* as uid $uid exited with status $status"
+  fi
+}
+
+# json_field FILE EXPR: a Python expression over the JSON in FILE (as j).
+json_field() {
+  python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
+}
+
+expect_eq() {
+  [[ $1 == "$2" ]] || e2e_fail "$3: got '$1', want '$2'"
+  e2e_log "ok: $3 ($1)"
+}
+
+# --- 1. A user at every limit ------------------------------------------------
+fifo="$E2E_TMP/hold"
+mkfifo "$fifo"
+chmod 0666 "$fifo"
+holder_out="$E2E_TMP/holder.out"
+as "$uid_a" "$uid_a" -- "$E2E_TMP/limit_holder" "$sock" held <"$fifo" >"$holder_out" 2>&1 &
+holder_pid=$!
+E2E_HELPER_PIDS+=("$holder_pid")
+# Keeps the holder's input open until the test lets it go.
+exec {hold_fd}>"$fifo"
+for ((i = 0; i < 300; i++)); do
+  grep -q '^holding$' "$holder_out" && break
+  if ! kill -0 "$holder_pid" 2>/dev/null; then
+    sed 's/^/    /' "$holder_out"
+    e2e_fail "the holder exited before holding everything"
+  fi
+  sleep 0.1
+done
+grep -q '^holding$' "$holder_out" || e2e_fail "the holder did not take every limit within 30 s: $(cat "$holder_out")"
+sed 's/^/    holder: /' "$holder_out"
+for flag in max_sessions_per_user max_arenas_per_user max_registrations_per_user max_connections_per_user; do
+  grep -q -- "--$flag reached\|--$flag" "$holder_out" || e2e_fail "no refusal names --$flag"
+done
+e2e_log "ok: user $uid_a is at every limit"
+
+for topic in status clients connections registrations counters; do
+  ask "a-$topic" "$uid_a" "$uid_a" "" "$topic"
+  ask "a-$topic-json" "$uid_a" "$uid_a" "" --json "$topic"
+done
+e2e_log "user $uid_a at every limit asks: rdmaplanectl status"
+sed 's/^/    /' "$E2E_TMP/a-status.out"
+expect_eq "$(json_field "$E2E_TMP/a-clients-json.out" 'len(j)')" 3 "A sees its 3 sessions"
+expect_eq "$(json_field "$E2E_TMP/a-clients-json.out" 'sorted({c["uid"] for c in j})')" "[$uid_a]" "A's rows are A's"
+expect_eq "$(json_field "$E2E_TMP/a-connections-json.out" 'len(j)')" 4 "A sees its 4 connection ends"
+expect_eq "$(json_field "$E2E_TMP/a-registrations-json.out" 'len(j) >= 4')" True "A sees its registrations"
+expect_eq "$(json_field "$E2E_TMP/a-status-json.out" 'j["view"]')" own "A's view"
+expect_eq "$(json_field "$E2E_TMP/a-status-json.out" 'j["clients"]')" 3 "the daemon's clients"
+# Still no room for a client of A.
+status=0
+as "$uid_a" "$uid_a" -- "$E2E_TMP/limit_holder" "$sock" other >"$E2E_TMP/extra.out" 2>&1 || status=$?
+grep -q '^error open -14 .*--max_sessions_per_user' "$E2E_TMP/extra.out" \
+  || e2e_fail "a 4th session of A was not refused by the limit: $(cat "$E2E_TMP/extra.out")"
+e2e_log "ok: a new client of A is refused: $(cat "$E2E_TMP/extra.out")"
+
+# --- 2. Another user sees only its own ---------------------------------------
+ask b-clients "$uid_b" "$uid_b" "" clients
+ask b-clients-json "$uid_b" "$uid_b" "" --json clients
+ask b-connections-json "$uid_b" "$uid_b" "" --json connections
+ask b-registrations-json "$uid_b" "$uid_b" "" --json registrations
+ask b-status-json "$uid_b" "$uid_b" "" --json status
+ask b-status "$uid_b" "$uid_b" "" status
+sed 's/^/    B: /' "$E2E_TMP/b-clients.out"
+expect_eq "$(json_field "$E2E_TMP/b-clients-json.out" 'len(j)')" 0 "B sees none of A's clients"
+expect_eq "$(json_field "$E2E_TMP/b-connections-json.out" 'len(j)')" 0 "B sees none of A's connections"
+expect_eq "$(json_field "$E2E_TMP/b-registrations-json.out" 'len(j)')" 0 "B sees none of A's registrations"
+expect_eq "$(json_field "$E2E_TMP/b-status-json.out" 'j["view"]')" own "B's view"
+expect_eq "$(json_field "$E2E_TMP/b-status-json.out" 'j["hidden_clients"]')" 3 "B is told of 3 hidden clients"
+expect_eq "$(json_field "$E2E_TMP/b-status-json.out" 'j["hidden_connections"]')" 4 "B is told of 4 hidden connections"
+expect_eq "$(json_field "$E2E_TMP/b-status-json.out" 'j["clients"]')" 3 "B sees the daemon's total"
+grep -q "^(3 clients of other users not shown" "$E2E_TMP/b-clients.out" \
+  || e2e_fail "B's clients table does not say that 3 were left out"
+grep -q "^clients .*3 (3 of other users, not shown)" "$E2E_TMP/b-status.out" \
+  || e2e_fail "B's status does not say that 3 clients were left out: $(cat "$E2E_TMP/b-status.out")"
+grep -q "\b$uid_a\b" "$E2E_TMP/b-clients.out" && e2e_fail "B's clients table names uid $uid_a"
+e2e_log "ok: B sees no detail of A's"
+
+# --- 3. The admin group and root see everything ------------------------------
+ask b-admin-json "$uid_b" "$uid_b" "$admin_gid" --json clients
+ask c-admin-json "$uid_c" "$admin_gid" "" --json clients
+ask c-admin-status "$uid_c" "$admin_gid" "" --json status
+ask root-json 0 0 "" --json clients
+for who in b-admin c-admin root; do
+  expect_eq "$(json_field "$E2E_TMP/$who-json.out" '[c["uid"] for c in j]')" \
+    "[$uid_a, $uid_a, $uid_a]" "$who sees A's sessions"
+done
+expect_eq "$(json_field "$E2E_TMP/c-admin-status.out" 'j["view"]')" all "the admin group's view"
+
+# Let the holder go; its sessions are reclaimed.
+exec {hold_fd}>&-
+wait "$holder_pid" || e2e_fail "the holder failed: $(cat "$holder_out")"
+for ((i = 0; i < 100; i++)); do
+  ask root-after 0 0 "" --json status
+  [[ $(json_field "$E2E_TMP/root-after.out" 'j["clients"]') == 0 ]] && break
+  sleep 0.1
+done
+expect_eq "$(json_field "$E2E_TMP/root-after.out" 'j["clients"]')" 0 "every session of A is given back"
+
+e2e_stop_daemon d || e2e_fail "the daemon did not stop cleanly"
+e2e_log "PASS"
