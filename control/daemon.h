@@ -47,6 +47,10 @@ class EthPort;
 
 namespace rdmaplane::control {
 
+// The daemon's version, as `rdmaplanectl status` and `rdmaplaned --version`
+// show it, and the Debian package is numbered (deploy/package.sh).
+inline constexpr char kVersion[] = "0.4.0";
+
 // The data port towards other daemons (DPDK). Without a device, connections
 // join clients of this daemon only.
 struct DataPortOptions {

@@ -24,8 +24,6 @@
 namespace rdmaplane::control {
 namespace {
 
-constexpr char kVersion[] = "0.4.0";
-
 std::string MacText(const wire::MacAddr& m) {
   char buf[18];
   std::snprintf(buf, sizeof(buf), "%02x:%02x:%02x:%02x:%02x:%02x", m.bytes[0],

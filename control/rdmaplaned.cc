@@ -25,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -213,7 +214,8 @@ void PrintHelp() {
   }
   absl::StrAppend(&out,
                   "\n--helpfull lists every flag, Abseil's own included;\n"
-                  "--flagfile=FILE reads flags from FILE.\n");
+                  "--flagfile=FILE reads flags from FILE; --version prints "
+                  "the version.\n");
   std::fputs(out.c_str(), stdout);
 }
 
@@ -307,6 +309,11 @@ int main(int argc, char** argv) {
     PrintHelp();
     return 0;
   }
+  absl::FlagsUsageConfig usage;
+  usage.version_string = [] {
+    return absl::StrCat("rdmaplaned ", rdmaplane::control::kVersion, "\n");
+  };
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   rdmaplane::control::DaemonOptions options;
   options.socket_path = absl::GetFlag(FLAGS_socket);

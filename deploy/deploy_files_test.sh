@@ -299,6 +299,23 @@ out="$(LD_PRELOAD='' "$tmp/away/rdmaplane-run" --socket="$tmp/none.sock" printen
 [[ $out == "$own/lib64/librdmaplane-verbs.so" ]] \
   && pass "rdmaplane-run copied elsewhere preloads --libdir's library by its absolute path" \
   || fail "rdmaplane-run copied elsewhere preloads: $out"
+# --pkglibdir: the verbs front end alone in a folder of its own (the Debian
+# package's LIBDIR/rdmaplane), which rdmaplane-run preloads from.
+pkg="$tmp/pkglib"
+if out="$("$install_sh" --prefix="$pkg/usr" --sysconfdir="$pkg/etc" --libdir="$pkg/usr/lib/x" \
+  --pkglibdir="$pkg/usr/lib/x/rdmaplane" --binaries="$fakebin" 2>&1)"; then
+  pass "install.sh --pkglibdir exits 0"
+else
+  fail "install.sh --pkglibdir failed: $out"
+fi
+[[ -f $pkg/usr/lib/x/rdmaplane/librdmaplane-verbs.so && ! -e $pkg/usr/lib/x/librdmaplane-verbs.so \
+  && -f $pkg/usr/lib/x/librdmaplane.so.1 ]] \
+  && pass "--pkglibdir takes the verbs front end, --libdir keeps the client library" \
+  || fail "--pkglibdir: $(cd "$pkg" && find . -name 'librdmaplane*' | tr '\n' ' ')"
+out="$(LD_PRELOAD='' "$pkg/usr/bin/rdmaplane-run" --socket="$tmp/none.sock" printenv LD_PRELOAD 2>/dev/null)"
+[[ $out == "$pkg/usr/lib/x/rdmaplane/librdmaplane-verbs.so" ]] \
+  && pass "rdmaplane-run preloads the front end from --pkglibdir" \
+  || fail "rdmaplane-run with --pkglibdir preloads: $out"
 
 # --- rdmaplane-run --------------------------------------------------------------
 echo "== rdmaplane-run"
@@ -381,7 +398,11 @@ done
 if command -v systemd-analyze >/dev/null 2>&1; then
   # The installed copy: every path it names exists, as verify requires.
   : >"$root/etc/rdmaplane/rdmaplaned.conf"
-  verify_out="$(systemd-analyze verify "$installed_unit" 2>&1)"
+  # Its Documentation= pages too, where install.sh put them (man looks
+  # them up; without man-db, verify is told not to).
+  man_check=(--man=no)
+  if command -v man >/dev/null 2>&1; then man_check=(); fi
+  verify_out="$(MANPATH="$root/usr/share/man" systemd-analyze verify "${man_check[@]}" "$installed_unit" 2>&1)"
   verify_rc=$?
   if [[ $verify_rc -eq 0 && -z $verify_out ]]; then
     pass "systemd-analyze verify: no complaint"
@@ -616,6 +637,12 @@ missing="$(comm -23 <(printf '%s\n' "$daemon_flags") <(printf '%s\n' "$help_flag
 if grep -q '^Other:$' <<<"$help"; then
   fail "rdmaplaned --help lists flags under 'Other': give them a group ($(sed -n '/^Other:$/,/^$/p' <<<"$help" | tr '\n' ' '))"
 fi
+# --version: one line, the version deploy/package.sh numbers the package by.
+version_status=0
+version="$("$daemon" --version 2>&1)" || version_status=$?
+[[ $version_status -eq 0 && $version =~ ^rdmaplaned\ [0-9]+\.[0-9]+\.[0-9]+$ ]] \
+  && pass "rdmaplaned --version: $version" \
+  || fail "rdmaplaned --version (exit $version_status): $version"
 
 for f in "$conf" "$memif_conf" "$tmp/configmap.conf"; do
   unknown="$(comm -23 <(flag_names "$f") <(printf '%s\n' "$all_flags"))"
@@ -651,8 +678,13 @@ check_config() {
     || fail "rdmaplaned --check_config of $what printed no$missing: $out"
 }
 check_config "deploy/rdmaplaned.conf" \
-  "socket=/run/rdmaplane/rdmaplane.sock|port=net_af_packet0,iface=eth1|ip=198.51.100.1|mtu=auto|poll_mode=adaptive|hugepages=0|file_prefix=rdmaplane" \
+  "socket=/run/rdmaplane/rdmaplane.sock|port=(none)|ip=(none)|mtu=auto|poll_mode=adaptive|hugepages=0|file_prefix=rdmaplane" \
   --flagfile="$conf"
+# ... and with its data port lines taken in, as an operator would.
+sed -e 's/^# \(--port=\)/\1/' -e 's/^# \(--ip=\)/\1/' "$conf" >"$tmp/with-port.conf"
+check_config "deploy/rdmaplaned.conf with its data port" \
+  "port=net_af_packet0,iface=eth1|ip=198.51.100.1|mtu=auto" \
+  --flagfile="$tmp/with-port.conf"
 check_config "deploy/rdmaplaned-memif.conf" "mtu=4096|poll_mode=adaptive|hugepages=0" \
   --flagfile="$memif_conf"
 # The ConfigMap's flagfile leaves --mtu unset: each node's daemon takes
@@ -725,13 +757,44 @@ while read -r src; do
   [[ -e $deploy/${src#deploy/} ]] || fail "Containerfile copies $src, which does not exist"
 done < <(grep -o '^COPY deploy/[^ ]*' "$containerfile" | cut -d' ' -f2)
 
+# --- package.sh (the package itself: //deploy:package_test) ---------------------
+out="$("$deploy/package.sh" --help 2>&1)" && grep -q 'deploy/package.sh' <<<"$out" \
+  && pass "package.sh --help" || fail "package.sh --help: $out"
+status=0
+out="$("$deploy/package.sh" --bogus 2>&1)" || status=$?
+[[ $status -eq 2 && $out == "package: error: unknown argument '--bogus' (see --help)" ]] \
+  && pass "package.sh refuses an unknown option" || fail "package.sh --bogus (exit $status): $out"
+status=0
+out="$("$deploy/package.sh" --binaries="$tmp/nowhere" --no-lintian 2>&1)" || status=$?
+[[ $status -eq 2 && $out == *"no rdmaplaned in $tmp/nowhere"* ]] \
+  && pass "package.sh refuses a folder without binaries" || fail "package.sh --binaries=nowhere (exit $status): $out"
+for f in control.in copyright.in lintian-overrides rdmaplane.sysusers rdmaplane.tmpfiles; do
+  [[ -f $deploy/debian/$f ]] || fail "missing deploy/debian/$f"
+done
+expect_grep "$deploy/debian/rdmaplane.sysusers" '^g rdmaplane -$' "sysusers.d: the group rdmaplane"
+expect_grep "$deploy/debian/rdmaplane.tmpfiles" '^d /run/rdmaplane 0750 root rdmaplane -$' \
+  "tmpfiles.d: /run/rdmaplane as the unit's RuntimeDirectory has it"
+expect_grep "$unit" '^RuntimeDirectoryMode=0750$' "the unit's runtime folder mode matches tmpfiles.d"
+# Every override in the package carries its reason (a comment above it).
+awk '/^#/ { reason = 1; next } /^rdmaplane: / { if (!reason) bad = 1; next } /^$/ { reason = 0 } END { exit bad }' \
+  "$deploy/debian/lintian-overrides" && pass "each lintian override has its reason" \
+  || fail "a lintian override without a comment giving its reason"
+
 # --- Scripts ------------------------------------------------------------------------------
 if command -v shellcheck >/dev/null 2>&1; then
   if out="$(shellcheck "$install_sh" "$hugepages" "$entrypoint" "$run_sh" "$0" \
-    "$deploy/setup.sh" "$deploy/test.sh" "$deploy/fuzz.sh" "$deploy/test_sh_test.sh" 2>&1)"; then
+    "$deploy/setup.sh" "$deploy/test.sh" "$deploy/fuzz.sh" "$deploy/test_sh_test.sh" \
+    "$deploy/package.sh" "$deploy/package_test.sh" 2>&1)"; then
     pass "shellcheck: no findings"
   else
     fail "shellcheck: $out"
+  fi
+  # The package's maintainer scripts run under /bin/sh.
+  if out="$(shellcheck -s sh "$deploy/debian/postinst" "$deploy/debian/prerm" \
+    "$deploy/debian/postrm" 2>&1)"; then
+    pass "shellcheck -s sh: the maintainer scripts"
+  else
+    fail "shellcheck of the maintainer scripts: $out"
   fi
 else
   note "shellcheck is not installed: scripts not linted"

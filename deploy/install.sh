@@ -24,6 +24,10 @@
 #                     PREFIX/lib, and /usr/lib/<multiarch triplet> (such as
 #                     /usr/lib/x86_64-linux-gnu, from dpkg-architecture or
 #                     gcc -print-multiarch) when PREFIX is /usr
+#   --pkglibdir=DIR   the verbs front end alone (librdmaplane-verbs.so:
+#                     nothing links it, rdmaplane-run preloads it), e.g.
+#                     LIBDIR/rdmaplane as the Debian package has it;
+#                     default LIBDIR
 #   --mandir=DIR      the manual pages, compressed with gzip -9n as Debian
 #                     does, in DIR/man1, man3, man7 and man8; default
 #                     PREFIX/share/man
@@ -55,6 +59,7 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 prefix=/usr/local
 libdir=""
+pkglibdir=""
 mandir=""
 docdir=""
 sysconfdir=/etc
@@ -72,11 +77,11 @@ while [[ $# -gt 0 ]]; do
   opt="$1"
   shift
   case "$opt" in
-    --prefix=* | --libdir=* | --mandir=* | --docdir=* | --sysconfdir=* | --destdir=* | --binaries=*)
+    --prefix=* | --libdir=* | --pkglibdir=* | --mandir=* | --docdir=* | --sysconfdir=* | --destdir=* | --binaries=*)
       value="${opt#*=}"
       opt="${opt%%=*}"
       ;;
-    --prefix | --libdir | --mandir | --docdir | --sysconfdir | --destdir | --binaries)
+    --prefix | --libdir | --pkglibdir | --mandir | --docdir | --sysconfdir | --destdir | --binaries)
       [[ $# -gt 0 ]] || die "$opt needs a value"
       value="$1"
       shift
@@ -95,6 +100,7 @@ while [[ $# -gt 0 ]]; do
   case "$opt" in
     --prefix) prefix="$value" ;;
     --libdir) libdir="$value" ;;
+    --pkglibdir) pkglibdir="$value" ;;
     --mandir) mandir="$value" ;;
     --docdir) docdir="$value" ;;
     --sysconfdir) sysconfdir="$value" ;;
@@ -134,11 +140,12 @@ if [[ -z $libdir ]]; then
     libdir="/usr/lib/$triplet"
   fi
 fi
+[[ -n $pkglibdir ]] || pkglibdir="$libdir"
 [[ -n $mandir ]] || mandir="${prefix%/}/share/man"
 [[ -n $docdir ]] || docdir="${prefix%/}/share/doc/rdmaplane"
-for dir in "$libdir" "$mandir" "$docdir"; do
+for dir in "$libdir" "$pkglibdir" "$mandir" "$docdir"; do
   [[ $dir =~ ^/[A-Za-z0-9._/+-]*[A-Za-z0-9._+-]/*$ ]] \
-    || die "--libdir, --mandir and --docdir must be absolute paths of letters, digits and ._+-/ (not /), got '$dir'"
+    || die "--libdir, --pkglibdir, --mandir and --docdir must be absolute paths of letters, digits and ._+-/ (not /), got '$dir'"
 done
 # ... without the slashes they may end in.
 trim() {
@@ -147,6 +154,7 @@ trim() {
   printf '%s' "$dir"
 }
 libdir="$(trim "$libdir")"
+pkglibdir="$(trim "$pkglibdir")"
 mandir="$(trim "$mandir")"
 docdir="$(trim "$docdir")"
 
@@ -264,7 +272,7 @@ fi
 
 # --- Install -----------------------------------------------------------------
 if [[ $EUID -ne 0 ]] && ! $dry_run && [[ -z $destdir ]]; then
-  for dir in "$sbindir" "$libdir" "$mandir" "$docdir" "$unitdir"; do
+  for dir in "$sbindir" "$libdir" "$pkglibdir" "$mandir" "$docdir" "$unitdir"; do
     parent="$dir"
     while [[ ! -e $parent ]]; do parent="$(dirname "$parent")"; done
     [[ -w $parent ]] || die "cannot write to $dir: run as root (sudo $0 ...), or use --prefix/--libdir/--mandir/--docdir/--sysconfdir/--destdir"
@@ -276,14 +284,15 @@ run install -d -m 0755 "$(stage "$sbindir")" "$(stage "$bindir")" "$(stage "$lib
 run install -m 0755 "$bin_src/rdmaplaned" "$(stage "$sbindir")/rdmaplaned"
 run install -m 0755 "$bin_src/rdmaplanectl" "$(stage "$bindir")/rdmaplanectl"
 run install -m 0755 "$run_src" "$(stage "$bindir")/rdmaplane-run"
-# rdmaplane-run finds the verbs front end where --libdir puts it: its
-# folder relative to bindir (so that a staged or moved tree finds its own
-# copy) and the absolute one are written into the installed script.
-libdir_from_bindir="$(realpath -m -s --relative-to="$bindir" "$libdir")"
+# rdmaplane-run finds the verbs front end where --pkglibdir (by default
+# --libdir) puts it: its folder relative to bindir (so that a staged or
+# moved tree finds its own copy) and the absolute one are written into the
+# installed script.
+libdir_from_bindir="$(realpath -m -s --relative-to="$bindir" "$pkglibdir")"
 run sed -i -e "s#^installed_libdir_relative=\"\"\$#installed_libdir_relative=\"$libdir_from_bindir\"#" \
-  -e "s#^installed_libdir=\"\"\$#installed_libdir=\"$libdir\"#" "$(stage "$bindir")/rdmaplane-run"
+  -e "s#^installed_libdir=\"\"\$#installed_libdir=\"$pkglibdir\"#" "$(stage "$bindir")/rdmaplane-run"
 if ! $dry_run && ! {
-  grep -qxF "installed_libdir=\"$libdir\"" "$(stage "$bindir")/rdmaplane-run" \
+  grep -qxF "installed_libdir=\"$pkglibdir\"" "$(stage "$bindir")/rdmaplane-run" \
     && grep -qxF "installed_libdir_relative=\"$libdir_from_bindir\"" "$(stage "$bindir")/rdmaplane-run"
 }; then
   die "could not write the library folder into $(stage "$bindir")/rdmaplane-run (its installed_libdir lines changed?)"
@@ -296,9 +305,10 @@ run install -m 0755 "$lib_src/librdmaplane.so.1" "$(stage "$libdir")/librdmaplan
 run ln -sfn librdmaplane.so.1 "$(stage "$libdir")/librdmaplane.so"
 run install -m 0644 "$header_src" "$(stage "$includedir")/rdmaplane.h"
 # The verbs front end: no soname version and no link; only preloaded, by
-# $bindir/rdmaplane-run, which has $libdir written in (above).
-log "installing the verbs front end to $(stage "$libdir")/librdmaplane-verbs.so"
-run install -m 0755 "$verbs_src/librdmaplane-verbs.so" "$(stage "$libdir")/librdmaplane-verbs.so"
+# $bindir/rdmaplane-run, which has $pkglibdir written in (above).
+log "installing the verbs front end to $(stage "$pkglibdir")/librdmaplane-verbs.so"
+run install -d -m 0755 "$(stage "$pkglibdir")"
+run install -m 0755 "$verbs_src/librdmaplane-verbs.so" "$(stage "$pkglibdir")/librdmaplane-verbs.so"
 # The .pc file names the final prefix and libdir (not the staging
 # directory); a libdir under the prefix as ${prefix}/....
 pc_libdir="$libdir"

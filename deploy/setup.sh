@@ -64,6 +64,11 @@ PACKAGES=(
   # on a warning; deploy/install.sh compresses the pages with gzip
   # (essential).
   groff
+  # deploy/package.sh builds the .deb with dpkg-deb and dpkg-shlibdeps
+  # (dpkg-dev) and checks it with lintian; //deploy:package_test installs
+  # it and runs rdmaplane-run ibv_devinfo (ibverbs-utils, above).
+  dpkg-dev
+  lintian
   # Running and measuring: network namespaces/veth for multi-host tests, plots
   # for the benchmark report, perf for its profile of the engine.
   iproute2

@@ -197,7 +197,7 @@ daemon_flags="$(sed -n '/^  Flags from .*rdmaplaned\.cc:$/,/^$/p' <<<"$helpfull"
 if grep -qx port <<<"$daemon_flags" && grep -qx check_config <<<"$daemon_flags"; then
   # Abseil's own flags the page describes under "Other".
   check_flags man8/rdmaplaned.8 "control/rdmaplaned.cc" "$daemon_flags" \
-    flagfile fromenv tryfromenv help helpfull
+    flagfile fromenv tryfromenv help helpfull version
 else
   fail "cannot read rdmaplaned's flags from --helpfull (no --port and --check_config under 'Flags from ...rdmaplaned.cc:'); it printed: $(head -c 600 <<<"$helpfull")"
 fi
