@@ -354,24 +354,30 @@ bool SessionServer::Allowed(uid_t uid, gid_t gid) const {
   return false;
 }
 
-bool SessionServer::SeesAll(int fd, const ucred& cred) const {
-  if (cred.uid == 0 || cred.uid == geteuid()) return true;
+bool SessionServer::SeesAll(const Session& s) const {
+  if (s.uid == 0 || s.uid == geteuid()) return true;
   if (policy_.admin_gids.empty()) return false;
   auto admin = [this](gid_t gid) {
     return std::find(policy_.admin_gids.begin(), policy_.admin_gids.end(),
                      gid) != policy_.admin_gids.end();
   };
-  if (admin(cred.gid)) return true;
+  if (admin(s.gid)) return true;
   // The peer's supplementary groups as they were when it connected.
   std::vector<gid_t> groups(64);
   socklen_t len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) != 0) {
-    if (errno != ERANGE) return false;
+  int rc = getsockopt(s.sock, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len);
+  if (rc != 0 && errno == ERANGE) {
     groups.resize(len / sizeof(gid_t) + 1);
     len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) != 0) {
-      return false;
-    }
+    rc = getsockopt(s.sock, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len);
+  }
+  if (rc != 0) {
+    RDP_LOG_EVERY(kWarning, 10,
+                  "cannot read the groups of pid %d (SO_PEERGROUPS: %s): its "
+                  "admin questions see only uid %u's rows",
+                  static_cast<int>(s.pid), std::strerror(errno),
+                  static_cast<unsigned>(s.uid));
+    return false;
   }
   groups.resize(len / sizeof(gid_t));
   return std::any_of(groups.begin(), groups.end(), admin);
@@ -454,7 +460,7 @@ void SessionServer::AcceptClients() {
     s->sock = fd;
     s->pid = cred.pid;
     s->uid = cred.uid;
-    s->sees_all = SeesAll(fd, cred);
+    s->gid = cred.gid;
     if (charge.ok()) s->charge = std::move(*charge);
     s->over_limit = std::move(over_limit);
     // Without a pidfd (an old kernel) only the socket tells of its exit.
@@ -541,9 +547,10 @@ void SessionServer::OnReadable(Session* s) {
         s->admin = true;
         // A question is not one of the user's sessions.
         s->charge.Release();
-        s->admin_answer = AdminAnswerFor(msg, [this, s] {
+        const bool sees_all = SeesAll(*s);
+        s->admin_answer = AdminAnswerFor(msg, [this, s, sees_all] {
           DaemonStatus status = hooks_.status();
-          if (!s->sees_all) KeepOnlyOwn(&status, s->uid);
+          if (!sees_all) KeepOnlyOwn(&status, s->uid);
           return status;
         });
         s->admin_sent = 0;

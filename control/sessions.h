@@ -103,8 +103,7 @@ struct Session {
   UserAccounts::Charge charge;  // one of the user's sessions
   bool ready = false;  // hello done
   bool admin = false;  // an rdmaplanectl query, not a client
-  // Its admin queries see other users' details (SessionPolicy::admin_gids).
-  bool sees_all = false;
+  gid_t gid = 0;  // the peer's primary group (SO_PEERCRED), at connect
   // Why the user may open no session (its limit was reached when this
   // connection came): only an admin query is answered.
   std::string over_limit;
@@ -294,9 +293,9 @@ class SessionServer {
   // listening socket readable for ever).
   void RefuseForLackOfDescriptors();
   bool Allowed(uid_t uid, gid_t gid) const;
-  // Whether the peer of `fd` (credentials `cred`) may see every user's
-  // details in an admin answer.
-  bool SeesAll(int fd, const ucred& cred) const;
+  // Whether the asker of an admin question on `s` may see every user's
+  // details (SessionPolicy::admin_gids); else it sees its own.
+  bool SeesAll(const Session& s) const;
   void OnReadable(Session* s);
   // Sends what the socket takes of an admin answer; closes the session once
   // all is out or the asker is gone, else waits for room (writable).

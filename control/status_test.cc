@@ -101,6 +101,38 @@ TEST(StatusTest, KeepOnlyOwnKeepsTheRowsOfTheAskersSessions) {
   EXPECT_EQ(stranger.socket, Sample().socket);
 }
 
+TEST(StatusTest, KeepOnlyOwnSplitsMixedSessionsRowByRow) {
+  // Connections and registrations of both sessions, interleaved.
+  DaemonStatus s = Sample();
+  for (size_t i = 0; i < s.connections.size(); ++i) {
+    s.connections[i].session_id = i % 2 == 0 ? 1 : 2;
+  }
+  s.registrations[1].session_id = 2;
+  const DaemonStatus all = s;
+  DaemonStatus mine = s;
+  KeepOnlyOwn(&mine, 0);  // session 2's
+  ASSERT_EQ(mine.clients.size(), 1u);
+  EXPECT_EQ(mine.clients[0].uid, 0u);
+  ASSERT_EQ(mine.connections.size(), all.connections.size() / 2);
+  for (const ConnectionStatus& c : mine.connections) {
+    EXPECT_EQ(c.session_id, 2u) << c.id;
+  }
+  // The kept rows are the session's, in their order.
+  for (size_t i = 0; i < mine.connections.size(); ++i) {
+    EXPECT_EQ(mine.connections[i].id, all.connections[2 * i + 1].id);
+  }
+  ASSERT_EQ(mine.registrations.size(), 1u);
+  EXPECT_EQ(mine.registrations[0].key, all.registrations[1].key);
+  EXPECT_EQ(mine.hidden_clients, 1u);
+  EXPECT_EQ(mine.hidden_connections,
+            all.connections.size() - all.connections.size() / 2);
+  EXPECT_EQ(mine.hidden_registrations, 1u);
+  // Totals stay the daemon's.
+  const Json j = ParseOrDie(RenderJson(mine, "status"));
+  EXPECT_EQ(j["connections"].U64(), all.connections.size());
+  EXPECT_EQ(j["registrations"].U64(), 2u);
+}
+
 TEST(StatusTest, WhatWasLeftOutIsSaidInTextAndJson) {
   DaemonStatus s = Sample();
   KeepOnlyOwn(&s, 7);

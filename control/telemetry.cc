@@ -170,9 +170,15 @@ void FillStatus(rte_tel_data* d, const DaemonStatus& s) {
   out.U64("link_changes", s.link_changes);
   out.Str("poll_mode", s.poll_mode);
   out.U64("engines", s.engines);
-  out.U64("clients", s.clients.size());
-  out.U64("connections", s.connections.size());
-  out.U64("registrations", s.registrations.size());
+  // As rdmaplanectl's JSON has them (status.cc): telemetry is root's and
+  // shows everything, so its view is "all" with nothing hidden.
+  out.U64("clients", s.clients.size() + s.hidden_clients);
+  out.U64("connections", s.connections.size() + s.hidden_connections);
+  out.U64("registrations", s.registrations.size() + s.hidden_registrations);
+  out.Str("view", s.view);
+  out.U64("hidden_clients", s.hidden_clients);
+  out.U64("hidden_connections", s.hidden_connections);
+  out.U64("hidden_registrations", s.hidden_registrations);
 }
 
 void FillCounters(rte_tel_data* d, const DaemonStatus& s) {

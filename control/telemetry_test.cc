@@ -145,6 +145,16 @@ TEST_F(TelemetryTest, Status) {
   EXPECT_EQ(s["clients"].U64(), 2u);
   EXPECT_EQ(s["connections"].U64(), sample.connections.size());
   EXPECT_EQ(s["registrations"].U64(), 2u);
+  EXPECT_EQ(s["view"].Str(), "all");
+  EXPECT_EQ(s["hidden_clients"].U64(), 0u);
+  EXPECT_EQ(s["hidden_connections"].U64(), 0u);
+  EXPECT_EQ(s["hidden_registrations"].U64(), 0u);
+  // The same fields as rdmaplanectl's JSON status, in the same order.
+  std::vector<std::string> ours, theirs;
+  for (const auto& [k, v] : s.Object()) ours.push_back(k);
+  const Json ctl = ParseOrDie(RenderJson(sample, "status"));
+  for (const auto& [k, v] : ctl.Object()) theirs.push_back(k);
+  EXPECT_EQ(ours, theirs);
 }
 
 TEST_F(TelemetryTest, ConnectionsByIdWithOddServiceNames) {

@@ -31,12 +31,14 @@
 # Binaries are stripped (their symbols are not shipped). Depends is what
 # dpkg-shlibdeps finds the binaries need. The maintainer scripts
 # (deploy/debian/) create the group and the folder, enable the unit and,
-# where systemd runs, start it, as debhelper's would.
+# where systemd runs, start it, in the way debhelper's dh_installsystemd
+# does; the packaged unit reserves no hugepages.
 #
 # The code is built for -march=x86-64-v2 (.bazelrc), so the package runs on
-# any x86-64 CPU since about 2009. The version is `rdmaplaned --version`'s;
-# the date in the changelog is the last commit's (SOURCE_DATE_EPOCH when
-# set), so the same tree gives the same package.
+# any x86-64 CPU since about 2009. The version is `rdmaplaned --version`'s
+# followed by +git<commit date>.<commit> (dpkg sorts later builds higher);
+# the dates in the package are the commit's (SOURCE_DATE_EPOCH when set), so
+# the same tree gives the same package.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -103,8 +105,8 @@ fi
 [[ -x $binaries/rdmaplaned ]] || die "no rdmaplaned in $binaries"
 
 version_line="$("$binaries/rdmaplaned" --version)" || die "$binaries/rdmaplaned --version failed"
-version="${version_line#rdmaplaned }"
-[[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] \
+upstream="${version_line#rdmaplaned }"
+[[ $upstream =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] \
   || die "rdmaplaned --version printed '$version_line', not 'rdmaplaned X.Y.Z'"
 
 work="$(mktemp -d)"
@@ -113,7 +115,7 @@ stage="$work/root"
 mkdir -p "$stage"
 
 # --- Stage -------------------------------------------------------------------
-log "staging rdmaplane $version ($arch) in $stage"
+log "staging rdmaplane $upstream ($arch) in $stage"
 DESTDIR="$stage" "$REPO_ROOT/deploy/install.sh" --prefix=/usr --sysconfdir=/etc \
   --libdir="/usr/lib/$triplet" --pkglibdir="/usr/lib/$triplet/rdmaplane" \
   --binaries="$binaries" >"$work/install.log" \
@@ -123,9 +125,17 @@ DESTDIR="$stage" "$REPO_ROOT/deploy/install.sh" --prefix=/usr --sysconfdir=/etc 
   }
 
 # Debian keeps packaged units in /lib/systemd/system (bookworm);
-# /etc/systemd/system is the administrator's.
+# /etc/systemd/system is the administrator's. The package starts the
+# service at installation, so its unit reserves no hugepages unasked (the
+# reservation would outlive the package): `systemctl edit rdmaplaned` sets
+# RDMAPLANE_RESERVE_HUGEPAGES where clients want them.
 install -d -m 0755 "$stage/lib/systemd/system"
-mv "$stage/etc/systemd/system/rdmaplaned.service" "$stage/lib/systemd/system/"
+sed -e 's/^Environment=RDMAPLANE_RESERVE_HUGEPAGES=[0-9]*$/Environment=RDMAPLANE_RESERVE_HUGEPAGES=0/' \
+  "$stage/etc/systemd/system/rdmaplaned.service" >"$stage/lib/systemd/system/rdmaplaned.service"
+chmod 0644 "$stage/lib/systemd/system/rdmaplaned.service"
+grep -qx 'Environment=RDMAPLANE_RESERVE_HUGEPAGES=0' "$stage/lib/systemd/system/rdmaplaned.service" \
+  || die "the unit has no Environment=RDMAPLANE_RESERVE_HUGEPAGES= line to set to 0"
+rm "$stage/etc/systemd/system/rdmaplaned.service"
 rmdir "$stage/etc/systemd/system" "$stage/etc/systemd"
 
 install -d -m 0755 "$stage/usr/lib/sysusers.d" "$stage/usr/lib/tmpfiles.d"
@@ -147,12 +157,34 @@ chmod 0644 "${libs[@]}"
 # last commit.
 maintainer="${RDMAPLANE_MAINTAINER:-rdmaplane maintainers <rdmaplane@example.org>}"
 homepage="${RDMAPLANE_HOMEPAGE:-https://rdmaplane.example.org/}"
+# Both are written into control files by sed: plain characters only.
+[[ $maintainer =~ ^[A-Za-z0-9\ ._+@\<\>-]+$ ]] \
+  || die "RDMAPLANE_MAINTAINER must be 'Name <address>' of letters, digits, blanks and ._+@-"
+[[ $homepage =~ ^https?://[A-Za-z0-9._/~:+-]+$ ]] \
+  || die "RDMAPLANE_HOMEPAGE must be an http(s) address of letters, digits and ._/~:+-"
+# Every build its own version, later builds sorting higher: the daemon's
+# version, then the commit's date and hash (a tree without git: the time of
+# the build), so that apt-get installs a new build over an old one.
+commit="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null)" || commit=""
 if [[ -z ${SOURCE_DATE_EPOCH:-} ]]; then
-  SOURCE_DATE_EPOCH="$(git -C "$REPO_ROOT" log -1 --format=%ct 2>/dev/null)" || SOURCE_DATE_EPOCH=""
+  SOURCE_DATE_EPOCH=""
+  if [[ -n $commit ]]; then
+    SOURCE_DATE_EPOCH="$(git -C "$REPO_ROOT" log -1 --format=%ct 2>/dev/null)" || SOURCE_DATE_EPOCH=""
+  fi
   [[ -n $SOURCE_DATE_EPOCH ]] || SOURCE_DATE_EPOCH="$(date +%s)"
 fi
 export SOURCE_DATE_EPOCH
-commit="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null)" || commit="unknown"
+stamp="$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y%m%d.%H%M%S)"
+if [[ -n $commit ]]; then
+  version="$upstream+git$stamp.$commit"
+  # Changes not committed yet: the commit alone does not say what is in it.
+  if [[ -n $(git -C "$REPO_ROOT" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
+    version="$version.dirty"
+  fi
+else
+  version="$upstream+$stamp"
+  commit="unknown"
+fi
 docdir="$stage/usr/share/doc/rdmaplane"
 year="$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y)"
 sed -e "s|@MAINTAINER@|$maintainer|g" -e "s|@HOMEPAGE@|$homepage|g" -e "s|@YEAR@|$year|g" \
@@ -160,7 +192,7 @@ sed -e "s|@MAINTAINER@|$maintainer|g" -e "s|@HOMEPAGE@|$homepage|g" -e "s|@YEAR@
 chmod 0644 "$docdir/copyright"
 {
   printf 'rdmaplane (%s) unstable; urgency=medium\n\n' "$version"
-  printf '  * rdmaplane %s, built from commit %s.\n\n' "$version" "$commit"
+  printf '  * rdmaplane %s, built from commit %s.\n\n' "$upstream" "$commit"
   printf ' -- %s  %s\n' "$maintainer" "$(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")"
 } | gzip -9n >"$docdir/changelog.gz"
 chmod 0644 "$docdir/changelog.gz"
@@ -173,7 +205,7 @@ for script in postinst prerm postrm; do
 done
 printf '/etc/rdmaplane/rdmaplaned.conf\n' >"$control/conffiles"
 # Programs linking librdmaplane.so.1 depend on this package.
-printf 'librdmaplane 1 rdmaplane (>= %s)\n' "$version" >"$control/shlibs"
+printf 'librdmaplane 1 rdmaplane (>= %s)\n' "$upstream" >"$control/shlibs"
 printf 'activate-noawait ldconfig\n' >"$control/triggers"
 chmod 0644 "$control/conffiles" "$control/shlibs" "$control/triggers"
 

@@ -16,9 +16,13 @@
 #      rdmaplane stays, as Debian leaves system groups; the backups of the
 #      group files it was added to may appear: /etc/group- and
 #      /etc/gshadow-).
-# Needs root; skipped where rdmaplane is already installed or a daemon
-# serves /run/rdmaplane (this test would take them over). Cleans up after
-# itself on any exit: stops its daemon and purges the package.
+# Needs root. Skipped where dpkg knows rdmaplane in any state, where a file
+# the package installs already exists (deploy/install.sh's, say), where a
+# unit of that name is in /etc/systemd/system or a daemon serves
+# /run/rdmaplane: the test would take them over or purge them. Fails when
+# installing would bring in any other package (deploy/setup.sh installs
+# what the package depends on). Cleans up after itself on any exit: stops
+# its daemon and purges the package.
 #
 #   package_test.sh PACKAGE_SH RDMAPLANED RDMAPLANECTL LIBRDMAPLANE LIBVERBS EXAMPLE_C
 set -euo pipefail
@@ -43,16 +47,39 @@ skip() {
   exit 0
 }
 
+apt_get() {
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 -y -q "$@"
+}
+
+# Stops the daemon this test started: SIGTERM, then SIGKILL after 20 s (the
+# unit's TimeoutStopSec). Returns its exit status.
+stop_daemon() {
+  local pid="$daemon_pid" status=0 i
+  daemon_pid=""
+  [[ -n $pid ]] || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for ((i = 0; i < 200; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "package_test: rdmaplaned ignored SIGTERM for 20 s; killing it" >&2
+    kill -KILL "$pid" 2>/dev/null
+  fi
+  wait "$pid" 2>/dev/null || status=$?
+  return "$status"
+}
+
 cleanup() {
   local status=$?
   set +e
-  if [[ -n $daemon_pid ]]; then
-    kill -TERM "$daemon_pid" 2>/dev/null
-    wait "$daemon_pid" 2>/dev/null
-  fi
+  stop_daemon
   if $installed; then
     echo "package_test: cleanup: purging rdmaplane" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq rdmaplane >/dev/null 2>&1
+    if ! apt_get purge rdmaplane >"$tmp/cleanup-purge.log" 2>&1; then
+      cat "$tmp/cleanup-purge.log" >&2
+      echo "package_test: cleanup: apt-get purge rdmaplane FAILED: remove it by hand" >&2
+    fi
   fi
   if [[ -n ${TEST_UNDECLARED_OUTPUTS_DIR:-} ]]; then
     cp -- "$tmp"/*.log "$TEST_UNDECLARED_OUTPUTS_DIR"/ 2>/dev/null
@@ -67,9 +94,23 @@ trap 'echo "package_test: interrupted" >&2; exit 143' TERM INT HUP
 for tool in apt-get dpkg dpkg-query cc pkg-config setpriv; do
   command -v "$tool" >/dev/null || fail "$tool is missing (deploy/setup.sh installs what this test needs)"
 done
-if dpkg-query -W -f='${Status}' rdmaplane 2>/dev/null | grep -q 'installed'; then
-  skip "rdmaplane is installed on this machine; this test installs and purges its own"
+triplet="$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)"
+# What the package installs (checked after the installation, too).
+package_files=(/usr/sbin/rdmaplaned /usr/bin/rdmaplanectl /usr/bin/rdmaplane-run
+  /usr/libexec/rdmaplane/reserve-hugepages.sh
+  "/usr/lib/$triplet/librdmaplane.so.1" "/usr/lib/$triplet/librdmaplane.so"
+  "/usr/lib/$triplet/rdmaplane/librdmaplane-verbs.so" "/usr/lib/$triplet/pkgconfig/rdmaplane.pc"
+  /usr/include/rdmaplane.h /lib/systemd/system/rdmaplaned.service /etc/rdmaplane/rdmaplaned.conf
+  /usr/lib/sysusers.d/rdmaplane.conf /usr/lib/tmpfiles.d/rdmaplane.conf
+  /usr/share/man/man8/rdmaplaned.8.gz /usr/share/man/man3/rdp_open.3.gz
+  /usr/share/doc/rdmaplane/copyright /usr/share/doc/rdmaplane/changelog.gz)
+if dpkg_status="$(dpkg-query -W -f='${Status}' rdmaplane 2>/dev/null)" && [[ -n $dpkg_status ]] \
+  && [[ $dpkg_status != "unknown ok not-installed" ]]; then
+  skip "dpkg knows rdmaplane here ($dpkg_status); this test installs and purges its own"
 fi
+for f in "${package_files[@]}" /etc/systemd/system/rdmaplaned.service; do
+  [[ ! -e $f ]] || skip "$f exists (another installation?); this test would take it over"
+done
 [[ ! -e /run/rdmaplane/rdmaplane.sock ]] \
   || skip "a daemon serves /run/rdmaplane/rdmaplane.sock; this test would start its own there"
 
@@ -105,12 +146,20 @@ snapshot() {
 }
 snapshot >"$tmp/before.txt"
 
-apt_get() {
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 -y -q "$@"
+# Nothing but the package itself may come with it: its dependencies are
+# deploy/setup.sh's to install, and would stay after the purge.
+(cd "$(dirname "$deb")" && apt_get --simulate --no-install-recommends install "./$(basename "$deb")") \
+  >"$tmp/simulate.log" 2>&1 || {
+  cat "$tmp/simulate.log"
+  fail "apt-get install --simulate ./$(basename "$deb") failed"
 }
+others="$(awk '$1 == "Inst" && $2 != "rdmaplane" { print $2 }' "$tmp/simulate.log" | tr '\n' ' ')"
+[[ -z $others ]] || fail "installing the package would also install: $others(deploy/setup.sh should have)"
+hugepages_before="$(cat /proc/sys/vm/nr_hugepages)"
 log "apt-get install $deb"
 installed=true
-(cd "$(dirname "$deb")" && apt_get install "./$(basename "$deb")") >"$tmp/install.log" 2>&1 || {
+(cd "$(dirname "$deb")" && apt_get --no-install-recommends install "./$(basename "$deb")") \
+  >"$tmp/install.log" 2>&1 || {
   cat "$tmp/install.log"
   fail "apt-get install ./$(basename "$deb") failed"
 }
@@ -119,20 +168,14 @@ installed=true
 version="$(dpkg-query -W -f='${Version}' rdmaplane)"
 log "installed rdmaplane $version"
 
-triplet="$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)"
-for f in /usr/sbin/rdmaplaned /usr/bin/rdmaplanectl /usr/bin/rdmaplane-run \
-  /usr/libexec/rdmaplane/reserve-hugepages.sh \
-  "/usr/lib/$triplet/librdmaplane.so.1" "/usr/lib/$triplet/librdmaplane.so" \
-  "/usr/lib/$triplet/rdmaplane/librdmaplane-verbs.so" "/usr/lib/$triplet/pkgconfig/rdmaplane.pc" \
-  /usr/include/rdmaplane.h /lib/systemd/system/rdmaplaned.service /etc/rdmaplane/rdmaplaned.conf \
-  /usr/lib/sysusers.d/rdmaplane.conf /usr/lib/tmpfiles.d/rdmaplane.conf \
-  /usr/share/man/man8/rdmaplaned.8.gz /usr/share/man/man3/rdp_open.3.gz \
-  /usr/share/doc/rdmaplane/copyright /usr/share/doc/rdmaplane/changelog.gz; do
+for f in "${package_files[@]}"; do
   [[ -e $f ]] || fail "$f is not installed"
   dpkg -S "$f" >/dev/null 2>&1 || fail "$f is not one of the package's files"
 done
-[[ $(/usr/sbin/rdmaplaned --version) == "rdmaplaned $version" ]] \
-  || fail "the installed daemon's version is not the package's ($version)"
+[[ $version == "$(/usr/sbin/rdmaplaned --version | sed 's/^rdmaplaned //')+"* ]] \
+  || fail "the package's version $version does not start with the installed daemon's ($(/usr/sbin/rdmaplaned --version))"
+grep -qx 'Environment=RDMAPLANE_RESERVE_HUGEPAGES=0' /lib/systemd/system/rdmaplaned.service \
+  || fail "the packaged unit reserves hugepages"
 getent group rdmaplane >/dev/null || fail "the group rdmaplane was not created"
 [[ $(stat -c '%a %U %G' /run/rdmaplane) == "750 root rdmaplane" ]] \
   || fail "/run/rdmaplane is $(stat -c '%a %U %G' /run/rdmaplane), not 750 root rdmaplane"
@@ -173,7 +216,7 @@ log "the daemon serves $sock"
 /usr/bin/rdmaplanectl --socket="$sock" status >"$tmp/status.txt" 2>&1 \
   || fail "rdmaplanectl status: $(cat "$tmp/status.txt")"
 sed 's/^/    /' "$tmp/status.txt"
-grep -q "^version  *$version\$" "$tmp/status.txt" || fail "rdmaplanectl status shows another version"
+grep -q "^version  *${version%%+*}\$" "$tmp/status.txt" || fail "rdmaplanectl status shows another version"
 
 # The example client, built with what the package installed (the default
 # pkg-config path, no PKG_CONFIG_PATH).
@@ -203,10 +246,8 @@ fi
 
 # --- 4. Stop and purge -------------------------------------------------------
 if [[ -n $daemon_pid ]]; then
-  kill -TERM "$daemon_pid"
   status=0
-  wait "$daemon_pid" || status=$?
-  daemon_pid=""
+  stop_daemon || status=$?
   [[ $status -eq 0 ]] || fail "rdmaplaned exited with status $status on SIGTERM: $(cat "$tmp/rdmaplaned.log")"
 fi
 log "apt-get purge rdmaplane"
@@ -223,5 +264,7 @@ left="$(LC_ALL=C comm -13 "$tmp/before.txt" "$tmp/after.txt" | grep -vxE '/etc/(
 [[ -z $left ]] || fail "left behind after the purge: $left"
 gone="$(LC_ALL=C comm -23 "$tmp/before.txt" "$tmp/after.txt" || true)"
 [[ -z $gone ]] || fail "gone after installing and purging: $gone"
+[[ $(cat /proc/sys/vm/nr_hugepages) == "$hugepages_before" ]] \
+  || fail "2 MiB hugepages went from $hugepages_before to $(cat /proc/sys/vm/nr_hugepages)"
 log "ok: purged; nothing left behind"
 log "PASS"
