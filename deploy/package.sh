@@ -165,7 +165,13 @@ homepage="${RDMAPLANE_HOMEPAGE:-https://rdmaplane.example.org/}"
 # Every build its own version, later builds sorting higher: the daemon's
 # version, then the commit's date and hash (a tree without git: the time of
 # the build), so that apt-get installs a new build over an old one.
-commit="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null)" || commit=""
+# Only a tree that is the top of a git checkout of its own: under Bazel
+# this script runs from a runfiles tree, where git would answer for
+# whatever checkout encloses Bazel's output base.
+commit=""
+if [[ $(git -C "$REPO_ROOT" rev-parse --show-toplevel 2>/dev/null) == "$REPO_ROOT" ]]; then
+  commit="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null)" || commit=""
+fi
 if [[ -z ${SOURCE_DATE_EPOCH:-} ]]; then
   SOURCE_DATE_EPOCH=""
   if [[ -n $commit ]]; then
