@@ -39,7 +39,9 @@ ABSL_FLAG(std::string, socket, "",
           "rdmaplane.sock as root, else $XDG_RUNTIME_DIR or /tmp)");
 ABSL_FLAG(std::string, allow_uids, "",
           "comma-separated uids allowed besides root and the daemon's own");
-ABSL_FLAG(std::string, allow_gids, "", "comma-separated gids allowed");
+ABSL_FLAG(std::string, allow_gids, "",
+          "comma-separated gids whose members (primary or supplementary) "
+          "are allowed");
 ABSL_FLAG(std::string, admin_gids, "",
           "comma-separated gids whose members (primary or supplementary) "
           "see every user's clients, connections and registrations in "

@@ -343,44 +343,62 @@ uint32_t SessionServer::arena_count() const {
   return n;
 }
 
-bool SessionServer::Allowed(uid_t uid, gid_t gid) const {
-  if (uid == 0 || uid == geteuid()) return true;
+namespace {
+
+bool Contains(const std::vector<gid_t>& gids, gid_t gid) {
+  return std::find(gids.begin(), gids.end(), gid) != gids.end();
+}
+
+// The supplementary groups of the peer of `sock` as they were when it
+// connected (SO_PEERGROUPS); nullopt, with errno, when the kernel will not
+// say.
+std::optional<std::vector<gid_t>> PeerGroups(int sock) {
+  std::vector<gid_t> groups(64);
+  socklen_t len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+  int rc = getsockopt(sock, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len);
+  if (rc != 0 && errno == ERANGE) {
+    groups.resize(len / sizeof(gid_t) + 1);
+    len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    rc = getsockopt(sock, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len);
+  }
+  if (rc != 0) return std::nullopt;
+  groups.resize(len / sizeof(gid_t));
+  return groups;
+}
+
+// Whether the peer of `sock`, of primary group `gid`, is a member of one of
+// `gids`; `what` names the list in the log when its groups cannot be read.
+bool PeerInGroups(int sock, pid_t pid, gid_t gid,
+                  const std::vector<gid_t>& gids, const char* what) {
+  if (gids.empty()) return false;
+  if (Contains(gids, gid)) return true;
+  const std::optional<std::vector<gid_t>> groups = PeerGroups(sock);
+  if (!groups) {
+    RDP_LOG_EVERY(kWarning, 10,
+                  "cannot read the groups of pid %d (SO_PEERGROUPS: %s): "
+                  "only its primary group is matched against %s",
+                  static_cast<int>(pid), std::strerror(errno), what);
+    return false;
+  }
+  return std::any_of(groups->begin(), groups->end(),
+                     [&gids](gid_t g) { return Contains(gids, g); });
+}
+
+}  // namespace
+
+bool SessionServer::Allowed(int sock, const ucred& cred) const {
+  if (cred.uid == 0 || cred.uid == geteuid()) return true;
   for (uid_t u : policy_.allowed_uids) {
-    if (u == uid) return true;
+    if (u == cred.uid) return true;
   }
-  for (gid_t g : policy_.allowed_gids) {
-    if (g == gid) return true;
-  }
-  return false;
+  return PeerInGroups(sock, cred.pid, cred.gid, policy_.allowed_gids,
+                      "--allow_gids");
 }
 
 bool SessionServer::SeesAll(const Session& s) const {
   if (s.uid == 0 || s.uid == geteuid()) return true;
-  if (policy_.admin_gids.empty()) return false;
-  auto admin = [this](gid_t gid) {
-    return std::find(policy_.admin_gids.begin(), policy_.admin_gids.end(),
-                     gid) != policy_.admin_gids.end();
-  };
-  if (admin(s.gid)) return true;
-  // The peer's supplementary groups as they were when it connected.
-  std::vector<gid_t> groups(64);
-  socklen_t len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-  int rc = getsockopt(s.sock, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len);
-  if (rc != 0 && errno == ERANGE) {
-    groups.resize(len / sizeof(gid_t) + 1);
-    len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-    rc = getsockopt(s.sock, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len);
-  }
-  if (rc != 0) {
-    RDP_LOG_EVERY(kWarning, 10,
-                  "cannot read the groups of pid %d (SO_PEERGROUPS: %s): its "
-                  "admin questions see only uid %u's rows",
-                  static_cast<int>(s.pid), std::strerror(errno),
-                  static_cast<unsigned>(s.uid));
-    return false;
-  }
-  groups.resize(len / sizeof(gid_t));
-  return std::any_of(groups.begin(), groups.end(), admin);
+  return PeerInGroups(s.sock, s.pid, s.gid, policy_.admin_gids,
+                      "--admin_gids");
 }
 
 namespace {
@@ -427,7 +445,7 @@ void SessionServer::AcceptClients() {
     ucred cred{};
     socklen_t len = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-        !Allowed(cred.uid, cred.gid)) {
+        !Allowed(fd, cred)) {
       counters_->Count(&ControlCounters::rejected_clients);
       Refuse(fd, shm::kStatusPermission,
              absl::StrCat("uid ", cred.uid,

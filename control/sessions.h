@@ -219,6 +219,8 @@ struct Session {
 
 struct SessionPolicy {
   std::vector<uid_t> allowed_uids;  // besides root and the daemon's own uid
+  // Groups whose members may connect: a process's primary group, or one of
+  // its supplementary groups as they were when it connected (SO_PEERGROUPS).
   std::vector<gid_t> allowed_gids;
   // Whose admin queries see every user's clients, connections and
   // registrations: root, the daemon's own uid, and members of these groups
@@ -292,7 +294,10 @@ class SessionServer {
   // descriptor to tell it so, rather than leave it waiting (and the
   // listening socket readable for ever).
   void RefuseForLackOfDescriptors();
-  bool Allowed(uid_t uid, gid_t gid) const;
+  // The uid/gid policy for the peer of `sock` (credentials `cred`): root,
+  // the daemon's own uid, SessionPolicy::allowed_uids, and members (primary
+  // or supplementary) of allowed_gids.
+  bool Allowed(int sock, const ucred& cred) const;
   // Whether the asker of an admin question on `s` may see every user's
   // details (SessionPolicy::admin_gids); else it sees its own.
   bool SeesAll(const Session& s) const;

@@ -17,6 +17,9 @@
 #      status still shows the daemon's totals.
 #   3. B with the admin group (4300) as a supplementary group, C (uid 4203)
 #      with it as its primary group, and root see both users' rows.
+#   4. Who may connect at all: uid 4204, in no list, is refused with the
+#      policy's reason; with the allowed group 4400 as its primary group, or
+#      as a supplementary one, it is let in.
 #
 #   admin_access_test.sh E2E_LIB RDMAPLANED RDMAPLANECTL LIMIT_HOLDER
 set -euo pipefail
@@ -45,7 +48,7 @@ e2e_make_tmp
 # Other users reach the socket and the copies of the tools through it.
 chmod 0755 "$E2E_TMP"
 e2e_log "working in $E2E_TMP"
-uid_a=4201 uid_b=4202 uid_c=4203 admin_gid=4300
+uid_a=4201 uid_b=4202 uid_c=4203 uid_d=4204 admin_gid=4300 allowed_gid=4400
 # The runfiles usually sit under a private home folder: copies the other
 # users can run (both binaries link the project's libraries statically).
 install -m 0755 "$ctl_src" "$E2E_TMP/rdmaplanectl"
@@ -55,7 +58,7 @@ sock="$E2E_TMP/d.sock"
 
 e2e_start_daemon d "$sock" "rdp-admin-$$" \
   "$daemon_bin" --socket="$sock" --file_prefix="rdp-admin-$$" \
-  --allow_uids="$uid_a,$uid_b,$uid_c" --admin_gids="$admin_gid" \
+  --allow_uids="$uid_a,$uid_b,$uid_c" --allow_gids="$allowed_gid" --admin_gids="$admin_gid" \
   --max_sessions_per_user=3 --max_arenas_per_user=5 \
   --max_registrations_per_user=4 --max_connections_per_user=4 \
   || e2e_fail "the daemon did not start"
@@ -233,6 +236,18 @@ done
 expect_eq "$(json_field "$E2E_TMP/c-admin-status.out" 'j["view"]')" all "the admin group's view"
 expect_eq "$(json_field "$E2E_TMP/c-admin-status.out" 'j["hidden_clients"]')" 0 "nothing hidden from the admin group"
 expect_eq "$(json_field "$E2E_TMP/c-admin-connections.out" 'len(j)')" 8 "the admin group sees every connection end"
+
+# --- 4. Who may connect ------------------------------------------------------
+status=0
+as "$uid_d" "$uid_d" -- "$ctl" --socket="$sock" --timeout=5s status >"$E2E_TMP/d-refused.out" 2>&1 || status=$?
+[[ $status -eq 1 ]] && grep -q "uid $uid_d is not allowed by this daemon's policy" "$E2E_TMP/d-refused.out" \
+  || e2e_fail "uid $uid_d in no list was not refused with the policy's reason (exit $status): $(cat "$E2E_TMP/d-refused.out")"
+e2e_log "ok: uid $uid_d in no list is refused: $(head -n 1 "$E2E_TMP/d-refused.out")"
+ask d-primary "$uid_d" "$allowed_gid" "" --json status
+expect_eq "$(json_field "$E2E_TMP/d-primary.out" 'j["view"]')" own "uid $uid_d with --allow_gids as its primary group is let in"
+ask d-supplementary "$uid_d" "$uid_d" "$allowed_gid" --json status
+expect_eq "$(json_field "$E2E_TMP/d-supplementary.out" 'j["view"]')" own \
+  "uid $uid_d with --allow_gids as a supplementary group is let in"
 
 # Let the holders go; their sessions are reclaimed.
 release a
