@@ -289,10 +289,9 @@ class Table {
 
 // A count in "status": the daemon's total, and how many of them the asker
 // may not see, if any.
-std::string Shown(size_t shown, uint32_t hidden) {
-  if (hidden == 0) return absl::StrCat(shown);
-  return absl::StrCat(shown + hidden, " (", hidden,
-                      " of other users, not shown)");
+std::string Shown(uint64_t total, uint32_t hidden) {
+  if (hidden == 0) return absl::StrCat(total);
+  return absl::StrCat(total, " (", hidden, " of other users, not shown)");
 }
 
 // The line under a list that left out other users' rows, if it did.
@@ -318,10 +317,10 @@ std::string StatusText(const DaemonStatus& s) {
                             " (", s.link_changes, " changes)")},
       {"poll mode", Printable(s.poll_mode)},
       {"engines", absl::StrCat(s.engines)},
-      {"clients", Shown(s.clients.size(), s.hidden_clients)},
-      {"connections", Shown(s.connections.size(), s.hidden_connections)},
+      {"clients", Shown(s.total_clients(), s.hidden_clients)},
+      {"connections", Shown(s.total_connections(), s.hidden_connections)},
       {"registrations",
-       Shown(s.registrations.size(), s.hidden_registrations)},
+       Shown(s.total_registrations(), s.hidden_registrations)},
   };
   size_t width = 0;
   for (const auto& [name, value] : lines) width = std::max(width, name.size());
@@ -501,12 +500,9 @@ std::string RenderJson(const DaemonStatus& s, std::string_view topic) {
     o.Field("link_changes", s.link_changes);
     o.Field("poll_mode", s.poll_mode);
     o.Field("engines", s.engines);
-    o.Field("clients", static_cast<uint64_t>(s.clients.size()) +
-                           s.hidden_clients);
-    o.Field("connections", static_cast<uint64_t>(s.connections.size()) +
-                               s.hidden_connections);
-    o.Field("registrations", static_cast<uint64_t>(s.registrations.size()) +
-                                 s.hidden_registrations);
+    o.Field("clients", s.total_clients());
+    o.Field("connections", s.total_connections());
+    o.Field("registrations", s.total_registrations());
     o.Field("view", s.view);
     o.Field("hidden_clients", s.hidden_clients);
     o.Field("hidden_connections", s.hidden_connections);

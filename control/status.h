@@ -94,6 +94,14 @@ struct DaemonStatus {
   uint32_t hidden_clients = 0;
   uint32_t hidden_connections = 0;
   uint32_t hidden_registrations = 0;
+  // The daemon's totals, whatever the asker is shown.
+  uint64_t total_clients() const { return clients.size() + hidden_clients; }
+  uint64_t total_connections() const {
+    return connections.size() + hidden_connections;
+  }
+  uint64_t total_registrations() const {
+    return registrations.size() + hidden_registrations;
+  }
   // Name and value, shown in this order; e.g. port_rx_frames,
   // engine_sleeps, sessions_reclaimed.
   std::vector<std::pair<std::string, uint64_t>> counters;

@@ -172,9 +172,9 @@ void FillStatus(rte_tel_data* d, const DaemonStatus& s) {
   out.U64("engines", s.engines);
   // As rdmaplanectl's JSON has them (status.cc): telemetry is root's and
   // shows everything, so its view is "all" with nothing hidden.
-  out.U64("clients", s.clients.size() + s.hidden_clients);
-  out.U64("connections", s.connections.size() + s.hidden_connections);
-  out.U64("registrations", s.registrations.size() + s.hidden_registrations);
+  out.U64("clients", s.total_clients());
+  out.U64("connections", s.total_connections());
+  out.U64("registrations", s.total_registrations());
   out.Str("view", s.view);
   out.U64("hidden_clients", s.hidden_clients);
   out.U64("hidden_connections", s.hidden_connections);
