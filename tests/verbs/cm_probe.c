@@ -15,6 +15,24 @@
  *   cm_probe leave ADDRESS PORT    connects with a queue pair of its own
  *                                  (not the id's) and exits at
  *                                  CONNECT_RESPONSE, without its RTU
+ *   cm_probe anyserver 0.0.0.0 PORT COUNT
+ *                                  in a process with several devices:
+ *                                  listens on every device (0.0.0.0) and
+ *                                  serves COUNT `reach` clients one after
+ *                                  the other. Each request must arrive on
+ *                                  the device whose address the client
+ *                                  aimed at (its private data names it):
+ *                                  the new id's device has that address
+ *                                  (GID 0) and rdma_get_local_addr gives
+ *                                  it. A message goes each way and the
+ *                                  client disconnects. Prints one line per
+ *                                  request: "request for A on DEVICE".
+ *   cm_probe reach ADDRESS PORT [SOURCE]
+ *                                  resolves ADDRESS (from the device of
+ *                                  address SOURCE, bound first, if given),
+ *                                  prints "resolved A on DEVICE from L",
+ *                                  connects, a message each way,
+ *                                  disconnects
  *
  * The client's rounds, against `server`:
  *   1. rdma_migrate_id: an id made on one event channel and moved to
@@ -43,6 +61,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define REQ_ROOM 56
@@ -186,6 +205,19 @@ static int connect_with(struct rdma_cm_id* id, size_t len, uint8_t seed) {
   return connect_qpn(id, len, seed, 0);
 }
 
+/* A connect whose private data is `text` and its NUL. */
+static int connect_with_text(struct rdma_cm_id* id, const char* text) {
+  struct rdma_conn_param p;
+  memset(&p, 0, sizeof(p));
+  p.private_data = text;
+  p.private_data_len = (uint8_t)(strlen(text) + 1);
+  p.responder_resources = 1;
+  p.initiator_depth = 1;
+  p.retry_count = 7;
+  p.rnr_retry_count = 7;
+  return rdma_connect(id, &p);
+}
+
 static int accept_with(struct rdma_cm_id* id, size_t len, uint8_t seed) {
   uint8_t data[256];
   fill(data, len, seed);
@@ -205,10 +237,14 @@ static int reject_with(struct rdma_cm_id* id, size_t len, uint8_t seed) {
   return rdma_reject(id, data, (uint8_t)len);
 }
 
-/* One message each way: `first` sends first. */
+/* One message each way: `first` sends first. The buffer is a mapping of
+ * its own: heap memory registered through one device cannot be registered
+ * through another device of the process while the first is open
+ * (docs/verbs.md, section 4), and anyserver serves two. */
 static void exchange(struct rdma_cm_id* id, int first, uint8_t seed) {
-  uint8_t* buf = calloc(2, MSG_BYTES);
-  if (buf == NULL) fail("calloc");
+  uint8_t* buf = mmap(NULL, 2 * MSG_BYTES, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED) fail("mmap: %s", strerror(errno));
   uint8_t* out = buf;
   uint8_t* in = buf + MSG_BYTES;
   struct ibv_mr* mr = rdma_reg_msgs(id, buf, 2 * MSG_BYTES);
@@ -239,7 +275,7 @@ static void exchange(struct rdma_cm_id* id, int first, uint8_t seed) {
     fail("the message received (%u bytes) is not the one sent", wc.byte_len);
   }
   rdma_dereg_mr(mr);
-  free(buf);
+  munmap(buf, 2 * MSG_BYTES);
 }
 
 static int server(const char* ip, int port) {
@@ -416,11 +452,121 @@ static int leave(const char* ip, int port) {
   _exit(0);
 }
 
+/* The IPv4 address of `ctx`'s port 1 (its GID 0, ::ffff:a.b.c.d). */
+static uint32_t device_ip(struct ibv_context* ctx) {
+  union ibv_gid gid;
+  if (ibv_query_gid(ctx, 1, 0, &gid) != 0) fail("ibv_query_gid");
+  uint32_t ip;
+  memcpy(&ip, gid.raw + 12, sizeof(ip));
+  return ip;
+}
+
+static const char* ip_text(uint32_t ip, char* buf) {
+  struct in_addr a = {.s_addr = ip};
+  return inet_ntop(AF_INET, &a, buf, INET_ADDRSTRLEN);
+}
+
+static int anyserver(const char* ip, int port, int count) {
+  int devices = 0;
+  struct ibv_device** list = ibv_get_device_list(&devices);
+  if (list == NULL || devices < 2) {
+    fail("anyserver needs two devices or more, the process has %d", devices);
+  }
+  ibv_free_device_list(list);
+  struct rdma_event_channel* ch = rdma_create_event_channel();
+  if (ch == NULL) fail("rdma_create_event_channel: %s", strerror(errno));
+  struct rdma_cm_id* l = listener(ch, ip, port, RDMA_PS_TCP);
+  if (l->verbs != NULL) fail("an id bound to 0.0.0.0 names a device");
+  say("listening");
+  for (int i = 0; i < count; ++i) {
+    struct seen r = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    if (r.listen_id != l) fail("the request came to another id");
+    if (r.id->verbs == NULL) fail("the request's id has no device");
+    char aimed[INET_ADDRSTRLEN] = "", local[INET_ADDRSTRLEN], dev[INET_ADDRSTRLEN];
+    /* (The REQ's private data arrives padded to its room.) */
+    memcpy(aimed, r.data,
+           r.data_len < sizeof(aimed) - 1 ? r.data_len : sizeof(aimed) - 1);
+    const struct sockaddr_in* la =
+        (const struct sockaddr_in*)rdma_get_local_addr(r.id);
+    if (la->sin_family != AF_INET || ntohs(la->sin_port) != port) {
+      fail("the request's local address is not an IPv4 address on port %d",
+           port);
+    }
+    ip_text(la->sin_addr.s_addr, local);
+    ip_text(device_ip(r.id->verbs), dev);
+    const char* name = ibv_get_device_name(r.id->verbs->device);
+    if (strcmp(aimed, local) != 0 || strcmp(local, dev) != 0) {
+      fail("a request for %s arrived on %s (address %s) with local address %s",
+           aimed, name, dev, local);
+    }
+    make_qp(r.id);
+    if (accept_with(r.id, 0, 0) != 0) fail("rdma_accept: %s", strerror(errno));
+    expect(ch, RDMA_CM_EVENT_ESTABLISHED);
+    exchange(r.id, 0, 0x80);
+    expect(ch, RDMA_CM_EVENT_DISCONNECTED);
+    rdma_destroy_qp(r.id);
+    rdma_destroy_id(r.id);
+    say("request for %s on %s", local, name);
+  }
+  rdma_destroy_id(l);
+  rdma_destroy_event_channel(ch);
+  say("ok");
+  return 0;
+}
+
+static int reach(const char* ip, int port, const char* source) {
+  struct rdma_event_channel* ch = rdma_create_event_channel();
+  struct rdma_cm_id* id;
+  if (ch == NULL || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) != 0) {
+    fail("rdma_create_id");
+  }
+  if (source != NULL) {
+    struct sockaddr_in a = address(source, 0);
+    if (rdma_bind_addr(id, (struct sockaddr*)&a) != 0) {
+      fail("rdma_bind_addr %s: %s", source, strerror(errno));
+    }
+    if (id->verbs == NULL) fail("an id bound to %s names no device", source);
+  }
+  resolve(ch, id, ip, port);
+  const struct sockaddr_in* la =
+      (const struct sockaddr_in*)rdma_get_local_addr(id);
+  char local[INET_ADDRSTRLEN], dev[INET_ADDRSTRLEN];
+  ip_text(la->sin_addr.s_addr, local);
+  ip_text(device_ip(id->verbs), dev);
+  if (strcmp(local, dev) != 0) {
+    fail("resolved from %s, but its device %s has address %s", local,
+         ibv_get_device_name(id->verbs->device), dev);
+  }
+  say("resolved %s on %s from %s", ip, ibv_get_device_name(id->verbs->device),
+      local);
+  make_qp(id);
+  if (connect_with_text(id, ip) != 0) {
+    fail("rdma_connect: %s", strerror(errno));
+  }
+  expect(ch, RDMA_CM_EVENT_ESTABLISHED);
+  exchange(id, 1, 0x80);
+  if (rdma_disconnect(id) != 0) fail("rdma_disconnect: %s", strerror(errno));
+  expect(ch, RDMA_CM_EVENT_DISCONNECTED);
+  rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+  say("ok");
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 4 && strcmp(argv[1], "anyserver") == 0 && argc == 5) {
+    return anyserver(argv[2], atoi(argv[3]), atoi(argv[4]));
+  }
+  if (argc >= 4 && strcmp(argv[1], "reach") == 0 && argc <= 5) {
+    return reach(argv[2], atoi(argv[3]), argc == 5 ? argv[4] : NULL);
+  }
   if (argc != 4) {
     fprintf(stderr,
             "usage: cm_probe server|client|vanish|lost|gone|leave ADDRESS "
-            "PORT\n");
+            "PORT\n"
+            "       cm_probe anyserver 0.0.0.0 PORT COUNT\n"
+            "       cm_probe reach ADDRESS PORT [SOURCE]\n");
     return 2;
   }
   const int port = atoi(argv[3]);

@@ -29,6 +29,12 @@
 #      (EINVAL past it), RDMA_PS_IB beside RDMA_PS_TCP on one port number,
 #      the rdma_verbs.h helpers, and a peer that goes away in the middle
 #      of the handshake on either side (REJECTED, reason 28).
+#   6b. Several devices in one process: cm_probe's anyserver, with daemons A
+#      and B as its devices, listens on 0.0.0.0, and each of five clients'
+#      requests arrives on the device whose address it aimed at; the
+#      clients' rdma_resolve_addr picks the device that reaches the
+#      destination (past daemon C, which has no data port), the one an id
+#      was bound to, or the process's own device of that address.
 #   7. What bad addresses get: no listener on the port, REJECTED with
 #      reason 8 (invalid service id), at once; an address no daemon answers
 #      for, ADDR_ERROR with -110 (ETIMEDOUT) within rping's 2 s timeout.
@@ -318,6 +324,67 @@ probe server_vanishes vanish lost 7401 '^cm_probe: vanishing' \
   '^cm_probe: REJECTED, status 28$'
 probe client_leaves gone leave 7402 '^cm_probe: REJECTED, status 28$' \
   '^cm_probe: leaving'
+
+# --- 6b. Several devices in one process ------------------------------------------
+#
+# A server whose process has both daemons as devices (rdmaplane0 = A,
+# rdmaplane1 = B) listens on 0.0.0.0: each request arrives on the device
+# whose address the client aimed at. The clients pick their device as
+# rdma_resolve_addr(3) has it: a process whose only other device is daemon
+# C, which has no data port (it reaches only its own address), reaches B's
+# address through A; an id bound to B's address goes out through B; an
+# unbound id aimed at one of the process's own devices takes that device.
+
+sock_c="$E2E_TMP/c.sock"
+e2e_start_daemon c "$sock_c" "rdp-rdmacm-$$-c" "$daemon_bin" \
+  --socket="$sock_c" --file_prefix="rdp-rdmacm-$$-c" ||
+  e2e_fail "daemon c (no data port) did not start"
+ip_b="$E2E_IP_B"
+listeners a
+before_a="$E2E_VALUE"
+listeners b
+before_b="$E2E_VALUE"
+any_out="$E2E_TMP/anyserver.out"
+timeout --kill-after=5 120 env RDMAPLANE_SOCKET="$sock_a:$sock_b" \
+  LD_PRELOAD="$verbs_so" "$probe_bin" anyserver 0.0.0.0 7403 5 >"$any_out" 2>&1 &
+any_server=$!
+E2E_HELPER_PIDS+=("$any_server")
+await_listener a "$before_a" "$any_server" "anyserver on A"
+await_listener b "$before_b" "$any_server" "anyserver on B"
+# reach LABEL SOCKETS WANT ARGS...: cm_probe reach ARGS with
+# RDMAPLANE_SOCKET=SOCKETS must print WANT (its "resolved" line) and ok.
+reach() {
+  local label="$1" socks="$2" want="$3" out="$E2E_TMP/reach_$1.out" status=0
+  shift 3
+  on "$socks" 60 "$out" "$probe_bin" reach "$@" || status=$?
+  if [[ $status -ne 0 ]] || ! grep -qxF "cm_probe: $want" "$out" ||
+    ! grep -qx 'cm_probe: ok' "$out"; then
+    sed 's/^/    client: /' "$out" >&2
+    sed 's/^/    server: /' "$any_out" >&2
+    e2e_fail "reach $label: exit status $status, or no line '$want'"
+  fi
+  e2e_log "reach $label: $want"
+}
+reach b_to_a "$sock_b" "resolved $ip_a on rdmaplane0 from $ip_b" "$ip_a" 7403
+reach a_to_b "$sock_a" "resolved $ip_b on rdmaplane0 from $ip_a" "$ip_b" 7403
+reach past_c "$sock_c:$sock_a" "resolved $ip_b on rdmaplane1 from $ip_a" \
+  "$ip_b" 7403
+reach bound_b "$sock_a:$sock_b" "resolved $ip_a on rdmaplane1 from $ip_b" \
+  "$ip_a" 7403 "$ip_b"
+reach own_b "$sock_a:$sock_b" "resolved $ip_b on rdmaplane1 from $ip_b" \
+  "$ip_b" 7403
+any_status=0
+wait "$any_server" || any_status=$?
+want_lines=("request for $ip_a on rdmaplane0" "request for $ip_b on rdmaplane1"
+  "request for $ip_b on rdmaplane1" "request for $ip_a on rdmaplane0"
+  "request for $ip_b on rdmaplane1" "ok")
+mapfile -t got_lines < <(sed -n 's/^cm_probe: //p' "$any_out" | grep -v '^listening$')
+if [[ $any_status -ne 0 || "${got_lines[*]}" != "${want_lines[*]}" ]]; then
+  sed 's/^/    server: /' "$any_out" >&2
+  e2e_fail "anyserver: exit status $any_status; its requests were not, in order: ${want_lines[*]}"
+fi
+e2e_log "0.0.0.0 on two devices: 5 requests, each on the device aimed at"
+e2e_check_clean_stop c
 
 # --- 7. Bad addresses --------------------------------------------------------------
 
