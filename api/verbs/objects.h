@@ -209,7 +209,6 @@ struct Cq {
   uint32_t events = 0;               // taken by ibv_get_cq_event
   uint32_t acked = 0;                // events the application acknowledged
   std::condition_variable acked_cv;  // ibv_destroy_cq waits for acks
-  uint32_t empty_polls = 0;
   // The extended poll (ibv_start_poll ... ibv_end_poll) of a CQ made by
   // ibv_create_cq_ex: one batch at a time holds poll_mu, taken before mu;
   // `current` is the completion the iterator is on.

@@ -382,7 +382,7 @@ PERF_CLIENT_SOCK="$sock_a" perf_pair read_lat_loopback client ib_read_lat -s 8 -
 RDMAPLANE_VERBS_YIELD_AFTER=0 perf_pair read_lat_never_yield client ib_read_lat -s 8 -n 200
 RDMAPLANE_VERBS_YIELD_AFTER=often perf_pair read_lat_bad_yield client ib_read_lat -s 8 -n 200
 expect_line "$E2E_TMP/read_lat_bad_yield.client.out" "RDMAPLANE_VERBS_YIELD_AFTER=often" \
-  "RDMAPLANE_VERBS_YIELD_AFTER=often is not a number from 0 to 4294967295; yielding after every empty poll"
+  "RDMAPLANE_VERBS_YIELD_AFTER=often is not a number from 0 to 4294967295; yielding after every round of empty polls"
 
 # ib_write_bw on hugepages: perftest's --use_hugepages puts its buffers on a
 # SysV segment of 2 MiB hugepages (shmget with SHM_HUGETLB), which
