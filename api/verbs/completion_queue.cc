@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "api/verbs/objects.h"
+#include "api/verbs/poll_yield.h"
 
 namespace rdmaplane::verbs {
 
@@ -51,7 +52,7 @@ uint64_t Gathered(Cq* cq) {
   return n;
 }
 
-// Rounds of empty polls in a row (EmptyRound) after which ibv_poll_cq
+// Rounds of empty polls in a row (PollYield) after which ibv_poll_cq
 // gives the CPU away once: RDMAPLANE_VERBS_YIELD_AFTER, a number (0: never),
 // default 1. An application that waits by polling often shares its CPU with
 // the engine that would complete its request (two daemons and two perftest
@@ -79,38 +80,6 @@ uint32_t YieldAfter() {
   return static_cast<uint32_t>(n);
 }
 
-// The CQs a thread found empty since its round of empty polls began. An
-// application that waits by polling often polls several CQs in turn (UCX:
-// each interface's receive and send CQs); a round ends when the thread
-// comes back to a CQ it already found empty in it (or after kMaxCqs), so
-// that it yields once per pass over its CQs, not after each of them: over
-// memif between two daemons on two CPUs, UCX's tag_lat of 8 B averaged
-// 29.2 us against 32.7 us yielding at every empty CQ (4 runs each,
-// alternated). A completion found ends the round. A thread polling one CQ
-// yields at every empty poll but the first.
-struct EmptyRound {
-  static constexpr int kMaxCqs = 16;
-  const Cq* cqs[kMaxCqs];
-  int n = 0;
-  uint32_t rounds = 0;  // rounds of empty polls in a row
-
-  // Whether the thread should yield after finding `cq` empty.
-  bool Empty(const Cq* cq) {
-    bool round = n == kMaxCqs;
-    for (int i = 0; i < n && !round; ++i) round = cqs[i] == cq;
-    if (round) {
-      n = 0;
-      ++rounds;
-    }
-    cqs[n++] = cq;
-    return round;
-  }
-  void Found() {
-    n = 0;
-    rounds = 0;
-  }
-};
-
 // Takes up to `max` completions of cq (sends first). Takes cq->mu.
 int TakeFromCq(Cq* cq, int max, ibv_wc* wc) {
   int n;
@@ -122,13 +91,8 @@ int TakeFromCq(Cq* cq, int max, ibv_wc* wc) {
   // An application that spins on empty CQs holds a CPU the daemon's engine
   // may share: give it away (YieldAfter), outside the CQ's lock.
   static const uint32_t yield_after = YieldAfter();
-  thread_local EmptyRound empty;
-  if (n > 0) {
-    empty.Found();
-  } else if (yield_after > 0 && empty.Empty(cq) &&
-             empty.rounds % yield_after == 0) {
-    sched_yield();
-  }
+  thread_local PollYield yield(yield_after);
+  if (yield.AfterPoll(cq, n)) sched_yield();
   return n;
 }
 
