@@ -130,7 +130,7 @@ class Client {
   absl::Status DeregisterPdMemory(uint32_t pd, uint32_t rkey, void* addr,
                                   uint64_t length, uint32_t flags);
   // A connection handle is the slot's generation above the slot number.
-  static constexpr uint32_t kSlotBits = 10;
+  static constexpr uint32_t kSlotBits = 11;
   static constexpr uint32_t kSlotMask = (1u << kSlotBits) - 1;
   static_assert(shm::kMaxConnections <= (1u << kSlotBits));
   struct QueuePair {

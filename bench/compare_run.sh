@@ -56,7 +56,7 @@
 #      between its WRITEs and, pinned beside an engine, would hold the CPU
 #      that engine needs until the scheduler's slice ends. Then, beside
 #      rdmaplane_perf's read_lat, perftest's ib_read_lat -s 8, ib_atomic_lat
-#      -A FETCH_AND_ADD and ib_send_lat -c UD -s 8 -r 4096 (unpinned too): READ,
+#      -A FETCH_AND_ADD and ib_send_lat -c UD -s 8 (unpinned too): READ,
 #      atomic and UD SEND latency over the verbs front end, in the same
 #      round. perftest's two ends each preload librdmaplane-verbs.so, the
 #      server with a session on daemon A and the client on daemon B,
@@ -509,10 +509,8 @@ paired() {  # paired ROUND SETUP MODE ENDPOINT_ARGS...
       -n "$n_perftest_lat"
     perftest ib_atomic_lat "${p}_perftest_atomic_lat" unpinned \
       -A FETCH_AND_ADD -n "$n_perftest_lat"
-    # (-r 4096: for UD, perftest asks a receive queue as deep as the
-    # iterations, up to 16000, and rdmaplane's queue pairs hold 4096.)
     perftest ib_send_lat "${p}_perftest_ud_send_lat" unpinned -c UD -s 8 \
-      -r 4096 -n "$n_perftest_lat"
+      -n "$n_perftest_lat"
   fi
   log "round $r: $setup ($mode): sizes $sweep_sizes"
   perf_run "${p}_sweep" "$@" --mode=write_bw,read_bw --sizes="$sweep_sizes" \

@@ -25,9 +25,9 @@ namespace rdmaplane::control {
 namespace {
 
 constexpr char kDepthsTooLarge[] =
-    "a queue holds at most 4096 send and 4096 receive requests";
-static_assert(shm::kMaxSendRingEntries == 4096 &&
-              shm::kMaxRecvRingEntries == 4096);
+    "a queue holds at most 16384 send and 16384 receive requests";
+static_assert(shm::kMaxSendRingEntries == 16384 &&
+              shm::kMaxRecvRingEntries == 16384);
 
 using shm::ControlRequest;
 using shm::ControlResponse;

@@ -9,13 +9,28 @@ namespace rdmaplane::control {
 
 using shm::ControlResponse;
 
+namespace {
+
+// The answer when no slot holds a queue of `depths`.
+ControlResponse NoSlot(const shm::SlotDepths& depths) {
+  if (depths.Deep()) {
+    return Reply(shm::kStatusNoBuffers,
+                 "no free slot for a queue deeper than 4096 (32 per session)");
+  }
+  return Reply(shm::kStatusNoBuffers, "no free connection slot");
+}
+static_assert(shm::kSlotSendRingEntries == 4096 &&
+              shm::kSlotRecvRingEntries == 4096 && shm::kDeepSlots == 32);
+
+}  // namespace
+
 // --- Queue pairs connected out of band
 // ---------------------------------------------
 
 ControlResponse ConnectionTable::CreateSharedReceiveQueue(
     Session* s, const shm::SlotDepths& depths) {
-  const int slot = s->FreeSlot();
-  if (slot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  const int slot = s->FreeSlot(depths);
+  if (slot < 0) return NoSlot(depths);
   if (s->srq_users.empty()) {
     s->srq_users.assign(shm::kMaxConnections, Session::kNotSrq);
   }
@@ -45,8 +60,8 @@ ControlResponse ConnectionTable::CreateQueuePair(
   if (srq_slot != shm::kNoSrq && !s->IsSrq(srq_slot)) {
     return Reply(shm::kStatusInvalid, "not a shared receive queue");
   }
-  const int slot = s->FreeSlot();
-  if (slot < 0) return Reply(shm::kStatusNoBuffers, "no free connection slot");
+  const int slot = s->FreeSlot(depths);
+  if (slot < 0) return NoSlot(depths);
   ControlResponse refusal;
   std::optional<UserAccounts::Charge> charge = ChargeEnd(*s, &refusal);
   if (!charge) return refusal;

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -173,8 +174,9 @@ engine::AddressHandles* Session::EnsureAddressHandles() {
   return address_handles.get();
 }
 
-int Session::FreeSlot() const {
-  for (uint32_t i = 0; i < shm::kMaxConnections; ++i) {
+int Session::FreeSlot(const shm::SlotDepths& depths) const {
+  for (uint32_t i = depths.Deep() ? shm::kDeepSlotsAt : 0;
+       i < shm::kMaxConnections; ++i) {
     if (connections[i] == nullptr && !IsSrq(i)) return static_cast<int>(i);
   }
   return -1;
@@ -233,8 +235,13 @@ void Session::ResetSlot(uint32_t slot, const shm::SlotDepths& depths) {
   SlotRings& rings = slots[slot];
   // Formatted where the layout puts them (the region was checked at hello
   // to be this layout's size), each within its room: the depths are at
-  // most the maxima the layout reserves (SlotDepths::Decode).
+  // most what the slot holds (FreeSlot).
   using shm::SessionRings;
+  if (!SessionRings::Holds(slot, depths)) {
+    RDP_LOG(kError, "slot %u cannot hold rings of %u, %u and %u entries",
+            slot, depths.send, depths.receive, depths.completion);
+    std::abort();
+  }
   const shm::RingRef s = SessionRings::Send(slot);
   const shm::RingRef c = SessionRings::Completion(slot);
   const shm::RingRef r = SessionRings::Receive(slot);

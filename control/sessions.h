@@ -187,8 +187,10 @@ struct Session {
   // kMaxViews.
   absl::Status MapView(uint64_t address, uint64_t length,
                        ArenaMemory* memory);
-  // A free connection slot, or -1.
-  int FreeSlot() const;
+  // A free connection slot whose rings hold `depths`, or -1: rings
+  // deeper than a slot's take one of the deep slots (shm::kDeepSlotsAt and
+  // up); others take the first free slot, deep ones last.
+  int FreeSlot(const shm::SlotDepths& depths = {}) const;
   uint64_t arena_bytes() const;
   // Tells the client what became of the connection in `slot`.
   void PublishState(uint32_t slot, shm::ConnectionState state);
@@ -213,7 +215,8 @@ struct Session {
   size_t held_cm_events() const { return held_events.size(); }
   // Readies `slot` for a new connection: formats its rings, empty, with
   // `depths` where the layout puts them (whatever a previous user left in
-  // them is gone), and resets its state words (shm::ResetSlot).
+  // them is gone), and resets its state words (shm::ResetSlot). The slot
+  // holds `depths` (FreeSlot chose it for them).
   void ResetSlot(uint32_t slot, const shm::SlotDepths& depths = {});
 };
 

@@ -9,10 +9,11 @@
 //   ...    control request ring   client -> daemon  (ControlRequest)
 //   ...    control response ring  daemon -> client  (ControlResponse)
 //   ...    rdma_cm event ring     daemon -> client  (CmEvent)
-//   ...    kMaxConnections x ConnectionSlot, each:
+//   ...    kDeepSlotsAt x ConnectionSlot, then kDeepSlots deeper ones, each:
 //            send ring        client -> daemon  (SendEntry)
 //            completion ring  daemon -> client  (CompletionEntry)
-//   ...    kMaxConnections receive rings  client -> daemon  (RecvEntry)
+//   ...    kDeepSlotsAt receive rings, then kDeepSlots deeper ones
+//                                         client -> daemon  (RecvEntry)
 //
 // Every ring is an SpscRing (ring.h). The header records each ring's offset
 // so that the daemon never derives addresses from sizes it did not check.
@@ -38,11 +39,18 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 12;
+inline constexpr uint16_t kSessionVersion = 13;
 // Connection slots (connections and verbs queue pairs) of one session. The
 // region reserves room for every slot's rings, but only a slot the daemon
-// hands out is formatted and touched: memory grows with what is used.
-inline constexpr uint32_t kMaxConnections = 1024;
+// hands out is formatted and touched: memory grows with what is used. The
+// first kDeepSlotsAt slots hold rings up to kSlotSendRingEntries,
+// kSlotRecvRingEntries and kSlotCompletionRingEntries; the kDeepSlots after
+// them up to the maxima (a verbs queue pair as deep as rxe's, 16384 work
+// requests): reserving the maxima for every slot would take four times the
+// address space (11 GiB a session instead of 3).
+inline constexpr uint32_t kDeepSlotsAt = 1024;
+inline constexpr uint32_t kDeepSlots = 32;
+inline constexpr uint32_t kMaxConnections = kDeepSlotsAt + kDeepSlots;
 // SGEs per request, as RNICs offer (dataplane/rc/types.h agrees).
 inline constexpr uint32_t kMaxSge = 16;
 inline constexpr uint32_t kControlRingEntries = 64;
@@ -52,9 +60,12 @@ inline constexpr uint32_t kControlRingEntries = 64;
 inline constexpr uint32_t kSendRingEntries = 256;
 inline constexpr uint32_t kCompletionRingEntries = 1024;
 inline constexpr uint32_t kRecvRingEntries = 512;
-inline constexpr uint32_t kMaxSendRingEntries = 4096;
-inline constexpr uint32_t kMaxRecvRingEntries = 4096;
-inline constexpr uint32_t kMaxCompletionRingEntries = 8192;
+inline constexpr uint32_t kSlotSendRingEntries = 4096;
+inline constexpr uint32_t kSlotRecvRingEntries = 4096;
+inline constexpr uint32_t kSlotCompletionRingEntries = 8192;
+inline constexpr uint32_t kMaxSendRingEntries = 16384;
+inline constexpr uint32_t kMaxRecvRingEntries = 16384;
+inline constexpr uint32_t kMaxCompletionRingEntries = 32768;
 inline constexpr uint32_t kDescriptorBytes = 32;
 inline constexpr uint32_t kServiceNameBytes = 64;
 // rdma_cm events the daemon has for the client (CmEvent) that wait in the
@@ -269,6 +280,11 @@ struct SlotDepths {
     d.receive = receive == 0 ? kRecvRingEntries : RoundUp(receive);
     d.completion = RoundUp(d.send + d.receive);
     return d;
+  }
+  // Whether the rings need one of the deep slots (kDeepSlotsAt and up).
+  constexpr bool Deep() const {
+    return send > kSlotSendRingEntries || receive > kSlotRecvRingEntries ||
+           completion > kSlotCompletionRingEntries;
   }
 };
 
@@ -649,11 +665,18 @@ struct SessionRings {
       SpscRing<ControlResponse>::BytesFor(kControlRingEntries);
   static constexpr uint32_t kCmEventBytes =
       SpscRing<CmEvent>::BytesFor(kCmEventRingEntries);
+  // A slot's rooms (below kDeepSlotsAt), and a deep slot's.
   static constexpr uint32_t kSendBytes =
-      SpscRing<SendEntry>::BytesFor(kMaxSendRingEntries);
+      SpscRing<SendEntry>::BytesFor(kSlotSendRingEntries);
   static constexpr uint32_t kCompletionBytes =
-      SpscRing<CompletionEntry>::BytesFor(kMaxCompletionRingEntries);
+      SpscRing<CompletionEntry>::BytesFor(kSlotCompletionRingEntries);
   static constexpr uint32_t kReceiveBytes =
+      SpscRing<RecvEntry>::BytesFor(kSlotRecvRingEntries);
+  static constexpr uint32_t kDeepSendBytes =
+      SpscRing<SendEntry>::BytesFor(kMaxSendRingEntries);
+  static constexpr uint32_t kDeepCompletionBytes =
+      SpscRing<CompletionEntry>::BytesFor(kMaxCompletionRingEntries);
+  static constexpr uint32_t kDeepReceiveBytes =
       SpscRing<RecvEntry>::BytesFor(kMaxRecvRingEntries);
   static constexpr uint64_t kSlotsAt = sizeof(SessionHeader) +
                                        RoundToCacheLine(kRequestBytes) +
@@ -661,10 +684,17 @@ struct SessionRings {
                                        RoundToCacheLine(kCmEventBytes);
   static constexpr uint64_t kSlotStride =
       RoundToCacheLine(kSendBytes) + RoundToCacheLine(kCompletionBytes);
+  static constexpr uint64_t kDeepSlotStride =
+      RoundToCacheLine(kDeepSendBytes) + RoundToCacheLine(kDeepCompletionBytes);
+  static constexpr uint64_t kDeepAt =
+      kSlotsAt + uint64_t{kDeepSlotsAt} * kSlotStride;
   static constexpr uint64_t kReceivesAt =
-      kSlotsAt + uint64_t{kMaxConnections} * kSlotStride;
+      kDeepAt + uint64_t{kDeepSlots} * kDeepSlotStride;
+  static constexpr uint64_t kDeepReceivesAt =
+      kReceivesAt + uint64_t{kDeepSlotsAt} * RoundToCacheLine(kReceiveBytes);
   static constexpr uint64_t kEnd =
-      kReceivesAt + uint64_t{kMaxConnections} * RoundToCacheLine(kReceiveBytes);
+      kDeepReceivesAt +
+      uint64_t{kDeepSlots} * RoundToCacheLine(kDeepReceiveBytes);
 
   static constexpr RingRef ControlRequests() {
     return {sizeof(SessionHeader), kControlRingEntries, kRequestBytes};
@@ -681,15 +711,34 @@ struct SessionRings {
   // Each ring's room, and in `capacity` the most entries it may hold (the
   // daemon formats it with the slot's SlotDepths, which its header says).
   static constexpr RingRef Send(uint32_t slot) {
-    return {kSlotsAt + slot * kSlotStride, kMaxSendRingEntries, kSendBytes};
+    if (slot >= kDeepSlotsAt) {
+      return {kDeepAt + (slot - kDeepSlotsAt) * kDeepSlotStride,
+              kMaxSendRingEntries, kDeepSendBytes};
+    }
+    return {kSlotsAt + slot * kSlotStride, kSlotSendRingEntries, kSendBytes};
   }
   static constexpr RingRef Completion(uint32_t slot) {
+    if (slot >= kDeepSlotsAt) {
+      return {kDeepAt + (slot - kDeepSlotsAt) * kDeepSlotStride +
+                  Line(kDeepSendBytes),
+              kMaxCompletionRingEntries, kDeepCompletionBytes};
+    }
     return {kSlotsAt + slot * kSlotStride + Line(kSendBytes),
-            kMaxCompletionRingEntries, kCompletionBytes};
+            kSlotCompletionRingEntries, kCompletionBytes};
   }
   static constexpr RingRef Receive(uint32_t slot) {
-    return {kReceivesAt + slot * Line(kReceiveBytes), kMaxRecvRingEntries,
+    if (slot >= kDeepSlotsAt) {
+      return {kDeepReceivesAt + (slot - kDeepSlotsAt) * Line(kDeepReceiveBytes),
+              kMaxRecvRingEntries, kDeepReceiveBytes};
+    }
+    return {kReceivesAt + slot * Line(kReceiveBytes), kSlotRecvRingEntries,
             kReceiveBytes};
+  }
+  // Whether slot's rings hold `depths`.
+  static constexpr bool Holds(uint32_t slot, const SlotDepths& depths) {
+    return depths.send <= Send(slot).capacity &&
+           depths.completion <= Completion(slot).capacity &&
+           depths.receive <= Receive(slot).capacity;
   }
 };
 

@@ -66,16 +66,21 @@ TEST(RingAbi, BytesFor) {
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 12u);
-  EXPECT_EQ(kMaxConnections, 1024u);
+  EXPECT_EQ(kSessionVersion, 13u);
+  EXPECT_EQ(kMaxConnections, 1056u);
+  EXPECT_EQ(kDeepSlotsAt, 1024u);
+  EXPECT_EQ(kDeepSlots, 32u);
   EXPECT_EQ(kMaxSge, 16u);
   EXPECT_EQ(kControlRingEntries, 64u);
   EXPECT_EQ(kSendRingEntries, 256u);
   EXPECT_EQ(kCompletionRingEntries, 1024u);
   EXPECT_EQ(kRecvRingEntries, 512u);
-  EXPECT_EQ(kMaxSendRingEntries, 4096u);
-  EXPECT_EQ(kMaxRecvRingEntries, 4096u);
-  EXPECT_EQ(kMaxCompletionRingEntries, 8192u);
+  EXPECT_EQ(kSlotSendRingEntries, 4096u);
+  EXPECT_EQ(kSlotRecvRingEntries, 4096u);
+  EXPECT_EQ(kSlotCompletionRingEntries, 8192u);
+  EXPECT_EQ(kMaxSendRingEntries, 16384u);
+  EXPECT_EQ(kMaxRecvRingEntries, 16384u);
+  EXPECT_EQ(kMaxCompletionRingEntries, 32768u);
   EXPECT_EQ(kDescriptorBytes, 32u);
   EXPECT_EQ(kServiceNameBytes, 64u);
   EXPECT_EQ(kDescriptorMagic, 0x44504452u);
@@ -159,7 +164,7 @@ TEST(LayoutAbi, ConnectionSlotRef) {
 }
 
 TEST(LayoutAbi, SessionHeader) {
-  static_assert(kMaxConnections == 1024u);
+  static_assert(kMaxConnections == 1056u);
   EXPECT_EQ(offsetof(SessionHeader, magic), 0u);
   EXPECT_EQ(offsetof(SessionHeader, version), 4u);
   EXPECT_EQ(offsetof(SessionHeader, header_pages), 6u);
@@ -169,27 +174,27 @@ TEST(LayoutAbi, SessionHeader) {
   EXPECT_EQ(offsetof(SessionHeader, control_requests), 24u);
   EXPECT_EQ(offsetof(SessionHeader, control_responses), 40u);
   EXPECT_EQ(offsetof(SessionHeader, connections), 56u);
-  EXPECT_EQ(sizeof(SessionHeader::connections), 1024u * 32u);
-  EXPECT_EQ(offsetof(SessionHeader, control_response_bell), 32832u);
-  EXPECT_EQ(offsetof(SessionHeader, completion_bell), 32896u);
-  EXPECT_EQ(sizeof(SessionHeader::completion_bell), 1024u * 64u);
-  EXPECT_EQ(offsetof(SessionHeader, engine_idle), 98432u);
-  EXPECT_EQ(sizeof(SessionHeader::engine_idle), 1024u * 64u);
-  EXPECT_EQ(offsetof(SessionHeader, connection_state), 163968u);
-  EXPECT_EQ(sizeof(SessionHeader::connection_state), 1024u * 4u);
-  EXPECT_EQ(offsetof(SessionHeader, final_status), 168064u);
-  EXPECT_EQ(sizeof(SessionHeader::final_status), 1024u * 4u);
-  EXPECT_EQ(offsetof(SessionHeader, retired), 172160u);
-  EXPECT_EQ(sizeof(SessionHeader::retired), 1024u * 4u);
-  EXPECT_EQ(offsetof(SessionHeader, established), 176256u);
-  EXPECT_EQ(sizeof(SessionHeader::established), 1024u * 4u);
-  EXPECT_EQ(offsetof(SessionHeader, receive), 180352u);
-  EXPECT_EQ(sizeof(SessionHeader::receive), 1024u * 16u);
-  EXPECT_EQ(offsetof(SessionHeader, cm_events), 196736u);
-  EXPECT_EQ(offsetof(SessionHeader, cm_event_bell), 196800u);
-  EXPECT_EQ(offsetof(SessionHeader, liveness), 196864u);
+  EXPECT_EQ(sizeof(SessionHeader::connections), 1056u * 32u);
+  EXPECT_EQ(offsetof(SessionHeader, control_response_bell), 33856u);
+  EXPECT_EQ(offsetof(SessionHeader, completion_bell), 33920u);
+  EXPECT_EQ(sizeof(SessionHeader::completion_bell), 1056u * 64u);
+  EXPECT_EQ(offsetof(SessionHeader, engine_idle), 101504u);
+  EXPECT_EQ(sizeof(SessionHeader::engine_idle), 1056u * 64u);
+  EXPECT_EQ(offsetof(SessionHeader, connection_state), 169088u);
+  EXPECT_EQ(sizeof(SessionHeader::connection_state), 1056u * 4u);
+  EXPECT_EQ(offsetof(SessionHeader, final_status), 173312u);
+  EXPECT_EQ(sizeof(SessionHeader::final_status), 1056u * 4u);
+  EXPECT_EQ(offsetof(SessionHeader, retired), 177536u);
+  EXPECT_EQ(sizeof(SessionHeader::retired), 1056u * 4u);
+  EXPECT_EQ(offsetof(SessionHeader, established), 181760u);
+  EXPECT_EQ(sizeof(SessionHeader::established), 1056u * 4u);
+  EXPECT_EQ(offsetof(SessionHeader, receive), 185984u);
+  EXPECT_EQ(sizeof(SessionHeader::receive), 1056u * 16u);
+  EXPECT_EQ(offsetof(SessionHeader, cm_events), 202880u);
+  EXPECT_EQ(offsetof(SessionHeader, cm_event_bell), 202944u);
+  EXPECT_EQ(offsetof(SessionHeader, liveness), 203008u);
   EXPECT_EQ(sizeof(SessionHeader::liveness), 64u);
-  EXPECT_EQ(sizeof(SessionHeader), 49u * 4096u);
+  EXPECT_EQ(sizeof(SessionHeader), 50u * 4096u);
   EXPECT_EQ(alignof(SessionHeader), 4096u);
   // header_pages must be able to record the header's size.
   EXPECT_LE(sizeof(SessionHeader) / 4096, std::numeric_limits<uint16_t>::max());
@@ -433,12 +438,18 @@ uint64_t PlanSession(SessionHeader& header) {
   header.control_responses =
       Place<ControlResponse>(&cursor, kControlRingEntries);
   header.cm_events = Place<CmEvent>(&cursor, kCmEventRingEntries);
-  for (ConnectionSlotRef& slot : header.connections) {
-    slot.send = Place<SendEntry>(&cursor, kMaxSendRingEntries);
-    slot.completion = Place<CompletionEntry>(&cursor, kMaxCompletionRingEntries);
+  // The ordinary slots' send and completion rings, the deep slots', then
+  // the receive rings in the same order.
+  for (uint32_t i = 0; i < kMaxConnections; ++i) {
+    const bool deep = i >= kDeepSlotsAt;
+    header.connections[i].send = Place<SendEntry>(
+        &cursor, deep ? kMaxSendRingEntries : kSlotSendRingEntries);
+    header.connections[i].completion = Place<CompletionEntry>(
+        &cursor, deep ? kMaxCompletionRingEntries : kSlotCompletionRingEntries);
   }
-  for (RingRef& ref : header.receive) {
-    ref = Place<RecvEntry>(&cursor, kMaxRecvRingEntries);
+  for (uint32_t i = 0; i < kMaxConnections; ++i) {
+    header.receive[i] = Place<RecvEntry>(
+        &cursor, i >= kDeepSlotsAt ? kMaxRecvRingEntries : kSlotRecvRingEntries);
   }
   return cursor;
 }
@@ -447,9 +458,9 @@ TEST(SessionRegionBytes, IsPageRoundedAndHoldsEveryRing) {
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t region = SessionRegionBytes();
   static_assert(region % kPage == 0);
-  // 671951 pages of address space, each slot's room for its deepest rings;
-  // touched only as used.
-  EXPECT_EQ(region, 2752311296u);
+  // 755924 pages of address space, each slot's room for its deepest rings
+  // (the deep slots' four times an ordinary slot's); touched only as used.
+  EXPECT_EQ(region, 3096264704u);
   SessionHeader header{};
   const uint64_t end = PlanSession(header);
   EXPECT_LE(end, region);
@@ -474,22 +485,41 @@ TEST(SlotDepths, DecodeRoundsUpToPowersOfTwoWithinTheMaxima) {
   ASSERT_TRUE(d);
   EXPECT_EQ(d->send, 4096u);
   EXPECT_EQ(d->receive, 4096u);
+  EXPECT_EQ(d->completion, kSlotCompletionRingEntries);
+  EXPECT_FALSE(d->Deep());
+  d = SlotDepths::Decode(SlotDepths::Encode(16384, 16000));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->send, 16384u);
+  EXPECT_EQ(d->receive, 16384u);
   EXPECT_EQ(d->completion, kMaxCompletionRingEntries);
+  EXPECT_TRUE(d->Deep());
+  // Deeper than an ordinary slot in any ring: a deep slot's.
+  EXPECT_TRUE(SlotDepths::Decode(SlotDepths::Encode(4097, 1))->Deep());
+  EXPECT_TRUE(SlotDepths::Decode(SlotDepths::Encode(1, 4097))->Deep());
+  EXPECT_TRUE(SlotDepths::Decode(SlotDepths::Encode(4096, 4097))->Deep());
   // Above a maximum: refused, whatever the other half says.
-  EXPECT_FALSE(SlotDepths::Decode(SlotDepths::Encode(4097, 1)));
-  EXPECT_FALSE(SlotDepths::Decode(SlotDepths::Encode(1, 4097)));
+  EXPECT_FALSE(SlotDepths::Decode(SlotDepths::Encode(16385, 1)));
+  EXPECT_FALSE(SlotDepths::Decode(SlotDepths::Encode(1, 16385)));
   EXPECT_FALSE(SlotDepths::Decode(~uint64_t{0}));
-  // Every depth Decode gives fits the room the layout reserves.
-  for (uint32_t send : {1u, 16u, 17u, 1000u, 4096u}) {
-    for (uint32_t receive : {0u, 1u, 513u, 4096u}) {
+  // Every depth Decode gives fits the room the layout reserves: an
+  // ordinary slot's unless Deep, a deep slot's always.
+  for (uint32_t send : {1u, 16u, 17u, 1000u, 4096u, 4097u, 16384u}) {
+    for (uint32_t receive : {0u, 1u, 513u, 4096u, 8000u, 16384u}) {
       d = SlotDepths::Decode(SlotDepths::Encode(send, receive));
       ASSERT_TRUE(d);
-      EXPECT_LE(SpscRing<SendEntry>::BytesFor(d->send),
-                SessionRings::Send(0).bytes);
-      EXPECT_LE(SpscRing<RecvEntry>::BytesFor(d->receive),
-                SessionRings::Receive(0).bytes);
-      EXPECT_LE(SpscRing<CompletionEntry>::BytesFor(d->completion),
-                SessionRings::Completion(0).bytes);
+      for (uint32_t slot : {0u, kDeepSlotsAt - 1, kDeepSlotsAt,
+                            kMaxConnections - 1}) {
+        const bool holds = SessionRings::Holds(slot, *d);
+        EXPECT_EQ(holds, slot >= kDeepSlotsAt || !d->Deep())
+            << send << " " << receive << " slot " << slot;
+        if (!holds) continue;
+        EXPECT_LE(SpscRing<SendEntry>::BytesFor(d->send),
+                  SessionRings::Send(slot).bytes);
+        EXPECT_LE(SpscRing<RecvEntry>::BytesFor(d->receive),
+                  SessionRings::Receive(slot).bytes);
+        EXPECT_LE(SpscRing<CompletionEntry>::BytesFor(d->completion),
+                  SessionRings::Completion(slot).bytes);
+      }
     }
   }
 }

@@ -1766,6 +1766,67 @@ static void t_deep_queues(struct bufs* b) {
   free_pair(&p);
 }
 
+/* Queue pairs deeper than 4096 requests take one of an opened device's 32
+ * deep slots (docs/verbs.md, "Limits"): the 33rd at once fails with
+ * ENOMEM, while one of ordinary depth is still made; once a deep one is
+ * destroyed, its slot serves the next. */
+static void t_deep_slots(void) {
+  step("queue pairs deeper than 4096 requests: 32 per opened device");
+  struct ibv_device_attr da;
+  if (ibv_query_device(g_dev[0].ctx, &da) != 0) {
+    check(false, "ibv_query_device", "errno %d", errno);
+    return;
+  }
+  check(da.max_qp_wr >= 16384, "ibv_query_device: max_qp_wr at least 16384",
+        "max_qp_wr %d", da.max_qp_wr);
+  struct ibv_cq* cq = ibv_create_cq(g_dev[0].ctx, 64, NULL, NULL, 0);
+  if (cq == NULL) {
+    check(false, "ibv_create_cq", "errno %d", errno);
+    return;
+  }
+  struct ibv_qp_init_attr init;
+  memset(&init, 0, sizeof(init));
+  init.send_cq = init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = 16;
+  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+  struct ibv_qp* deep[40] = {NULL};
+  int made = 0;
+  int err = 0;
+  for (; made < 40; ++made) {
+    struct ibv_qp_init_attr a = init;
+    a.cap.max_recv_wr = made % 2 == 0 ? 8192 : 4097;
+    deep[made] = ibv_create_qp(g_dev[0].pd, &a);
+    if (deep[made] == NULL) {
+      err = errno;
+      break;
+    }
+  }
+  check(made == 32 && err == ENOMEM,
+        "32 queue pairs of 4097 receives or more are made, the 33rd fails "
+        "with ENOMEM",
+        "%d made, then errno %d", made, err);
+  struct ibv_qp_init_attr a = init;
+  a.cap.max_recv_wr = 4096;
+  struct ibv_qp* shallow = ibv_create_qp(g_dev[0].pd, &a);
+  check(shallow != NULL, "a queue pair of 4096 receives is still made",
+        "errno %d", errno);
+  if (shallow != NULL) ibv_destroy_qp(shallow);
+  if (made > 0) {
+    ibv_destroy_qp(deep[--made]);
+    a.cap.max_recv_wr = 16384;
+    a.cap.max_send_wr = 16384;
+    deep[made] = ibv_create_qp(g_dev[0].pd, &a);
+    check(deep[made] != NULL && a.cap.max_recv_wr >= 16384 &&
+              a.cap.max_send_wr >= 16384,
+          "a destroyed deep queue pair's slot serves the next, 16384 deep",
+          "errno %d", errno);
+    if (deep[made] != NULL) ++made;
+  }
+  while (made > 0) ibv_destroy_qp(deep[--made]);
+  ibv_destroy_cq(cq);
+}
+
 /* Two QPs completing into one CQ: each completion names its QP. */
 static void t_shared_cq(struct bufs* b) {
   step("two QPs sharing a CQ");
@@ -6074,15 +6135,17 @@ static long session_rss_kb(void) {
   return best;
 }
 
-/* ibv_query_device's max_qp queue pairs on one device, the next one
- * refused with ENOMEM; the session's shared memory grows with the queue
- * pairs made, not with the 1024 it has room for. */
+/* ibv_query_device's max_qp queue pairs on one device (1056: the session's
+ * 1024 slots and its 32 deep ones, which take queue pairs of ordinary depth
+ * once the others are used), the next one refused with ENOMEM; the
+ * session's shared memory grows with the queue pairs made, not with the
+ * 1056 it has room for. */
 static void t_many_qps(void) {
-  step("1024 queue pairs on one device");
+  step("1056 queue pairs on one device");
   struct dev* d = &g_dev[0];
   struct ibv_device_attr attr;
   int r = ibv_query_device(d->ctx, &attr);
-  check(r == 0 && attr.max_qp == 1024, "ibv_query_device: max_qp 1024",
+  check(r == 0 && attr.max_qp == 1056, "ibv_query_device: max_qp 1056",
         "r %d max_qp %d", r, attr.max_qp);
   if (r != 0 || attr.max_qp <= 0) return;
   struct ibv_cq* cq = ibv_create_cq(d->ctx, 64, NULL, NULL, 0);
@@ -6129,7 +6192,7 @@ static void t_many_qps(void) {
     }
   }
   free(qps);
-  check(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq after 1024 queue pairs",
+  check(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq after 1056 queue pairs",
         "failed");
 }
 
@@ -6339,6 +6402,7 @@ int main(int argc, char** argv) {
       t_inline(&b);
       t_max_send_wr(&b);
       t_deep_queues(&b);
+      t_deep_slots();
       t_shared_cq(&b);
       t_remote_errors(&b);
       t_atomics(&b);

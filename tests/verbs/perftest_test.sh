@@ -29,7 +29,8 @@
 #        and neither reports invalid data.
 #      - UC queue pairs in perftest: ib_write_bw, and ib_send_bw and
 #        ib_send_lat (polling and -e) with -c UC; UD: ibv_ud_pingpong as
-#        above, and ib_send_bw and ib_send_lat (polling and -e) with -c UD.
+#        above, and ib_send_bw and ib_send_lat (polling and -e) with -c UD;
+#        ib_send_lat -c UD -n 16000, whose receive queue is 16000 deep.
 #      - ib_read_lat -s 8 with RDMAPLANE_VERBS_YIELD_AFTER=0 (ibv_poll_cq
 #        never yields) and =often (not a number: a warning on stderr).
 #      - perftest's two-sided ib_send_bw and ib_send_lat, each with -s 65536
@@ -461,6 +462,9 @@ perf_pair send_lat_ud tables ib_send_lat -c UD -s 2048 -n 200
 perf_pair send_lat_ud_events tables ib_send_lat -c UD -e -s 2048 -n 200
 perf_pair send_bw_ud tables ib_send_bw -c UD -s 2048 -n 200
 perf_pair send_bw_ud_events tables ib_send_bw -c UD -e -s 2048 -n 200
+# For UD, perftest asks a receive queue as deep as the iterations (up to
+# 16000): a queue pair of 16384 receives (one of a session's deep slots).
+perf_pair send_lat_ud_deep tables ib_send_lat -c UD -s 64 -n 16000
 
 perf_pair send_bw tables ib_send_bw -s 65536 -n 200
 perf_pair send_bw_all tables ib_send_bw -a -n 5
