@@ -42,9 +42,11 @@ int TranslateWindowWr(const ibv_send_wr& wr, const SendQueueView& sq,
     return 0;
   }
   const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+  // IBV_ACCESS_LOCAL_WRITE grants a window nothing (it is the region's);
+  // taken and ignored, as rxe and mlx5 do.
   constexpr unsigned kWindowAccess =
       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
-      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED;
+      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE;
   if (wr.bind_mw.mw == nullptr || (b.mw_access_flags & ~kWindowAccess) != 0 ||
       (b.mr == nullptr && (b.addr != 0 || b.length != 0)) ||
       b.length > UINT32_MAX) {

@@ -242,11 +242,18 @@ TEST_F(SendWrTest, BindAndLocalInvalidateCarryNoData) {
   wr_.bind_mw.bind_info = {};
   ASSERT_EQ(Translate(), 0);
   EXPECT_EQ(out_.sge_count, 0u);
-  // A range without a region, a local access right, no window, a datagram
-  // queue pair, inline: refused.
+  // Local write grants a window nothing: taken and ignored, as rxe does
+  // (rdma-core's own tests bind windows with it).
+  wr_.bind_mw.bind_info = {&mr, 0x5000, 8,
+                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
+  ASSERT_EQ(Translate(), 0);
+  EXPECT_EQ(out_.swap_add, shm::kBindRemoteWrite);
+  // A range without a region, a right a window cannot have, no window, a
+  // datagram queue pair, inline: refused.
+  wr_.bind_mw.bind_info = {};
   wr_.bind_mw.bind_info.length = 8;
   EXPECT_EQ(Translate(), EINVAL);
-  wr_.bind_mw.bind_info = {&mr, 0x5000, 8, IBV_ACCESS_LOCAL_WRITE};
+  wr_.bind_mw.bind_info = {&mr, 0x5000, 8, IBV_ACCESS_MW_BIND};
   EXPECT_EQ(Translate(), EINVAL);
   wr_.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
   wr_.bind_mw.mw = nullptr;
