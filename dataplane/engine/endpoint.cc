@@ -463,7 +463,7 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
       return shm::kStatusFault;
     }
     pins->lkeys[pins->count++] = s.lkey;
-    wr->sge[i] = {r.host, s.length, r.memory_owner};
+    wr->sge[i] = {r.host, s.length, 0, r.memory_owner};
   }
   if ((e.flags & shm::kFlagReadLocalInvalidate) != 0 &&
       e.op == shm::kSendRead && e.num_sge > 0) {
@@ -551,6 +551,8 @@ void Endpoint::CompleteRecv(const rc::RecvCompletion& c) {
   } else if (c.status == rc::WcStatus::kInvalidateError) {
     status = shm::kStatusInvalid;
     detail = shm::kDetailInvalidateRefused;
+  } else if (c.status == rc::WcStatus::kLocalProtectionError) {
+    status = shm::kStatusFault;  // IBV_WC_LOC_PROT_ERR
   } else if (c.status != rc::WcStatus::kSuccess) {
     status = shm::kStatusConnAborted;
   }
@@ -563,6 +565,23 @@ void Endpoint::CompleteRecv(const rc::RecvCompletion& c) {
                      c.byte_len, flags,
                      c.invalidated ? c.invalidated_rkey.value() : c.imm,
                      c.src_qp.value(), detail);
+}
+
+bool Endpoint::ReceiveBuffersLive(const rc::WorkRequest& recv) {
+  for (uint32_t i = 0; i < recv.num_sge; ++i) {
+    const rc::Sge& s = recv.sge[i];
+    if (s.length == 0) continue;
+    if (s.lkey == 0) continue;
+    const mr::Registration* r = table_->Lookup(s.lkey);
+    if (r == nullptr || r->owner != info_.session_id ||
+        (r->access & mr::kAccessLocalWrite) == 0 || s.addr < r->host ||
+        static_cast<uint64_t>(s.addr - r->host) > r->length ||
+        s.length > r->length - static_cast<uint64_t>(s.addr - r->host)) {
+      ++stats_.local_key_errors;
+      return false;
+    }
+  }
+  return true;
 }
 
 uint32_t Endpoint::PullReceives(uint32_t budget) {
@@ -592,17 +611,24 @@ uint32_t Endpoint::PullReceives(uint32_t budget) {
     } else {
       wr.num_sge = e.num_sge;
       // Not pinned: the buffers are checked now, and the arena behind them
-      // stays mapped while the session lives, which outlasts this endpoint.
-      for (uint32_t i = 0; i < e.num_sge && status == shm::kStatusOk; ++i) {
+      // stays mapped while the session lives, which outlasts this endpoint;
+      // their keys are checked again when a message arrives
+      // (ReceiveBuffersLive), so that a receive whose memory was
+      // deregistered since never writes there. A buffer its key does not
+      // reach is posted all the same, without an address: the message that
+      // takes the receive finds it (IBA 9.9.3.1.3: a local protection
+      // error then, NAK "remote operational error" to the requester).
+      for (uint32_t i = 0; i < e.num_sge; ++i) {
         const shm::SgeEntry& s = e.sge[i];
         const mr::AccessResult r =
             mr::ResolveLocal(*table_, s.lkey, info_.session_id,
                              mr::kAccessLocalWrite, s.address, s.length);
         if (r.check != mr::AccessCheck::kOk) {
           ++stats_.local_key_errors;
-          status = shm::kStatusFault;
+          wr.sge[i] = {nullptr, s.length, s.lkey != 0 ? s.lkey : ~0u, nullptr};
+          continue;
         }
-        wr.sge[i] = {r.host, s.length, r.memory_owner};
+        wr.sge[i] = {r.host, s.length, s.lkey, r.memory_owner};
       }
     }
     if (status == shm::kStatusOk) {
@@ -882,6 +908,7 @@ void Endpoint::Complete(const rc::Completion& c) {
     case rc::WcStatus::kPeerAccessError:
     case rc::WcStatus::kLocalLengthError:
     case rc::WcStatus::kInvalidateError:
+    case rc::WcStatus::kLocalProtectionError:
       status = shm::kStatusConnAborted;
       detail = shm::kDetailBadResponse;
       break;

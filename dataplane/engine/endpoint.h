@@ -241,6 +241,7 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
                              uint32_t len, rc::RemoteAccess access) override;
   void Release(wire::Rkey rkey) override;
   bool Invalidate(wire::Qpn local_qpn, wire::Rkey rkey) override;
+  bool ReceiveBuffersLive(const rc::WorkRequest& recv) override;
 
   // Memory window requests (kSendBindMw, kSendLocalInvalidate) change the
   // registration table, which only the control thread may: the endpoint

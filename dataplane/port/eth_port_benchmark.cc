@@ -151,7 +151,7 @@ void RunTransfers(benchmark::State& state, rc::WrOpcode opcode) {
       wr.flags = rc::kWrSilentSuccess;
       wr.num_sge = 1;
       const uint64_t offset = (posted % slots) * uint64_t{size};
-      wr.sge[0] = {local.data() + offset, size, local_owner.get()};
+      wr.sge[0] = {local.data() + offset, size, 0, local_owner.get()};
       wr.remote_va = offset;
       wr.rkey = kRkey;
       if (qp_a.Post(wr) != rc::PostResult::kOk) {

@@ -156,8 +156,8 @@ void Transfer(const fault::FaultSpec& faults, const std::string& name,
   w.opcode = rc::WrOpcode::kWrite;
   // Two SGEs, split off a packet boundary: some packets have two pieces.
   w.num_sge = 2;
-  w.sge[0] = {src.data(), 5000, src_owner.get()};
-  w.sge[1] = {src.data() + 5000, static_cast<uint32_t>(src.size()) - 5000,
+  w.sge[0] = {src.data(), 5000, 0, src_owner.get()};
+  w.sge[1] = {src.data() + 5000, static_cast<uint32_t>(src.size()) - 5000, 0,
               src_owner.get()};
   w.rkey = wire::Rkey(7);
   ASSERT_EQ(qp_a.Post(w), rc::PostResult::kOk);

@@ -103,7 +103,7 @@ Capture RunScenario(const std::vector<Sges>& requests, uint32_t gather_from,
     wr.num_sge = static_cast<uint32_t>(requests[r].size());
     uint32_t total = 0;
     for (uint32_t i = 0; i < wr.num_sge; ++i, ++buffer) {
-      wr.sge[i] = {sources[buffer].data(), requests[r][i],
+      wr.sge[i] = {sources[buffer].data(), requests[r][i], 0,
                    sge_owners ? &local_owner : nullptr};
       total += requests[r][i];
     }

@@ -133,6 +133,12 @@ class RemoteMemory {
   virtual bool Invalidate(wire::Qpn local_qpn, wire::Rkey rkey) {
     return false;
   }
+  // The receive request `recv` is about to take a message's data: false
+  // when a buffer's local key (Sge::lkey) no longer resolves to that buffer
+  // (the application deregistered it, or registered it again, after
+  // posting the receive), so that nothing lands in memory the application
+  // may have given back.
+  virtual bool ReceiveBuffersLive(const WorkRequest& recv) { return true; }
 };
 
 class CompletionSink {

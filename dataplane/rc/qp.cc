@@ -35,6 +35,7 @@ const char* WcStatusName(WcStatus s) {
     case WcStatus::kRnrRetryExceeded: return "rnr_retry_exceeded";
     case WcStatus::kLocalLengthError: return "local_length_error";
     case WcStatus::kInvalidateError: return "invalidate_error";
+    case WcStatus::kLocalProtectionError: return "local_protection_error";
   }
   return "unknown";
 }
@@ -194,8 +195,12 @@ PostResult RcQp::PostRecv(const WorkRequest& wr) {
   if (wr.num_sge > kMaxSge || SglLength(wr) > (1u << 31)) {
     return PostResult::kInvalid;
   }
+  // A buffer without an address is one whose local key reached nothing
+  // (Sge::lkey says which): taken, and failed by the message that uses it
+  // (BuffersPlaceable).
   for (uint32_t i = 0; i < wr.num_sge; ++i) {
-    if (wr.sge[i].addr == nullptr && wr.sge[i].length != 0) {
+    if (wr.sge[i].addr == nullptr && wr.sge[i].length != 0 &&
+        wr.sge[i].lkey == 0) {
       return PostResult::kInvalid;
     }
   }

@@ -25,6 +25,15 @@ bool IsFatalNak(uint8_t syndrome) {
   return (syndrome >> 5) == 3 && syndrome != wire::kAethNakPsnSeqError;
 }
 
+// Whether a message may be placed in `recv`'s buffers: each has an address
+// (its key reached it when it was posted) and its key still reaches it.
+bool BuffersPlaceable(const WorkRequest& recv, RemoteMemory& memory) {
+  for (uint32_t i = 0; i < recv.num_sge; ++i) {
+    if (recv.sge[i].addr == nullptr && recv.sge[i].length != 0) return false;
+  }
+  return memory.ReceiveBuffersLive(recv);
+}
+
 WcStatus RefusalCause(uint8_t syndrome) {
   return syndrome == wire::kAethNakRemoteAccess ? WcStatus::kPeerAccessError
                                                 : WcStatus::kPeerInvalidRequest;
@@ -139,6 +148,11 @@ void RcQp::HandleDatagram(const wire::ParsedPacket& pkt) {
   }
   const WorkRequest& recv = rq_[rq_head_ & rq_mask_];
   const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
+  if (!BuffersPlaceable(recv, *env_.memory)) {  // nothing placed
+    ++stats_.local_protection_errors;
+    CompleteRecv(WcStatus::kLocalProtectionError, 0, false, pkt);
+    return;
+  }
   if (SglLength(recv) < uint64_t{kGrhBytes} + len) {
     CompleteRecv(WcStatus::kLocalLengthError, 0, false, pkt);
     return;
@@ -217,6 +231,16 @@ bool RcQp::ExecuteSend(const wire::ParsedPacket& pkt) {
       return false;
     }
     recv_offset_ = 0;
+    // Memory the application deregistered after posting the receive:
+    // nothing of the message lands there (IBA 9.9.3.1.3: a local
+    // protection error, NAK "remote operational error" to the requester).
+    if (!BuffersPlaceable(rq_[rq_head_ & rq_mask_], *env_.memory)) {
+      ++stats_.local_protection_errors;
+      CompleteRecv(WcStatus::kLocalProtectionError, 0, false, pkt);
+      send_active_ = false;
+      RefuseRequest(wire::kAethNakRemoteOperational, psn);
+      return false;
+    }
   }
   const WorkRequest& recv = rq_[rq_head_ & rq_mask_];
   if (static_cast<uint64_t>(recv_offset_) + len > SglLength(recv)) {

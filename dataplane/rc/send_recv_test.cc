@@ -183,6 +183,39 @@ TEST(SendRecvTest, SendLongerThanTheReceiveFailsBothEnds) {
   EXPECT_EQ(f.pair.b.qp->state(), QpState::kError);
 }
 
+// A receive whose buffer's key stopped reaching it after the post (the
+// application deregistered it), or never reached it (no address): nothing
+// lands in it, it ends with kLocalProtectionError, the requester's SEND with
+// kRemoteOperationalError (NAK 0x63), and the responder's QP enters ERR.
+TEST(SendRecvTest, ReceiveOnDeadMemoryFailsBothEndsAndPlacesNothing) {
+  for (const bool unresolved : {false, true}) {
+    SCOPED_TRACE(unresolved ? "posted without an address" : "key died");
+    Fixture f;
+    f.pair.b.memory.dead_lkeys.push_back(42);
+    std::vector<uint8_t> target(100, 0x5A);
+    WorkRequest recv;
+    recv.wr_id = 3;
+    recv.num_sge = 1;
+    recv.sge[0] = {unresolved ? nullptr : target.data(), 100,
+                   unresolved ? 7u : 42u};
+    ASSERT_EQ(f.pair.b.qp->PostRecv(recv), PostResult::kOk);
+    std::vector<uint8_t> msg = Pattern(60, 2);
+    ASSERT_EQ(f.pair.a.qp->Post(Send(1, msg.data(), 60)), PostResult::kOk);
+    ASSERT_TRUE(f.pair.RunUntil(
+        [&] { return !f.pair.a.cq.completions.empty(); }, kSecond));
+    EXPECT_EQ(f.pair.a.cq.completions[0].status,
+              WcStatus::kRemoteOperationalError);
+    ASSERT_EQ(f.pair.b.cq.receives.size(), 1u);
+    EXPECT_EQ(f.pair.b.cq.receives[0].wr_id, 3u);
+    EXPECT_EQ(f.pair.b.cq.receives[0].status,
+              WcStatus::kLocalProtectionError);
+    EXPECT_EQ(f.pair.b.qp->state(), QpState::kError);
+    EXPECT_EQ(f.pair.b.qp->stats().local_protection_errors, 1u);
+    EXPECT_TRUE(std::all_of(target.begin(), target.end(),
+                            [](uint8_t v) { return v == 0x5A; }));
+  }
+}
+
 TEST(SendRecvTest, LossDuplicationAndReorderingLoseNoMessage) {
   fault::FaultSpec faults;
   faults.loss = 0.05;

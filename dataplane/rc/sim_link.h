@@ -7,6 +7,7 @@
 #define RDMAPLANE_DATAPLANE_RC_SIM_LINK_H_
 
 #include <cstdint>
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <queue>
@@ -131,6 +132,18 @@ class TestMemory : public RemoteMemory {
   uint64_t invalidations() const { return invalidations_; }
   // Test hook: sees every Invalidate call, before it is decided.
   std::function<void(wire::Rkey)> on_invalidate;
+  // Local keys that no longer reach their buffers (as if deregistered):
+  // ReceiveBuffersLive is false for a receive with an SGE under one.
+  std::vector<uint32_t> dead_lkeys;
+  bool ReceiveBuffersLive(const WorkRequest& recv) override {
+    for (uint32_t i = 0; i < recv.num_sge; ++i) {
+      if (std::find(dead_lkeys.begin(), dead_lkeys.end(), recv.sge[i].lkey) !=
+          dead_lkeys.end()) {
+        return false;
+      }
+    }
+    return true;
+  }
 
  private:
   struct Invalidatable {

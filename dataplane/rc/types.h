@@ -69,6 +69,10 @@ inline constexpr uint32_t kWrKnownFlags = kWrSilentSuccess | kWrReadFence |
 struct Sge {
   uint8_t* addr = nullptr;
   uint32_t length = 0;
+  // A receive's buffer: the local key it was resolved under (0: none to
+  // check), which must still resolve to it when a message arrives
+  // (RemoteMemory::ReceiveBuffersLive).
+  uint32_t lkey = 0;
   // Keeps the memory mapped while frames point into it (zero-copy
   // transmit of a write); null: its bytes are always copied.
   MemoryOwner* owner = nullptr;
@@ -133,6 +137,12 @@ enum class WcStatus : uint8_t {
   // status, and the queue pair enters the error state (IBA responder class
   // J, as Linux rxe has it).
   kInvalidateError,
+  // Receive side: a local key of the receive's buffers stopped resolving to
+  // them (deregistered, or registered again elsewhere) after it was posted:
+  // nothing was placed; the requester is told with NAK "remote operational
+  // error" and the queue pair enters the error state (IBA 9.9.3.1.3, as
+  // hardware RNICs report it).
+  kLocalProtectionError,
 };
 const char* WcStatusName(WcStatus s);
 
@@ -260,6 +270,9 @@ struct QpStats {
   // whose R_Key it could not (WcStatus::kInvalidateError).
   StatCounter invalidations;
   StatCounter invalidate_errors;
+  // SENDs refused because the receive's buffers were deregistered after
+  // it was posted (WcStatus::kLocalProtectionError).
+  StatCounter local_protection_errors;
   // UC: messages the responder dropped (a packet lost, no receive request,
   // a rule broken); the requester never learns of them.
   StatCounter uc_messages_dropped;
