@@ -587,17 +587,41 @@ absl::Status Client::ShareMemory(void* addr, uint64_t length) {
   };
   std::vector<Gap> gaps;
   for (uint64_t at = first; at < last;) {
+    // This client's own move or share of the page, else another client's
+    // (another context of this process, of this daemon or another).
     const MovedPages* holder = nullptr;
+    const MovedPages* others = nullptr;
     for (const MovedPages& m : moved) {
-      if (at >= m.begin && at < m.end) holder = &m;
+      if (at < m.begin || at >= m.end) continue;
+      if (m.client == this) holder = &m;
+      if (m.client != this) others = &m;
     }
     if (holder != nullptr) {
-      if (holder->client != this) {
+      at = holder->end;
+      continue;
+    }
+    if (others != nullptr) {
+      // Pages moved (or a file shared) for another context: its memfd, or
+      // the file, is shared here as it is, and the daemon maps the same
+      // pages (for a memfd the daemon sealed, from the other session's
+      // mapping: only a context of the same daemon can have it).
+      const Vma* vma = VmaAt(maps, at);
+      if (vma == nullptr || !vma->shared || vma->inode != others->inode ||
+          vma->path.rfind("/SYSV", 0) == 0) {
         return MakeStatus(RDP_ERR_INVALID,
                           "the range was registered through another "
                           "rdmaplane device of this process");
       }
-      at = holder->end;
+      const uint64_t end = std::min(others->end, last);
+      if (absl::Status st = ShareFile(*vma, at, end, moved); !st.ok()) {
+        return MakeStatus(
+            RDP_ERR_INVALID,
+            absl::StrCat("the range was registered through another "
+                         "rdmaplane device of this process, and cannot be "
+                         "shared with this one: ",
+                         st.message()));
+      }
+      at = moved.back().end;
       continue;
     }
     const Vma* vma = VmaAt(maps, at);

@@ -946,18 +946,55 @@ void SessionServer::HandleFile(Session* s, const shm::SetupMessage& msg,
   }
   void* mem = mmap(nullptr, msg.length, PROT_READ | PROT_WRITE, MAP_SHARED,
                    fd, static_cast<off_t>(offset));
-  if (mem == MAP_FAILED) return refuse("cannot map it");
-  // Anyone who may write the file may shrink it under the mapping: the
-  // guard keeps the daemon alive then (bus_error_guard.h).
-  const int watch = BusErrorGuard::Watch(mem, msg.length);
-  if (watch < 0) {
-    munmap(mem, msg.length);
-    return refuse("the daemon maps too many files in place");
+  int watch = -1;
+  if (mem == MAP_FAILED && errno == EPERM) {
+    // Sealed against new writable mappings: pages an arena of the client's
+    // other session holds (the verbs front end's moved pages, registered
+    // through a second context of the device), mapped again from there.
+    // Sealed so, the memfd can neither shrink nor lose pages to a hole.
+    mem = MapFromSibling(*s, st, offset, msg.length);
+    if (mem == MAP_FAILED) {
+      return refuse("sealed against writing, and no other session of the "
+                    "process holds it");
+    }
+  } else if (mem == MAP_FAILED) {
+    return refuse("cannot map it");
+  } else {
+    // Anyone who may write the file may shrink it under the mapping: the
+    // guard keeps the daemon alive then (bus_error_guard.h).
+    watch = BusErrorGuard::Watch(mem, msg.length);
+    if (watch < 0) {
+      munmap(mem, msg.length);
+      return refuse("the daemon maps too many files in place");
+    }
   }
   const uint32_t id = AddArena(s, msg, static_cast<uint8_t*>(mem), fd, page,
                                std::move(*charges));
   s->arenas[id].watch = watch;
+  s->arenas[id].file_offset = offset;
   AnswerArena(s, shm::kStatusOk, id, "");
+}
+
+void* SessionServer::MapFromSibling(const Session& s, const struct stat& st,
+                                    uint64_t offset, uint64_t length) const {
+  for (const auto& [sock, other] : sessions_) {
+    if (other->pid != s.pid || other->uid != s.uid) continue;
+    for (const auto& [id, a] : other->arenas) {
+      struct stat ast {};
+      if (a.fd < 0 || a.lost() || offset < a.file_offset ||
+          offset - a.file_offset > a.bytes ||
+          length > a.bytes - (offset - a.file_offset) ||
+          fstat(a.fd, &ast) != 0 || ast.st_dev != st.st_dev ||
+          ast.st_ino != st.st_ino) {
+        continue;
+      }
+      // old_size 0: a second mapping of the same shared pages.
+      void* mem = mremap(a.host + (offset - a.file_offset), 0, length,
+                         MREMAP_MAYMOVE);
+      if (mem != MAP_FAILED) return mem;
+    }
+  }
+  return MAP_FAILED;
 }
 
 void SessionServer::ReportLostFiles() {

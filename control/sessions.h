@@ -20,6 +20,7 @@
 #define RDMAPLANE_CONTROL_SESSIONS_H_
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -56,6 +57,8 @@ struct Arena {
   uint64_t bytes = 0;
   uint8_t* host = nullptr;
   int fd = -1;
+  // Where in fd's file the mapping starts (kSetupFile; 0 for kSetupArena).
+  uint64_t file_offset = 0;
   // A client's file mapped in place (kSetupFile): its BusErrorGuard watch.
   // Once the watch saw the file lose pages under the mapping, the arena
   // holds no addresses any more (PiecesOf).
@@ -329,6 +332,13 @@ class SessionServer {
   std::optional<ArenaCharges> ChargeArena(Session* s, uint64_t bytes, int fd);
   // Keeps memory mapped at `host` as the arena the client has at
   // msg.address; its id.
+  // A new mapping of the pages [offset, offset + length) of the file `st`
+  // describes, made from the mapping of an arena another session of the
+  // same process (pid and uid) holds, or MAP_FAILED when none holds them
+  // all: for a memfd sealed against new writable mappings
+  // (SealAgainstHoles), which the client's other session handed over.
+  void* MapFromSibling(const Session& s, const struct stat& st,
+                       uint64_t offset, uint64_t length) const;
   uint32_t AddArena(Session* s, const shm::SetupMessage& msg, uint8_t* host,
                     int fd, size_t page_size, ArenaCharges charges);
   void AnswerArena(Session* s, int32_t status, uint32_t id,

@@ -1827,6 +1827,124 @@ static void t_deep_slots(void) {
   ibv_destroy_cq(cq);
 }
 
+/* A receive posted on memory that is deregistered before a message comes
+ * (ibv_dereg_mr(3), IBA 9.9.3.1.3): nothing lands there, the receive ends
+ * with IBV_WC_LOC_PROT_ERR and the sender's SEND with IBV_WC_REM_OP_ERR
+ * (NAK "remote operational error"). The buffer is freed in between, as an
+ * application may once its MR is gone. */
+static void t_receive_after_dereg(struct bufs* b) {
+  step("a receive whose memory was deregistered after it was posted");
+  struct pair p;
+  if (!connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    free_pair(&p);
+    return;
+  }
+  struct side* tx = &p.s[0];
+  struct side* rx = &p.s[1];
+  enum { kLen = 256 };
+  uint8_t* buf = pages(4096);
+  memset(buf, 0x5A, 4096);
+  struct ibv_mr* mr = reg(rx->dev, buf, 4096, IBV_ACCESS_LOCAL_WRITE,
+                          "receive MR");
+  if (mr == NULL) {
+    free_pair(&p);
+    return;
+  }
+  struct ibv_sge rsge = sge_of(buf, kLen, mr->lkey);
+  struct ibv_recv_wr rwr = {.wr_id = 77, .sg_list = &rsge, .num_sge = 1};
+  struct ibv_recv_wr* rbad = NULL;
+  check(ibv_post_recv(rx->qp, &rwr, &rbad) == 0, "ibv_post_recv", "failed");
+  check(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr with a receive posted on it",
+        "errno %d", errno);
+  fill(b->local, kLen, 91);
+  struct ibv_sge sge = sge_of(b->local, kLen, b->lmr->lkey);
+  struct ibv_send_wr wr = {.wr_id = 78,
+                           .sg_list = &sge,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_SEND,
+                           .send_flags = IBV_SEND_SIGNALED};
+  struct ibv_wc wc;
+  const int status = post_once(tx, &wr, "SEND into deregistered memory", &wc);
+  check(status == IBV_WC_REM_OP_ERR,
+        "the SEND ends with IBV_WC_REM_OP_ERR", "status %d (%s)", status,
+        ibv_wc_status_str((enum ibv_wc_status)status));
+  struct ibv_wc rwc;
+  memset(&rwc, 0, sizeof(rwc));
+  const int got = wait_wcs(rx->cq, &rwc, 1, 10000);
+  check(got == 1 && rwc.wr_id == 77 && rwc.status == IBV_WC_LOC_PROT_ERR,
+        "the receive ends with IBV_WC_LOC_PROT_ERR",
+        "%d completions, wr_id %llu status %d (%s)", got,
+        (unsigned long long)rwc.wr_id, rwc.status,
+        ibv_wc_status_str(rwc.status));
+  size_t changed = 0;
+  while (changed < 4096 && buf[changed] == 0x5A) ++changed;
+  check(changed == 4096, "nothing landed in the buffer",
+        "byte %zu changed", changed);
+  munmap(buf, 4096 + 4096);  /* with pages()' guard page */
+  free_pair(&p);
+}
+
+/* The same memory registered through two contexts of one device (another
+ * ibv_open_device of it, as rdma-core's own tests and programs that open a
+ * device per thread do): both MRs reach the same pages. A peer writes
+ * through the second context's rkey and reads back through the first's. */
+static void t_two_contexts(struct bufs* b) {
+  step("memory registered through two contexts of one device");
+  struct dev d2 = g_dev[0];
+  d2.ctx = ibv_open_device(g_dev[0].ctx->device);
+  d2.pd = d2.ctx != NULL ? ibv_alloc_pd(d2.ctx) : NULL;
+  if (!check(d2.pd != NULL, "a second context of rdmaplane0", "errno %d",
+             errno)) {
+    if (d2.ctx != NULL) ibv_close_device(d2.ctx);
+    return;
+  }
+  /* On the heap: small buffers share pages with other data, which the
+   * first registration moved for its context. */
+  enum { kLen = 1000 };
+  uint8_t* buf = malloc(kLen);
+  memset(buf, 0, kLen);
+  struct ibv_mr* mr1 = reg(&g_dev[0], buf, kLen, kRemoteAccess, "first MR");
+  struct ibv_mr* mr2 = reg(&d2, buf, kLen, kRemoteAccess,
+                           "the same memory through a second context");
+  struct pair p1, p2;
+  memset(&p1, 0, sizeof(p1));
+  memset(&p2, 0, sizeof(p2));
+  if (mr1 != NULL && mr2 != NULL && connect_pair(&p1, &kDefaultOpts,
+                                                 &kDefaultOpts) &&
+      make_side(&p2.s[0], &d2, &kDefaultOpts) &&
+      make_side(&p2.s[1], &g_dev[1], &kDefaultOpts) && pair_to_init(&p2) &&
+      pair_to_rts(&p2, &kDefaultOpts, &kDefaultOpts)) {
+    fill(b->remote, kLen, 57);
+    struct ibv_sge sge = sge_of(b->remote, kLen, b->rmr->lkey);
+    const int w = rdma_once(&p2.s[1], IBV_WR_RDMA_WRITE, 1, &sge, 1,
+                            (uint64_t)(uintptr_t)buf, mr2->rkey,
+                            "WRITE through the second context's rkey", NULL);
+    check(w == IBV_WC_SUCCESS && first_diff(buf, b->remote, kLen) == kLen,
+          "a WRITE through the second context's MR lands in the buffer",
+          "status %d, first difference at byte %zu", w,
+          first_diff(buf, b->remote, kLen));
+    memset(b->remote + 8192, 0, kLen);
+    struct ibv_sge rsge = sge_of(b->remote + 8192, kLen, b->rmr->lkey);
+    const int r = rdma_once(&p1.s[1], IBV_WR_RDMA_READ, 2, &rsge, 1,
+                            (uint64_t)(uintptr_t)buf, mr1->rkey,
+                            "READ through the first context's rkey", NULL);
+    check(r == IBV_WC_SUCCESS &&
+              first_diff(b->remote + 8192, b->remote, kLen) == kLen,
+          "a READ through the first context's MR sees what the WRITE put "
+          "there",
+          "status %d, first difference at byte %zu", r,
+          first_diff(b->remote + 8192, b->remote, kLen));
+  }
+  free_pair(&p1);
+  free_pair(&p2);
+  dereg(mr1);
+  dereg(mr2);
+  free(buf);
+  ibv_dealloc_pd(d2.pd);
+  check(ibv_close_device(d2.ctx) == 0, "ibv_close_device of the second",
+        "failed");
+}
+
 /* Two QPs completing into one CQ: each completion names its QP. */
 static void t_shared_cq(struct bufs* b) {
   step("two QPs sharing a CQ");
@@ -6403,6 +6521,8 @@ int main(int argc, char** argv) {
       t_max_send_wr(&b);
       t_deep_queues(&b);
       t_deep_slots();
+      t_receive_after_dereg(&b);
+      t_two_contexts(&b);
       t_shared_cq(&b);
       t_remote_errors(&b);
       t_atomics(&b);
