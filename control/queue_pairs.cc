@@ -123,6 +123,11 @@ ControlResponse ConnectionTable::SetQueuePairPeer(Connection* c,
   c->peer.reads_in = std::min<uint32_t>(p.max_dest_rd_atomic,
                                    defaults.max_dest_rd_atomic);
   c->queue_pair.min_rnr_timer = p.min_rnr_timer;
+  if ((p.remote_access & shm::kQpRemoteAccessSet) != 0) {
+    c->queue_pair.remote_access = static_cast<uint8_t>(
+        p.remote_access &
+        (shm::kAccessRead | shm::kAccessWrite | shm::kAccessAtomic));
+  }
   return Reply(shm::kStatusOk);
 }
 

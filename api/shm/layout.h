@@ -322,6 +322,9 @@ enum QpTransition : uint32_t {
                    // the client attaches the slot again
 };
 
+// QpPeer::remote_access says which operations the queue pair serves.
+inline constexpr uint8_t kQpRemoteAccessSet = 0x80;
+
 // kOpModifyQp's arguments, in ControlRequest::descriptor.
 struct QpPeer {
   uint32_t peer_ip;    // IPv4 of the peer's daemon (host order)
@@ -335,7 +338,11 @@ struct QpPeer {
   uint8_t timeout;             // IBA local ACK timeout code; 0: ours
   uint8_t rnr_retry;           // RNR NAKs we retry in a row (7: for ever)
   uint8_t min_rnr_timer;       // the RNR timer code our RNR NAKs carry
-  uint8_t reserved[2];
+  // kQpToRtr: with kQpRemoteAccessSet, the remote operations the queue
+  // pair's responder serves (kAccessRead, kAccessWrite, kAccessAtomic:
+  // verbs' qp_access_flags); without it, every one.
+  uint8_t remote_access;
+  uint8_t reserved;
   uint32_t qkey;  // UD (kQpToInit, kQpToRtr): the queue pair's Q_Key
 };
 static_assert(sizeof(QpPeer) == kDescriptorBytes);

@@ -342,6 +342,15 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
       peer.max_dest_rd_atomic = attr->max_dest_rd_atomic;
     }
     if (mask & IBV_QP_MIN_RNR_TIMER) peer.min_rnr_timer = attr->min_rnr_timer;
+    // The remote operations the responder serves: set at INIT or now.
+    const unsigned access = (mask & IBV_QP_ACCESS_FLAGS)
+                                ? attr->qp_access_flags
+                                : q->attr.qp_access_flags;
+    peer.remote_access = static_cast<uint8_t>(
+        shm::kQpRemoteAccessSet |
+        ((access & IBV_ACCESS_REMOTE_READ) ? shm::kAccessRead : 0) |
+        ((access & IBV_ACCESS_REMOTE_WRITE) ? shm::kAccessWrite : 0) |
+        ((access & IBV_ACCESS_REMOTE_ATOMIC) ? shm::kAccessAtomic : 0));
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRtr, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
   } else if (next == QpState::kRts && cur == QpState::kRtr) {

@@ -266,6 +266,12 @@ rc::ResolvedMemory Endpoint::Resolve(wire::Qpn, wire::Rkey rkey, uint64_t va,
                       : access == rc::RemoteAccess::kWrite
                           ? mr::kAccessRemoteWrite
                           : mr::kAccessRemoteAtomic;
+  // The queue pair itself does not serve the operation (verbs'
+  // qp_access_flags): refused as an access error, as RNICs do.
+  if ((info_.remote_access & bit) == 0) {
+    ++stats_.access_refused_by_qp;
+    return {rc::AccessCheck::kNoPermission, nullptr};
+  }
   const mr::AccessResult r =
       mr::ResolveRemote(*table_, rkey.value(), info_.registration_scope, bit,
                         va, len, info_.connection_id);

@@ -144,6 +144,11 @@ struct EndpointInfo {
   // Scope of the registrations peers may reach through this endpoint: the
   // connection end's, or a verbs protection domain's.
   uint32_t registration_scope = 0;
+  // The remote operations the responder serves (mr::kAccessRemote* bits;
+  // a verbs queue pair's qp_access_flags): others are refused as a remote
+  // access error (NAK), whatever the key.
+  uint8_t remote_access = mr::kAccessRemoteRead | mr::kAccessRemoteWrite |
+                          mr::kAccessRemoteAtomic;
   uint32_t session_id = 0;     // owner, for local keys
   shm::SessionHeader* header = nullptr;
   uint32_t slot = 0;          // connection slot in the session
@@ -177,6 +182,8 @@ struct EndpointStats {
   rc::StatCounter posted;
   rc::StatCounter completed;
   rc::StatCounter local_key_errors;
+  // Remote operations the queue pair does not serve (its qp_access_flags).
+  rc::StatCounter access_refused_by_qp;
   rc::StatCounter bad_entries;
   rc::StatCounter rx_rejected;
   rc::StatCounter direct;  // requests carried out directly (same engine)

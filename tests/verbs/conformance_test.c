@@ -251,7 +251,10 @@ static int to_init(struct ibv_qp* qp) {
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
   a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  /* The remote operations its responder serves (atomics too: the MRs say
+   * where; without the QP's consent an atomic is a remote access error). */
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                      IBV_ACCESS_REMOTE_ATOMIC;
   return ibv_modify_qp(
       qp, &a,
       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
@@ -924,7 +927,8 @@ static void t_state_machine(void) {
   r = ibv_query_qp(qp, &a, IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, &qi);
   check(r == 0 && a.port_num == 1 &&
             a.qp_access_flags ==
-                (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ),
+                (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                 IBV_ACCESS_REMOTE_ATOMIC),
         "ibv_query_qp reports the port and access flags set at INIT",
         "port %u access %#x", a.port_num, a.qp_access_flags);
   check_post_refused(qp, lmr, rmr->rkey,
