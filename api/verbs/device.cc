@@ -300,7 +300,10 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c->client = std::move(*client);
   c->info = *info;
   c->ctx.device = device;
-  c->ctx.cmd_fd = -1;
+  // There is no kernel device to send commands to; a descriptor of its own
+  // all the same, as programs dup it (rdma-core's tests, for
+  // ibv_import_device, which then fails with EOPNOTSUPP).
+  c->ctx.cmd_fd = eventfd(0, EFD_CLOEXEC);
   // Counts the asynchronous events raised and not taken (RaiseAsyncEvent).
   c->ctx.async_fd = eventfd(0, EFD_CLOEXEC);
   c->ctx.num_comp_vectors = 1;
@@ -328,6 +331,7 @@ int ibv_close_device(ibv_context* context) {
   Context* c = Ctx(context);
   StopWatcher(c);
   if (c->ctx.async_fd >= 0) close(c->ctx.async_fd);
+  if (c->ctx.cmd_fd >= 0) close(c->ctx.cmd_fd);
   pthread_mutex_destroy(&c->ctx.mutex);
   delete c;  // the session ends: the daemon lets go of everything in it
   return 0;
