@@ -42,6 +42,9 @@ PACKAGES=(
   libucx-dev
   openmpi-bin
   libopenmpi-dev
+  # rdma-core's own test suite (pyverbs, with its tests in
+  # /usr/share/doc/rdma-core/tests): tests/verbs/rdma_core_tests_test.sh.
+  python3-pyverbs
   # Tests and micro-benchmarks.
   libgtest-dev
   libgmock-dev
