@@ -86,9 +86,11 @@ void EnterError(Qp* q) {
 }
 
 // The queue pair goes to RESET (from ERR, drained): the daemon makes it new
-// with the same QPN, under a new handle; completions already gathered stay
-// for the CQ to report (IBA 10.3.1: a reset empties the work queues, not the
-// completion queue). Caller holds the context's mutex.
+// with the same QPN, under a new handle, and its completions not polled yet
+// leave its CQs (IBA: in Reset the QP's work queues and its entries in
+// their CQs are empty; other queue pairs' entries stay), as mlx5 cleans
+// them: an application that reuses a queue pair after an error does not
+// poll the old flushed receives. Caller holds the context's mutex.
 int ResetQp(Qp* q) {
   std::lock_guard<std::mutex> lock(q->mu);
   auto conn = q->owner->client->ResetQueuePair(q->conn);
@@ -96,6 +98,9 @@ int ResetQp(Qp* q) {
     return Fail<int>(ErrnoOf(conn.status()), ErrnoOf(conn.status()),
                      conn.status());
   q->conn = *conn;
+  q->send_wcs.clear();
+  q->recv_wcs.clear();
+  q->recv_solicited.clear();
   q->posted = 0;
   q->comm_established = false;
   q->rposted = q->rcompleted = 0;

@@ -1015,11 +1015,29 @@ static void t_state_machine(void) {
   check_state(qp, IBV_QPS_RESET, "state RESET after ERR->RESET");
   check(qp->qp_num == qpn, "the QPN stays across RESET", "%u, was %u",
         qp->qp_num, qpn);
+  /* A receive the reset flushes: its completion leaves the CQ with the
+   * queue pair's other entries (IBA: in Reset the QP's CQ entries are
+   * gone; mlx5 cleans them), so that a reused queue pair's first poll is
+   * not an old flushed receive. */
+  {
+    struct ibv_sge rsge = sge_of(remote + 8192, 64, rmr->lkey);
+    struct ibv_recv_wr rwr = {.wr_id = 80, .sg_list = &rsge, .num_sge = 1};
+    struct ibv_recv_wr* rbad = NULL;
+    check(ibv_post_recv(s1.qp, &rwr, &rbad) == 0,
+          "a receive posted before RTS->RESET", "failed");
+  }
   r = to_state(s1.qp, IBV_QPS_RESET);
   check(r == 0, "RTS->RESET (through ERR)", "returned %d", r);
   check_state(s1.qp, IBV_QPS_RESET, "state RESET after RTS->RESET");
-  drain_cq(s1.cq);
-  drain_cq(s0.cq);
+  {
+    struct ibv_wc wc[4];
+    const int n1 = ibv_poll_cq(s1.cq, 4, wc);
+    const int n0 = ibv_poll_cq(s0.cq, 4, wc);
+    check(n1 == 0 && n0 == 0,
+          "after RESET the queue pairs' CQs hold none of their completions "
+          "(the flushed receive included)",
+          "%d and %d completions left", n1, n0);
+  }
   r = to_init(qp);
   if (r == 0) r = to_rtr(qp, &g_dev[1].gid, s1.qp->qp_num, 0x5151);
   if (r == 0) r = to_rts(qp, 0x5252);
