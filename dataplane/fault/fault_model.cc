@@ -49,8 +49,8 @@ std::string ParseFaultSpec(const std::string& text, FaultSpec* spec) {
                                          : nullptr;
     uint64_t n = 0;
     if (ns != nullptr) {
-      if (!ParseU64(value, &n) || n > 10'000'000) {
-        return key + " must be 0..10000000, got '" + value + "'";
+      if (!ParseU64(value, &n) || n > 60'000'000) {
+        return key + " must be 0..60000000, got '" + value + "'";
       }
       *ns = n * 1000;
       continue;
