@@ -510,12 +510,17 @@ absl::Status Client::CallStatus(ControlRequest request,
 }
 
 absl::StatusOr<uint32_t> Client::RegisterMemory(void* addr, uint64_t length,
-                                                uint32_t flags) {
+                                                uint32_t flags,
+                                                std::optional<uint32_t> pd) {
   ControlRequest req{};
   req.op = shm::kOpRegisterLocal;
   req.address = reinterpret_cast<uint64_t>(addr);
   req.length = length;
   req.flags = flags;
+  if (pd) {
+    req.connection = shm::kPdScopeSlot;
+    req.key = *pd;
+  }
   ControlResponse resp;
   absl::Status s = CallStatus(req, &resp);
   if (!s.ok()) return s;

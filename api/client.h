@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -67,8 +68,11 @@ class Client {
   // True when the arenas are backed by hugepages.
   bool hugepages() const { return hugepages_; }
 
-  absl::StatusOr<uint32_t> RegisterMemory(void* addr, uint64_t length,
-                                          uint32_t flags);
+  // With `pd` (a protection domain of AllocPd), the key serves only that
+  // domain's queue pairs (a verbs MR's lkey).
+  absl::StatusOr<uint32_t> RegisterMemory(
+      void* addr, uint64_t length, uint32_t flags,
+      std::optional<uint32_t> pd = std::nullopt);
   absl::Status DeregisterMemory(uint32_t lkey);
 
   absl::Status Listen(absl::string_view service);

@@ -136,6 +136,14 @@ ControlResponse MemoryService::RegisterLocal(Session& s,
   if (r.flags == 0 || (r.flags & ~shm::kAccessReadWrite) != 0) {
     return Reply(shm::kStatusInvalid, "flags must be read, write or both");
   }
+  // A verbs MR's lkey belongs to its protection domain: only queue pairs
+  // of that domain may name it.
+  uint32_t scope = mr::kAnyConnection;
+  if (r.connection == shm::kPdScopeSlot) {
+    const std::optional<uint32_t> pd = PdScope(s, r.key);
+    if (!pd) return Reply(shm::kStatusInvalid, "no such protection domain");
+    scope = *pd;
+  }
   rc::MemoryOwner* owner = nullptr;
   ControlResponse refusal;
   uint8_t* host = Resolve(s, r.address, r.length, &owner, &refusal);
@@ -143,7 +151,7 @@ ControlResponse MemoryService::RegisterLocal(Session& s,
   mr::Registration reg;
   reg.memory_owner = owner;
   reg.owner = s.id;
-  reg.connection = mr::kAnyConnection;
+  reg.connection = scope;
   reg.address = r.address;
   reg.length = r.length;
   reg.host = host;
@@ -166,8 +174,16 @@ ControlResponse MemoryService::DeregisterLocal(const Session& s,
   if (reg != nullptr && reg->owner == s.id && windows_.Holds(s.id, r.key)) {
     return Reply(shm::kStatusInvalid, "a memory window is bound to it");
   }
-  return ReleaseReply(cache_.Deregister(s.id, mr::kAnyConnection, r.key),
-                      "not a registration of this client");
+  // A local key: the session's, or one of its protection domains' (never
+  // a key peers reach).
+  const bool local =
+      reg != nullptr && reg->kind == mr::KeyKind::kMemory &&
+      (reg->access & (mr::kAccessRemoteRead | mr::kAccessRemoteWrite |
+                      mr::kAccessRemoteAtomic)) == 0;
+  return ReleaseReply(
+      cache_.Deregister(s.id, local ? reg->connection : mr::kAnyConnection,
+                        r.key),
+      "not a registration of this client");
 }
 
 ControlResponse MemoryService::RegisterRdma(Session& s,

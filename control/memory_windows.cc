@@ -176,11 +176,15 @@ MemoryWindows::Outcome MemoryWindows::Bind(Window& w, uint32_t pd_scope,
   // The memory region: the client's own, and containing the window.
   const shm::SgeEntry& s = e.sge[0];
   // A local registration only: its lifetime is what keeps the window's
-  // memory (a remote one goes with its connection or domain unasked).
+  // memory (a remote one goes with its connection or domain unasked). A
+  // verbs MR's lkey is its protection domain's, which must be the window's.
   const mr::Registration* region = table_->Lookup(s.lkey);
   if (region == nullptr || region->owner != w.session ||
       region->kind != mr::KeyKind::kMemory ||
-      region->connection != mr::kAnyConnection ||
+      (region->access & (mr::kAccessRemoteRead | mr::kAccessRemoteWrite |
+                         mr::kAccessRemoteAtomic)) != 0 ||
+      (region->connection != mr::kAnyConnection &&
+       region->connection != w.pd_scope) ||
       (e.swap_add & shm::kBindRegionAllowsBind) == 0 ||
       !Inside(*region, s.address, s.length)) {
     return refused;

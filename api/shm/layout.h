@@ -187,7 +187,10 @@ enum ConnectionState : uint32_t {
 // --- Control messages ----------------------------------------------------
 
 enum ControlOp : uint32_t {
-  kOpRegisterLocal = 1,     // memory a local SGE may name
+  kOpRegisterLocal = 1,     // memory a local SGE may name; with
+                            // connection kPdScopeSlot and key a protection
+                            // domain, only that domain's queue pairs may
+                            // (a verbs MR's lkey)
   kOpDeregisterLocal = 2,
   kOpRegisterRdma = 3,      // memory the connection's peer may access
   kOpDeregisterRdma = 4,

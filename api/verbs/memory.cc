@@ -72,7 +72,8 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
   auto m = std::make_unique<Mr>();
   m->local_flags =
       RDP_MEM_READ | ((access & IBV_ACCESS_LOCAL_WRITE) ? RDP_MEM_WRITE : 0);
-  auto lkey = c->client->RegisterMemory(addr, length, m->local_flags);
+  // The lkey serves the PD's queue pairs only.
+  auto lkey = c->client->RegisterMemory(addr, length, m->local_flags, p->id);
   if (!lkey.ok())
     return Fail<ibv_mr*>(ErrnoOf(lkey.status()), nullptr, lkey.status());
   m->remote_flags =

@@ -459,8 +459,9 @@ int Endpoint::Translate(const shm::SendEntry& e, rc::WorkRequest* wr,
   for (uint32_t i = 0; i < e.num_sge; ++i) {
     const shm::SgeEntry& s = e.sge[i];
     total += s.length;
-    const mr::AccessResult r = mr::ResolveLocal(
-        *table_, s.lkey, info_.session_id, access, s.address, s.length);
+    const mr::AccessResult r =
+        mr::ResolveLocal(*table_, s.lkey, info_.session_id, access, s.address,
+                         s.length, info_.registration_scope);
     // Pin before trusting the pointer beyond this loop iteration; a key
     // deregistered in between fails the pin.
     if (r.check != mr::AccessCheck::kOk || !table_->BeginUse(s.lkey)) {
@@ -580,6 +581,8 @@ bool Endpoint::ReceiveBuffersLive(const rc::WorkRequest& recv) {
     if (s.lkey == 0) continue;
     const mr::Registration* r = table_->Lookup(s.lkey);
     if (r == nullptr || r->owner != info_.session_id ||
+        (r->connection != mr::kAnyConnection &&
+         r->connection != info_.registration_scope) ||
         (r->access & mr::kAccessLocalWrite) == 0 || s.addr < r->host ||
         static_cast<uint64_t>(s.addr - r->host) > r->length ||
         s.length > r->length - static_cast<uint64_t>(s.addr - r->host)) {
@@ -628,7 +631,8 @@ uint32_t Endpoint::PullReceives(uint32_t budget) {
         const shm::SgeEntry& s = e.sge[i];
         const mr::AccessResult r =
             mr::ResolveLocal(*table_, s.lkey, info_.session_id,
-                             mr::kAccessLocalWrite, s.address, s.length);
+                             mr::kAccessLocalWrite, s.address, s.length,
+                             info_.registration_scope);
         if (r.check != mr::AccessCheck::kOk) {
           ++stats_.local_key_errors;
           wr.sge[i] = {nullptr, s.length, s.lkey != 0 ? s.lkey : ~0u, nullptr};

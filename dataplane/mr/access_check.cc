@@ -35,9 +35,12 @@ AccessResult CheckAccess(const Registration& r, uint32_t connection,
 
 AccessResult CheckLocalAccess(const Registration& r, uint32_t owner,
                               uint8_t access, uint64_t address,
-                              uint64_t length) {
-  // A window's key is an rkey only, never an lkey.
-  if (r.owner != owner || r.kind != KeyKind::kMemory) {
+                              uint64_t length, uint32_t scope) {
+  // A window's key is an rkey only, never an lkey; a key of a protection
+  // domain serves that domain's queue pairs only.
+  if (r.owner != owner || r.kind != KeyKind::kMemory ||
+      (scope != kAnyConnection && r.connection != kAnyConnection &&
+       r.connection != scope)) {
     return {AccessCheck::kWrongConnection, nullptr};
   }
   return CheckBitsAndRange(r, access, address, length);
@@ -54,10 +57,10 @@ AccessResult ResolveRemote(const RegistrationTable& table, uint32_t rkey,
 
 AccessResult ResolveLocal(const RegistrationTable& table, uint32_t lkey,
                           uint32_t owner, uint8_t access, uint64_t address,
-                          uint64_t length) {
+                          uint64_t length, uint32_t scope) {
   const Registration* r = table.Lookup(lkey);
   if (r == nullptr) return {AccessCheck::kUnknownKey, nullptr};
-  return CheckLocalAccess(*r, owner, access, address, length);
+  return CheckLocalAccess(*r, owner, access, address, length, scope);
 }
 
 }  // namespace rdmaplane::mr

@@ -364,10 +364,13 @@ AccessResult CheckAccess(const Registration& r, uint32_t connection,
                          uint32_t queue_pair = kAnyConnection);
 
 // Local access through an lkey: the registration must belong to the posting
-// session `owner`; otherwise as CheckAccess (the connection is not checked).
+// session `owner` and, when it is scoped to a protection domain (a verbs
+// MR's) and a `scope` is given, to the posting queue pair's `scope`;
+// otherwise as CheckAccess.
 AccessResult CheckLocalAccess(const Registration& r, uint32_t owner,
                               uint8_t access, uint64_t address,
-                              uint64_t length);
+                              uint64_t length,
+                              uint32_t scope = kAnyConnection);
 
 // Lookup + CheckAccess / CheckLocalAccess. The host pointer has the lifetime
 // of Lookup's result (until the caller's next Quiescent, or while pinned).
@@ -377,7 +380,7 @@ AccessResult ResolveRemote(const RegistrationTable& table, uint32_t rkey,
                            uint32_t queue_pair = kAnyConnection);
 AccessResult ResolveLocal(const RegistrationTable& table, uint32_t lkey,
                           uint32_t owner, uint8_t access, uint64_t address,
-                          uint64_t length);
+                          uint64_t length, uint32_t scope = kAnyConnection);
 
 }  // namespace rdmaplane::mr
 

@@ -653,6 +653,16 @@ TEST(CheckAccessTest, LocalAccessChecksOwnerNotConnection) {
       Reg(buf, 0x2000, sizeof(buf), kAccessRemoteRead, 9, /*owner=*/5);
   EXPECT_EQ(CheckLocalAccess(remote, 5, kAccessLocal, 0x2000, 8).check,
             AccessCheck::kNoPermission);
+  // A key of protection domain 9 (a verbs MR's) serves that domain's queue
+  // pairs only; a session-wide key serves every scope.
+  const Registration in_pd =
+      Reg(buf, 0x2000, sizeof(buf), kAccessLocal, 9, /*owner=*/5);
+  EXPECT_EQ(CheckLocalAccess(in_pd, 5, kAccessLocal, 0x2000, 8, 9).check,
+            AccessCheck::kOk);
+  EXPECT_EQ(CheckLocalAccess(in_pd, 5, kAccessLocal, 0x2000, 8, 10).check,
+            AccessCheck::kWrongConnection);
+  EXPECT_EQ(CheckLocalAccess(r, 5, kAccessLocal, 0x2008, 8, 10).check,
+            AccessCheck::kOk);
 }
 
 TEST(CheckAccessTest, ResolveThroughTheTable) {

@@ -1906,6 +1906,47 @@ static void t_receive_after_dereg(struct bufs* b) {
   free_pair(&p);
 }
 
+/* An lkey is its protection domain's: a queue pair may not name an MR of
+ * another PD of the same context. A WRITE from one fails with
+ * IBV_WC_LOC_PROT_ERR (or is refused at the post) and moves nothing.
+ * (rdma_core_tests_test's test_mr_rereg_pd covers a receive.) */
+static void t_lkey_of_another_pd(struct bufs* b) {
+  step("an lkey of another protection domain");
+  struct ibv_pd* other = ibv_alloc_pd(g_dev[0].ctx);
+  if (!check(other != NULL, "a second PD", "errno %d", errno)) return;
+  uint8_t* buf = pages(4096);
+  memset(buf, 0x6B, 4096);
+  struct ibv_mr* mr = ibv_reg_mr(other, buf, 4096, kRemoteAccess);
+  struct pair p;
+  if (check(mr != NULL, "an MR in the second PD", "errno %d", errno) &&
+      connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    memset(b->remote, 0, 4096);
+    struct ibv_sge sge = sge_of(buf, 4096, mr->lkey);
+    struct ibv_send_wr w = rdma_wr(IBV_WR_RDMA_WRITE, 1300, &sge, 1,
+                                   raddr(b, 0), b->rmr->rkey,
+                                   IBV_SEND_SIGNALED);
+    struct ibv_send_wr* bad = NULL;
+    const int r = ibv_post_send(p.s[0].qp, &w, &bad);
+    struct ibv_wc wc;
+    memset(&wc, 0, sizeof(wc));
+    const int got = r == 0 ? wait_wcs(p.s[0].cq, &wc, 1, 10000) : 0;
+    check((r != 0 && bad == &w) ||
+              (got == 1 && wc.wr_id == 1300 &&
+               wc.status == IBV_WC_LOC_PROT_ERR),
+          "a WRITE from an MR of another PD is refused or completes with "
+          "IBV_WC_LOC_PROT_ERR",
+          "post %d, %d completions, status %s", r, got,
+          got ? wc_name(wc.status) : "none");
+    check(all_bytes(b->remote, 4096, 0), "and moved nothing",
+          "the target changed");
+  }
+  free_pair(&p);
+  dereg(mr);
+  munmap(buf, 4096 + 4096);
+  check(ibv_dealloc_pd(other) == 0, "ibv_dealloc_pd of the second PD",
+        "errno %d", errno);
+}
+
 /* The same memory registered through two contexts of one device (another
  * ibv_open_device of it, as rdma-core's own tests and programs that open a
  * device per thread do): both MRs reach the same pages. A peer writes
@@ -6544,6 +6585,7 @@ int main(int argc, char** argv) {
       t_deep_queues(&b);
       t_deep_slots();
       t_receive_after_dereg(&b);
+      t_lkey_of_another_pd(&b);
       t_two_contexts(&b);
       t_shared_cq(&b);
       t_remote_errors(&b);

@@ -9,7 +9,7 @@
 #     hang fails this test);
 #   - at least MIN_PASSED tests pass (a suite that finds no device skips
 #     every test);
-#   - the tests that fail are exactly the gaps listed below, each with the
+#   - the tests that fail are exactly the gap listed below, with the
 #     reason docs/verbs.md ("Not served") gives: a test that starts to fail
 #     fails this test, and so does a listed gap that passes (the list stays
 #     true). Skips are the suite's own: hardware the device does not have
@@ -41,7 +41,6 @@ MIN_PASSED=80
 # test id -> why it fails (docs/verbs.md, "Not served").
 declare -A gaps=(
   [tests.test_mr.MRTest.test_mr_rereg_access]="ibv_rereg_mr gives the MR a new rkey; the test keeps the one it read before"
-  [tests.test_mr.MRTest.test_mr_rereg_pd]="local keys are not bound to a protection domain: an MR of another PD still serves the queue pair"
 )
 
 e2e_install_traps
