@@ -110,16 +110,7 @@ std::unique_ptr<engine::Endpoint> ConnectionTable::MakeEndpoint(
   info.connection_id = ScopeOf(c->id, side);
   info.registration_scope = c->is_queue_pair() ? c->queue_pair.pd_scope : info.connection_id;
   if (c->is_queue_pair()) {
-    info.remote_access = static_cast<uint8_t>(
-        ((c->queue_pair.remote_access & shm::kAccessRead) != 0
-             ? mr::kAccessRemoteRead
-             : 0) |
-        ((c->queue_pair.remote_access & shm::kAccessWrite) != 0
-             ? mr::kAccessRemoteWrite
-             : 0) |
-        ((c->queue_pair.remote_access & shm::kAccessAtomic) != 0
-             ? mr::kAccessRemoteAtomic
-             : 0));
+    info.remote_access = RemoteAccessBits(c->queue_pair.remote_access);
   }
   info.session_id = s->id;
   info.header = s->header;

@@ -91,8 +91,8 @@ struct QueuePairSettings {
   uint32_t rnr_retry = rc::QpConfig{}.rnr_retry;
   uint8_t min_rnr_timer = rc::QpConfig{}.min_rnr_timer;
   uint32_t qkey = 0;  // UD: the Q_Key datagrams to it must carry
-  // The remote operations its responder serves (shm::kAccess* bits; verbs'
-  // qp_access_flags at RTR).
+  // The remote operations its responder serves (shm::kAccess* bits, others
+  // ignored; verbs' qp_access_flags at RTR).
   uint8_t remote_access =
       shm::kAccessRead | shm::kAccessWrite | shm::kAccessAtomic;
   // The slot of the shared receive queue it takes receives from, or

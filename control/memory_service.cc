@@ -36,14 +36,13 @@ ControlResponse ReleaseReply(RegistrationCache::Release result,
 constexpr uint32_t kRdmaAccessFlags =
     shm::kAccessRead | shm::kAccessWrite | shm::kAccessAtomic;
 
-// Registration access bits for those flags.
+}  // namespace
+
 uint8_t RemoteAccessBits(uint32_t flags) {
   return ((flags & shm::kAccessRead) ? mr::kAccessRemoteRead : 0) |
          ((flags & shm::kAccessWrite) ? mr::kAccessRemoteWrite : 0) |
          ((flags & shm::kAccessAtomic) ? mr::kAccessRemoteAtomic : 0);
 }
-
-}  // namespace
 
 MemoryService::MemoryService(mr::RegistrationTable* table,
                              uint32_t max_per_session, UserAccounts* accounts,
@@ -176,10 +175,7 @@ ControlResponse MemoryService::DeregisterLocal(const Session& s,
   }
   // A local key: the session's, or one of its protection domains' (never
   // a key peers reach).
-  const bool local =
-      reg != nullptr && reg->kind == mr::KeyKind::kMemory &&
-      (reg->access & (mr::kAccessRemoteRead | mr::kAccessRemoteWrite |
-                      mr::kAccessRemoteAtomic)) == 0;
+  const bool local = reg != nullptr && mr::IsLocalRegistration(*reg);
   return ReleaseReply(
       cache_.Deregister(s.id, local ? reg->connection : mr::kAnyConnection,
                         r.key),

@@ -40,6 +40,10 @@ inline bool IsPdScope(uint32_t scope) {
   return (scope & kPdScopeBit) != 0 && scope != mr::kAnyConnection;
 }
 
+// A registration's remote access bits (mr::kAccessRemote*) for the
+// shm::kAccessRead, kAccessWrite and kAccessAtomic bits of `flags`.
+uint8_t RemoteAccessBits(uint32_t flags);
+
 class MemoryService {
  public:
   // `max_per_session`: distinct registrations one session may hold; each

@@ -180,9 +180,7 @@ MemoryWindows::Outcome MemoryWindows::Bind(Window& w, uint32_t pd_scope,
   // verbs MR's lkey is its protection domain's, which must be the window's.
   const mr::Registration* region = table_->Lookup(s.lkey);
   if (region == nullptr || region->owner != w.session ||
-      region->kind != mr::KeyKind::kMemory ||
-      (region->access & (mr::kAccessRemoteRead | mr::kAccessRemoteWrite |
-                         mr::kAccessRemoteAtomic)) != 0 ||
+      !mr::IsLocalRegistration(*region) ||
       (region->connection != mr::kAnyConnection &&
        region->connection != w.pd_scope) ||
       (e.swap_add & shm::kBindRegionAllowsBind) == 0 ||

@@ -124,9 +124,7 @@ ControlResponse ConnectionTable::SetQueuePairPeer(Connection* c,
                                    defaults.max_dest_rd_atomic);
   c->queue_pair.min_rnr_timer = p.min_rnr_timer;
   if ((p.remote_access & shm::kQpRemoteAccessSet) != 0) {
-    c->queue_pair.remote_access = static_cast<uint8_t>(
-        p.remote_access &
-        (shm::kAccessRead | shm::kAccessWrite | shm::kAccessAtomic));
+    c->queue_pair.remote_access = p.remote_access;
   }
   return Reply(shm::kStatusOk);
 }

@@ -58,6 +58,14 @@ void ReportFailure(const absl::Status& why) {
   }
 }
 
+uint32_t RemoteFlagsOf(unsigned access) {
+  static_assert(RDP_MEM_READ == shm::kAccessRead &&
+                RDP_MEM_WRITE == shm::kAccessWrite);
+  return ((access & IBV_ACCESS_REMOTE_READ) ? RDP_MEM_READ : 0) |
+         ((access & IBV_ACCESS_REMOTE_WRITE) ? RDP_MEM_WRITE : 0) |
+         ((access & IBV_ACCESS_REMOTE_ATOMIC) ? shm::kAccessAtomic : 0);
+}
+
 uint32_t MtuBytes(ibv_mtu mtu) {
   switch (mtu) {
     case IBV_MTU_256:

@@ -76,10 +76,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
   auto lkey = c->client->RegisterMemory(addr, length, m->local_flags, p->id);
   if (!lkey.ok())
     return Fail<ibv_mr*>(ErrnoOf(lkey.status()), nullptr, lkey.status());
-  m->remote_flags =
-      ((access & IBV_ACCESS_REMOTE_READ) ? RDP_MEM_READ : 0) |
-      ((access & IBV_ACCESS_REMOTE_WRITE) ? RDP_MEM_WRITE : 0) |
-      ((access & IBV_ACCESS_REMOTE_ATOMIC) ? shm::kAccessAtomic : 0);
+  m->remote_flags = RemoteFlagsOf(access);
   uint32_t rkey = *lkey;  // reaches nothing remotely
   if (m->remote_flags != 0) {
     auto r = c->client->RegisterPdMemory(p->id, addr, length, m->remote_flags);

@@ -344,6 +344,9 @@ T Fail(int err, T value, const absl::Status& why = absl::OkStatus()) {
 
 uint32_t MtuBytes(ibv_mtu mtu);
 ibv_mtu MtuEnum(uint32_t bytes);
+// The remote rights in ibv_access_flags `access`, as librdmaplane's access
+// flags (RDP_MEM_READ, RDP_MEM_WRITE, shm::kAccessAtomic).
+uint32_t RemoteFlagsOf(unsigned access);
 // The RoCEv2 GID of an IPv4 address: ::ffff:a.b.c.d.
 ibv_gid GidOf(uint32_t ip);
 bool Ipv4OfGid(const ibv_gid& g, uint32_t* ip);

@@ -351,11 +351,8 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     const unsigned access = (mask & IBV_QP_ACCESS_FLAGS)
                                 ? attr->qp_access_flags
                                 : q->attr.qp_access_flags;
-    peer.remote_access = static_cast<uint8_t>(
-        shm::kQpRemoteAccessSet |
-        ((access & IBV_ACCESS_REMOTE_READ) ? shm::kAccessRead : 0) |
-        ((access & IBV_ACCESS_REMOTE_WRITE) ? shm::kAccessWrite : 0) |
-        ((access & IBV_ACCESS_REMOTE_ATOMIC) ? shm::kAccessAtomic : 0));
+    peer.remote_access =
+        static_cast<uint8_t>(shm::kQpRemoteAccessSet | RemoteFlagsOf(access));
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRtr, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
   } else if (next == QpState::kRts && cur == QpState::kRtr) {

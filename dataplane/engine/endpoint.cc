@@ -577,15 +577,15 @@ void Endpoint::CompleteRecv(const rc::RecvCompletion& c) {
 bool Endpoint::ReceiveBuffersLive(const rc::WorkRequest& recv) {
   for (uint32_t i = 0; i < recv.num_sge; ++i) {
     const rc::Sge& s = recv.sge[i];
-    if (s.length == 0) continue;
-    if (s.lkey == 0) continue;
+    if (s.length == 0 || s.lkey == 0) continue;
+    // The buffer's client address under the key's registration now, checked
+    // as at the post (ResolveLocal).
     const mr::Registration* r = table_->Lookup(s.lkey);
-    if (r == nullptr || r->owner != info_.session_id ||
-        (r->connection != mr::kAnyConnection &&
-         r->connection != info_.registration_scope) ||
-        (r->access & mr::kAccessLocalWrite) == 0 || s.addr < r->host ||
-        static_cast<uint64_t>(s.addr - r->host) > r->length ||
-        s.length > r->length - static_cast<uint64_t>(s.addr - r->host)) {
+    if (r == nullptr || s.addr < r->host ||
+        mr::CheckLocalAccess(*r, info_.session_id, mr::kAccessLocalWrite,
+                             r->address + static_cast<uint64_t>(s.addr - r->host),
+                             s.length, info_.registration_scope)
+                .check != mr::AccessCheck::kOk) {
       ++stats_.local_key_errors;
       return false;
     }

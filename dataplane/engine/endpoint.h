@@ -147,8 +147,7 @@ struct EndpointInfo {
   // The remote operations the responder serves (mr::kAccessRemote* bits;
   // a verbs queue pair's qp_access_flags): others are refused as a remote
   // access error (NAK), whatever the key.
-  uint8_t remote_access = mr::kAccessRemoteRead | mr::kAccessRemoteWrite |
-                          mr::kAccessRemoteAtomic;
+  uint8_t remote_access = mr::kAccessRemote;
   uint32_t session_id = 0;     // owner, for local keys
   shm::SessionHeader* header = nullptr;
   uint32_t slot = 0;          // connection slot in the session

@@ -64,6 +64,9 @@ inline constexpr uint8_t kAccessRemoteRead = 2;
 inline constexpr uint8_t kAccessRemoteWrite = 4;
 inline constexpr uint8_t kAccessLocalWrite = 8;
 inline constexpr uint8_t kAccessRemoteAtomic = 16;
+// Every bit a peer's access needs one of.
+inline constexpr uint8_t kAccessRemote =
+    kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic;
 inline constexpr uint8_t kAccessKnownBits =
     kAccessLocal | kAccessRemoteRead | kAccessRemoteWrite | kAccessLocalWrite |
     kAccessRemoteAtomic;
@@ -77,6 +80,10 @@ inline constexpr uint32_t kAnyConnection = 0xFFFFFFFF;
 // was bound on (Registration::queue_pair), which may also invalidate it
 // (SEND with Invalidate).
 enum class KeyKind : uint8_t { kMemory = 0, kWindowType1 = 1, kWindowType2 = 2 };
+
+struct Registration;
+// Whether `r` is a local key's registration: memory that no peer reaches.
+bool IsLocalRegistration(const Registration& r);
 
 struct Registration {
   uint32_t owner = 0;                    // session id of the registering client
@@ -93,6 +100,10 @@ struct Registration {
   uint8_t access = 0;       // kAccess* bits
   KeyKind kind = KeyKind::kMemory;
 };
+
+inline bool IsLocalRegistration(const Registration& r) {
+  return r.kind == KeyKind::kMemory && (r.access & kAccessRemote) == 0;
+}
 
 // Why an access was refused. Mirrors rc::AccessCheck value for value, so an
 // adapter implementing rc::RemoteMemory converts with a static_cast.
