@@ -366,7 +366,6 @@ void ConnectionManager::SendReq(Connection* c) {
   m.type = wire::CmType::kReq;
   m.transaction_id = c->cm.tid;  // repetitions and keep-alives keep it
   m.local_comm_id = c->cm.comm_id;
-  m.service_id = wire::ServiceIdForName(c->service);
   m.qpn = wire::Qpn(c->qpn[0]);
   m.start_psn = wire::Psn(c->psn[0]);
   m.path_mtu = wire::IbMtuCode(c->peer.pmtu);
@@ -386,7 +385,11 @@ void ConnectionManager::SendReq(Connection* c) {
   m.retry_count = static_cast<uint8_t>(qp.retry_count);
   m.local_ip = us_.ip;
   m.remote_ip = c->peer.ip;
-  wire::SetServiceName(c->service, &m);
+  // The service's name after the IP CM header, whose port is none: native
+  // connections have no port of their own.
+  wire::SetNativeRequest(c->service,
+                         {.src_port = 0, .src_ip = us_.ip, .dst_ip = c->peer.ip},
+                         &m);
   SendCm(m, c->peer.ip, c->peer.mac);
   if (c->cm.tries > 0) counters_->Count(&ControlCounters::cm_retransmits);
   ++c->cm.tries;
@@ -415,7 +418,7 @@ void ConnectionManager::OnReply(Connection* c, const wire::CmMessage& m,
   if (c->cm.state != CmState::kReqSent && c->cm.state != CmState::kWaitingAccept) return;
   // The passive side's MTU, where it says (a peer with another CM uses the
   // one our REQ proposed).
-  const uint8_t code = wire::ReplyPathMtu(m);
+  const uint8_t code = wire::NativeReplyMtu(m);
   const uint32_t pmtu = code != 0 ? wire::IbMtuBytes(code) : c->peer.pmtu;
   if (m.qpn.value() < 2) {
     SendReject(m.local_comm_id, c->peer.ip, from.src_mac, wire::kRejConsumer,
@@ -457,7 +460,15 @@ void ConnectionManager::OnReject(Connection* c, const wire::CmMessage& m) {
     return;
   }
   std::string why = RejectText(m);
-  if (why.empty()) why = absl::StrCat("rejected, reason ", m.reject_reason);
+  if (why.empty() && m.reject_reason == wire::kRejInvalidServiceId) {
+    // An rdmaplaned answers a native REQ with the reason in words; a CM
+    // that took it for an rdma_cm port nobody listens on (an rdmaplaned
+    // from before the native connections spoke IP CM, another host's
+    // rdma_cm) says nothing. A client sees 63 bytes of this and " at IP".
+    why = "peer serves no native connections (too old?)";
+  } else if (why.empty()) {
+    why = absl::StrCat("rejected, reason ", m.reject_reason);
+  }
   const std::string text = absl::StrCat(why, " at ", IpText(c->peer.ip));
   c->cm.state = CmState::kNone;
   c->cm.peer_comm_id = 0;  // nothing to say farewell to
@@ -509,16 +520,28 @@ void ConnectionManager::OnRequest(const wire::CmMessage& m,
     }
     return;
   }
-  const std::string service(wire::ServiceNameFromPrivateData(m));
-  Session* listener = connections_->Listener(service);
   auto refuse = [&](uint16_t reason, const std::string& text) {
     SendReject(m.local_comm_id, from.src_ip, from.src_mac, reason, text,
                m.transaction_id);
     counters_->Count(&ControlCounters::remote_refused);
   };
-  if (service.empty() || listener == nullptr) {
+  wire::NativeService named;
+  if (!wire::ParseNativeRequest(m, &named)) {
+    // An old daemon shows its client this text and " at IP", 63 bytes in
+    // all (it reads a REJ's private data as words).
     refuse(wire::kRejInvalidServiceId,
-           absl::StrCat("no listener for service '", service, "'"));
+           wire::IsPreIpCmNativeServiceId(m.service_id)
+               ? "peer rdmaplaned is newer: upgrade this one"
+               : "not a request for rdmaplane's native connections");
+    return;
+  }
+  const std::string service = connections_->ListenedService(
+      named.prefix, [&named](std::string_view n) { return named.Names(n); });
+  Session* listener =
+      service.empty() ? nullptr : connections_->Listener(service);
+  if (listener == nullptr) {
+    refuse(wire::kRejInvalidServiceId,
+           absl::StrCat("no listener for service '", named.Text(), "'"));
     return;
   }
   const uint32_t pmtu = wire::IbMtuBytes(m.path_mtu);
@@ -575,7 +598,7 @@ void ConnectionManager::SendRep(Connection* c) {
   m.start_psn = wire::Psn(c->psn[0]);
   // The REP has no MTU field: the MTU we chose (no more than the REQ's)
   // travels in its private data.
-  wire::SetReplyPathMtu(wire::IbMtuCode(c->peer.pmtu), &m);
+  wire::SetNativeReply(wire::IbMtuCode(c->peer.pmtu), &m);
   // No more than the REQ asked for, each way.
   m.responder_resources = static_cast<uint8_t>(c->peer.reads_in);
   m.initiator_depth = static_cast<uint8_t>(c->peer.reads_out);

@@ -96,7 +96,8 @@ wire::CmMessage PeerReq(uint64_t tid, const char* service) {
   m.initiator_depth = 2;
   m.local_ip = kPeerIp;
   m.remote_ip = kOurIp;
-  EXPECT_TRUE(wire::SetServiceName(service, &m));
+  EXPECT_TRUE(wire::SetNativeRequest(
+      service, {.src_port = 0, .src_ip = kPeerIp, .dst_ip = kOurIp}, &m));
   return m;
 }
 
@@ -372,6 +373,93 @@ TEST_F(ConnectionManagerTest, ARequestForAServiceNobodyListensOnIsRejected) {
   EXPECT_EQ(connections_.size(), 0u);
 }
 
+// A name longer than a REQ carries whole reaches its listener by length,
+// hash and first bytes, and not a listener whose name shares those bytes.
+TEST_F(ConnectionManagerTest, ALongServiceNameFindsItsListener) {
+  const std::string common(50, 'n');
+  const std::string name = common + "/mine";
+  ASSERT_EQ(connections_
+                .Listen(&listener_.s, Op(shm::kOpListen, (common + "/else").c_str()))
+                .status,
+            shm::kStatusOk);
+  InjectCm(PeerReq(kForeignTid, name.c_str()));
+  std::optional<wire::CmMessage> rej = NextCm();
+  ASSERT_TRUE(rej);
+  ASSERT_EQ(rej->type, wire::CmType::kRej);
+  EXPECT_EQ(rej->reject_reason, wire::kRejInvalidServiceId);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(rej->private_data.data())),
+            "no listener for service '" + common.substr(0, 42) + "...'");
+
+  ASSERT_EQ(connections_.Listen(&listener_.s, Op(shm::kOpListen, name.c_str()))
+                .status,
+            shm::kStatusOk);
+  InjectCm(PeerReq(kForeignTid + 1, name.c_str()));
+  std::optional<wire::CmMessage> mra = NextCm();
+  ASSERT_TRUE(mra);
+  EXPECT_EQ(mra->type, wire::CmType::kMra);
+  const shm::ControlResponse accepted =
+      connections_.Accept(&listener_.s, Op(shm::kOpAccept, name.c_str()));
+  EXPECT_EQ(accepted.status, shm::kStatusOk) << accepted.message;
+}
+
+// A daemon from before the native connections spoke the IP CM Service sent
+// its REQ to a service id of its own (0x02 and the name's hash) with the
+// name's length and the name as private data. It gets a REJ whose words,
+// which it shows its client with " at IP", say what to do.
+TEST_F(ConnectionManagerTest, AnOldDaemonsRequestIsRefusedInWords) {
+  ASSERT_EQ(connections_.Listen(&listener_.s, Op(shm::kOpListen)).status,
+            shm::kStatusOk);
+  wire::CmMessage old = PeerReq(kForeignTid, "svc");
+  old.service_id = 0x0267AC195D0687ED;  // what it sent for "svc"
+  old.private_data.fill(0);
+  old.private_data[0] = 3;
+  std::memcpy(old.private_data.data() + 1, "svc", 3);
+  old.private_data_len = 4;
+  InjectCm(old);
+  std::optional<wire::CmMessage> rej = NextCm();
+  ASSERT_TRUE(rej);
+  ASSERT_EQ(rej->type, wire::CmType::kRej);
+  EXPECT_EQ(rej->transaction_id, kForeignTid);
+  EXPECT_EQ(rej->remote_comm_id, kPeerCommId);
+  EXPECT_EQ(rej->reject_reason, wire::kRejInvalidServiceId);
+  const std::string text(
+      reinterpret_cast<const char*>(rej->private_data.data()));
+  EXPECT_EQ(text, "peer rdmaplaned is newer: upgrade this one");
+  EXPECT_LE(text.size() + std::string(" at 255.255.255.255").size(), 63u);
+  EXPECT_EQ(connections_.size(), 0u) << "nothing queued for the listener";
+  // A REQ to another service id with a name record is not one either.
+  wire::CmMessage foreign = PeerReq(kForeignTid + 1, "svc");
+  foreign.service_id = wire::IpCmServiceId(wire::kPortSpaceIb, 4791);
+  InjectCm(foreign);
+  rej = NextCm();
+  ASSERT_TRUE(rej);
+  ASSERT_EQ(rej->type, wire::CmType::kRej);
+  EXPECT_EQ(rej->reject_reason, wire::kRejInvalidServiceId);
+  EXPECT_EQ(connections_.size(), 0u);
+}
+
+// The other way: a daemon that takes our REQ for an rdma_cm port nobody
+// listens on (an old rdmaplaned, another host's rdma_cm) rejects it with
+// reason 8 and no words; our client hears why in words of ours, at once.
+TEST_F(ConnectionManagerTest, ARefusalWithoutWordsSaysThePeerServesNoNativeConnections) {
+  std::optional<wire::CmMessage> req = ConnectAndTakeReq();
+  ASSERT_TRUE(req);
+  ASSERT_EQ(req->type, wire::CmType::kReq);
+  wire::CmMessage rej =
+      PeerAnswer(wire::CmType::kRej, req->transaction_id, req->local_comm_id);
+  rej.local_comm_id = 0;
+  rej.reject_reason = wire::kRejInvalidServiceId;
+  InjectCm(rej);
+  // No more REQs.
+  EXPECT_EQ(FramesWithin(3 * kRepIntervalNs).size(), 0u);
+  std::optional<shm::ControlResponse> answer = client_.TakeAnswer();
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, shm::kStatusRefused);
+  EXPECT_STREQ(answer->message,
+               "peer serves no native connections (too old?) at 10.0.0.2");
+  EXPECT_EQ(connections_.size(), 0u);
+}
+
 TEST_F(ConnectionManagerTest, APassiveConnectionIsQueuedAcceptedAndCompleted) {
   ASSERT_EQ(connections_.Listen(&listener_.s, Op(shm::kOpListen)).status,
             shm::kStatusOk);
@@ -406,7 +494,7 @@ TEST_F(ConnectionManagerTest, APassiveConnectionIsQueuedAcceptedAndCompleted) {
   EXPECT_EQ(rep->remote_comm_id, kPeerCommId);
   EXPECT_GE(rep->qpn.value(), 2u);
   // The smaller MTU (the REQ's), and no more READs than the REQ asked for.
-  EXPECT_EQ(wire::ReplyPathMtu(*rep), wire::kIbMtu1024);
+  EXPECT_EQ(wire::NativeReplyMtu(*rep), wire::kIbMtu1024);
   EXPECT_EQ(rep->responder_resources, 2);
   EXPECT_EQ(rep->initiator_depth, 4);
   // Without an RTU the REP is repeated, in the same transaction.
@@ -456,8 +544,17 @@ TEST_F(ConnectionManagerTest, AnActiveConnectSaysWhatTheDaemonDoes) {
       req->transaction_id,
       wire::CmTransactionId(wire::CmTransaction::kConnect, req->local_comm_id));
   EXPECT_NE(req->local_comm_id, 0u);
-  EXPECT_EQ(wire::ServiceNameFromPrivateData(*req), "svc");
-  EXPECT_EQ(req->service_id, wire::ServiceIdForName("svc"));
+  // The IP CM Service: the native connections' service id, the IP CM
+  // header with both addresses, the name after it.
+  EXPECT_EQ(req->service_id, wire::kNativeServiceId);
+  wire::IpCmHeader h;
+  ASSERT_TRUE(wire::ParseIpCmHeader(*req, &h));
+  EXPECT_EQ(h, (wire::IpCmHeader{.src_port = 0, .src_ip = kOurIp,
+                                 .dst_ip = kPeerIp}));
+  wire::NativeService named;
+  ASSERT_TRUE(wire::ParseNativeRequest(*req, &named));
+  EXPECT_TRUE(named.Names("svc"));
+  EXPECT_EQ(named.Text(), "svc");
   EXPECT_GE(req->qpn.value(), 2u);
   EXPECT_EQ(req->path_mtu, wire::kIbMtu4096);
   EXPECT_EQ(req->local_ip, kOurIp);

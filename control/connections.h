@@ -31,10 +31,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/shm/layout.h"
@@ -271,6 +273,11 @@ class ConnectionTable {
   // Removes a connection no engine serves and no session holds.
   void Forget(Connection* c);
   Session* Listener(const std::string& service) const;
+  // The service listened on whose name `is_it` accepts, of those that
+  // begin with `prefix`; empty when none.
+  std::string ListenedService(
+      std::string_view prefix,
+      const std::function<bool(std::string_view)>& is_it) const;
   bool AcceptQueueFull(const std::string& service) const;
   // Queues a passive connection for the listener's Accept.
   void QueueForAccept(const std::string& service, Connection* c);

@@ -51,8 +51,9 @@ IpCm::IpCm(const Options& options, Link* link, std::function<uint64_t()> now_ns)
 
 bool IpCm::Owns(const wire::CmMessage& m) {
   switch (m.type) {
-    case wire::CmType::kReq:
-      return wire::IsIpCmServiceId(m.service_id);
+    case wire::CmType::kReq:  // the native connections' service is theirs
+      return wire::IsIpCmServiceId(m.service_id) &&
+             m.service_id != wire::kNativeServiceId;
     case wire::CmType::kSidrReq:
       return true;
     case wire::CmType::kSidrRep:
@@ -193,6 +194,10 @@ ControlResponse IpCm::Bind(Session* s, const CmParams& p) {
     port = *free;
   } else if (ports_.contains({p.port_space, port})) {
     return Reply(shm::kStatusRefused, "port in use");
+  } else if (wire::IpCmServiceId(p.port_space, port) ==
+             wire::kNativeServiceId) {
+    return Reply(shm::kStatusRefused,
+                 "port 4791 of RDMA_PS_TCP is rdmaplane's native service");
   }
   Id id;
   id.id = NextId();

@@ -646,6 +646,22 @@ TEST_F(IpCmTest, RepeatedRequestIsOneRequest) {
   EXPECT_EQ(requests, 1);
 }
 
+// A REQ to the native connections' service id is theirs, whatever port
+// space neighbours it; every other IP CM REQ is the rdma_cm ids'.
+TEST(IpCmOwnsTest, NativeRequestsGoToTheNativeConnections) {
+  wire::CmMessage req{};
+  req.type = wire::CmType::kReq;
+  ASSERT_TRUE(wire::SetNativeRequest("svc", {}, &req));
+  EXPECT_FALSE(IpCm::Owns(req));
+  req.service_id = wire::IpCmServiceId(wire::kPortSpaceTcp, 7471);
+  EXPECT_TRUE(IpCm::Owns(req));
+  req.service_id = wire::IpCmServiceId(wire::kPortSpaceIb,
+                                       wire::kNativeServicePort);
+  EXPECT_TRUE(IpCm::Owns(req));
+  req.service_id = 0x0267AC195D0687ED;  // an old daemon's
+  EXPECT_FALSE(IpCm::Owns(req));
+}
+
 TEST_F(IpCmTest, BadRequestsGetClearAnswers) {
   CmParams p{};
   p.port_space = 0x0999;
@@ -661,6 +677,16 @@ TEST_F(IpCmTest, BadRequestsGetClearAnswers) {
   EXPECT_STREQ(r.message, "port in use");
   // The same port in another port space is another port.
   p.port_space = wire::kPortSpaceUdp;
+  EXPECT_EQ(Do(a_, client_a_, shm::kOpCmBind, p).status, shm::kStatusOk);
+  // The native connections' service is no rdma_cm id's to take (EADDRINUSE
+  // in librdmacm), in RDMA_PS_TCP only.
+  p.port_space = wire::kPortSpaceTcp;
+  p.local_port = wire::kNativeServicePort;
+  r = Do(a_, client_a_, shm::kOpCmBind, p);
+  EXPECT_EQ(r.status, shm::kStatusRefused);
+  EXPECT_STREQ(r.message,
+               "port 4791 of RDMA_PS_TCP is rdmaplane's native service");
+  p.port_space = wire::kPortSpaceIb;
   EXPECT_EQ(Do(a_, client_a_, shm::kOpCmBind, p).status, shm::kStatusOk);
   // Another session's id is no id of this one.
   FakeSession other{9, 1000};

@@ -58,6 +58,16 @@ Session* ConnectionTable::Listener(const std::string& service) const {
   return it == listeners_.end() ? nullptr : it->second;
 }
 
+std::string ConnectionTable::ListenedService(
+    std::string_view prefix,
+    const std::function<bool(std::string_view)>& is_it) const {
+  for (auto it = listeners_.lower_bound(std::string(prefix));
+       it != listeners_.end() && it->first.starts_with(prefix); ++it) {
+    if (is_it(it->first)) return it->first;
+  }
+  return {};
+}
+
 bool ConnectionTable::AcceptQueueFull(const std::string& service) const {
   auto it = pending_.find(service);
   return it != pending_.end() && it->second.size() >= options_.accept_backlog;

@@ -1,5 +1,6 @@
 #include "dataplane/wire/cm.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "dataplane/wire/bytes.h"
@@ -7,10 +8,6 @@
 namespace rdmaplane::wire {
 namespace {
 
-constexpr uint64_t kServiceIdPrefix = 0x0200000000000000;
-// Wireshark decodes every connection whose service id has bit 16 set as SDP
-// (Sockets Direct Protocol), RC data frames included.
-constexpr uint64_t kServiceIdHashMask = 0x00FFFFFFFFFEFFFF;
 constexpr uint8_t kTransportRc = 0;
 constexpr uint16_t kPermissiveLid = 0xFFFF;
 constexpr uint8_t kMaxAriLen = 72;
@@ -410,65 +407,6 @@ size_t CmPrivateDataCapacity(CmType type) {
   return kMadLen - kMadHeaderLen - PrivateDataOffset(type);
 }
 
-uint64_t ServiceIdForName(std::string_view name) {
-  uint64_t h = 0xCBF29CE484222325;  // FNV-1a offset basis
-  for (char c : name) {
-    h ^= static_cast<uint8_t>(c);
-    h *= 0x00000100000001B3;  // FNV prime
-  }
-  return kServiceIdPrefix | (h & kServiceIdHashMask);
-}
-
-bool SetServiceName(std::string_view name, CmMessage* req) {
-  if (name.empty() || name.size() > kMaxServiceNameLen) return false;
-  req->service_id = ServiceIdForName(name);
-  req->private_data.fill(0);
-  req->private_data[0] = static_cast<uint8_t>(name.size());
-  std::memcpy(req->private_data.data() + 1, name.data(), name.size());
-  req->private_data_len = static_cast<uint8_t>(1 + name.size());
-  return true;
-}
-
-std::string_view ServiceNameFromPrivateData(const CmMessage& m) {
-  if (m.type != CmType::kReq || m.private_data_len < 1) return {};
-  const size_t len = m.private_data[0];
-  if (len == 0 || len > kMaxServiceNameLen || 1 + len > m.private_data_len) {
-    return {};
-  }
-  const std::string_view name(
-      reinterpret_cast<const char*>(m.private_data.data() + 1), len);
-  if (ServiceIdForName(name) != m.service_id) return {};
-  return name;
-}
-
-namespace {
-constexpr uint8_t kReplyMtuMagic[4] = {'R', 'D', 'P', 'M'};
-constexpr uint8_t kReplyMtuVersion = 1;
-constexpr size_t kReplyMtuLen = sizeof(kReplyMtuMagic) + 2;
-}  // namespace
-
-bool SetReplyPathMtu(uint8_t mtu_code, CmMessage* rep) {
-  if (rep->type != CmType::kRep || IbMtuBytes(mtu_code) == 0) return false;
-  rep->private_data.fill(0);
-  std::memcpy(rep->private_data.data(), kReplyMtuMagic,
-              sizeof(kReplyMtuMagic));
-  rep->private_data[4] = kReplyMtuVersion;
-  rep->private_data[5] = mtu_code;
-  rep->private_data_len = kReplyMtuLen;
-  return true;
-}
-
-uint8_t ReplyPathMtu(const CmMessage& m) {
-  if (m.type != CmType::kRep || m.private_data_len < kReplyMtuLen ||
-      std::memcmp(m.private_data.data(), kReplyMtuMagic,
-                  sizeof(kReplyMtuMagic)) != 0 ||
-      m.private_data[4] != kReplyMtuVersion ||
-      IbMtuBytes(m.private_data[5]) == 0) {
-    return 0;
-  }
-  return m.private_data[5];
-}
-
 CmMessage DisconnectReply(const CmMessage& dreq) {
   CmMessage r{};
   r.type = CmType::kDrep;
@@ -511,6 +449,111 @@ bool ParseIpCmHeader(const CmMessage& m, IpCmHeader* h) {
   h->src_ip = Get32(p + 4 + 12);
   h->dst_ip = Get32(p + 20 + 12);
   return true;
+}
+
+namespace {
+constexpr uint8_t kNativeMagic[4] = {'R', 'D', 'P', 'N'};
+constexpr uint8_t kNativeVersion = 1;
+// Request record: magic, version, length, hash, name bytes.
+constexpr size_t kNativeHashAt = 6;
+constexpr size_t kNativeNameAt = kNativeHashAt + 8;
+static_assert(kNativeNameAt + kNativeNameBytes == 56,
+              "the record fills a REQ's consumer data");
+constexpr size_t kNativeReplyLen = sizeof(kNativeMagic) + 2;
+
+bool HasNativeMagic(const uint8_t* p) {
+  return std::memcmp(p, kNativeMagic, sizeof(kNativeMagic)) == 0 &&
+         p[sizeof(kNativeMagic)] == kNativeVersion;
+}
+}  // namespace
+
+uint64_t NativeServiceHash(std::string_view name) {
+  uint64_t h = 0xCBF29CE484222325;  // FNV-1a offset basis
+  for (char c : name) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x00000100000001B3;  // FNV prime
+  }
+  return h;
+}
+
+bool NativeService::Names(std::string_view name) const {
+  return name.size() == length && NativeServiceHash(name) == hash &&
+         name.substr(0, prefix.size()) == prefix;
+}
+
+std::string NativeService::Text() const {
+  std::string text;
+  for (char ch : prefix) text.push_back(ch >= 0x20 && ch < 0x7F ? ch : '?');
+  if (prefix.size() < length) text += "...";
+  return text;
+}
+
+bool SetNativeRequest(std::string_view name, const IpCmHeader& h,
+                      CmMessage* req) {
+  if (req->type != CmType::kReq || name.empty() ||
+      name.size() > kMaxServiceNameLen) {
+    return false;
+  }
+  std::array<uint8_t, kNativeNameAt + kNativeNameBytes> record{};
+  std::memcpy(record.data(), kNativeMagic, sizeof(kNativeMagic));
+  record[4] = kNativeVersion;
+  record[5] = static_cast<uint8_t>(name.size());
+  const uint64_t hash = NativeServiceHash(name);
+  for (int i = 0; i < 8; ++i) {
+    record[kNativeHashAt + i] = static_cast<uint8_t>(hash >> (56 - 8 * i));
+  }
+  const size_t n = std::min(name.size(), kNativeNameBytes);
+  std::memcpy(record.data() + kNativeNameAt, name.data(), n);
+  CmMessage m = *req;
+  m.service_id = kNativeServiceId;
+  if (!SetIpCmPrivateData(h, std::span(record).first(kNativeNameAt + n), &m)) {
+    return false;
+  }
+  *req = m;
+  return true;
+}
+
+bool ParseNativeRequest(const CmMessage& m, NativeService* s) {
+  IpCmHeader h;
+  if (m.type != CmType::kReq || m.service_id != kNativeServiceId ||
+      !ParseIpCmHeader(m, &h) ||
+      m.private_data_len < kIpCmHeaderLen + kNativeNameAt) {
+    return false;
+  }
+  const uint8_t* p = m.private_data.data() + kIpCmHeaderLen;
+  const size_t length = p[5];
+  const size_t carried = std::min(length, kNativeNameBytes);
+  if (!HasNativeMagic(p) || length == 0 || length > kMaxServiceNameLen ||
+      m.private_data_len < kIpCmHeaderLen + kNativeNameAt + carried) {
+    return false;
+  }
+  uint64_t hash = 0;
+  for (int i = 0; i < 8; ++i) hash = hash << 8 | p[kNativeHashAt + i];
+  s->length = static_cast<uint8_t>(length);
+  s->hash = hash;
+  s->prefix = std::string_view(
+      reinterpret_cast<const char*>(p + kNativeNameAt), carried);
+  // A whole name must hash to what the record says.
+  return carried < length || NativeServiceHash(s->prefix) == hash;
+}
+
+bool SetNativeReply(uint8_t mtu_code, CmMessage* rep) {
+  if (rep->type != CmType::kRep || IbMtuBytes(mtu_code) == 0) return false;
+  rep->private_data.fill(0);
+  std::memcpy(rep->private_data.data(), kNativeMagic, sizeof(kNativeMagic));
+  rep->private_data[4] = kNativeVersion;
+  rep->private_data[5] = mtu_code;
+  rep->private_data_len = kNativeReplyLen;
+  return true;
+}
+
+uint8_t NativeReplyMtu(const CmMessage& m) {
+  if (m.type != CmType::kRep || m.private_data_len < kNativeReplyLen ||
+      !HasNativeMagic(m.private_data.data()) ||
+      IbMtuBytes(m.private_data[5]) == 0) {
+    return 0;
+  }
+  return m.private_data[5];
 }
 
 size_t EncodeCmFrame(const Path& path, const CmMessage& m,

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "dataplane/wire/arp.h"
@@ -219,34 +220,6 @@ struct CmMessage {
   friend bool operator==(const CmMessage&, const CmMessage&) = default;
 };
 
-// A stable service id for a service name: 64-bit FNV-1a with the top byte
-// set to 0x02, the range Linux's CM uses for ids it assigns locally, and bit
-// 16 cleared. That keeps ids clear of the RDMA IP CM range
-// (0x0000000001xxxxxx), whose private data decoders read as an IP CM header,
-// and of Wireshark's test for SDP (any id with bit 16 set), which would
-// otherwise decode the whole connection as SDP.
-uint64_t ServiceIdForName(std::string_view name);
-
-inline constexpr size_t kMaxServiceNameLen = 63;
-// Sets a REQ's service id and replaces its private data with a length byte
-// and the name, so that the passive side matches the name, not the hash.
-// False, leaving `req` unchanged, for an empty or too long name.
-bool SetServiceName(std::string_view name, CmMessage* req);
-// The name SetServiceName stored, or empty when `m` is not a REQ, holds no
-// well-formed name, or the name does not hash to m.service_id (for example
-// private data from another CM). Points into m.private_data.
-std::string_view ServiceNameFromPrivateData(const CmMessage& m);
-
-// The IBA REP has no path MTU: a passive side whose MTU is smaller than the
-// one the REQ proposed says so in the REP's private data ("RDPM", a version
-// byte 1 and the MTU code), so that both ends use the same one.
-// SetReplyPathMtu replaces a REP's private data with that record; false,
-// leaving `rep` unchanged, when it is not a REP or the code is not 1..5.
-bool SetReplyPathMtu(uint8_t mtu_code, CmMessage* rep);
-// The MTU code a REP's record names, or 0 when `m` is not a REP or carries
-// no such record (a peer with another CM keeps the REQ's MTU).
-uint8_t ReplyPathMtu(const CmMessage& m);
-
 // The RDMA IP CM Service (IBA Annex A11), as Linux's rdma_cm speaks it:
 // service id 0x0000000001000000 | port_space << 16 | port, where the port
 // space is rdma_cm's RDMA_PS_* value (0x0106 TCP: RC; 0x0111 UDP: UD, by
@@ -292,6 +265,56 @@ bool SetIpCmPrivateData(const IpCmHeader& h, std::span<const uint8_t> consumer,
 // The header at the start of m's private data: false unless m is a REQ or
 // SIDR REQ whose header has version 0 and IP version 4.
 bool ParseIpCmHeader(const CmMessage& m, IpCmHeader* h);
+
+// rdmaplane's native connections (rdp_connect_to, by service name) are one
+// more consumer of the IP CM Service: their REQ goes to one service id,
+// kNativeServiceId (RDMA_PS_TCP, port 4791, RoCEv2's UDP port), with the IP
+// CM header, and the 56 bytes of consumer data after it name the service:
+// "RDPN", version 1, the name's length (1..63), its 64-bit FNV-1a hash (big
+// endian) and its first 42 bytes (zeros after a shorter name). A name of up
+// to 42 bytes travels whole; a longer one is matched by its length, hash and
+// first bytes. The REP's private data is the native consumer's too: "RDPN",
+// version 1 and the passive side's path MTU code (an IBA REP has no path
+// MTU; both ends use the smaller of the REQ's and the passive side's).
+// Not RDMA_PS_IB: Wireshark decodes the rest of a connection whose service
+// id has bit 16 set as SDP (Sockets Direct Protocol). rdma_cm ids cannot
+// bind this port (IpCm::Bind).
+inline constexpr uint16_t kNativeServicePort = 4791;
+inline constexpr uint64_t kNativeServiceId =
+    IpCmServiceId(kPortSpaceTcp, kNativeServicePort);
+inline constexpr size_t kMaxServiceNameLen = 63;
+inline constexpr size_t kNativeNameBytes = 42;
+// What a native REQ names.
+struct NativeService {
+  uint8_t length = 0;
+  uint64_t hash = 0;
+  std::string_view prefix;  // the name's first bytes, in the message
+  // Whether `name` is the service named.
+  bool Names(std::string_view name) const;
+  // For messages: the name, or its first bytes and "...".
+  std::string Text() const;
+};
+uint64_t NativeServiceHash(std::string_view name);
+// Sets a REQ's service id and private data (the IP CM header `h` and the
+// name); false, leaving `req` unchanged, for another type or an empty or
+// too long name.
+bool SetNativeRequest(std::string_view name, const IpCmHeader& h,
+                      CmMessage* req);
+// True, with *s pointing into m, when m is a REQ to kNativeServiceId with
+// an IP CM header and a well-formed name record.
+bool ParseNativeRequest(const CmMessage& m, NativeService* s);
+// Sets a REP's private data to the native record; false, leaving `rep`
+// unchanged, for another type or an MTU code not 1..5.
+bool SetNativeReply(uint8_t mtu_code, CmMessage* rep);
+// The MTU code of a REP's native record; 0 when it has none.
+uint8_t NativeReplyMtu(const CmMessage& m);
+// Before it spoke the IP CM Service, rdmaplane sent native REQs to service
+// ids of its own: a name's hash with 0x02 in the top byte, the range
+// Linux's CM uses for ids it assigns locally. Such a REQ comes from an old
+// daemon; it is refused with a reason the old daemon shows its client.
+constexpr bool IsPreIpCmNativeServiceId(uint64_t service_id) {
+  return (service_id >> 56) == 0x02;
+}
 
 // The DREP that answers `dreq`: its transaction, the comm ids turned round.
 CmMessage DisconnectReply(const CmMessage& dreq);

@@ -8,10 +8,12 @@
 //
 // Runs under libFuzzer (link with -fsanitize=fuzzer) or, as cm_fuzz_test,
 // under fuzz_driver.cc with the golden CM, ARP and RC frames as seeds.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -60,6 +62,36 @@ bool SamePath(const Path& a, const Path& b) {
          a.ttl == b.ttl;
 }
 
+// The native connections' records (a REQ's service name, a REP's MTU):
+// what the parser accepts stays inside the message and holds together, and
+// a name that travelled whole is written back the same.
+void CheckNative(const CmMessage& m) {
+  NativeService named;
+  if (ParseNativeRequest(m, &named)) {
+    FUZZ_CHECK(named.length >= 1 && named.length <= kMaxServiceNameLen);
+    FUZZ_CHECK(named.prefix.size() ==
+               std::min<size_t>(named.length, kNativeNameBytes));
+    const auto* begin = reinterpret_cast<const char*>(m.private_data.data());
+    FUZZ_CHECK(named.prefix.data() >= begin &&
+               named.prefix.data() + named.prefix.size() <=
+                   begin + m.private_data.size());
+    FUZZ_CHECK(!named.Text().empty());
+    if (named.prefix.size() == named.length) {
+      FUZZ_CHECK(named.Names(named.prefix));
+      IpCmHeader h;
+      FUZZ_CHECK(ParseIpCmHeader(m, &h));
+      CmMessage again = m;
+      const std::string name(named.prefix);
+      FUZZ_CHECK(SetNativeRequest(name, h, &again));
+      NativeService named_again;
+      FUZZ_CHECK(ParseNativeRequest(again, &named_again));
+      FUZZ_CHECK(named_again.Names(name));
+    }
+  }
+  const uint8_t mtu = NativeReplyMtu(m);
+  FUZZ_CHECK(mtu == 0 || IbMtuBytes(mtu) != 0);
+}
+
 void CheckFrame(std::span<const uint8_t> frame) {
   const FrameKind kind = ClassifyFrame(frame);
 
@@ -78,6 +110,7 @@ void CheckFrame(std::span<const uint8_t> frame) {
     std::vector<uint8_t> twice(kCmFrameLen);
     FUZZ_CHECK(EncodeCmFrame(again_from, again, twice) == kCmFrameLen);
     FUZZ_CHECK(twice == encoded);
+    CheckNative(m);
   }
 
   ArpMessage arp;

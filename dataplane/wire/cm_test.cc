@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -535,94 +536,143 @@ TEST(CmTest, ClassifyFrame) {
             FrameKind::kOther);
 }
 
-TEST(CmTest, ServiceIdIsStableAndOutsideTheIpCmRange) {
-  // 64-bit FNV-1a of "rdmaplane/echo" is 0x5bb20a001db057bb.
-  EXPECT_EQ(ServiceIdForName("rdmaplane/echo"), 0x02B20A001DB057BBu);
-  EXPECT_EQ(ServiceIdForName(""), 0x02F29CE484222325u);
-  EXPECT_NE(ServiceIdForName("a"), ServiceIdForName("b"));
-  // Bit 16 of the hash is set for this name; the id has it cleared.
-  EXPECT_EQ(ServiceIdForName("rdmaplane/golden"), 0x028391D262625E4Bu);
-  for (int i = 0; i < 1000; ++i) {
-    const std::string name = "service/" + std::to_string(i);
-    const uint64_t id = ServiceIdForName(name);
-    EXPECT_EQ(id >> 56, 0x02u) << name;
-    EXPECT_EQ(id & 0x10000, 0u) << name;
-  }
-}
+// A native REQ is an IP CM REQ to RDMA_PS_TCP port 4791 whose consumer data
+// name the service: "RDPN", version 1, length, FNV-1a hash, first 42 bytes.
+TEST(CmTest, NativeRequestIsAnIpCmRequestNamingTheService) {
+  EXPECT_EQ(kNativeServiceId, 0x00000000010612B7u);
+  // 64-bit FNV-1a of "rdmaplane/echo".
+  EXPECT_EQ(NativeServiceHash("rdmaplane/echo"), 0x5BB20A001DB057BBu);
+  EXPECT_EQ(NativeServiceHash(""), 0xCBF29CE484222325u);
 
-TEST(CmTest, ServiceNameTravelsInReqPrivateData) {
   CmMessage req = Sample(CmType::kReq);
-  ASSERT_TRUE(SetServiceName("storage/7", &req));
-  EXPECT_EQ(req.service_id, ServiceIdForName("storage/7"));
-  EXPECT_EQ(req.private_data_len, 10);
+  const IpCmHeader h{.src_port = 0, .src_ip = 0xC0A80001,
+                     .dst_ip = 0xC0A80002};
+  ASSERT_TRUE(SetNativeRequest("storage/7", h, &req));
+  EXPECT_EQ(req.service_id, kNativeServiceId);
+  EXPECT_EQ(req.private_data_len, kIpCmHeaderLen + 14 + 9);
   CmMessage got;
   ASSERT_TRUE(ParseCmFrame(Encode(req), &got, nullptr));
-  EXPECT_EQ(got.service_id, ServiceIdForName("storage/7"));
-  EXPECT_EQ(ServiceNameFromPrivateData(got), "storage/7");
+  IpCmHeader parsed;
+  ASSERT_TRUE(ParseIpCmHeader(got, &parsed));
+  EXPECT_EQ(parsed, h);
+  const uint8_t* record = got.private_data.data() + kIpCmHeaderLen;
+  const uint8_t expected[] = {'R', 'D', 'P', 'N', 1, 9};
+  EXPECT_EQ(std::memcmp(record, expected, sizeof(expected)), 0);
+  EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(record + 14), 9),
+            "storage/7");
+  NativeService named;
+  ASSERT_TRUE(ParseNativeRequest(got, &named));
+  EXPECT_EQ(named.length, 9);
+  EXPECT_EQ(named.hash, NativeServiceHash("storage/7"));
+  EXPECT_TRUE(named.Names("storage/7"));
+  EXPECT_FALSE(named.Names("storage/8"));
+  EXPECT_FALSE(named.Names("storage/77"));
+  EXPECT_EQ(named.Text(), "storage/7");
 
-  // A name that does not match the service id is not a name.
-  got.service_id ^= 1;
-  EXPECT_EQ(ServiceNameFromPrivateData(got), "");
-  // Only a REQ carries one.
+  // Not a native request: another service id, another type, private data
+  // of another consumer, another version, a name that runs past the data
+  // or does not hash to what the record says.
+  CmMessage other = got;
+  other.service_id = IpCmServiceId(kPortSpaceIb, kNativeServicePort);
+  EXPECT_FALSE(ParseNativeRequest(other, &named));
   CmMessage rep = got;
   rep.type = CmType::kRep;
-  rep.service_id = req.service_id;
-  EXPECT_EQ(ServiceNameFromPrivateData(rep), "");
-  // Private data of another CM (here: an IP CM header, version 0).
-  CmMessage foreign = Sample(CmType::kReq);
-  foreign.private_data.fill(0);
-  EXPECT_EQ(ServiceNameFromPrivateData(foreign), "");
-  // A length byte that runs past the private data.
-  CmMessage cut = req;
-  cut.private_data_len = 5;
-  EXPECT_EQ(ServiceNameFromPrivateData(cut), "");
+  EXPECT_FALSE(ParseNativeRequest(rep, &named));
+  CmMessage foreign = got;
+  foreign.private_data[kIpCmHeaderLen] = 'X';
+  EXPECT_FALSE(ParseNativeRequest(foreign, &named));
+  CmMessage version = got;
+  version.private_data[kIpCmHeaderLen + 4] = 2;
+  EXPECT_FALSE(ParseNativeRequest(version, &named));
+  CmMessage cut = got;
+  cut.private_data_len = static_cast<uint8_t>(kIpCmHeaderLen + 14 + 8);
+  EXPECT_FALSE(ParseNativeRequest(cut, &named));
+  CmMessage forged = got;
+  forged.private_data[kIpCmHeaderLen + 14] = 'S';
+  EXPECT_FALSE(ParseNativeRequest(forged, &named));
+  CmMessage no_header = got;
+  no_header.private_data[1] = 6 << 4;  // IPv6: not what the daemon sends
+  EXPECT_FALSE(ParseNativeRequest(no_header, &named));
 }
 
-TEST(CmTest, ReplyCarriesThePassiveSidesPathMtu) {
+// A name longer than 42 bytes travels as its length, hash and first bytes.
+TEST(CmTest, NativeRequestNameLimits) {
+  CmMessage req = Sample(CmType::kReq);
+  const CmMessage before = req;
+  const IpCmHeader h{};
+  EXPECT_FALSE(SetNativeRequest("", h, &req));
+  EXPECT_FALSE(SetNativeRequest(std::string(64, 'x'), h, &req));
   CmMessage rep = Sample(CmType::kRep);
-  ASSERT_TRUE(SetReplyPathMtu(IbMtuCode(512), &rep));
+  const CmMessage rep_before = rep;
+  EXPECT_FALSE(SetNativeRequest("svc", h, &rep));
+  EXPECT_EQ(req, before);
+  EXPECT_EQ(rep, rep_before);
+
+  const std::string longest = std::string(42, 'y') + std::string(21, 'z');
+  ASSERT_EQ(longest.size(), kMaxServiceNameLen);
+  ASSERT_TRUE(SetNativeRequest(longest, h, &req));
+  EXPECT_EQ(req.private_data_len, CmPrivateDataCapacity(CmType::kReq));
+  CmMessage got;
+  ASSERT_TRUE(ParseCmFrame(Encode(req), &got, nullptr));
+  NativeService named;
+  ASSERT_TRUE(ParseNativeRequest(got, &named));
+  EXPECT_EQ(named.length, 63);
+  EXPECT_EQ(named.prefix, std::string(42, 'y'));
+  EXPECT_TRUE(named.Names(longest));
+  EXPECT_FALSE(named.Names(std::string(42, 'y') + std::string(21, 'Z')));
+  EXPECT_FALSE(named.Names(std::string(42, 'y')));
+  EXPECT_EQ(named.Text(), std::string(42, 'y') + "...");
+  // A record that says 0 or 64 bytes names nothing.
+  CmMessage empty = got;
+  empty.private_data[kIpCmHeaderLen + 5] = 0;
+  EXPECT_FALSE(ParseNativeRequest(empty, &named));
+  CmMessage too_long = got;
+  too_long.private_data[kIpCmHeaderLen + 5] = 64;
+  EXPECT_FALSE(ParseNativeRequest(too_long, &named));
+}
+
+TEST(CmTest, NativeReplyCarriesThePassiveSidesPathMtu) {
+  CmMessage rep = Sample(CmType::kRep);
+  ASSERT_TRUE(SetNativeReply(IbMtuCode(512), &rep));
   CmMessage got;
   ASSERT_TRUE(ParseCmFrame(Encode(rep), &got, nullptr));
-  EXPECT_EQ(ReplyPathMtu(got), IbMtuCode(512));
-  EXPECT_EQ(IbMtuBytes(ReplyPathMtu(got)), 512u);
+  EXPECT_EQ(NativeReplyMtu(got), IbMtuCode(512));
+  EXPECT_EQ(IbMtuBytes(NativeReplyMtu(got)), 512u);
+  const uint8_t expected[] = {'R', 'D', 'P', 'N', 1, IbMtuCode(512)};
+  EXPECT_EQ(std::memcmp(got.private_data.data(), expected, sizeof(expected)),
+            0);
 
   // Only a REP carries one, and only with a valid code.
   CmMessage req = Sample(CmType::kReq);
-  EXPECT_FALSE(SetReplyPathMtu(IbMtuCode(512), &req));
-  EXPECT_EQ(ReplyPathMtu(req), 0);
+  EXPECT_FALSE(SetNativeReply(IbMtuCode(512), &req));
+  EXPECT_EQ(NativeReplyMtu(req), 0);
   CmMessage bad = Sample(CmType::kRep);
   const CmMessage before = bad;
-  EXPECT_FALSE(SetReplyPathMtu(0, &bad));
-  EXPECT_FALSE(SetReplyPathMtu(6, &bad));
+  EXPECT_FALSE(SetNativeReply(0, &bad));
+  EXPECT_FALSE(SetNativeReply(6, &bad));
   EXPECT_EQ(bad, before);
-  // A REP from another CM (no record, or a record of another version, or
-  // an impossible code) names none: the REQ's MTU stands.
+  // A REP from another consumer (no record, or a record of another
+  // version, or an impossible code) names none: the REQ's MTU stands.
   CmMessage foreign = Sample(CmType::kRep);
   foreign.private_data.fill(0);
   foreign.private_data_len = 196;
-  EXPECT_EQ(ReplyPathMtu(foreign), 0);
+  EXPECT_EQ(NativeReplyMtu(foreign), 0);
   CmMessage other_version = got;
   other_version.private_data[4] = 2;
-  EXPECT_EQ(ReplyPathMtu(other_version), 0);
+  EXPECT_EQ(NativeReplyMtu(other_version), 0);
   CmMessage impossible = got;
   impossible.private_data[5] = 7;
-  EXPECT_EQ(ReplyPathMtu(impossible), 0);
+  EXPECT_EQ(NativeReplyMtu(impossible), 0);
   CmMessage cut = got;
   cut.private_data_len = 5;
-  EXPECT_EQ(ReplyPathMtu(cut), 0);
+  EXPECT_EQ(NativeReplyMtu(cut), 0);
 }
 
-TEST(CmTest, ServiceNameLengthLimits) {
-  CmMessage req = Sample(CmType::kReq);
-  const CmMessage before = req;
-  EXPECT_FALSE(SetServiceName("", &req));
-  EXPECT_FALSE(SetServiceName(std::string(64, 'x'), &req));
-  EXPECT_EQ(req, before);
-  const std::string longest(63, 'y');
-  ASSERT_TRUE(SetServiceName(longest, &req));
-  CmMessage got;
-  ASSERT_TRUE(ParseCmFrame(Encode(req), &got, nullptr));
-  EXPECT_EQ(ServiceNameFromPrivateData(got), longest);
+// The old format's service ids: 0x02 in the top byte.
+TEST(CmTest, PreIpCmNativeServiceIds) {
+  EXPECT_TRUE(IsPreIpCmNativeServiceId(0x02B20A001DB057BB));
+  EXPECT_FALSE(IsPreIpCmNativeServiceId(kNativeServiceId));
+  EXPECT_FALSE(IsPreIpCmNativeServiceId(0x0000000001061D2F));
 }
 
 TEST(CmTest, ReplyPathAnswersTheSender) {
@@ -777,7 +827,7 @@ TEST(CmTest, IpCmServiceIdAndHeader) {
   EXPECT_EQ(IpCmServiceId(kPortSpaceUdp, 1), 0x0000000001110001u);
   EXPECT_EQ(IpCmServiceId(kPortSpaceIb, 0xFFFF), 0x00000000013FFFFFu);
   EXPECT_TRUE(IsIpCmServiceId(0x0000000001061D2F));
-  EXPECT_FALSE(IsIpCmServiceId(ServiceIdForName("echo")));
+  EXPECT_FALSE(IsIpCmServiceId(0x02B20A001DB057BB));  // an old native id
   EXPECT_FALSE(IsIpCmServiceId(0x0000000101061D2F));
   EXPECT_EQ(IpCmPortSpace(0x0000000001061D2F), kPortSpaceTcp);
   EXPECT_EQ(IpCmPort(0x0000000001061D2F), 7471);

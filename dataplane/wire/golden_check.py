@@ -155,6 +155,13 @@ PS_TCP, PS_UDP, PS_IB = 0x0106, 0x0111, 0x013F
 IP_CM_HEADER_LEN = 36
 IP_CM_VERSION = (0, 0)  # major, minor: Linux's CMA_VERSION 0x00
 IP_CM_IPV4 = 4
+# rdmaplane's native connections are a consumer of the IP CM Service: their
+# REQs go to RDMA_PS_TCP port 4791, and the consumer data names the service
+# ("RDPN", version 1, the name's length, its 64-bit FNV-1a hash, its first
+# 42 bytes); a REP's private data is "RDPN", version 1 and the passive
+# side's MTU code (docs/transport.md, "Connection manager").
+NATIVE_SERVICE_ID = IP_CM_SERVICE_PREFIX | PS_TCP << 16 | 4791
+NATIVE_MAGIC, NATIVE_VERSION, NATIVE_NAME_BYTES = b"RDPN", 1, 42
 # The Q_Key of librdmacm's UD queue pairs, which a SIDR REP for an
 # RDMA_PS_UDP port announces.
 RDMA_UDP_QKEY = 0x01234567
@@ -312,6 +319,20 @@ def is_ip_cm_service_id(service_id):
     return service_id & IP_CM_SERVICE_PREFIX_MASK == IP_CM_SERVICE_PREFIX
 
 
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def native_request_record(name):
+    """The consumer data of a native REQ for service `name`, written here."""
+    name = name.encode()
+    return (NATIVE_MAGIC + bytes([NATIVE_VERSION, len(name)]) +
+            struct.pack(">Q", fnv1a64(name)) + name[:NATIVE_NAME_BYTES])
+
+
 def cm_capacity(t):
     """Bytes of private data CM attribute `t` carries."""
     return MAD_LEN - MAD_HDR_LEN - CM_PRIVATE_DATA_AT[t]
@@ -353,20 +374,29 @@ def check_cm_json(e, json_path):
                  f"{e['sidr']['pkey']:#x}")
     if t in (CM_REQ, CM_SIDR_REQ):
         sid = e["sidr"]["service_id"] if t == CM_SIDR_REQ else e["service_id"]
-        if is_ip_cm_service_id(sid) != (service == "ip_cm"):
+        if (sid == NATIVE_SERVICE_ID) != (service == "native") or (
+                not is_ip_cm_service_id(sid)):
             sys.exit(f"{where}: service id {sid:#018x} in a {service} "
                      f"message")
         port_spaces = (PS_UDP,) if t == CM_SIDR_REQ else (PS_TCP, PS_IB)
         if service == "ip_cm" and (sid >> 16) & 0xFFFF not in port_spaces:
             sys.exit(f"{where}: port space {(sid >> 16) & 0xFFFF:#06x} in "
                      f"a {CM_LABELS[t]}")
+    if service == "native" and t == CM_REP:
+        if (e["private_data"][:5] != NATIVE_MAGIC + bytes([NATIVE_VERSION])
+                or e["private_data"][5] not in range(1, 6)):
+            sys.exit(f"{where}: a native REP's private data must be "
+                     f"RDPN, version 1 and the MTU code")
     h = e.get("ip_cm")
-    if (h is not None) != (t in (CM_REQ, CM_SIDR_REQ) and
-                           service == "ip_cm"):
-        sys.exit(f"{where}: an IP CM header must come with exactly the IP "
-                 f"CM Service's REQs and SIDR REQs")
+    if (h is not None) != (t in (CM_REQ, CM_SIDR_REQ)):
+        sys.exit(f"{where}: an IP CM header must come with exactly the "
+                 f"REQs and SIDR REQs")
     if h is None:
         return
+    if service == "native" and (bytes.fromhex(h["consumer_private_data_hex"])
+                                != native_request_record(e["service_name"])):
+        sys.exit(f"{where}: the consumer data is not the name record of "
+                 f"{e['service_name']!r} written here")
     if ((h["major_version"], h["minor_version"]) != IP_CM_VERSION or
             h["ip_version"] != IP_CM_IPV4):
         sys.exit(f"{where}: IP CM header version {h['major_version']}."
@@ -507,11 +537,6 @@ def cm_mad(e):
                 else e["private_data"])
     if len(mad) != MAD_LEN:
         sys.exit(f"frame {e['index']}: private data overruns the MAD")
-    if t == CM_REQ and e["service_name"]:
-        name = e["service_name"].encode()
-        if e["private_data"][:1 + len(name)] != bytes([len(name)]) + name:
-            sys.exit(f"frame {e['index']}: the REQ's private data does not "
-                     f"start with the service name")
     return bytes(mad)
 
 

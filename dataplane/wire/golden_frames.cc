@@ -359,11 +359,21 @@ std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
   const Path passive = ReplyPath(active);
 
   std::vector<GoldenCmFrame> frames;
-  auto add = [&frames](std::string name, const Path& path, CmMessage m) {
+  auto add = [&frames](std::string name, const Path& path, CmMessage m,
+                       std::string service = "") {
     GoldenCmFrame g;
     g.name = std::move(name);
     g.path = path;
     g.message = m;
+    g.service_name = std::move(service);
+    // A REQ: the IP CM header, then the name record as the consumer's data.
+    IpCmHeader h;
+    if (m.type == CmType::kReq && ParseIpCmHeader(m, &h)) {
+      g.ip_cm = h;
+      g.consumer_private_data.assign(
+          m.private_data.begin() + kIpCmHeaderLen,
+          m.private_data.begin() + m.private_data_len);
+    }
     g.frame.resize(kCmFrameLen);
     g.frame.resize(EncodeCmFrame(path, m, g.frame));
     frames.push_back(std::move(g));
@@ -373,7 +383,6 @@ std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
   req.type = CmType::kReq;
   req.transaction_id = kConnectTid;
   req.local_comm_id = kActiveCommId;
-  SetServiceName("rdmaplane/golden", &req);
   req.qpn = kRequesterQpn;
   req.start_psn = Psn(0xFFFFFE);  // the first WRITE of MakeGoldenFrames
   req.path_mtu = kIbMtu1024;
@@ -392,7 +401,12 @@ std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
   req.packet_rate = kIbRate100Gbps;
   req.local_ip = kRequesterIp;
   req.remote_ip = kResponderIp;
-  add("cm_req", active, req);
+  // Native connections have no port: the IP CM header's source port is 0.
+  const IpCmHeader header{.src_port = 0, .src_ip = kRequesterIp,
+                          .dst_ip = kResponderIp};
+  const std::string service = "rdmaplane/golden";
+  SetNativeRequest(service, header, &req);
+  add("cm_req", active, req, service);
 
   CmMessage mra;
   mra.type = CmType::kMra;
@@ -416,6 +430,7 @@ std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
   rep.initiator_depth = 16;
   rep.target_ack_delay = IbTimeoutCode(200'000);  // a napping engine
   rep.rnr_retry_count = 7;
+  SetNativeReply(kIbMtu1024, &rep);  // the passive side's MTU: the REQ's
   add("cm_rep", passive, rep);
 
   CmMessage rtu;
@@ -453,8 +468,11 @@ std::vector<GoldenCmFrame> MakeGoldenCmFrames() {
   refused.retry_count = 6;
   refused.rnr_retry_count = 3;
   refused.packet_rate = kIbRate40Gbps;
-  SetServiceName("rdmaplane/nobody", &refused);
-  add("cm_req_unknown_service", active, refused);
+  // A name longer than a REQ carries whole: its first 42 bytes travel.
+  const std::string nobody =
+      "rdmaplane/a-service-name-longer-than-a-req-carries-whole";
+  SetNativeRequest(nobody, header, &refused);
+  add("cm_req_unknown_service", active, refused, nobody);
   CmMessage rej;
   rej.type = CmType::kRej;
   rej.transaction_id = kRefusedTid;

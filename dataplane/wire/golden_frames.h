@@ -61,11 +61,16 @@ struct GoldenCmFrame {
   // SetIpCmPrivateData.
   std::optional<IpCmHeader> ip_cm;
   std::vector<uint8_t> consumer_private_data;
+  // A native REQ: the service it names.
+  std::string service_name;
 };
 
 // The CM exchange that would set up and tear down the connection of
-// MakeGoldenFrames (REQ with a service name, MRA, REP, RTU, DREQ, DREP) and a
-// REJ of a second REQ for an unknown service. Deterministic.
+// MakeGoldenFrames, as rdmaplane's native connections speak the IP CM
+// Service (REQ to kNativeServiceId with the IP CM header and a service
+// name, MRA, REP with the passive side's MTU, RTU, DREQ, DREP) and a REJ of
+// a second REQ for an unknown service with a name longer than a REQ
+// carries whole. Deterministic.
 std::vector<GoldenCmFrame> MakeGoldenCmFrames();
 
 // The RDMA IP CM Service (IBA Annex A11) as Linux's rdma_cm speaks it over

@@ -38,7 +38,6 @@ void AppendCmJson(const std::vector<GoldenCmFrame>& frames,
   for (const GoldenCmFrame& g : frames) {
     const Path& p = g.path;
     const CmMessage& m = g.message;
-    const std::string service_name(ServiceNameFromPrivateData(m));
     std::snprintf(
         buf, sizeof(buf),
         "  {\"name\": \"%s\", \"kind\": \"cm\", \"frame_len\": %zu, "
@@ -63,7 +62,7 @@ void AppendCmJson(const std::vector<GoldenCmFrame>& frames,
         m.initiator_depth, m.local_ack_timeout, m.target_ack_delay,
         Ipv4String(m.local_ip).c_str(), Ipv4String(m.remote_ip).c_str(),
         m.reject_reason, static_cast<unsigned>(m.refers_to), m.service_timeout,
-        service_name.c_str());
+        g.service_name.c_str());
     // Private data as it goes on the wire: the whole field, zero-filled.
     std::vector<uint8_t> private_data(CmPrivateDataCapacity(m.type), 0);
     std::copy_n(m.private_data.begin(), m.private_data_len,

@@ -106,6 +106,13 @@ class Fuzzer {
   // Steps 1 and 2 (and 4). Each returns an empty string or what failed.
   std::string ResolveDaemon();
   std::string ExpectRejectForUnknownService(const std::string& label);
+  // A REQ as daemons sent them before the native connections spoke the IP
+  // CM Service (service id 0x02 and the name's hash, the name's length and
+  // the name as private data) gets a REJ that says to upgrade.
+  std::string ExpectRejectForOldFormat();
+  // Sends `req` until the daemon's REJ for it comes; its reason and words.
+  std::string AwaitReject(wire::CmMessage* req, uint16_t* reason,
+                          std::string* text);
   // Step 3.
   std::string Fuzz(uint32_t frames, uint32_t rate);
   std::string Summary() const;
@@ -249,26 +256,22 @@ std::string Fuzzer::ResolveDaemon() {
   return "no ARP reply from the daemon after 10 requests";
 }
 
-std::string Fuzzer::ExpectRejectForUnknownService(const std::string& label) {
-  wire::CmMessage req{};
-  req.type = wire::CmType::kReq;
+std::string Fuzzer::AwaitReject(wire::CmMessage* req, uint16_t* reason,
+                                std::string* text) {
   const uint32_t comm_id = next_comm_id_++;
-  req.local_comm_id = comm_id;
-  req.transaction_id = uint64_t{comm_id} << 32 | 1;
-  req.qpn = wire::Qpn(0x1000 + Rand(0x1000));
-  req.start_psn = wire::Psn(Rand(1u << 24));
-  req.path_mtu = wire::kIbMtu1024;
-  req.responder_resources = 16;
-  req.initiator_depth = 16;
-  req.local_ip = my_ip_;
-  req.remote_ip = daemon_ip_;
-  const std::string service = "fuzz-nobody-" + label;
-  wire::SetServiceName(service, &req);
+  req->type = wire::CmType::kReq;
+  req->local_comm_id = comm_id;
+  req->transaction_id = uint64_t{comm_id} << 32 | 1;
+  req->qpn = wire::Qpn(0x1000 + Rand(0x1000));
+  req->start_psn = wire::Psn(Rand(1u << 24));
+  req->path_mtu = wire::kIbMtu1024;
+  req->responder_resources = 16;
+  req->initiator_depth = 16;
+  req->local_ip = my_ip_;
+  req->remote_ip = daemon_ip_;
   std::array<uint8_t, wire::kCmFrameLen> frame;
-  const size_t n = wire::EncodeCmFrame(PathToDaemon(), req, frame);
+  const size_t n = wire::EncodeCmFrame(PathToDaemon(), *req, frame);
   if (n == 0) return "cannot encode the REQ";
-  uint16_t reason = 0;
-  std::string text;
   bool answered = false;
   for (int attempt = 0; attempt < 10 && !answered; ++attempt) {
     if (!Send({frame.data(), n})) return "the daemon takes no frames";
@@ -279,17 +282,31 @@ std::string Fuzzer::ExpectRejectForUnknownService(const std::string& label) {
           m.type != wire::CmType::kRej || m.remote_comm_id != comm_id) {
         return false;
       }
-      reason = m.reject_reason;
+      *reason = m.reject_reason;
+      text->clear();
       for (size_t i = 0; i < wire::CmPrivateDataCapacity(m.type) &&
                          m.private_data[i] != 0;
            ++i) {
-        text.push_back(static_cast<char>(m.private_data[i]));
+        text->push_back(static_cast<char>(m.private_data[i]));
       }
       return true;
     });
   }
-  if (!answered) {
-    return "no REJ for a REQ to an unknown service after 10 tries";
+  if (!answered) return "no REJ for the REQ after 10 tries";
+  return "";
+}
+
+std::string Fuzzer::ExpectRejectForUnknownService(const std::string& label) {
+  wire::CmMessage req{};
+  req.type = wire::CmType::kReq;
+  const std::string service = "fuzz-nobody-" + label;
+  wire::SetNativeRequest(service,
+                         {.src_port = 0, .src_ip = my_ip_, .dst_ip = daemon_ip_},
+                         &req);
+  uint16_t reason = 0;
+  std::string text;
+  if (std::string e = AwaitReject(&req, &reason, &text); !e.empty()) {
+    return e + " (to an unknown service)";
   }
   std::printf("frame_fuzzer: %s: REJ reason %u: %s\n", label.c_str(), reason,
               text.c_str());
@@ -299,6 +316,29 @@ std::string Fuzzer::ExpectRejectForUnknownService(const std::string& label) {
   }
   if (text.find(service) == std::string::npos) {
     return "the REJ does not name the service: " + text;
+  }
+  return "";
+}
+
+std::string Fuzzer::ExpectRejectForOldFormat() {
+  wire::CmMessage req{};
+  const std::string service = "fuzz-old";
+  uint64_t hash = wire::NativeServiceHash(service);
+  req.service_id = 0x0200000000000000 | (hash & 0x00FFFFFFFFFEFFFF);
+  req.private_data[0] = static_cast<uint8_t>(service.size());
+  std::memcpy(req.private_data.data() + 1, service.data(), service.size());
+  req.private_data_len = static_cast<uint8_t>(1 + service.size());
+  uint16_t reason = 0;
+  std::string text;
+  if (std::string e = AwaitReject(&req, &reason, &text); !e.empty()) {
+    return e + " (of the old format)";
+  }
+  std::printf("frame_fuzzer: old format: REJ reason %u: %s\n", reason,
+              text.c_str());
+  if (reason != wire::kRejInvalidServiceId ||
+      text != "peer rdmaplaned is newer: upgrade this one") {
+    return absl::StrCat("an old-format REQ got REJ reason ", reason, ": ",
+                        text);
   }
   return "";
 }
@@ -331,7 +371,9 @@ size_t Fuzzer::CmTemplate(std::span<uint8_t> out) {
                                              "fuzz", "x"};
     std::string name = Chance(50) ? std::string(kNames[Rand(5)])
                                   : absl::StrCat("svc", Rand(1000));
-    wire::SetServiceName(name, &m);
+    wire::SetNativeRequest(
+        name, {.src_port = 0, .src_ip = m.local_ip, .dst_ip = m.remote_ip},
+        &m);
   } else {
     const size_t cap = wire::CmPrivateDataCapacity(m.type);
     m.private_data_len = static_cast<uint8_t>(Rand(static_cast<uint32_t>(cap) + 1));
@@ -627,6 +669,7 @@ int Run() {
     };
     step("ARP before", [&] { return fuzzer.ResolveDaemon(); });
     step("REQ before", [&] { return fuzzer.ExpectRejectForUnknownService("before"); });
+    step("old REQ", [&] { return fuzzer.ExpectRejectForOldFormat(); });
     step(absl::StrCat("fuzz ", frames, " frames").c_str(),
          [&] { return fuzzer.Fuzz(frames, absl::GetFlag(FLAGS_rate)); });
     step("ARP after", [&] { return fuzzer.ResolveDaemon(); });
