@@ -258,6 +258,10 @@ class ConnectionTable {
   // kQpToRts: our requester's first PSN, retry count, timeout and RNR
   // retry count (checked).
   shm::ControlResponse StartRequester(Connection* c, const shm::QpPeer& p);
+  // kQpToRts (from RTR or RTS): the remote operations the responder serves
+  // and its RNR timer, where p marks them with their Set bits (checked;
+  // nothing changed when refused), at once for a running queue pair.
+  shm::ControlResponse ModifyResponder(Connection* c, const shm::QpPeer& p);
   // kQpToErr: the engine stops serving it; every request posted and not
   // finished ends flushed (the client sees the slot's final state). The
   // slot and QPN stay.

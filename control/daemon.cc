@@ -516,7 +516,13 @@ std::optional<ControlResponse> Daemon::ModifyQueuePair(
       return cm_->StartQueuePair(s, c, req.request_id);
     }
     case QpState::kRts: {
-      ControlResponse resp = connections_->StartRequester(c, peer);
+      // From RTR the requester starts; from RTS (an attribute-only modify)
+      // it goes on as it was. Either may change the responder.
+      if (current == QpState::kRtr) {
+        ControlResponse resp = connections_->StartRequester(c, peer);
+        if (resp.status != shm::kStatusOk) return resp;
+      }
+      ControlResponse resp = connections_->ModifyResponder(c, peer);
       if (resp.status != shm::kStatusOk) return resp;
       break;
     }

@@ -22,6 +22,12 @@ ControlResponse NoSlot(const shm::SlotDepths& depths) {
 static_assert(shm::kSlotSendRingEntries == 4096 &&
               shm::kSlotRecvRingEntries == 4096 && shm::kDeepSlots == 32);
 
+// kQpToRts: an RNR timer code, where one is given, is 0..31.
+bool RnrTimerValid(const shm::QpPeer& p) {
+  return (p.min_rnr_timer & shm::kQpMinRnrTimerSet) == 0 ||
+         (p.min_rnr_timer & ~shm::kQpMinRnrTimerSet) <= 31;
+}
+
 }  // namespace
 
 // --- Queue pairs connected out of band
@@ -138,6 +144,10 @@ ControlResponse ConnectionTable::StartRequester(Connection* c,
     return Reply(shm::kStatusInvalid,
                  "retry counts are 0..7, the timeout code 0..31");
   }
+  // ModifyResponder follows, and must not refuse once the requester runs.
+  if (!RnrTimerValid(p)) {
+    return Reply(shm::kStatusInvalid, "the RNR timer code is 0..31");
+  }
   c->psn[0] = p.sq_psn;
   c->queue_pair.retry_count = p.retry_count;
   c->queue_pair.rnr_retry = p.rnr_retry;
@@ -156,6 +166,26 @@ ControlResponse ConnectionTable::StartRequester(Connection* c,
     s.max_rd_atomic = c->peer.reads_out;
     s.retransmit_timeout_ns = RetransmitTimeoutNs(*c);
     engines_[c->engine]->StartRequester(c->endpoint[0].get(), s);
+  }
+  return Reply(shm::kStatusOk);
+}
+
+ControlResponse ConnectionTable::ModifyResponder(Connection* c,
+                                                 const shm::QpPeer& p) {
+  const bool access = (p.remote_access & shm::kQpRemoteAccessSet) != 0;
+  const bool timer = (p.min_rnr_timer & shm::kQpMinRnrTimerSet) != 0;
+  const uint8_t code = p.min_rnr_timer & ~shm::kQpMinRnrTimerSet;
+  if (!RnrTimerValid(p)) {
+    return Reply(shm::kStatusInvalid, "the RNR timer code is 0..31");
+  }
+  if (!access && !timer) return Reply(shm::kStatusOk);
+  if (access) c->queue_pair.remote_access = p.remote_access;
+  if (timer) c->queue_pair.min_rnr_timer = code;
+  if (c->running) {
+    rc::ResponderSettings s;
+    s.remote_access = RemoteAccessBits(c->queue_pair.remote_access);
+    s.min_rnr_timer = c->queue_pair.min_rnr_timer;
+    engines_[c->engine]->ModifyResponder(c->endpoint[0].get(), s);
   }
   return Reply(shm::kStatusOk);
 }

@@ -39,7 +39,7 @@
 namespace rdmaplane::shm {
 
 inline constexpr uint32_t kSessionMagic = 0x53504452;  // "RDPS"
-inline constexpr uint16_t kSessionVersion = 13;
+inline constexpr uint16_t kSessionVersion = 14;
 // Connection slots (connections and verbs queue pairs) of one session. The
 // region reserves room for every slot's rings, but only a slot the daemon
 // hands out is formatted and touched: memory grows with what is used. The
@@ -316,8 +316,11 @@ enum QpService : uint32_t {
 // move its table does not have from that state.
 enum QpTransition : uint32_t {
   kQpToRtr = 1,  // connect to the peer (QpPeer), serve it as responder
-  kQpToRts = 2,  // the requester starts at QpPeer::sq_psn, with its
-                 // retry_count, timeout and rnr_retry
+  kQpToRts = 2,  // from RTR: the requester starts at QpPeer::sq_psn, with
+                 // its retry_count, timeout and rnr_retry; from RTS: an
+                 // attribute-only modify. Either way, the responder takes
+                 // the remote_access and min_rnr_timer that carry their
+                 // Set bits at once
   kQpToInit = 3,  // from RESET: ready to be connected
   kQpToErr = 4,   // from any state: the transport stops; every request
                   // posted and not finished ends flushed; the slot stays
@@ -327,6 +330,8 @@ enum QpTransition : uint32_t {
 
 // QpPeer::remote_access says which operations the queue pair serves.
 inline constexpr uint8_t kQpRemoteAccessSet = 0x80;
+// kQpToRts: QpPeer::min_rnr_timer carries a new RNR timer code (0..31).
+inline constexpr uint8_t kQpMinRnrTimerSet = 0x80;
 
 // kOpModifyQp's arguments, in ControlRequest::descriptor.
 struct QpPeer {
@@ -341,9 +346,11 @@ struct QpPeer {
   uint8_t timeout;             // IBA local ACK timeout code; 0: ours
   uint8_t rnr_retry;           // RNR NAKs we retry in a row (7: for ever)
   uint8_t min_rnr_timer;       // the RNR timer code our RNR NAKs carry
-  // kQpToRtr: with kQpRemoteAccessSet, the remote operations the queue
-  // pair's responder serves (kAccessRead, kAccessWrite, kAccessAtomic:
-  // verbs' qp_access_flags); without it, every one.
+                               // (kQpToRts: with kQpMinRnrTimerSet)
+  // kQpToRtr, kQpToRts: with kQpRemoteAccessSet, the remote operations the
+  // queue pair's responder serves (kAccessRead, kAccessWrite,
+  // kAccessAtomic: verbs' qp_access_flags); without it, at RTR every one,
+  // at RTS those it served.
   uint8_t remote_access;
   uint8_t reserved;
   uint32_t qkey;  // UD (kQpToInit, kQpToRtr): the queue pair's Q_Key

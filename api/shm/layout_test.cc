@@ -66,7 +66,9 @@ TEST(RingAbi, BytesFor) {
 
 TEST(LayoutAbi, Constants) {
   EXPECT_EQ(kSessionMagic, 0x53504452u);
-  EXPECT_EQ(kSessionVersion, 13u);
+  EXPECT_EQ(kSessionVersion, 14u);
+  EXPECT_EQ(kQpRemoteAccessSet, 0x80u);
+  EXPECT_EQ(kQpMinRnrTimerSet, 0x80u);
   EXPECT_EQ(kMaxConnections, 1056u);
   EXPECT_EQ(kDeepSlotsAt, 1024u);
   EXPECT_EQ(kDeepSlots, 32u);

@@ -53,6 +53,24 @@ static_assert(lifecycle_abi::kQpAttrDestQpn == IBV_QP_DEST_QPN);
 static_assert(lifecycle_abi::kQpAttrRateLimit == IBV_QP_RATE_LIMIT);
 
 namespace rdmaplane::verbs {
+namespace {
+
+// What a move to RTS changes of the responder: the remote operations it
+// serves and its RNR timer, each marked as given where the mask holds it.
+shm::QpPeer ResponderChanges(const ibv_qp_attr& attr, int mask) {
+  shm::QpPeer peer{};
+  if (mask & IBV_QP_ACCESS_FLAGS) {
+    peer.remote_access = static_cast<uint8_t>(
+        shm::kQpRemoteAccessSet | RemoteFlagsOf(attr.qp_access_flags));
+  }
+  if (mask & IBV_QP_MIN_RNR_TIMER) {
+    peer.min_rnr_timer =
+        static_cast<uint8_t>(shm::kQpMinRnrTimerSet | attr.min_rnr_timer);
+  }
+  return peer;
+}
+
+}  // namespace
 
 // The queue pair goes to the error state (ibv_modify_qp to ERR): its
 // connection ends, and every request not yet reported completes, those
@@ -310,6 +328,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     return EOPNOTSUPP;
   }
   if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && attr->min_rnr_timer > 31) return EINVAL;
   if ((mask & IBV_QP_AV) && attr->ah_attr.port_num > 1) return EINVAL;
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) &&
       attr->max_rd_atomic > c->info.max_rd_atomic) {
@@ -356,7 +375,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRtr, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
   } else if (next == QpState::kRts && cur == QpState::kRtr) {
-    shm::QpPeer peer{};
+    shm::QpPeer peer = ResponderChanges(*attr, mask);
     peer.sq_psn = attr->sq_psn & 0xFFFFFF;
     // As at RTR: only what the mask holds (UC takes none of these).
     if (mask & IBV_QP_RETRY_CNT) peer.retry_count = attr->retry_cnt;
@@ -364,6 +383,13 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     if (mask & IBV_QP_TIMEOUT) peer.timeout = attr->timeout;
     if (mask & IBV_QP_MAX_QP_RD_ATOMIC) peer.max_rd_atomic = attr->max_rd_atomic;
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRts, peer);
+    if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
+  } else if (next == QpState::kRts && cur == QpState::kRts &&
+             (mask & (IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER)) != 0) {
+    // An attribute-only modify: the responder serves other operations, or
+    // NAKs with another RNR timer, from the next request on.
+    absl::Status s = c->client->ModifyQueuePair(
+        q->conn, shm::kQpToRts, ResponderChanges(*attr, mask));
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
   } else if (next == QpState::kErr && cur != QpState::kErr) {
     EnterError(q);

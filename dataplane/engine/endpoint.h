@@ -222,6 +222,13 @@ class Endpoint : public rc::RemoteMemory, public rc::CompletionSink {
   bool StartRequester(const rc::RequesterSettings& s) {
     return qp_->StartRequester(s);
   }
+  // The remote operations the responder serves and its RNR timer, from
+  // now on (verbs: an attribute-only modify); the engine thread while it
+  // serves the endpoint.
+  void ModifyResponder(const rc::ResponderSettings& s) {
+    info_.remote_access = s.remote_access;
+    qp_->SetMinRnrTimer(s.min_rnr_timer);
+  }
   // A port endpoint learns its peer's QP, first PSN and MAC from the
   // connection manager; before the engine serves it (control thread).
   void SetPeer(wire::Qpn remote_qpn, wire::Psn recv_psn,

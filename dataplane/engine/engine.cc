@@ -272,24 +272,30 @@ void Engine::Submit(const Command& c) {
 
 void Engine::AddRemote(Endpoint* e) {
   Submit({CommandType::kAddRemote, e, nullptr, CloseReason::kClosedByClient,
-          CloseReason::kClosedByClient, nullptr, {}});
+          CloseReason::kClosedByClient, nullptr, {}, {}});
 }
 
 void Engine::StartRequester(Endpoint* e, const rc::RequesterSettings& s) {
   Submit({CommandType::kStartRequester, e, nullptr,
           CloseReason::kClosedByClient, CloseReason::kClosedByClient, nullptr,
-          s});
+          s, {}});
+}
+
+void Engine::ModifyResponder(Endpoint* e, const rc::ResponderSettings& s) {
+  Submit({CommandType::kModifyResponder, e, nullptr,
+          CloseReason::kClosedByClient, CloseReason::kClosedByClient, nullptr,
+          {}, s});
 }
 
 void Engine::AddPair(Endpoint* a, Endpoint* b) {
   Submit({CommandType::kAddPair, a, b, CloseReason::kClosedByClient,
-          CloseReason::kClosedByClient, nullptr, {}});
+          CloseReason::kClosedByClient, nullptr, {}, {}});
 }
 
 void Engine::RemovePair(Endpoint* e, CloseReason reason,
                         CloseReason peer_reason) {
   Submit({CommandType::kRemovePair, e, e->peer(), reason, peer_reason,
-          nullptr, {}});
+          nullptr, {}, {}});
 }
 
 void Engine::ApplyCommands() {
@@ -323,6 +329,8 @@ void Engine::ApplyCommands() {
       }
     } else if (c.type == CommandType::kStartRequester) {
       c.a->StartRequester(c.requester);
+    } else if (c.type == CommandType::kModifyResponder) {
+      c.a->ModifyResponder(c.responder);
     } else {
       c.a->Close(c.reason);
       if (c.b != nullptr) c.b->Close(c.peer_reason);

@@ -151,6 +151,9 @@ class Engine {
   // Sets the first PSN and retry settings of a served endpoint's requester
   // (nothing posted yet; see Endpoint::StartRequester).
   void StartRequester(Endpoint* e, const rc::RequesterSettings& s);
+  // Changes what a served endpoint's responder serves and its RNR timer
+  // (Endpoint::ModifyResponder), in the engine's next turn.
+  void ModifyResponder(Endpoint* e, const rc::ResponderSettings& s);
 
   // Control plane: queue a frame for transmission on the port (false when
   // the ring is full), and take frames and events the engine passed up.
@@ -179,7 +182,8 @@ class Engine {
     kAddPair,
     kAddRemote,
     kRemovePair,
-    kStartRequester
+    kStartRequester,
+    kModifyResponder
   };
   struct Command {
     CommandType type;
@@ -189,6 +193,7 @@ class Engine {
     CloseReason peer_reason;
     std::atomic<bool>* done;
     rc::RequesterSettings requester;  // kStartRequester
+    rc::ResponderSettings responder;  // kModifyResponder
   };
 
   static int LaunchOnLcore(void* engine);

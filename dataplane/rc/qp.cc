@@ -128,6 +128,13 @@ bool RcQp::StartRequester(const RequesterSettings& s) {
   return true;
 }
 
+bool RcQp::SetMinRnrTimer(uint8_t code) {
+  owner_.Check();
+  if (code > 31) return false;
+  config_.min_rnr_timer = code;
+  return true;
+}
+
 uint32_t RcQp::PacketsFor(uint32_t length) const {
   return length == 0 ? 1 : (length + config_.pmtu - 1) / config_.pmtu;
 }

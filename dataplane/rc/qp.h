@@ -67,6 +67,9 @@ class RcQp {
   // serves as a responder (verbs: RTR, then RTS). Only before anything was
   // posted; returns false (and changes nothing) after.
   bool StartRequester(const RequesterSettings& s);
+  // The RNR timer code (0..31) of the RNR NAKs sent from now on (verbs:
+  // min_rnr_timer changed at RTS); false, changing nothing, above 31.
+  bool SetMinRnrTimer(uint8_t code);
 
   // Moves the QP to the error state: every queued work request completes
   // with kFlushed. Used when the connection is torn down.
@@ -252,7 +255,9 @@ class RcQp {
   Wqe& wqe_at(uint32_t index) { return sq_[index & sq_mask_]; }
   uint32_t PacketsFor(uint32_t length) const;
 
-  QpConfig config_;  // changed once by StartRequester, before any post
+  // Changed once by StartRequester, before any post; min_rnr_timer by
+  // SetMinRnrTimer.
+  QpConfig config_;
   const Env env_;
   ThreadOwner owner_;
   QpState state_ = QpState::kReadyToSend;

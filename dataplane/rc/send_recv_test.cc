@@ -133,6 +133,23 @@ TEST(SendRecvTest, NoReceiveMeansRnrNakThenTheSendIsRetried) {
   EXPECT_EQ(f.pair.a.qp->stats().timeouts, 0u);
 }
 
+// The RNR timer may change while the QP serves (verbs: min_rnr_timer at
+// RTS): the RNR NAKs sent from then on carry the new code, and the
+// requester waits as long as it says.
+TEST(SendRecvTest, TheRnrTimerChangesInPassing) {
+  QpConfig config = testing::SmallConfig();
+  config.min_rnr_timer = 1;  // 10 us
+  Fixture f(config);
+  EXPECT_FALSE(f.pair.b.qp->SetMinRnrTimer(32));
+  ASSERT_TRUE(f.pair.b.qp->SetMinRnrTimer(31));  // 491.52 ms
+  std::vector<uint8_t> msg = Pattern(10, 9);
+  ASSERT_EQ(f.pair.a.qp->Post(Send(1, msg.data(), 10)), PostResult::kOk);
+  f.pair.RunUntil([] { return false; }, 200'000);  // 200 us, no receive
+  EXPECT_EQ(f.pair.b.qp->stats().rnr_naks_sent, 1u)
+      << "the requester retried before the new timer ran out";
+  EXPECT_EQ(f.pair.a.qp->stats().rnr_naks_received, 1u);
+}
+
 TEST(SendRecvTest, WriteWithImmediateWaitsForAReceiveToo) {
   Fixture f;
   std::vector<uint8_t> data = Pattern(32, 11);

@@ -242,6 +242,13 @@ struct RequesterSettings {
   uint32_t max_rd_atomic = 16;  // READs and atomics kept outstanding
 };
 
+// What a verbs application may change of a responder in passing (RTR->RTS,
+// RTS->RTS): the remote operations it serves and its RNR timer.
+struct ResponderSettings {
+  uint8_t remote_access = 0;  // mr::kAccessRemote* bits
+  uint8_t min_rnr_timer = 1;  // the code our RNR NAKs carry (0..31)
+};
+
 // Per-QP counters; engine thread only.
 struct QpStats {
   StatCounter tx_packets;

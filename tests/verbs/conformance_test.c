@@ -2125,6 +2125,127 @@ static bool async_ready(struct ibv_context* c, int timeout_ms) {
 static bool take_async(struct ibv_context* c, enum ibv_event_type type,
                        const void* what);
 
+/* ibv_modify_qp(3): a queue pair that already sends may change its access
+ * flags in passing (RTR -> RTS, RTS -> RTS), and its responder serves
+ * what they allow from then on: an operation they no longer allow fails
+ * with IBV_WC_REM_ACCESS_ERR and moves nothing; one they now allow works. */
+static void access_write(struct pair* p, struct bufs* b, uint8_t fill,
+                         enum ibv_wc_status want, const char* what) {
+  memset(b->local, fill, 4096);
+  memset(b->remote, 0, 4096);
+  struct ibv_sge sge = sge_of(b->local, 4096, b->lmr->lkey);
+  struct ibv_send_wr w = rdma_wr(IBV_WR_RDMA_WRITE, 1400, &sge, 1,
+                                 raddr(b, 0), b->rmr->rkey, IBV_SEND_SIGNALED);
+  struct ibv_send_wr* bad = NULL;
+  const int r = ibv_post_send(p->s[0].qp, &w, &bad);
+  struct ibv_wc wc;
+  memset(&wc, 0, sizeof(wc));
+  const int got = r == 0 ? wait_wcs(p->s[0].cq, &wc, 1, 10000) : 0;
+  const bool moved = all_bytes(b->remote, 4096, fill);
+  check(r == 0 && got == 1 && wc.status == want &&
+            moved == (want == IBV_WC_SUCCESS) &&
+            (moved || all_bytes(b->remote, 4096, 0)),
+        what, "post %d, %d completions, status %s, data %s", r, got,
+        got ? wc_name(wc.status) : "none", moved ? "moved" : "not moved");
+}
+
+static int modify_access(struct ibv_qp* qp, unsigned access) {
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTS;
+  a.qp_access_flags = access;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
+}
+
+static void t_access_in_passing(struct bufs* b) {
+  step("access flags changed in passing");
+  struct pair p;
+  if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    access_write(&p, b, 0x31, IBV_WC_SUCCESS, "a WRITE the access flags allow");
+    int r = modify_access(p.s[1].qp, IBV_ACCESS_REMOTE_READ);
+    struct ibv_qp_attr a;
+    struct ibv_qp_init_attr init;
+    memset(&a, 0, sizeof(a));
+    check(r == 0 && ibv_query_qp(p.s[1].qp, &a, IBV_QP_ACCESS_FLAGS, &init) == 0 &&
+              a.qp_access_flags == IBV_ACCESS_REMOTE_READ &&
+              a.qp_state == IBV_QPS_RTS,
+          "RTS -> RTS takes new access flags", "returned %d, flags %#x", r,
+          a.qp_access_flags);
+    /* Then READ only: a READ works, a WRITE is refused. */
+    memset(b->remote, 0x52, 4096);
+    memset(b->local, 0, 4096);
+    struct ibv_sge sge = sge_of(b->local, 4096, b->lmr->lkey);
+    const int st = rdma_once(&p.s[0], IBV_WR_RDMA_READ, 1401, &sge, 1,
+                             raddr(b, 0), b->rmr->rkey,
+                             "a READ the new flags allow", NULL);
+    check(st == IBV_WC_SUCCESS && all_bytes(b->local, 4096, 0x52),
+          "a READ the new flags allow works", "status %d", st);
+    access_write(&p, b, 0x33, IBV_WC_REM_ACCESS_ERR,
+                 "a WRITE the new flags no longer allow fails with "
+                 "IBV_WC_REM_ACCESS_ERR and moves nothing");
+    check(take_async(g_dev[1].ctx, IBV_EVENT_QP_ACCESS_ERR, p.s[1].qp),
+          "the responder raises IBV_EVENT_QP_ACCESS_ERR", "no event");
+  }
+  free_pair(&p);
+
+  /* Allowed again at RTS, after a connection that allowed nothing. */
+  if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    int r0 = modify_access(p.s[1].qp, 0);
+    int r1 = modify_access(p.s[1].qp, IBV_ACCESS_REMOTE_WRITE);
+    check(r0 == 0 && r1 == 0, "RTS -> RTS twice", "returned %d, %d", r0, r1);
+    access_write(&p, b, 0x34, IBV_WC_SUCCESS,
+                 "a WRITE allowed again at RTS works");
+  }
+  free_pair(&p);
+
+  /* RTR without REMOTE_WRITE, RTR -> RTS with it. */
+  memset(&p, 0, sizeof(p));
+  if (make_side(&p.s[0], &g_dev[0], &kDefaultOpts) &&
+      make_side(&p.s[1], &g_dev[1], &kDefaultOpts) && pair_to_init(&p)) {
+    const uint32_t psn[2] = {g_psn, g_psn + 0x100};
+    g_psn += 0x10000;
+    bool ok = true;
+    for (int i = 0; i < 2; ++i) {
+      const int o = 1 - i;
+      struct ibv_qp_attr a;
+      rtr_attr(&a, &g_dev[o].gid, p.s[o].qp->qp_num, psn[o]);
+      a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
+      ok = ok && ibv_modify_qp(p.s[i].qp, &a, kRtrMask | IBV_QP_ACCESS_FLAGS) == 0;
+    }
+    for (int i = 0; i < 2; ++i) {
+      struct ibv_qp_attr a;
+      rts_attr(&a, psn[i]);
+      a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+      ok = ok && ibv_modify_qp(p.s[i].qp, &a, kRtsMask | IBV_QP_ACCESS_FLAGS) == 0;
+    }
+    if (check(ok, "RTR with READ only, RTR -> RTS adding WRITE",
+              "a modify failed")) {
+      access_write(&p, b, 0x35, IBV_WC_SUCCESS,
+                   "a WRITE allowed at RTR -> RTS works");
+    }
+  }
+  free_pair(&p);
+
+  /* min_rnr_timer may change at RTS too; a code above 31 is EINVAL. */
+  if (connect_pair(&p, &kDefaultOpts, &kDefaultOpts)) {
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTS;
+    a.min_rnr_timer = 3;
+    const int r = ibv_modify_qp(p.s[1].qp, &a, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER);
+    a.min_rnr_timer = 133;
+    const int bad = ibv_modify_qp(p.s[1].qp, &a, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER);
+    struct ibv_qp_init_attr init;
+    memset(&a, 0, sizeof(a));
+    check(r == 0 && bad == EINVAL &&
+              ibv_query_qp(p.s[1].qp, &a, IBV_QP_MIN_RNR_TIMER, &init) == 0 &&
+              a.min_rnr_timer == 3,
+          "RTS -> RTS takes min_rnr_timer 3 and refuses 133",
+          "returned %d, %d; timer %u", r, bad, a.min_rnr_timer);
+  }
+  free_pair(&p);
+}
+
 /* ibv_get_async_event(3): a queue pair that the transport ends without a
  * completion to say so (here, the responder of a WRITE it refused for a
  * wrong rkey) raises its affiliated error, IBV_EVENT_QP_ACCESS_ERR, on its
@@ -6592,6 +6713,7 @@ int main(int argc, char** argv) {
       t_atomics(&b);
       t_memory_windows(&b);
       t_async_events(&b);
+      t_access_in_passing(&b);
       t_comm_est(&b);
       t_loopback();
       t_local_errors(&b);
