@@ -273,7 +273,13 @@ const char* ibv_get_device_name(ibv_device* device) {
 }
 
 __be64 ibv_get_device_guid(ibv_device* device) {
-  // The GUID comes from the daemon's MAC: ask it.
+  // The GUID comes from the daemon's MAC: known once a context was opened,
+  // else asked of the daemon.
+  Device* d = DeviceOf(device);
+  if (d == nullptr) return Fail<__be64>(ENODEV, 0);
+  if (const uint64_t known = d->guid.load(std::memory_order_relaxed)) {
+    return known;
+  }
   ibv_context* ctx = ibv_open_device(device);
   if (ctx == nullptr) return 0;
   const uint64_t guid = GuidOf(Ctx(ctx)->info);
@@ -299,6 +305,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c->device = d;
   c->client = std::move(*client);
   c->info = *info;
+  d->guid.store(GuidOf(c->info), std::memory_order_relaxed);
   c->ctx.device = device;
   // There is no kernel device to send commands to; a descriptor of its own
   // all the same, as programs dup it (rdma-core's tests, for

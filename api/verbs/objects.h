@@ -101,6 +101,9 @@ inline constexpr int kMaxCqe = 65535;
 struct Device {
   ibv_device dev;  // first: the application holds ibv_device*
   std::string socket;
+  // The node GUID the daemon's MAC gave when a context was last opened;
+  // 0 before (ibv_get_device_guid then opens one).
+  std::atomic<uint64_t> guid{0};
 };
 
 // An extended context (verbs_context), as every provider of rdma-core
