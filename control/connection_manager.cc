@@ -17,17 +17,18 @@ namespace {
 using shm::ControlRequest;
 using shm::ControlResponse;
 
-// Retransmission schedule of the connection manager.
-constexpr uint64_t kReqIntervalNs = 250'000'000;
-constexpr uint32_t kReqTries = 8;
-// While the peer has not accepted, the REQ is repeated as a keep-alive (the
-// peer answers each with MRA); this many unanswered means it is gone.
-constexpr uint64_t kKeepAliveNs = 1'000'000'000;
-constexpr uint32_t kKeepAliveTries = 5;
-constexpr uint64_t kRepIntervalNs = 250'000'000;
-constexpr uint32_t kRepTries = 8;
-constexpr uint64_t kDreqIntervalNs = 100'000'000;
-constexpr uint32_t kDreqTries = 5;
+// The native connections are a consumer of the IP CM Service: their
+// messages are repeated on its schedule (IpCm's constants). While the peer
+// has not accepted, the REQ is repeated as a keep-alive (the peer answers
+// each with MRA); kKeepAliveTries unanswered mean it is gone.
+constexpr uint64_t kReqIntervalNs = IpCm::kReqIntervalNs;
+constexpr uint32_t kReqTries = IpCm::kReqTries;
+constexpr uint64_t kKeepAliveNs = IpCm::kKeepAliveNs;
+constexpr uint32_t kKeepAliveTries = IpCm::kKeepAliveTries;
+constexpr uint64_t kRepIntervalNs = IpCm::kRepIntervalNs;
+constexpr uint32_t kRepTries = IpCm::kRepTries;
+constexpr uint64_t kDreqIntervalNs = IpCm::kDreqIntervalNs;
+constexpr uint32_t kDreqTries = IpCm::kDreqTries;
 
 // A REJ carries why, as text in its private data, for the client's error.
 void SetRejectText(wire::CmMessage* m, const std::string& text) {

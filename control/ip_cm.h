@@ -76,7 +76,8 @@ class IpCm {
   };
 
   static constexpr uint32_t kCommIdBit = 0x80000000;
-  // Retransmission schedule (as the native connections' CM).
+  // Retransmission schedule, the native connections' too
+  // (connection_manager.cc).
   static constexpr uint64_t kReqIntervalNs = 250'000'000;
   static constexpr uint32_t kReqTries = 8;
   static constexpr uint64_t kKeepAliveNs = 1'000'000'000;
