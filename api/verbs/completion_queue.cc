@@ -329,6 +329,32 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
   return cq != nullptr ? &cq->cq : nullptr;
 }
 
+// ibv_resize_cq(3): the CQ holds at least `cqe` entries from now on. Its
+// completions live in an unbounded list, so only the count changes; a
+// count below the completions it holds now is EINVAL, as the man page has
+// it. A send the daemon has not ended yet counts as held: a hardware CQ
+// would hold its completion within microseconds, an engine that naps
+// perhaps only later, and whether the call fails must not depend on that.
+int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
+  if (ibcq == nullptr || cqe <= 0 || cqe > kMaxCqe) return EINVAL;
+  Cq* cq = CqOf(ibcq);
+  std::lock_guard<std::mutex> lock(cq->mu);
+  size_t held = 0;
+  for (Qp* q : cq->send_qps) {
+    std::lock_guard<std::mutex> qp_lock(q->mu);
+    Pump(q);
+    held += q->send_wcs.size() + q->owner->client->Outstanding(q->conn);
+  }
+  for (Qp* q : cq->recv_qps) {
+    std::lock_guard<std::mutex> qp_lock(q->mu);
+    Pump(q);
+    held += q->recv_wcs.size();
+  }
+  if (held > static_cast<size_t>(cqe)) return EINVAL;
+  ibcq->cqe = cqe;
+  return 0;
+}
+
 int ibv_destroy_cq(ibv_cq* ibcq) {
   Cq* cq = CqOf(ibcq);
   {

@@ -21,7 +21,6 @@ extern "C" {
 
 // --- Not served: refused with EOPNOTSUPP (docs/verbs.md) ------------------
 
-int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
 int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 
