@@ -15,6 +15,13 @@
 //               (retries exhausted: the peer vanished) closes ours and sends
 //               DREQ in case the peer is still there.
 //
+// On the wire the native connections are a consumer of the RDMA IP CM
+// Service, as rdma_cm ids are (ip_cm.h): REQs go to wire::kNativeServiceId
+// with the IP CM header and the service's name, REPs carry the passive
+// side's MTU (dataplane/wire/cm.h). A REQ in the format daemons sent before
+// (service id 0x02...) gets a REJ whose words say to upgrade; a REJ without
+// words to our REQ means the peer serves no native connections.
+//
 // Frames reach it from the port's engine (control frames passed up, and
 // broken connections), and leave through the same engine.
 //
