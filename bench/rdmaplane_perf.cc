@@ -794,9 +794,13 @@ class Bench {
   // perftest, each side waits for its own WRITE's completion after posting
   // (polling, and yielding after --yield_after empty polls as the other
   // modes do), then spins on the last byte of slot 1 until the other side's
-  // WRITE has landed there (reading memory: no library call, no yield). A
-  // sample is half of one exchange's round trip, perftest's convention for
-  // ib_write_lat. Connection 0 only.
+  // WRITE has landed there (reading memory: no library call), yielding
+  // after --yield_after reads as well: both threads run on the CPU the
+  // tool is given, beside an engine, and a thread that spun without
+  // yielding kept that engine off the CPU until the scheduler's next time
+  // slice (bench/compare's memif windows then measured 2 ms exchanges in 2
+  // rounds of 5). A sample is half of one exchange's round trip,
+  // perftest's convention for ib_write_lat. Connection 0 only.
   std::string RunPingpong(uint32_t size, Result* r) {
     if (Slots(size) < 2) {
       return absl::StrCat("write_pingpong of ", size,
@@ -881,6 +885,7 @@ class Bench {
       for (uint32_t spins = 1; __atomic_load_n(recv_last, __ATOMIC_ACQUIRE) !=
                                static_cast<uint8_t>(n);
            ++spins) {
+        if (o_.yield_after > 0 && spins % o_.yield_after == 0) sched_yield();
         if ((spins & 4095) != 0) continue;
         if (p->abort.load(std::memory_order_relaxed)) {
           return "the other end failed";
