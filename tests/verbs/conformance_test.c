@@ -4949,7 +4949,6 @@ static void t_recv_too_small(struct bufs* b) {
   free_pair(&p);
 }
 
-/* ibv_post_recv by queue pair state, its limits, and receives flushed. */
 /* ibv_resize_cq(3): a CQ takes a new size from 1 to max_cqe, but never
  * one below the completions it holds at the moment (EINVAL, the CQ as it
  * was). The receiver's CQ here holds only its receives' completions. */
@@ -5019,6 +5018,7 @@ static void t_resize_cq(struct bufs* b) {
   free_pair(&p);
 }
 
+/* ibv_post_recv by queue pair state, its limits, and receives flushed. */
 static void t_recv_queue(struct bufs* b) {
   step("ibv_post_recv: states, limits, flush");
   struct qp_opts o0 = kDefaultOpts, o1 = kDefaultOpts;
