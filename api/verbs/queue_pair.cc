@@ -55,13 +55,18 @@ static_assert(lifecycle_abi::kQpAttrRateLimit == IBV_QP_RATE_LIMIT);
 namespace rdmaplane::verbs {
 namespace {
 
+// QpPeer::remote_access for verbs' qp_access_flags `access`, marked as
+// given.
+uint8_t QpRemoteAccess(unsigned access) {
+  return static_cast<uint8_t>(shm::kQpRemoteAccessSet | RemoteFlagsOf(access));
+}
+
 // What a move to RTS changes of the responder: the remote operations it
 // serves and its RNR timer, each marked as given where the mask holds it.
 shm::QpPeer ResponderChanges(const ibv_qp_attr& attr, int mask) {
   shm::QpPeer peer{};
   if (mask & IBV_QP_ACCESS_FLAGS) {
-    peer.remote_access = static_cast<uint8_t>(
-        shm::kQpRemoteAccessSet | RemoteFlagsOf(attr.qp_access_flags));
+    peer.remote_access = QpRemoteAccess(attr.qp_access_flags);
   }
   if (mask & IBV_QP_MIN_RNR_TIMER) {
     peer.min_rnr_timer =
@@ -367,11 +372,9 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     }
     if (mask & IBV_QP_MIN_RNR_TIMER) peer.min_rnr_timer = attr->min_rnr_timer;
     // The remote operations the responder serves: set at INIT or now.
-    const unsigned access = (mask & IBV_QP_ACCESS_FLAGS)
-                                ? attr->qp_access_flags
-                                : q->attr.qp_access_flags;
-    peer.remote_access =
-        static_cast<uint8_t>(shm::kQpRemoteAccessSet | RemoteFlagsOf(access));
+    peer.remote_access = QpRemoteAccess((mask & IBV_QP_ACCESS_FLAGS)
+                                            ? attr->qp_access_flags
+                                            : q->attr.qp_access_flags);
     absl::Status s = c->client->ModifyQueuePair(q->conn, shm::kQpToRtr, peer);
     if (!s.ok()) return Fail<int>(ErrnoOf(s), ErrnoOf(s), s);
   } else if (next == QpState::kRts && cur == QpState::kRtr) {

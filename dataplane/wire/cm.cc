@@ -498,10 +498,7 @@ bool SetNativeRequest(std::string_view name, const IpCmHeader& h,
   std::memcpy(record.data(), kNativeMagic, sizeof(kNativeMagic));
   record[4] = kNativeVersion;
   record[5] = static_cast<uint8_t>(name.size());
-  const uint64_t hash = NativeServiceHash(name);
-  for (int i = 0; i < 8; ++i) {
-    record[kNativeHashAt + i] = static_cast<uint8_t>(hash >> (56 - 8 * i));
-  }
+  Put64(record.data() + kNativeHashAt, NativeServiceHash(name));
   const size_t n = std::min(name.size(), kNativeNameBytes);
   std::memcpy(record.data() + kNativeNameAt, name.data(), n);
   CmMessage m = *req;
@@ -527,14 +524,12 @@ bool ParseNativeRequest(const CmMessage& m, NativeService* s) {
       m.private_data_len < kIpCmHeaderLen + kNativeNameAt + carried) {
     return false;
   }
-  uint64_t hash = 0;
-  for (int i = 0; i < 8; ++i) hash = hash << 8 | p[kNativeHashAt + i];
   s->length = static_cast<uint8_t>(length);
-  s->hash = hash;
+  s->hash = Get64(p + kNativeHashAt);
   s->prefix = std::string_view(
       reinterpret_cast<const char*>(p + kNativeNameAt), carried);
   // A whole name must hash to what the record says.
-  return carried < length || NativeServiceHash(s->prefix) == hash;
+  return carried < length || NativeServiceHash(s->prefix) == s->hash;
 }
 
 bool SetNativeReply(uint8_t mtu_code, CmMessage* rep) {
