@@ -146,13 +146,16 @@ trap 'rm -rf "$WORK_DIR"' EXIT
 
 # --keep_going: one broken target must not hide the results of all the others.
 # Bazel's exit code is kept, not fatal: the summary must be printed either way.
-# count_results BEP_FILE: prints "<passed> <failed> <skipped> <test targets
-# that did not build>" for one bazel invocation and, on stderr, one line for
-# every test target it had to count without test cases.
+# count_results BEP_FILE DIGEST_FILE: prints "<passed> <failed> <skipped>
+# <test targets that did not build>" for one bazel invocation and, on
+# stderr, one line for every test target it had to count without test
+# cases; writes into DIGEST_FILE, for each failed test, the lines of its log
+# that say why.
 count_results() {
-  "$PYTHON" - "$1" <<'PY'
+  "$PYTHON" - "$1" "$2" <<'PY'
 import json
 import os
+import re
 import sys
 import urllib.parse
 import xml.etree.ElementTree as ET
@@ -193,14 +196,17 @@ if os.path.exists(bep_path):
                 slot = (label, key.get("run", 1), key.get("shard", 1))
                 attempt = key.get("attempt", 1)
                 result = event["testResult"]
-                xml_path = None
+                xml_path = log_path = None
                 for out in result.get("testActionOutput", []):
                     if out.get("name") == "test.xml":
                         xml_path = uri_to_path(out.get("uri", ""))
+                    elif out.get("name") == "test.log":
+                        log_path = uri_to_path(out.get("uri", ""))
                 previous = results.get(slot)
                 # With flaky-test retries only the last attempt counts.
                 if previous is None or attempt >= previous[0]:
-                    results[slot] = (attempt, result.get("status", "NO_STATUS"), xml_path)
+                    results[slot] = (attempt, result.get("status", "NO_STATUS"), xml_path,
+                                     log_path)
             elif "testSummary" in eid and "testSummary" in event:
                 summaries[eid["testSummary"].get("label", "")] = event["testSummary"].get(
                     "overallStatus", "NO_STATUS"
@@ -220,7 +226,26 @@ if os.path.exists(bep_path):
 passed = failed = skipped = 0
 counted_labels = set()
 
-for (label, run, shard), (attempt, status, xml_path) in sorted(results.items()):
+# digest(label, run, shard, status, log_path): why a test failed, in a few
+# lines of its log, for the end of the run's output (where a reader of a
+# long log looks first): the lines that say FAIL or name a failure, else
+# its last lines.
+MARKS = re.compile(r"FAIL|Failure|\[  FAILED  \]|Sanitizer|runtime error|did not|Timeout|TIMEOUT")
+
+
+def digest(label, run, shard, status, log_path):
+    lines = []
+    if log_path and os.path.exists(log_path):
+        with open(log_path, encoding="utf-8", errors="replace") as log:
+            lines = [line.rstrip("\n") for line in log]
+    picked = [line for line in lines if MARKS.search(line)][:12] or lines[-12:]
+    out = [f"{label} (run {run}, shard {shard}): {status.lower()}; log {log_path}"]
+    out += ["    " + line[:300] for line in picked]
+    return "\n".join(out) + "\n"
+
+
+digests = []
+for (label, run, shard), (attempt, status, xml_path, log_path) in sorted(results.items()):
     counted_labels.add(label)
     case_passed = case_failed = case_skipped = 0
     parsed = False
@@ -253,6 +278,8 @@ for (label, run, shard), (attempt, status, xml_path) in sorted(results.items()):
     passed += case_passed
     failed += case_failed
     skipped += case_skipped
+    if case_failed:
+        digests.append(digest(label, run, shard, status, log_path))
 
 # Test targets that never ran: they failed to build, or a dependency did.
 never_ran = set(failed_to_build & set(test_kinds)) | {
@@ -264,6 +291,8 @@ for label in sorted(never_ran - counted_labels):
     print(f"test: {label} did not run (build failed); counted as 1 failure", file=sys.stderr)
 failed += build_failed
 
+with open(sys.argv[2], "w", encoding="utf-8") as f:
+    f.write("".join(digests))
 print(passed, failed, skipped, build_failed)
 PY
 }
@@ -290,7 +319,7 @@ run_stage() {
   echo "test: stage $name: bazel test $*" >&2
   bazel test --keep_going --build_event_json_file="$bep" "$@" || rc=$?
   local counts=""
-  if ! counts="$(count_results "$bep")"; then
+  if ! counts="$(count_results "$bep" "$WORK_DIR/digest.$name.txt")"; then
     echo "test: stage $name: could not read the test results" >&2
     counts="0 1 0 0"
   fi
@@ -363,6 +392,13 @@ if [[ $have_target == false && ${RDMAPLANE_FUZZ:-1} != 0 ]]; then
   if [[ $fuzz_rc -ne 0 ]]; then any_failure=1; fi
 fi
 # --- end of fuzz stage ---------------------------------------------------------
+
+# Why each failed test failed, from its log, right above the closing line:
+# the end of a long run's output is what its reader sees first.
+if compgen -G "$WORK_DIR/digest.*.txt" >/dev/null && [[ -n $(cat "$WORK_DIR"/digest.*.txt) ]]; then
+  echo "test: the failed tests, and the lines of their logs that say why:" >&2
+  cat "$WORK_DIR"/digest.*.txt >&2
+fi
 
 line="$n_passed passed, $n_failed failed"
 if [[ $n_skipped -gt 0 ]]; then

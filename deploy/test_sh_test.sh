@@ -15,6 +15,8 @@
 # - a floor file that cannot be read or parsed fails before anything runs;
 # - bazel-* links into another output base are removed before //... is
 #   loaded, links into Bazel's own are kept;
+# - each failed test's target and the lines of its log that say why (FAIL
+#   lines) are printed after every stage, right above the closing line;
 # - the closing "N passed, M failed" line is always the last line printed.
 #
 #   test_sh_test.sh TEST_SH CASE_FLOOR
@@ -86,9 +88,16 @@ if [[ -z $status ]]; then
   if [[ $failed -gt 0 ]]; then status=FAILED; else status=PASSED; fi
 fi
 label="//fake:$stage"
+log="$dir/test.log"
+{
+  echo "fake $stage: starting"
+  for ((i = 0; i < 30; i++)); do echo "fake $stage: step $i"; done
+  if [[ $status != PASSED ]]; then echo "FAIL: fake $stage: the link is down on daemon a$stage"; fi
+  echo "fake $stage: a daemon log line"
+} >"$log"
 {
   echo "{\"id\":{\"targetConfigured\":{\"label\":\"$label\"}},\"configured\":{\"targetKind\":\"cc_test rule\",\"testSize\":\"SMALL\"}}"
-  echo "{\"id\":{\"testResult\":{\"label\":\"$label\",\"run\":1,\"shard\":1,\"attempt\":1}},\"testResult\":{\"status\":\"$status\",\"testActionOutput\":[{\"name\":\"test.xml\",\"uri\":\"file://$xml\"}]}}"
+  echo "{\"id\":{\"testResult\":{\"label\":\"$label\",\"run\":1,\"shard\":1,\"attempt\":1}},\"testResult\":{\"status\":\"$status\",\"testActionOutput\":[{\"name\":\"test.xml\",\"uri\":\"file://$xml\"},{\"name\":\"test.log\",\"uri\":\"file://$log\"}]}}"
   echo "{\"id\":{\"testSummary\":{\"label\":\"$label\"}},\"testSummary\":{\"overallStatus\":\"$status\"}}"
 } >"$bep"
 rc="${!rc_var:-}"
@@ -162,8 +171,35 @@ run skipped-cases-did-not-run 1 "$((total - 2)) passed, 1 failed, 2 skipped" \
   "${met[@]}" "FAKE_PLAIN=$((plain - 2)) 0 2" --
 run a-failed-case 1 "$((total - 1)) passed, 1 failed" "" \
   "${met[@]}" "FAKE_PLAIN=$((plain - 1)) 1 0" --
+# Why a test failed closes the output, above the closing line: the
+# digest names the target and quotes the FAIL line of its log, and comes
+# after every stage's own lines. A run with no failure has none.
+expect_digest() {
+  local name="$1" stage="$2" status="$3" err="$tmp/$1.err"
+  local head line fail_line last_stage
+  head="$(grep -n "^test: the failed tests" "$err" | cut -d: -f1)"
+  line="$(grep -n "^//fake:$stage (run 1, shard 1): $status; log " "$err" | cut -d: -f1)"
+  fail_line="$(grep -n "^    FAIL: fake $stage: the link is down on daemon a$stage\$" "$err" | cut -d: -f1)"
+  last_stage="$(grep -n "^test: stage fuzz" "$err" | tail -n 1 | cut -d: -f1)"
+  if [[ -z $head || -z $line || -z $fail_line || -z $last_stage ]]; then
+    fail "$name: no digest naming //fake:$stage ($status) with its FAIL line: $(tail -n 5 "$err" | tr '\n' ' ')"
+  elif ! ((last_stage < head && head < line && line < fail_line)); then
+    fail "$name: the digest is not after the stages (lines $last_stage, $head, $line, $fail_line)"
+  elif grep -q "step 3" "$err"; then
+    fail "$name: the digest quotes lines that do not say why"
+  else
+    pass "$name: the digest names //fake:$stage and quotes its FAIL line"
+  fi
+}
+expect_digest a-failed-case plain failed
 run a-target-failed-without-a-failed-case 1 "$total passed, 1 failed" \
   "counted as 1 failure" "${met[@]}" "FAKE_STATUS_ASAN=TIMEOUT" --
+expect_digest a-target-failed-without-a-failed-case asan timeout
+if grep -q "^test: the failed tests" "$tmp/whole-run-at-its-floors.err"; then
+  fail "a run with no failure printed a digest of failed tests"
+else
+  pass "a run with no failure prints no digest"
+fi
 run a-fuzz-target-crashed 1 "$((total - 1)) passed, 1 failed" "" \
   "${met[@]}" "FAKE_FUZZ=$((fuzz - 1)) 1" --
 run fuzz-printed-no-summary 1 "$((total - fuzz)) passed, 1 failed" "" \
