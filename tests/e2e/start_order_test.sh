@@ -105,23 +105,38 @@ e2e_log "$runs runs linked and moved verified bytes"
 # --- 2. Restarted under load ------------------------------------------------
 
 # load A B: transfers one after the other until stopped (those cut short by
-# a restart fail, as they must); LOAD_PID is the loop's.
+# a restart fail, as they must); LOAD_PID is the loop's. unload stops the
+# loop and the transfer it is running, and waits for both: a transfer left
+# running would still listen on the service the next checked transfer
+# listens on, which the daemon then refuses to that one ("another client
+# listens on this service").
 load() {
   local a="$1" b="$2"
   (
-    while true; do
+    # SIGTERM ends the wait below early and the loop with it; the transfer
+    # then running is stopped and waited for.
+    stop=0 child=""
+    trap 'stop=1' TERM
+    while [[ $stop -eq 0 ]]; do
       timeout --kill-after=5 60 "$transfer_bin" --listen_socket="${E2E_SOCK[$a]}" \
         --connect_socket="${E2E_SOCK[$b]}" --peer="$ip_a" --sizes=65536 \
-        --depth=16 --timeout_s=10 >/dev/null 2>&1 || true
+        --depth=16 --timeout_s=10 >/dev/null 2>&1 &
+      child=$!
+      wait "$child" || true
     done
+    kill -TERM "$child" 2>/dev/null || true
+    wait "$child" || true
   ) &
   LOAD_PID=$!
   E2E_HELPER_PIDS+=("$LOAD_PID")
 }
 
 unload() {
-  kill "$LOAD_PID" 2>/dev/null || true
+  kill -TERM "$LOAD_PID" 2>/dev/null || true
   wait "$LOAD_PID" 2>/dev/null || true
+  if pgrep -f -- "--listen_socket=$E2E_TMP/.* --sizes=65536 " >/dev/null; then
+    e2e_fail "a load transfer still runs after the load was stopped"
+  fi
 }
 
 launch a server "$ip_a"
