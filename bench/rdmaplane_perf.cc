@@ -745,7 +745,7 @@ class Bench {
                             " bytes did not complete in ",
                             absl::FormatDuration(o_.timeout));
       }
-      if (o_.yield_after > 0 && spins % o_.yield_after == 0) sched_yield();
+      YieldEvery(spins);
     }
     if (got < 0) return absl::StrCat("poll: ", rdp_status_name(got));
     if (done[0] != &ov) return "a completion for a request never posted";
@@ -754,6 +754,12 @@ class Bench {
                           " bytes completed with ", rdp_status_name(ov.status));
     }
     return "";
+  }
+
+  // Gives the CPU away on every --yield_after-th turn of a wait that spins
+  // (`spins` counts its turns), so that the engine sharing the CPU runs.
+  void YieldEvery(uint32_t spins) const {
+    if (o_.yield_after > 0 && spins % o_.yield_after == 0) sched_yield();
   }
 
   std::string RunLatency(Mode mode, uint32_t size, Result* r) {
@@ -885,7 +891,7 @@ class Bench {
       for (uint32_t spins = 1; __atomic_load_n(recv_last, __ATOMIC_ACQUIRE) !=
                                static_cast<uint8_t>(n);
            ++spins) {
-        if (o_.yield_after > 0 && spins % o_.yield_after == 0) sched_yield();
+        YieldEvery(spins);
         if ((spins & 4095) != 0) continue;
         if (p->abort.load(std::memory_order_relaxed)) {
           return "the other end failed";

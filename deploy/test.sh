@@ -395,9 +395,10 @@ fi
 
 # Why each failed test failed, from its log, right above the closing line:
 # the end of a long run's output is what its reader sees first.
-if compgen -G "$WORK_DIR/digest.*.txt" >/dev/null && [[ -n $(cat "$WORK_DIR"/digest.*.txt) ]]; then
+digests="$(cat "$WORK_DIR"/digest.*.txt 2>/dev/null || true)"
+if [[ -n $digests ]]; then
   echo "test: the failed tests, and the lines of their logs that say why:" >&2
-  cat "$WORK_DIR"/digest.*.txt >&2
+  printf '%s\n' "$digests" >&2
 fi
 
 line="$n_passed passed, $n_failed failed"
